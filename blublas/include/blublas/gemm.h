@@ -1,0 +1,91 @@
+// blublas/gemm.h: general matrix multiply, the standalone API.
+//
+//   D = epilogue(alpha * op(A) * op(B) + beta * C)      op(A): M x K, op(B): K x N, C, D: M x N
+//
+// Matrices are described by pointer + leading dimension + layout (row- or column-major, the same
+// for A, B, C and D), so both row-major (C/PyTorch) and column-major (BLAS) callers describe their
+// data as it lies in memory. Strided batches use a per-matrix element stride. Every call takes a
+// stream and a caller-provided workspace: no hidden allocation, no host synchronisation, safe to
+// capture in a CUDA graph and to call from several threads. Errors come back as a Status; a path
+// that cannot take an argument (alignment, arch) either falls back to a slower path (kAuto) or
+// returns a clear error (a forced path). Nothing here calls cuBLAS.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "blublas/dtype.h"
+#include "blublas/status.h"
+
+namespace blublas {
+
+enum class Op : int { kN = 0, kT = 1 };  // op(X) = X or X^T
+enum class Layout : int { kRowMajor = 0, kColMajor = 1 };
+
+// How products are formed. kDefault: strict fp32 for f32 inputs, fp32 accumulation for 16-bit.
+enum class ComputeMode : int {
+  kDefault = 0,
+  kStrictF32 = 1,  // f32 inputs only: SIMT fp32 FMA, no TF32 rounding anywhere
+  kTF32 = 2,       // f32 inputs only: tensor cores on tf32-rounded operands, fp32 accumulate
+};
+
+// Fused epilogues. Indices i, j are row and column of D as the caller sees it (M x N), whatever
+// the layout. bias has D's dtype unless noted.
+enum class Epilogue : int {
+  kNone = 0,
+  kBias = 1,          // D[i][j] = alpha*acc + beta*C + bias[j]
+  kBiasGelu = 2,      // pre = alpha*acc + beta*C + bias[j]; aux[i][j] = pre; D[i][j] = gelu_tanh(pre)
+  kGelu = 3,          // as kBiasGelu without bias (aux may be null: then not stored)
+  kBiasGradA = 4,     // D as kNone; bias_grad[i] = sum_k op(A)[i][k]   (fp32, length M)
+  kBiasGradB = 5,     // D as kNone; bias_grad[j] = sum_k op(B)[k][j]   (fp32, length N)
+};
+
+// Which kernel family runs. kAuto lets the heuristic choose (blublas/src/gemm/heuristics.cpp);
+// the others force a path, for tests, benchmarks and users who know better.
+enum class GemmPath : int {
+  kAuto = 0,
+  kSimt = 1,       // CUDA-core FMA kernels; the only path for kStrictF32; any arch
+  kSm80Mma = 2,    // mma.sync + ldmatrix + cp.async multistage (Ampere/Ada; also runs on Hopper)
+  kSm90Wgmma = 3,  // wgmma + TMA + mbarrier, warp-specialized, persistent (sm_90a only)
+};
+
+struct GemmDesc {
+  int m = 0, n = 0, k = 0;
+  int batch = 1;
+  Op op_a = Op::kN, op_b = Op::kN;
+  Layout layout = Layout::kRowMajor;
+  Dtype ab_type = Dtype::kF32;  // A and B share a dtype
+  Dtype cd_type = Dtype::kF32;  // C and D share a dtype (f32, bf16, f16)
+  ComputeMode compute = ComputeMode::kDefault;
+
+  const void* a = nullptr;  int64_t lda = 0;  int64_t stride_a = 0;  // strides in elements
+  const void* b = nullptr;  int64_t ldb = 0;  int64_t stride_b = 0;
+  const void* c = nullptr;  int64_t ldc = 0;  int64_t stride_c = 0;  // read only when beta != 0
+  void* d = nullptr;        int64_t ldd = 0;  int64_t stride_d = 0;  // may alias c (same ld)
+  float alpha = 1.0f, beta = 0.0f;
+
+  Epilogue epilogue = Epilogue::kNone;
+  const void* bias = nullptr;    // kBias, kBiasGelu: N elements of cd_type (broadcast over batch)
+  void* aux = nullptr;           // kBiasGelu, kGelu: pre-activation, cd_type, same layout as D
+  int64_t ld_aux = 0;  int64_t stride_aux = 0;
+  float* bias_grad = nullptr;    // kBiasGradA (M floats), kBiasGradB (N floats); batch must be 1
+
+  GemmPath path = GemmPath::kAuto;
+};
+
+// Bytes of workspace gemm() needs for this problem on the current device (0 is a valid answer).
+// The same desc (sizes, types, path) must be passed to gemm() with at least this many bytes.
+Status gemm_workspace_size(const GemmDesc& desc, std::size_t* bytes);
+
+// Runs the GEMM on `stream`. Asynchronous; argument errors are reported before any launch.
+Status gemm(const GemmDesc& desc, void* workspace, std::size_t workspace_bytes,
+            cudaStream_t stream);
+
+// The path kAuto would take for this desc on the current device (for logs and benchmarks).
+Status gemm_selected_path(const GemmDesc& desc, GemmPath* path);
+
+const char* gemm_path_name(GemmPath path) noexcept;
+
+}  // namespace blublas
