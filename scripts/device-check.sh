@@ -57,7 +57,7 @@ if ((do_build)); then
   stamp "configure + build (archs $archs)"
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DBLU_CUDA_ARCHS=$archs" \
     > "$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; }
-  cmake --build $build -j "$(nproc)" -- -k 0 > "$logs/build.txt" 2>&1
+  timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build $build -j "$(nproc)" -- -k 0 > "$logs/build.txt" 2>&1
   build_rc=$?
   grep -E "error|FAILED" "$logs/build.txt" | head -40 > "$logs/build_errors.txt"
   grep -iE "spill" "$logs/build.txt" | grep -v " 0 bytes spill" | sort -u > "$logs/spills.txt"
@@ -69,7 +69,7 @@ fi
 tests_pass=0; tests_fail=0; tests_total=0
 if ((do_tests)); then
   stamp "tests: $tests"
-  (cd $build && ctest -R "$tests" --output-on-failure --timeout 300 -j 4 \
+  (cd $build && timeout "${BLU_TEST_TIMEOUT:-240}" ctest -R "$tests" --output-on-failure --timeout 120 -j 4 \
      --output-junit "$res/ctest_junit.xml") > "$logs/ctest.txt" 2>&1
   tests_total=$(grep -oE "out of [0-9]+" "$logs/ctest.txt" | tail -1 | grep -oE "[0-9]+" || echo 0)
   tests_fail=$(grep -oE "[0-9]+ tests failed" "$logs/ctest.txt" | grep -oE "^[0-9]+" || echo 0)
@@ -84,7 +84,7 @@ if ((do_bench)); then
   for b in $benches; do
     if [ -x $build/bench/$b ]; then
       stamp "bench $b"
-      timeout 300 $build/bench/$b --blu_out="$res" $qflag > "$logs/$b.txt" 2>&1 || echo "bench $b failed rc=$?" >> "$logs/bench_failures.txt"
+      timeout "${BLU_BENCH_TIMEOUT:-240}" $build/bench/$b --blu_out="$res" $qflag > "$logs/$b.txt" 2>&1 || echo "bench $b failed rc=$?" >> "$logs/bench_failures.txt"
     else
       echo "bench $b not built" >> "$logs/bench_failures.txt"
     fi

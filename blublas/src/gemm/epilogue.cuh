@@ -83,6 +83,7 @@ struct EpilogueArgs {
   const void* bias = nullptr;  int bias_per_col = 1;
   void* aux = nullptr;  int64_t ld_aux = 0, stride_aux = 0;
   int pair_ok = 0;
+  int cd_type = 0;  // Dtype of C, D, aux, bias: for kernels that pick the store type at run time
 };
 
 inline bool epilogue_has_bias(Epilogue e) { return e == Epilogue::kBias || e == Epilogue::kBiasGelu; }
@@ -114,6 +115,7 @@ inline EpilogueArgs make_epilogue_args(const GemmProblem& p) {
     return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % pair_bytes == 0;
   };
   auto even = [](int64_t v) { return v % 2 == 0; };
+  e.cd_type = static_cast<int>(p.cd_type);
   e.pair_ok = aligned(e.d) && aligned(e.c) && aligned(e.aux) && even(e.ldd) && even(e.stride_d) &&
               (e.c == nullptr || (even(e.ldc) && even(e.stride_c))) &&
               (e.aux == nullptr || (even(e.ld_aux) && even(e.stride_aux)));
@@ -181,6 +183,29 @@ __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch
   }
   OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d;
   store_pair_f32(d + static_cast<int64_t>(i) * e.ldd + j, v0, v1);
+}
+
+// The same with D's dtype chosen at run time (e.cd_type): one kernel instantiation serves all
+// output dtypes at the cost of a uniform branch per store.
+__device__ __forceinline__ void epilogue_store2_any(const EpilogueArgs& e, int batch, int i, int j,
+                                                   float acc0, float acc1) {
+  if (e.cd_type == static_cast<int>(Dtype::kBF16)) {
+    epilogue_store2<__nv_bfloat16>(e, batch, i, j, acc0, acc1);
+  } else if (e.cd_type == static_cast<int>(Dtype::kF16)) {
+    epilogue_store2<__half>(e, batch, i, j, acc0, acc1);
+  } else {
+    epilogue_store2<float>(e, batch, i, j, acc0, acc1);
+  }
+}
+__device__ __forceinline__ void epilogue_store1_any(const EpilogueArgs& e, int batch, int i, int j,
+                                                   float acc) {
+  if (e.cd_type == static_cast<int>(Dtype::kBF16)) {
+    epilogue_store1<__nv_bfloat16>(e, batch, i, j, acc);
+  } else if (e.cd_type == static_cast<int>(Dtype::kF16)) {
+    epilogue_store1<__half>(e, batch, i, j, acc);
+  } else {
+    epilogue_store1<float>(e, batch, i, j, acc);
+  }
 }
 
 // ---- bias gradient (kBiasGradA / kBiasGradB) ------------------------------------------------------

@@ -106,3 +106,19 @@ void synchronize_device(int device = -1);
 void stream_wait_stream(cudaStream_t waiter, cudaStream_t waitee);
 
 }  // namespace blu::cuda
+
+namespace blu {
+
+// Note [Matmul precision]
+// How float32 matmuls run on CUDA (like torch.set_float32_matmul_precision); a process-wide
+// setting read at each matmul, default kHighest so that CPU and CUDA agree to float32 rounding.
+//   kHighest: strict fp32 (SIMT FMA, no TF32 rounding)      -> blublas ComputeMode::kStrictF32
+//   kHigh:    TF32 tensor cores, fp32 accumulation           -> blublas ComputeMode::kTF32
+//   kMedium:  as kHigh for now (a bf16-operand mode is not implemented)
+// bf16 and f16 matmuls always use tensor cores with fp32 accumulation; f64 runs blutensor's own
+// double-precision kernel. The trainer's "--precision tf32" sets kHigh.
+enum class MatmulPrecision : int { kHighest = 0, kHigh = 1, kMedium = 2 };
+void set_matmul_precision(MatmulPrecision precision) noexcept;
+MatmulPrecision matmul_precision() noexcept;
+
+}  // namespace blu

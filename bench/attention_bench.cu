@@ -1,0 +1,334 @@
+// attention_bench.cu: blublas causal flash attention, forward and forward+backward TFLOP/s at the
+// GPT-2 124M shape (B16 T1024, 12 heads of 64; and 6 heads of 128), q/k/v as strided views of a
+// fused [B, T, 3, H, d] activation exactly as the trainer passes them.
+//
+// FLOP model (causal, as the anchors count it): forward 4*B*H*T*T*d / 2, backward 2.5x forward
+// (so forward+backward is 3.5x forward). The recomputation our deterministic backward does is not
+// counted. The PyTorch SDPA reference is measured by bench/torch_attention.py in the same device
+// call; when <blu_out>/torch_attention.json exists (the device script runs the python first) this
+// binary prints and records attention.bf16.fwdbwd_ratio_vs_torch_sdpa as well.
+//
+// Usage: attention_bench [--blu_out=<dir>] [--blu_quick]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../blublas/src/attention/attention_params.h"  // tile tables (internal, for the sweep)
+#include "bench_common.h"
+#include "blublas/attention.h"
+#include "blublas/check.h"
+#include "blublas/device_info.h"
+
+namespace {
+
+using blublas::AttnPath;
+using blublas::AttnPrecision;
+
+struct Shape {
+  int B, T, H, d;
+  AttnPrecision prec;
+  const char* metric_prefix;  // metrics: <prefix>.fwd_tflops, <prefix>.fwdbwd_tflops
+};
+
+struct Result {
+  double fwd_ms, fwdbwd_ms, fwd_tflops, bwd_tflops, fwdbwd_tflops;
+  std::string path;
+};
+
+void check(const blublas::Status& st) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "attention_bench: %s\n", st.to_string().c_str());
+    std::exit(2);
+  }
+}
+
+__global__ void fill_random(void* p, size_t n, int bf16, unsigned seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    const float v = (static_cast<float>(x & 0xffff) / 65535.0f - 0.5f) * 3.0f;
+    if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+    else static_cast<float*>(p)[i] = v;
+  }
+}
+
+struct Problem {
+  void *qkv = nullptr, *dqkv = nullptr, *o = nullptr, *d_o = nullptr, *ws = nullptr;
+  float* lse = nullptr;
+  size_t ws_bytes = 0;
+  blublas::AttentionDesc desc;
+  ~Problem() {
+    for (void* p : {qkv, dqkv, o, d_o, ws, static_cast<void*>(lse)}) cudaFree(p);
+  }
+};
+
+void setup(const Shape& s, cudaStream_t stream, Problem* pb) {
+  const size_t eb = s.prec == AttnPrecision::kBF16 ? 2 : 4;
+  const size_t n = static_cast<size_t>(s.B) * s.T * s.H * s.d;
+  void *qkv, *dqkv, *o, *d_o, *ws;
+  float* lse;
+  blublas::AttentionDesc& desc = pb->desc;
+  BLU_BENCH_CUDA(cudaMalloc(&qkv, 3 * n * eb));
+  BLU_BENCH_CUDA(cudaMalloc(&dqkv, 3 * n * eb));
+  BLU_BENCH_CUDA(cudaMalloc(&o, n * eb));
+  BLU_BENCH_CUDA(cudaMalloc(&d_o, n * eb));
+  BLU_BENCH_CUDA(cudaMalloc(&lse, static_cast<size_t>(s.B) * s.H * s.T * sizeof(float)));
+  fill_random<<<1024, 256, 0, stream>>>(qkv, 3 * n, eb == 2, 1u);
+  fill_random<<<1024, 256, 0, stream>>>(d_o, n, eb == 2, 2u);
+
+  desc.batch = s.B;
+  desc.seq_len = s.T;
+  desc.heads = s.H;
+  desc.head_dim = s.d;
+  desc.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+  desc.causal = true;
+  desc.precision = s.prec;
+  desc.q = blublas::attn_qkv_view(qkv, 0, s.T, s.H, s.d, eb);
+  desc.k = blublas::attn_qkv_view(qkv, 1, s.T, s.H, s.d, eb);
+  desc.v = blublas::attn_qkv_view(qkv, 2, s.T, s.H, s.d, eb);
+  auto out_view = [&](void* base, int which) {
+    blublas::AttnInput in = blublas::attn_qkv_view(base, which, s.T, s.H, s.d, eb);
+    blublas::AttnOutput v;
+    v.ptr = const_cast<void*>(in.ptr);
+    v.batch_stride = in.batch_stride;
+    v.seq_stride = in.seq_stride;
+    v.head_stride = in.head_stride;
+    return v;
+  };
+  int64_t sb, st, sh;
+  blublas::attn_dense_strides(s.T, s.H, s.d, &sb, &st, &sh);
+  desc.o = blublas::AttnOutput{o, sb, st, sh};
+  desc.d_o = blublas::AttnInput{d_o, sb, st, sh};
+  desc.lse = lse;
+  desc.dq = out_view(dqkv, 0);
+  desc.dk = out_view(dqkv, 1);
+  desc.dv = out_view(dqkv, 2);
+  size_t ws_bytes = 0;
+  check(blublas::attention_backward_workspace_size(desc, &ws_bytes));
+  BLU_BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  pb->qkv = qkv;
+  pb->dqkv = dqkv;
+  pb->o = o;
+  pb->d_o = d_o;
+  pb->ws = ws;
+  pb->lse = lse;
+  pb->ws_bytes = ws_bytes;
+}
+
+Result run(const Shape& s, bool quick, cudaStream_t stream) {
+  Problem pb;
+  setup(s, stream, &pb);
+  const blublas::AttentionDesc& desc = pb.desc;
+  void* ws = pb.ws;
+  const size_t ws_bytes = pb.ws_bytes;
+  AttnPath path = AttnPath::kAuto;
+  check(blublas::attention_selected_path(desc, &path));
+
+  // One working set is ~8 tensors of B*T*H*d: far beyond L2 at these shapes, so no rotation.
+  const bool slow = s.prec == AttnPrecision::kF32Strict;
+  const int warmup = quick ? 2 : 5;
+  const int reps = slow ? (quick ? 3 : 5) : (quick ? 10 : 40);
+  Result r;
+  r.path = blublas::attn_path_name(path);
+  r.fwd_ms = blu::bench::median_ms([&](int) { check(blublas::attention_forward(desc, stream)); },
+                                   stream, warmup, reps);
+  r.fwdbwd_ms = blu::bench::median_ms(
+      [&](int) {
+        check(blublas::attention_forward(desc, stream));
+        check(blublas::attention_backward(desc, ws, ws_bytes, stream));
+      },
+      stream, warmup, reps);
+  const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
+  r.fwd_tflops = fwd_flop / (r.fwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_tflops = 3.5 * fwd_flop / (r.fwdbwd_ms * 1e-3) / 1e12;
+  r.bwd_tflops = 2.5 * fwd_flop / ((r.fwdbwd_ms - r.fwd_ms) * 1e-3) / 1e12;
+  return r;
+}
+
+// The kernel parameter block attention.cpp builds from a desc (for calling table entries).
+blublas::attn::Params params_of(const blublas::AttentionDesc& d, float* delta) {
+  blublas::attn::Params p;
+  auto st = [](int64_t b, int64_t t, int64_t h) {
+    blublas::attn::Strides s;
+    s.b = b;
+    s.t = t;
+    s.h = h;
+    return s;
+  };
+  p.q = d.q.ptr;
+  p.k = d.k.ptr;
+  p.v = d.v.ptr;
+  p.o = d.o.ptr;
+  p.lse = d.lse;
+  p.d_o = d.d_o.ptr;
+  p.dq = d.dq.ptr;
+  p.dk = d.dk.ptr;
+  p.dv = d.dv.ptr;
+  p.delta = delta;
+  p.sq = st(d.q.batch_stride, d.q.seq_stride, d.q.head_stride);
+  p.sk = st(d.k.batch_stride, d.k.seq_stride, d.k.head_stride);
+  p.sv = st(d.v.batch_stride, d.v.seq_stride, d.v.head_stride);
+  p.so = st(d.o.batch_stride, d.o.seq_stride, d.o.head_stride);
+  p.sdo = st(d.d_o.batch_stride, d.d_o.seq_stride, d.d_o.head_stride);
+  p.sdq = st(d.dq.batch_stride, d.dq.seq_stride, d.dq.head_stride);
+  p.sdk = st(d.dk.batch_stride, d.dk.seq_stride, d.dk.head_stride);
+  p.sdv = st(d.dv.batch_stride, d.dv.seq_stride, d.dv.head_stride);
+  p.batch = d.batch;
+  p.seq_len = d.seq_len;
+  p.heads = d.heads;
+  p.scale = d.softmax_scale;
+  p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
+  p.causal = d.causal ? 1 : 0;
+  return p;
+}
+
+// Times every entry of the bf16 tile tables (Note [Attention tile tables]) at one shape.
+void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* report) {
+  Problem pb;
+  setup(s, stream, &pb);
+  blublas::DeviceInfo dev;
+  check(blublas::current_device_info(&dev));
+  const blublas::attn::Params p = params_of(pb.desc, static_cast<float*>(pb.ws));
+  check(blublas::attention_forward(pb.desc, stream));
+  const int warmup = quick ? 2 : 3, reps = quick ? 5 : 15;
+  const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
+  std::printf("\n| tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n", s.d);
+  int n = 0;
+  const blublas::attn::KernelConfig* ft = blublas::attn::sm80_bf16_fwd_table(s.d, &n);
+  for (int i = 0; i < n; ++i) {
+    const blublas::Status probe = ft[i].launch(p, dev, stream);
+    if (!probe.ok()) {
+      std::printf("| fwd | %d: %s | n/a | %s |\n", i, ft[i].name, probe.to_string().c_str());
+      continue;
+    }
+    const double ms = blu::bench::median_ms([&](int) { check(ft[i].launch(p, dev, stream)); },
+                                            stream, warmup, reps);
+    const double tf = fwd_flop / (ms * 1e-3) / 1e12;
+    std::printf("| fwd | %d: %s | %.3f | %.1f |\n", i, ft[i].name, ms, tf);
+    report->row(blu::bench::Row().str("sweep", "fwd").num("d", s.d).num("config", i)
+                    .str("name", ft[i].name).num("ms", ms).num("tflops", tf));
+  }
+  const blublas::attn::KernelConfig* bt = blublas::attn::sm80_bf16_bwd_table(s.d, &n);
+  for (int i = 0; i < n; ++i) {
+    const blublas::Status probe = bt[i].launch(p, dev, stream);
+    if (!probe.ok()) {
+      std::printf("| bwd | %d: %s | n/a | %s |\n", i, bt[i].name, probe.to_string().c_str());
+      continue;
+    }
+    const double ms = blu::bench::median_ms(
+        [&](int) {
+          check(blublas::attn::attn_bwd_delta(p, s.d, true, stream));
+          check(bt[i].launch(p, dev, stream));
+        },
+        stream, warmup, reps);
+    const double tf = 2.5 * fwd_flop / (ms * 1e-3) / 1e12;
+    std::printf("| bwd | %d: %s | %.3f | %.1f |\n", i, bt[i].name, ms, tf);
+    report->row(blu::bench::Row().str("sweep", "bwd").num("d", s.d).num("config", i)
+                    .str("name", bt[i].name).num("ms", ms).num("tflops", tf));
+  }
+}
+
+// Reads "key": number from a flat JSON file written by torch_attention.py; NaN when absent.
+double json_number(const std::string& path, const std::string& key) {
+  std::ifstream f(path);
+  if (!f) return NAN;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  const std::string needle = "\"" + key + "\"";
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return NAN;
+  const size_t colon = text.find(':', at + needle.size());
+  if (colon == std::string::npos) return NAN;
+  return std::strtod(text.c_str() + colon + 1, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const blu::bench::Options opt = blu::bench::parse_options(&argc, argv);
+  if (blublas::device_count() == 0) {
+    std::fprintf(stderr, "attention_bench: no CUDA device\n");
+    return 1;
+  }
+  cudaStream_t stream;
+  BLU_BENCH_CUDA(cudaStreamCreate(&stream));
+  std::vector<Shape> shapes = {
+      {16, 1024, 12, 64, AttnPrecision::kBF16, "attention.bf16"},
+      {16, 1024, 6, 128, AttnPrecision::kBF16, "attention.bf16.d128"},
+      {16, 1024, 12, 64, AttnPrecision::kF32TF32, "attention.tf32"},
+      {4, 1024, 12, 64, AttnPrecision::kF32Strict, "attention.fp32"},
+  };
+  blu::bench::Report report("attention_bench");
+  struct Printed {
+    Shape s;
+    Result r;
+  };
+  std::vector<Printed> done;
+  for (const Shape& s : shapes) {
+    const Result r = run(s, opt.quick, stream);
+    report.metric(std::string(s.metric_prefix) + ".fwd_tflops", r.fwd_tflops);
+    report.metric(std::string(s.metric_prefix) + ".bwd_tflops", r.bwd_tflops);
+    report.metric(std::string(s.metric_prefix) + ".fwdbwd_tflops", r.fwdbwd_tflops);
+    report.row(blu::bench::Row()
+                   .str("precision", blublas::attn_precision_name(s.prec))
+                   .str("path", r.path)
+                   .num("B", s.B)
+                   .num("T", s.T)
+                   .num("H", s.H)
+                   .num("d", s.d)
+                   .num("fwd_ms", r.fwd_ms)
+                   .num("fwdbwd_ms", r.fwdbwd_ms)
+                   .num("fwd_tflops", r.fwd_tflops)
+                   .num("bwd_tflops", r.bwd_tflops)
+                   .num("fwdbwd_tflops", r.fwdbwd_tflops));
+    done.push_back({s, r});
+  }
+
+  sweep(shapes[0], opt.quick, stream, &report);
+  sweep(shapes[1], opt.quick, stream, &report);
+
+  double torch_fwdbwd = NAN, torch_fwd = NAN;
+  if (!opt.out_dir.empty()) {
+    const std::string tj = opt.out_dir + "/torch_attention.json";
+    torch_fwdbwd = json_number(tj, "torch_sdpa.bf16.fwdbwd_tflops");
+    torch_fwd = json_number(tj, "torch_sdpa.bf16.fwd_tflops");
+  }
+  const double ours = done[0].r.fwdbwd_tflops;
+  if (std::isfinite(torch_fwdbwd) && torch_fwdbwd > 0) {
+    report.metric("attention.bf16.fwdbwd_ratio_vs_torch_sdpa", ours / torch_fwdbwd);
+    if (std::isfinite(torch_fwd) && torch_fwd > 0) {
+      report.metric("attention.bf16.fwd_ratio_vs_torch_sdpa", done[0].r.fwd_tflops / torch_fwd);
+    }
+  }
+  report.write(opt.out_dir);
+
+  std::printf("\n| precision | path | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
+              "fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& p : done) {
+    std::printf("| %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
+                blublas::attn_precision_name(p.s.prec), p.r.path.c_str(), p.s.B, p.s.T, p.s.H,
+                p.s.d, p.r.fwd_ms, p.r.fwd_tflops, p.r.bwd_tflops, p.r.fwdbwd_ms,
+                p.r.fwdbwd_tflops);
+  }
+  if (std::isfinite(torch_fwdbwd)) {
+    std::printf("\nattention.bf16.fwdbwd_ratio_vs_torch_sdpa = %.3f (ours %.1f vs torch SDPA %.1f "
+                "TFLOP/s fwd+bwd; fwd %.1f vs %.1f)\n",
+                ours / torch_fwdbwd, ours, torch_fwdbwd, done[0].r.fwd_tflops, torch_fwd);
+  } else {
+    std::printf("\n(no torch_attention.json in --blu_out: run bench/torch_attention.py <dir> first "
+                "for the ratio vs PyTorch SDPA; anchor on H100: fwd 228, fwd+bwd 153 TFLOP/s)\n");
+  }
+  BLU_BENCH_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}

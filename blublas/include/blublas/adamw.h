@@ -1,0 +1,60 @@
+// blublas/adamw.h: multi-tensor AdamW and the global gradient norm used for clipping.
+//
+// One call updates a whole list of parameter tensors: the launcher packs the list into kernel
+// parameters (up to kAdamWTensorsPerLaunch tensors per launch, so GPT-2 124M's 148 tensors are
+// one launch) and every block finds its tensor by a binary search over a block prefix.
+//
+// Update (PyTorch AdamW semantics), per element, with g = grad * (*grad_scale if given):
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p = p * (1 - lr * wd) - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//   param_bf16 = bf16(p) when the tensor has a bf16 copy.
+// Gradient norm: sqrt(sum of g^2 over all tensors), two stages: fixed per-block partials (the
+// partition depends only on the tensor sizes), then one block adds them in order (in f64).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "blublas/dtype.h"
+#include "blublas/status.h"
+
+namespace blublas {
+
+struct AdamWTensor {
+  float* param = nullptr;       // f32 master weights [numel]
+  const void* grad = nullptr;   // grad_dtype [numel]
+  float* m = nullptr;           // f32 first moment
+  float* v = nullptr;           // f32 second moment
+  void* param_bf16 = nullptr;   // optional bf16 copy written in the same pass (null: none)
+  int64_t numel = 0;
+  float weight_decay = 0.0f;
+};
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  int step = 1;  // 1-based step count for the bias corrections
+};
+
+inline constexpr int kAdamWTensorsPerLaunch = 256;
+
+// tensors: host array of `count` descriptors holding device pointers. grad_scale: device f32
+// scalar multiplying every gradient (clip factor from grad_global_norm), or null for 1.
+Status adamw_update(const AdamWTensor* tensors, int count, Dtype grad_dtype,
+                    const AdamWHyper& hyper, const float* grad_scale, cudaStream_t stream);
+
+// Workspace bytes grad_global_norm needs for this tensor list (independent of the device).
+Status grad_global_norm_workspace_size(const AdamWTensor* tensors, int count, std::size_t* bytes);
+
+// *norm_out = sqrt(sum g^2) (device f32). When clip_scale_out is not null it receives
+// min(1, max_norm / (norm + 1e-6)) (1 when max_norm <= 0), ready to pass as adamw_update's
+// grad_scale: clipping without a host sync.
+Status grad_global_norm(float* norm_out, float* clip_scale_out, float max_norm,
+                        const AdamWTensor* tensors, int count, Dtype grad_dtype, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace blublas

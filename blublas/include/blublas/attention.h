@@ -1,0 +1,105 @@
+// blublas/attention.h: scaled dot-product attention (flash attention), forward and backward.
+//
+//   S = scale * Q K^T (causal: key > query masked), P = softmax(S), O = P V, L = logsumexp(S)
+//
+// Every tensor is a [B, T, H, d] view with d contiguous and explicit element strides for batch,
+// sequence and head, so a caller can point q, k and v straight into a fused qkv activation
+// [B, T, 3, H, d] without a copy (attn_qkv_view). The saved log-sum-exp
+// L is fp32 [B, H, T] contiguous, natural log. Backward takes dO, O and L and writes dQ, dK, dV;
+// it needs a caller workspace (attention_backward_workspace_size) for D = rowsum(dO * O).
+//
+// Precision is a named mode: bf16 (tensor cores, fp32 accumulation and softmax), strict fp32
+// (SIMT FMA, no tf32 anywhere) and tf32 (tensor cores on tf32-rounded fp32 operands).
+// Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass, so
+// there are no float atomics at all. No hidden allocation, no host synchronisation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "blublas/status.h"
+
+namespace blublas {
+
+enum class AttnPrecision : int {
+  kBF16 = 0,        // bf16 storage; tensor cores; fp32 accumulation, softmax and L
+  kF32Strict = 1,   // f32 storage; SIMT fp32 FMA only (no tf32 rounding anywhere)
+  kF32TF32 = 2,     // f32 storage; tensor cores on tf32-rounded operands; fp32 accumulation
+};
+
+// Which kernel family runs. kAuto picks the fastest path that takes the arguments.
+enum class AttnPath : int {
+  kAuto = 0,
+  kSimt = 1,       // CUDA-core fp32 kernels (the only path for kF32Strict; fallback for bf16)
+  kSm80Mma = 2,    // mma.sync + ldmatrix + cp.async (sm_80 and newer, also what runs on Hopper)
+  kSm90Wgmma = 3,  // reserved: not implemented in this build (kNotSupported)
+};
+
+// A read-only [B, T, H, d] view; element (b, t, h, i) is ptr[b*batch + t*seq + h*head + i].
+struct AttnInput {
+  const void* ptr = nullptr;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;  // in elements
+};
+// A written [B, T, H, d] view (same addressing).
+struct AttnOutput {
+  void* ptr = nullptr;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;  // in elements
+};
+
+struct AttentionDesc {
+  int batch = 0, seq_len = 0, heads = 0, head_dim = 0;  // head_dim: 64 or 128
+  float softmax_scale = 0.0f;                           // usually 1/sqrt(head_dim); must be > 0
+  bool causal = true;
+  AttnPrecision precision = AttnPrecision::kBF16;
+  AttnPath path = AttnPath::kAuto;
+
+  AttnInput q, k, v;
+  AttnOutput o;          // forward: written; backward: read
+  float* lse = nullptr;  // [B, H, T] fp32; forward: written; backward: read
+  // Backward only.
+  AttnInput d_o;
+  AttnOutput dq, dk, dv;
+};
+
+// Strides of a dense [B, T, H, d] tensor.
+inline void attn_dense_strides(int seq_len, int heads, int head_dim, int64_t* batch_stride,
+                               int64_t* seq_stride, int64_t* head_stride) {
+  *head_stride = head_dim;
+  *seq_stride = static_cast<int64_t>(heads) * head_dim;
+  *batch_stride = static_cast<int64_t>(seq_len) * heads * head_dim;
+}
+
+// View `which` (0 = q, 1 = k, 2 = v) of a fused qkv activation [B, T, 3, H, d] of `elem_bytes`-byte
+// elements starting at `qkv`.
+inline AttnInput attn_qkv_view(const void* qkv, int which, int seq_len, int heads, int head_dim,
+                               std::size_t elem_bytes) {
+  AttnInput in;
+  in.ptr = static_cast<const char*>(qkv) +
+           static_cast<std::size_t>(which) * heads * head_dim * elem_bytes;
+  in.head_stride = head_dim;
+  in.seq_stride = 3LL * heads * head_dim;
+  in.batch_stride = static_cast<int64_t>(seq_len) * 3 * heads * head_dim;
+  return in;
+}
+
+// Forward: writes o and lse. Asynchronous on `stream`; argument errors are returned before any
+// launch.
+Status attention_forward(const AttentionDesc& desc, cudaStream_t stream);
+
+// Bytes of workspace attention_backward needs for this desc (B*H*T floats, rounded up).
+Status attention_backward_workspace_size(const AttentionDesc& desc, std::size_t* bytes);
+
+// Backward: reads q, k, v, o, lse, d_o; writes dq, dk, dv (fully overwritten, never accumulated).
+// workspace: at least attention_backward_workspace_size bytes, 16-byte aligned.
+Status attention_backward(const AttentionDesc& desc, void* workspace, std::size_t workspace_bytes,
+                          cudaStream_t stream);
+
+// The path kAuto would take for this desc on the current device (for logs and benchmarks).
+Status attention_selected_path(const AttentionDesc& desc, AttnPath* path);
+
+const char* attn_path_name(AttnPath path) noexcept;
+const char* attn_precision_name(AttnPrecision precision) noexcept;
+
+}  // namespace blublas

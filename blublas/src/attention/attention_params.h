@@ -1,0 +1,72 @@
+// attention_params.h: the plain parameter block every attention kernel takes (pointers, strides,
+// sizes; no framework types) and the internal launch entry points of each kernel family. The
+// public launchers (attention.cpp) check arguments and pick a family; the families only launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "blublas/attention.h"
+#include "blublas/device_info.h"
+#include "blublas/status.h"
+
+namespace blublas::attn {
+
+struct Strides {
+  int64_t b = 0, t = 0, h = 0;  // elements
+};
+
+struct Params {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;  // const in backward
+  float* lse = nullptr;
+  const void* d_o = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* delta = nullptr;  // backward workspace: D = rowsum(dO * O), [B, H, T]
+  Strides sq, sk, sv, so, sdo, sdq, sdk, sdv;
+  int batch = 0, seq_len = 0, heads = 0;
+  float scale = 0.0f;       // softmax scale
+  float scale_log2 = 0.0f;  // scale * log2(e): scores go to base 2 before exp2
+  int causal = 1;
+};
+
+// mma.sync families (bf16: m16n8k16; tf32: m16n8k8 on tf32-rounded fp32 storage). Each returns
+// kNotSupported when the device's opt-in shared memory is too small for its tiles.
+Status sm80_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+Status sm80_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+
+// Note [Attention tile tables]
+// The bf16 kernels are compiled in several tile configurations (warps, rows per warp, block
+// sizes, operands held in registers, occupancy target). Entry 0 of each table is what the
+// launchers run; the benchmark sweeps the others on the device so the default is chosen from
+// measurements, not guesses. Backward entries pair a dK/dV configuration with a dQ one.
+struct KernelConfig {
+  const char* name;
+  Status (*launch)(const Params& p, const DeviceInfo& dev, cudaStream_t stream);
+};
+const KernelConfig* sm80_bf16_fwd_table(int head_dim, int* count);
+const KernelConfig* sm80_bf16_bwd_table(int head_dim, int* count);
+const KernelConfig* sm80_bf16_fwd_d64_table(int* count);
+const KernelConfig* sm80_bf16_fwd_d128_table(int* count);
+const KernelConfig* sm80_bf16_bwd_d64_table(int* count);
+const KernelConfig* sm80_bf16_bwd_d128_table(int* count);
+
+// SIMT fp32-arithmetic family; `bf16` selects bf16 storage (the fallback for misaligned views).
+Status simt_attn_fwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream);
+Status simt_attn_bwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream);
+
+// D[b, h, t] = sum_i dO[b, t, h, i] * O[b, t, h, i] in fp32 (first step of every backward).
+Status attn_bwd_delta(const Params& p, int head_dim, bool bf16, cudaStream_t stream);
+
+}  // namespace blublas::attn

@@ -1,0 +1,324 @@
+// sm80_flash_attn_bwd.cuh: the mma.sync flash-attention backward kernel templates (bf16 or tf32),
+// instantiated by sm80_bf16_flash_attn_bwd.cu and sm80_tf32_flash_attn_bwd.cu.
+//
+// Note [Deterministic flash backward: two passes, no atomics]
+// With P = exp(scale*S - L) and D = rowsum(dO * O) (precomputed, attn_bwd_delta):
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dK = scale * dS^T Q,  dQ = scale * dS K.
+// dK/dV need a sum over queries, dQ a sum over keys. Summing dQ across key-block CTAs with float
+// atomics (the usual flash-attention choice) makes the bits depend on scheduling, so this file
+// uses two kernels instead:
+//   dkdv: one CTA per key block; each warp owns 16 keys and walks the query blocks in order,
+//         computing S^T = K Q^T and dP^T = V dO^T directly in key-major form (no transposes);
+//   dq:   one CTA per query block (the forward's shape) walking the key blocks in order.
+// The price is recomputing S and dP in the dq pass (7 block products instead of 5); the gain is
+// bitwise-reproducible gradients, no fp32 dQ accumulator and no zero-fill of one. Query/key
+// blocks are double-buffered with cp.async as in the forward.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention/attention_params.h"
+#include "attention/sm80_mma_tiles.cuh"
+#include "blublas/check.h"
+
+namespace blublas::attn::sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// dK/dV pass tiles: head dim, warps (16 keys each), queries per block, K/V A-fragments held in
+// registers for the whole CTA, minimum CTAs per SM for __launch_bounds__.
+template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_>
+struct DkDvTiles {
+  static constexpr int kD = kD_, kWarps = kWarps_, kBr = kBr_;
+  static constexpr bool kKVRegs = kKVRegs_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBc = 16 * kWarps;  // keys per CTA, 16 per warp
+  template <typename Elem>
+  static constexpr size_t smem_bytes() {
+    return static_cast<size_t>(2 * kBc + 4 * kBr) * kD * sizeof(Elem) + 4 * kBr * sizeof(float);
+  }
+};
+
+template <typename Elem, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_attn_bwd_dkdv_kernel(const Params p) {
+  constexpr int kD = Cfg::kD, kBr = Cfg::kBr;
+  constexpr int kBc = Cfg::kBc;
+  constexpr int kQT = kBr / 8;  // n-tiles of S^T (queries)
+  constexpr int kDT = kD / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Elem* sK = reinterpret_cast<Elem*>(smem_raw);
+  Elem* sV = sK + kBc * kD;
+  Elem* sQ = sV + kBc * kD;     // [2][kBr][kD]
+  Elem* sdO = sQ + 2 * kBr * kD;  // [2][kBr][kD]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kBr * kD);  // [2][kBr], L * log2(e)
+  float* sDl = sL + 2 * kBr;                                  // [2][kBr], D
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int T = p.seq_len;
+  const int kb = blockIdx.x;  // key block 0 has the most query blocks under causal: first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int k0 = kb * kBc;
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+
+  const Elem* gK = static_cast<const Elem*>(p.k) + b * p.sk.b + h * p.sk.h + k0 * p.sk.t;
+  const Elem* gV = static_cast<const Elem*>(p.v) + b * p.sv.b + h * p.sv.h + k0 * p.sv.t;
+  const Elem* gQ = static_cast<const Elem*>(p.q) + b * p.sq.b + h * p.sq.h;
+  const Elem* gdO = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + h * p.sdo.h;
+  const float* gL = p.lse + bh * T;
+  const float* gD = p.delta + bh * T;
+
+  const int nqb = (T + kBr - 1) / kBr;
+  const int i0 = p.causal ? k0 / kBr : 0;
+
+  auto load_q_block = [&](int i, int buf) {
+    const int qs = i * kBr;
+    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sQ + buf * kBr * kD, gQ + qs * p.sq.t, p.sq.t,
+                                                  T - qs, tid);
+    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sdO + buf * kBr * kD, gdO + qs * p.sdo.t,
+                                                  p.sdo.t, T - qs, tid);
+    for (int r = tid; r < kBr; r += Cfg::kThreads) {
+      const int q = qs + r;
+      sL[buf * kBr + r] = q < T ? gL[q] * kLog2e : 0.0f;
+      sDl[buf * kBr + r] = q < T ? gD[q] : 0.0f;
+    }
+  };
+
+  load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK, gK, p.sk.t, T - k0, tid);
+  load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV, gV, p.sv.t, T - k0, tid);
+  if (i0 < nqb) load_q_block(i0, 0);
+  cp_async_commit();
+
+  float dk[1][kDT][4], dv[1][kDT][4];
+  zero_acc(dk);
+  zero_acc(dv);
+  const int wk0 = warp * 16;  // first key of this warp inside the block
+  const int g = lane >> 2, t = lane & 3;
+  const float sl2 = p.scale_log2;
+  constexpr int kKS = kD / Mma<Elem>::kK;
+  [[maybe_unused]] uint32_t kf[1][Cfg::kKVRegs ? kKS : 1][4];
+  [[maybe_unused]] uint32_t vf[1][Cfg::kKVRegs ? kKS : 1][4];
+  if constexpr (Cfg::kKVRegs) {
+    cp_async_wait<0>();
+    __syncthreads();
+    load_a_frags<Elem, kD, 1>(kf, sK, wk0, lane);
+    load_a_frags<Elem, kD, 1>(vf, sV, wk0, lane);
+  }
+
+  for (int i = i0; i < nqb; ++i) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (i + 1 < nqb) {
+      load_q_block(i + 1, (i + 1 - i0) & 1);
+      cp_async_commit();
+    }
+    const int qs = i * kBr;
+    if (p.causal && k0 + wk0 > qs + kBr - 1) continue;  // every key of this warp is after every query
+    const int buf = (i - i0) & 1;
+    const Elem* cQ = sQ + buf * kBr * kD;
+    const Elem* cdO = sdO + buf * kBr * kD;
+    const float* cL = sL + buf * kBr;
+    const float* cD = sDl + buf * kBr;
+
+    // P^T = exp2(S^T * scale*log2e - L*log2e), masked.
+    float s[1][kQT][4];
+    zero_acc(s);
+    if constexpr (Cfg::kKVRegs) {
+      warp_gemm_nt_ra<Elem, kD, 1, kQT>(s, kf, cQ, 0, lane);
+    } else {
+      warp_gemm_nt<Elem, kD, 1, kQT>(s, sK, wk0, cQ, 0, lane);
+    }
+    const bool need_mask = (qs + kBr > T) || (p.causal && k0 + wk0 + 15 > qs);
+#pragma unroll
+    for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = 8 * nt + 2 * t + (e & 1);
+        float pv = fast_exp2(fmaf(s[0][nt][e], sl2, -cL[qi]));
+        if (need_mask) {
+          const int key = k0 + wk0 + g + ((e >> 1) << 3);
+          const int q = qs + qi;
+          if (q >= T || (p.causal && key > q)) pv = 0.0f;
+        }
+        s[0][nt][e] = pv;
+      }
+    warp_gemm_cA_tB<Elem, kD, 1, kQT>(dv, s, cdO, 0, lane);  // dV += P^T dO
+
+    float dp[1][kQT][4];
+    zero_acc(dp);
+    if constexpr (Cfg::kKVRegs) {  // dP^T = V dO^T
+      warp_gemm_nt_ra<Elem, kD, 1, kQT>(dp, vf, cdO, 0, lane);
+    } else {
+      warp_gemm_nt<Elem, kD, 1, kQT>(dp, sV, wk0, cdO, 0, lane);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = 8 * nt + 2 * t + (e & 1);
+        s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - cD[qi]);  // dS^T
+      }
+    warp_gemm_cA_tB<Elem, kD, 1, kQT>(dk, s, cQ, 0, lane);  // dK += dS^T Q
+  }
+
+  Elem* gdK = static_cast<Elem*>(p.dk) + b * p.sdk.b + h * p.sdk.h + k0 * p.sdk.t;
+  Elem* gdV = static_cast<Elem*>(p.dv) + b * p.sdv.b + h * p.sdv.h + k0 * p.sdv.t;
+  store_acc<Elem, 1, kDT>(dk, gdK, p.sdk.t, wk0, T - k0, p.scale, lane);
+  store_acc<Elem, 1, kDT>(dv, gdV, p.sdv.t, wk0, T - k0, 1.0f, lane);
+}
+
+// dQ pass tiles: head dim, warps (16 query rows each), keys per block, Q/dO A-fragments held in
+// registers, minimum CTAs per SM for __launch_bounds__.
+template <int kD_, int kWarps_, int kBc_, bool kQRegs_, int kMinBlocks_>
+struct DqTiles {
+  static constexpr int kD = kD_, kWarps = kWarps_, kBc = kBc_;
+  static constexpr bool kQRegs = kQRegs_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kWarps;
+  template <typename Elem>
+  static constexpr size_t smem_bytes() {
+    return static_cast<size_t>(2 * kBr + 4 * kBc) * kD * sizeof(Elem);
+  }
+};
+
+template <typename Elem, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_attn_bwd_dq_kernel(const Params p) {
+  constexpr int kD = Cfg::kD, kBc = Cfg::kBc;
+  constexpr int kBr = Cfg::kBr;
+  constexpr int kNT = kBc / 8;
+  constexpr int kDT = kD / 8;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
+  Elem* sdO = sQ + kBr * kD;
+  Elem* sK = sdO + kBr * kD;     // [2][kBc][kD]
+  Elem* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int T = p.seq_len;
+  const int nqb = (T + kBr - 1) / kBr;
+  const int qb = nqb - 1 - static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q0 = qb * kBr;
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+
+  const Elem* gQ = static_cast<const Elem*>(p.q) + b * p.sq.b + h * p.sq.h + q0 * p.sq.t;
+  const Elem* gdO = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + h * p.sdo.h + q0 * p.sdo.t;
+  const Elem* gK = static_cast<const Elem*>(p.k) + b * p.sk.b + h * p.sk.h;
+  const Elem* gV = static_cast<const Elem*>(p.v) + b * p.sv.b + h * p.sv.h;
+
+  const int q_end = min(T, q0 + kBr);
+  const int n_kv = p.causal ? (q_end + kBc - 1) / kBc : (T + kBc - 1) / kBc;
+
+  load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sQ, gQ, p.sq.t, T - q0, tid);
+  load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sdO, gdO, p.sdo.t, T - q0, tid);
+  load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK, gK, p.sk.t, T, tid);
+  load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV, gV, p.sv.t, T, tid);
+  cp_async_commit();
+
+  const int wr0 = warp * 16;
+  const int g = lane >> 2, t = lane & 3;
+  const float sl2 = p.scale_log2;
+  float neg_l2[2], dl[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = q0 + wr0 + g + 8 * hr;
+    neg_l2[hr] = row < T ? -p.lse[bh * T + row] * kLog2e : 0.0f;
+    dl[hr] = row < T ? p.delta[bh * T + row] : 0.0f;
+  }
+
+  constexpr int kKS = kD / Mma<Elem>::kK;
+  [[maybe_unused]] uint32_t qf[1][Cfg::kQRegs ? kKS : 1][4];
+  [[maybe_unused]] uint32_t of[1][Cfg::kQRegs ? kKS : 1][4];
+  if constexpr (Cfg::kQRegs) {
+    cp_async_wait<0>();
+    __syncthreads();
+    load_a_frags<Elem, kD, 1>(qf, sQ, wr0, lane);
+    load_a_frags<Elem, kD, 1>(of, sdO, wr0, lane);
+  }
+  float dq[1][kDT][4];
+  zero_acc(dq);
+  for (int j = 0; j < n_kv; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < n_kv) {
+      const int kn = (j + 1) * kBc;
+      const int buf = (j + 1) & 1;
+      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK + buf * kBc * kD, gK + kn * p.sk.t,
+                                                    p.sk.t, T - kn, tid);
+      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV + buf * kBc * kD, gV + kn * p.sv.t,
+                                                    p.sv.t, T - kn, tid);
+      cp_async_commit();
+    }
+    const int k0 = j * kBc;
+    if (p.causal && k0 > q0 + wr0 + 15) continue;
+    const Elem* cK = sK + (j & 1) * kBc * kD;
+    const Elem* cV = sV + (j & 1) * kBc * kD;
+
+    float s[1][kNT][4];
+    zero_acc(s);
+    if constexpr (Cfg::kQRegs) {  // S = Q K^T
+      warp_gemm_nt_ra<Elem, kD, 1, kNT>(s, qf, cK, 0, lane);
+    } else {
+      warp_gemm_nt<Elem, kD, 1, kNT>(s, sQ, wr0, cK, 0, lane);
+    }
+    const bool need_mask = (k0 + kBc > T) || (p.causal && k0 + kBc - 1 > q0 + wr0);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float pv = fast_exp2(fmaf(s[0][nt][e], sl2, neg_l2[e >> 1]));
+        if (need_mask) {
+          const int row = q0 + wr0 + g + ((e >> 1) << 3);
+          const int col = k0 + 8 * nt + 2 * t + (e & 1);
+          if (col >= T || (p.causal && col > row)) pv = 0.0f;
+        }
+        s[0][nt][e] = pv;
+      }
+    float dp[1][kNT][4];
+    zero_acc(dp);
+    if constexpr (Cfg::kQRegs) {  // dP = dO V^T
+      warp_gemm_nt_ra<Elem, kD, 1, kNT>(dp, of, cV, 0, lane);
+    } else {
+      warp_gemm_nt<Elem, kD, 1, kNT>(dp, sdO, wr0, cV, 0, lane);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - dl[e >> 1]);
+    warp_gemm_cA_tB<Elem, kD, 1, kNT>(dq, s, cK, 0, lane);  // dQ += dS K
+  }
+
+  Elem* gdQ = static_cast<Elem*>(p.dq) + b * p.sdq.b + h * p.sdq.h + q0 * p.sdq.t;
+  store_acc<Elem, 1, kDT>(dq, gdQ, p.sdq.t, wr0, T - q0, p.scale, lane);
+}
+
+template <typename Elem, typename C1, typename C2>
+Status launch_flash_attn_bwd(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
+                             const char* name) {
+  constexpr size_t smem1 = C1::template smem_bytes<Elem>();
+  constexpr size_t smem2 = C2::template smem_bytes<Elem>();
+  const size_t optin = static_cast<size_t>(dev.max_smem_per_block_optin);
+  BLUBLAS_CHECK(smem1 <= optin && smem2 <= optin, StatusCode::kNotSupported, name, ": needs ",
+                smem1 > smem2 ? smem1 : smem2,
+                " bytes of shared memory per block, device allows ", optin);
+  auto k1 = flash_attn_bwd_dkdv_kernel<Elem, C1>;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem1)));
+  const dim3 grid1((p.seq_len + C1::kBc - 1) / C1::kBc, p.heads, p.batch);
+  k1<<<grid1, C1::kThreads, smem1, stream>>>(p);
+  BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+  auto k2 = flash_attn_bwd_dq_kernel<Elem, C2>;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem2)));
+  const dim3 grid2((p.seq_len + C2::kBr - 1) / C2::kBr, p.heads, p.batch);
+  k2<<<grid2, C2::kThreads, smem2, stream>>>(p);
+  BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+  return Status::success();
+}
+
+}  // namespace blublas::attn::sm80

@@ -1,0 +1,21 @@
+// sm80_tf32_flash_attn_bwd.cu: the tf32 mma.sync flash-attention backward (fp32 storage, tf32
+// operands, fp32 accumulation), with tiles sized for fp32 shared memory:
+//   d64:  dkdv Bc 64 / query blocks of 32 (64 KiB);  dq Br 64 / key blocks of 32 (64 KiB)
+//   d128: dkdv Bc 64 / query blocks of 16 (96 KiB);  dq Br 64 / key blocks of 16 (96 KiB)
+#include "attention/sm80_flash_attn_bwd.cuh"
+
+namespace blublas::attn {
+
+Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream) {
+  if (head_dim == 64) {
+    return sm80::launch_flash_attn_bwd<float, sm80::DkDvTiles<64, 4, 32, false, 1>,
+                                     sm80::DqTiles<64, 4, 32, false, 1>>(p, dev, stream,
+                                                                "sm80_tf32_flash_attn_bwd_d64");
+  }
+  return sm80::launch_flash_attn_bwd<float, sm80::DkDvTiles<128, 4, 16, false, 1>,
+                                     sm80::DqTiles<128, 4, 16, false, 1>>(p, dev, stream,
+                                                               "sm80_tf32_flash_attn_bwd_d128");
+}
+
+}  // namespace blublas::attn

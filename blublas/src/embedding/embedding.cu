@@ -1,0 +1,396 @@
+// embedding.cu: token + position embedding forward and the deterministic backward of
+// Note [Deterministic embedding backward] (blublas/embedding.h).
+//
+// Backward launches: dwpe (a column sum over the batch, dout read in order), then the bucketing
+// of positions by token id -- memset, integer histogram (atomics on ints are exact, hence
+// deterministic), one-block exclusive scan, scatter of positions into their bucket (the order
+// inside a bucket is whatever the atomics gave) -- then one warp per token id sums its bucket's
+// dout rows in increasing position order: buckets of <= 32 positions are ranked in registers
+// (each lane counts the smaller positions), larger buckets re-scan the token list in order.
+// dwpe runs first so that the tail of dout is still in L2 when the buckets read it again.
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "blublas/check.h"
+#include "blublas/embedding.h"
+#include "elementwise/vector_io.cuh"
+
+namespace blublas {
+namespace {
+
+using fused::from_f32;
+using fused::kPack16;
+using fused::load_f32;
+using fused::Pack;
+using fused::store_f32;
+using fused::to_f32;
+
+constexpr int kThreads = 256;
+constexpr int kScanThreads = 1024;
+constexpr int kBucketWarps = 8;
+
+// ---------------------------------------------------------------- forward
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads)
+    embedding_fwd_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                         const T* __restrict__ wte, const T* __restrict__ wpe, int64_t positions,
+                         int64_t seq_len, int64_t channels, int64_t vocab, int* error_flag) {
+  const int64_t packs_per_row = channels / W;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (p >= positions * packs_per_row) return;
+  const int64_t bt = p / packs_per_row;
+  const int64_t c = (p - bt * packs_per_row) * W;
+  const int64_t t = bt % seq_len;
+  const int tok = tokens[bt];
+  float o[W];
+  if (wpe != nullptr) {
+    load_f32<T, W>(wpe + t * channels + c, o);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) o[i] = 0.0f;
+  }
+  if (tok >= 0 && tok < vocab) {
+    float e[W];
+    load_f32<T, W>(wte + static_cast<int64_t>(tok) * channels + c, e);
+#pragma unroll
+    for (int i = 0; i < W; ++i) o[i] += e[i];
+  } else if (c == 0) {
+    *error_flag = 1;
+  }
+  store_f32<T, W>(out + bt * channels + c, o);
+}
+
+// ---------------------------------------------------------------- backward: dwpe
+// dwpe[t][c] += sum_{b in order} dout[b][t][c]; one thread per pack of (t, c).
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads)
+    embedding_dwpe_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int64_t batch,
+                          int64_t seq_len, int64_t channels) {
+  const int64_t per_b = seq_len * channels;
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * W;
+  if (e >= per_b) return;
+  float acc[W];
+  load_f32<float, W>(dwpe + e, acc);
+  float s[W];
+#pragma unroll
+  for (int i = 0; i < W; ++i) s[i] = 0.0f;
+  for (int64_t b = 0; b < batch; ++b) {
+    float v[W];
+    load_f32<T, W>(dout + b * per_b + e, v);
+#pragma unroll
+    for (int i = 0; i < W; ++i) s[i] += v[i];
+  }
+#pragma unroll
+  for (int i = 0; i < W; ++i) acc[i] += s[i];
+  store_f32<float, W>(dwpe + e, acc);
+}
+
+// ---------------------------------------------------------------- backward: bucketing
+__global__ void __launch_bounds__(kThreads)
+    embedding_hist_kernel(int* __restrict__ counts, int* error_flag,
+                          const int32_t* __restrict__ tokens, int64_t positions, int64_t vocab) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= positions) return;
+  const int tok = tokens[i];
+  if (tok >= 0 && tok < vocab) {
+    atomicAdd(&counts[tok], 1);
+  } else {
+    *error_flag = 1;
+  }
+}
+
+// offsets[v] = sum_{u < v} counts[u] (v <= vocab), cursor[v] = offsets[v]. One block: each thread
+// owns a contiguous segment, segment sums are scanned across the block, then written back.
+__global__ void __launch_bounds__(kScanThreads)
+    embedding_scan_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
+                          const int* __restrict__ counts, int64_t vocab) {
+  __shared__ int warp_tot[32];
+  const int64_t seg = (vocab + kScanThreads - 1) / kScanThreads;
+  const int64_t v0 = threadIdx.x * seg;
+  const int64_t v1 = v0 + seg < vocab ? v0 + seg : vocab;
+  int local = 0;
+  for (int64_t v = v0; v < v1; ++v) local += counts[v];
+  // Inclusive scan of `local` across the block.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inc = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  if (lane == 31) warp_tot[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_tot[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += n;
+    }
+    warp_tot[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  int run = inc - local + (warp > 0 ? warp_tot[warp - 1] : 0);  // exclusive prefix of segment
+  for (int64_t v = v0; v < v1; ++v) {
+    offsets[v] = run;
+    cursor[v] = run;
+    run += counts[v];
+  }
+  if (threadIdx.x == kScanThreads - 1) offsets[vocab] = warp_tot[31];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    embedding_scatter_kernel(int* __restrict__ sorted, int* __restrict__ cursor,
+                             const int32_t* __restrict__ tokens, int64_t positions,
+                             int64_t vocab) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= positions) return;
+  const int tok = tokens[i];
+  if (tok >= 0 && tok < vocab) sorted[atomicAdd(&cursor[tok], 1)] = static_cast<int>(i);
+}
+
+// ---------------------------------------------------------------- backward: bucket sums
+// One warp per token id v. Columns are processed in chunks of 32 * kPacks * W; inside a chunk
+// the warp walks the bucket's positions in increasing order, loading kBatch rows ahead.
+template <typename T, int W, int kPacks>
+__global__ void __launch_bounds__(kBucketWarps * 32)
+    embedding_dwte_kernel(float* __restrict__ dwte, const T* __restrict__ dout,
+                          const int32_t* __restrict__ tokens, const int* __restrict__ offsets,
+                          const int* __restrict__ sorted, int64_t positions, int64_t channels,
+                          int64_t vocab) {
+  const int lane = threadIdx.x & 31;
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kBucketWarps + (threadIdx.x >> 5);
+  if (v >= vocab) return;
+  const int off = offsets[v];
+  const int k = offsets[v + 1] - off;
+  if (k == 0) return;
+  // Small bucket: lane l holds position p_l and its rank among the bucket's positions.
+  int my_pos = INT_MAX, my_rank = 0;
+  if (k <= 32) {
+    if (lane < k) my_pos = sorted[off + lane];
+    for (int j = 0; j < k; ++j) my_rank += __shfl_sync(0xffffffffu, my_pos, j) < my_pos ? 1 : 0;
+  }
+  const int64_t npacks = channels / W;
+  for (int64_t c0 = 0; c0 < npacks; c0 += 32 * kPacks) {
+    float acc[kPacks][W];
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j)
+#pragma unroll
+      for (int i = 0; i < W; ++i) acc[j][i] = 0.0f;
+    auto add_row = [&](int64_t pos) {
+      const T* row = dout + pos * channels;
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        const int64_t p = c0 + lane + 32 * j;
+        if (p < npacks) {
+          float x[W];
+          load_f32<T, W>(row + p * W, x);
+#pragma unroll
+          for (int i = 0; i < W; ++i) acc[j][i] += x[i];
+        }
+      }
+    };
+    if (k <= 32) {
+      for (int r = 0; r < k; ++r) {
+        const int src = __ffs(__ballot_sync(0xffffffffu, my_rank == r && lane < k)) - 1;
+        add_row(__shfl_sync(0xffffffffu, my_pos, src));
+      }
+    } else {
+      for (int64_t i0 = 0; i0 < positions; i0 += 32) {
+        const int64_t i = i0 + lane;
+        unsigned hits = __ballot_sync(0xffffffffu, i < positions && tokens[i] == v);
+        while (hits != 0u) {
+          const int b = __ffs(hits) - 1;
+          hits &= hits - 1;
+          add_row(i0 + b);
+        }
+      }
+    }
+    float* dst = dwte + v * channels;
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      const int64_t p = c0 + lane + 32 * j;
+      if (p < npacks) {
+        float cur[W];
+        load_f32<float, W>(dst + p * W, cur);
+#pragma unroll
+        for (int i = 0; i < W; ++i) cur[i] += acc[j][i];
+        store_f32<float, W>(dst + p * W, cur);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dispatch
+struct WorkspaceLayout {
+  std::size_t counts, offsets, cursor, sorted, total;  // byte offsets
+};
+
+std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
+
+WorkspaceLayout layout_for(int64_t positions, int64_t vocab) {
+  WorkspaceLayout l;
+  l.counts = 0;
+  l.offsets = round16(static_cast<std::size_t>(vocab) * sizeof(int));
+  l.cursor = l.offsets + round16(static_cast<std::size_t>(vocab + 1) * sizeof(int));
+  l.sorted = l.cursor + round16(static_cast<std::size_t>(vocab) * sizeof(int));
+  l.total = l.sorted + round16(static_cast<std::size_t>(positions) * sizeof(int));
+  return l;
+}
+
+bool aligned_to(const void* p, std::size_t a) {
+  return (reinterpret_cast<std::uintptr_t>(p) % a) == 0;
+}
+
+unsigned blocks_for(int64_t n, int per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+template <typename T, int W>
+void forward_w(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t positions,
+               int64_t seq_len, int64_t channels, int64_t vocab, int* error_flag,
+               cudaStream_t s) {
+  embedding_fwd_kernel<T, W><<<blocks_for(positions * (channels / W), kThreads), kThreads, 0, s>>>(
+      out, tokens, wte, wpe, positions, seq_len, channels, vocab, error_flag);
+}
+
+template <typename T, int W>
+void backward_w(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t batch,
+                int64_t seq_len, int64_t channels, int64_t vocab, const int* offsets,
+                const int* sorted, cudaStream_t s) {
+  const int64_t positions = batch * seq_len;
+  constexpr int kPacks = W == 1 ? 16 : 32 / W;
+  if (dwpe != nullptr) {
+    embedding_dwpe_kernel<T, W><<<blocks_for(seq_len * channels / W, kThreads), kThreads, 0, s>>>(
+        dwpe, dout, batch, seq_len, channels);
+  }
+  embedding_dwte_kernel<T, W, kPacks><<<blocks_for(vocab, kBucketWarps), kBucketWarps * 32, 0, s>>>(
+      dwte, dout, tokens, offsets, sorted, positions, channels, vocab);
+}
+
+Status check_sizes(const char* op, int64_t batch, int64_t seq_len, int64_t channels,
+                   int64_t vocab, Dtype dtype) {
+  BLUBLAS_CHECK_ARG(dtype == Dtype::kF32 || dtype == Dtype::kBF16, op, ": dtype ",
+                    dtype_name(dtype), " not supported (f32, bf16)");
+  BLUBLAS_CHECK_ARG(batch >= 0 && seq_len >= 0 && channels >= 1 && vocab >= 1, op,
+                    ": batch=", batch, " seq_len=", seq_len, " channels=", channels,
+                    " vocab=", vocab, " (need batch, seq_len >= 0, channels, vocab >= 1)");
+  BLUBLAS_CHECK_ARG(vocab < INT_MAX && batch * seq_len < INT_MAX &&
+                        batch * seq_len <= (int64_t{1} << 40) / channels,
+                    op, ": batch=", batch, " seq_len=", seq_len, " channels=", channels,
+                    " vocab=", vocab, " too large");
+  return Status::success();
+}
+
+}  // namespace
+
+Status embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                         int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab,
+                         int* error_flag, Dtype dtype, cudaStream_t stream) {
+  BLUBLAS_RETURN_IF_ERROR(check_sizes("embedding_forward", batch, seq_len, channels, vocab, dtype));
+  if (batch * seq_len == 0) return Status::success();
+  BLUBLAS_CHECK_ARG(out && tokens && wte && error_flag,
+                    "embedding_forward: out, tokens, wte and error_flag must not be null "
+                    "(wpe may be)");
+  const int64_t positions = batch * seq_len;
+  if (dtype == Dtype::kF32) {
+    using T = float;
+    constexpr int W = kPack16<T>;
+    auto* o = static_cast<T*>(out);
+    auto* e = static_cast<const T*>(wte);
+    auto* p = static_cast<const T*>(wpe);
+    if (channels % W == 0 && aligned_to(out, 16) && aligned_to(wte, 16) &&
+        (wpe == nullptr || aligned_to(wpe, 16))) {
+      forward_w<T, W>(o, tokens, e, p, positions, seq_len, channels, vocab, error_flag, stream);
+    } else {
+      forward_w<T, 1>(o, tokens, e, p, positions, seq_len, channels, vocab, error_flag, stream);
+    }
+  } else {
+    using T = __nv_bfloat16;
+    constexpr int W = kPack16<T>;
+    auto* o = static_cast<T*>(out);
+    auto* e = static_cast<const T*>(wte);
+    auto* p = static_cast<const T*>(wpe);
+    if (channels % W == 0 && aligned_to(out, 16) && aligned_to(wte, 16) &&
+        (wpe == nullptr || aligned_to(wpe, 16))) {
+      forward_w<T, W>(o, tokens, e, p, positions, seq_len, channels, vocab, error_flag, stream);
+    } else {
+      forward_w<T, 1>(o, tokens, e, p, positions, seq_len, channels, vocab, error_flag, stream);
+    }
+  }
+  BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_forward");
+  return Status::success();
+}
+
+Status embedding_backward_workspace_size(int64_t batch, int64_t seq_len, int64_t vocab,
+                                         std::size_t* bytes) {
+  BLUBLAS_CHECK_ARG(bytes != nullptr, "embedding_backward_workspace_size: bytes is null");
+  BLUBLAS_CHECK_ARG(batch >= 0 && seq_len >= 0 && vocab >= 1,
+                    "embedding_backward_workspace_size: batch=", batch, " seq_len=", seq_len,
+                    " vocab=", vocab);
+  *bytes = layout_for(batch * seq_len, vocab).total;
+  return Status::success();
+}
+
+Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab,
+                          int* error_flag, Dtype dtype, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream) {
+  BLUBLAS_RETURN_IF_ERROR(
+      check_sizes("embedding_backward", batch, seq_len, channels, vocab, dtype));
+  const int64_t positions = batch * seq_len;
+  const WorkspaceLayout l = layout_for(positions, vocab);
+  BLUBLAS_CHECK(workspace_bytes >= l.total, StatusCode::kWorkspaceTooSmall,
+                "embedding_backward: workspace of ", workspace_bytes, " bytes < ", l.total,
+                " needed for batch=", batch, " seq_len=", seq_len, " vocab=", vocab);
+  if (positions == 0) return Status::success();
+  BLUBLAS_CHECK_ARG(dwte && dout && tokens && error_flag && workspace,
+                    "embedding_backward: dwte, dout, tokens, error_flag and workspace must not be "
+                    "null (dwpe may be)");
+  BLUBLAS_CHECK(aligned_to(workspace, 16), StatusCode::kMisaligned,
+                "embedding_backward: workspace must be 16-byte aligned");
+  char* ws = static_cast<char*>(workspace);
+  int* counts = reinterpret_cast<int*>(ws + l.counts);
+  int* offsets = reinterpret_cast<int*>(ws + l.offsets);
+  int* cursor = reinterpret_cast<int*>(ws + l.cursor);
+  int* sorted = reinterpret_cast<int*>(ws + l.sorted);
+  BLUBLAS_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<std::size_t>(vocab) * sizeof(int),
+                                     stream));
+  embedding_hist_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
+      counts, error_flag, tokens, positions, vocab);
+  embedding_scan_kernel<<<1, kScanThreads, 0, stream>>>(offsets, cursor, counts, vocab);
+  embedding_scatter_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
+      sorted, cursor, tokens, positions, vocab);
+  BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_backward (bucketing)");
+  if (dtype == Dtype::kF32) {
+    using T = float;
+    constexpr int W = kPack16<T>;
+    auto* d = static_cast<const T*>(dout);
+    if (channels % W == 0 && aligned_to(dout, 16) && aligned_to(dwte, 16) &&
+        (dwpe == nullptr || aligned_to(dwpe, 16))) {
+      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
+                       stream);
+    } else {
+      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
+                       stream);
+    }
+  } else {
+    using T = __nv_bfloat16;
+    constexpr int W = kPack16<T>;
+    auto* d = static_cast<const T*>(dout);
+    if (channels % W == 0 && aligned_to(dout, 16) && aligned_to(dwte, 32) &&
+        (dwpe == nullptr || aligned_to(dwpe, 32))) {
+      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
+                       stream);
+    } else {
+      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
+                       stream);
+    }
+  }
+  BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_backward (sums)");
+  return Status::success();
+}
+
+}  // namespace blublas

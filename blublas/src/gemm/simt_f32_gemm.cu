@@ -1,0 +1,201 @@
+// simt_f32_gemm.cu: the strict fp32 GEMM on CUDA cores (FFMA only: no TF32 and no tensor-core
+// instruction anywhere, which the SASS check confirms), register-blocked and shared-memory tiled.
+//
+// Note [SIMT fp32 tiling]
+// A CTA computes a BM x BN tile of D (128 x 128 with 256 threads, or 64 x 64 with 64 threads for
+// problems with fewer tiles than SMs); each thread owns 8 x 8 outputs laid out as four 4 x 4
+// quadrants at row offsets {0, BM/2} and column offsets {0, BN/2}, so its shared-memory reads are
+// two float4 per operand per k step, and threads of a warp read few distinct addresses
+// (broadcast). k advances 8 at a time through two shared-memory buffers: the next slice is loaded
+// from global memory into registers while the current one is consumed, then stored to the other
+// buffer; one barrier per slice.
+//   Shared memory holds both operands k-outer (as[k][m], bs[k][n]) whatever their global major.
+// The m- (n-) contiguous operand is copied with float4 as is; the k-contiguous one is loaded with
+// float4 along k and stored transposed (4 scalar stores; the +4 row padding makes those stores
+// conflict-free). Global float4 loads need ld, batch stride and pointer to be multiples of 4
+// floats (VEC); otherwise, and on edge tiles, guarded scalar loads are used, so any size and
+// alignment is accepted.
+#include "blublas/check.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/simt_gemm_launch.h"
+
+namespace blublas::gemm_detail {
+namespace {
+
+constexpr int kBK = 8;
+
+template <int BM, int BN>
+struct SimtTile {
+  static constexpr int kThreads = (BM / 8) * (BN / 8);
+  static constexpr int kALoads = BM * kBK / 4 / kThreads;  // float4 per thread per slice
+  static constexpr int kBLoads = BN * kBK / 4 / kThreads;
+  static_assert(kALoads >= 1 && kBLoads >= 1, "tile too small for its thread count");
+};
+
+// Loads 4 consecutive floats along the contiguous dimension of an operand slice: element
+// (outer, inner..inner+3) at x[outer*ld + inner]; zero where outside [0, n_outer) x [0, n_inner).
+template <bool VEC>
+__device__ __forceinline__ float4 load4_guarded(const float* __restrict__ x, int64_t ld, int outer,
+                                                int inner, int n_outer, int n_inner) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (outer >= n_outer) return v;
+  const float* p = x + static_cast<int64_t>(outer) * ld + inner;
+  if (VEC && inner + 3 < n_inner) return *reinterpret_cast<const float4*>(p);
+  if (inner + 0 < n_inner) v.x = p[0];
+  if (inner + 1 < n_inner) v.y = p[1];
+  if (inner + 2 < n_inner) v.z = p[2];
+  if (inner + 3 < n_inner) v.w = p[3];
+  return v;
+}
+
+// One operand slice (rows = the operand's M or N extent, kBK deep) from global to registers.
+// KMAJ: element (r, k) at x[r*ld + k]; else at x[k*ld + r].
+template <int ROWS, int LOADS, int THREADS, bool KMAJ, bool VEC>
+__device__ __forceinline__ void load_slice(float4 (&reg)[LOADS], const float* __restrict__ x,
+                                           int64_t ld, int r0, int k0, int n_rows, int n_k) {
+#pragma unroll
+  for (int l = 0; l < LOADS; ++l) {
+    const int g = threadIdx.x + l * THREADS;
+    if (KMAJ) {
+      const int r = g / (kBK / 4), k4 = (g % (kBK / 4)) * 4;
+      reg[l] = load4_guarded<VEC>(x, ld, r0 + r, k0 + k4, n_rows, n_k);
+    } else {
+      const int k = g / (ROWS / 4), r4 = (g % (ROWS / 4)) * 4;
+      reg[l] = load4_guarded<VEC>(x, ld, k0 + k, r0 + r4, n_k, n_rows);
+    }
+  }
+}
+
+template <int ROWS, int LOADS, int THREADS, bool KMAJ>
+__device__ __forceinline__ void store_slice(float (*s)[ROWS + 4], const float4 (&reg)[LOADS]) {
+#pragma unroll
+  for (int l = 0; l < LOADS; ++l) {
+    const int g = threadIdx.x + l * THREADS;
+    if (KMAJ) {
+      const int r = g / (kBK / 4), k4 = (g % (kBK / 4)) * 4;
+      s[k4 + 0][r] = reg[l].x;
+      s[k4 + 1][r] = reg[l].y;
+      s[k4 + 2][r] = reg[l].z;
+      s[k4 + 3][r] = reg[l].w;
+    } else {
+      const int k = g / (ROWS / 4), r4 = (g % (ROWS / 4)) * 4;
+      *reinterpret_cast<float4*>(&s[k][r4]) = reg[l];
+    }
+  }
+}
+
+template <int BM, int BN, bool A_KMAJ, bool B_KMAJ, bool VEC>
+__global__ void __launch_bounds__(SimtTile<BM, BN>::kThreads, 2)
+    simt_f32_tiled_kernel(const float* __restrict__ a, int64_t lda, int64_t stride_a,
+                          const float* __restrict__ b, int64_t ldb, int64_t stride_b, int m, int n,
+                          int k, EpilogueArgs e) {
+  using Tile = SimtTile<BM, BN>;
+  constexpr int kThreads = Tile::kThreads;
+  __shared__ __align__(16) float as[2][kBK][BM + 4];
+  __shared__ __align__(16) float bs[2][kBK][BN + 4];
+
+  const int batch = blockIdx.z;
+  a += batch * stride_a;
+  b += batch * stride_b;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int tx = threadIdx.x % (BN / 8), ty = threadIdx.x / (BN / 8);
+
+  float acc[8][8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+  }
+
+  float4 ra[Tile::kALoads], rb[Tile::kBLoads];
+  load_slice<BM, Tile::kALoads, kThreads, A_KMAJ, VEC>(ra, a, lda, m0, 0, m, k);
+  load_slice<BN, Tile::kBLoads, kThreads, B_KMAJ, VEC>(rb, b, ldb, n0, 0, n, k);
+  store_slice<BM, Tile::kALoads, kThreads, A_KMAJ>(as[0], ra);
+  store_slice<BN, Tile::kBLoads, kThreads, B_KMAJ>(bs[0], rb);
+  __syncthreads();
+
+  int buf = 0;
+  for (int k0 = 0; k0 < k; k0 += kBK) {
+    const bool has_next = k0 + kBK < k;
+    if (has_next) {
+      load_slice<BM, Tile::kALoads, kThreads, A_KMAJ, VEC>(ra, a, lda, m0, k0 + kBK, m, k);
+      load_slice<BN, Tile::kBLoads, kThreads, B_KMAJ, VEC>(rb, b, ldb, n0, k0 + kBK, n, k);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBK; ++kk) {
+      float fa[8], fb[8];
+      const float4 a0 = *reinterpret_cast<const float4*>(&as[buf][kk][ty * 4]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&as[buf][kk][ty * 4 + BM / 2]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&bs[buf][kk][tx * 4]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&bs[buf][kk][tx * 4 + BN / 2]);
+      fa[0] = a0.x; fa[1] = a0.y; fa[2] = a0.z; fa[3] = a0.w;
+      fa[4] = a1.x; fa[5] = a1.y; fa[6] = a1.z; fa[7] = a1.w;
+      fb[0] = b0.x; fb[1] = b0.y; fb[2] = b0.z; fb[3] = b0.w;
+      fb[4] = b1.x; fb[5] = b1.y; fb[6] = b1.z; fb[7] = b1.w;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(fa[r], fb[c], acc[r][c]);
+      }
+    }
+    if (has_next) {
+      store_slice<BM, Tile::kALoads, kThreads, A_KMAJ>(as[buf ^ 1], ra);
+      store_slice<BN, Tile::kBLoads, kThreads, B_KMAJ>(bs[buf ^ 1], rb);
+    }
+    __syncthreads();
+    buf ^= 1;
+  }
+
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const int i = m0 + (r < 4 ? ty * 4 + r : BM / 2 + ty * 4 + (r - 4));
+    if (i >= m) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = n0 + h * (BN / 2) + tx * 4;
+      epilogue_store2<float>(e, batch, i, j, acc[r][h * 4 + 0], acc[r][h * 4 + 1]);
+      epilogue_store2<float>(e, batch, i, j + 2, acc[r][h * 4 + 2], acc[r][h * 4 + 3]);
+    }
+  }
+}
+
+template <int BM, int BN, bool A_KMAJ, bool B_KMAJ, bool VEC>
+Status launch_tile(const GemmProblem& p, cudaStream_t stream) {
+  const dim3 grid((p.n + BN - 1) / BN, (p.m + BM - 1) / BM, p.batch);
+  simt_f32_tiled_kernel<BM, BN, A_KMAJ, B_KMAJ, VEC><<<grid, SimtTile<BM, BN>::kThreads, 0, stream>>>(
+      static_cast<const float*>(p.a), p.lda, p.stride_a, static_cast<const float*>(p.b), p.ldb,
+      p.stride_b, p.m, p.n, p.k, make_epilogue_args(p));
+  BLUBLAS_KERNEL_LAUNCH_CHECK("simt_f32_tiled_kernel");
+  return Status::success();
+}
+
+template <int BM, int BN, bool VEC>
+Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
+  if (p.a_k_major) {
+    return p.b_k_major ? launch_tile<BM, BN, true, true, VEC>(p, stream)
+                       : launch_tile<BM, BN, true, false, VEC>(p, stream);
+  }
+  return p.b_k_major ? launch_tile<BM, BN, false, true, VEC>(p, stream)
+                     : launch_tile<BM, BN, false, false, VEC>(p, stream);
+}
+
+bool vec4_ok(const void* ptr, int64_t ld, int64_t stride) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0 && stride % 4 == 0;
+}
+
+template <int BM, int BN>
+Status launch_vec(const GemmProblem& p, cudaStream_t stream) {
+  const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
+  return vec ? launch_majors<BM, BN, true>(p, stream) : launch_majors<BM, BN, false>(p, stream);
+}
+
+}  // namespace
+
+Status simt_f32_tiled_launch(const GemmProblem& p, SimtKernel tile, cudaStream_t stream) {
+  BLUBLAS_CHECK(p.ab_type == Dtype::kF32 && p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
+                "simt f32 gemm: needs f32 A, B, C, D");
+  if (tile == SimtKernel::kTiled64) return launch_vec<64, 64>(p, stream);
+  return launch_vec<128, 128>(p, stream);
+}
+
+}  // namespace blublas::gemm_detail

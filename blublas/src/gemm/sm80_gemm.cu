@@ -1,0 +1,63 @@
+// sm80_gemm.cu: the mma.sync path's entry points for the dispatcher (gemm_problem.h). It takes
+// bf16/f16 operands, or f32 operands with compute=tf32, on sm_80 and newer (the sm_90a build of
+// the same kernels is the forceable kSm80Mma path on Hopper), with 16-byte aligned operand
+// pointers, leading dimensions and batch strides (cp.async granularity). C, D, aux and bias have
+// no alignment requirement. The bias-gradient epilogues run as a fixed-order pass
+// (bias_grad_reduce.cu) after the GEMM; its partials are the only workspace.
+#include <cstdint>
+
+#include "blublas/check.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/heuristics.h"
+#include "gemm/sm80_gemm_launch.h"
+
+namespace blublas::gemm_detail {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+Status sm80_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
+  BLUBLAS_CHECK(dev.sm_version() >= 80, StatusCode::kUnsupportedArch,
+                "sm80_mma path needs sm_80 or newer (device is sm_", dev.sm_version(), ")");
+  const bool tf32 = p.ab_type == Dtype::kF32 && p.compute == ComputeMode::kTF32;
+  BLUBLAS_CHECK(p.ab_type != Dtype::kF32 || tf32, StatusCode::kNotSupported,
+                "sm80_mma path: f32 inputs need compute=tf32 (strict fp32 runs on the simt path)");
+  BLUBLAS_CHECK(!(p.ab_type == Dtype::kF32 && p.cd_type != Dtype::kF32), StatusCode::kNotSupported,
+                "sm80_mma path: f32 inputs need f32 output");
+  const int64_t elem = static_cast<int64_t>(dtype_size(p.ab_type));
+  const int64_t per16 = 16 / elem;
+  BLUBLAS_CHECK(aligned16(p.a) && aligned16(p.b), StatusCode::kMisaligned,
+                "sm80_mma path needs 16-byte aligned A and B pointers");
+  BLUBLAS_CHECK(p.lda % per16 == 0 && p.ldb % per16 == 0, StatusCode::kMisaligned,
+                "sm80_mma path needs leading dimensions of A and B that are multiples of ", per16,
+                " ", dtype_name(p.ab_type), " elements (16 bytes); got ", p.lda, " and ", p.ldb,
+                " (normalized operands)");
+  BLUBLAS_CHECK(p.stride_a % per16 == 0 && p.stride_b % per16 == 0, StatusCode::kMisaligned,
+                "sm80_mma path needs batch strides of A and B that are multiples of ", per16,
+                " elements; got ", p.stride_a, " and ", p.stride_b);
+  BLUBLAS_CHECK(p.batch <= 65535, StatusCode::kNotSupported,
+                "sm80_mma path takes batch <= 65535 (batch=", p.batch, ")");
+  BLUBLAS_CHECK(dev.max_smem_per_block_optin >= kSm80MaxSmemBytes, StatusCode::kUnsupportedArch,
+                "sm80_mma path needs ", kSm80MaxSmemBytes, " bytes of shared memory per block (device: ",
+                dev.max_smem_per_block_optin, ")");
+  return Status::success();
+}
+
+std::size_t sm80_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
+  return bias_grad_workspace_bytes(p, dev);
+}
+
+Status sm80_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
+                     std::size_t workspace_bytes, cudaStream_t stream) {
+  const Sm80Tile tile = choose_sm80_tile(p, dev);
+  switch (p.ab_type) {
+    case Dtype::kBF16: BLUBLAS_RETURN_IF_ERROR(sm80_bf16_launch(p, tile, stream)); break;
+    case Dtype::kF16: BLUBLAS_RETURN_IF_ERROR(sm80_f16_launch(p, tile, stream)); break;
+    case Dtype::kF32: BLUBLAS_RETURN_IF_ERROR(sm80_tf32_launch(p, tile, stream)); break;
+  }
+  return bias_grad_run(p, dev, workspace, workspace_bytes, stream);
+}
+
+}  // namespace blublas::gemm_detail

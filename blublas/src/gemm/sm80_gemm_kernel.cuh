@@ -1,0 +1,341 @@
+// sm80_gemm_kernel.cuh (internal): the mma.sync GEMM kernel template of the sm_80 path, for
+// bf16/f16 (m16n8k16) and tf32 (m16n8k8) operands with fp32 accumulation. Included only by the
+// explicit-instantiation files sm80_{bf16,f16,tf32}_gemm.cu, so each compiles a bounded set.
+//
+// Note [sm80 mma.sync kernel]
+// - CTA tile BM x BN, k slices of 64 bytes per row (32 16-bit or 16 fp32 elements), WARPS_M x
+//   WARPS_N warps each owning a (BM/WARPS_M) x (BN/WARPS_N) sub-tile as 16 x 8 mma tiles.
+// - Global -> shared with cp.async (16-byte .cg copies, bypassing L1) into a STAGES-deep ring:
+//   wait for slice kt, one barrier, issue slice kt+STAGES-1, compute kt. Edge tiles and K tails
+//   use the src-size form of cp.async (zero fill), so any M, N, K is exact; the path requires
+//   16-byte aligned pointers, leading dimensions and batch strides (sm80_gemm_supports checks).
+// - Shared-memory layout follows the operand's global major (no transpose on the way in):
+//   k-major tiles are [rows][BK + 16 bytes], m/n-major tiles [BK][rows + 8 elements]. The padding
+//   puts the 8 rows an ldmatrix phase (or a tf32 fragment load) touches in distinct banks.
+// - 16-bit fragments come from ldmatrix.x4 (k-major operand) or ldmatrix.x4.trans (m/n-major):
+//   .trans of a [k][m] block hands each thread the (m, k..k+1) pair the mma fragment needs.
+// - tf32 has no 32-bit ldmatrix.trans, so tf32 fragments are loaded with 32-bit shared loads in
+//   both majors (the padding makes both patterns conflict-free: row strides of 20 or 8 mod 32
+//   words) and rounded with cvt.rna.tf32.f32 (round to nearest, as cuBLAS's tf32 mode).
+// - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
+//   B panels in L2. The epilogue stores straight from the accumulator fragments through
+//   epilogue.cuh, with D's dtype picked at run time (one instantiation for all output dtypes).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "blublas/check.h"
+#include "common/arch.cuh"
+#include "gemm/epilogue.cuh"
+
+namespace blublas::gemm_detail::sm80 {
+
+constexpr int kGroupM = 8;
+
+struct Tf32 {};  // tag: fp32 storage, tf32 tensor-core math
+
+template <typename T> struct Storage { using type = T; };
+template <> struct Storage<Tf32> { using type = float; };
+
+template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct KernelConfig {
+  using Elem = typename Storage<T>::type;
+  static constexpr bool kTf32 = std::is_same_v<T, Tf32>;
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int kElem = sizeof(Elem);
+  static constexpr int kBK = 64 / kElem;        // elements of k per slice (64 bytes)
+  static constexpr int kChunk = 16 / kElem;     // elements per 16-byte cp.async
+  static constexpr int kMmaK = kTf32 ? 8 : 16;
+  static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;
+  static constexpr int kMT = kWM / 16, kNT = kWN / 8;
+  static constexpr int kKMajStride = kBK + kChunk;  // [rows][kBK + 16 bytes]
+  static constexpr int kAMStride = BM + 8;          // [kBK][BM + 8]
+  static constexpr int kBNStride = BN + 8;          // [kBK][BN + 8]
+  template <bool KMAJ, int ROWS>
+  static constexpr int tile_elems() { return KMAJ ? ROWS * kKMajStride : kBK * (ROWS + 8); }
+  template <bool A_KMAJ, bool B_KMAJ>
+  static constexpr int smem_bytes() {
+    return STAGES * (tile_elems<A_KMAJ, BM>() + tile_elems<B_KMAJ, BN>()) * kElem;
+  }
+  static_assert(kNT % 2 == 0, "B fragments are loaded in pairs of n8 tiles");
+  static_assert((BM * 4) % kThreads == 0 && (BN * 4) % kThreads == 0, "chunks per thread");
+};
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+#if BLUBLAS_SM80_ENABLED
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if BLUBLAS_SM80_ENABLED
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if BLUBLAS_SM80_ENABLED
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+#if BLUBLAS_SM80_ENABLED
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+#if BLUBLAS_SM80_ENABLED
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+#endif
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r = 0;
+#if BLUBLAS_SM80_ENABLED
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#endif
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if BLUBLAS_SM80_ENABLED
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// ---- global -> shared ---------------------------------------------------------------------------
+// One operand slice (ROWS of the operand's M or N extent, kBK of k) into shared memory.
+// KMAJ: element (r, k) at x[r*ld + k], tile [ROWS][kKMajStride]; else at x[k*ld + r],
+// tile [kBK][ROWS + 8].
+template <typename Cfg, bool KMAJ, int ROWS>
+__device__ __forceinline__ void load_slice_async(typename Cfg::Elem* s, const typename Cfg::Elem* x,
+                                                 int64_t ld, int r0, int k0, int n_rows, int n_k) {
+  constexpr int kChunks = ROWS * 4;  // 64-byte rows of k: 4 chunks per row (or per k-row segment)
+  constexpr int E = Cfg::kChunk;
+#pragma unroll
+  for (int l = 0; l < kChunks / Cfg::kThreads; ++l) {
+    const int c = threadIdx.x + l * Cfg::kThreads;
+    int valid;
+    const typename Cfg::Elem* src;
+    typename Cfg::Elem* dst;
+    if constexpr (KMAJ) {
+      const int r = c / 4, kc = (c % 4) * E;
+      const int gr = r0 + r, gk = k0 + kc;
+      valid = gr < n_rows ? max(0, min(E, n_k - gk)) : 0;
+      src = valid > 0 ? x + static_cast<int64_t>(gr) * ld + gk : x;
+      dst = s + r * Cfg::kKMajStride + kc;
+    } else {
+      constexpr int kPerRow = ROWS / E;
+      const int kr = c / kPerRow, rc = (c % kPerRow) * E;
+      const int gk = k0 + kr, gr = r0 + rc;
+      valid = gk < n_k ? max(0, min(E, n_rows - gr)) : 0;
+      src = valid > 0 ? x + static_cast<int64_t>(gk) * ld + gr : x;
+      dst = s + kr * (ROWS + 8) + rc;
+    }
+    cp_async_16(dst, src, valid * Cfg::kElem);
+  }
+}
+
+// ---- fragments ----------------------------------------------------------------------------------
+// A fragment of the 16 x kMmaK tile at (row m, k kk) of the A slice.
+template <typename Cfg, typename T, bool KMAJ>
+__device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const typename Cfg::Elem* s, int m,
+                                            int kk, int lane) {
+  if constexpr (!Cfg::kTf32) {
+    if constexpr (KMAJ) {
+      ldmatrix_x4(a, s + (m + lane % 16) * Cfg::kKMajStride + kk + (lane / 16) * 8);
+    } else {
+      const int q = lane / 8;
+      ldmatrix_x4_trans(a, s + (kk + (q / 2) * 8 + lane % 8) * Cfg::kAMStride + m + (q % 2) * 8);
+    }
+  } else {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = m + g + 8 * (i & 1), col = kk + t + 4 * (i >> 1);
+      const float v = KMAJ ? s[row * Cfg::kKMajStride + col] : s[col * Cfg::kAMStride + row];
+      a[i] = to_tf32(v);
+    }
+  }
+}
+
+// B fragments of two n8 tiles at (k kk, n, n+8): b[0], b[1] for the first, b[2], b[3] the second.
+template <typename Cfg, typename T, bool KMAJ>
+__device__ __forceinline__ void load_b_frag_pair(uint32_t (&b)[4], const typename Cfg::Elem* s,
+                                                 int n, int kk, int lane) {
+  if constexpr (!Cfg::kTf32) {
+    const int q = lane / 8;
+    if constexpr (KMAJ) {
+      ldmatrix_x4(b, s + (n + (q / 2) * 8 + lane % 8) * Cfg::kKMajStride + kk + (q % 2) * 8);
+    } else {
+      ldmatrix_x4_trans(b, s + (kk + (q % 2) * 8 + lane % 8) * Cfg::kBNStride + n + (q / 2) * 8);
+    }
+  } else {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = n + g + 8 * (i >> 1), k = kk + t + 4 * (i & 1);
+      const float v = KMAJ ? s[col * Cfg::kKMajStride + k] : s[k * Cfg::kBNStride + col];
+      b[i] = to_tf32(v);
+    }
+  }
+}
+
+struct KernelArgs {
+  const void* a; int64_t lda, stride_a;
+  const void* b; int64_t ldb, stride_b;
+  int m, n, k;
+  int tiles_m, tiles_n;
+};
+
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
+  using Elem = typename Cfg::Elem;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Elem* smem = reinterpret_cast<Elem*>(smem_raw);
+  constexpr int kATile = Cfg::template tile_elems<A_KMAJ, Cfg::BM>();
+  constexpr int kBTile = Cfg::template tile_elems<B_KMAJ, Cfg::BN>();
+  Elem* sa = smem;
+  Elem* sb = smem + Cfg::STAGES * kATile;
+
+  // Grouped tile order (Note [sm80 mma.sync kernel]).
+  const int pid = blockIdx.x;
+  const int per_group = kGroupM * args.tiles_n;
+  const int first_m = (pid / per_group) * kGroupM;
+  const int group_rows = min(args.tiles_m - first_m, kGroupM);
+  const int tm = first_m + (pid % per_group) % group_rows;
+  const int tn = (pid % per_group) / group_rows;
+  const int m0 = tm * Cfg::BM, n0 = tn * Cfg::BN;
+  const int batch = blockIdx.z;
+  const Elem* a = static_cast<const Elem*>(args.a) + batch * args.stride_a;
+  const Elem* b = static_cast<const Elem*>(args.b) + batch * args.stride_b;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm0 = (warp / Cfg::WARPS_N) * Cfg::kWM, wn0 = (warp % Cfg::WARPS_N) * Cfg::kWN;
+
+  float acc[Cfg::kMT][Cfg::kNT][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kMT; ++i) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kNT; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+    }
+  }
+
+  const int ktiles = (args.k + Cfg::kBK - 1) / Cfg::kBK;
+  auto load_stage = [&](int stage, int kt) {
+    load_slice_async<Cfg, A_KMAJ, Cfg::BM>(sa + stage * kATile, a, args.lda, m0, kt * Cfg::kBK,
+                                          args.m, args.k);
+    load_slice_async<Cfg, B_KMAJ, Cfg::BN>(sb + stage * kBTile, b, args.ldb, n0, kt * Cfg::kBK,
+                                          args.n, args.k);
+  };
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<Cfg::STAGES - 2>();
+    __syncthreads();
+    const int next = kt + Cfg::STAGES - 1;
+    if (next < ktiles) load_stage(next % Cfg::STAGES, next);
+    cp_async_commit();
+
+    const Elem* sa_k = sa + (kt % Cfg::STAGES) * kATile;
+    const Elem* sb_k = sb + (kt % Cfg::STAGES) * kBTile;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBK; kk += Cfg::kMmaK) {
+      uint32_t af[Cfg::kMT][4];
+      uint32_t bf[Cfg::kNT / 2][4];
+#pragma unroll
+      for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa_k, wm0 + i * 16, kk, lane);
+#pragma unroll
+      for (int j = 0; j < Cfg::kNT / 2; ++j) {
+        load_b_frag_pair<Cfg, T, B_KMAJ>(bf[j], sb_k, wn0 + j * 16, kk, lane);
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::kMT; ++i) {
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT; ++j) {
+          mma<T>(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < Cfg::kMT; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + wm0 + i * 16 + g + h * 8;
+      if (row >= args.m) continue;
+#pragma unroll
+      for (int j = 0; j < Cfg::kNT; ++j) {
+        const int col = n0 + wn0 + j * 8 + 2 * t;
+        epilogue_store2_any(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
+    }
+  }
+}
+
+// Launches one instantiation (the explicit-instantiation files call this).
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+Status launch(const GemmProblem& p, cudaStream_t stream) {
+  constexpr int kSmem = Cfg::template smem_bytes<A_KMAJ, B_KMAJ>();
+  auto kernel = sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ>;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  KernelArgs args{p.a, p.lda, p.stride_a, p.b, p.ldb, p.stride_b, p.m, p.n, p.k,
+                  (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN};
+  const dim3 grid(static_cast<unsigned>(args.tiles_m) * static_cast<unsigned>(args.tiles_n), 1, p.batch);
+  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(args, make_epilogue_args(p));
+  BLUBLAS_KERNEL_LAUNCH_CHECK("sm80_gemm_kernel");
+  return Status::success();
+}
+
+template <typename Cfg, typename T>
+Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
+  if (p.a_k_major) {
+    return p.b_k_major ? launch<Cfg, T, true, true>(p, stream) : launch<Cfg, T, true, false>(p, stream);
+  }
+  return p.b_k_major ? launch<Cfg, T, false, true>(p, stream) : launch<Cfg, T, false, false>(p, stream);
+}
+
+}  // namespace blublas::gemm_detail::sm80

@@ -1,0 +1,292 @@
+// sm90_gemm_entry.cu: the sm_90a GEMM path's entry points (sm90_gemm_supports / _workspace_bytes
+// / _run, declared in gemm_problem.h): what the path accepts, the workspace plan, and the launch
+// sequence (tf32 transposes -> wgmma kernel -> split-K reduction -> bias-gradient pass).
+//
+// Note [sm90 path: what it takes]
+// - An sm_90 device running sm_90a machine code (checked once with cudaFuncGetAttributes on a
+//   probe kernel of this file: a build without 90a would JIT compute_80 PTX, whose ptxVersion < 90).
+// - bf16/f16 inputs with f32/bf16/f16 C/D; f32 inputs with ComputeMode::kTF32 (f32 C/D).
+// - Operands read by TMA: base 16-byte aligned, leading dimension and batch stride multiples of 16
+//   bytes, batch stride not overlapping (else kMisaligned, so kAuto falls back to mma.sync/SIMT).
+//   An MN-major tf32 operand is first transposed into the workspace (Note [tf32 operand plan]),
+//   so only its K-major copy meets TMA and the original may have any alignment.
+// - Every epilogue: per-element ones in the kernel (or in the split-K reduction), bias gradients
+//   through the shared deterministic pass (bias_grad_run, epilogue.cuh).
+//
+// Note [tf32 operand plan]
+// tf32 wgmma has no transpose bits, so both operands must sit K-major in shared memory. An
+// MN-major f32 operand (dX's W, dW's dY^T and X) is copied K-major by a 32x32 smem-tiled transpose
+// into the caller's workspace (rows padded to a multiple of 4 floats), then read by TMA as usual.
+// Cost: one read + one write of that operand (~2 x 50 MB for a 16384 x 768 activation, ~35 us on
+// H100), reported by sm90_gemm_workspace_bytes. An in-kernel transpose (ldmatrix.trans-like pass
+// in shared memory, or A from registers) would remove it; not done yet.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <sstream>
+
+#include "blublas/check.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/gemm_problem.h"
+#include "gemm/sm90_gemm_launch.h"
+#include "gemm/sm90_heuristics.h"
+
+namespace blublas::gemm_detail {
+namespace sm90 {
+namespace {
+
+// Compiled like every kernel of the path; its attributes tell whether this binary holds sm_90a code.
+__global__ void sm90_probe_kernel() {}
+
+struct BinaryCheck {
+  bool ok = false;
+  std::string reason;
+};
+
+// Cached per device (the attribute query needs the device's context).
+Status check_binary(const DeviceInfo& dev) {
+  static std::mutex mutex;
+  static BinaryCheck cache[64];
+  static bool cached[64] = {};
+  BLUBLAS_CHECK(dev.device >= 0 && dev.device < 64, StatusCode::kInvalidArgument,
+                "sm90_wgmma: device index ", dev.device, " out of range");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!cached[dev.device]) {
+    cudaFuncAttributes attr{};
+    cudaError_t err = cudaFuncGetAttributes(&attr, sm90_probe_kernel);
+    BinaryCheck c;
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      c.reason = std::string("sm90_wgmma: no kernel image for this device (") +
+                 cudaGetErrorName(err) + "): build with BLU_CUDA_ARCHS containing 90a";
+    } else if (attr.ptxVersion < 90 || attr.binaryVersion < 90) {
+      std::ostringstream os;
+      os << "sm90_wgmma: this build has no sm_90a machine code (probe binaryVersion="
+         << attr.binaryVersion << ", ptxVersion=" << attr.ptxVersion
+         << "): build with BLU_CUDA_ARCHS containing 90a-real";
+      c.reason = os.str();
+    } else {
+      c.ok = true;
+    }
+    cache[dev.device] = c;
+    cached[dev.device] = true;
+  }
+  if (!cache[dev.device].ok) return Status(StatusCode::kUnsupportedArch, cache[dev.device].reason);
+  return Status::success();
+}
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Byte offsets of each workspace region (npos when absent).
+struct WorkspaceLayout {
+  static constexpr std::size_t npos = ~std::size_t{0};
+  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos;
+  std::size_t total = 0;
+  int64_t k_pad = 0;       // row length of the transposed tf32 copies (floats)
+  int64_t partial_ld = 0;  // floats per partial row
+};
+
+bool is_tf32(const GemmProblem& p) { return p.ab_type == Dtype::kF32; }
+
+WorkspaceLayout layout_for(const GemmProblem& p, const DeviceInfo& dev, const Sm90Plan& plan) {
+  WorkspaceLayout w;
+  std::size_t off = 0;
+  w.k_pad = round_up(p.k, 4);
+  if (is_tf32(p) && !p.a_k_major) {
+    w.a_t = off;
+    off = align_up(off + static_cast<std::size_t>(p.batch) * p.m * w.k_pad * 4);
+  }
+  if (is_tf32(p) && !p.b_k_major) {
+    w.b_t = off;
+    off = align_up(off + static_cast<std::size_t>(p.batch) * p.n * w.k_pad * 4);
+  }
+  if (plan.splits > 1) {
+    w.partial_ld = round_up(p.n, 4);
+    w.partial = off;
+    off = align_up(off + static_cast<std::size_t>(plan.splits) * p.batch * p.m * w.partial_ld * 4);
+  }
+  const std::size_t bg = bias_grad_workspace_bytes(p, dev);
+  if (bg > 0) {
+    w.bias_grad = off;
+    off = align_up(off + bg);
+  }
+  w.total = off;
+  return w;
+}
+
+Status check_operand(const char* name, const void* ptr, int64_t ld, int64_t stride, int batch,
+                     int64_t outer, std::size_t elem) {
+  BLUBLAS_CHECK(aligned16(ptr), StatusCode::kMisaligned, "sm90_wgmma: operand ", name, " at ", ptr,
+                " is not 16-byte aligned (TMA needs it)");
+  BLUBLAS_CHECK((ld * static_cast<int64_t>(elem)) % 16 == 0, StatusCode::kMisaligned,
+                "sm90_wgmma: ld", name, "=", ld, " (", ld * static_cast<int64_t>(elem),
+                " bytes) is not a multiple of 16 bytes (TMA needs it)");
+  if (batch > 1 && stride != 0) {
+    BLUBLAS_CHECK((stride * static_cast<int64_t>(elem)) % 16 == 0, StatusCode::kMisaligned,
+                  "sm90_wgmma: stride_", name, "=", stride,
+                  " elements is not a multiple of 16 bytes (TMA needs it)");
+    BLUBLAS_CHECK(stride >= outer * ld, StatusCode::kMisaligned, "sm90_wgmma: stride_", name, "=",
+                  stride, " < ", outer * ld, " (batch matrices overlap; TMA needs disjoint ones)");
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+const char* sm90_tile_name(Sm90Tile t) {
+  switch (t) {
+    case Sm90Tile::k128x128_1c: return "128x128_1c";
+    case Sm90Tile::k128x256_2c: return "128x256_2c";
+    case Sm90Tile::k128x128_2c: return "128x128_2c";
+    case Sm90Tile::kCount: break;
+  }
+  return "invalid";
+}
+int sm90_tile_m(Sm90Tile) { return 128; }
+int sm90_tile_n(Sm90Tile t) { return t == Sm90Tile::k128x256_2c ? 256 : 128; }
+int sm90_tile_k(Sm90Tile, Dtype ab_type) { return ab_type == Dtype::kF32 ? 32 : 64; }
+
+LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_major) {
+  switch (ab_type) {
+    case Dtype::kBF16:
+      switch (tile) {
+        case Sm90Tile::k128x128_1c: return launcher_bf16_128x128_1c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c: return launcher_bf16_128x256_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_2c: return launcher_bf16_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::kCount: break;
+      }
+      break;
+    case Dtype::kF16:
+      switch (tile) {
+        case Sm90Tile::k128x128_1c: return launcher_f16_128x128_1c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c: return launcher_f16_128x256_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_2c: return launcher_f16_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::kCount: break;
+      }
+      break;
+    case Dtype::kF32:
+      switch (tile) {
+        case Sm90Tile::k128x128_1c: return launcher_tf32_128x128_1c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c: return launcher_tf32_128x256_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_2c: return launcher_tf32_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::kCount: break;
+      }
+      break;
+  }
+  return nullptr;
+}
+
+std::size_t workspace_bytes_with(const GemmProblem& p, const DeviceInfo& dev,
+                                 const Sm90Override& force) {
+  return layout_for(p, dev, choose_plan(p, dev, force)).total;
+}
+
+Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force,
+                void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  BLUBLAS_RETURN_IF_ERROR(sm90_gemm_supports(p, dev));
+  const Sm90Plan plan = choose_plan(p, dev, force);
+  const WorkspaceLayout ws = layout_for(p, dev, plan);
+  BLUBLAS_CHECK(workspace_bytes >= ws.total && (ws.total == 0 || workspace != nullptr),
+                StatusCode::kWorkspaceTooSmall, "sm90_wgmma: needs ", ws.total,
+                " workspace bytes, got ", workspace_bytes);
+  BLUBLAS_CHECK(ws.total == 0 || reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0,
+                StatusCode::kMisaligned, "sm90_wgmma: workspace ", workspace, " is not ", kAlign,
+                "-byte aligned");
+  uint8_t* wsb = static_cast<uint8_t*>(workspace);
+
+  LaunchArgs args;
+  args.p = &p;
+  args.a = p.a; args.lda = p.lda; args.stride_a = p.stride_a; args.a_k_major = p.a_k_major;
+  args.b = p.b; args.ldb = p.ldb; args.stride_b = p.stride_b; args.b_k_major = p.b_k_major;
+  if (ws.a_t != WorkspaceLayout::npos) {
+    // A' (m x k) is stored a[k*lda + i]: K-major copy at[i*k_pad + k].
+    float* at = reinterpret_cast<float*>(wsb + ws.a_t);
+    const int64_t stride_t = static_cast<int64_t>(p.m) * ws.k_pad;
+    BLUBLAS_RETURN_IF_ERROR(transpose_f32(at, ws.k_pad, stride_t, static_cast<const float*>(p.a),
+                                          p.lda, p.stride_a, p.m, p.k, p.batch, stream));
+    args.a = at; args.lda = ws.k_pad; args.stride_a = p.batch > 1 ? stride_t : 0;
+    args.a_k_major = true;
+  }
+  if (ws.b_t != WorkspaceLayout::npos) {
+    // B' (k x n) is stored b[k*ldb + j]: K-major copy bt[j*k_pad + k].
+    float* bt = reinterpret_cast<float*>(wsb + ws.b_t);
+    const int64_t stride_t = static_cast<int64_t>(p.n) * ws.k_pad;
+    BLUBLAS_RETURN_IF_ERROR(transpose_f32(bt, ws.k_pad, stride_t, static_cast<const float*>(p.b),
+                                          p.ldb, p.stride_b, p.n, p.k, p.batch, stream));
+    args.b = bt; args.ldb = ws.k_pad; args.stride_b = p.batch > 1 ? stride_t : 0;
+    args.b_k_major = true;
+  }
+  args.splits = plan.splits;
+  args.group_m = plan.group_m;
+  args.grid = plan.grid;
+  args.max_smem_optin = dev.max_smem_per_block_optin;
+  if (plan.splits > 1) {
+    args.partial = reinterpret_cast<float*>(wsb + ws.partial);
+    args.partial_ld = ws.partial_ld;
+  }
+  const LaunchFn launch = find_launcher(p.ab_type, plan.tile, args.a_k_major, args.b_k_major);
+  BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for ab=",
+                dtype_name(p.ab_type), " tile ", sm90_tile_name(plan.tile), " a_k_major=",
+                args.a_k_major, " b_k_major=", args.b_k_major);
+  BLUBLAS_RETURN_IF_ERROR(launch(args, stream));
+  if (plan.splits > 1) {
+    BLUBLAS_RETURN_IF_ERROR(splitk_reduce(p, args.partial, args.partial_ld, plan.splits, stream));
+  }
+  if (epilogue_is_bias_grad(p.epilogue)) {
+    const std::size_t bg_bytes = ws.bias_grad == WorkspaceLayout::npos ? 0 : ws.total - ws.bias_grad;
+    void* bg = ws.bias_grad == WorkspaceLayout::npos ? nullptr : wsb + ws.bias_grad;
+    BLUBLAS_RETURN_IF_ERROR(bias_grad_run(p, dev, bg, bg_bytes, stream));
+  }
+  return Status::success();
+}
+
+}  // namespace sm90
+
+Status sm90_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
+  BLUBLAS_CHECK(dev.sm_major == 9 && dev.sm_minor == 0, StatusCode::kUnsupportedArch,
+                "sm90_wgmma: needs an sm_90 (Hopper) device, this one is sm_", dev.sm_major,
+                dev.sm_minor);
+  BLUBLAS_RETURN_IF_ERROR(sm90::check_binary(dev));
+  const bool in16 = p.ab_type == Dtype::kBF16 || p.ab_type == Dtype::kF16;
+  if (p.ab_type == Dtype::kF32) {
+    BLUBLAS_CHECK(p.compute == ComputeMode::kTF32, StatusCode::kNotSupported,
+                  "sm90_wgmma: f32 inputs need compute=tf32 (strict fp32 runs on the SIMT path)");
+    BLUBLAS_CHECK(p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
+                  "sm90_wgmma: tf32 takes f32 C/D only");
+  } else {
+    BLUBLAS_CHECK(in16, StatusCode::kNotSupported, "sm90_wgmma: unsupported input dtype");
+  }
+  BLUBLAS_CHECK(p.cd_type == Dtype::kF32 || p.cd_type == Dtype::kBF16 || p.cd_type == Dtype::kF16,
+                StatusCode::kNotSupported, "sm90_wgmma: unsupported output dtype");
+  const std::size_t es = dtype_size(p.ab_type);
+  // tf32 MN-major operands are transposed into the workspace first (Note [tf32 operand plan]).
+  const bool a_direct = in16 || p.a_k_major;
+  const bool b_direct = in16 || p.b_k_major;
+  // Rows of A' stored: K-major -> m rows of lda; MN-major -> k rows of lda (per batch matrix).
+  if (a_direct) {
+    BLUBLAS_RETURN_IF_ERROR(sm90::check_operand("a", p.a, p.lda, p.stride_a, p.batch,
+                                                p.a_k_major ? p.m : p.k, es));
+  }
+  if (b_direct) {
+    BLUBLAS_RETURN_IF_ERROR(sm90::check_operand("b", p.b, p.ldb, p.stride_b, p.batch,
+                                                p.b_k_major ? p.n : p.k, es));
+  }
+  return Status::success();
+}
+
+std::size_t sm90_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
+  return sm90::workspace_bytes_with(p, dev, sm90::Sm90Override{});
+}
+
+Status sm90_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
+                     std::size_t workspace_bytes, cudaStream_t stream) {
+  return sm90::run_with(p, dev, sm90::Sm90Override{}, workspace, workspace_bytes, stream);
+}
+
+}  // namespace blublas::gemm_detail

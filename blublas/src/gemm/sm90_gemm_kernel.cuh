@@ -1,0 +1,340 @@
+// sm90_gemm_kernel.cuh (internal): the sm_90a GEMM kernel template. One CTA per SM, persistent
+// over work units (output tile x batch x K split) in a grouped (L2-friendly) order; warp-
+// specialized: warpgroup 0 is the producer (one thread issues TMA loads of A and B into a
+// multi-stage ring of 128B-swizzled shared-memory tiles), warpgroups 1..kConsumers are consumers
+// (wgmma from shared memory, fp32 accumulators in registers, epilogue straight from registers).
+// Instantiated for one config per file (sm90_<type>_gemm_<tile>.cu) to bound compile time.
+//
+// Note [sm90 pipeline protocol]
+// Two mbarrier arrays per stage s: full[s] (count 1: the producer's arrive.expect_tx; TMA then
+// completes the byte count) and empty[s] (count 4 * kConsumers: lane 0 of every consumer warp
+// arrives once the wgmmas that read stage s have completed). Producer and consumers walk the same
+// sequence of (stage, phase): stage advances per k-block, phase flips when stage wraps. The
+// producer waits empty[s] with parity phase^1 (a fresh barrier passes at once), consumers wait
+// full[s] with parity phase. Consumers commit one wgmma group per k-block and wait_group<1>: the
+// previous k-block's wgmmas are then complete and its stage is released while the current one
+// runs; at the end of a work unit wait_group<0> drains and releases the last stage before the
+// epilogue reads the accumulators.
+//
+// Note [sm90 work units]
+// unit u = split * (tiles * batch) + b * tiles + t; t walks the tiles in groups of group_m tile
+// rows (column-major inside a group) so CTAs running at once share A rows and B columns in L2.
+// Split s covers k-blocks [s*kb/S, (s+1)*kb/S). With S > 1 the epilogue writes raw fp32 partial
+// sums to the workspace and a separate kernel (sm90_splitk_reduce.cu) adds the S partials in
+// split order and applies the epilogue: deterministic, the same bits every run.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/arch.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/sm90_primitives.cuh"
+#include "gemm/sm90_wgmma_ops.cuh"
+
+namespace blublas::gemm_detail::sm90 {
+
+// Kernel arguments besides the two tensor maps (passed by value).
+struct KernelParams {
+  int m = 0, n = 0, k = 0, batch = 1;
+  int tiles_m = 0, tiles_n = 0;
+  int group_m = 1;
+  int splits = 1;
+  int kblocks = 0;    // ceil(k / BK)
+  int num_units = 0;  // tiles_m * tiles_n * batch * splits
+  int a_rank3 = 0, b_rank3 = 0;  // operand has a batch dimension in its tensor map
+  int out_type = 0;              // 0 f32, 1 bf16, 2 f16 (D's dtype)
+  EpilogueArgs epi;
+  float* partial = nullptr;      // split-K partials (splits > 1), row-major [split][b][m][ld]
+  int64_t partial_ld = 0;
+  int64_t partial_split_stride = 0;
+};
+
+template <class In_, int kBM, int kBN, int kStages_, int kConsumers_, bool kAKMajor_,
+          bool kBKMajor_>
+struct KernelConfig {
+  using In = In_;
+  static constexpr int BM = kBM;
+  static constexpr int BN = kBN;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr bool kAKMajor = kAKMajor_;
+  static constexpr bool kBKMajor = kBKMajor_;
+  static constexpr int kElemBytes = std::is_same_v<In, InTf32> ? 4 : 2;
+  static constexpr int BK = 128 / kElemBytes;  // one 128-byte swizzle row along K
+  static constexpr int kKSteps = 4;            // 32-byte K slices per BK (k16 / k8 each)
+  static constexpr int kWgM = BM / kConsumers;
+  static constexpr int kMI = kWgM / 64;        // m64 wgmmas per consumer warpgroup
+  static constexpr int kABytes = BM * 128;
+  static constexpr int kBBytes = BN * 128;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kStagingBytes = BM * (32 + 8) * 4;  // epilogue staging (kEpiLd floats/row)
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
+  // Registers after setmaxnreg (only with two or more consumer warpgroups).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kConsumers >= 2 ? 232 : 0;
+
+  static_assert(kWgM % 64 == 0 && kMI >= 1, "BM must be a multiple of 64 * kConsumers");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
+  static_assert(BM <= 256 && BN <= 256, "TMA boxes are at most 256 rows");
+  static_assert(!std::is_same_v<In, InTf32> || (kAKMajor && kBKMajor),
+                "tf32 wgmma takes K-major operands only");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
+};
+
+struct WorkUnit {
+  int batch, tm, tn, split, kb0, kb1;
+};
+
+__device__ __forceinline__ WorkUnit decode_unit(const KernelParams& p, int u) {
+  WorkUnit w;
+  const int tiles = p.tiles_m * p.tiles_n;
+  const int per_split = tiles * p.batch;
+  w.split = u / per_split;
+  const int r = u - w.split * per_split;
+  w.batch = r / tiles;
+  const int t = r - w.batch * tiles;
+  const int per_group = p.group_m * p.tiles_n;
+  const int g = t / per_group;
+  const int first_m = g * p.group_m;
+  const int rows_in_group = min(p.tiles_m - first_m, p.group_m);
+  const int in_group = t - g * per_group;
+  w.tm = first_m + in_group % rows_in_group;
+  w.tn = in_group / rows_in_group;
+  w.kb0 = static_cast<int>(static_cast<int64_t>(w.split) * p.kblocks / p.splits);
+  w.kb1 = static_cast<int>(static_cast<int64_t>(w.split + 1) * p.kblocks / p.splits);
+  return w;
+}
+
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                         int rank3, int c0, int c1, int batch) {
+  if (rank3) {
+    tma_load_3d(dst, map, bar, c0, c1, batch);
+  } else {
+    tma_load_2d(dst, map, bar, c0, c1);
+  }
+}
+
+// ---- epilogue ------------------------------------------------------------------------------
+// Note [sm90 epilogue through shared memory]
+// The accumulators of a consumer warpgroup (kWgM rows x BN columns) leave in chunks of
+// kEpiCols columns: each thread writes its fragment to a padded fp32 staging buffer, the
+// warpgroup syncs on its named barrier, then threads walk the chunk row by row (consecutive
+// threads own consecutive column pairs, so global stores coalesce) and apply the shared
+// epilogue (epilogue.cuh). The staging loop is rolled: one copy per output dtype instead of BN
+// inlined copies of the epilogue, which keeps both the code and the compile time small.
+constexpr int kEpiCols = 32;
+constexpr int kEpiLd = kEpiCols + 8;  // floats per staging row (padding against bank conflicts)
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+// Writes one chunk of staged values (rows x kEpiCols) to D through the epilogue, or to the
+// split-K partial buffer. row0/col0: the chunk's first row and column in D.
+template <class OutT, int kRows>
+__device__ __forceinline__ void store_chunk(const KernelParams& p, const WorkUnit& w,
+                                            const float* staging, int row0, int col0, int t) {
+#pragma unroll 1
+  for (int idx = t; idx < kRows * (kEpiCols / 2); idx += 128) {
+    const int r = idx / (kEpiCols / 2);
+    const int cp = idx - r * (kEpiCols / 2);
+    const int row = row0 + r;
+    const int col = col0 + 2 * cp;
+    if (row >= p.m || col >= p.n) continue;
+    const float2 v = *reinterpret_cast<const float2*>(staging + r * kEpiLd + 2 * cp);
+    if constexpr (std::is_same_v<OutT, void>) {
+      float* out = p.partial + static_cast<int64_t>(w.split) * p.partial_split_stride +
+                   (static_cast<int64_t>(w.batch) * p.m + row) * p.partial_ld + col;
+      if (col + 1 < p.n) {
+        *reinterpret_cast<float2*>(out) = v;
+      } else {
+        out[0] = v.x;
+      }
+    } else {
+      epilogue_store2<OutT>(p.epi, w.batch, row, col, v.x, v.y);
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const WorkUnit& w, int c,
+                                                  float* staging,
+                                                  float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  constexpr int kRows = Cfg::kWgM;
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+  const int row0 = w.tm * Cfg::BM + c * Cfg::kWgM;
+  const int col_tile = w.tn * Cfg::BN;
+#pragma unroll
+  for (int chunk = 0; chunk < Cfg::BN / kEpiCols; ++chunk) {
+    const int col0 = col_tile + chunk * kEpiCols;
+    if (col0 >= p.n) break;  // uniform across the warpgroup
+    named_barrier_sync(1 + c, 128);  // the previous chunk has been read
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+      for (int jj = 0; jj < kEpiCols / 8; ++jj) {
+        const int j = chunk * (kEpiCols / 8) + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 64 + warp * 16 + lane / 4 + h * 8;
+          *reinterpret_cast<float2*>(staging + r * kEpiLd + jj * 8 + (lane % 4) * 2) =
+              make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+        }
+      }
+    }
+    named_barrier_sync(1 + c, 128);
+    if (p.partial != nullptr) {
+      store_chunk<void, kRows>(p, w, staging, row0, col0, t);
+    } else if (p.out_type == 1) {
+      store_chunk<__nv_bfloat16, kRows>(p, w, staging, row0, col0, t);
+    } else if (p.out_type == 2) {
+      store_chunk<__half, kRows>(p, w, staging, row0, col0, t);
+    } else {
+      store_chunk<float, kRows>(p, w, staging, row0, col0, t);
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, const KernelParams p) {
+#if BLUBLAS_SM90A_ENABLED
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte alignment for the 128B swizzle atoms (Note [wgmma shared-memory descriptors ...]).
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  uint8_t* smem = smem_raw + ((1024 - (raw_addr & 1023)) & 1023);
+  uint8_t* smem_a = smem;
+  uint8_t* smem_b = smem + kStages * Cfg::kABytes;
+  float* staging = reinterpret_cast<float*>(smem_b + kStages * Cfg::kBBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * Cfg::kBBytes + Cfg::kStagingBytes);
+  uint64_t* empty = full + kStages;
+
+  const int wg = threadIdx.x / 128;
+  const int tid_in_wg = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * Cfg::kConsumers);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer ----
+    if constexpr (Cfg::kConsumerRegs > 0) setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (tid_in_wg == 0) {
+      tma_prefetch_map(&map_a);
+      tma_prefetch_map(&map_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int u = blockIdx.x; u < p.num_units; u += gridDim.x) {
+        const WorkUnit w = decode_unit(p, u);
+        const int m0 = w.tm * BM, n0 = w.tn * BN;
+        for (int kb = w.kb0; kb < w.kb1; ++kb) {
+          mbar_wait(&empty[stage], phase ^ 1);
+          mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+          uint8_t* sa = smem_a + stage * Cfg::kABytes;
+          uint8_t* sb = smem_b + stage * Cfg::kBBytes;
+          const int k0 = kb * BK;
+          if constexpr (Cfg::kAKMajor) {
+            tma_load(sa, &map_a, &full[stage], p.a_rank3, k0, m0, w.batch);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j) {
+              tma_load(sa + j * BK * 128, &map_a, &full[stage], p.a_rank3, m0 + 64 * j, k0,
+                       w.batch);
+            }
+          }
+          if constexpr (Cfg::kBKMajor) {
+            tma_load(sb, &map_b, &full[stage], p.b_rank3, k0, n0, w.batch);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) {
+              tma_load(sb + j * BK * 128, &map_b, &full[stage], p.b_rank3, n0 + 64 * j, k0,
+                       w.batch);
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // ---- consumers ----
+    if constexpr (Cfg::kConsumerRegs > 0) setmaxnreg_inc<Cfg::kConsumerRegs>();
+    const int c = wg - 1;
+    const int lane = tid_in_wg % 32;
+    int stage = 0;
+    uint32_t phase = 0;
+    float acc[Cfg::kMI][BN / 2];
+    for (int u = blockIdx.x; u < p.num_units; u += gridDim.x) {
+      const WorkUnit w = decode_unit(p, u);
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
+      }
+      int prev_stage = -1;
+      for (int kb = w.kb0; kb < w.kb1; ++kb) {
+        mbar_wait(&full[stage], phase);
+        const uint32_t a_base = smem_u32(smem_a + stage * Cfg::kABytes);
+        const uint32_t b_base = smem_u32(smem_b + stage * Cfg::kBBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
+          const uint64_t desc_b =
+              Cfg::kBKMajor ? make_desc_sw128(b_base + 32 * ks, 16, 1024)
+                            : make_desc_sw128(b_base + 2048 * ks, BK * 128, 1024);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMI; ++mi) {
+            const int row = c * Cfg::kWgM + mi * 64;  // first row of this m64 block in the tile
+            const uint64_t desc_a =
+                Cfg::kAKMajor
+                    ? make_desc_sw128(a_base + row * 128 + 32 * ks, 16, 1024)
+                    : make_desc_sw128(a_base + (row / 64) * BK * 128 + 2048 * ks, BK * 128, 1024);
+            Wgmma<typename Cfg::In, BN>::template mma<Cfg::kAKMajor ? 0 : 1,
+                                                      Cfg::kBKMajor ? 0 : 1>(acc[mi], desc_a,
+                                                                             desc_b, 1);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
+      if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
+
+      consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);
+    }
+  }
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)p;
+  __trap();
+#endif
+}
+
+}  // namespace blublas::gemm_detail::sm90

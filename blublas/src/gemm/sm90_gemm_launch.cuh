@@ -1,0 +1,122 @@
+// sm90_gemm_launch.cuh (internal): launch_sm90_gemm<Cfg>, the host half of one kernel config:
+// builds the two TMA tensor maps (cuTensorMapEncodeTiled through common/tma_loader), fills the
+// kernel parameters, opts in to the dynamic shared memory and launches the persistent grid.
+// Included only by the per-config instantiation files.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "blublas/check.h"
+#include "common/tma_loader.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/sm90_gemm_kernel.cuh"
+#include "gemm/sm90_gemm_launch.h"
+
+namespace blublas::gemm_detail::sm90 {
+
+template <class Cfg>
+CUtensorMapDataType tensor_map_dtype() {
+  if constexpr (std::is_same_v<typename Cfg::In, InBf16>) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  if constexpr (std::is_same_v<typename Cfg::In, InF16>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;  // tf32: wgmma reads the top 19 bits
+}
+
+// Map of one operand. k_major: dims {K, rows}; else {rows, K}. Box: K-major {BK, tile_rows}
+// (one box), MN-major {64, BK} (tile_rows / 64 boxes). rank 3 adds the batch dimension.
+template <class Cfg>
+Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t stride, bool k_major,
+                        int rows, int k, int batch, int tile_rows, bool* rank3) {
+  const uint64_t es = Cfg::kElemBytes;
+  *rank3 = batch > 1 && stride != 0;
+  uint64_t dims[3];
+  uint64_t strides[2] = {static_cast<uint64_t>(ld) * es, static_cast<uint64_t>(stride) * es};
+  uint32_t box[3];
+  if (k_major) {
+    dims[0] = static_cast<uint64_t>(k);
+    dims[1] = static_cast<uint64_t>(rows);
+    box[0] = Cfg::BK;
+    box[1] = static_cast<uint32_t>(tile_rows);
+  } else {
+    dims[0] = static_cast<uint64_t>(rows);
+    dims[1] = static_cast<uint64_t>(k);
+    box[0] = 64;
+    box[1] = Cfg::BK;
+  }
+  dims[2] = static_cast<uint64_t>(batch);
+  box[2] = 1;
+  return blublas::detail::encode_tensor_map_tiled(map, tensor_map_dtype<Cfg>(), *rank3 ? 3 : 2, ptr,
+                                                  dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+template <class Cfg>
+Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
+  const GemmProblem& p = *args.p;
+  BLUBLAS_CHECK(args.a_k_major == Cfg::kAKMajor && args.b_k_major == Cfg::kBKMajor,
+                StatusCode::kInvalidArgument, "sm90 gemm: launcher/operand major mismatch");
+  BLUBLAS_CHECK(Cfg::kSmemBytes <= args.max_smem_optin, StatusCode::kNotSupported,
+                "sm90 gemm: tile needs ", Cfg::kSmemBytes, " bytes of shared memory, device allows ",
+                args.max_smem_optin);
+  alignas(64) CUtensorMap map_a;
+  alignas(64) CUtensorMap map_b;
+  bool a_rank3 = false, b_rank3 = false;
+  BLUBLAS_RETURN_IF_ERROR(make_operand_map<Cfg>(&map_a, args.a, args.lda, args.stride_a,
+                                                Cfg::kAKMajor, p.m, p.k, p.batch, Cfg::BM,
+                                                &a_rank3));
+  BLUBLAS_RETURN_IF_ERROR(make_operand_map<Cfg>(&map_b, args.b, args.ldb, args.stride_b,
+                                                Cfg::kBKMajor, p.n, p.k, p.batch, Cfg::BN,
+                                                &b_rank3));
+  KernelParams kp;
+  kp.m = p.m;
+  kp.n = p.n;
+  kp.k = p.k;
+  kp.batch = p.batch;
+  kp.tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM;
+  kp.tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  kp.group_m = args.group_m < 1 ? 1 : args.group_m;
+  kp.kblocks = (p.k + Cfg::BK - 1) / Cfg::BK;
+  kp.splits = args.splits < 1 ? 1 : (args.splits > kp.kblocks ? kp.kblocks : args.splits);
+  const int64_t units = static_cast<int64_t>(kp.tiles_m) * kp.tiles_n * p.batch * kp.splits;
+  BLUBLAS_CHECK(units < (int64_t{1} << 31), StatusCode::kNotSupported, "sm90 gemm: ", units,
+                " work units exceed the int range");
+  kp.num_units = static_cast<int>(units);
+  kp.a_rank3 = a_rank3 ? 1 : 0;
+  kp.b_rank3 = b_rank3 ? 1 : 0;
+  kp.out_type = p.cd_type == Dtype::kBF16 ? 1 : (p.cd_type == Dtype::kF16 ? 2 : 0);
+  kp.epi = make_epilogue_args(p);
+  if (kp.splits > 1) {
+    BLUBLAS_CHECK(args.partial != nullptr, StatusCode::kInvalidArgument,
+                  "sm90 gemm: split-K without a partial buffer");
+    kp.partial = args.partial;
+    kp.partial_ld = args.partial_ld;
+    kp.partial_split_stride = args.partial_ld * p.m * p.batch;
+  }
+  const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
+  auto kernel = sm90_gemm_kernel<Cfg>;
+  BLUBLAS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, kp);
+  BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
+  return Status::success();
+}
+
+// The four operand-major variants of one (type, tile) config, for the per-file registration.
+template <class In, int BM, int BN, int kStages, int kConsumers>
+LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
+  if constexpr (std::is_same_v<In, InTf32>) {
+    if (a_k_major && b_k_major) {
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true>>;
+    }
+    return nullptr;
+  } else {
+    if (a_k_major && b_k_major)
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true>>;
+    if (a_k_major && !b_k_major)
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, false>>;
+    if (!a_k_major && b_k_major)
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, true>>;
+    return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, false>>;
+  }
+}
+
+}  // namespace blublas::gemm_detail::sm90

@@ -1,0 +1,68 @@
+// sm90_gemm_launch.h (internal, host side): what the sm_90a entry (sm90_gemm_entry.cu) hands to
+// one compiled kernel configuration, and the table of configurations. Each configuration lives in
+// its own translation unit (sm90_<type>_gemm_<tile>.cu) so the heavy wgmma templates compile in
+// parallel and a change to one tile does not rebuild the others.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "blublas/status.h"
+#include "gemm_problem.h"
+
+namespace blublas::gemm_detail::sm90 {
+
+// The tile configurations compiled in (CTA tile M x N, consumer warpgroups, stages). K per stage
+// is one 128-byte swizzle row: 64 for 16-bit inputs, 32 for tf32.
+enum class Sm90Tile : int {
+  k128x128_1c = 0,  // the simple one: 1 consumer warpgroup (two m64 wgmmas), 4 stages
+  k128x256_2c = 1,  // 2 consumer warpgroups, m64n256 each, 4 stages (bf16/f16 workhorse)
+  k128x128_2c = 2,  // 2 consumer warpgroups, m64n128 each, 6 stages (16-bit) / 4 (tf32)
+  kCount = 3,
+};
+const char* sm90_tile_name(Sm90Tile t);
+int sm90_tile_m(Sm90Tile t);
+int sm90_tile_n(Sm90Tile t);
+int sm90_tile_k(Sm90Tile t, Dtype ab_type);
+
+// One launch of the main kernel: operands already K-major where the type needs it (tf32).
+struct LaunchArgs {
+  const GemmProblem* p = nullptr;  // sizes, epilogue, C/D/aux/bias (operands below override)
+  const void* a = nullptr;  int64_t lda = 0, stride_a = 0;  bool a_k_major = true;
+  const void* b = nullptr;  int64_t ldb = 0, stride_b = 0;  bool b_k_major = true;
+  int splits = 1;
+  int group_m = 8;
+  int grid = 1;                    // CTAs (persistent: at most the SM count)
+  float* partial = nullptr;        // splits > 1: fp32 partials [split][batch][m][partial_ld]
+  int64_t partial_ld = 0;
+  int max_smem_optin = 0;          // device limit, bytes
+};
+
+using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);
+
+// The launcher for (input type, tile, operand majors), or null when not compiled in.
+LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_major);
+
+// Per-file registration: each sm90_<type>_gemm_<tile>.cu defines one of these.
+LaunchFn launcher_bf16_128x128_1c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_bf16_128x256_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_bf16_128x128_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_128x128_1c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_128x256_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_128x128_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_128x128_1c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_128x256_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_128x128_2c(bool a_k_major, bool b_k_major);
+
+// Host support kernels (sm90_gemm_support.cu, plain CUDA, any arch):
+// dst (rows x cols, row-major, ld_dst) = transpose of src (cols x rows, row-major, ld_src), per
+// batch (element strides); f32 only (the tf32 pre-pass for MN-major operands).
+Status transpose_f32(float* dst, int64_t ld_dst, int64_t stride_dst, const float* src,
+                     int64_t ld_src, int64_t stride_src, int rows, int cols, int batch,
+                     cudaStream_t stream);
+// D = epilogue(sum over splits of partial[s]) in split order (deterministic).
+Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial_ld, int splits,
+                     cudaStream_t stream);
+
+}  // namespace blublas::gemm_detail::sm90

@@ -1,0 +1,39 @@
+// sm90_heuristics.h (internal): the tile / split-K / tile-order plan of the sm_90a GEMM path,
+// chosen from the shape and the device and kept apart from the kernels.
+#pragma once
+
+#include "blublas/device_info.h"
+#include "gemm_problem.h"
+#include "sm90_gemm_launch.h"
+
+namespace blublas::gemm_detail::sm90 {
+
+struct Sm90Plan {
+  Sm90Tile tile = Sm90Tile::k128x256_2c;
+  int splits = 1;   // K splits (>1: fp32 partials in the workspace + a fixed-order reduction)
+  int group_m = 8;  // tile rows per group of the L2-friendly tile order
+  int grid = 1;     // persistent CTAs
+};
+
+// Forced choices (tests, benchmarks, debugging); negative / zero fields mean "let the heuristic
+// choose". The environment variables BLUBLAS_SM90_TILE (a tile name, e.g. "128x128_1c") and
+// BLUBLAS_SM90_SPLITS override the heuristic too (for the benchmark and for bisecting a failure).
+struct Sm90Override {
+  int tile = -1;
+  int splits = 0;
+};
+
+Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);
+
+}  // namespace blublas::gemm_detail::sm90
+
+namespace blublas::gemm_detail::sm90 {
+
+// The entry points with forced choices (tests exercise the simple tile and split-K on small
+// shapes with these; sm90_gemm_* call them with an empty override).
+std::size_t workspace_bytes_with(const GemmProblem& p, const DeviceInfo& dev,
+                                 const Sm90Override& force);
+Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force,
+                void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace blublas::gemm_detail::sm90

@@ -1,0 +1,165 @@
+// sm90_primitives.cuh (internal, device side): thin wrappers over the sm_90a PTX the wgmma GEMM
+// uses: mbarriers (init, arrive, expect-tx, parity wait), TMA tiled loads, wgmma fences and
+// group waits, the shared-memory matrix descriptor, setmaxnreg. Every body is guarded by
+// BLUBLAS_SM90A_ENABLED so the file compiles (to nothing useful) for sm_80 as well.
+//
+// Note [wgmma shared-memory descriptors with 128-byte swizzle]
+// A descriptor is 64 bits: [0,14) start address >> 4, [16,30) leading-dimension byte offset >> 4
+// (LBO), [32,46) stride-dimension byte offset >> 4 (SBO), [49,52) base offset (0: every tile we
+// describe starts 1024-byte aligned), [62,64) swizzle mode (1 = 128B).
+// TMA with CU_TENSOR_MAP_SWIZZLE_128B writes each 128-byte row r of a box with its 16-byte chunks
+// permuted: chunk c lands at chunk c ^ (r % 8); 8 rows form a 1024-byte atom. wgmma applies the
+// same XOR to the address bits [4,7) ^= [7,10), which is why tiles must be 1024-byte aligned.
+//  - K-major operand (rows of 64 bf16 / 32 f32 = 128 bytes along K, row r at r*128): SBO = 1024
+//    (next group of 8 rows), LBO unused (1). The k-th 32-byte K slice (k16 for 16-bit, k8 for
+//    tf32) starts at base + 32*k: the added offset only lands in address bits [4,7), which the
+//    hardware then swizzles exactly as TMA did.
+//  - MN-major operand (16-bit only; rows of 64 M/N elements = 128 bytes along M/N, one row per k,
+//    a box of 64 x BK elements per 64-wide M/N block): SBO = 1024 (next 8 k-rows), LBO = stride
+//    between 64-wide M/N blocks (the box size in bytes). The k16 slice starts at base + 16*128*k.
+//    wgmma is told with its transpose immediate (imm-trans-a/b = 1).
+#pragma once
+
+#include <cstdint>
+
+#include "common/arch.cuh"
+
+namespace blublas::gemm_detail::sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier ----------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+#endif
+}
+
+// Makes initialized barriers visible to the async proxy (TMA) and the other threads' next use.
+__device__ __forceinline__ void mbar_fence_init() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+// Blocks until the phase with parity `parity` of *bar has completed. A fresh barrier is in phase
+// 0: waiting for parity 1 returns at once (the "previous" phase counts as complete), waiting for
+// parity 0 blocks until the first phase completes.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if BLUBLAS_SM90A_ENABLED
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// ---- TMA ----------------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
+// Loads the box at coordinates (c0, c1) (innermost first) into smem dst; completes tx bytes on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, uint64_t* bar, int c0,
+                                            int c1) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+#endif
+}
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0,
+                                            int c1, int c2) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+
+// ---- wgmma ordering -----------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits.
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// ---- descriptors -------------------------------------------------------------------------------
+// See Note [wgmma shared-memory descriptors with 128-byte swizzle].
+__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                    uint32_t sbo_bytes) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  return desc;
+}
+
+// ---- register reallocation ---------------------------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+#endif
+}
+
+}  // namespace blublas::gemm_detail::sm90

@@ -1,0 +1,143 @@
+// Devices and per-thread current streams (blutensor/cuda_stream.h). The current stream of each
+// device is a thread_local table entry, nullptr (the legacy default stream) until a StreamGuard
+// sets it: Note [Default stream].
+#include "blutensor/cuda_stream.h"
+
+#include <array>
+#include <atomic>
+
+#include "blutensor/error.h"
+
+namespace blu::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+thread_local std::array<cudaStream_t, kMaxDevices> t_current_streams{};
+
+int resolve_device(int device) {
+  if (device >= 0) {
+    BLU_CHECK(device < kMaxDevices, "blu::cuda: device index ", device, " out of range");
+    return device;
+  }
+  return current_device();
+}
+
+}  // namespace
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+bool is_available() noexcept { return device_count() > 0; }
+
+int current_device() {
+  int d = 0;
+  BLU_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int device) { BLU_CUDA_CHECK(cudaSetDevice(device)); }
+
+cudaStream_t current_stream(int device) { return t_current_streams[resolve_device(device)]; }
+
+void set_current_stream(int device, cudaStream_t stream) {
+  t_current_streams[resolve_device(device)] = stream;
+}
+
+StreamGuard::StreamGuard(cudaStream_t stream, int device)
+    : stream_(stream), previous_stream_(nullptr), device_(0), previous_device_(current_device()) {
+  device_ = device >= 0 ? device : previous_device_;
+  previous_stream_ = current_stream(device_);
+  if (device_ != previous_device_) set_device(device_);
+  set_current_stream(device_, stream_);
+}
+
+StreamGuard::~StreamGuard() {
+  t_current_streams[device_] = previous_stream_;
+  if (device_ != previous_device_) (void)cudaSetDevice(previous_device_);
+}
+
+DeviceGuard::DeviceGuard(int device) : previous_device_(current_device()) {
+  if (device != previous_device_) set_device(device);
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_device_) {
+    (void)cudaSetDevice(previous_device_);
+  }
+}
+
+Stream Stream::create(int device, bool non_blocking, int priority) {
+  int d = resolve_device(device);
+  DeviceGuard guard(d);
+  cudaStream_t s = nullptr;
+  BLU_CUDA_CHECK(cudaStreamCreateWithPriority(
+      &s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
+  return Stream(s, d);
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) {
+    DeviceGuard guard(device_);
+    (void)cudaStreamDestroy(stream_);
+  }
+}
+
+Stream::Stream(Stream&& other) noexcept : stream_(other.stream_), device_(other.device_) {
+  other.stream_ = nullptr;
+  other.device_ = -1;
+}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    stream_ = other.stream_;
+    device_ = other.device_;
+    other.stream_ = nullptr;
+    other.device_ = -1;
+  }
+  return *this;
+}
+
+void Stream::synchronize() const { BLU_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void synchronize_current_stream(int device) {
+  int d = resolve_device(device);
+  DeviceGuard guard(d);
+  BLU_CUDA_CHECK(cudaStreamSynchronize(current_stream(d)));
+}
+
+void synchronize_device(int device) {
+  DeviceGuard guard(resolve_device(device));
+  BLU_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void stream_wait_stream(cudaStream_t waiter, cudaStream_t waitee) {
+  if (waiter == waitee) return;
+  cudaEvent_t e = nullptr;
+  BLU_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(e, waitee);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(waiter, e, 0);
+  (void)cudaEventDestroy(e);
+  BLU_CUDA_CHECK(err);
+}
+
+}  // namespace blu::cuda
+
+namespace blu {
+namespace {
+std::atomic<int> g_matmul_precision{static_cast<int>(MatmulPrecision::kHighest)};
+}
+void set_matmul_precision(MatmulPrecision precision) noexcept {
+  g_matmul_precision.store(static_cast<int>(precision), std::memory_order_relaxed);
+}
+MatmulPrecision matmul_precision() noexcept {
+  return static_cast<MatmulPrecision>(g_matmul_precision.load(std::memory_order_relaxed));
+}
+}  // namespace blu

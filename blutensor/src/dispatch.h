@@ -1,0 +1,38 @@
+// blutensor/src/dispatch.h: picks the kernel-level backend by device: blu::cpu_ops for CPU tensors,
+// blu::cuda_ops (src/cuda/cuda_ops.h, tensorcuda) for CUDA tensors, with the device made current.
+// Note [Backend mirror] in cpu/cpu_ops.h: both namespaces declare the same functions.
+#pragma once
+
+#include "blutensor/device.h"
+#include "blutensor/error.h"
+#include "cpu/cpu_ops.h"
+
+#if __has_include("cuda/cuda_ops.h") && !defined(BLU_TENSOR_NO_CUDA_BACKEND)
+#include "cuda/cuda_ops.h"
+#define BLU_HAVE_CUDA_OPS 1
+#else
+#define BLU_HAVE_CUDA_OPS 0
+#endif
+
+#if BLU_HAVE_CUDA_OPS
+#define BLU_DISPATCH(device, fn, ...)                 \
+  do {                                                \
+    ::blu::Device blu_dev_ = (device);                \
+    if (blu_dev_.is_cuda()) {                         \
+      ::blu::DeviceGuard blu_guard_(blu_dev_);        \
+      ::blu::cuda_ops::fn(__VA_ARGS__);               \
+    } else {                                          \
+      ::blu::cpu_ops::fn(__VA_ARGS__);                \
+    }                                                 \
+  } while (0)
+#else
+#define BLU_DISPATCH(device, fn, ...)                                                 \
+  do {                                                                                \
+    ::blu::Device blu_dev_ = (device);                                                \
+    if (blu_dev_.is_cuda()) {                                                         \
+      BLU_THROW(#fn ": this build of blutensor has no CUDA ops (src/cuda/cuda_ops.h)"); \
+    } else {                                                                          \
+      ::blu::cpu_ops::fn(__VA_ARGS__);                                                \
+    }                                                                                 \
+  } while (0)
+#endif

@@ -1,0 +1,90 @@
+// matmul (1-D/2-D/batched with broadcast batch dims) and linear, on one differentiable primitive:
+// bmm over [B, M, K] x [B, K, N]. A 2-D right operand folds the left operand's batch dims into M
+// (one large GEMM for x @ W^T), which is the shape every Linear layer takes.
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+#include "dispatch.h"
+#include "ops/op_helpers.h"
+
+namespace blu {
+
+namespace {
+
+// The GEMM kernels take matrices with a unit stride in one of the two matrix dims.
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t r = t.size(1), c = t.size(2);
+  const bool row_major = t.stride(2) == 1 && (t.stride(1) >= c || r == 1);
+  const bool col_major = t.stride(1) == 1 && (t.stride(2) >= r || c == 1);
+  if (row_major || col_major) return t;
+  return detail::contiguous_nograd(t);
+}
+
+Tensor bmm_kernel(const Tensor& a, const Tensor& b) {
+  Tensor out = detail::new_empty({a.size(0), a.size(1), b.size(2)}, a.dtype(), a.device());
+  BLU_DISPATCH(a.device(), gemm, out, gemm_operand(a), gemm_operand(b), false);
+  return out;
+}
+
+// Differentiable [B, M, K] x [B, K, N] (equal B).
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  Tensor out = bmm_kernel(a, b);
+  return autograd::record("matmul", out, {a, b}, {a, b}, [](const Tensor& g, const BackwardContext& c) {
+    Tensor ga, gb;
+    if (c.needs_input_grad[0]) ga = bmm_kernel(g, c.saved[1].transpose(1, 2));
+    if (c.needs_input_grad[1]) gb = bmm_kernel(c.saved[0].transpose(1, 2), g);
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  detail::check_defined("matmul", a_in, "first input");
+  detail::check_defined("matmul", b_in, "second input");
+  detail::check_same_device("matmul", {a_in, b_in});
+  detail::check_same_float_dtype("matmul", {a_in, b_in});
+  BLU_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both inputs need at least 1 dim, got ",
+            a_in.describe(), " and ", b_in.describe());
+  Tensor a = a_in.dim() == 1 ? a_in.unsqueeze(0) : a_in;
+  Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
+  const int64_t m = a.size(-2), k = a.size(-1), kb = b.size(-2), n = b.size(-1);
+  BLU_CHECK(k == kb, "matmul: inner sizes differ: ", a_in.describe(), " x ", b_in.describe(), " (", k,
+            " vs ", kb, ")");
+  Shape out_shape;
+  Tensor out;
+  if (b.dim() == 2) {
+    Shape batch(a.sizes().begin(), a.sizes().end() - 2);
+    Tensor a3 = a.reshape({1, -1, k});
+    out = bmm(a3, b.unsqueeze(0));
+    out_shape = batch;
+  } else {
+    Shape ab(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
+    Shape batch = detail::broadcast_shapes("matmul", ab, bb);
+    Shape ae = batch, be = batch;
+    ae.insert(ae.end(), {m, k});
+    be.insert(be.end(), {k, n});
+    Tensor a3 = a.expand(ae).reshape({-1, m, k});
+    Tensor b3 = b.expand(be).reshape({-1, k, n});
+    out = bmm(a3, b3);
+    out_shape = batch;
+  }
+  if (a_in.dim() != 1) out_shape.push_back(m);
+  if (b_in.dim() != 1) out_shape.push_back(n);
+  return out.reshape(out_shape);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined("linear", x, "input");
+  detail::check_defined("linear", weight, "weight");
+  BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+            "linear: input ", x.describe(), " does not match weight ", weight.describe(),
+            " (expected input [..., ", weight.dim() == 2 ? weight.size(1) : -1, "] and weight [out, in])");
+  if (bias.defined()) {
+    BLU_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.describe(),
+              " does not match weight ", weight.describe());
+  }
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? add(y, bias) : y;
+}
+
+}  // namespace blu

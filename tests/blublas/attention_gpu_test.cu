@@ -1,0 +1,539 @@
+// attention_gpu_test.cu: blublas attention forward/backward against a CPU float64 reference.
+// Sizes are odd (T in {1, 17, 100, 257} and one long causal case), head dims 64 and 128, causal
+// and not, every precision mode and path; q/k/v/dq/dk/dv live in fused [B, T, 3, H, d] buffers
+// (strided views), O has a padded sequence stride. Outputs are poisoned (NaN) first; every element
+// of O, L, dQ, dK, dV is bounded by tol * (sum of the magnitudes that formed it), tol by mode.
+// Backward is run twice and must be bitwise identical (no atomics).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../blublas/src/attention/attention_params.h"  // tile tables (internal)
+#include "blublas/attention.h"
+#include "blublas/check.h"
+#include "blublas/device_info.h"
+#include "common/gpu_test.h"
+
+namespace {
+
+using blublas::AttentionDesc;
+using blublas::AttnPath;
+using blublas::AttnPrecision;
+
+struct Case {
+  int B, T, H, d;
+  bool causal;
+  AttnPrecision prec;
+  AttnPath path;
+  bool fused;  // q/k/v and dq/dk/dv as views of [B, T, 3, H, d] buffers
+  int fwd_cfg = -1;  // >= 0: run this entry of the bf16 sm80 tile table instead of the launcher
+  int bwd_cfg = -1;
+};
+
+std::string name(const Case& c) {
+  std::ostringstream os;
+  os << "B" << c.B << " T" << c.T << " H" << c.H << " d" << c.d << (c.causal ? " causal" : " full")
+     << " " << blublas::attn_precision_name(c.prec) << " path=" << blublas::attn_path_name(c.path)
+     << (c.fused ? " fused-qkv" : " dense");
+  if (c.fwd_cfg >= 0) os << " fwd_cfg=" << c.fwd_cfg;
+  if (c.bwd_cfg >= 0) os << " bwd_cfg=" << c.bwd_cfg;
+  return os.str();
+}
+
+// Host tensors in canonical [B][T][H][d] order (values already rounded to the storage dtype).
+struct Host {
+  int B, T, H, d;
+  std::vector<double> x;
+  double& at(int b, int t, int h, int i) {
+    return x[((static_cast<size_t>(b) * T + t) * H + h) * d + i];
+  }
+  double at(int b, int t, int h, int i) const {
+    return x[((static_cast<size_t>(b) * T + t) * H + h) * d + i];
+  }
+};
+
+struct Reference {
+  Host o, dq, dk, dv;
+  Host mo, mdq, mdk, mdv;    // magnitude sums bounding each element's rounding error
+  std::vector<double> lse;   // [B][H][T]
+  std::vector<double> mlse;  // scale * max_j |q_i||k_j| (bounds the error of L)
+};
+
+Reference reference(const Host& q, const Host& k, const Host& v, const Host& d_o, double scale,
+                    bool causal) {
+  const int B = q.B, T = q.T, H = q.H, d = q.d;
+  Reference r;
+  for (Host* h : {&r.o, &r.dq, &r.dk, &r.dv, &r.mo, &r.mdq, &r.mdk, &r.mdv}) {
+    *h = Host{B, T, H, d, std::vector<double>(q.x.size(), 0.0)};
+  }
+  r.lse.assign(static_cast<size_t>(B) * H * T, 0.0);
+  r.mlse.assign(r.lse.size(), 0.0);
+  std::vector<double> P(static_cast<size_t>(T) * T), dP(P.size()), Dv(T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < T; ++i) {
+        double mx = -INFINITY, mag = 0;
+        const int jn = causal ? i + 1 : T;
+        for (int j = 0; j < T; ++j) {
+          if (j >= jn) {
+            P[static_cast<size_t>(i) * T + j] = -INFINITY;
+            continue;
+          }
+          double s = 0, sa = 0;
+          for (int c = 0; c < d; ++c) {
+            s += q.at(b, i, h, c) * k.at(b, j, h, c);
+            sa += std::fabs(q.at(b, i, h, c) * k.at(b, j, h, c));
+          }
+          P[static_cast<size_t>(i) * T + j] = s * scale;
+          mx = std::max(mx, s * scale);
+          mag = std::max(mag, sa * scale);
+        }
+        double sum = 0;
+        for (int j = 0; j < jn; ++j) sum += std::exp(P[static_cast<size_t>(i) * T + j] - mx);
+        const double L = mx + std::log(sum);
+        r.lse[(static_cast<size_t>(b) * H + h) * T + i] = L;
+        r.mlse[(static_cast<size_t>(b) * H + h) * T + i] = mag;
+        for (int j = 0; j < T; ++j) {
+          double& p = P[static_cast<size_t>(i) * T + j];
+          p = j < jn ? std::exp(p - L) : 0.0;
+        }
+        for (int c = 0; c < d; ++c) {
+          double o = 0, mo = 0;
+          for (int j = 0; j < jn; ++j) {
+            o += P[static_cast<size_t>(i) * T + j] * v.at(b, j, h, c);
+            mo += P[static_cast<size_t>(i) * T + j] * std::fabs(v.at(b, j, h, c));
+          }
+          r.o.at(b, i, h, c) = o;
+          r.mo.at(b, i, h, c) = mo;
+        }
+        double D = 0;
+        for (int c = 0; c < d; ++c) D += d_o.at(b, i, h, c) * r.o.at(b, i, h, c);
+        Dv[i] = D;
+        for (int j = 0; j < jn; ++j) {
+          double s = 0;
+          for (int c = 0; c < d; ++c) s += d_o.at(b, i, h, c) * v.at(b, j, h, c);
+          dP[static_cast<size_t>(i) * T + j] = s;
+        }
+      }
+      // dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
+      for (int i = 0; i < T; ++i) {
+        const int jn = causal ? i + 1 : T;
+        for (int j = 0; j < jn; ++j) {
+          const double p = P[static_cast<size_t>(i) * T + j];
+          const double dp = dP[static_cast<size_t>(i) * T + j];
+          const double ds = p * (dp - Dv[i]);
+          const double dsm = p * (std::fabs(dp) + std::fabs(Dv[i])) + 1e-30;
+          for (int c = 0; c < d; ++c) {
+            r.dq.at(b, i, h, c) += scale * ds * k.at(b, j, h, c);
+            r.mdq.at(b, i, h, c) += scale * dsm * std::fabs(k.at(b, j, h, c));
+            r.dk.at(b, j, h, c) += scale * ds * q.at(b, i, h, c);
+            r.mdk.at(b, j, h, c) += scale * dsm * std::fabs(q.at(b, i, h, c));
+            r.dv.at(b, j, h, c) += p * d_o.at(b, i, h, c);
+            r.mdv.at(b, j, h, c) += p * std::fabs(d_o.at(b, i, h, c));
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// A device buffer of the storage dtype plus how a [B, T, H, d] view sits in it.
+struct DevView {
+  char* base = nullptr;  // buffer start (owned by the test)
+  size_t offset_elems = 0;
+  int64_t sb = 0, st = 0, sh = 0;
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes) : bytes_(bytes) { cudaMalloc(&ptr_, bytes); }
+  ~Buffer() { cudaFree(ptr_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* get() const { return static_cast<char*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+double round_to(double x, AttnPrecision p) {
+  if (p == AttnPrecision::kBF16) return __bfloat162float(__float2bfloat16(static_cast<float>(x)));
+  return static_cast<float>(x);
+}
+
+// Writes host values into the device view (storage dtype), leaving other bytes untouched.
+void upload(const Host& h, const DevView& v, AttnPrecision p, size_t buffer_elems) {
+  const size_t eb = p == AttnPrecision::kBF16 ? 2 : 4;
+  std::vector<char> img(buffer_elems * eb);
+  cudaMemcpy(img.data(), v.base, img.size(), cudaMemcpyDeviceToHost);
+  for (int b = 0; b < h.B; ++b)
+    for (int t = 0; t < h.T; ++t)
+      for (int hh = 0; hh < h.H; ++hh)
+        for (int i = 0; i < h.d; ++i) {
+          const size_t e = v.offset_elems + b * v.sb + t * v.st + hh * v.sh + i;
+          const float x = static_cast<float>(h.at(b, t, hh, i));
+          if (eb == 2) {
+            __nv_bfloat16 y = __float2bfloat16(x);
+            std::memcpy(img.data() + e * 2, &y, 2);
+          } else {
+            std::memcpy(img.data() + e * 4, &x, 4);
+          }
+        }
+  cudaMemcpy(v.base, img.data(), img.size(), cudaMemcpyHostToDevice);
+}
+
+Host download(const DevView& v, AttnPrecision p, size_t buffer_elems, int B, int T, int H, int d) {
+  const size_t eb = p == AttnPrecision::kBF16 ? 2 : 4;
+  std::vector<char> img(buffer_elems * eb);
+  cudaMemcpy(img.data(), v.base, img.size(), cudaMemcpyDeviceToHost);
+  Host h{B, T, H, d, std::vector<double>(static_cast<size_t>(B) * T * H * d)};
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int hh = 0; hh < H; ++hh)
+        for (int i = 0; i < d; ++i) {
+          const size_t e = v.offset_elems + b * v.sb + t * v.st + hh * v.sh + i;
+          if (eb == 2) {
+            __nv_bfloat16 y;
+            std::memcpy(&y, img.data() + e * 2, 2);
+            h.at(b, t, hh, i) = __bfloat162float(y);
+          } else {
+            float y;
+            std::memcpy(&y, img.data() + e * 4, 4);
+            h.at(b, t, hh, i) = y;
+          }
+        }
+  return h;
+}
+
+struct Tol {
+  double rel;   // times the magnitude sum
+  double abs;
+  double lse;   // times (1 + scale * max |q||k|)
+};
+Tol tol_for(AttnPrecision p, AttnPath path) {
+  if (p == AttnPrecision::kF32Strict) return {5e-5, 1e-6, 1e-5};
+  if (p == AttnPrecision::kF32TF32) return {1e-2, 1e-5, 2e-3};
+  // bf16: P and dS are rounded to bf16 before the second products, outputs are bf16.
+  (void)path;
+  return {2e-2, 1e-5, 1e-4};
+}
+
+// Returns the number of elements outside the bound; prints the first few and the worst ratio.
+int compare(const char* what, const Host& got, const Host& ref, const Host& mag, const Tol& tol) {
+  int bad = 0;
+  double worst = 0;
+  for (int b = 0; b < got.B; ++b)
+    for (int t = 0; t < got.T; ++t)
+      for (int h = 0; h < got.H; ++h)
+        for (int i = 0; i < got.d; ++i) {
+          const double g = got.at(b, t, h, i), e = ref.at(b, t, h, i);
+          const double bound = tol.rel * (mag.at(b, t, h, i) + std::fabs(e)) + tol.abs;
+          const double err = std::fabs(g - e);
+          const double ratio = std::isfinite(g) ? err / bound : INFINITY;
+          worst = std::max(worst, ratio);
+          if (!(err <= bound)) {
+            if (++bad <= 5) {
+              ADD_FAILURE() << what << "[b=" << b << ", t=" << t << ", h=" << h << ", i=" << i
+                            << "] got " << g << " expected " << e << " |err| " << err
+                            << " bound " << bound;
+            }
+          }
+        }
+  if (bad) ADD_FAILURE() << what << ": " << bad << " elements out of bound, worst err/bound "
+                         << worst;
+  return bad;
+}
+
+// The kernel parameter block the public launchers build (attention.cpp), for calling one entry
+// of a tile table directly.
+blublas::attn::Params params_of(const AttentionDesc& d, float* delta) {
+  blublas::attn::Params p;
+  auto st = [](int64_t b, int64_t t, int64_t h) {
+    blublas::attn::Strides s;
+    s.b = b;
+    s.t = t;
+    s.h = h;
+    return s;
+  };
+  p.q = d.q.ptr;
+  p.k = d.k.ptr;
+  p.v = d.v.ptr;
+  p.o = d.o.ptr;
+  p.lse = d.lse;
+  p.d_o = d.d_o.ptr;
+  p.dq = d.dq.ptr;
+  p.dk = d.dk.ptr;
+  p.dv = d.dv.ptr;
+  p.delta = delta;
+  p.sq = st(d.q.batch_stride, d.q.seq_stride, d.q.head_stride);
+  p.sk = st(d.k.batch_stride, d.k.seq_stride, d.k.head_stride);
+  p.sv = st(d.v.batch_stride, d.v.seq_stride, d.v.head_stride);
+  p.so = st(d.o.batch_stride, d.o.seq_stride, d.o.head_stride);
+  p.sdo = st(d.d_o.batch_stride, d.d_o.seq_stride, d.d_o.head_stride);
+  p.sdq = st(d.dq.batch_stride, d.dq.seq_stride, d.dq.head_stride);
+  p.sdk = st(d.dk.batch_stride, d.dk.seq_stride, d.dk.head_stride);
+  p.sdv = st(d.dv.batch_stride, d.dv.seq_stride, d.dv.head_stride);
+  p.batch = d.batch;
+  p.seq_len = d.seq_len;
+  p.heads = d.heads;
+  p.scale = d.softmax_scale;
+  p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
+  p.causal = d.causal ? 1 : 0;
+  return p;
+}
+
+blublas::Status run_forward(const Case& c, const AttentionDesc& desc) {
+  if (c.fwd_cfg < 0) return blublas::attention_forward(desc, nullptr);
+  blublas::DeviceInfo dev;
+  BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
+  int n = 0;
+  const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_fwd_table(c.d, &n);
+  return t[c.fwd_cfg].launch(params_of(desc, nullptr), dev, nullptr);
+}
+
+blublas::Status run_backward(const Case& c, const AttentionDesc& desc, void* ws, size_t bytes) {
+  if (c.bwd_cfg < 0) return blublas::attention_backward(desc, ws, bytes, nullptr);
+  blublas::DeviceInfo dev;
+  BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
+  const blublas::attn::Params p = params_of(desc, static_cast<float*>(ws));
+  BLUBLAS_RETURN_IF_ERROR(blublas::attn::attn_bwd_delta(p, c.d, true, nullptr));
+  int n = 0;
+  const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_bwd_table(c.d, &n);
+  return t[c.bwd_cfg].launch(p, dev, nullptr);
+}
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(name(c));
+  const int B = c.B, T = c.T, H = c.H, d = c.d;
+  const AttnPrecision p = c.prec;
+  const size_t eb = p == AttnPrecision::kBF16 ? 2 : 4;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::mt19937 rng(1234 + T * 7 + d + (c.causal ? 1 : 0) + static_cast<int>(p) * 13);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  const size_t n = static_cast<size_t>(B) * T * H * d;
+  auto make = [&](double amp) {
+    Host h{B, T, H, d, std::vector<double>(n)};
+    for (auto& x : h.x) x = round_to(amp * nd(rng), p);
+    return h;
+  };
+  const Host q = make(1.5), k = make(1.5), v = make(1.0), d_o = make(1.0);
+  const Reference ref = reference(q, k, v, d_o, scale, c.causal);
+
+  // Layouts.
+  const size_t fused_elems = static_cast<size_t>(B) * T * 3 * H * d;
+  const int64_t o_st = static_cast<int64_t>(H) * d + 8;  // padded rows
+  const size_t o_elems = static_cast<size_t>(B) * T * o_st;
+  Buffer qkv(c.fused ? fused_elems * eb : 3 * n * eb), dqkv(c.fused ? fused_elems * eb : 3 * n * eb);
+  Buffer o(o_elems * eb), dob(n * eb), lse(static_cast<size_t>(B) * H * T * sizeof(float));
+  auto view_of = [&](Buffer& buf, int which) {
+    DevView vw;
+    vw.base = buf.get();
+    if (c.fused) {
+      vw.offset_elems = static_cast<size_t>(which) * H * d;
+      vw.sh = d;
+      vw.st = 3LL * H * d;
+      vw.sb = static_cast<int64_t>(T) * 3 * H * d;
+    } else {
+      vw.offset_elems = static_cast<size_t>(which) * n;
+      vw.sh = d;
+      vw.st = static_cast<int64_t>(H) * d;
+      vw.sb = static_cast<int64_t>(T) * H * d;
+    }
+    return vw;
+  };
+  const size_t qkv_elems = c.fused ? fused_elems : 3 * n;
+  DevView vq = view_of(qkv, 0), vk = view_of(qkv, 1), vv = view_of(qkv, 2);
+  DevView vdq = view_of(dqkv, 0), vdk = view_of(dqkv, 1), vdv = view_of(dqkv, 2);
+  DevView vo{o.get(), 0, static_cast<int64_t>(T) * o_st, o_st, d};
+  DevView vdo{dob.get(), 0, static_cast<int64_t>(T) * H * d, static_cast<int64_t>(H) * d, d};
+  BLU_CUDA_TEST_CHECK(cudaMemset(qkv.get(), 0, qkv.bytes()));
+  upload(q, vq, p, qkv_elems);
+  upload(k, vk, p, qkv_elems);
+  upload(v, vv, p, qkv_elems);
+  upload(d_o, vdo, p, n);
+  BLU_CUDA_TEST_CHECK(cudaMemset(o.get(), 0xff, o.bytes()));  // NaN poison
+  BLU_CUDA_TEST_CHECK(cudaMemset(lse.get(), 0xff, lse.bytes()));
+  BLU_CUDA_TEST_CHECK(cudaMemset(dqkv.get(), 0xff, dqkv.bytes()));
+
+  auto in = [&](const DevView& vw) {
+    blublas::AttnInput a;
+    a.ptr = vw.base + vw.offset_elems * eb;
+    a.batch_stride = vw.sb;
+    a.seq_stride = vw.st;
+    a.head_stride = vw.sh;
+    return a;
+  };
+  auto out = [&](const DevView& vw) {
+    blublas::AttnOutput a;
+    a.ptr = vw.base + vw.offset_elems * eb;
+    a.batch_stride = vw.sb;
+    a.seq_stride = vw.st;
+    a.head_stride = vw.sh;
+    return a;
+  };
+  AttentionDesc desc;
+  desc.batch = B;
+  desc.seq_len = T;
+  desc.heads = H;
+  desc.head_dim = d;
+  desc.softmax_scale = static_cast<float>(scale);
+  desc.causal = c.causal;
+  desc.precision = p;
+  desc.path = c.path;
+  desc.q = in(vq);
+  desc.k = in(vk);
+  desc.v = in(vv);
+  desc.o = out(vo);
+  desc.lse = reinterpret_cast<float*>(lse.get());
+  desc.d_o = in(vdo);
+  desc.dq = out(vdq);
+  desc.dk = out(vdk);
+  desc.dv = out(vdv);
+
+  blublas::Status st = run_forward(c, desc);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  size_t ws_bytes = 0;
+  ASSERT_TRUE(blublas::attention_backward_workspace_size(desc, &ws_bytes).ok());
+  Buffer ws(std::max<size_t>(ws_bytes, 16));
+  BLU_CUDA_TEST_CHECK(cudaMemset(ws.get(), 0xff, ws.bytes()));
+  const blublas::Status st1 = run_backward(c, desc, ws.get(), ws_bytes);
+  ASSERT_TRUE(st1.ok()) << st1.to_string();
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+
+  const Tol tol = tol_for(p, c.path);
+  const Host go = download(vo, p, o_elems, B, T, H, d);
+  std::vector<float> glse(static_cast<size_t>(B) * H * T);
+  BLU_CUDA_TEST_CHECK(cudaMemcpy(glse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost));
+  compare("O", go, ref.o, ref.mo, tol);
+  int bad_l = 0;
+  for (size_t i = 0; i < glse.size(); ++i) {
+    const double bound = tol.lse * (1.0 + ref.mlse[i]);
+    if (!(std::fabs(glse[i] - ref.lse[i]) <= bound) && ++bad_l <= 5) {
+      ADD_FAILURE() << "L[" << i << "] (b,h,t)=(" << i / (H * T) << "," << (i / T) % H << ","
+                    << i % T << ") got " << glse[i] << " expected " << ref.lse[i] << " bound "
+                    << bound;
+    }
+  }
+  EXPECT_EQ(bad_l, 0) << "L elements out of bound";
+  const Host gdq = download(vdq, p, qkv_elems, B, T, H, d);
+  const Host gdk = download(vdk, p, qkv_elems, B, T, H, d);
+  const Host gdv = download(vdv, p, qkv_elems, B, T, H, d);
+  compare("dQ", gdq, ref.dq, ref.mdq, tol);
+  compare("dK", gdk, ref.dk, ref.mdk, tol);
+  compare("dV", gdv, ref.dv, ref.mdv, tol);
+
+  // Determinism: a second backward (after re-poisoning) gives the same bits.
+  std::vector<char> first(dqkv.bytes()), second(dqkv.bytes());
+  BLU_CUDA_TEST_CHECK(cudaMemcpy(first.data(), dqkv.get(), first.size(), cudaMemcpyDeviceToHost));
+  BLU_CUDA_TEST_CHECK(cudaMemset(dqkv.get(), 0xff, dqkv.bytes()));
+  const blublas::Status st2 = run_backward(c, desc, ws.get(), ws_bytes);
+  ASSERT_TRUE(st2.ok()) << st2.to_string();
+  BLU_CUDA_TEST_CHECK(cudaMemcpy(second.data(), dqkv.get(), second.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0)
+      << "backward is not bitwise deterministic";
+}
+
+void run_grid(AttnPrecision prec, AttnPath path) {
+  for (int d : {64, 128})
+    for (int T : {1, 17, 100, 257})
+      for (bool causal : {true, false}) {
+        const bool fused = (T % 2 == 1);
+        run_case(Case{2, T, 3, d, causal, prec, path, fused});
+        if (::testing::Test::HasFailure()) return;  // one failing shape is enough to debug
+      }
+}
+
+TEST(AttentionGpu, Bf16Sm80Mma) {
+  BLU_REQUIRE_GPU();
+  run_grid(AttnPrecision::kBF16, AttnPath::kSm80Mma);
+}
+
+TEST(AttentionGpu, Tf32Sm80Mma) {
+  BLU_REQUIRE_GPU();
+  run_grid(AttnPrecision::kF32TF32, AttnPath::kSm80Mma);
+}
+
+TEST(AttentionGpu, F32StrictSimt) {
+  BLU_REQUIRE_GPU();
+  run_grid(AttnPrecision::kF32Strict, AttnPath::kAuto);
+}
+
+TEST(AttentionGpu, Bf16SimtFallback) {
+  BLU_REQUIRE_GPU();
+  run_grid(AttnPrecision::kBF16, AttnPath::kSimt);
+}
+
+// Every compiled bf16 tile configuration (Note [Attention tile tables]) against the reference,
+// not only the default one the launchers run.
+TEST(AttentionGpu, Bf16EveryTileConfig) {
+  BLU_REQUIRE_GPU();
+  for (int d : {64, 128}) {
+    int nf = 0, nb = 0;
+    blublas::attn::sm80_bf16_fwd_table(d, &nf);
+    blublas::attn::sm80_bf16_bwd_table(d, &nb);
+    for (int i = 0; i < std::max(nf, nb); ++i) {
+      for (int T : {100, 257}) {
+        Case c{2, T, 3, d, T == 257, AttnPrecision::kBF16, AttnPath::kSm80Mma, T == 257};
+        c.fwd_cfg = std::min(i, nf - 1);
+        c.bwd_cfg = std::min(i, nb - 1);
+        run_case(c);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(AttentionGpu, Bf16LongCausal) {
+  BLU_REQUIRE_GPU();
+  run_case(Case{1, 1000, 2, 64, true, AttnPrecision::kBF16, AttnPath::kAuto, true});
+  run_case(Case{1, 600, 1, 128, true, AttnPrecision::kBF16, AttnPath::kAuto, false});
+}
+
+TEST(AttentionGpu, AutoPathPicksMmaForAlignedBf16) {
+  BLU_REQUIRE_GPU();
+  AttentionDesc d;
+  d.batch = 1;
+  d.seq_len = 16;
+  d.heads = 1;
+  d.head_dim = 64;
+  d.softmax_scale = 0.125f;
+  alignas(16) static float dummy[64];
+  d.q.ptr = d.k.ptr = d.v.ptr = dummy;
+  d.o.ptr = dummy;
+  d.lse = dummy;
+  for (auto* v : {&d.q, &d.k, &d.v}) {
+    v->batch_stride = 1024;
+    v->seq_stride = 64;
+    v->head_stride = 64;
+  }
+  d.o.batch_stride = 1024;
+  d.o.seq_stride = 64;
+  d.o.head_stride = 64;
+  AttnPath path = AttnPath::kAuto;
+  blublas::Status st = blublas::attention_selected_path(d, &path);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(path, AttnPath::kSm80Mma);
+  d.q.seq_stride = 68;  // 136 bytes: not a multiple of 16 -> SIMT fallback
+  const blublas::Status st3 = blublas::attention_selected_path(d, &path);
+  ASSERT_TRUE(st3.ok()) << st3.to_string();
+  EXPECT_EQ(path, AttnPath::kSimt);
+  d.path = AttnPath::kSm80Mma;  // forced: the misaligned stride is an error, not a fallback
+  const blublas::Status st4 = blublas::attention_forward(d, nullptr);
+  EXPECT_EQ(st4.code(), blublas::StatusCode::kMisaligned) << st4.to_string();
+}
+
+}  // namespace

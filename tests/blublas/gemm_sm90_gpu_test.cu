@@ -1,0 +1,599 @@
+// gemm_sm90_gpu_test.cu: the sm_90a wgmma GEMM path (blublas/src/gemm/sm90_*), forced, against a
+// float64 reference on fresh random inputs: bf16 / f16 / tf32, all four operand-major pairs, odd
+// sizes (edge tiles, K not a multiple of the tile), batches, every epilogue, forced tiles (the
+// simple 1-consumer one included), split-K (and its determinism: two runs, same bits), the
+// misalignment error, and the public API with the path forced (row- and column-major).
+// Every output is poisoned (NaN) first; the padding columns of D must stay poisoned; each checked
+// element must satisfy |got - ref| <= tol * (|alpha| sum_k |a||b| + |beta c| + |bias|).
+// Skips with a message unless the device is sm_90 and the build holds sm_90a code.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../blublas/src/gemm/sm90_heuristics.h"
+#include "blublas/gemm.h"
+#include "common/gpu_test.h"
+
+namespace {
+
+using blublas::Dtype;
+using blublas::Epilogue;
+using blublas::Status;
+using blublas::StatusCode;
+using blublas::gemm_detail::GemmProblem;
+namespace sm90 = blublas::gemm_detail::sm90;
+
+// ---- host-side typed buffers ----------------------------------------------------------------------
+struct HostMat {
+  Dtype type = Dtype::kF32;
+  std::vector<uint8_t> bytes;
+  std::size_t count() const { return bytes.size() / blublas::dtype_size(type); }
+  double get(std::size_t i) const {
+    if (type == Dtype::kF32) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      return v;
+    }
+    uint16_t raw;
+    std::memcpy(&raw, bytes.data() + 2 * i, 2);
+    if (type == Dtype::kBF16) {
+      __nv_bfloat16_raw r;
+      r.x = raw;
+      return static_cast<double>(__bfloat162float(__nv_bfloat16(r)));
+    }
+    __half_raw r;
+    r.x = raw;
+    return static_cast<double>(__half2float(__half(r)));
+  }
+};
+
+HostMat random_mat(Dtype t, std::size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  HostMat m;
+  m.type = t;
+  m.bytes.resize(n * blublas::dtype_size(t));
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    if (t == Dtype::kF32) {
+      std::memcpy(m.bytes.data() + 4 * i, &v, 4);
+    } else if (t == Dtype::kBF16) {
+      __nv_bfloat16_raw r = __nv_bfloat16(__float2bfloat16(v));
+      std::memcpy(m.bytes.data() + 2 * i, &r.x, 2);
+    } else {
+      __half_raw r = __half(__float2half(v));
+      std::memcpy(m.bytes.data() + 2 * i, &r.x, 2);
+    }
+  }
+  return m;
+}
+
+struct DevBuf {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  explicit DevBuf(std::size_t n) : bytes(n) {
+    if (n > 0 && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (ptr) cudaFree(ptr);
+  }
+};
+
+bool upload(DevBuf& d, const HostMat& h) {
+  return d.ptr && cudaMemcpy(d.ptr, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+}
+
+HostMat download(const DevBuf& d, Dtype t) {
+  HostMat h;
+  h.type = t;
+  h.bytes.resize(d.bytes);
+  if (cudaMemcpy(h.bytes.data(), d.ptr, d.bytes, cudaMemcpyDeviceToHost) != cudaSuccess) h.bytes.clear();
+  return h;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Skip reason when the path cannot run here (no GPU handled by BLU_REQUIRE_GPU).
+std::string sm90_unavailable(blublas::DeviceInfo* dev) {
+  Status st = blublas::current_device_info(dev);
+  if (!st.ok()) return "device query failed: " + st.to_string();
+  if (dev->sm_major != 9 || dev->sm_minor != 0) {
+    return "device is sm_" + std::to_string(dev->sm_major) + std::to_string(dev->sm_minor) +
+           ", the wgmma path needs sm_90";
+  }
+  return "";
+}
+
+#define BLU_REQUIRE_SM90(dev)                                   \
+  BLU_REQUIRE_GPU();                                            \
+  blublas::DeviceInfo dev;                                      \
+  do {                                                          \
+    std::string why_ = sm90_unavailable(&dev);                  \
+    if (!why_.empty()) GTEST_SKIP() << "sm90 test skipped: " << why_; \
+  } while (0)
+
+const char* dname(Dtype t) { return blublas::dtype_name(t); }
+const char* ename(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return "none";
+    case Epilogue::kBias: return "bias";
+    case Epilogue::kBiasGelu: return "bias_gelu";
+    case Epilogue::kGelu: return "gelu";
+    case Epilogue::kBiasGradA: return "bias_grad_a";
+    case Epilogue::kBiasGradB: return "bias_grad_b";
+  }
+  return "?";
+}
+
+double gelu_ref(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+// ---- one case --------------------------------------------------------------------------------------
+struct Case {
+  Dtype ab = Dtype::kBF16, cd = Dtype::kF32;
+  int m = 17, n = 17, k = 17, batch = 1;
+  bool a_k = true, b_k = true;
+  Epilogue epi = Epilogue::kNone;
+  bool aux = true;  // kGelu: store aux or not
+  float alpha = 1.0f, beta = 0.0f;
+  int tile = -1, splits = 0;  // forced plan (-1 / 0: heuristic)
+  bool check_determinism = false;
+  bool odd_ldd = false;  // odd ldd: the epilogue's scalar (unpaired) store path
+  std::string str() const {
+    std::ostringstream os;
+    os << "ab=" << dname(ab) << " cd=" << dname(cd) << " M=" << m << " N=" << n << " K=" << k
+       << " batch=" << batch << " A'" << (a_k ? "K-major" : "MN-major") << " B'"
+       << (b_k ? "K-major" : "MN-major") << " epi=" << ename(epi) << (aux ? "" : "(no aux)")
+       << " alpha=" << alpha << " beta=" << beta << " tile="
+       << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
+       << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
+       << (odd_ldd ? " odd ldd" : "");
+    return os.str();
+  }
+};
+
+double tol_for(Dtype ab, Dtype cd) {
+  double t = ab == Dtype::kF32 ? 2.5e-3 : (ab == Dtype::kBF16 ? 1e-2 : 4e-3);
+  if (cd == Dtype::kBF16) t = std::max(t, 1e-2);
+  if (cd == Dtype::kF16) t = std::max(t, 2e-3);
+  return t;
+}
+
+void run_case(const Case& c, const blublas::DeviceInfo& dev) {
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(12345u + c.m * 7u + c.n * 13u + c.k * 17u + static_cast<unsigned>(c.ab) * 3u +
+                   static_cast<unsigned>(c.epi) * 101u + (c.a_k ? 1u : 0u) + (c.b_k ? 2u : 0u));
+  const std::size_t es = blublas::dtype_size(c.ab);
+  const int64_t align_elems = 16 / static_cast<int64_t>(es);
+  // Stored shapes: A' K-major -> m rows of k; MN-major -> k rows of m. Pad lds by one 16B chunk.
+  const int64_t a_rows = c.a_k ? c.m : c.k, a_inner = c.a_k ? c.k : c.m;
+  const int64_t b_rows = c.b_k ? c.n : c.k, b_inner = c.b_k ? c.k : c.n;
+  const int64_t lda = round_up(a_inner, align_elems) + align_elems;
+  const int64_t ldb = round_up(b_inner, align_elems) + align_elems;
+  // >= 2 poisoned guard columns per row; even (paired stores) unless odd_ldd.
+  const int64_t ldd = c.odd_ldd ? c.n + 3 : round_up(c.n, 2) + 2;
+  const int64_t stride_a = c.batch > 1 ? a_rows * lda + align_elems : 0;
+  const int64_t stride_b = c.batch > 1 ? b_rows * ldb : 0;
+  const int64_t stride_d = c.batch > 1 ? c.m * ldd + (c.odd_ldd ? 5 : 6) : 0;
+  const std::size_t a_count = static_cast<std::size_t>(c.batch > 1 ? stride_a * c.batch : a_rows * lda);
+  const std::size_t b_count = static_cast<std::size_t>(c.batch > 1 ? stride_b * c.batch : b_rows * ldb);
+  const std::size_t d_count = static_cast<std::size_t>(c.batch > 1 ? stride_d * c.batch : c.m * ldd);
+
+  HostMat ha = random_mat(c.ab, a_count, rng);
+  HostMat hb = random_mat(c.ab, b_count, rng);
+  HostMat hc = random_mat(c.cd, d_count, rng);
+  HostMat hbias = random_mat(c.cd, static_cast<std::size_t>(c.n), rng);
+  DevBuf da(ha.bytes.size()), db(hb.bytes.size()), dc(hc.bytes.size()), dbias(hbias.bytes.size());
+  DevBuf dd(d_count * blublas::dtype_size(c.cd)), daux(d_count * blublas::dtype_size(c.cd));
+  DevBuf dbg(static_cast<std::size_t>(std::max(c.m, c.n)) * 4);
+  ASSERT_TRUE(upload(da, ha) && upload(db, hb) && upload(dc, hc) && upload(dbias, hbias));
+  ASSERT_TRUE(dd.ptr && daux.ptr && dbg.ptr);
+
+  GemmProblem p;
+  p.m = c.m; p.n = c.n; p.k = c.k; p.batch = c.batch;
+  p.ab_type = c.ab; p.cd_type = c.cd;
+  p.compute = c.ab == Dtype::kF32 ? blublas::ComputeMode::kTF32 : blublas::ComputeMode::kDefault;
+  p.a = da.ptr; p.lda = lda; p.stride_a = stride_a; p.a_k_major = c.a_k;
+  p.b = db.ptr; p.ldb = ldb; p.stride_b = stride_b; p.b_k_major = c.b_k;
+  p.c = c.beta != 0.0f ? dc.ptr : nullptr; p.ldc = ldd; p.stride_c = stride_d;
+  p.d = dd.ptr; p.ldd = ldd; p.stride_d = stride_d;
+  p.alpha = c.alpha; p.beta = c.beta;
+  p.epilogue = c.epi;
+  const bool has_bias = c.epi == Epilogue::kBias || c.epi == Epilogue::kBiasGelu;
+  const bool has_gelu = c.epi == Epilogue::kBiasGelu || c.epi == Epilogue::kGelu;
+  const bool has_aux = has_gelu && c.aux;
+  const bool bias_grad = c.epi == Epilogue::kBiasGradA || c.epi == Epilogue::kBiasGradB;
+  p.bias = has_bias ? dbias.ptr : nullptr;
+  p.bias_per_col = true;
+  p.aux = has_aux ? daux.ptr : nullptr; p.ld_aux = ldd; p.stride_aux = stride_d;
+  p.bias_grad = bias_grad ? static_cast<float*>(dbg.ptr) : nullptr;
+
+  Status st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  sm90::Sm90Override force;
+  force.tile = c.tile;
+  force.splits = c.splits;
+  const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
+  DevBuf ws(ws_bytes);
+  ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
+
+  auto run_once = [&]() -> HostMat {
+    EXPECT_EQ(cudaMemset(dd.ptr, 0xFF, dd.bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(daux.ptr, 0xFF, daux.bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(dbg.ptr, 0xFF, dbg.bytes), cudaSuccess);
+    Status s = sm90::run_with(p, dev, force, ws.ptr, ws_bytes, nullptr);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    cudaError_t e = cudaDeviceSynchronize();
+    EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    return download(dd, c.cd);
+  };
+  HostMat got = run_once();
+  ASSERT_FALSE(got.bytes.empty());
+  HostMat got_aux = download(daux, c.cd);
+  HostMat got_bg = download(dbg, Dtype::kF32);
+
+  auto a_at = [&](int b, int i, int kk) {
+    return ha.get(static_cast<std::size_t>(b * stride_a + (c.a_k ? i * lda + kk : kk * lda + i)));
+  };
+  auto b_at = [&](int b, int kk, int j) {
+    return hb.get(static_cast<std::size_t>(b * stride_b + (c.b_k ? j * ldb + kk : kk * ldb + j)));
+  };
+
+  // Which elements to check: all when small, else a sample plus the last row and column.
+  std::vector<std::array<int, 3>> pts;
+  const double work = static_cast<double>(c.m) * c.n * c.k * c.batch;
+  if (work <= 4e7) {
+    for (int b = 0; b < c.batch; ++b)
+      for (int i = 0; i < c.m; ++i)
+        for (int j = 0; j < c.n; ++j) pts.push_back({b, i, j});
+  } else {
+    std::uniform_int_distribution<int> di(0, c.m - 1), dj(0, c.n - 1), dbt(0, c.batch - 1);
+    for (int s = 0; s < 2000; ++s) pts.push_back({dbt(rng), di(rng), dj(rng)});
+    for (int j = 0; j < c.n; j += std::max(1, c.n / 200)) pts.push_back({c.batch - 1, c.m - 1, j});
+    for (int i = 0; i < c.m; i += std::max(1, c.m / 200)) pts.push_back({c.batch - 1, i, c.n - 1});
+    pts.push_back({0, 0, 0});
+    pts.push_back({c.batch - 1, c.m - 1, c.n - 1});
+  }
+  const double tol = tol_for(c.ab, c.cd);
+  int bad = 0;
+  double worst = 0.0;
+  for (const auto& q : pts) {
+    const int b = q[0], i = q[1], j = q[2];
+    double acc = 0.0, mag = 0.0;
+    for (int kk = 0; kk < c.k; ++kk) {
+      const double x = a_at(b, i, kk) * b_at(b, kk, j);
+      acc += x;
+      mag += std::fabs(x);
+    }
+    const std::size_t di = static_cast<std::size_t>(b * stride_d + static_cast<int64_t>(i) * ldd + j);
+    double pre = c.alpha * acc, scale = std::fabs(c.alpha) * mag;
+    if (c.beta != 0.0f) {
+      pre += c.beta * hc.get(di);
+      scale += std::fabs(c.beta * hc.get(di));
+    }
+    if (has_bias) {
+      pre += hbias.get(static_cast<std::size_t>(j));
+      scale += std::fabs(hbias.get(static_cast<std::size_t>(j)));
+    }
+    const double ref = has_gelu ? gelu_ref(pre) : pre;
+    const double bound = tol * (scale + 1e-6) * (has_gelu ? 1.2 : 1.0);
+    const double v = got.get(di);
+    const double err = std::fabs(v - ref);
+    bool ok = std::isfinite(v) && err <= bound;
+    if (has_aux) {
+      const double va = got_aux.get(di);
+      ok = ok && std::isfinite(va) && std::fabs(va - pre) <= tol * (scale + 1e-6);
+    }
+    if (std::isfinite(v)) worst = std::max(worst, err / (scale + 1e-6));
+    if (!ok && ++bad <= 10) {
+      ADD_FAILURE() << "D[b=" << b << "][i=" << i << "][j=" << j << "] = " << v << ", expected "
+                    << ref << " (|err| " << err << " > bound " << bound << ")"
+                    << (has_aux ? " aux=" + std::to_string(got_aux.get(di)) +
+                                      " expected pre=" + std::to_string(pre)
+                                : "");
+    }
+  }
+  // Poison checks: every D element written (finite), every guard column untouched (NaN).
+  int unwritten = 0, clobbered = 0;
+  for (int b = 0; b < c.batch; ++b) {
+    for (int i = 0; i < c.m; ++i) {
+      for (int j = 0; j < ldd; ++j) {
+        const double v = got.get(static_cast<std::size_t>(b * stride_d + static_cast<int64_t>(i) * ldd + j));
+        if (j < c.n && !std::isfinite(v) && ++unwritten <= 5) {
+          ADD_FAILURE() << "D[b=" << b << "][i=" << i << "][j=" << j << "] not written (" << v << ")";
+        }
+        if (j >= c.n && !std::isnan(v) && ++clobbered <= 5) {
+          ADD_FAILURE() << "guard D[b=" << b << "][i=" << i << "][j=" << j << "] overwritten (" << v << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " of " << pts.size() << " checked elements out of bounds; worst err/scale " << worst;
+  EXPECT_EQ(unwritten, 0);
+  EXPECT_EQ(clobbered, 0);
+
+  if (bias_grad) {
+    const bool over_a = c.epi == Epilogue::kBiasGradA;
+    const int len = over_a ? c.m : c.n;
+    int bg_bad = 0;
+    for (int r = 0; r < len; ++r) {
+      double s = 0.0, mag = 0.0;
+      for (int kk = 0; kk < c.k; ++kk) {
+        const double x = over_a ? a_at(0, r, kk) : b_at(0, kk, r);
+        s += x;
+        mag += std::fabs(x);
+      }
+      const double v = got_bg.get(static_cast<std::size_t>(r));
+      if (!(std::fabs(v - s) <= 1e-5 * mag + 1e-6) && ++bg_bad <= 5) {
+        ADD_FAILURE() << "bias_grad[" << r << "] = " << v << ", expected " << s;
+      }
+    }
+    EXPECT_EQ(bg_bad, 0);
+  }
+
+  if (c.check_determinism) {
+    HostMat again = run_once();
+    ASSERT_EQ(again.bytes.size(), got.bytes.size());
+    EXPECT_EQ(std::memcmp(again.bytes.data(), got.bytes.data(), got.bytes.size()), 0)
+        << "two runs gave different bits";
+  }
+}
+
+constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
+constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
+constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
+
+// ---- tests -------------------------------------------------------------------------------------------
+TEST(GemmSm90Gpu, SimpleTileBf16AllMajors) {
+  BLU_REQUIRE_SM90(dev);
+  for (int mj = 0; mj < 4; ++mj) {
+    Case c;
+    c.ab = Dtype::kBF16;
+    c.cd = Dtype::kF32;
+    c.m = 129; c.n = 130; c.k = 200;
+    c.a_k = (mj & 1) == 0;
+    c.b_k = (mj & 2) == 0;
+    c.tile = kSimple;
+    run_case(c, dev);
+  }
+}
+
+TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
+  BLU_REQUIRE_SM90(dev);
+  const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
+  for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
+    for (int tile : {kSimple, kWide, kNarrow}) {
+      for (int mj = 0; mj < 4; ++mj) {
+        for (const auto& s : sizes) {
+          Case c;
+          c.ab = ab;
+          c.cd = ab;
+          c.m = s[0]; c.n = s[1]; c.k = s[2];
+          c.a_k = (mj & 1) == 0;
+          c.b_k = (mj & 2) == 0;
+          c.tile = tile;
+          run_case(c, dev);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmSm90Gpu, Tf32AllMajors) {
+  BLU_REQUIRE_SM90(dev);
+  const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
+  for (int tile : {kSimple, kWide, kNarrow}) {
+    for (int mj = 0; mj < 4; ++mj) {
+      for (const auto& s : sizes) {
+        Case c;
+        c.ab = Dtype::kF32;
+        c.cd = Dtype::kF32;
+        c.m = s[0]; c.n = s[1]; c.k = s[2];
+        c.a_k = (mj & 1) == 0;
+        c.b_k = (mj & 2) == 0;
+        c.tile = tile;
+        run_case(c, dev);
+      }
+    }
+  }
+}
+
+TEST(GemmSm90Gpu, OutputTypesAlphaBeta) {
+  BLU_REQUIRE_SM90(dev);
+  for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
+    for (Dtype cd : {Dtype::kF32, Dtype::kBF16, Dtype::kF16}) {
+      Case c;
+      c.ab = ab; c.cd = cd;
+      c.m = 300; c.n = 257; c.k = 333;
+      c.alpha = 0.75f; c.beta = -0.5f;
+      c.a_k = true; c.b_k = false;
+      c.odd_ldd = cd == Dtype::kF16;
+      run_case(c, dev);
+    }
+  }
+  Case t;
+  t.ab = Dtype::kF32; t.cd = Dtype::kF32;
+  t.m = 200; t.n = 100; t.k = 77; t.alpha = 2.0f; t.beta = 0.5f;
+  run_case(t, dev);
+}
+
+TEST(GemmSm90Gpu, Batched) {
+  BLU_REQUIRE_SM90(dev);
+  for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
+    for (int mj = 0; mj < 4; ++mj) {
+      Case c;
+      c.ab = ab; c.cd = Dtype::kF32;
+      c.m = 65; c.n = 129; c.k = 100; c.batch = 3;
+      c.a_k = (mj & 1) == 0;
+      c.b_k = (mj & 2) == 0;
+      c.beta = 1.0f;
+      run_case(c, dev);
+    }
+  }
+}
+
+TEST(GemmSm90Gpu, Epilogues) {
+  BLU_REQUIRE_SM90(dev);
+  for (Dtype cd : {Dtype::kBF16, Dtype::kF32}) {
+    for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradA,
+                       Epilogue::kBiasGradB}) {
+      for (int splits : {1, 3}) {
+        Case c;
+        c.ab = Dtype::kBF16; c.cd = cd;
+        c.m = 300; c.n = 517; c.k = 1000;
+        c.a_k = false; c.b_k = true;
+        c.epi = e;
+        c.splits = splits;
+        c.beta = e == Epilogue::kBias ? 0.5f : 0.0f;
+        run_case(c, dev);
+      }
+    }
+  }
+  Case noaux;
+  noaux.odd_ldd = true;
+  noaux.epi = Epilogue::kGelu;
+  noaux.aux = false;
+  noaux.m = 100; noaux.n = 70; noaux.k = 64;
+  run_case(noaux, dev);
+  Case tf;
+  tf.ab = Dtype::kF32; tf.cd = Dtype::kF32; tf.epi = Epilogue::kBiasGelu;
+  tf.m = 130; tf.n = 200; tf.k = 99; tf.a_k = false; tf.b_k = false;
+  run_case(tf, dev);
+}
+
+TEST(GemmSm90Gpu, SplitKDeterministic) {
+  BLU_REQUIRE_SM90(dev);
+  // Forced splits on odd shapes, every tile.
+  for (int tile : {kSimple, kWide, kNarrow}) {
+    Case c;
+    c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
+    c.m = 200; c.n = 300; c.k = 4099;
+    c.a_k = false; c.b_k = false;
+    c.tile = tile; c.splits = 5;
+    c.check_determinism = true;
+    run_case(c, dev);
+  }
+  // The GPT-2 dW shapes with the heuristic's choice (split-K expected), bf16 and tf32.
+  for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
+    Case c;
+    c.ab = ab; c.cd = ab == Dtype::kF32 ? Dtype::kF32 : Dtype::kBF16;
+    c.m = 768; c.n = 2304; c.k = 16384;
+    c.a_k = false; c.b_k = false;
+    c.check_determinism = true;
+    run_case(c, dev);
+  }
+}
+
+TEST(GemmSm90Gpu, MisalignedIsReported) {
+  BLU_REQUIRE_SM90(dev);
+  DevBuf a(1 << 16), b(1 << 16), d(1 << 16);
+  ASSERT_TRUE(a.ptr && b.ptr && d.ptr);
+  GemmProblem p;
+  p.m = 17; p.n = 17; p.k = 17;
+  p.ab_type = Dtype::kBF16; p.cd_type = Dtype::kF32;
+  p.a = a.ptr; p.lda = 17;  // 34 bytes: not a multiple of 16
+  p.b = b.ptr; p.ldb = 24;
+  p.d = d.ptr; p.ldd = 17;
+  Status st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
+  EXPECT_EQ(st.code(), StatusCode::kMisaligned) << st.to_string();
+  EXPECT_NE(st.message().find("lda"), std::string::npos) << st.message();
+  p.lda = 24;
+  p.b = static_cast<const char*>(b.ptr) + 2;  // base not 16-byte aligned
+  st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
+  EXPECT_EQ(st.code(), StatusCode::kMisaligned) << st.to_string();
+
+  // Through the public API with the path forced: the same error, before any launch.
+  blublas::GemmDesc desc;
+  desc.m = 17; desc.n = 17; desc.k = 17;
+  desc.ab_type = Dtype::kBF16; desc.cd_type = Dtype::kF32;
+  desc.a = a.ptr; desc.lda = 17;
+  desc.b = b.ptr; desc.ldb = 24;
+  desc.d = d.ptr; desc.ldd = 17;
+  desc.path = blublas::GemmPath::kSm90Wgmma;
+  st = blublas::gemm(desc, nullptr, 0, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kMisaligned) << st.to_string();
+  // kAuto falls back to another path instead of failing.
+  desc.path = blublas::GemmPath::kAuto;
+  blublas::GemmPath chosen = blublas::GemmPath::kAuto;
+  st = blublas::gemm_selected_path(desc, &chosen);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_NE(chosen, blublas::GemmPath::kSm90Wgmma);
+}
+
+// The public API, path forced, row- and column-major, all op pairs: normalization + this path.
+TEST(GemmSm90Gpu, PublicApiForced) {
+  BLU_REQUIRE_SM90(dev);
+  std::mt19937 rng(99);
+  const int m = 77, n = 130, k = 96;
+  for (blublas::Layout layout : {blublas::Layout::kRowMajor, blublas::Layout::kColMajor}) {
+    for (int ops = 0; ops < 4; ++ops) {
+      const blublas::Op op_a = (ops & 1) ? blublas::Op::kT : blublas::Op::kN;
+      const blublas::Op op_b = (ops & 2) ? blublas::Op::kT : blublas::Op::kN;
+      SCOPED_TRACE(std::string(layout == blublas::Layout::kRowMajor ? "row" : "col") + " op_a=" +
+                   (op_a == blublas::Op::kT ? "T" : "N") + " op_b=" + (op_b == blublas::Op::kT ? "T" : "N"));
+      const bool row = layout == blublas::Layout::kRowMajor;
+      // Stored shapes and leading dims (padded to 16 bytes).
+      const int a_r = op_a == blublas::Op::kN ? m : k, a_c = op_a == blublas::Op::kN ? k : m;
+      const int b_r = op_b == blublas::Op::kN ? k : n, b_c = op_b == blublas::Op::kN ? n : k;
+      const int64_t lda = round_up(row ? a_c : a_r, 8), ldb = round_up(row ? b_c : b_r, 8);
+      const int64_t ldd = row ? n : m;
+      HostMat ha = random_mat(Dtype::kBF16, static_cast<std::size_t>(lda * (row ? a_r : a_c)), rng);
+      HostMat hb = random_mat(Dtype::kBF16, static_cast<std::size_t>(ldb * (row ? b_r : b_c)), rng);
+      DevBuf da(ha.bytes.size()), db(hb.bytes.size()), dd(static_cast<std::size_t>(m) * n * 4);
+      ASSERT_TRUE(upload(da, ha) && upload(db, hb) && dd.ptr);
+      ASSERT_EQ(cudaMemset(dd.ptr, 0xFF, dd.bytes), cudaSuccess);
+      auto at = [&](const HostMat& h, int64_t ld, int r, int cidx) {
+        return h.get(static_cast<std::size_t>(row ? r * ld + cidx : cidx * ld + r));
+      };
+      blublas::GemmDesc desc;
+      desc.m = m; desc.n = n; desc.k = k;
+      desc.op_a = op_a; desc.op_b = op_b; desc.layout = layout;
+      desc.ab_type = Dtype::kBF16; desc.cd_type = Dtype::kF32;
+      desc.a = da.ptr; desc.lda = lda;
+      desc.b = db.ptr; desc.ldb = ldb;
+      desc.d = dd.ptr; desc.ldd = ldd;
+      desc.path = blublas::GemmPath::kSm90Wgmma;
+      std::size_t ws_bytes = 0;
+      Status st = blublas::gemm_workspace_size(desc, &ws_bytes);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      DevBuf ws(ws_bytes);
+      st = blublas::gemm(desc, ws.ptr, ws_bytes, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostMat got = download(dd, Dtype::kF32);
+      int bad = 0;
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double acc = 0.0, mag = 0.0;
+          for (int kk = 0; kk < k; ++kk) {
+            const double x = (op_a == blublas::Op::kN ? at(ha, lda, i, kk) : at(ha, lda, kk, i)) *
+                             (op_b == blublas::Op::kN ? at(hb, ldb, kk, j) : at(hb, ldb, j, kk));
+            acc += x;
+            mag += std::fabs(x);
+          }
+          const double v = got.get(static_cast<std::size_t>(row ? i * ldd + j : j * ldd + i));
+          if (!(std::fabs(v - acc) <= 1e-2 * mag + 1e-6) && ++bad <= 5) {
+            ADD_FAILURE() << "D(" << i << "," << j << ") = " << v << ", expected " << acc;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+}  // namespace

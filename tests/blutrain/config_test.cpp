@@ -1,0 +1,130 @@
+// config_test.cpp: flag parsing, config-file precedence, --help completeness, auto resolution
+// and the errors for bad settings.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "blutensor/error.h"
+#include "blutrain/config.h"
+
+using namespace blu::train;
+namespace fs = std::filesystem;
+
+namespace {
+TrainConfig parse(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  std::string prog = "blutrain";
+  argv.push_back(prog.data());
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_flags(static_cast<int>(argv.size()), argv.data(), 1);
+}
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const blu::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, FlagsInBothSpellings) {
+  TrainConfig c = parse({"--lr=3e-4", "--batch-size", "4", "--model", "d24", "--no-plot", "--top_k=5"});
+  EXPECT_DOUBLE_EQ(c.lr, 3e-4);
+  EXPECT_EQ(c.batch_size, 4);
+  EXPECT_EQ(c.model, "d24");
+  EXPECT_FALSE(c.plot);
+  EXPECT_EQ(c.top_k, 5);
+  EXPECT_TRUE(parse({"--plot"}).plot);
+}
+
+TEST(Config, FileThenFlagsOverride) {
+  fs::path p = fs::temp_directory_path() / ("blu_cfg_" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(p) << "# a comment\nmodel = tiny\nlr = 0.002   # trailing comment\nseq_len=32\nprompt = \"Once upon\"\n";
+  TrainConfig c = parse({"--lr=0.005", "--config", p.string()});
+  EXPECT_EQ(c.model, "tiny");
+  EXPECT_DOUBLE_EQ(c.lr, 0.005);  // the flag wins even though --config came later
+  EXPECT_EQ(c.seq_len, 32);
+  EXPECT_EQ(c.prompt, "Once upon");
+  // The config round-trips through its text form.
+  std::ofstream(p) << config_to_text(c);
+  TrainConfig d = parse({"--config=" + p.string()});
+  EXPECT_EQ(config_to_text(d), config_to_text(c));
+  std::ofstream(p) << "model = tiny\nbogus line\n";
+  std::string err = error_of({"--config", p.string()});
+  EXPECT_NE(err.find("line 2"), std::string::npos) << err;
+  std::ofstream(p) << "learning_rate = 1\n";
+  err = error_of({"--config", p.string()});
+  EXPECT_NE(err.find("unknown option --learning-rate"), std::string::npos) << err;
+  fs::remove(p);
+  EXPECT_NE(error_of({"--config", "/nonexistent/x.conf"}).find("cannot open"), std::string::npos);
+}
+
+TEST(Config, BadValuesAreClearErrors) {
+  EXPECT_NE(error_of({"--lr=abc"}).find("--lr: 'abc' is not a valid number"), std::string::npos);
+  EXPECT_NE(error_of({"--batch-size=1.5"}).find("not a valid integer"), std::string::npos);
+  EXPECT_NE(error_of({"--whatever=1"}).find("unknown option --whatever"), std::string::npos);
+  EXPECT_NE(error_of({"stray"}).find("unexpected argument 'stray'"), std::string::npos);
+  EXPECT_NE(error_of({"--lr"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(error_of({"--seed=-1"}).find("not a valid integer"), std::string::npos);
+}
+
+TEST(Config, HelpDocumentsEveryFlag) {
+  const std::string help = help_text();
+  for (const FlagInfo& f : train_flags()) {
+    EXPECT_NE(help.find("--" + f.name), std::string::npos) << f.name;
+    EXPECT_FALSE(f.help.empty()) << f.name;
+  }
+  // Every TrainConfig field is reachable from a flag: config_to_text lists each flag once.
+  EXPECT_EQ(std::count(help.begin(), help.end(), '\n') > 30, true);
+  for (const char* sub : {"tokenize", "sample", "fidelity-dump"}) EXPECT_NE(help.find(sub), std::string::npos);
+}
+
+TEST(Config, AutoResolvesForCpuAndGpu) {
+  TrainConfig cpu;
+  resolve_auto(cpu, false);
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_EQ(cpu.model, "tiny");
+  EXPECT_EQ(cpu.precision, "fp32");
+  EXPECT_EQ(cpu.total_batch_tokens, int64_t{cpu.batch_size} * cpu.seq_len);
+  EXPECT_GT(cpu.time_limit_s, 0);
+  TrainConfig gpu;
+  resolve_auto(gpu, true);
+  EXPECT_EQ(gpu.model, "d12");
+  EXPECT_EQ(gpu.batch_size, 16);
+  EXPECT_EQ(gpu.seq_len, 1024);
+  EXPECT_EQ(gpu.precision, "bf16");
+  EXPECT_EQ(gpu.out_dir, "out/d12");
+}
+
+TEST(Config, ConfigsThatDoNotFitAreRejected) {
+  auto err = [](TrainConfig c, bool gpu) {
+    try {
+      resolve_auto(c, gpu);
+    } catch (const blu::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  TrainConfig c;
+  c.model = "d13";
+  EXPECT_NE(err(c, false).find("unknown model size"), std::string::npos);
+  c = TrainConfig();
+  c.device = "cuda";
+  EXPECT_NE(err(c, false).find("no CUDA device"), std::string::npos);
+  c = TrainConfig();
+  c.precision = "bf16";
+  EXPECT_NE(err(c, false).find("needs a GPU"), std::string::npos);
+  c = TrainConfig();
+  c.batch_size = 4;
+  c.seq_len = 64;
+  c.total_batch_tokens = 300;
+  EXPECT_NE(err(c, false).find("not a multiple of B*T"), std::string::npos);
+  c = TrainConfig();
+  c.seq_len = 2048;
+  EXPECT_NE(err(c, true).find("exceeds the model's context"), std::string::npos);
+}

