@@ -155,50 +155,13 @@ Result run(const Shape& s, bool quick, cudaStream_t stream) {
   return r;
 }
 
-// The kernel parameter block attention.cpp builds from a desc (for calling table entries).
-blublas::attn::Params params_of(const blublas::AttentionDesc& d, float* delta) {
-  blublas::attn::Params p;
-  auto st = [](int64_t b, int64_t t, int64_t h) {
-    blublas::attn::Strides s;
-    s.b = b;
-    s.t = t;
-    s.h = h;
-    return s;
-  };
-  p.q = d.q.ptr;
-  p.k = d.k.ptr;
-  p.v = d.v.ptr;
-  p.o = d.o.ptr;
-  p.lse = d.lse;
-  p.d_o = d.d_o.ptr;
-  p.dq = d.dq.ptr;
-  p.dk = d.dk.ptr;
-  p.dv = d.dv.ptr;
-  p.delta = delta;
-  p.sq = st(d.q.batch_stride, d.q.seq_stride, d.q.head_stride);
-  p.sk = st(d.k.batch_stride, d.k.seq_stride, d.k.head_stride);
-  p.sv = st(d.v.batch_stride, d.v.seq_stride, d.v.head_stride);
-  p.so = st(d.o.batch_stride, d.o.seq_stride, d.o.head_stride);
-  p.sdo = st(d.d_o.batch_stride, d.d_o.seq_stride, d.d_o.head_stride);
-  p.sdq = st(d.dq.batch_stride, d.dq.seq_stride, d.dq.head_stride);
-  p.sdk = st(d.dk.batch_stride, d.dk.seq_stride, d.dk.head_stride);
-  p.sdv = st(d.dv.batch_stride, d.dv.seq_stride, d.dv.head_stride);
-  p.batch = d.batch;
-  p.seq_len = d.seq_len;
-  p.heads = d.heads;
-  p.scale = d.softmax_scale;
-  p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
-  p.causal = d.causal ? 1 : 0;
-  return p;
-}
-
 // Times every entry of the bf16 tile tables (Note [Attention tile tables]) at one shape.
 void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* report) {
   Problem pb;
   setup(s, stream, &pb);
   blublas::DeviceInfo dev;
   check(blublas::current_device_info(&dev));
-  const blublas::attn::Params p = params_of(pb.desc, static_cast<float*>(pb.ws));
+  const blublas::attn::Params p = blublas::attn::make_params(pb.desc, pb.ws);
   check(blublas::attention_forward(pb.desc, stream));
   const int warmup = quick ? 2 : 3, reps = quick ? 5 : 15;
   const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;

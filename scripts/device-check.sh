@@ -6,7 +6,9 @@
 #
 #   scripts/device-check.sh [--suite gemm|kernels|tensor|train|all] [--quick] [--no-build]
 #                           [--no-tests] [--no-bench] [--archs "90a-real;80"] [--tests REGEX]
-# Commit provenance: BLU_COMMIT=<sha> BLU_DIRTY=0|1 in the environment when .git did not travel.
+# Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
+# Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
+# stop every test; spills are listed in the output and local memory is flagged by the SASS check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=all; quick=0; do_build=1; do_tests=1; do_bench=1; archs="90a-real;80"; test_regex=""
@@ -56,6 +58,7 @@ build=build-device
 if ((do_build)); then
   stamp "configure + build (archs $archs)"
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DBLU_CUDA_ARCHS=$archs" \
+    -DBLU_WARNINGS_AS_ERRORS=OFF \
     > "$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; }
   timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build $build -j "$(nproc)" -- -k 0 > "$logs/build.txt" 2>&1
   build_rc=$?

@@ -6,7 +6,7 @@ import argparse, datetime, glob, json, os, subprocess
 
 def git(*args):
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", "-c", "safe.directory=*", *args], capture_output=True, text=True, check=True).stdout.strip()
     except Exception:
         return None
 

@@ -257,58 +257,21 @@ int compare(const char* what, const Host& got, const Host& ref, const Host& mag,
   return bad;
 }
 
-// The kernel parameter block the public launchers build (attention.cpp), for calling one entry
-// of a tile table directly.
-blublas::attn::Params params_of(const AttentionDesc& d, float* delta) {
-  blublas::attn::Params p;
-  auto st = [](int64_t b, int64_t t, int64_t h) {
-    blublas::attn::Strides s;
-    s.b = b;
-    s.t = t;
-    s.h = h;
-    return s;
-  };
-  p.q = d.q.ptr;
-  p.k = d.k.ptr;
-  p.v = d.v.ptr;
-  p.o = d.o.ptr;
-  p.lse = d.lse;
-  p.d_o = d.d_o.ptr;
-  p.dq = d.dq.ptr;
-  p.dk = d.dk.ptr;
-  p.dv = d.dv.ptr;
-  p.delta = delta;
-  p.sq = st(d.q.batch_stride, d.q.seq_stride, d.q.head_stride);
-  p.sk = st(d.k.batch_stride, d.k.seq_stride, d.k.head_stride);
-  p.sv = st(d.v.batch_stride, d.v.seq_stride, d.v.head_stride);
-  p.so = st(d.o.batch_stride, d.o.seq_stride, d.o.head_stride);
-  p.sdo = st(d.d_o.batch_stride, d.d_o.seq_stride, d.d_o.head_stride);
-  p.sdq = st(d.dq.batch_stride, d.dq.seq_stride, d.dq.head_stride);
-  p.sdk = st(d.dk.batch_stride, d.dk.seq_stride, d.dk.head_stride);
-  p.sdv = st(d.dv.batch_stride, d.dv.seq_stride, d.dv.head_stride);
-  p.batch = d.batch;
-  p.seq_len = d.seq_len;
-  p.heads = d.heads;
-  p.scale = d.softmax_scale;
-  p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
-  p.causal = d.causal ? 1 : 0;
-  return p;
-}
-
+// Runs one entry of a bf16 tile table directly when the case names one (else the launcher).
 blublas::Status run_forward(const Case& c, const AttentionDesc& desc) {
   if (c.fwd_cfg < 0) return blublas::attention_forward(desc, nullptr);
   blublas::DeviceInfo dev;
   BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
   int n = 0;
   const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_fwd_table(c.d, &n);
-  return t[c.fwd_cfg].launch(params_of(desc, nullptr), dev, nullptr);
+  return t[c.fwd_cfg].launch(blublas::attn::make_params(desc, nullptr), dev, nullptr);
 }
 
 blublas::Status run_backward(const Case& c, const AttentionDesc& desc, void* ws, size_t bytes) {
   if (c.bwd_cfg < 0) return blublas::attention_backward(desc, ws, bytes, nullptr);
   blublas::DeviceInfo dev;
   BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
-  const blublas::attn::Params p = params_of(desc, static_cast<float*>(ws));
+  const blublas::attn::Params p = blublas::attn::make_params(desc, ws);
   BLUBLAS_RETURN_IF_ERROR(blublas::attn::attn_bwd_delta(p, c.d, true, nullptr));
   int n = 0;
   const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_bwd_table(c.d, &n);

@@ -153,6 +153,7 @@ struct Case {
   int tile = -1, splits = 0;  // forced plan (-1 / 0: heuristic)
   bool check_determinism = false;
   bool odd_ldd = false;  // odd ldd: the epilogue's scalar (unpaired) store path
+  bool generic_epi = false;  // force the staged generic epilogue (not the TMA-store one)
   std::string str() const {
     std::ostringstream os;
     os << "ab=" << dname(ab) << " cd=" << dname(cd) << " M=" << m << " N=" << n << " K=" << k
@@ -161,7 +162,7 @@ struct Case {
        << " alpha=" << alpha << " beta=" << beta << " tile="
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
-       << (odd_ldd ? " odd ldd" : "");
+       << (odd_ldd ? " odd ldd" : "") << (generic_epi ? " generic-epilogue" : "");
     return os.str();
   }
 };
@@ -227,6 +228,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   sm90::Sm90Override force;
   force.tile = c.tile;
   force.splits = c.splits;
+  force.generic_epilogue = c.generic_epi;
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
@@ -393,6 +395,23 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   }
 }
 
+TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
+  BLU_REQUIRE_SM90(dev);
+  for (int tile : {kSimple, kWide}) {
+    for (int mj = 0; mj < 4; ++mj) {
+      Case c;
+      c.ab = Dtype::kBF16;
+      c.cd = Dtype::kBF16;
+      c.m = 257; c.n = 300; c.k = 129;
+      c.a_k = (mj & 1) == 0;
+      c.b_k = (mj & 2) == 0;
+      c.tile = tile;
+      c.generic_epi = true;
+      run_case(c, dev);
+    }
+  }
+}
+
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
@@ -451,8 +470,10 @@ TEST(GemmSm90Gpu, Epilogues) {
   for (Dtype cd : {Dtype::kBF16, Dtype::kF32}) {
     for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradA,
                        Epilogue::kBiasGradB}) {
-      for (int splits : {1, 3}) {
+      for (int variant = 0; variant < 3; ++variant) {  // TMA-store epilogue, generic, split-K
+        const int splits = variant == 2 ? 3 : 1;
         Case c;
+        c.generic_epi = variant == 1;
         c.ab = Dtype::kBF16; c.cd = cd;
         c.m = 300; c.n = 517; c.k = 1000;
         c.a_k = false; c.b_k = true;

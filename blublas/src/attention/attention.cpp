@@ -123,8 +123,43 @@ attn::Strides strides_of(int64_t b, int64_t t, int64_t h) {
   return s;
 }
 
-attn::Params make_params(const AttentionDesc& d) {
-  attn::Params p;
+std::size_t round_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// Note [Attention backward workspace]
+// [delta: B*H*T fp32][bf16 only: dq_sem: B*H*ceil(T/16) int][bf16 only: dq_accum: B*H*Tpad*d fp32]
+// Tpad = T rounded up to 128. The dQ accumulator serves the fused-dQ kernels (Note [Ordered dQ
+// accumulation]); it is sized whether or not the chosen tile configuration uses it, so the size
+// does not depend on the device.
+struct WorkspaceLayout {
+  std::size_t delta = 0, sem = 0, accum = 0, total = 0;
+};
+WorkspaceLayout workspace_layout(const AttentionDesc& d) {
+  WorkspaceLayout w;
+  const std::size_t bh = static_cast<std::size_t>(d.batch) * d.heads;
+  w.delta = 0;
+  std::size_t off = round_up(bh * d.seq_len * sizeof(float));
+  if (d.precision == AttnPrecision::kBF16) {
+    w.sem = off;
+    off += round_up(bh * attn::dq_sem_count(d.seq_len) * sizeof(int));
+    w.accum = off;
+    off += round_up(bh * attn::dq_accum_rows(d.seq_len) * d.head_dim * sizeof(float));
+  }
+  w.total = off;
+  return w;
+}
+
+bool empty(const AttentionDesc& d) { return d.batch == 0 || d.heads == 0 || d.seq_len == 0; }
+
+}  // namespace
+
+namespace attn {
+
+std::size_t backward_workspace_bytes(const AttentionDesc& desc) {
+  return workspace_layout(desc).total;
+}
+
+Params make_params(const AttentionDesc& d, void* workspace) {
+  Params p;
   p.q = d.q.ptr;
   p.k = d.k.ptr;
   p.v = d.v.ptr;
@@ -148,17 +183,19 @@ attn::Params make_params(const AttentionDesc& d) {
   p.scale = d.softmax_scale;
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.causal = d.causal ? 1 : 0;
+  if (workspace != nullptr) {
+    const WorkspaceLayout w = workspace_layout(d);
+    char* base = static_cast<char*>(workspace);
+    p.delta = reinterpret_cast<float*>(base + w.delta);
+    if (w.sem != 0) {
+      p.dq_sem = reinterpret_cast<int*>(base + w.sem);
+      p.dq_accum = reinterpret_cast<float*>(base + w.accum);
+    }
+  }
   return p;
 }
 
-std::size_t delta_bytes(const AttentionDesc& d) {
-  const std::size_t n = static_cast<std::size_t>(d.batch) * d.heads * d.seq_len * sizeof(float);
-  return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
-}
-
-bool empty(const AttentionDesc& d) { return d.batch == 0 || d.heads == 0 || d.seq_len == 0; }
-
-}  // namespace
+}  // namespace attn
 
 const char* attn_path_name(AttnPath path) noexcept {
   switch (path) {
@@ -195,7 +232,7 @@ Status attention_forward(const AttentionDesc& desc, cudaStream_t stream) {
   BLUBLAS_RETURN_IF_ERROR(current_device_info(&dev));
   AttnPath path = AttnPath::kAuto;
   BLUBLAS_RETURN_IF_ERROR(select_path(desc, false, dev, kOp, &path));
-  const attn::Params p = make_params(desc);
+  const attn::Params p = attn::make_params(desc, nullptr);
   const bool bf16 = is_bf16(desc.precision);
   if (path == AttnPath::kSimt) return attn::simt_attn_fwd(p, desc.head_dim, bf16, stream);
   return bf16 ? attn::sm80_bf16_flash_attn_fwd(p, desc.head_dim, dev, stream)
@@ -207,7 +244,7 @@ Status attention_backward_workspace_size(const AttentionDesc& desc, std::size_t*
   BLUBLAS_CHECK_ARG(desc.batch >= 0 && desc.seq_len >= 0 && desc.heads >= 0,
                     "attention_backward_workspace_size: negative size (B=", desc.batch,
                     ", T=", desc.seq_len, ", H=", desc.heads, ")");
-  *bytes = delta_bytes(desc);
+  *bytes = attn::backward_workspace_bytes(desc);
   return Status::success();
 }
 
@@ -215,7 +252,7 @@ Status attention_backward(const AttentionDesc& desc, void* workspace, std::size_
                           cudaStream_t stream) {
   constexpr const char* kOp = "attention_backward";
   BLUBLAS_RETURN_IF_ERROR(check_desc(desc, true, kOp));
-  const std::size_t need = delta_bytes(desc);
+  const std::size_t need = attn::backward_workspace_bytes(desc);
   BLUBLAS_CHECK(workspace_bytes >= need, StatusCode::kWorkspaceTooSmall, kOp, ": workspace of ",
                 workspace_bytes, " bytes, needs ", need, " (B=", desc.batch, ", H=", desc.heads,
                 ", T=", desc.seq_len, ")");
@@ -227,8 +264,7 @@ Status attention_backward(const AttentionDesc& desc, void* workspace, std::size_
   BLUBLAS_RETURN_IF_ERROR(current_device_info(&dev));
   AttnPath path = AttnPath::kAuto;
   BLUBLAS_RETURN_IF_ERROR(select_path(desc, true, dev, kOp, &path));
-  attn::Params p = make_params(desc);
-  p.delta = static_cast<float*>(workspace);
+  const attn::Params p = attn::make_params(desc, workspace);
   const bool bf16 = is_bf16(desc.precision);
   BLUBLAS_RETURN_IF_ERROR(attn::attn_bwd_delta(p, desc.head_dim, bf16, stream));
   if (path == AttnPath::kSimt) return attn::simt_attn_bwd(p, desc.head_dim, bf16, stream);

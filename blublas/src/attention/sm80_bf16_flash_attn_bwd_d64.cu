@@ -2,15 +2,18 @@
 // at head dim 64 (kernel templates in sm80_flash_attn_bwd.cuh). Entry 0 is the default; the others
 // are measured by bench/attention_bench.cu (Note [Attention tile tables]).
 // Name: dkdv w<warps, 16 keys each> br<queries per block> [kv-regs] / dq w<warps> bc<keys per
-// block> [q-regs]; min<CTAs per SM> when set.
+// block> [q-regs]; min<CTAs per SM> when set; fused-dq: no dq pass (Note [Ordered dQ
+// accumulation]).
 #include "attention/sm80_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
 namespace {
 
-template <int kW1, int kBr, bool kKVRegs, int kMin1, int kW2, int kBc, bool kQRegs, int kMin2>
+template <int kW1, int kBr, bool kKVRegs, int kMin1, int kW2, int kBc, bool kQRegs, int kMin2,
+          bool kFusedDq = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
-  return sm80::launch_flash_attn_bwd<sm80::bf16, sm80::DkDvTiles<64, kW1, kBr, kKVRegs, kMin1>,
+  return sm80::launch_flash_attn_bwd<sm80::bf16,
+                                     sm80::DkDvTiles<64, kW1, kBr, kKVRegs, kMin1, kFusedDq>,
                                      sm80::DqTiles<64, kW2, kBc, kQRegs, kMin2>>(
       p, dev, stream, "sm80_bf16_flash_attn_bwd_d64");
 }
@@ -21,6 +24,8 @@ const KernelConfig kTable[] = {
     {"dkdv w8 br64 kv-regs / dq w8 bc64 q-regs", run<8, 64, true, 1, 8, 64, true, 1>},
     {"dkdv w4 br32 kv-regs min2 / dq w4 bc32 q-regs min2", run<4, 32, true, 2, 4, 32, true, 2>},
     {"dkdv w8 br32 kv-regs / dq w8 bc128 q-regs", run<8, 32, true, 1, 8, 128, true, 1>},
+    {"dkdv w4 br64 kv-regs fused-dq (ordered)", run<4, 64, true, 1, 4, 64, true, 1, true>},
+    {"dkdv w4 br64 fused-dq (ordered)", run<4, 64, false, 1, 4, 64, false, 1, true>},
 };
 
 }  // namespace

@@ -215,6 +215,24 @@ struct Mma<float> {
   }
 };
 
+// bf16 A fragment of rows [m0, m0+16), k-step [k0, k0+16) from a tile stored transposed, [k][m]
+// with rows of kRowLen elements (ldmatrix.trans turns key-major dS^T into query-major A).
+template <int kRowLen>
+__device__ __forceinline__ void load_a_trans_bf16(uint32_t (&a)[4], const bf16* s, int k0, int m0,
+                                                  int lane) {
+  ldsm_x4_trans(a, s + Tile<bf16, kRowLen>::offset(k0 + (lane & 7) + ((lane >> 4) << 3),
+                                                   (m0 >> 3) + ((lane >> 3) & 1)));
+}
+
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // ---- warp GEMMs ------------------------------------------------------------------------------
 // acc[mt][nt] += A[a_row0 + 16 mt + (0..15)][:] . B[b_row0 + 8 nt + (0..7)][:]  over k = 0..kD.
 template <typename Elem, int kD, int kMT, int kNT>

@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 
@@ -226,6 +228,9 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   args.group_m = plan.group_m;
   args.grid = plan.grid;
   args.max_smem_optin = dev.max_smem_per_block_optin;
+  const char* generic_env = std::getenv("BLUBLAS_SM90_GENERIC_EPILOGUE");
+  args.generic_epilogue =
+      force.generic_epilogue || (generic_env != nullptr && std::strcmp(generic_env, "1") == 0);
   if (plan.splits > 1) {
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;

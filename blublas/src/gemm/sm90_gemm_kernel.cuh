@@ -49,6 +49,8 @@ struct KernelParams {
   int a_rank3 = 0, b_rank3 = 0;  // operand has a batch dimension in its tensor map
   int out_type = 0;              // 0 f32, 1 bf16, 2 f16 (D's dtype)
   EpilogueArgs epi;
+  int fast_epi = 0;              // epilogue through smem + TMA store (Note [sm90 TMA-store epilogue])
+  int d_rank3 = 0;               // D / aux tensor maps have a batch dimension
   float* partial = nullptr;      // split-K partials (splits > 1), row-major [split][b][m][ld]
   int64_t partial_ld = 0;
   int64_t partial_split_stride = 0;
@@ -73,7 +75,8 @@ struct KernelConfig {
   static constexpr int kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kStagingBytes = BM * (32 + 8) * 4;  // epilogue staging (kEpiLd floats/row)
+  // Epilogue staging: BM rows x 128 16-bit columns (TMA-store path) or BM rows x 40 floats.
+  static constexpr int kStagingBytes = BM * 128 * 2 > BM * 40 * 4 ? BM * 128 * 2 : BM * 40 * 4;
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
   // Registers after setmaxnreg (only with two or more consumer warpgroups).
   static constexpr int kProducerRegs = 40;
@@ -204,10 +207,140 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
   }
 }
 
+// Note [sm90 TMA-store epilogue]
+// When D is 16-bit, beta == 0 and D (and aux) are TMA-aligned, the epilogue stays in registers:
+// alpha, bias and GELU are applied to the accumulators, the 16-bit results are written to a
+// 128B-swizzled staging tile (the same XOR pattern TMA uses, so the stores are conflict-free) and
+// one thread per warpgroup issues TMA stores of 64x64 boxes (TMA clips the tile edges). The
+// stores run asynchronously while the warpgroup starts its next work unit; the staging buffer is
+// reused only after cp.async.bulk.wait_group.read. Columns leave in passes of kStoreCols; with
+// aux, each pass stores the pre-activation first, then D = gelu(pre).
+constexpr int kStoreCols = 128;
+
+template <class OutT>
+__device__ __forceinline__ uint32_t pack2(float v0, float v1) {
+  if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(v0, v1);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
+template <class Cfg, class OutT, int kWhat>
+__device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
+                                           int col_base, uint8_t* stg,
+                                           float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  const int t = threadIdx.x % 128;
+  const int warp = t / 32, lane = t % 32;
+  const OutT* bias = static_cast<const OutT*>(p.epi.bias);
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
+      float row_bias = 0.0f;
+      if (bias != nullptr && !p.epi.bias_per_col) {
+        const int grow = row_base + mi * 64 + r;
+        row_bias = grow < p.m ? to_f32(bias[grow]) : 0.0f;
+      }
+#pragma unroll
+      for (int jj = 0; jj < kStoreCols / 8; ++jj) {
+        const int j = pass * (kStoreCols / 8) + jj;
+        if (j >= Cfg::BN / 8) break;
+        const int col = jj * 8 + (lane % 4) * 2;  // column inside the pass
+        float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h];
+        float v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1];
+        if (bias != nullptr) {
+          if (p.epi.bias_per_col) {
+            const int gcol = col_base + pass * kStoreCols + col;
+            v0 += gcol < p.n ? to_f32(bias[gcol]) : 0.0f;
+            v1 += gcol + 1 < p.n ? to_f32(bias[gcol + 1]) : 0.0f;
+          } else {
+            v0 += row_bias;
+            v1 += row_bias;
+          }
+        }
+        if constexpr (kWhat == 2) {
+          v0 = gelu_tanh(v0);
+          v1 = gelu_tanh(v1);
+        }
+        const int box = col / 64;
+        const int chunk = (col % 64) / 8;  // 16-byte chunk inside the 128-byte row
+        uint8_t* dst = stg + (mi * (kStoreCols / 64) + box) * (64 * 128) + r * 128 +
+                       ((chunk ^ (r % 8)) * 16) + (lane % 4) * 4;
+        *reinterpret_cast<uint32_t*>(dst) = pack2<OutT>(v0, v1);
+      }
+    }
+  }
+}
+
+template <class Cfg, class OutT>
+__device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensorMap* map, int pass,
+                                           int row_base, int col_base, int batch, uint8_t* stg) {
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+    for (int box = 0; box < kStoreCols / 64; ++box) {
+      const int c0 = col_base + pass * kStoreCols + box * 64;
+      const int r0 = row_base + mi * 64;
+      if (c0 >= p.n || r0 >= p.m) continue;
+      const uint8_t* src = stg + (mi * (kStoreCols / 64) + box) * (64 * 128);
+      if (p.d_rank3) {
+        tma_store_3d(map, src, c0, r0, batch);
+      } else {
+        tma_store_2d(map, src, c0, r0);
+      }
+    }
+  }
+  bulk_commit();
+}
+
+template <class Cfg, class OutT>
+__device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, const WorkUnit& w,
+                                                      int c, uint8_t* stg,
+                                                      const CUtensorMap* map_d,
+                                                      const CUtensorMap* map_aux,
+                                                      float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  const int t = threadIdx.x % 128;
+  const int row_base = w.tm * Cfg::BM + c * Cfg::kWgM;
+  const int col_base = w.tn * Cfg::BN;
+  const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
+                    p.epi.kind == static_cast<int>(Epilogue::kGelu);
+  const bool aux = gelu && p.epi.aux != nullptr;
+  constexpr int kPasses = (Cfg::BN + kStoreCols - 1) / kStoreCols;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    if (col_base + pass * kStoreCols >= p.n) break;  // uniform across the warpgroup
+    if (aux) {
+      if (t == 0) bulk_wait_read<0>();
+      named_barrier_sync(1 + c, 128);
+      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc);
+      fence_proxy_async_smem();
+      named_barrier_sync(1 + c, 128);
+      if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
+    }
+    if (t == 0) bulk_wait_read<0>();
+    named_barrier_sync(1 + c, 128);
+    if (gelu) {
+      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc);
+    } else {
+      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc);
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(1 + c, 128);
+    if (t == 0) store_pass<Cfg, OutT>(p, map_d, pass, row_base, col_base, w.batch, stg);
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b, const KernelParams p) {
+                     const __grid_constant__ CUtensorMap map_b,
+                     const __grid_constant__ CUtensorMap map_d,
+                     const __grid_constant__ CUtensorMap map_aux, const KernelParams p) {
 #if BLUBLAS_SM90A_ENABLED
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
@@ -326,12 +459,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
       if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
 
-      consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);
+      if (p.fast_epi) {
+        uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStoreCols * 2;
+        if (p.out_type == 1) {
+          consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, acc);
+        } else {
+          consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, acc);
+        }
+      } else {
+        consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);
+      }
     }
+    // Bulk stores must finish reading shared memory before the CTA exits.
+    if (p.fast_epi && tid_in_wg == 0) bulk_wait<0>();
   }
 #else
   (void)map_a;
   (void)map_b;
+  (void)map_d;
+  (void)map_aux;
   (void)p;
   __trap();
 #endif

@@ -7,6 +7,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
 #include "blublas/check.h"
 #include "common/tma_loader.h"
 #include "gemm/epilogue.cuh"
@@ -47,6 +51,33 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
   box[2] = 1;
   return blublas::detail::encode_tensor_map_tiled(map, tensor_map_dtype<Cfg>(), *rank3 ? 3 : 2, ptr,
                                                   dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes 16-bit D (and aux) with beta == 0,
+// no split-K, base pointers 16-byte aligned and row / batch strides multiples of 16 bytes.
+inline bool tma_store_ok(const GemmProblem& p, int splits) {
+  if (splits > 1 || p.beta != 0.0f) return false;
+  if (p.cd_type != Dtype::kBF16 && p.cd_type != Dtype::kF16) return false;
+  auto ok = [&](const void* ptr, int64_t ld, int64_t stride) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (ld * 2) % 16 == 0 &&
+           (p.batch == 1 || (stride * 2) % 16 == 0);
+  };
+  const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
+  if (!ok(p.d, p.ldd, p.stride_d)) return false;
+  if (gelu && p.aux != nullptr && !ok(p.aux, p.ld_aux, p.stride_aux)) return false;
+  return true;
+}
+
+inline Status make_output_map(CUtensorMap* map, const GemmProblem& p, void* ptr, int64_t ld,
+                              int64_t stride) {
+  const bool rank3 = p.batch > 1;
+  uint64_t dims[3] = {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m),
+                      static_cast<uint64_t>(p.batch)};
+  uint64_t strides[2] = {static_cast<uint64_t>(ld) * 2, static_cast<uint64_t>(stride) * 2};
+  uint32_t box[3] = {64, 64, 1};
+  return blublas::detail::encode_tensor_map_tiled(
+      map, p.cd_type == Dtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      rank3 ? 3 : 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <class Cfg>
@@ -91,11 +122,21 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     kp.partial_ld = args.partial_ld;
     kp.partial_split_stride = args.partial_ld * p.m * p.batch;
   }
+  alignas(64) CUtensorMap map_d = map_a;  // placeholders unless the TMA-store epilogue runs
+  alignas(64) CUtensorMap map_aux = map_a;
+  if (!args.generic_epilogue && tma_store_ok(p, kp.splits)) {
+    BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_d, p, p.d, p.ldd, p.stride_d));
+    if (kp.epi.aux != nullptr) {
+      BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_aux, p, p.aux, p.ld_aux, p.stride_aux));
+    }
+    kp.fast_epi = 1;
+    kp.d_rank3 = p.batch > 1 ? 1 : 0;
+  }
   const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
   auto kernel = sm90_gemm_kernel<Cfg>;
   BLUBLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, kp);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
   BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   return Status::success();
 }

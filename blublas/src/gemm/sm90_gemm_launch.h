@@ -37,6 +37,7 @@ struct LaunchArgs {
   float* partial = nullptr;        // splits > 1: fp32 partials [split][batch][m][partial_ld]
   int64_t partial_ld = 0;
   int max_smem_optin = 0;          // device limit, bytes
+  bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
 };
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);

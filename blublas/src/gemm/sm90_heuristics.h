@@ -17,10 +17,12 @@ struct Sm90Plan {
 
 // Forced choices (tests, benchmarks, debugging); negative / zero fields mean "let the heuristic
 // choose". The environment variables BLUBLAS_SM90_TILE (a tile name, e.g. "128x128_1c") and
-// BLUBLAS_SM90_SPLITS override the heuristic too (for the benchmark and for bisecting a failure).
+// BLUBLAS_SM90_SPLITS override the heuristic too, and BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the
+// TMA-store epilogue (for the benchmark and for bisecting a failure).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
+  bool generic_epilogue = false;  // never the TMA-store epilogue
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);

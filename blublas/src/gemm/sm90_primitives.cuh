@@ -111,6 +111,51 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
 #endif
 }
 
+// TMA store of the box at (c0, c1[, c2]) from smem src (bulk async-group of the issuing thread).
+__device__ __forceinline__ void tma_store_2d(const void* map, const void* src, int c0, int c1) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_store_3d(const void* map, const void* src, int c0, int c1,
+                                             int c2) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most N bulk groups of this thread still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#endif
+}
+// Waits until at most N bulk groups of this thread are incomplete (writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // ---- wgmma ordering -----------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() {
 #if BLUBLAS_SM90A_ENABLED

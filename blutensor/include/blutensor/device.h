@@ -2,6 +2,7 @@
 // "cuda:1" (CLI flags); printed the same way.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -21,7 +21,7 @@ struct TrainConfig {
   std::string device = "auto";     // cpu | cuda | cuda:N | auto
   std::string precision = "auto";  // fp32 | tf32 | bf16 | auto (bf16 on GPU, fp32 on CPU)
   // data
-  std::string data = "brown";      // "brown" (embedded corpus) or a directory of token shards
+  std::string data = "brown";      // "brown" (embedded corpus), "synthetic", or a shard directory
   std::string data_name = "";      // shard prefix in that directory (<name>_train_*.bin); "" = detect
   std::string vocab_dir = "";      // encoder.json + vocab.bpe; "" = default location
   std::string cache_dir = "";      // tokenized-corpus cache; "" = data/cache
@@ -56,6 +56,8 @@ struct TrainConfig {
   int64_t log_every = 1;
   bool plot = true;                // loss-curve PNG at the end
   int threads = 0;                 // CPU threads (0 = all cores)
+  bool save = true;                // write checkpoints
+  std::string summary_json = "";  // write {"e2e.<precision>.tok_s": .., ".peak_gib": ..} here
   // tools
   std::string checkpoint = "";     // sample / fidelity-dump: checkpoint directory to load
   int stop_after_steps = 0;        // test hook: exit (as if killed) after this many steps

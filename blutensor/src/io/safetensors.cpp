@@ -1,0 +1,198 @@
+// safetensors reader/writer (safetensors.h). Reading trusts nothing: the header length, the JSON,
+// every dtype/shape/offset pair and the ranges are validated before a byte of data is copied.
+#include "blutensor/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "blutensor/autograd.h"
+#include "blutensor/json.h"
+
+namespace blu {
+
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
+
+const char* st_dtype_name(DType t) {
+  switch (t) {
+    case DType::F64: return "F64";
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U16: return "U16";
+  }
+  return "?";
+}
+
+bool st_dtype_from_name(const std::string& s, DType& out) {
+  static const std::pair<const char*, DType> kNames[] = {
+      {"F64", DType::F64}, {"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16},
+      {"I32", DType::I32}, {"I64", DType::I64}, {"U16", DType::U16}};
+  for (auto& [name, t] : kNames) {
+    if (s == name) {
+      out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+}  // namespace
+
+std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  NoGradGuard ng;
+  std::map<std::string, json::Value> header;
+  std::vector<Tensor> host;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    BLU_CHECK(name != "__metadata__" && !name.empty(), "save_safetensors: bad tensor name '", name, "'");
+    BLU_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
+    Tensor h = t.detach().to(kCPU).contiguous();
+    uint64_t bytes = h.nbytes();
+    std::vector<json::Value> shape, offs;
+    for (int64_t s : h.sizes()) shape.push_back(json::Value::integer(s));
+    offs.push_back(json::Value::integer(static_cast<int64_t>(offset)));
+    offs.push_back(json::Value::integer(static_cast<int64_t>(offset + bytes)));
+    header[name] = json::Value::object({{"dtype", json::Value::string(st_dtype_name(h.dtype()))},
+                                        {"shape", json::Value::array(shape)},
+                                        {"data_offsets", json::Value::array(offs)}});
+    offset += bytes;
+    host.push_back(h);
+  }
+  if (!metadata.empty()) {
+    std::map<std::string, json::Value> meta;
+    for (const auto& [k, v] : metadata) meta[k] = json::Value::string(v);
+    header["__metadata__"] = json::Value::object(meta);
+  }
+  std::string text = json::Value::object(header).dump();
+  while ((8 + text.size()) % 8 != 0) text += ' ';
+  std::string out;
+  out.reserve(8 + text.size() + offset);
+  uint64_t n = text.size();
+  char len[8];
+  std::memcpy(len, &n, 8);
+  out.append(len, 8);
+  out += text;
+  for (const Tensor& h : host) out.append(static_cast<const char*>(h.data_ptr()), h.nbytes());
+  return out;
+}
+
+SafetensorsData parse_safetensors(const std::string& bytes, const std::string& what) {
+  const std::string ctx = "safetensors " + what + ": ";
+  BLU_CHECK(bytes.size() >= 8, ctx, "file is ", bytes.size(), " bytes, too short for the 8-byte header length");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  BLU_CHECK(n <= kMaxHeaderBytes, ctx, "header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)");
+  BLU_CHECK(n <= bytes.size() - 8, ctx, "header length ", n, " exceeds the ", bytes.size() - 8,
+            " bytes after the length field (truncated file?)");
+  BLU_CHECK(n >= 2, ctx, "header of ", n, " bytes cannot hold a JSON object");
+  json::Value header;
+  try {
+    header = json::parse(bytes.substr(8, n));
+  } catch (const Error& e) {
+    BLU_THROW(ctx, "bad JSON header: ", e.what());
+  }
+  BLU_CHECK(header.is_object(), ctx, "header is not a JSON object");
+  const uint64_t data_size = bytes.size() - 8 - n;
+  const char* data = bytes.data() + 8 + n;
+  SafetensorsData out;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.as_object()) {
+    if (name == "__metadata__") {
+      BLU_CHECK(v.is_object(), ctx, "__metadata__ is not an object");
+      for (const auto& [k, s] : v.as_object()) {
+        BLU_CHECK(s.is_string(), ctx, "__metadata__ value for '", k, "' is not a string");
+        out.metadata[k] = s.as_string();
+      }
+      continue;
+    }
+    BLU_CHECK(v.is_object(), ctx, "entry '", name, "' is not an object");
+    const json::Value* dt = v.find("dtype");
+    const json::Value* shape = v.find("shape");
+    const json::Value* offs = v.find("data_offsets");
+    BLU_CHECK(dt && dt->is_string(), ctx, "entry '", name, "' has no string dtype");
+    BLU_CHECK(shape && shape->is_array(), ctx, "entry '", name, "' has no shape array");
+    BLU_CHECK(offs && offs->is_array() && offs->as_array().size() == 2, ctx, "entry '", name,
+              "' needs data_offsets [begin, end]");
+    Entry e;
+    e.name = name;
+    BLU_CHECK(st_dtype_from_name(dt->as_string(), e.dtype), ctx, "entry '", name, "' has unsupported dtype '",
+              dt->as_string(), "' (F64 F32 BF16 F16 I64 I32 U16)");
+    uint64_t numel = 1;
+    BLU_CHECK(shape->as_array().size() <= 16, ctx, "entry '", name, "' has more than 16 dims");
+    for (const json::Value& d : shape->as_array()) {
+      BLU_CHECK(d.is_integer() && d.as_integer() >= 0, ctx, "entry '", name, "' has a bad dimension ", d.dump());
+      uint64_t dim = static_cast<uint64_t>(d.as_integer());
+      BLU_CHECK(!__builtin_mul_overflow(numel, dim, &numel), ctx, "entry '", name, "': shape overflows");
+      e.shape.push_back(d.as_integer());
+    }
+    uint64_t nbytes = 0;
+    BLU_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &nbytes), ctx, "entry '",
+              name, "': size overflows");
+    const json::Value& b = offs->as_array()[0];
+    const json::Value& en = offs->as_array()[1];
+    BLU_CHECK(b.is_integer() && en.is_integer() && b.as_integer() >= 0 && en.as_integer() >= b.as_integer(), ctx,
+              "entry '", name, "' has bad data_offsets ", offs->dump());
+    e.begin = static_cast<uint64_t>(b.as_integer());
+    e.end = static_cast<uint64_t>(en.as_integer());
+    BLU_CHECK(e.end <= data_size, ctx, "entry '", name, "' data_offsets ", offs->dump(), " run past the ", data_size,
+              " data bytes (truncated file?)");
+    BLU_CHECK(e.end - e.begin == nbytes, ctx, "entry '", name, "' spans ", e.end - e.begin, " bytes but ",
+              dt->as_string(), shape_str(e.shape), " needs ", nbytes);
+    entries.push_back(e);
+  }
+  std::vector<const Entry*> sorted;
+  for (const Entry& e : entries) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (std::size_t i = 1; i < sorted.size(); ++i) {
+    const Entry* prev = sorted[i - 1];
+    const Entry* cur = sorted[i];
+    if (prev->begin == prev->end || cur->begin == cur->end) continue;  // empty tensors overlap nothing
+    BLU_CHECK(cur->begin >= prev->end, ctx, "data ranges of '", prev->name, "' [", prev->begin, ", ", prev->end,
+              ") and '", cur->name, "' [", cur->begin, ", ", cur->end, ") overlap");
+  }
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
+    out.tensors[e.name] = t;
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::string bytes = serialize_safetensors(tensors, metadata);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  BLU_CHECK(f.good(), "save_safetensors: cannot open '", path, "' for writing");
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  BLU_CHECK(f.good(), "save_safetensors: writing '", path, "' failed");
+}
+
+SafetensorsData load_safetensors(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  BLU_CHECK(f.good(), "load_safetensors: cannot open '", path, "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return parse_safetensors(ss.str(), "'" + path + "'");
+}
+
+}  // namespace blu

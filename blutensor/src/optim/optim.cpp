@@ -1,0 +1,134 @@
+// Optimizers, gradient clipping and the LR schedule (Note [Optimizer backends] in optim.h).
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+#include "blutensor/optim.h"
+#include "dispatch.h"
+#include "ops/op_helpers.h"
+
+namespace blu::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  for (const Tensor& p : params_) {
+    BLU_CHECK(p.defined() && p.is_leaf() && p.requires_grad(),
+              "optimizer: parameters must be leaf tensors that require grad, got ", p.describe());
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : Optimizer(std::move(params), options.lr), options_(options) {
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  decay_.assign(params_.size(), true);
+  for (const Tensor& p : params_) {
+    BLU_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, "AdamW: parameters must be f32 or f64, got ",
+              p.describe());
+  }
+}
+
+void AdamW::set_weight_decay_mask(std::vector<bool> decay) {
+  BLU_CHECK(decay.size() == params_.size(), "AdamW: weight decay mask has ", decay.size(), " entries for ",
+            params_.size(), " parameters");
+  decay_ = std::move(decay);
+}
+
+void AdamW::step() {
+  NoGradGuard ng;
+  ++step_;
+  // Groups: (device, dtype, decay) -> indices, each one multi-tensor backend call.
+  std::map<std::tuple<int, int, int, bool>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    BLU_CHECK(p.grad().sizes() == p.sizes() && p.grad().dtype() == p.dtype(), "AdamW: gradient ",
+              p.grad().describe(), " does not match parameter ", p.describe());
+    BLU_CHECK(p.is_contiguous(), "AdamW: parameter ", p.describe(), " is not contiguous");
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = zeros_like(p);
+      exp_avg_sq_[i] = zeros_like(p);
+    }
+    groups[{static_cast<int>(p.device().type), p.device().index, static_cast<int>(p.dtype()), decay_[i]}].push_back(i);
+  }
+  for (auto& [key, idx] : groups) {
+    std::vector<Tensor> ps, gs, ms, vs;
+    for (std::size_t i : idx) {
+      ps.push_back(params_[i]);
+      gs.push_back(detail::contiguous_nograd(params_[i].grad()));
+      ms.push_back(exp_avg_[i]);
+      vs.push_back(exp_avg_sq_[i]);
+    }
+    AdamWParams hp;
+    hp.lr = lr_;
+    hp.beta1 = options_.beta1;
+    hp.beta2 = options_.beta2;
+    hp.eps = options_.eps;
+    hp.weight_decay = std::get<3>(key) ? options_.weight_decay : 0.0;
+    hp.step = step_;
+    BLU_DISPATCH(ps[0].device(), adamw_step, ps, gs, ms, vs, hp);
+    for (Tensor& p : ps) p.bump_version();
+  }
+}
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay)
+    : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
+  velocity_.resize(params_.size());
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor d = p.grad();
+    if (weight_decay_ != 0.0) d = add(d, p, weight_decay_);
+    if (momentum_ != 0.0) {
+      if (!velocity_[i].defined()) {
+        velocity_[i] = d.clone();
+      } else {
+        velocity_[i].mul_(momentum_).add_(d);
+      }
+      d = velocity_[i];
+    }
+    p.add_(d, -lr_);
+  }
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard ng;
+  Tensor total;
+  for (const Tensor& p : params) {
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    Tensor sq = sum(mul(g, g)).to(kFloat32);
+    total = total.defined() ? add(total, sq) : sq;
+  }
+  if (!total.defined()) return scalar_tensor(0.0, kFloat32);
+  Tensor norm = sqrt(total);
+  Tensor coef = clamp_max(rdiv(add(norm, 1e-6), max_norm), 1.0);
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    g.mul_(coef.dtype() == g.dtype() ? coef : coef.to(g.dtype()));
+  }
+  return norm;
+}
+
+double lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps, double max_lr, double min_lr) {
+  if (warmup_steps > 0 && step < warmup_steps) {
+    return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  }
+  if (step >= total_steps) return min_lr;
+  double progress = static_cast<double>(step - warmup_steps) /
+                    static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  double coeff = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return min_lr + coeff * (max_lr - min_lr);
+}
+
+}  // namespace blu::optim

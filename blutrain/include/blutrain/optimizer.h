@@ -1,0 +1,51 @@
+// blutrain/optimizer.h: AdamW over the model's parameters (decoupled weight decay on 2-D
+// weights only; moments in fp32 beside the fp32 master weights), global-norm gradient clipping
+// and the warmup + cosine learning-rate schedule.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "blutensor/tensor.h"
+#include "blutrain/gpt2.h"
+
+namespace blu::train {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<NamedParam> params, const AdamWConfig& cfg);
+
+  // One update with learning rate `lr` from the parameters' .grad (parameters without a grad
+  // are skipped); step_count() + 1 is used for bias correction.
+  void step(double lr);
+  void zero_grad();
+
+  int64_t step_count() const { return t_; }
+  void set_step_count(int64_t t) { t_ = t; }
+  const std::vector<NamedParam>& params() const { return params_; }
+  std::vector<Tensor>& exp_avg() { return m_; }
+  std::vector<Tensor>& exp_avg_sq() { return v_; }
+
+ private:
+  std::vector<NamedParam> params_;
+  AdamWConfig cfg_;
+  std::vector<Tensor> m_, v_;
+  int64_t t_ = 0;
+};
+
+// The global L2 norm of all gradients (computed in one reduction, read with one sync); scales
+// them by max_norm / norm when larger (max_norm <= 0: no clipping). Returns the norm before.
+double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
+
+// Linear warmup over `warmup` steps to max_lr, then cosine decay to min_lr at max_steps
+// (0-based step).
+double learning_rate(int64_t step, double max_lr, double min_lr, int64_t warmup, int64_t max_steps);
+
+}  // namespace blu::train

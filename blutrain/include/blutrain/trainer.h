@@ -1,0 +1,60 @@
+// blutrain/trainer.h: the training loop and the tools around it (sampling, the fidelity dump).
+//
+// Note [Deterministic resume]
+// Everything a step depends on is in the checkpoint: fp32 weights (exact through safetensors),
+// AdamW moments and step count, the data cursor, the sampling RNG state and the step. A run
+// resumed from step k therefore computes bit-identical losses for steps > k to a run that was
+// never interrupted (given deterministic kernels, which blutensor guarantees), and
+// tests/blutrain/resume_test.cpp checks exactly that.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "blutrain/config.h"
+#include "blutrain/gpt2.h"
+#include "blutrain/metrics.h"
+
+namespace blu::train {
+
+class Tokenizer;
+
+struct TrainResult {
+  std::vector<LossPoint> train_losses;  // every step of the run (including before a resume)
+  std::vector<LossPoint> val_losses;
+  int64_t final_step = 0;      // optimizer steps completed
+  int64_t resumed_from = -1;   // step of the checkpoint resumed from, -1 if none
+  bool stopped_early = false;  // --stop-after-steps fired (no final checkpoint, like a kill)
+  std::string checkpoint_dir;  // last checkpoint written ("" if none)
+  std::string sample_text;
+  double median_tokens_per_s = 0;
+  double peak_allocated_gib = 0;
+};
+
+// Runs training for a resolved config (resolve_auto called). Progress goes to `out`.
+TrainResult run_training(const TrainConfig& cfg, std::ostream& out);
+
+// A deterministic RNG for sampling whose whole state is one uint64 (saved in checkpoints).
+struct SampleRng {
+  uint64_t state = 0;
+  uint64_t next_u64();
+  double next_double();  // [0, 1)
+};
+
+// Autoregressive sampling: `n_tokens` after `prompt` (temperature 0 = greedy; top_k 0 = all).
+std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vector<int32_t>& prompt, int n_tokens,
+                              double temperature, int top_k, SampleRng& rng);
+
+// `blutrain sample`: loads a checkpoint, prints a sample.
+int run_sample(const TrainConfig& cfg, std::ostream& out);
+
+// `blutrain fidelity-dump`: writes into cfg.out_dir the model (model.safetensors + config.json,
+// Hugging Face layout, initialised from --seed or loaded from --checkpoint), a batch of seeded
+// random tokens (batch.safetensors: idx, targets as I64 [B, T]) and our results in fp32
+// (ours.safetensors: logits [B, T, 50257], loss [], and grad.<hf name> for every weight in HF
+// layout). blutrain/tools/hf_fidelity.py compares them with transformers' GPT2LMHeadModel.
+int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out);
+
+}  // namespace blu::train

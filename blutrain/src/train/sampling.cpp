@@ -1,0 +1,79 @@
+// sampling.cpp: autoregressive sampling (temperature, top-k) and the `sample` subcommand.
+// Sampling recomputes the (cropped) context each token: simple and exact, and the tiny model and
+// short samples make a KV cache unnecessary here.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <ostream>
+
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+#include "blutrain/checkpoint_dir.h"
+#include "blutrain/tokenizer.h"
+#include "blutrain/trainer.h"
+#include "train/train_state.h"
+
+namespace blu::train {
+
+uint64_t SampleRng::next_u64() {
+  // SplitMix64.
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double SampleRng::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vector<int32_t>& prompt, int n_tokens,
+                              double temperature, int top_k, SampleRng& rng) {
+  NoGradGuard no_grad;
+  const GPT2Config& cfg = model.config();
+  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{Tokenizer::kEndOfText} : prompt;
+  std::vector<int32_t> out;
+  for (int i = 0; i < n_tokens; ++i) {
+    const size_t ctx = std::min<size_t>(seq.size(), static_cast<size_t>(cfg.block_size));
+    std::vector<int32_t> window(seq.end() - static_cast<std::ptrdiff_t>(ctx), seq.end());
+    Tensor idx = from_vector(window, {1, static_cast<int64_t>(ctx)}).to(model.device());
+    Tensor logits = model.logits(idx, precision);  // [1, ctx, Vp]
+    Tensor last = logits.select(1, static_cast<int64_t>(ctx) - 1).select(0, 0).narrow(0, 0, cfg.vocab_size);
+    std::vector<double> z = last.to_double_vector();
+    int32_t next;
+    if (temperature <= 0) {
+      next = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+    } else {
+      std::vector<int32_t> order(z.size());
+      std::iota(order.begin(), order.end(), 0);
+      size_t k = (top_k > 0 && static_cast<size_t>(top_k) < z.size()) ? static_cast<size_t>(top_k) : z.size();
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                        [&](int32_t a, int32_t b) { return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)] || (z[static_cast<size_t>(a)] == z[static_cast<size_t>(b)] && a < b); });
+      const double zmax = z[static_cast<size_t>(order[0])];
+      std::vector<double> p(k);
+      double total = 0;
+      for (size_t j = 0; j < k; ++j) total += p[j] = std::exp((z[static_cast<size_t>(order[j])] - zmax) / temperature);
+      double u = rng.next_double() * total;
+      size_t j = 0;
+      while (j + 1 < k && u >= p[j]) u -= p[j++];
+      next = order[j];
+    }
+    seq.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+int run_sample(const TrainConfig& cfg, std::ostream& out) {
+  const std::string dir = cfg.checkpoint.empty() ? latest_checkpoint(cfg.out_dir) : cfg.checkpoint;
+  BLU_CHECK(!dir.empty(), "sample: no checkpoint in '", cfg.out_dir, "' (train first, or pass --checkpoint DIR)");
+  GPT2 model(gpt2_config(cfg.model), Device(cfg.device));
+  TrainState st = load_checkpoint(dir, model, nullptr);
+  Tokenizer tok = Tokenizer::from_dir(cfg.vocab_dir.empty() ? Tokenizer::default_dir() : cfg.vocab_dir);
+  SampleRng rng{cfg.seed};
+  std::vector<int32_t> prompt = cfg.prompt.empty() ? std::vector<int32_t>{} : tok.encode(cfg.prompt);
+  std::vector<int32_t> ids = generate(model, parse_precision(cfg.precision), prompt, cfg.sample_tokens, cfg.temperature,
+                                      cfg.top_k, rng);
+  out << "checkpoint " << dir << " (step " << st.step << ")\n" << cfg.prompt << tok.decode(ids) << "\n";
+  return 0;
+}
+
+}  // namespace blu::train

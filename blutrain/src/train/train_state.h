@@ -1,0 +1,32 @@
+// train_state.h (internal): saving and loading a whole training checkpoint
+// (Note [Checkpoint layout] in blutrain/checkpoint_dir.h, Note [Deterministic resume] in
+// blutrain/trainer.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "blutrain/config.h"
+#include "blutrain/data.h"
+#include "blutrain/gpt2.h"
+#include "blutrain/metrics.h"
+#include "blutrain/optimizer.h"
+
+namespace blu::train {
+
+struct TrainState {
+  int64_t step = 0;  // optimizer steps completed
+  DataCursor cursor;
+  uint64_t sample_rng = 0;
+  std::vector<LossPoint> train_losses;
+  std::vector<LossPoint> val_losses;
+};
+
+// Writes a complete checkpoint for `state.step` atomically; returns its directory.
+std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
+                            const TrainConfig& cfg);
+// Loads weights, optimizer moments and step; returns the rest. Errors name the file.
+TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt);
+
+}  // namespace blu::train

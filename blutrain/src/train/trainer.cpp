@@ -1,0 +1,284 @@
+// trainer.cpp: the training loop: data, model, AdamW, gradient accumulation to the target
+// tokens per step, warmup + cosine LR, clipping, validation, sampling, progress line, JSONL
+// metrics, checkpoints and resume (Note [Deterministic resume] in blutrain/trainer.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+
+#include <cuda_runtime.h>
+
+#include "blutensor/autograd.h"
+#include "blutensor/cuda_allocator.h"
+#include "blutensor/cuda_stream.h"
+#include "blutensor/ops.h"
+#include "blutrain/checkpoint_dir.h"
+#include "blutrain/data.h"
+#include "blutrain/files.h"
+#include "blutrain/json.h"
+#include "blutrain/nvtx.h"
+#include "blutrain/optimizer.h"
+#include "blutrain/tokenizer.h"
+#include "blutrain/trainer.h"
+#include "train/train_state.h"
+
+namespace blu::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+ShardSet resolve_data(const TrainConfig& cfg, const Tokenizer* tok) {
+  const std::string cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
+  if (cfg.data == "brown") {
+    BLU_CHECK(tok != nullptr, "data: the Brown corpus needs the GPT-2 tokenizer");
+    return ensure_brown_shards(*tok, default_brown_dir(), cache);
+  }
+  if (cfg.data == "synthetic") return ensure_synthetic_shards(cache, 1 << 23, cfg.seed);
+  return find_shard_set(cfg.data, cfg.data_name);
+}
+
+// Moves a host batch to the model's device (through pinned double-buffered staging on CUDA).
+class BatchFeeder {
+ public:
+  BatchFeeder(Device device, int B, int T) : device_(device), B_(B), T_(T), x_(size_t(B) * T), y_(size_t(B) * T) {
+    if (device.is_cuda()) stager_ = std::make_unique<BatchStager>(int64_t{B} * T);
+  }
+  std::pair<Tensor, Tensor> next(DataLoader& loader) {
+    BLU_NVTX_RANGE("data");
+    if (!stager_) {
+      loader.next_batch(x_, y_);
+      return {from_vector(x_, {B_, T_}), from_vector(y_, {B_, T_})};
+    }
+    loader.next_batch(stager_->host_inputs(), stager_->host_targets());
+    Tensor x = empty({B_, T_}, TensorOptions(kInt32).device(device_));
+    Tensor y = empty({B_, T_}, TensorOptions(kInt32).device(device_));
+    stager_->stage(x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), blu::cuda::current_stream(device_.index));
+    return {x, y};
+  }
+
+ private:
+  Device device_;
+  int64_t B_, T_;
+  std::vector<int32_t> x_, y_;
+  std::unique_ptr<BatchStager> stager_;
+};
+
+double evaluate(GPT2& model, Precision precision, DataLoader& val, BatchFeeder& feeder, int batches) {
+  BLU_NVTX_RANGE("validation");
+  NoGradGuard no_grad;
+  val.reset();
+  double total = 0;
+  for (int i = 0; i < batches; ++i) {
+    auto [x, y] = feeder.next(val);
+    total += model.forward(x, y, precision).item();
+  }
+  return total / batches;
+}
+
+void sync_device(Device d) {
+  if (d.is_cuda()) blu::cuda::synchronize_device(d.index);
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
+  const Device device(cfg.device);
+  const Precision precision = parse_precision(cfg.precision);
+  if (device.is_cuda()) {
+    blu::cuda::set_device(device.index);
+    set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
+  }
+  const GPT2Config mcfg = gpt2_config(cfg.model);
+  BLU_CHECK(cfg.seq_len <= mcfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the ", cfg.model, " model's context ",
+            mcfg.block_size);
+
+  // Tokenizer: for the Brown corpus and for printing samples (optional otherwise).
+  std::unique_ptr<Tokenizer> tok;
+  const std::string vocab_dir = cfg.vocab_dir.empty() ? Tokenizer::default_dir() : cfg.vocab_dir;
+  if (cfg.data == "brown" || file_exists(vocab_dir + "/encoder.json")) {
+    tok = std::make_unique<Tokenizer>(Tokenizer::from_dir(vocab_dir));
+  }
+  const ShardSet shards = resolve_data(cfg, tok.get());
+  const int B = cfg.batch_size, T = cfg.seq_len;
+  DataLoader train_loader(shards.train, B, T, 0, 1, mcfg.vocab_size);
+  std::unique_ptr<DataLoader> val_loader;
+  if (!shards.val.empty() && cfg.val_batches > 0) {
+    val_loader = std::make_unique<DataLoader>(shards.val, B, T, 0, 1, mcfg.vocab_size);
+  }
+  const int64_t micro_tokens = int64_t{B} * T;
+  const int64_t accum = cfg.total_batch_tokens / micro_tokens;
+  BatchFeeder feeder(device, B, T);
+
+  GPT2 model(mcfg, device);
+  model.init_weights(cfg.seed);
+  AdamWConfig acfg;
+  acfg.beta1 = cfg.beta1;
+  acfg.beta2 = cfg.beta2;
+  acfg.eps = cfg.adam_eps;
+  acfg.weight_decay = cfg.weight_decay;
+  AdamW opt(model.parameters(), acfg);
+
+  TrainResult result;
+  TrainState state;
+  state.sample_rng = cfg.seed ^ 0x5A4D504C45ull;  // "SAMPLE"
+  std::string resume_dir;
+  if (cfg.resume == "auto") {
+    resume_dir = latest_checkpoint(cfg.out_dir);
+  } else if (cfg.resume != "none") {
+    resume_dir = cfg.resume;
+  }
+  if (!resume_dir.empty()) {
+    state = load_checkpoint(resume_dir, model, &opt);
+    train_loader.set_cursor(state.cursor);
+    result.resumed_from = state.step;
+    out << "resumed from " << resume_dir << " at step " << state.step << "\n";
+  }
+
+  const int64_t n_params = model.num_params();
+  const double flops_tok = flops_per_token(n_params, mcfg.n_layer, mcfg.n_embd, T);
+  std::string gpu_name;
+  if (device.is_cuda()) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) gpu_name = prop.name;
+  }
+  const double peak = device.is_cuda() ? dense_peak_flops(gpu_name, cfg.precision) : 0.0;
+  out << "model " << mcfg.name << ": " << n_params << " parameters (" << mcfg.n_layer << " layers, " << mcfg.n_embd
+      << " channels, " << mcfg.n_head << " heads) on " << device.str() << (gpu_name.empty() ? "" : " (" + gpu_name + ")")
+      << ", " << cfg.precision << "\n"
+      << "data " << cfg.data << ": " << train_loader.total_tokens() << " train tokens"
+      << (val_loader ? ", " + std::to_string(val_loader->total_tokens()) + " val tokens" : std::string(", no val split"))
+      << "; B=" << B << " T=" << T << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens
+      << " tokens per step\n";
+
+  std::filesystem::create_directories(cfg.out_dir);
+  MetricsLog metrics(cfg.out_dir + "/metrics.jsonl");
+  const double min_lr = cfg.lr * cfg.min_lr_ratio;
+  const Clock::time_point t_start = Clock::now();
+  std::vector<double> tok_rates;
+  int64_t steps_this_process = 0;
+  auto checkpoint = [&] {
+    if (!cfg.save) return;
+    state.cursor = train_loader.cursor();
+    result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, model, opt, state, cfg);
+    out << "checkpoint " << result.checkpoint_dir << "\n";
+  };
+  auto print_sample = [&](int64_t step) {
+    if (cfg.sample_tokens <= 0 || !tok) return;
+    SampleRng rng{state.sample_rng};
+    std::vector<int32_t> prompt = cfg.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.prompt);
+    std::vector<int32_t> ids = generate(model, precision, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k, rng);
+    state.sample_rng = rng.state;
+    result.sample_text = cfg.prompt + tok->decode(ids);
+    out << "--- sample at step " << step << " ---\n" << result.sample_text << "\n---\n";
+  };
+  auto validate = [&](int64_t step) {
+    if (!val_loader) return;
+    const double v = evaluate(model, precision, *val_loader, feeder, cfg.val_batches);
+    state.val_losses.push_back({step, v});
+    metrics.write("val", {{"step", static_cast<double>(step)}, {"val_loss", v}});
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "val loss %.4f at step %lld", v, static_cast<long long>(step));
+    out << buf << "\n";
+  };
+
+  int64_t step = state.step;
+  while (step < cfg.max_steps) {
+    if (cfg.time_limit_s > 0 &&
+        std::chrono::duration<double>(Clock::now() - t_start).count() > cfg.time_limit_s) {
+      out << "time limit of " << cfg.time_limit_s << " s reached at step " << step << "\n";
+      break;
+    }
+    if (cfg.val_every > 0 && step % cfg.val_every == 0) validate(step);
+    if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) print_sample(step);
+    BLU_NVTX_RANGE("step");
+    sync_device(device);
+    const Clock::time_point t0 = Clock::now();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto [x, y] = feeder.next(train_loader);
+      Tensor loss;
+      {
+        BLU_NVTX_RANGE("forward");
+        loss = model.forward(x, y, precision);
+      }
+      {
+        BLU_NVTX_RANGE("backward");
+        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+      }
+      loss_sum += loss.item();
+    }
+    const double loss = loss_sum / static_cast<double>(accum);
+    const double norm = clip_grad_norm(opt.params(), cfg.grad_clip);
+    const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
+    opt.step(lr);
+    opt.zero_grad();
+    sync_device(device);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    ++step;
+    ++steps_this_process;
+    state.step = step;
+    state.train_losses.push_back({step, loss});
+
+    ProgressInfo p;
+    p.step = step;
+    p.max_steps = cfg.max_steps;
+    p.loss = loss;
+    p.lr = lr;
+    p.grad_norm = norm;
+    p.step_ms = ms;
+    p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
+    if (steps_this_process > 3) tok_rates.push_back(p.tokens_per_s);
+    if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
+    if (device.is_cuda()) {
+      const blu::cuda::MemoryStats ms_stats = blu::cuda::CachingAllocator::get().stats(device.index);
+      p.mem_allocated_gib = static_cast<double>(ms_stats.allocated_bytes) / kGiB;
+      p.mem_reserved_gib = static_cast<double>(ms_stats.reserved_bytes) / kGiB;
+      p.mem_peak_gib = static_cast<double>(ms_stats.peak_allocated_bytes) / kGiB;
+      result.peak_allocated_gib = p.mem_peak_gib;
+      size_t free_b = 0, total_b = 0;
+      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) p.device_used_gib = static_cast<double>(total_b - free_b) / kGiB;
+    }
+    if (step % cfg.log_every == 0 || step == cfg.max_steps) out << format_progress_line(p) << std::endl;
+    metrics.write("train", {{"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                            {"step_ms", ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
+                            {"mem_peak_gib", p.mem_peak_gib}});
+    if (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.max_steps) checkpoint();
+    if (cfg.stop_after_steps > 0 && steps_this_process >= cfg.stop_after_steps) {
+      out << "stopping after " << steps_this_process << " steps (--stop-after-steps)\n";
+      result.stopped_early = true;
+      break;
+    }
+  }
+
+  if (!result.stopped_early) {
+    if (val_loader && (state.val_losses.empty() || state.val_losses.back().step != step)) validate(step);
+    print_sample(step);
+    checkpoint();
+    if (cfg.plot && !state.train_losses.empty()) {
+      const std::string png = write_loss_curve(cfg.out_dir + "/loss.png", state.train_losses, state.val_losses,
+                                               "blutrain " + mcfg.name + " " + cfg.precision);
+      out << "loss curve " << png << "\n";
+    }
+  }
+  if (!tok_rates.empty()) {
+    std::vector<double> r = tok_rates;
+    std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
+    result.median_tokens_per_s = r[r.size() / 2];
+  }
+  if (!cfg.summary_json.empty()) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "{\"e2e.%s.tok_s\": %.1f, \"e2e.%s.peak_gib\": %.3f}\n", cfg.precision.c_str(),
+                  result.median_tokens_per_s, cfg.precision.c_str(), result.peak_allocated_gib);
+    write_file_atomic(cfg.summary_json, buf);
+    out << buf;
+  }
+  result.train_losses = state.train_losses;
+  result.val_losses = state.val_losses;
+  result.final_step = step;
+  return result;
+}
+
+}  // namespace blu::train
