@@ -95,17 +95,20 @@ if ((do_bench)); then
   for py in $( [ "$suite" = kernels ] || [ "$suite" = all ] && echo "torch_kernels torch_attention"); do
     if [ -f bench/$py.py ]; then
       stamp "python $py"
-      timeout 240 python3 bench/$py.py "$res" > "$logs/$py.txt" 2>&1 || echo "$py failed rc=$?" >> "$logs/bench_failures.txt"
+      timeout "${BLU_BENCH_TIMEOUT:-240}" python3 bench/$py.py "$res" > "$logs/$py.txt" 2>&1 || echo "$py failed rc=$?" >> "$logs/bench_failures.txt"
     fi
   done
 fi
 
-# SASS of the hot kernels: instruction counts per kernel and arch, and the static checks.
+# SASS of the hot kernels: instruction counts per kernel and arch, the static checks, and the
+# sm_90a SASS text of the GEMM and attention kernels (the whole dump is too large to bring back).
 if [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
   stamp "sass"
   cuobjdump --dump-sass $build/blublas/libblublas.a > "$work/sass_blublas.txt" 2>/dev/null
   python3 scripts/sass_check.py "$work/sass_blublas.txt" "$res/sass_check.json" > "$logs/sass_check.txt" 2>&1
-  gzip -f "$work/sass_blublas.txt"; mv "$work/sass_blublas.txt.gz" "$logs/"
+  awk '/arch = /{arch=$3} /Function : /{keep = (arch=="sm_90a" && $0 ~ /(gemm|flash_attn)/)} keep' \
+    "$work/sass_blublas.txt" | head -c 60000000 | gzip -c > "$logs/sass_hot_sm90a.txt.gz"
+  rm -f "$work/sass_blublas.txt"
 fi
 
 python3 scripts/make_summary.py --results "$res" --gpu-name "$gpu_name" --tag "$tag" \
@@ -113,7 +116,9 @@ python3 scripts/make_summary.py --results "$res" --gpu-name "$gpu_name" --tag "$
   --build-rc "$build_rc" --tests "$tests_pass/$tests_total" --suite "$suite" \
   > "$logs/summary_table.txt" 2>&1
 cp -r "$res" "$logs/results"
-tar -C "$work" -czf "$OUT/device-results.tar.gz" logs
+tar -C "$work" -czf "$OUT/device-results.tar.gz" --exclude=sass_hot_sm90a.txt.gz logs
+cp "$logs/sass_hot_sm90a.txt.gz" "$OUT/" 2>/dev/null
+gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done

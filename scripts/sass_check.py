@@ -16,29 +16,42 @@ from collections import defaultdict
 OPS = ["HGMMA", "HMMA", "FFMA", "LDGSTS", "UTMALDG", "UTMASTG", "LDSM", "STSM", "LDL", "STL",
        "LDG.E.128", "STG.E.128", "SYNCS", "WARPGROUP"]
 
+OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+
 def parse(path):
+    """One pass; one regex per line: the opcode (with its modifiers) after the address comment."""
     kernels = defaultdict(lambda: defaultdict(int))  # (arch, name) -> op -> count
     arch, name = "?", None
-    for line in open(path, errors="replace"):
-        m = re.search(r"arch = (sm_\w+)", line)
-        if m:
-            arch = m.group(1)
-            continue
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            name = m.group(1)
-            kernels[(arch, name)]["_seen"] = 1
-            continue
-        if name is None or "/*" not in line:
-            continue
-        ins = line.split("*/", 1)[-1].strip() if line.strip().startswith("/*") else line
-        for op in OPS:
-            if re.search(r"\b" + re.escape(op) + r"\b", ins):
-                kernels[(arch, name)][op] += 1
+    wanted_exact = {"LDG.E.128", "STG.E.128"}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if "arch = " in line:
+                m = re.search(r"arch = (sm_\w+)", line)
+                if m:
+                    arch = m.group(1)
+                continue
+            if "Function : " in line:
+                name = line.split("Function : ", 1)[1].strip()
+                kernels[(arch, name)]["_seen"] = 1
+                continue
+            if name is None:
+                continue
+            m = OPCODE.match(line)
+            if not m:
+                continue
+            full = m.group(1)
+            base = full.split(".", 1)[0]
+            c = kernels[(arch, name)]
+            if base in OPS_SET:
+                c[base] += 1
+            if full in wanted_exact or full.startswith("LDG.E.128") or full.startswith("STG.E.128"):
+                c[full[:9]] += 1
     return kernels
 
 def demangle_hint(name):
     return name if len(name) < 120 else name[:117] + "..."
+
+OPS_SET = set(o for o in OPS if "." not in o)
 
 def main():
     src, out = sys.argv[1], sys.argv[2]
@@ -59,7 +72,8 @@ def main():
             counted["strict_f32_kernels"] += 1
             if c["HMMA"] or c["HGMMA"]:
                 violations.append(f"{arch} {demangle_hint(name)}: strict fp32 kernel uses tensor cores")
-        if "sm90" in low and arch == "sm_90a" and "gemm" in low and "transpose" not in low:
+        helper = any(w in low for w in ("reduce", "probe", "transpose", "convert", "bias_grad"))
+        if "sm90" in low and arch == "sm_90a" and "gemm" in low and not helper:
             counted["sm90_gemm_kernels"] += 1
             if c["HGMMA"] == 0:
                 violations.append(f"{arch} {demangle_hint(name)}: sm90 GEMM kernel without HGMMA")

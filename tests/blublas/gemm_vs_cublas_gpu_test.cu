@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,14 @@ const Prec kPrecs[] = {
     {"fp32", Dtype::kF32, Dtype::kF32, ComputeMode::kStrictF32, CUDA_R_32F, CUDA_R_32F,
      CUBLAS_COMPUTE_32F, 2e-6},
 };
+
+// Readable test parameters in gtest's output.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << " M=" << c.m << " N=" << c.n << " K=" << c.k << " batch=" << c.batch << " "
+      << (c.op_a == Op::kT ? "T" : "N") << (c.op_b == Op::kT ? "T" : "N")
+      << (c.layout == Layout::kRowMajor ? " row" : " col") << "-major ld_pad=" << c.ld_pad;
+}
+void PrintTo(const Prec& p, std::ostream* os) { *os << p.name; }
 
 std::vector<Case> gpt2_cases() {
   struct L { const char* name; int out, in; };

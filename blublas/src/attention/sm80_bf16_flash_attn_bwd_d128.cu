@@ -2,8 +2,8 @@
 // at head dim 128 (kernel templates in sm80_flash_attn_bwd.cuh). Entry 0 is the default; the others
 // are measured by bench/attention_bench.cu (Note [Attention tile tables]).
 // Name: dkdv w<warps, 16 keys each> br<queries per block> [kv-regs] / dq w<warps> bc<keys per
-// block> [q-regs]; min<CTAs per SM> when set; fused-dq: no dq pass (Note [Ordered dQ
-// accumulation]).
+// block> [q-regs]; min<CTAs per SM> when set. (The fused-dQ variant spills at d128: dK, dV and
+// the dQ partial are 192 accumulator registers.)
 #include "attention/sm80_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
@@ -22,7 +22,6 @@ const KernelConfig kTable[] = {
     {"dkdv w4 br32 / dq w4 bc64", run<4, 32, false, 1, 4, 64, false, 1>},
     {"dkdv w8 br32 / dq w8 bc64", run<8, 32, false, 1, 8, 64, false, 1>},
     {"dkdv w4 br16 / dq w4 bc32 q-regs", run<4, 16, false, 1, 4, 32, true, 1>},
-    {"dkdv w4 br64 fused-dq (ordered)", run<4, 64, false, 1, 4, 64, false, 1, true>},
 };
 
 }  // namespace

@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     }
   }
   const float mb = block_max(m, scratch);
+  const float mref = mb == -INFINITY ? 0.0f : mb;  // a fully -inf slice contributes exp(-inf) = 0
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     if (e < nvalid) {
 #pragma unroll
       for (int i = 0; i < W; ++i) {
-        v[k][i] = __expf(v[k][i] - mb);
+        v[k][i] = __expf(v[k][i] - mref);
         s += v[k][i];
       }
     }
@@ -159,8 +160,10 @@ __global__ void __launch_bounds__(kGenericRowThreads)
       }
     }
     float s = st.m == -INFINITY ? 0.0f : st.s * __expf(st.m - m);
+    if (m != -INFINITY) {
 #pragma unroll
-    for (int i = 0; i < W; ++i) s += __expf(v[i] - m);
+      for (int i = 0; i < W; ++i) s += __expf(v[i] - m);
+    }
     st = {m, s};
   }
   const MaxSum all = block_maxsum(st, scratch);  // ends with a barrier: x_t is read before writes

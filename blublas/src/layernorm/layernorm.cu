@@ -274,25 +274,30 @@ __global__ void __launch_bounds__(kGenericThreads)
   dst[cols + c] = db;
 }
 
-// out[c] (+)= sum_b partial[b][which][c] in block order. grid (ceil(cols/32), 2), block (32, 8).
-__global__ void __launch_bounds__(256)
+// out[c] (+)= sum_b partial[b][which][c]. grid (ceil(cols/32), 2), block (32, kFinishLanes): lane
+// y sums partials y, y + kFinishLanes, ... in order, then the lanes are added in lane order.
+constexpr int kFinishLanes = 32;
+__global__ void __launch_bounds__(32 * kFinishLanes)
     ln_bwd_finish_kernel(float* dweight, float* dbias, const float* __restrict__ partial,
                          int64_t blocks, int64_t cols, bool accumulate) {
-  __shared__ float red[8][33];
+  __shared__ float red[kFinishLanes][33];
   const int which = blockIdx.y;
   float* outp = which == 0 ? dweight : dbias;
   if (outp == nullptr) return;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.0f;
   if (c < cols) {
-    for (int64_t b = threadIdx.y; b < blocks; b += 8) s += partial[(b * 2 + which) * cols + c];
+#pragma unroll 4
+    for (int64_t b = threadIdx.y; b < blocks; b += kFinishLanes) {
+      s += partial[(b * 2 + which) * cols + c];
+    }
   }
   red[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float t = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) t += red[i][threadIdx.x];
+    for (int i = 0; i < kFinishLanes; ++i) t += red[i][threadIdx.x];
     outp[c] = accumulate ? outp[c] + t : t;
   }
 }
@@ -401,7 +406,7 @@ Status backward_typed(T* dx, float* dweight, float* dbias, const T* dout, const 
   }
   BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (partials)");
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), 2);
-  ln_bwd_finish_kernel<<<grid, dim3(32, 8), 0, s>>>(dweight, dbias, partial, blocks, cols,
+  ln_bwd_finish_kernel<<<grid, dim3(32, kFinishLanes), 0, s>>>(dweight, dbias, partial, blocks, cols,
                                                     acc_params);
   BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (finish)");
   return Status::success();

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(32 * kRowLanes)
 #pragma unroll
   for (int i = 0; i < W; ++i) s[i] = 0.0f;
   if (c < cols) {
+#pragma unroll 4
     for (int64_t r = r0 + ry; r < r1; r += kRowLanes) {
       float v[W];
       load_f32<T, W>(in + r * cols + c, v);
@@ -68,21 +69,23 @@ __global__ void __launch_bounds__(32 * kRowLanes)
   }
 }
 
-__global__ void __launch_bounds__(256)
+constexpr int kFinishLanes = 32;
+__global__ void __launch_bounds__(32 * kFinishLanes)
     column_sum_finish_kernel(float* out, const float* __restrict__ partial, int64_t chunks,
                              int64_t cols, bool accumulate) {
-  __shared__ float red[8][33];
+  __shared__ float red[kFinishLanes][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.0f;
   if (c < cols) {
-    for (int64_t b = threadIdx.y; b < chunks; b += 8) s += partial[b * cols + c];
+#pragma unroll 4
+    for (int64_t b = threadIdx.y; b < chunks; b += kFinishLanes) s += partial[b * cols + c];
   }
   red[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float t = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) t += red[i][threadIdx.x];
+    for (int i = 0; i < kFinishLanes; ++i) t += red[i][threadIdx.x];
     out[c] = accumulate ? out[c] + t : t;
   }
 }
@@ -98,7 +101,7 @@ void launch_w(float* out, const T* in, int64_t rows, int64_t cols, bool accumula
   column_sum_partial_kernel<T, W><<<grid, dim3(32, kRowLanes), 0, s>>>(
       direct ? out : partial, in, rows, cols, cr, direct, accumulate);
   if (!direct) {
-    column_sum_finish_kernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 8), 0, s>>>(
+    column_sum_finish_kernel<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kFinishLanes), 0, s>>>(
         out, partial, chunks, cols, accumulate);
   }
 }

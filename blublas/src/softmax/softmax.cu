@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     }
   }
   const float mb = block_max(m, scratch);
+  const float mref = mb == -INFINITY ? 0.0f : mb;  // a fully -inf slice contributes exp(-inf) = 0
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     if (e < nvalid) {
 #pragma unroll
       for (int i = 0; i < W; ++i) {
-        v[k][i] = __expf(v[k][i] - mb);
+        v[k][i] = __expf(v[k][i] - mref);
         s += v[k][i];
       }
     }
@@ -117,8 +118,10 @@ __global__ void __launch_bounds__(kGenericRowThreads)
 #pragma unroll
     for (int i = 0; i < W; ++i) m = fmaxf(m, v[i]);
     float s = st.m == -INFINITY ? 0.0f : st.s * __expf(st.m - m);
+    if (m != -INFINITY) {
 #pragma unroll
-    for (int i = 0; i < W; ++i) s += __expf(v[i] - m);
+      for (int i = 0; i < W; ++i) s += __expf(v[i] - m);
+    }
     st = {m, s};
   }
   const MaxSum all = block_maxsum(st, scratch);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "blutensor/tensor.h"
-#include "kernel_args.h"
+#include "../kernel_args.h"  // relative: also found from tests that include this header by path
 
 namespace blu::cuda_ops {
 

@@ -1,0 +1,127 @@
+// train_loop_test.cpp: a short CPU training run of the tiny model whose loss falls, writing a
+// checkpoint, metrics and a loss curve; a corrupt checkpoint is a clear error and is left alone.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "blutensor/error.h"
+#include "blutrain/checkpoint_dir.h"
+#include "blutrain/config.h"
+#include "blutrain/data.h"
+#include "blutrain/files.h"
+#include "blutrain/trainer.h"
+
+using namespace blu::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A learnable token stream: a fixed pseudo-random sequence of 24 distinct ids, repeated.
+void write_pattern_shards(const std::string& dir) {
+  fs::create_directories(dir);
+  std::vector<int32_t> period;
+  for (int i = 0; i < 24; ++i) period.push_back(1000 + (i * 37) % 24);
+  std::vector<int32_t> train, val;
+  for (int i = 0; i < 20000; ++i) train.push_back(period[static_cast<size_t>(i) % period.size()]);
+  for (int i = 0; i < 4000; ++i) val.push_back(period[static_cast<size_t>(i + 5) % period.size()]);
+  write_shard(dir + "/pat_train_000000.bin", train);
+  write_shard(dir + "/pat_val_000000.bin", val);
+}
+
+TrainConfig tiny_config(const std::string& data_dir, const std::string& out_dir) {
+  TrainConfig c;
+  c.model = "tiny";
+  c.device = "cpu";
+  c.data = data_dir;
+  c.batch_size = 4;
+  c.seq_len = 32;
+  c.max_steps = 30;
+  c.lr = 3e-3;
+  c.warmup_steps = 3;
+  c.val_every = 10;
+  c.val_batches = 2;
+  c.sample_tokens = 0;
+  c.out_dir = out_dir;
+  c.resume = "none";
+  c.plot = true;
+  resolve_auto(c, false);
+  c.time_limit_s = 0;
+  return c;
+}
+
+class TrainLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("blu_train_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    write_pattern_shards((root_ / "data").string());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+}  // namespace
+
+TEST_F(TrainLoopTest, LossFallsAndOutputsAreWritten) {
+  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+  std::ostringstream log;
+  TrainResult r = run_training(cfg, log);
+  ASSERT_EQ(r.train_losses.size(), 30u) << log.str();
+  const double first = r.train_losses.front().loss;
+  double last5 = 0;
+  for (size_t i = 25; i < 30; ++i) last5 += r.train_losses[i].loss / 5;
+  EXPECT_GT(first, 9.5) << "an untrained GPT-2 starts near ln(50257) = 10.8";
+  EXPECT_LT(last5, first - 4.0) << log.str();
+  ASSERT_GE(r.val_losses.size(), 3u);
+  EXPECT_LT(r.val_losses.back().loss, r.val_losses.front().loss - 4.0);
+  // Outputs: progress lines, a checkpoint, metrics and the curve.
+  EXPECT_NE(log.str().find("step 30/30 | loss "), std::string::npos) << log.str();
+  EXPECT_EQ(latest_checkpoint(cfg.out_dir), (fs::path(cfg.out_dir) / "step_00000030").string());
+  for (const char* f : {"model.safetensors", "config.json", "optimizer.safetensors", "state.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(cfg.out_dir) / "step_00000030" / f)) << f;
+  }
+  std::ifstream metrics(cfg.out_dir + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 30 + static_cast<int>(r.val_losses.size()));
+  EXPECT_TRUE(fs::exists(cfg.out_dir + "/loss.png") || fs::exists(cfg.out_dir + "/loss.svg"));
+}
+
+TEST_F(TrainLoopTest, CorruptCheckpointIsAClearErrorAndStaysUntouched) {
+  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+  cfg.max_steps = 2;
+  cfg.plot = false;
+  std::ostringstream log;
+  run_training(cfg, log);
+  const std::string ckpt = latest_checkpoint(cfg.out_dir);
+  ASSERT_FALSE(ckpt.empty());
+  const std::string model = ckpt + "/model.safetensors";
+  std::string bytes = read_file(model, "test");
+  bytes.resize(bytes.size() / 2);
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << bytes;
+  cfg.resume = "auto";
+  cfg.max_steps = 4;
+  try {
+    run_training(cfg, log);
+    ADD_FAILURE() << "expected an error for a truncated checkpoint";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(model, "test"), bytes) << "the (corrupt) checkpoint must not be overwritten";
+  EXPECT_EQ(latest_checkpoint(cfg.out_dir), ckpt);
+  // Data that does not fit one batch is a clear error too.
+  TrainConfig big = tiny_config((root_ / "data").string(), (root_ / "out2").string());
+  big.batch_size = 64;
+  big.seq_len = 256;
+  big.total_batch_tokens = 64 * 256;
+  try {
+    run_training(big, log);
+    ADD_FAILURE() << "expected an error for a batch larger than the data";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than the data"), std::string::npos) << e.what();
+  }
+}
