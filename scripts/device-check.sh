@@ -33,6 +33,7 @@ rm -rf "$res" "$logs"; mkdir -p "$res" "$logs"
 export PATH=/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export BLU_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
+export BLU_TENSOR_REPORT=$res/tensor_ops.json   # written by the CPU-vs-CUDA op registry test
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 

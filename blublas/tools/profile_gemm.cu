@@ -216,12 +216,19 @@ struct DevMem {
   ~DevMem() { for (void* p : ptrs) cudaFree(p); }
 };
 
-// Median ms of fn(rep) over reps (each timed by its own event pair) after a warm-up.
+// Median ms of fn(rep) over reps (each timed by its own event pair) after a warm-up of at least
+// ~50 ms of GPU time (clocks ramp up) and 2 calls.
 double median_ms(const std::function<void(int)>& fn, cudaStream_t s, int reps) {
-  const int warmup = std::max(2, reps / 10);
-  for (int i = 0; i < warmup; ++i) fn(i);
   std::vector<cudaEvent_t> ev(2 * reps);
   for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
+  cuda_ok(cudaEventRecord(ev[0], s), "cudaEventRecord");
+  fn(0);
+  cuda_ok(cudaEventRecord(ev[1], s), "cudaEventRecord");
+  cuda_ok(cudaEventSynchronize(ev[1]), "first call");
+  float first_ms = 0;
+  cuda_ok(cudaEventElapsedTime(&first_ms, ev[0], ev[1]), "cudaEventElapsedTime");
+  const int warmup = static_cast<int>(std::clamp(50.0 / std::max(first_ms, 1e-3f), 2.0, 2000.0));
+  for (int i = 1; i < warmup; ++i) fn(i);
   for (int i = 0; i < reps; ++i) {
     cuda_ok(cudaEventRecord(ev[2 * i], s), "cudaEventRecord");
     fn(warmup + i);

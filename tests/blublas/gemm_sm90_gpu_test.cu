@@ -152,7 +152,8 @@ struct Case {
   float alpha = 1.0f, beta = 0.0f;
   int tile = -1, splits = 0;  // forced plan (-1 / 0: heuristic)
   bool check_determinism = false;
-  bool odd_ldd = false;  // odd ldd: the epilogue's scalar (unpaired) store path
+  bool odd_ldd = false;   // odd ldd: the generic epilogue's scalar (unpaired) store path
+  bool even_ldd = false;  // even, not 16-byte ldd: the generic epilogue's paired stores
   bool generic_epi = false;  // force the staged generic epilogue (not the TMA-store one)
   std::string str() const {
     std::ostringstream os;
@@ -162,7 +163,7 @@ struct Case {
        << " alpha=" << alpha << " beta=" << beta << " tile="
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
-       << (odd_ldd ? " odd ldd" : "") << (generic_epi ? " generic-epilogue" : "");
+       << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "");
     return os.str();
   }
 };
@@ -185,11 +186,15 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   const int64_t b_rows = c.b_k ? c.n : c.k, b_inner = c.b_k ? c.k : c.n;
   const int64_t lda = round_up(a_inner, align_elems) + align_elems;
   const int64_t ldb = round_up(b_inner, align_elems) + align_elems;
-  // >= 2 poisoned guard columns per row; even (paired stores) unless odd_ldd.
-  const int64_t ldd = c.odd_ldd ? c.n + 3 : round_up(c.n, 2) + 2;
+  // Poisoned guard columns after each row. Default: ldd a multiple of 8 elements (16-byte rows:
+  // the TMA-store epilogue can take 16-bit D); even_ldd: even but not 16-byte (the generic
+  // epilogue's paired stores); odd_ldd: odd (its scalar stores).
+  int64_t ldd = round_up(c.n, 8) + 8;
+  if (c.even_ldd) ldd = (round_up(c.n, 2) + 2) % 8 == 0 ? round_up(c.n, 2) + 4 : round_up(c.n, 2) + 2;
+  if (c.odd_ldd) ldd = c.n + 3;
   const int64_t stride_a = c.batch > 1 ? a_rows * lda + align_elems : 0;
   const int64_t stride_b = c.batch > 1 ? b_rows * ldb : 0;
-  const int64_t stride_d = c.batch > 1 ? c.m * ldd + (c.odd_ldd ? 5 : 6) : 0;
+  const int64_t stride_d = c.batch > 1 ? c.m * ldd + (c.odd_ldd ? 5 : (c.even_ldd ? 6 : 8)) : 0;
   const std::size_t a_count = static_cast<std::size_t>(c.batch > 1 ? stride_a * c.batch : a_rows * lda);
   const std::size_t b_count = static_cast<std::size_t>(c.batch > 1 ? stride_b * c.batch : b_rows * ldb);
   const std::size_t d_count = static_cast<std::size_t>(c.batch > 1 ? stride_d * c.batch : c.m * ldd);
@@ -358,6 +363,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
 constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
 constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
 constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
+constexpr int kCluster2 = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
 
 // ---- tests -------------------------------------------------------------------------------------------
 TEST(GemmSm90Gpu, SimpleTileBf16AllMajors) {
@@ -378,7 +384,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
   for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
-    for (int tile : {kSimple, kWide, kNarrow}) {
+    for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
       for (int mj = 0; mj < 4; ++mj) {
         for (const auto& s : sizes) {
           Case c;
@@ -397,7 +403,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
 
 TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide}) {
+  for (int tile : {kSimple, kWide, kCluster2}) {
     for (int mj = 0; mj < 4; ++mj) {
       Case c;
       c.ab = Dtype::kBF16;
@@ -415,7 +421,7 @@ TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
-  for (int tile : {kSimple, kWide, kNarrow}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
     for (int mj = 0; mj < 4; ++mj) {
       for (const auto& s : sizes) {
         Case c;
@@ -441,6 +447,7 @@ TEST(GemmSm90Gpu, OutputTypesAlphaBeta) {
       c.alpha = 0.75f; c.beta = -0.5f;
       c.a_k = true; c.b_k = false;
       c.odd_ldd = cd == Dtype::kF16;
+      c.even_ldd = cd == Dtype::kBF16;
       run_case(c, dev);
     }
   }
@@ -463,6 +470,15 @@ TEST(GemmSm90Gpu, Batched) {
       run_case(c, dev);
     }
   }
+  for (int tile : {kWide, kCluster2}) {  // 16-bit D through the TMA-store epilogue, 3-d maps
+    Case c;
+    c.ab = Dtype::kF16; c.cd = Dtype::kF16;
+    c.m = 300; c.n = 200; c.k = 64; c.batch = 2;
+    c.a_k = false; c.b_k = true;
+    c.epi = Epilogue::kBiasGelu;
+    c.tile = tile;
+    run_case(c, dev);
+  }
 }
 
 TEST(GemmSm90Gpu, Epilogues) {
@@ -474,6 +490,7 @@ TEST(GemmSm90Gpu, Epilogues) {
         const int splits = variant == 2 ? 3 : 1;
         Case c;
         c.generic_epi = variant == 1;
+        c.even_ldd = variant == 1;
         c.ab = Dtype::kBF16; c.cd = cd;
         c.m = 300; c.n = 517; c.k = 1000;
         c.a_k = false; c.b_k = true;
@@ -499,7 +516,7 @@ TEST(GemmSm90Gpu, Epilogues) {
 TEST(GemmSm90Gpu, SplitKDeterministic) {
   BLU_REQUIRE_SM90(dev);
   // Forced splits on odd shapes, every tile.
-  for (int tile : {kSimple, kWide, kNarrow}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
     Case c;
     c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
     c.m = 200; c.n = 300; c.k = 4099;

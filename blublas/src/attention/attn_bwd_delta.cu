@@ -1,8 +1,11 @@
 // attn_bwd_delta.cu: the first step of every attention backward, D[b, h, t] = sum_i dO * O over the
-// head dim, in fp32, written to the caller's workspace as [B, H, T]. One warp per (b, t, h) row,
-// lanes reading consecutive elements; the fixed shuffle tree makes it deterministic.
+// head dim, in fp32, written to the caller's workspace as [B, H, T]. Vector form (16-byte aligned
+// views, as the mma path requires): a group of kD*size/16 lanes per row, one 16-byte load of O and
+// of dO per lane; scalar form otherwise: one warp per row. Fixed shuffle trees: deterministic.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "attention/attention_params.h"
 #include "blublas/check.h"
@@ -34,9 +37,53 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(con
   if (lane == 0) p.delta[(static_cast<int64_t>(b) * p.heads + h) * p.seq_len + t] = acc;
 }
 
+// Vector form: kLanes = kD * sizeof(Elem) / 16 lanes per row (8 for bf16 d64 ... 32 for f32 d128).
+template <typename Elem, int kD>
+__global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(Elem));  // elements per lane
+  constexpr int kLanes = kD / kPer;
+  constexpr int kRowsPerBlock = 256 / kLanes;
+  const int sub = threadIdx.x % kLanes;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanes;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.seq_len * p.heads;
+  float acc = 0.0f;
+  int b = 0, t = 0, h = 0;
+  if (row < rows) {
+    h = static_cast<int>(row % p.heads);
+    t = static_cast<int>((row / p.heads) % p.seq_len);
+    b = static_cast<int>(row / (static_cast<int64_t>(p.heads) * p.seq_len));
+    const Elem* o = static_cast<const Elem*>(p.o) + b * p.so.b + t * p.so.t + h * p.so.h;
+    const Elem* d_o = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + t * p.sdo.t + h * p.sdo.h;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + sub * kPer);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d_o + sub * kPer);
+    const Elem* oe = reinterpret_cast<const Elem*>(&ov);
+    const Elem* de = reinterpret_cast<const Elem*>(&dv);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc = fmaf(to_f(oe[i]), to_f(de[i]), acc);
+  }
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (row < rows && sub == 0) {
+    p.delta[(static_cast<int64_t>(b) * p.heads + h) * p.seq_len + t] = acc;
+  }
+}
+
 template <typename Elem, int kD>
 Status launch(const Params& p, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.seq_len * p.heads;
+  constexpr int64_t kChunk = 16 / sizeof(Elem);
+  const bool vec = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 && p.so.b % kChunk == 0 &&
+                   p.so.t % kChunk == 0 && p.so.h % kChunk == 0 && p.sdo.b % kChunk == 0 &&
+                   p.sdo.t % kChunk == 0 && p.sdo.h % kChunk == 0;
+  if (vec) {
+    constexpr int kRowsPerBlock = 256 / (kD / kChunk);
+    const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    BLUBLAS_CHECK_ARG(blocks <= 0x7fffffffLL, "attention_backward: B*T*H=", rows, " too large");
+    attn_bwd_delta_vec_kernel<Elem, kD><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    BLUBLAS_KERNEL_LAUNCH_CHECK("attn_bwd_delta_vec");
+    return Status::success();
+  }
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   BLUBLAS_CHECK_ARG(blocks <= 0x7fffffffLL, "attention_backward: B*T*H=", rows, " too large");
   attn_bwd_delta_kernel<Elem, kD>

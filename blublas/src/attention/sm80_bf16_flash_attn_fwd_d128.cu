@@ -17,7 +17,7 @@ const KernelConfig kTable[] = {
     {"w8 mt1 bc64", run<8, 1, 64, false, 1>},
     {"w8 mt1 bc64 q-regs", run<8, 1, 64, true, 1>},
     {"w4 mt1 bc64 q-regs min2", run<4, 1, 64, true, 2>},
-    {"w4 mt2 bc32", run<4, 2, 32, false, 1>},
+    {"w8 mt1 bc32 q-regs", run<8, 1, 32, true, 1>},
 };
 
 }  // namespace

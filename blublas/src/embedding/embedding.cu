@@ -1,15 +1,16 @@
 // embedding.cu: token + position embedding forward and the deterministic backward of
 // Note [Deterministic embedding backward] (blublas/embedding.h).
 //
-// Backward launches: dwpe (a column sum over the batch, dout read in order), then the bucketing
-// of positions by token id -- memset, integer histogram (atomics on ints are exact, hence
-// deterministic), one-block exclusive scan, scatter of positions into their bucket (the order
-// inside a bucket is whatever the atomics gave) -- then one warp per token id sums its bucket's
-// dout rows in increasing position order: buckets of <= 32 positions are ranked in registers
-// (each lane counts the smaller positions), larger buckets re-scan the token list in order.
-// dwpe runs first so that the tail of dout is still in L2 when the buckets read it again.
+// Backward launches: the bucketing of positions by token id -- memset, integer histogram (atomics
+// on ints are exact, hence deterministic), one-block exclusive scan (also listing the ids present),
+// scatter of positions into their bucket (the order inside a bucket is whatever the atomics gave)
+// -- then one launch whose blocks either sum dwpe (a column sum over the batch, b in order) or
+// sum one bucket per warp in increasing position order: buckets of <= 32 positions are ranked in
+// registers (each lane counts the smaller positions), larger buckets re-scan the token list in
+// order. dout is read twice (once per sum); see Note [Interleaved dwpe and bucket blocks].
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -65,11 +66,11 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------- backward: dwpe
 // dwpe[t][c] += sum_{b in order} dout[b][t][c]; one thread per pack of (t, c).
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads)
-    embedding_dwpe_kernel(float* __restrict__ dwpe, const T* __restrict__ dout, int64_t batch,
-                          int64_t seq_len, int64_t channels) {
+__device__ __forceinline__ void embedding_dwpe_block(int64_t block, float* __restrict__ dwpe,
+                                                     const T* __restrict__ dout, int64_t batch,
+                                                     int64_t seq_len, int64_t channels) {
   const int64_t per_b = seq_len * channels;
-  const int64_t e = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * W;
+  const int64_t e = (block * kThreads + threadIdx.x) * W;
   if (e >= per_b) return;
   float acc[W];
   load_f32<float, W>(dwpe + e, acc);
@@ -101,44 +102,71 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// offsets[v] = sum_{u < v} counts[u] (v <= vocab), cursor[v] = offsets[v]. One block: each thread
-// owns a contiguous segment, segment sums are scanned across the block, then written back.
-__global__ void __launch_bounds__(kScanThreads)
-    embedding_scan_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
-                          const int* __restrict__ counts, int64_t vocab) {
-  __shared__ int warp_tot[32];
-  const int64_t seg = (vocab + kScanThreads - 1) / kScanThreads;
-  const int64_t v0 = threadIdx.x * seg;
-  const int64_t v1 = v0 + seg < vocab ? v0 + seg : vocab;
-  int local = 0;
-  for (int64_t v = v0; v < v1; ++v) local += counts[v];
-  // Inclusive scan of `local` across the block.
+// offsets[v] = sum_{u < v} counts[u] (v <= vocab), cursor[v] = offsets[v], and the ids with a
+// non-empty bucket in increasing order: present[0 .. *num_present). One block: each thread owns a
+// contiguous segment; the segments' two sums (positions, non-empty ids) are scanned across the
+// block, then the segment is written back.
+__device__ __forceinline__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int inc = local;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += n;
+    const int nx = __shfl_up_sync(0xffffffffu, v.x, o);
+    const int ny = __shfl_up_sync(0xffffffffu, v.y, o);
+    if (lane >= o) {
+      v.x += nx;
+      v.y += ny;
+    }
   }
-  if (lane == 31) warp_tot[warp] = inc;
+  if (lane == 31) warp_tot[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    int w = warp_tot[lane];
+    int2 w = warp_tot[lane];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += n;
+      const int nx = __shfl_up_sync(0xffffffffu, w.x, o);
+      const int ny = __shfl_up_sync(0xffffffffu, w.y, o);
+      if (lane >= o) {
+        w.x += nx;
+        w.y += ny;
+      }
     }
     warp_tot[lane] = w;  // inclusive over warps
   }
   __syncthreads();
-  int run = inc - local + (warp > 0 ? warp_tot[warp - 1] : 0);  // exclusive prefix of segment
+  if (warp > 0) {
+    v.x += warp_tot[warp - 1].x;
+    v.y += warp_tot[warp - 1].y;
+  }
+  return v;
+}
+
+__global__ void __launch_bounds__(kScanThreads)
+    embedding_scan_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
+                          int* __restrict__ present, int* __restrict__ num_present,
+                          const int* __restrict__ counts, int64_t vocab) {
+  __shared__ int2 warp_tot[32];
+  const int64_t seg = (vocab + kScanThreads - 1) / kScanThreads;
+  const int64_t v0 = threadIdx.x * seg;
+  const int64_t v1 = v0 + seg < vocab ? v0 + seg : vocab;
+  int2 local = make_int2(0, 0);
   for (int64_t v = v0; v < v1; ++v) {
+    const int c = counts[v];
+    local.x += c;
+    local.y += c > 0 ? 1 : 0;
+  }
+  const int2 inc = block_inclusive_scan2(local, warp_tot);
+  int run = inc.x - local.x, run_present = inc.y - local.y;  // exclusive prefixes
+  for (int64_t v = v0; v < v1; ++v) {
+    const int c = counts[v];
     offsets[v] = run;
     cursor[v] = run;
-    run += counts[v];
+    run += c;
+    if (c > 0) present[run_present++] = static_cast<int>(v);
   }
-  if (threadIdx.x == kScanThreads - 1) offsets[vocab] = warp_tot[31];
+  if (threadIdx.x == kScanThreads - 1) {
+    offsets[vocab] = warp_tot[31].x;
+    *num_present = warp_tot[31].y;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -152,17 +180,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------- backward: bucket sums
-// One warp per token id v. Columns are processed in chunks of 32 * kPacks * W; inside a chunk
+// One warp per token id present in the batch (present[w], w < *num_present). Columns are processed in chunks of 32 * kPacks * W; inside a chunk
 // the warp walks the bucket's positions in increasing order, loading kBatch rows ahead.
 template <typename T, int W, int kPacks>
-__global__ void __launch_bounds__(kBucketWarps * 32)
-    embedding_dwte_kernel(float* __restrict__ dwte, const T* __restrict__ dout,
-                          const int32_t* __restrict__ tokens, const int* __restrict__ offsets,
-                          const int* __restrict__ sorted, int64_t positions, int64_t channels,
-                          int64_t vocab) {
+__device__ __forceinline__ void embedding_dwte_block(
+    int64_t block, float* __restrict__ dwte, const T* __restrict__ dout,
+    const int32_t* __restrict__ tokens, const int* __restrict__ offsets,
+    const int* __restrict__ sorted, const int* __restrict__ present,
+    const int* __restrict__ num_present, int64_t positions, int64_t channels) {
   const int lane = threadIdx.x & 31;
-  const int64_t v = static_cast<int64_t>(blockIdx.x) * kBucketWarps + (threadIdx.x >> 5);
-  if (v >= vocab) return;
+  const int64_t w = block * kBucketWarps + (threadIdx.x >> 5);
+  if (w >= *num_present) return;
+  const int64_t v = present[w];
   const int off = offsets[v];
   const int k = offsets[v + 1] - off;
   if (k == 0) return;
@@ -223,9 +252,41 @@ __global__ void __launch_bounds__(kBucketWarps * 32)
   }
 }
 
+// Note [Interleaved dwpe and bucket blocks] The bucket sums are latency-bound (a chain of
+// dependent loads per warp) and the dwpe sums are bandwidth-bound, so both run in one launch with
+// their blocks interleaved (even blocks dwpe, odd blocks buckets, then whichever has blocks left):
+// the streaming dwpe blocks keep DRAM busy while bucket warps wait on their chains.
+template <typename T, int W, int kPacks>
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_sums_kernel(float* __restrict__ dwte, float* __restrict__ dwpe,
+                                   const T* __restrict__ dout, const int32_t* __restrict__ tokens,
+                                   const int* __restrict__ offsets, const int* __restrict__ sorted,
+                                   const int* __restrict__ present,
+                                   const int* __restrict__ num_present, int64_t batch,
+                                   int64_t seq_len, int64_t channels, int64_t dwpe_blocks,
+                                   int64_t bucket_blocks) {
+  const int64_t i = blockIdx.x;
+  const int64_t m = dwpe_blocks < bucket_blocks ? dwpe_blocks : bucket_blocks;
+  bool is_dwpe;
+  int64_t idx;
+  if (i < 2 * m) {
+    is_dwpe = (i % 2) == 0;
+    idx = i / 2;
+  } else {
+    is_dwpe = dwpe_blocks > bucket_blocks;
+    idx = m + (i - 2 * m);
+  }
+  if (is_dwpe) {
+    embedding_dwpe_block<T, W>(idx, dwpe, dout, batch, seq_len, channels);
+  } else {
+    embedding_dwte_block<T, W, kPacks>(idx, dwte, dout, tokens, offsets, sorted, present,
+                                       num_present, batch * seq_len, channels);
+  }
+}
+
 // ---------------------------------------------------------------- dispatch
 struct WorkspaceLayout {
-  std::size_t counts, offsets, cursor, sorted, total;  // byte offsets
+  std::size_t counts, offsets, cursor, sorted, present, num_present, total;  // byte offsets
 };
 
 std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
@@ -236,7 +297,9 @@ WorkspaceLayout layout_for(int64_t positions, int64_t vocab) {
   l.offsets = round16(static_cast<std::size_t>(vocab) * sizeof(int));
   l.cursor = l.offsets + round16(static_cast<std::size_t>(vocab + 1) * sizeof(int));
   l.sorted = l.cursor + round16(static_cast<std::size_t>(vocab) * sizeof(int));
-  l.total = l.sorted + round16(static_cast<std::size_t>(positions) * sizeof(int));
+  l.present = l.sorted + round16(static_cast<std::size_t>(positions) * sizeof(int));
+  l.num_present = l.present + round16(static_cast<std::size_t>(std::min(positions, vocab)) * sizeof(int));
+  l.total = l.num_present + 16;
   return l;
 }
 
@@ -258,16 +321,18 @@ void forward_w(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_
 
 template <typename T, int W>
 void backward_w(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t batch,
-                int64_t seq_len, int64_t channels, int64_t vocab, const int* offsets,
-                const int* sorted, cudaStream_t s) {
+                int64_t seq_len, int64_t channels, const int* offsets, const int* sorted,
+                const int* present, const int* num_present, cudaStream_t s) {
   const int64_t positions = batch * seq_len;
   constexpr int kPacks = W == 1 ? 16 : 32 / W;
-  if (dwpe != nullptr) {
-    embedding_dwpe_kernel<T, W><<<blocks_for(seq_len * channels / W, kThreads), kThreads, 0, s>>>(
-        dwpe, dout, batch, seq_len, channels);
-  }
-  embedding_dwte_kernel<T, W, kPacks><<<blocks_for(vocab, kBucketWarps), kBucketWarps * 32, 0, s>>>(
-      dwte, dout, tokens, offsets, sorted, positions, channels, vocab);
+  static_assert(kBucketWarps * 32 == kThreads, "one block shape for both halves");
+  const int64_t dwpe_blocks = dwpe != nullptr ? (seq_len * channels / W + kThreads - 1) / kThreads : 0;
+  // At most min(positions, vocab) ids are present; warps past *num_present exit at once.
+  const int64_t bucket_blocks = (positions + kBucketWarps - 1) / kBucketWarps;
+  embedding_backward_sums_kernel<T, W, kPacks>
+      <<<static_cast<unsigned>(dwpe_blocks + bucket_blocks), kThreads, 0, s>>>(
+          dwte, dwpe, dout, tokens, offsets, sorted, present, num_present, batch, seq_len,
+          channels, dwpe_blocks, bucket_blocks);
 }
 
 Status check_sizes(const char* op, int64_t batch, int64_t seq_len, int64_t channels,
@@ -356,11 +421,14 @@ Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int3
   int* offsets = reinterpret_cast<int*>(ws + l.offsets);
   int* cursor = reinterpret_cast<int*>(ws + l.cursor);
   int* sorted = reinterpret_cast<int*>(ws + l.sorted);
+  int* present = reinterpret_cast<int*>(ws + l.present);
+  int* num_present = reinterpret_cast<int*>(ws + l.num_present);
   BLUBLAS_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<std::size_t>(vocab) * sizeof(int),
                                      stream));
   embedding_hist_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
       counts, error_flag, tokens, positions, vocab);
-  embedding_scan_kernel<<<1, kScanThreads, 0, stream>>>(offsets, cursor, counts, vocab);
+  embedding_scan_kernel<<<1, kScanThreads, 0, stream>>>(offsets, cursor, present, num_present,
+                                                        counts, vocab);
   embedding_scatter_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
       sorted, cursor, tokens, positions, vocab);
   BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_backward (bucketing)");
@@ -370,11 +438,11 @@ Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int3
     auto* d = static_cast<const T*>(dout);
     if (channels % W == 0 && aligned_to(dout, 16) && aligned_to(dwte, 16) &&
         (dwpe == nullptr || aligned_to(dwpe, 16))) {
-      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
-                       stream);
+      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, offsets, sorted, present,
+                       num_present, stream);
     } else {
-      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
-                       stream);
+      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, offsets, sorted, present,
+                       num_present, stream);
     }
   } else {
     using T = __nv_bfloat16;
@@ -382,11 +450,11 @@ Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int3
     auto* d = static_cast<const T*>(dout);
     if (channels % W == 0 && aligned_to(dout, 16) && aligned_to(dwte, 32) &&
         (dwpe == nullptr || aligned_to(dwpe, 32))) {
-      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
-                       stream);
+      backward_w<T, W>(dwte, dwpe, d, tokens, batch, seq_len, channels, offsets, sorted, present,
+                       num_present, stream);
     } else {
-      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, vocab, offsets, sorted,
-                       stream);
+      backward_w<T, 1>(dwte, dwpe, d, tokens, batch, seq_len, channels, offsets, sorted, present,
+                       num_present, stream);
     }
   }
   BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_backward (sums)");

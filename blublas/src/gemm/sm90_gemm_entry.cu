@@ -146,12 +146,15 @@ const char* sm90_tile_name(Sm90Tile t) {
     case Sm90Tile::k128x128_1c: return "128x128_1c";
     case Sm90Tile::k128x256_2c: return "128x256_2c";
     case Sm90Tile::k128x128_2c: return "128x128_2c";
+    case Sm90Tile::k128x256_2c_cl2: return "128x256_2c_cl2";
     case Sm90Tile::kCount: break;
   }
   return "invalid";
 }
 int sm90_tile_m(Sm90Tile) { return 128; }
-int sm90_tile_n(Sm90Tile t) { return t == Sm90Tile::k128x256_2c ? 256 : 128; }
+int sm90_tile_n(Sm90Tile t) {
+  return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x256_2c_cl2 ? 256 : 128;
+}
 int sm90_tile_k(Sm90Tile, Dtype ab_type) { return ab_type == Dtype::kF32 ? 32 : 64; }
 
 LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_major) {
@@ -161,6 +164,7 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x128_1c: return launcher_bf16_128x128_1c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c: return launcher_bf16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_bf16_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c_cl2: return launcher_bf16_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -169,6 +173,7 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x128_1c: return launcher_f16_128x128_1c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c: return launcher_f16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_f16_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c_cl2: return launcher_f16_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -177,6 +182,7 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x128_1c: return launcher_tf32_128x128_1c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c: return launcher_tf32_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_tf32_128x128_2c(a_k_major, b_k_major);
+        case Sm90Tile::k128x256_2c_cl2: return launcher_tf32_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;

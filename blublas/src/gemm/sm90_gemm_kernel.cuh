@@ -16,6 +16,18 @@
 // runs; at the end of a work unit wait_group<0> drains and releases the last stage before the
 // epilogue reads the accumulators.
 //
+// Note [sm90 cluster multicast]
+// With kCluster = 2 the grid is launched in clusters of two CTAs. A work unit then covers two
+// vertically adjacent tiles (KernelParams::tiles_m counts such pairs; CTA rank r takes tile row
+// 2 * pair + r, possibly past M: its loads are zero-filled and its stores skipped). Each CTA loads
+// its own A tile and half of the shared B tile, multicast into both CTAs' shared memory at the
+// same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
+// A stage may be overwritten only when the consumers of both CTAs have released it, so every
+// consumer warp arrives on the empty barrier of both CTAs (count 2 * 4 * kConsumers). The CTAs
+// sync as a cluster after barrier init and again before exit (no CTA leaves while its peer may
+// still multicast into it or arrive on its barriers), which is why producer threads do not exit
+// early.
+//
 // Note [sm90 work units]
 // unit u = split * (tiles * batch) + b * tiles + t; t walks the tiles in groups of group_m tile
 // rows (column-major inside a group) so CTAs running at once share A rows and B columns in L2.
@@ -57,9 +69,13 @@ struct KernelParams {
 };
 
 template <class In_, int kBM, int kBN, int kStages_, int kConsumers_, bool kAKMajor_,
-          bool kBKMajor_>
+          bool kBKMajor_, int kCluster_ = 1>
 struct KernelConfig {
   using In = In_;
+  // CTAs per cluster along M (1 or 2). With 2, the CTA pair computes vertically adjacent tiles
+  // that share the B tile: each CTA loads half of it and multicasts it to both
+  // (Note [sm90 cluster multicast]).
+  static constexpr int kCluster = kCluster_;
   static constexpr int BM = kBM;
   static constexpr int BN = kBN;
   static constexpr int kStages = kStages_;
@@ -88,6 +104,8 @@ struct KernelConfig {
   static_assert(!std::is_same_v<In, InTf32> || (kAKMajor && kBKMajor),
                 "tf32 wgmma takes K-major operands only");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
+  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
+                "cluster multicast splits B into two halves of whole 64-wide boxes");
 };
 
 struct WorkUnit {
@@ -335,6 +353,17 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   }
 }
 
+// A consumer warp's release of a stage: the local empty barrier, and the peer's with a cluster.
+template <class Cfg>
+__device__ __forceinline__ void release_stage(uint64_t* empty_bar) {
+  if constexpr (Cfg::kCluster == 1) {
+    mbar_arrive(empty_bar);
+  } else {
+#pragma unroll
+    for (int r = 0; r < Cfg::kCluster; ++r) mbar_arrive_cluster(empty_bar, static_cast<uint32_t>(r));
+  }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -359,11 +388,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * Cfg::kConsumers);
+      mbar_init(&empty[s], 4 * Cfg::kConsumers * Cfg::kCluster);
     }
     mbar_fence_init();
   }
   __syncthreads();
+  if constexpr (Cfg::kCluster > 1) cluster_sync();
+  const int cta_rank = Cfg::kCluster > 1 ? static_cast<int>(cluster_cta_rank()) : 0;
+  const int first_unit = blockIdx.x / Cfg::kCluster;
+  const int unit_step = gridDim.x / Cfg::kCluster;
 
   if (wg == 0) {
     // ---- producer ----
@@ -373,9 +406,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch_map(&map_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int u = blockIdx.x; u < p.num_units; u += gridDim.x) {
+      for (int u = first_unit; u < p.num_units; u += unit_step) {
         const WorkUnit w = decode_unit(p, u);
-        const int m0 = w.tm * BM, n0 = w.tn * BN;
+        const int m0 = (w.tm * Cfg::kCluster + cta_rank) * BM, n0 = w.tn * BN;
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
@@ -391,13 +424,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                        w.batch);
             }
           }
-          if constexpr (Cfg::kBKMajor) {
-            tma_load(sb, &map_b, &full[stage], p.b_rank3, k0, n0, w.batch);
-          } else {
+          if constexpr (Cfg::kCluster == 1) {
+            if constexpr (Cfg::kBKMajor) {
+              tma_load(sb, &map_b, &full[stage], p.b_rank3, k0, n0, w.batch);
+            } else {
 #pragma unroll
-            for (int j = 0; j < BN / 64; ++j) {
-              tma_load(sb + j * BK * 128, &map_b, &full[stage], p.b_rank3, n0 + 64 * j, k0,
-                       w.batch);
+              for (int j = 0; j < BN / 64; ++j) {
+                tma_load(sb + j * BK * 128, &map_b, &full[stage], p.b_rank3, n0 + 64 * j, k0,
+                         w.batch);
+              }
+            }
+          } else {
+            // This CTA's half of B, multicast to both CTAs of the pair.
+            constexpr int kHalf = BN / 2;
+            const uint16_t mask = 0x3;
+            if constexpr (Cfg::kBKMajor) {
+              uint8_t* dst = sb + cta_rank * kHalf * 128;
+              const int n_half = n0 + cta_rank * kHalf;
+              if (p.b_rank3) {
+                tma_load_3d_multicast(dst, &map_b, &full[stage], k0, n_half, w.batch, mask);
+              } else {
+                tma_load_2d_multicast(dst, &map_b, &full[stage], k0, n_half, mask);
+              }
+            } else {
+#pragma unroll
+              for (int jj = 0; jj < kHalf / 64; ++jj) {
+                const int j = cta_rank * (kHalf / 64) + jj;
+                uint8_t* dst = sb + j * BK * 128;
+                if (p.b_rank3) {
+                  tma_load_3d_multicast(dst, &map_b, &full[stage], n0 + 64 * j, k0, w.batch, mask);
+                } else {
+                  tma_load_2d_multicast(dst, &map_b, &full[stage], n0 + 64 * j, k0, mask);
+                }
+              }
             }
           }
           if (++stage == kStages) {
@@ -415,8 +474,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     float acc[Cfg::kMI][BN / 2];
-    for (int u = blockIdx.x; u < p.num_units; u += gridDim.x) {
-      const WorkUnit w = decode_unit(p, u);
+    for (int u = first_unit; u < p.num_units; u += unit_step) {
+      WorkUnit w = decode_unit(p, u);
+      w.tm = w.tm * Cfg::kCluster + cta_rank;
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
@@ -447,7 +507,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         wgmma_commit();
         wgmma_wait<1>();
-        if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
+        if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
         prev_stage = stage;
         if (++stage == kStages) {
           stage = 0;
@@ -457,7 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
-      if (prev_stage >= 0 && lane == 0) mbar_arrive(&empty[prev_stage]);
+      if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
 
       if (p.fast_epi) {
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStoreCols * 2;
@@ -473,6 +533,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Bulk stores must finish reading shared memory before the CTA exits.
     if (p.fast_epi && tid_in_wg == 0) bulk_wait<0>();
   }
+  if constexpr (Cfg::kCluster > 1) cluster_sync();  // Note [sm90 cluster multicast]
 #else
   (void)map_a;
   (void)map_b;

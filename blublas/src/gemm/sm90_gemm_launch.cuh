@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -94,15 +95,17 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   BLUBLAS_RETURN_IF_ERROR(make_operand_map<Cfg>(&map_a, args.a, args.lda, args.stride_a,
                                                 Cfg::kAKMajor, p.m, p.k, p.batch, Cfg::BM,
                                                 &a_rank3));
+  // With a cluster each CTA loads 1/kCluster of the B tile (Note [sm90 cluster multicast]).
   BLUBLAS_RETURN_IF_ERROR(make_operand_map<Cfg>(&map_b, args.b, args.ldb, args.stride_b,
-                                                Cfg::kBKMajor, p.n, p.k, p.batch, Cfg::BN,
-                                                &b_rank3));
+                                                Cfg::kBKMajor, p.n, p.k, p.batch,
+                                                Cfg::BN / Cfg::kCluster, &b_rank3));
   KernelParams kp;
   kp.m = p.m;
   kp.n = p.n;
   kp.k = p.k;
   kp.batch = p.batch;
-  kp.tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM;
+  const int tile_rows = (p.m + Cfg::BM - 1) / Cfg::BM;
+  kp.tiles_m = (tile_rows + Cfg::kCluster - 1) / Cfg::kCluster;  // groups of kCluster tile rows
   kp.tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
   kp.group_m = args.group_m < 1 ? 1 : args.group_m;
   kp.kblocks = (p.k + Cfg::BK - 1) / Cfg::BK;
@@ -132,31 +135,61 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     kp.fast_epi = 1;
     kp.d_rank3 = p.batch > 1 ? 1 : 0;
   }
-  const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
   auto kernel = sm90_gemm_kernel<Cfg>;
   BLUBLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
-  BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
+  if constexpr (Cfg::kCluster == 1) {
+    const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
+    BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
+  } else {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // How many clusters fit at once (GPCs may not split evenly into pairs): a persistent grid
+    // larger than that would run a second, nearly empty wave. Queried once per kernel.
+    static std::atomic<int> max_clusters{0};  // every thread would compute the same value
+    if (max_clusters.load(std::memory_order_relaxed) == 0) {
+      cfg.gridDim = dim3(Cfg::kCluster * 2);
+      int n = 0;
+      BLUBLAS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+      BLUBLAS_CHECK(n >= 1, StatusCode::kNotSupported, "sm90 gemm: no cluster of ", Cfg::kCluster,
+                    " CTAs with ", Cfg::kSmemBytes, " bytes of shared memory fits this device");
+      max_clusters.store(n, std::memory_order_relaxed);
+    }
+    const int64_t want = std::min<int64_t>(units, std::max(1, args.grid / Cfg::kCluster));
+    const int clusters =
+        static_cast<int>(std::min<int64_t>(want, max_clusters.load(std::memory_order_relaxed)));
+    cfg.gridDim = dim3(Cfg::kCluster * clusters);
+    BLUBLAS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_d, map_aux, kp));
+  }
   return Status::success();
 }
 
 // The four operand-major variants of one (type, tile) config, for the per-file registration.
-template <class In, int BM, int BN, int kStages, int kConsumers>
+template <class In, int BM, int BN, int kStages, int kConsumers, int kCluster = 1>
 LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
   if constexpr (std::is_same_v<In, InTf32>) {
     if (a_k_major && b_k_major) {
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true>>;
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true, kCluster>>;
     }
     return nullptr;
   } else {
     if (a_k_major && b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true>>;
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true, kCluster>>;
     if (a_k_major && !b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, false>>;
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, false, kCluster>>;
     if (!a_k_major && b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, true>>;
-    return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, false>>;
+      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, true, kCluster>>;
+    return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, false, kCluster>>;
   }
 }
 

@@ -18,8 +18,9 @@ namespace blublas::gemm_detail::sm90 {
 enum class Sm90Tile : int {
   k128x128_1c = 0,  // the simple one: 1 consumer warpgroup (two m64 wgmmas), 4 stages
   k128x256_2c = 1,  // 2 consumer warpgroups, m64n256 each, 4 stages (bf16/f16 workhorse)
-  k128x128_2c = 2,  // 2 consumer warpgroups, m64n128 each, 6 stages (16-bit) / 4 (tf32)
-  kCount = 3,
+  k128x128_2c = 2,  // 2 consumer warpgroups, m64n128 each, 6 stages
+  k128x256_2c_cl2 = 3,  // as k128x256_2c in clusters of 2 CTAs along M sharing B (multicast)
+  kCount = 4,
 };
 const char* sm90_tile_name(Sm90Tile t);
 int sm90_tile_m(Sm90Tile t);
@@ -55,6 +56,9 @@ LaunchFn launcher_f16_128x128_2c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_128x128_1c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_128x256_2c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_128x128_2c(bool a_k_major, bool b_k_major);
+LaunchFn launcher_bf16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 
 // Host support kernels (sm90_gemm_support.cu, plain CUDA, any arch):
 // dst (rows x cols, row-major, ld_dst) = transpose of src (cols x rows, row-major, ld_src), per

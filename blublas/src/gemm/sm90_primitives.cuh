@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 
 #include "common/arch.cuh"
 
@@ -63,11 +64,17 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // Blocks until the phase with parity `parity` of *bar has completed. A fresh barrier is in phase
 // 0: waiting for parity 1 returns at once (the "previous" phase counts as complete), waiting for
 // parity 0 blocks until the first phase completes.
+//
+// Note [sm90 watchdog]
+// No legitimate wait in the GEMM lasts more than microseconds, so a wait beyond ~2^33 cycles
+// (seconds) is a protocol bug (a phase or count mismatch): the thread prints where it hung and
+// traps, turning a silent hang of a test or benchmark into a reported launch failure.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if BLUBLAS_SM90A_ENABLED
   const uint32_t addr = smem_u32(bar);
   uint32_t done = 0;
-  do {
+  long long start = 0;
+  for (uint32_t spins = 0;; ++spins) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -77,7 +84,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
-  } while (!done);
+    if (done) break;
+    if (spins == 1024) start = clock64();
+    if (spins > 1024 && (spins & 1023) == 0 && clock64() - start > (1ll << 33)) {
+      printf("blublas sm90 gemm watchdog: block %d thread %d stuck on mbarrier smem 0x%x parity %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), addr, parity);
+      __trap();
+    }
+  }
 #endif
 }
 
@@ -153,6 +167,56 @@ __device__ __forceinline__ void bulk_wait() {
 __device__ __forceinline__ void fence_proxy_async_smem() {
 #if BLUBLAS_SM90A_ENABLED
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// ---- clusters ------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r = 0;
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+// All threads of all CTAs of the cluster (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
+}
+
+// Arrives on the mbarrier at the same shared-memory offset as `bar` in cluster CTA `rank`.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+#if BLUBLAS_SM90A_ENABLED
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+#endif
+}
+
+// TMA load multicast to the CTAs of cta_mask: the box lands at the same offset `dst` in each,
+// and completes its bytes on the mbarrier at the same offset `bar` in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* map, uint64_t* bar,
+                                                      int c0, int c1, uint16_t cta_mask) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const void* map, uint64_t* bar,
+                                                      int c0, int c1, int c2, uint16_t cta_mask) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2),
+      "h"(cta_mask)
+      : "memory");
 #endif
 }
 

@@ -154,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                        const float* __restrict__ mean, const float* __restrict__ rstd,
                        const T* __restrict__ w, int64_t rows, int cols, int64_t rows_per_block,
                        bool accumulate_dx) {
+  static_assert(W % 4 == 0, "the warp kernel accumulates through 16-byte shared accesses");
   extern __shared__ float4 acc_smem4[];  // [kWarpsPerBlock][2][cols] floats
   float* acc_smem = reinterpret_cast<float*>(acc_smem4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -186,10 +187,27 @@ __global__ void __launch_bounds__(kThreads, 2)
         float wv[W];
         load_f32<T, W>(w + p * W, wv);
 #pragma unroll
+        for (int i = 0; i < W; ++i) xh[k][i] = (xh[k][i] - mu) * rs;
+        // 16-byte shared-memory accesses (W % 4 == 0; the slice offsets are multiples of 4
+        // floats): a lane's pack is contiguous, so a warp's accesses are conflict-free.
+        float4* dw4 = reinterpret_cast<float4*>(my_dw + p * W);
+        float4* db4 = reinterpret_cast<float4*>(my_db + p * W);
+#pragma unroll
+        for (int q = 0; q < W / 4; ++q) {
+          float4 a = dw4[q], d = db4[q];
+          a.x += g[k][4 * q + 0] * xh[k][4 * q + 0];
+          a.y += g[k][4 * q + 1] * xh[k][4 * q + 1];
+          a.z += g[k][4 * q + 2] * xh[k][4 * q + 2];
+          a.w += g[k][4 * q + 3] * xh[k][4 * q + 3];
+          d.x += g[k][4 * q + 0];
+          d.y += g[k][4 * q + 1];
+          d.z += g[k][4 * q + 2];
+          d.w += g[k][4 * q + 3];
+          dw4[q] = a;
+          db4[q] = d;
+        }
+#pragma unroll
         for (int i = 0; i < W; ++i) {
-          xh[k][i] = (xh[k][i] - mu) * rs;
-          my_dw[p * W + i] += g[k][i] * xh[k][i];
-          my_db[p * W + i] += g[k][i];
           g[k][i] *= wv[i];
           s1 += g[k][i];
           s2 += g[k][i] * xh[k][i];

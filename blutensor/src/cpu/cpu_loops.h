@@ -17,7 +17,9 @@
 
 namespace blu::cpu {
 
-constexpr int64_t kParallelGrainElements = 32768;
+// Below this much work (elements, or elements x inner work), a loop stays on one thread: an
+// OpenMP region costs microseconds, and far more when the cores are oversubscribed.
+constexpr int64_t kParallelGrainElements = 1 << 16;
 
 inline int max_threads() {
 #ifdef _OPENMP

@@ -144,7 +144,7 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
       const int64_t mblocks = (m + kMC - 1) / kMC;
       const int64_t npanels = (nc + NR - 1) / NR;
       // Column slices per M block so that small M still feeds every thread.
-      const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(npanels, parallel ? 8 : 1));
+      const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(npanels, parallel && m * nc * kc >= (int64_t{1} << 21) ? 8 : 1));
       const int64_t panels_per_slice = (npanels + slices - 1) / slices;
       const int64_t tasks = mblocks * slices;
       auto run_task = [&](int64_t task, std::vector<T>& apack, int64_t& packed_block) {
@@ -173,7 +173,7 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
           }
         }
       };
-      const bool go_parallel = parallel && tasks > 1 && m * nc * kc >= 32 * 32 * 32;
+      const bool go_parallel = parallel && tasks > 1 && m * nc * kc >= (int64_t{1} << 21);
       if (!go_parallel) {
         std::vector<T> apack(static_cast<std::size_t>(kMC * kc + MR * kc));
         int64_t packed = -1;
@@ -184,7 +184,7 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
         {
           std::vector<T> apack(static_cast<std::size_t>(kMC * kc + MR * kc));
           int64_t packed = -1;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
           for (int64_t t = 0; t < tasks; ++t) run_task(t, apack, packed);
         }
 #else
