@@ -57,8 +57,10 @@ __global__ void fill_random(void* p, size_t n, int bf16, unsigned seed) {
     x *= 0x5bd1e995u;
     x ^= x >> 15;
     const float v = (static_cast<float>(x & 0xffff) / 65535.0f - 0.5f) * 3.0f;
-    if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
-    else static_cast<float*>(p)[i] = v;
+    if (bf16)
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+    else
+      static_cast<float*>(p)[i] = v;
   }
 }
 
@@ -165,7 +167,8 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
   check(blublas::attention_forward(pb.desc, stream));
   const int warmup = quick ? 2 : 3, reps = quick ? 5 : 15;
   const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
-  std::printf("\n| tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n", s.d);
+  std::printf("\n| tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n",
+              s.d);
   int n = 0;
   const blublas::attn::KernelConfig* ft = blublas::attn::sm80_bf16_fwd_table(s.d, &n);
   for (int i = 0; i < n; ++i) {
@@ -178,8 +181,13 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
                                             stream, warmup, reps);
     const double tf = fwd_flop / (ms * 1e-3) / 1e12;
     std::printf("| fwd | %d: %s | %.3f | %.1f |\n", i, ft[i].name, ms, tf);
-    report->row(blu::bench::Row().str("sweep", "fwd").num("d", s.d).num("config", i)
-                    .str("name", ft[i].name).num("ms", ms).num("tflops", tf));
+    report->row(blu::bench::Row()
+                    .str("sweep", "fwd")
+                    .num("d", s.d)
+                    .num("config", i)
+                    .str("name", ft[i].name)
+                    .num("ms", ms)
+                    .num("tflops", tf));
   }
   const blublas::attn::KernelConfig* bt = blublas::attn::sm80_bf16_bwd_table(s.d, &n);
   for (int i = 0; i < n; ++i) {
@@ -196,8 +204,13 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
         stream, warmup, reps);
     const double tf = 2.5 * fwd_flop / (ms * 1e-3) / 1e12;
     std::printf("| bwd | %d: %s | %.3f | %.1f |\n", i, bt[i].name, ms, tf);
-    report->row(blu::bench::Row().str("sweep", "bwd").num("d", s.d).num("config", i)
-                    .str("name", bt[i].name).num("ms", ms).num("tflops", tf));
+    report->row(blu::bench::Row()
+                    .str("sweep", "bwd")
+                    .num("d", s.d)
+                    .num("config", i)
+                    .str("name", bt[i].name)
+                    .num("ms", ms)
+                    .num("tflops", tf));
   }
 }
 
@@ -272,8 +285,9 @@ int main(int argc, char** argv) {
     }
   }
   auto print_summary = [&]() {
-    std::printf("\n| precision | path | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
-                "fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "\n| precision | path | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
+        "fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& p : done) {
       std::printf("| %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
                   blublas::attn_precision_name(p.s.prec), p.r.path.c_str(), p.s.B, p.s.T, p.s.H,
@@ -281,12 +295,14 @@ int main(int argc, char** argv) {
                   p.r.fwdbwd_tflops);
     }
     if (std::isfinite(torch_fwdbwd)) {
-      std::printf("\nattention.bf16.fwdbwd_ratio_vs_torch_sdpa = %.3f (ours %.1f vs torch SDPA %.1f "
-                  "TFLOP/s fwd+bwd; fwd %.1f vs %.1f)\n",
-                  ours / torch_fwdbwd, ours, torch_fwdbwd, done[0].r.fwd_tflops, torch_fwd);
+      std::printf(
+          "\nattention.bf16.fwdbwd_ratio_vs_torch_sdpa = %.3f (ours %.1f vs torch SDPA %.1f "
+          "TFLOP/s fwd+bwd; fwd %.1f vs %.1f)\n",
+          ours / torch_fwdbwd, ours, torch_fwdbwd, done[0].r.fwd_tflops, torch_fwd);
     } else {
-      std::printf("\n(no torch_attention.json in --blu_out: run bench/torch_attention.py <dir> first "
-                  "for the ratio vs PyTorch SDPA; anchor on H100: fwd 228, fwd+bwd 153 TFLOP/s)\n");
+      std::printf(
+          "\n(no torch_attention.json in --blu_out: run bench/torch_attention.py <dir> first "
+          "for the ratio vs PyTorch SDPA; anchor on H100: fwd 228, fwd+bwd 153 TFLOP/s)\n");
     }
     std::fflush(stdout);
   };

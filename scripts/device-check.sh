@@ -101,6 +101,24 @@ if ((do_bench)); then
   done
 fi
 
+# The trainer: GPT-2 124M end to end (tok/s, peak memory per precision) and fidelity against
+# Hugging Face transformers' GPT2LMHeadModel from the same safetensors weights.
+if ((do_bench)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
+  bin=$build/blutrain/blutrain
+  if [ -x "$bin" ]; then
+    stamp "fidelity vs Hugging Face GPT2LMHeadModel"
+    timeout "${BLU_BENCH_TIMEOUT:-240}" python3 blutrain/tools/hf_fidelity.py --blutrain "$bin" \
+      --out "$work/fidelity" --json "$res/fidelity.json" > "$logs/fidelity.txt" 2>&1 \
+      || echo "fidelity failed rc=$?" >> "$logs/bench_failures.txt"
+    stamp "e2e GPT-2 124M"
+    STEPS=${BLU_E2E_STEPS:-12} timeout "${BLU_E2E_TIMEOUT:-300}" blutrain/tools/e2e.sh "$bin" "$work/e2e" \
+      > "$logs/e2e.txt" 2>&1 || echo "e2e failed rc=$?" >> "$logs/bench_failures.txt"
+    cp "$work/e2e/e2e_summary.json" "$res/" 2>/dev/null
+  else
+    echo "blutrain not built" >> "$logs/bench_failures.txt"
+  fi
+fi
+
 # SASS of the hot kernels: instruction counts per kernel and arch, the static checks, and the
 # sm_90a SASS text of the GEMM and attention kernels (the whole dump is too large to bring back).
 if [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
@@ -123,7 +141,7 @@ gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done
-for b in $benches torch_kernels torch_attention; do
+for b in $benches torch_kernels torch_attention fidelity e2e; do
   [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
 done
 [ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }

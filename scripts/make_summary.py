@@ -29,7 +29,9 @@ def main():
         except Exception as e:
             print(f"unreadable {f}: {e}")
             continue
-        for k, v in (d.get("metrics") or {}).items():
+        # {"metrics": {...}} (the bench contract) or a flat {"metric": number} object.
+        flat = d.get("metrics") if isinstance(d.get("metrics"), dict) else d
+        for k, v in flat.items():
             if isinstance(v, (int, float)) and v is not None:
                 metrics[k] = v
                 sources[k] = os.path.basename(f)

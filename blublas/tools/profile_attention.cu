@@ -22,21 +22,21 @@ namespace {
 using blublas::AttnPath;
 using blublas::AttnPrecision;
 
-#define PROF_CUDA(expr)                                                                   \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "attention: %s: %s\n", #expr, cudaGetErrorString(e_));         \
-      return 2;                                                                           \
-    }                                                                                     \
+#define PROF_CUDA(expr)                                                           \
+  do {                                                                            \
+    cudaError_t e_ = (expr);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "attention: %s: %s\n", #expr, cudaGetErrorString(e_)); \
+      return 2;                                                                   \
+    }                                                                             \
   } while (0)
-#define PROF_OK(expr)                                                                     \
-  do {                                                                                    \
-    blublas::Status s_ = (expr);                                                          \
-    if (!s_.ok()) {                                                                       \
-      std::fprintf(stderr, "attention: %s\n", s_.to_string().c_str());                   \
-      return 2;                                                                           \
-    }                                                                                     \
+#define PROF_OK(expr)                                                  \
+  do {                                                                 \
+    blublas::Status s_ = (expr);                                       \
+    if (!s_.ok()) {                                                    \
+      std::fprintf(stderr, "attention: %s\n", s_.to_string().c_str()); \
+      return 2;                                                        \
+    }                                                                  \
   } while (0)
 
 struct Problem {
@@ -58,7 +58,9 @@ struct Buffers {
   }
 };
 
-size_t elem_bytes(AttnPrecision p) { return p == AttnPrecision::kBF16 ? 2 : 4; }
+size_t elem_bytes(AttnPrecision p) {
+  return p == AttnPrecision::kBF16 ? 2 : 4;
+}
 
 int setup(const Problem& pr, Buffers* b, blublas::AttentionDesc* desc) {
   const size_t n = static_cast<size_t>(pr.B) * pr.T * pr.H * pr.d, eb = elem_bytes(pr.prec);
@@ -206,17 +208,24 @@ int run_attention(const blublas::profiler::Args& args) {
   const std::string mode = args.get("mode", "bf16");
   const std::string path = args.get("path", "auto");
   const int reps = static_cast<int>(args.get_int("reps", 20));
-  if (mode == "bf16") pr.prec = AttnPrecision::kBF16;
-  else if (mode == "tf32") pr.prec = AttnPrecision::kF32TF32;
-  else if (mode == "f32" || mode == "fp32") pr.prec = AttnPrecision::kF32Strict;
+  if (mode == "bf16")
+    pr.prec = AttnPrecision::kBF16;
+  else if (mode == "tf32")
+    pr.prec = AttnPrecision::kF32TF32;
+  else if (mode == "f32" || mode == "fp32")
+    pr.prec = AttnPrecision::kF32Strict;
   else {
     std::fprintf(stderr, "attention: --mode must be bf16, tf32 or f32 (got %s)\n", mode.c_str());
     return 2;
   }
-  if (path == "auto") pr.path = AttnPath::kAuto;
-  else if (path == "simt") pr.path = AttnPath::kSimt;
-  else if (path == "sm80") pr.path = AttnPath::kSm80Mma;
-  else if (path == "sm90") pr.path = AttnPath::kSm90Wgmma;
+  if (path == "auto")
+    pr.path = AttnPath::kAuto;
+  else if (path == "simt")
+    pr.path = AttnPath::kSimt;
+  else if (path == "sm80")
+    pr.path = AttnPath::kSm80Mma;
+  else if (path == "sm90")
+    pr.path = AttnPath::kSm90Wgmma;
   else {
     std::fprintf(stderr, "attention: --path must be auto, simt, sm80 or sm90 (got %s)\n",
                  path.c_str());
@@ -239,8 +248,10 @@ int run_attention(const blublas::profiler::Args& args) {
     std::vector<float> t(reps);
     for (int i = 0; i < reps; ++i) {
       PROF_CUDA(cudaEventRecord(e0));
-      if (bwd) PROF_OK(blublas::attention_backward(desc, b.ws, b.ws_bytes, nullptr));
-      else PROF_OK(blublas::attention_forward(desc, nullptr));
+      if (bwd)
+        PROF_OK(blublas::attention_backward(desc, b.ws, b.ws_bytes, nullptr));
+      else
+        PROF_OK(blublas::attention_forward(desc, nullptr));
       PROF_CUDA(cudaEventRecord(e1));
       PROF_CUDA(cudaEventSynchronize(e1));
       PROF_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
@@ -261,8 +272,7 @@ int run_attention(const blublas::profiler::Args& args) {
   std::printf("  forward : %.3f ms  %.1f TFLOP/s\n", fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12);
   std::printf("  backward: %.3f ms  %.1f TFLOP/s (2.5x forward FLOPs)\n", bwd_ms,
               2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12);
-  std::printf("  fwd+bwd : %.1f TFLOP/s\n",
-              3.5 * fwd_flop / ((fwd_ms + bwd_ms) * 1e-3) / 1e12);
+  std::printf("  fwd+bwd : %.1f TFLOP/s\n", 3.5 * fwd_flop / ((fwd_ms + bwd_ms) * 1e-3) / 1e12);
   std::printf("  max |err| / max |ref| vs float64 CPU (B1 H2 T%d, O dQ dK dV): %.3e\n",
               std::min(pr.T, 77), err);
   cudaEventDestroy(e0);

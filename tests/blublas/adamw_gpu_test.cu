@@ -94,7 +94,8 @@ void run_adamw_case(Dtype gdt, int count, bool clip) {
       rp[j] = p0[i][j] * (1.0 - 3e-3 * list[i].weight_decay) - (3e-3 / bc1) * rm[j] / denom;
     }
     ASSERT_TRUE(all_close("param", download(dp[i].get(), n, Dtype::kF32), rp, 2e-6, 1e-5));
-    ASSERT_TRUE(all_close("m", download(dm[i].get(), n, Dtype::kF32), rm, 1e-8, 1e-5));
+    // m = b1 m0 + (1 - b1) g cancels: bound the error by the terms' size (f32 rounding of each).
+    ASSERT_TRUE(all_close("m", download(dm[i].get(), n, Dtype::kF32), rm, 6e-8, 1e-5));
     ASSERT_TRUE(all_close("v", download(dv[i].get(), n, Dtype::kF32), rv, 1e-10, 1e-5));
     if (list[i].param_bf16 != nullptr) {
       ASSERT_TRUE(all_close("param_bf16", download(dbf[i].get(), n, Dtype::kBF16), rp, 1e-5, 8e-3));

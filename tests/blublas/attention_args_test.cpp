@@ -56,7 +56,9 @@ AttentionDesc valid_desc() {
   return d;
 }
 
-StatusCode fwd(const AttentionDesc& d) { return blublas::attention_forward(d, nullptr).code(); }
+StatusCode fwd(const AttentionDesc& d) {
+  return blublas::attention_forward(d, nullptr).code();
+}
 StatusCode bwd(const AttentionDesc& d, std::size_t ws = 1 << 20) {
   return blublas::attention_backward(d, g_mem, ws, nullptr).code();
 }

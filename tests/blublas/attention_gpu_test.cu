@@ -34,9 +34,10 @@ struct Case {
   bool causal;
   AttnPrecision prec;
   AttnPath path;
-  bool fused;  // q/k/v and dq/dk/dv as views of [B, T, 3, H, d] buffers
+  bool fused;        // q/k/v and dq/dk/dv as views of [B, T, 3, H, d] buffers
   int fwd_cfg = -1;  // >= 0: run this entry of the bf16 sm80 tile table instead of the launcher
   int bwd_cfg = -1;
+  int o_pad = 8;  // O's sequence stride is H*d + o_pad (1: not 16-byte aligned -> SIMT fallback)
 };
 
 std::string name(const Case& c) {
@@ -46,6 +47,7 @@ std::string name(const Case& c) {
      << (c.fused ? " fused-qkv" : " dense");
   if (c.fwd_cfg >= 0) os << " fwd_cfg=" << c.fwd_cfg;
   if (c.bwd_cfg >= 0) os << " bwd_cfg=" << c.bwd_cfg;
+  os << " o_pad=" << c.o_pad;
   return os.str();
 }
 
@@ -68,8 +70,19 @@ struct Reference {
   std::vector<double> mlse;  // scale * max_j |q_i||k_j| (bounds the error of L)
 };
 
+// How rounding inside the kernels enters the element bounds (see reference()).
+struct ErrorModel {
+  double s_rel = 0;  // relative error of P per unit of S2 (tf32 rounds q and k: S is inexact)
+  double w2 = 0.1;   // weight of the root-sum-square terms of dP and D (tf32 rounds dO and v)
+};
+
+// Float64 reference. D = rowsum(dO * O) uses `o_in` (the O the kernel wrote and the backward
+// reads, rounded to its storage type) when given. Bounds: with S2 = scale*sqrt(sum (q k)^2),
+// dP2 = sqrt(sum (dO v)^2), D2 = sqrt(sum (dO O)^2) and pf = 1 + s_rel*S2 (P's error factor):
+//   mo  = sum_j P |v| pf,  mdv = sum_i P |dO| pf,
+//   mdq = scale sum_j dsm |k|,  mdk = scale sum_i dsm |q|,  dsm = P((|dP|+|D|) pf + w2 (dP2+D2)).
 Reference reference(const Host& q, const Host& k, const Host& v, const Host& d_o, double scale,
-                    bool causal) {
+                    bool causal, const Host* o_in, const ErrorModel& em) {
   const int B = q.B, T = q.T, H = q.H, d = q.d;
   Reference r;
   for (Host* h : {&r.o, &r.dq, &r.dk, &r.dv, &r.mo, &r.mdq, &r.mdk, &r.mdv}) {
@@ -77,23 +90,23 @@ Reference reference(const Host& q, const Host& k, const Host& v, const Host& d_o
   }
   r.lse.assign(static_cast<size_t>(B) * H * T, 0.0);
   r.mlse.assign(r.lse.size(), 0.0);
-  std::vector<double> P(static_cast<size_t>(T) * T), dP(P.size()), Dv(T);
+  const size_t TT = static_cast<size_t>(T) * T;
+  std::vector<double> P(TT), S2(TT), dP(TT), dP2(TT), Dv(T), D2(T);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < T; ++i) {
         double mx = -INFINITY, mag = 0;
         const int jn = causal ? i + 1 : T;
-        for (int j = 0; j < T; ++j) {
-          if (j >= jn) {
-            P[static_cast<size_t>(i) * T + j] = -INFINITY;
-            continue;
-          }
-          double s = 0, sa = 0;
+        for (int j = 0; j < jn; ++j) {
+          double s = 0, sa = 0, s2 = 0;
           for (int c = 0; c < d; ++c) {
-            s += q.at(b, i, h, c) * k.at(b, j, h, c);
-            sa += std::fabs(q.at(b, i, h, c) * k.at(b, j, h, c));
+            const double x = q.at(b, i, h, c) * k.at(b, j, h, c);
+            s += x;
+            sa += std::fabs(x);
+            s2 += x * x;
           }
           P[static_cast<size_t>(i) * T + j] = s * scale;
+          S2[static_cast<size_t>(i) * T + j] = std::sqrt(s2) * scale;
           mx = std::max(mx, s * scale);
           mag = std::max(mag, sa * scale);
         }
@@ -109,36 +122,48 @@ Reference reference(const Host& q, const Host& k, const Host& v, const Host& d_o
         for (int c = 0; c < d; ++c) {
           double o = 0, mo = 0;
           for (int j = 0; j < jn; ++j) {
-            o += P[static_cast<size_t>(i) * T + j] * v.at(b, j, h, c);
-            mo += P[static_cast<size_t>(i) * T + j] * std::fabs(v.at(b, j, h, c));
+            const size_t ij = static_cast<size_t>(i) * T + j;
+            o += P[ij] * v.at(b, j, h, c);
+            mo += P[ij] * std::fabs(v.at(b, j, h, c)) * (1 + em.s_rel * S2[ij]);
           }
           r.o.at(b, i, h, c) = o;
           r.mo.at(b, i, h, c) = mo;
         }
-        double D = 0;
-        for (int c = 0; c < d; ++c) D += d_o.at(b, i, h, c) * r.o.at(b, i, h, c);
+        double D = 0, d2 = 0;
+        for (int c = 0; c < d; ++c) {
+          const double x = d_o.at(b, i, h, c) * (o_in ? o_in->at(b, i, h, c) : r.o.at(b, i, h, c));
+          D += x;
+          d2 += x * x;
+        }
         Dv[i] = D;
+        D2[i] = std::sqrt(d2);
         for (int j = 0; j < jn; ++j) {
-          double s = 0;
-          for (int c = 0; c < d; ++c) s += d_o.at(b, i, h, c) * v.at(b, j, h, c);
+          double s = 0, s2 = 0;
+          for (int c = 0; c < d; ++c) {
+            const double x = d_o.at(b, i, h, c) * v.at(b, j, h, c);
+            s += x;
+            s2 += x * x;
+          }
           dP[static_cast<size_t>(i) * T + j] = s;
+          dP2[static_cast<size_t>(i) * T + j] = std::sqrt(s2);
         }
       }
       // dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO.
       for (int i = 0; i < T; ++i) {
         const int jn = causal ? i + 1 : T;
         for (int j = 0; j < jn; ++j) {
-          const double p = P[static_cast<size_t>(i) * T + j];
-          const double dp = dP[static_cast<size_t>(i) * T + j];
+          const size_t ij = static_cast<size_t>(i) * T + j;
+          const double p = P[ij], dp = dP[ij], pf = 1 + em.s_rel * S2[ij];
           const double ds = p * (dp - Dv[i]);
-          const double dsm = p * (std::fabs(dp) + std::fabs(Dv[i])) + 1e-30;
+          const double dsm =
+              p * ((std::fabs(dp) + std::fabs(Dv[i])) * pf + em.w2 * (dP2[ij] + D2[i])) + 1e-30;
           for (int c = 0; c < d; ++c) {
             r.dq.at(b, i, h, c) += scale * ds * k.at(b, j, h, c);
             r.mdq.at(b, i, h, c) += scale * dsm * std::fabs(k.at(b, j, h, c));
             r.dk.at(b, j, h, c) += scale * ds * q.at(b, i, h, c);
             r.mdk.at(b, j, h, c) += scale * dsm * std::fabs(q.at(b, i, h, c));
             r.dv.at(b, j, h, c) += p * d_o.at(b, i, h, c);
-            r.mdv.at(b, j, h, c) += p * std::fabs(d_o.at(b, i, h, c));
+            r.mdv.at(b, j, h, c) += p * std::fabs(d_o.at(b, i, h, c)) * pf;
           }
         }
       }
@@ -219,9 +244,9 @@ Host download(const DevView& v, AttnPrecision p, size_t buffer_elems, int B, int
 }
 
 struct Tol {
-  double rel;   // times the magnitude sum
+  double rel;  // times the magnitude sum
   double abs;
-  double lse;   // times (1 + scale * max |q||k|)
+  double lse;  // times (1 + scale * max |q||k|)
 };
 Tol tol_for(AttnPrecision p, AttnPath path) {
   if (p == AttnPrecision::kF32Strict) return {5e-5, 1e-6, 1e-5};
@@ -247,13 +272,13 @@ int compare(const char* what, const Host& got, const Host& ref, const Host& mag,
           if (!(err <= bound)) {
             if (++bad <= 5) {
               ADD_FAILURE() << what << "[b=" << b << ", t=" << t << ", h=" << h << ", i=" << i
-                            << "] got " << g << " expected " << e << " |err| " << err
-                            << " bound " << bound;
+                            << "] got " << g << " expected " << e << " |err| " << err << " bound "
+                            << bound;
             }
           }
         }
-  if (bad) ADD_FAILURE() << what << ": " << bad << " elements out of bound, worst err/bound "
-                         << worst;
+  if (bad)
+    ADD_FAILURE() << what << ": " << bad << " elements out of bound, worst err/bound " << worst;
   return bad;
 }
 
@@ -293,13 +318,13 @@ void run_case(const Case& c) {
     return h;
   };
   const Host q = make(1.5), k = make(1.5), v = make(1.0), d_o = make(1.0);
-  const Reference ref = reference(q, k, v, d_o, scale, c.causal);
 
   // Layouts.
   const size_t fused_elems = static_cast<size_t>(B) * T * 3 * H * d;
-  const int64_t o_st = static_cast<int64_t>(H) * d + 8;  // padded rows
+  const int64_t o_st = static_cast<int64_t>(H) * d + c.o_pad;  // padded rows
   const size_t o_elems = static_cast<size_t>(B) * T * o_st;
-  Buffer qkv(c.fused ? fused_elems * eb : 3 * n * eb), dqkv(c.fused ? fused_elems * eb : 3 * n * eb);
+  Buffer qkv(c.fused ? fused_elems * eb : 3 * n * eb),
+      dqkv(c.fused ? fused_elems * eb : 3 * n * eb);
   Buffer o(o_elems * eb), dob(n * eb), lse(static_cast<size_t>(B) * H * T * sizeof(float));
   auto view_of = [&](Buffer& buf, int which) {
     DevView vw;
@@ -379,6 +404,13 @@ void run_case(const Case& c) {
 
   const Tol tol = tol_for(p, c.path);
   const Host go = download(vo, p, o_elems, B, T, H, d);
+  ErrorModel em;
+  if (p == AttnPrecision::kF32TF32) {
+    em.s_rel = 0.2;
+    em.w2 = 1.0;
+  }
+  // D is formed from the O the backward reads (go): the reference backward does the same.
+  const Reference ref = reference(q, k, v, d_o, scale, c.causal, &go, em);
   std::vector<float> glse(static_cast<size_t>(B) * H * T);
   BLU_CUDA_TEST_CHECK(cudaMemcpy(glse.data(), lse.get(), lse.bytes(), cudaMemcpyDeviceToHost));
   compare("O", go, ref.o, ref.mo, tol);
@@ -457,6 +489,20 @@ TEST(AttentionGpu, Bf16EveryTileConfig) {
         if (::testing::Test::HasFailure()) return;
       }
     }
+  }
+}
+
+// O rows padded by one element: not 16-byte aligned, so kAuto takes the SIMT path and the
+// scalar D precompute.
+TEST(AttentionGpu, MisalignedViewsFallBackToSimt) {
+  BLU_REQUIRE_GPU();
+  for (AttnPrecision prec : {AttnPrecision::kBF16, AttnPrecision::kF32TF32}) {
+    Case c{2, 37, 3, 64, true, prec, AttnPath::kAuto, true};
+    c.o_pad = 1;
+    run_case(c);
+    c.d = 128;
+    c.causal = false;
+    run_case(c);
   }
 }
 

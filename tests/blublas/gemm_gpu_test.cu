@@ -503,8 +503,9 @@ TEST(GemmGpu, OddAndLargeSizes) {
   }
 }
 
-// kAuto takes the SIMT path when an operand's leading dimension is not 16-byte aligned; a
-// forced tensor-core path returns kMisaligned and writes nothing.
+// kAuto copies operands whose ld is not 16-byte aligned into the workspace and still runs a
+// tensor-core path (Note [Repacking misaligned operands] in gemm.cpp); a forced tensor-core path
+// returns kMisaligned and writes nothing.
 TEST(GemmGpu, AutoFallsBackOnMisalignedLd) {
   BLU_REQUIRE_GPU();
   Case c;
@@ -523,7 +524,10 @@ TEST(GemmGpu, AutoFallsBackOnMisalignedLd) {
   desc.a = a.p; desc.lda = 51; desc.b = b.p; desc.ldb = 41; desc.d = d.p; desc.ldd = 41;
   GemmPath path = GemmPath::kAuto;
   ASSERT_TRUE(blublas::gemm_selected_path(desc, &path).ok());
-  EXPECT_EQ(path, GemmPath::kSimt) << blublas::gemm_path_name(path);
+  EXPECT_NE(path, GemmPath::kSimt) << "kAuto should repack, not fall back to SIMT";
+  size_t ws = 0;
+  ASSERT_TRUE(blublas::gemm_workspace_size(desc, &ws).ok());
+  EXPECT_GT(ws, 0u) << "the repacked copies live in the workspace";
   for (GemmPath forced : {GemmPath::kSm80Mma, GemmPath::kSm90Wgmma}) {
     desc.path = forced;
     const blublas::Status st = blublas::gemm(desc, nullptr, 0, nullptr);
@@ -542,18 +546,39 @@ TEST(GemmGpu, AutoFallsBackOnMisalignedLd) {
   EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](uint8_t v) { return v == 0xFF; }))
       << "a refused forced path wrote to D";
 
-  // An unaligned pointer (offset by one element) also falls back.
-  desc.path = GemmPath::kAuto;
+  // An unaligned pointer (offset by one element) is refused by a forced path too.
+  desc.path = GemmPath::kSm80Mma;
   desc.lda = 56;
   desc.ldb = 48;
   desc.a = static_cast<const uint16_t*>(a.p) + 1;
-  ASSERT_TRUE(blublas::gemm_selected_path(desc, &path).ok());
-  EXPECT_EQ(path, GemmPath::kSimt);
+  EXPECT_EQ(blublas::gemm(desc, nullptr, 0, nullptr).code(), StatusCode::kMisaligned);
   // Strict fp32 forced onto a tensor-core path is refused.
   desc.ab_type = Dtype::kF32; desc.cd_type = Dtype::kF32;
   desc.a = a.p; desc.lda = 52; desc.ldb = 44; desc.ldd = 44;
   desc.path = GemmPath::kSm80Mma;
   EXPECT_EQ(blublas::gemm(desc, nullptr, 0, nullptr).code(), StatusCode::kNotSupported);
+}
+
+// kAuto on tight, odd leading dimensions and batch strides (every operand misaligned) in every
+// major and precision: the repacked tensor-core run must match the reference.
+TEST(GemmGpu, AutoRepacksMisalignedOperands) {
+  BLU_REQUIRE_GPU();
+  std::vector<Case> cases = sweep(GemmPath::kAuto, Dtype::kBF16, ComputeMode::kDefault,
+                                  {Dtype::kBF16, Dtype::kF32});
+  for (const Case& c : sweep(GemmPath::kAuto, Dtype::kF32, ComputeMode::kTF32, {Dtype::kF32})) {
+    cases.push_back(c);
+  }
+  int idx = 0;
+  for (Case& c : cases) {
+    c.ld_align = 1;
+    c.ld_pad = idx % 2;
+    c.batch = 1 + idx % 3;
+    c.batch_pad = 3;
+    c.epi = idx % 4 == 3 ? Epilogue::kBiasGradA : Epilogue::kNone;
+    if (c.batch > 1) c.epi = Epilogue::kNone;
+    ++idx;
+  }
+  run_all(cases);
 }
 
 // The bias-gradient workspace is checked; results are bitwise reproducible run to run.

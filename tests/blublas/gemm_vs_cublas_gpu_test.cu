@@ -220,6 +220,21 @@ __global__ void check_kernel(const T* d, const T* ref, const float* s, Acc da, i
   atomicMax(&out->worst_bits, __float_as_uint(fabsf(worst)));
 }
 
+// Counts elements outside the M x N matrices (leading-dimension padding) that are no longer NaN:
+// writes past an edge tile. `outer` x `ld` elements per batch; (r, c) = (slow, fast) index.
+template <typename T>
+__global__ void stray_kernel(const T* d, int64_t ld, int64_t slow_valid, int64_t fast_valid,
+                             int64_t per_batch, int64_t total, unsigned long long* stray) {
+  unsigned long long n = 0;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = t % per_batch, r = o / ld, c = o % ld;
+    if (r < slow_valid && c < fast_valid) continue;
+    const float v = ld_f32(d, t);
+    if (v == v) ++n;
+  }
+  if (n) atomicAdd(stray, n);
+}
+
 int grid_for(size_t n) { return static_cast<int>(std::min<size_t>((n + 255) / 256, 8192)); }
 
 // ---- the fixture ----------------------------------------------------------------------------------------
@@ -359,6 +374,21 @@ TEST_P(GemmVsCublas, WithinBoundOfCublas) {
     ++ran;
     std::printf("  [%s %s] path %s (ran %s): max |d-ref|/S = %.3e (tol %.1e), %llu of %zu out of bound\n",
                 c.name.c_str(), p.name, pname, blublas::gemm_path_name(taken), worst, p.tol, res.bad, total);
+    // Nothing written into the padding of the leading dimension.
+    if (g.ldd != (row ? c.n : c.m)) {
+      BLU_CUDA_TEST_CHECK(cudaMemset(out.p, 0, sizeof(unsigned long long)));
+      auto* stray = static_cast<unsigned long long*>(out.p);
+      const int64_t slow = row ? c.m : c.n, fast = row ? c.n : c.m;
+      if (p.cd == Dtype::kBF16)
+        stray_kernel<<<grid_for(g.elems_d), 256>>>(static_cast<const __nv_bfloat16*>(d.p), g.ldd, slow, fast, g.stride_d, int64_t(g.elems_d), stray);
+      else
+        stray_kernel<<<grid_for(g.elems_d), 256>>>(static_cast<const float*>(d.p), g.ldd, slow, fast, g.stride_d, int64_t(g.elems_d), stray);
+      BLU_CUDA_TEST_CHECK(cudaGetLastError());
+      unsigned long long n_stray = 0;
+      BLU_CUDA_TEST_CHECK(cudaMemcpy(&n_stray, stray, sizeof(n_stray), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(n_stray, 0ull) << c.name << " " << p.name << " path " << pname << ": " << n_stray
+                               << " elements written in the leading-dimension padding of D (ldd=" << g.ldd << ")";
+    }
     if (res.bad == 0) continue;
     // The first bad element, with its neighbourhood of values, for a log-only diagnosis.
     const int64_t t = static_cast<int64_t>(res.first_bad);

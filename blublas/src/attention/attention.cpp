@@ -22,8 +22,12 @@ namespace {
 
 constexpr std::size_t kWorkspaceAlign = 256;
 
-bool is_bf16(AttnPrecision p) { return p == AttnPrecision::kBF16; }
-std::size_t elem_bytes(AttnPrecision p) { return is_bf16(p) ? 2 : 4; }
+bool is_bf16(AttnPrecision p) {
+  return p == AttnPrecision::kBF16;
+}
+std::size_t elem_bytes(AttnPrecision p) {
+  return is_bf16(p) ? 2 : 4;
+}
 
 bool aligned(const void* ptr, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0;
@@ -37,8 +41,8 @@ bool view_vector_ok(const View& v, std::size_t eb) {
 template <typename View>
 Status check_view(const View& v, const char* op, const char* name, std::size_t eb) {
   BLUBLAS_CHECK_ARG(v.ptr != nullptr, op, ": ", name, " is null");
-  BLUBLAS_CHECK_ARG(v.batch_stride >= 0 && v.seq_stride >= 0 && v.head_stride >= 0, op, ": ",
-                    name, " has a negative stride (batch=", v.batch_stride, ", seq=", v.seq_stride,
+  BLUBLAS_CHECK_ARG(v.batch_stride >= 0 && v.seq_stride >= 0 && v.head_stride >= 0, op, ": ", name,
+                    " has a negative stride (batch=", v.batch_stride, ", seq=", v.seq_stride,
                     ", head=", v.head_stride, ")");
   BLUBLAS_CHECK(aligned(v.ptr, eb), StatusCode::kMisaligned, op, ": ", name,
                 " is not aligned to its ", eb, "-byte element");
@@ -46,8 +50,8 @@ Status check_view(const View& v, const char* op, const char* name, std::size_t e
 }
 
 Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
-  BLUBLAS_CHECK_ARG(d.batch >= 0 && d.seq_len >= 0 && d.heads >= 0, op, ": negative size (B=",
-                    d.batch, ", T=", d.seq_len, ", H=", d.heads, ")");
+  BLUBLAS_CHECK_ARG(d.batch >= 0 && d.seq_len >= 0 && d.heads >= 0, op,
+                    ": negative size (B=", d.batch, ", T=", d.seq_len, ", H=", d.heads, ")");
   BLUBLAS_CHECK_ARG(d.batch <= 65535 && d.heads <= 65535, op, ": B=", d.batch, " or H=", d.heads,
                     " exceeds 65535");
   BLUBLAS_CHECK(d.head_dim == 64 || d.head_dim == 128, StatusCode::kNotSupported, op,
@@ -60,8 +64,8 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   BLUBLAS_CHECK_ARG(path >= 0 && path <= 3, op, ": unknown path ", path);
   BLUBLAS_CHECK(d.path != AttnPath::kSm90Wgmma, StatusCode::kNotSupported, op,
                 ": the sm90 wgmma path is not implemented in this build (use kAuto or kSm80Mma)");
-  BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32Strict && d.path == AttnPath::kSm80Mma),
-                    op, ": strict fp32 runs on the SIMT path only (kSm80Mma would round to tf32; "
+  BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32Strict && d.path == AttnPath::kSm80Mma), op,
+                    ": strict fp32 runs on the SIMT path only (kSm80Mma would round to tf32; "
                     "use precision kF32TF32)");
   BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32TF32 && d.path == AttnPath::kSimt), op,
                     ": tf32 needs tensor cores; the SIMT path computes strict fp32 (use precision "
@@ -123,39 +127,26 @@ attn::Strides strides_of(int64_t b, int64_t t, int64_t h) {
   return s;
 }
 
-std::size_t round_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-
-// Note [Attention backward workspace]
-// [delta: B*H*T fp32][bf16 only: dq_sem: B*H*ceil(T/16) int][bf16 only: dq_accum: B*H*Tpad*d fp32]
-// Tpad = T rounded up to 128. The dQ accumulator serves the fused-dQ kernels (Note [Ordered dQ
-// accumulation]); it is sized whether or not the chosen tile configuration uses it, so the size
-// does not depend on the device.
-struct WorkspaceLayout {
-  std::size_t delta = 0, sem = 0, accum = 0, total = 0;
-};
-WorkspaceLayout workspace_layout(const AttentionDesc& d) {
-  WorkspaceLayout w;
-  const std::size_t bh = static_cast<std::size_t>(d.batch) * d.heads;
-  w.delta = 0;
-  std::size_t off = round_up(bh * d.seq_len * sizeof(float));
-  if (d.precision == AttnPrecision::kBF16) {
-    w.sem = off;
-    off += round_up(bh * attn::dq_sem_count(d.seq_len) * sizeof(int));
-    w.accum = off;
-    off += round_up(bh * attn::dq_accum_rows(d.seq_len) * d.head_dim * sizeof(float));
-  }
-  w.total = off;
-  return w;
+std::size_t round_up(std::size_t n) {
+  return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
 
-bool empty(const AttentionDesc& d) { return d.batch == 0 || d.heads == 0 || d.seq_len == 0; }
+// The backward workspace is D = rowsum(dO * O), B*H*T fp32. The dQ pass recomputes S and dP
+// instead of accumulating dQ across key blocks, so there is no fp32 dQ buffer.
+std::size_t workspace_bytes(const AttentionDesc& d) {
+  return round_up(static_cast<std::size_t>(d.batch) * d.heads * d.seq_len * sizeof(float));
+}
+
+bool empty(const AttentionDesc& d) {
+  return d.batch == 0 || d.heads == 0 || d.seq_len == 0;
+}
 
 }  // namespace
 
 namespace attn {
 
 std::size_t backward_workspace_bytes(const AttentionDesc& desc) {
-  return workspace_layout(desc).total;
+  return workspace_bytes(desc);
 }
 
 Params make_params(const AttentionDesc& d, void* workspace) {
@@ -183,15 +174,7 @@ Params make_params(const AttentionDesc& d, void* workspace) {
   p.scale = d.softmax_scale;
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.causal = d.causal ? 1 : 0;
-  if (workspace != nullptr) {
-    const WorkspaceLayout w = workspace_layout(d);
-    char* base = static_cast<char*>(workspace);
-    p.delta = reinterpret_cast<float*>(base + w.delta);
-    if (w.sem != 0) {
-      p.dq_sem = reinterpret_cast<int*>(base + w.sem);
-      p.dq_accum = reinterpret_cast<float*>(base + w.accum);
-    }
-  }
+  p.delta = static_cast<float*>(workspace);
   return p;
 }
 
@@ -199,19 +182,26 @@ Params make_params(const AttentionDesc& d, void* workspace) {
 
 const char* attn_path_name(AttnPath path) noexcept {
   switch (path) {
-    case AttnPath::kAuto: return "auto";
-    case AttnPath::kSimt: return "simt";
-    case AttnPath::kSm80Mma: return "sm80_mma";
-    case AttnPath::kSm90Wgmma: return "sm90_wgmma";
+    case AttnPath::kAuto:
+      return "auto";
+    case AttnPath::kSimt:
+      return "simt";
+    case AttnPath::kSm80Mma:
+      return "sm80_mma";
+    case AttnPath::kSm90Wgmma:
+      return "sm90_wgmma";
   }
   return "unknown";
 }
 
 const char* attn_precision_name(AttnPrecision precision) noexcept {
   switch (precision) {
-    case AttnPrecision::kBF16: return "bf16";
-    case AttnPrecision::kF32Strict: return "f32";
-    case AttnPrecision::kF32TF32: return "tf32";
+    case AttnPrecision::kBF16:
+      return "bf16";
+    case AttnPrecision::kF32Strict:
+      return "f32";
+    case AttnPrecision::kF32TF32:
+      return "tf32";
   }
   return "unknown";
 }

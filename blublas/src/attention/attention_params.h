@@ -29,9 +29,6 @@ struct Params {
   void* dk = nullptr;
   void* dv = nullptr;
   float* delta = nullptr;  // backward workspace: D = rowsum(dO * O), [B, H, T]
-  // Backward workspace of the fused-dQ bf16 kernels (Note [Ordered dQ accumulation]):
-  float* dq_accum = nullptr;  // [B, H, kDqAccumRows(T), d] fp32 partial sums
-  int* dq_sem = nullptr;      // [B, H, ceil(T / 16)] per-query-block turn counters (zeroed per call)
   Strides sq, sk, sv, so, sdo, sdq, sdk, sdv;
   int batch = 0, seq_len = 0, heads = 0;
   float scale = 0.0f;       // softmax scale
@@ -39,12 +36,8 @@ struct Params {
   int causal = 1;
 };
 
-// Rows of the fp32 dQ accumulator per (batch, head): T rounded up to the largest query block.
-constexpr int64_t dq_accum_rows(int64_t seq_len) { return (seq_len + 127) / 128 * 128; }
-constexpr int64_t dq_sem_count(int64_t seq_len) { return (seq_len + 15) / 16; }
-
-// The parameter block of a desc; the backward workspace (attention_backward_workspace_size bytes)
-// is carved into delta, dq_sem and dq_accum (null workspace: those stay null).
+// The parameter block of a desc; `workspace` (attention_backward_workspace_size bytes, or null for
+// the forward) holds delta.
 Params make_params(const AttentionDesc& desc, void* workspace);
 std::size_t backward_workspace_bytes(const AttentionDesc& desc);
 

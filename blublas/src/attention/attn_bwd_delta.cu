@@ -15,8 +15,12 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 template <typename Elem, int kD>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(const Params p) {

@@ -22,14 +22,22 @@
 namespace blublas::attn {
 namespace {
 
-constexpr int kRows = 32;     // rows owned by a CTA
-constexpr int kCols = 32;     // columns per block of the other side
+constexpr int kRows = 32;  // rows owned by a CTA
+constexpr int kCols = 32;  // columns per block of the other side
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ float load_f(const float* p) { return *p; }
-__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store_f(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_f(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ float load_f(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load_f(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ void store_f(float* p, float x) {
+  *p = x;
+}
+__device__ __forceinline__ void store_f(__nv_bfloat16* p, float x) {
+  *p = __float2bfloat16_rn(x);
+}
 
 // Loads rows [row0, row0 + 32) of a [T][kD] view (row stride `st`) into a padded fp32 tile.
 template <typename Elem, int kD>
@@ -131,14 +139,16 @@ __global__ void __launch_bounds__(kThreads, 1) simt_attn_fwd_kernel(const Params
     for (int i = 0; i < kD / 4; ++i) {
       float acc = o[i] * corr;
 #pragma unroll 8
-      for (int c = 0; c < kCols; ++c) acc = fmaf(sP[r * (kCols + 1) + c], sV[c * kLd + sub + 4 * i], acc);
+      for (int c = 0; c < kCols; ++c)
+        acc = fmaf(sP[r * (kCols + 1) + c], sV[c * kLd + sub + 4 * i], acc);
       o[i] = acc;
     }
   }
   l = quad_sum(l);
   if (row < T) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    Elem* gO = static_cast<Elem*>(p.o) + b * p.so.b + h * p.so.h + static_cast<int64_t>(row) * p.so.t;
+    Elem* gO =
+        static_cast<Elem*>(p.o) + b * p.so.b + h * p.so.h + static_cast<int64_t>(row) * p.so.t;
 #pragma unroll
     for (int i = 0; i < kD / 4; ++i) store_f(gO + sub + 4 * i, o[i] * inv);
     if (sub == 0) p.lse[(static_cast<int64_t>(b) * p.heads + h) * T + row] = m * p.scale + logf(l);
@@ -153,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) simt_attn_bwd_dkdv_kernel(const P
   float* sV = sK + kRows * kLd;
   float* sQ = sV + kRows * kLd;
   float* sdO = sQ + kCols * kLd;
-  float* sP = sdO + kCols * kLd;      // [kRows][kCols + 1]
+  float* sP = sdO + kCols * kLd;  // [kRows][kCols + 1]
   float* sdS = sP + kRows * (kCols + 1);
   float* sL = sdS + kRows * (kCols + 1);
   float* sD = sL + kCols;
@@ -209,8 +219,10 @@ __global__ void __launch_bounds__(kThreads, 1) simt_attn_bwd_dkdv_kernel(const P
     }
   }
   if (key < T) {
-    Elem* gdK = static_cast<Elem*>(p.dk) + b * p.sdk.b + h * p.sdk.h + static_cast<int64_t>(key) * p.sdk.t;
-    Elem* gdV = static_cast<Elem*>(p.dv) + b * p.sdv.b + h * p.sdv.h + static_cast<int64_t>(key) * p.sdv.t;
+    Elem* gdK =
+        static_cast<Elem*>(p.dk) + b * p.sdk.b + h * p.sdk.h + static_cast<int64_t>(key) * p.sdk.t;
+    Elem* gdV =
+        static_cast<Elem*>(p.dv) + b * p.sdv.b + h * p.sdv.h + static_cast<int64_t>(key) * p.sdv.t;
 #pragma unroll
     for (int d = 0; d < kD / 4; ++d) {
       store_f(gdK + sub + 4 * d, dk[d] * p.scale);
@@ -268,12 +280,14 @@ __global__ void __launch_bounds__(kThreads, 1) simt_attn_bwd_dq_kernel(const Par
     for (int d = 0; d < kD / 4; ++d) {
       float a = dq[d];
 #pragma unroll 8
-      for (int c = 0; c < kCols; ++c) a = fmaf(sdS[r * (kCols + 1) + c], sK[c * kLd + sub + 4 * d], a);
+      for (int c = 0; c < kCols; ++c)
+        a = fmaf(sdS[r * (kCols + 1) + c], sK[c * kLd + sub + 4 * d], a);
       dq[d] = a;
     }
   }
   if (row < T) {
-    Elem* gdQ = static_cast<Elem*>(p.dq) + b * p.sdq.b + h * p.sdq.h + static_cast<int64_t>(row) * p.sdq.t;
+    Elem* gdQ =
+        static_cast<Elem*>(p.dq) + b * p.sdq.b + h * p.sdq.h + static_cast<int64_t>(row) * p.sdq.t;
 #pragma unroll
     for (int d = 0; d < kD / 4; ++d) store_f(gdQ + sub + 4 * d, dq[d] * p.scale);
   }
@@ -308,12 +322,14 @@ Status bwd(const Params& p, cudaStream_t stream) {
 }  // namespace
 
 Status simt_attn_fwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream) {
-  if (bf16) return head_dim == 64 ? fwd<__nv_bfloat16, 64>(p, stream) : fwd<__nv_bfloat16, 128>(p, stream);
+  if (bf16)
+    return head_dim == 64 ? fwd<__nv_bfloat16, 64>(p, stream) : fwd<__nv_bfloat16, 128>(p, stream);
   return head_dim == 64 ? fwd<float, 64>(p, stream) : fwd<float, 128>(p, stream);
 }
 
 Status simt_attn_bwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream) {
-  if (bf16) return head_dim == 64 ? bwd<__nv_bfloat16, 64>(p, stream) : bwd<__nv_bfloat16, 128>(p, stream);
+  if (bf16)
+    return head_dim == 64 ? bwd<__nv_bfloat16, 64>(p, stream) : bwd<__nv_bfloat16, 128>(p, stream);
   return head_dim == 64 ? bwd<float, 64>(p, stream) : bwd<float, 128>(p, stream);
 }
 

@@ -45,12 +45,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     flash_attn_fwd_kernel(const Params p) {
   constexpr int kD = Cfg::kD, kMT = Cfg::kMT, kBc = Cfg::kBc;
   constexpr int kBr = Cfg::kBr;
-  constexpr int kNT = kBc / 8;   // S n-tiles
-  constexpr int kDT = kD / 8;    // O n-tiles
+  constexpr int kNT = kBc / 8;  // S n-tiles
+  constexpr int kDT = kD / 8;   // O n-tiles
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sK = sQ + kBr * kD;       // [2][kBc][kD]
-  Elem* sV = sK + 2 * kBc * kD;   // [2][kBc][kD]
+  Elem* sK = sQ + kBr * kD;      // [2][kBc][kD]
+  Elem* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (j + 1 < n_kv) {
       const int kn = (j + 1) * kBc;
       const int buf = (j + 1) & 1;
-      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK + buf * kBc * kD, gK + kn * p.sk.t,
-                                                    p.sk.t, T - kn, tid);
-      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV + buf * kBc * kD, gV + kn * p.sv.t,
-                                                    p.sv.t, T - kn, tid);
+      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK + buf * kBc * kD, gK + kn * p.sk.t, p.sk.t,
+                                                    T - kn, tid);
+      load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV + buf * kBc * kD, gV + kn * p.sv.t, p.sv.t,
+                                                    T - kn, tid);
       cp_async_commit();
     }
     const int k0 = j * kBc;

@@ -1,8 +1,9 @@
 // sm80_mma_tiles.cuh: the warp-level building blocks of the mma.sync attention kernels: cp.async
 // tile loads into XOR-swizzled shared memory, ldmatrix fragment loads, and two warp GEMMs that
 // every forward and backward product is made of:
-//   warp_gemm_nt:   acc (16*kMT x N)  += A (rows of a [row][kD] tile) * B^T (rows of a [row][kD] tile)
-//   warp_gemm_cA_tB acc (16*kMT x kD) += P (an accumulator, reused in registers as the A operand)
+//   warp_gemm_nt:   acc (16*kMT x N)  += A (rows of a [row][kD] tile) * B^T (rows of a [row][kD]
+//   tile) warp_gemm_cA_tB acc (16*kMT x kD) += P (an accumulator, reused in registers as the A
+//   operand)
 //                                        * B (a [k][kD] tile: the n index is contiguous)
 // Two element types share the code: bf16 (mma m16n8k16) and fp32 stored, tf32 computed (mma
 // m16n8k8 on operands rounded with cvt.rna.tf32).
@@ -32,8 +33,8 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 // 16-byte cp.async; zero-fills the destination when !valid (src is then never read).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)),
-               "l"(gmem), "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(src_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -140,8 +141,8 @@ struct Mma<bf16> {
   }
   // A fragment for k-step kk from accumulator n-tiles (2kk, 2kk+1), rounded to bf16.
   template <int kPN>
-  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4],
-                                                int kk, int /*lane*/) {
+  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4], int kk,
+                                                int /*lane*/) {
     a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
     a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
     a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
@@ -193,8 +194,8 @@ struct Mma<float> {
   // tf32 A (m16n8k8): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; the
   // accumulator holds (g, 2t'), (g, 2t'+1), (g+8, 2t'), (g+8, 2t'+1): re-distributed in the quad.
   template <int kPN>
-  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4],
-                                                int kk, int lane) {
+  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4], int kk,
+                                                int lane) {
     const int t = lane & 3;
     const int src0 = (lane & ~3) | (t >> 1);
     const int src1 = src0 + 2;
@@ -214,24 +215,6 @@ struct Mma<float> {
     a[3] = to_tf32(__float_as_uint(odd ? w1 : w0));
   }
 };
-
-// bf16 A fragment of rows [m0, m0+16), k-step [k0, k0+16) from a tile stored transposed, [k][m]
-// with rows of kRowLen elements (ldmatrix.trans turns key-major dS^T into query-major A).
-template <int kRowLen>
-__device__ __forceinline__ void load_a_trans_bf16(uint32_t (&a)[4], const bf16* s, int k0, int m0,
-                                                  int lane) {
-  ldsm_x4_trans(a, s + Tile<bf16, kRowLen>::offset(k0 + (lane & 7) + ((lane >> 4) << 3),
-                                                   (m0 >> 3) + ((lane >> 3) & 1)));
-}
-
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 
 // ---- warp GEMMs ------------------------------------------------------------------------------
 // acc[mt][nt] += A[a_row0 + 16 mt + (0..15)][:] . B[b_row0 + 8 nt + (0..7)][:]  over k = 0..kD.

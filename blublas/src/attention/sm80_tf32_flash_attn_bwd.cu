@@ -10,12 +10,12 @@ Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo&
                                 cudaStream_t stream) {
   if (head_dim == 64) {
     return sm80::launch_flash_attn_bwd<float, sm80::DkDvTiles<64, 4, 32, false, 1>,
-                                     sm80::DqTiles<64, 4, 32, false, 1>>(p, dev, stream,
-                                                                "sm80_tf32_flash_attn_bwd_d64");
+                                       sm80::DqTiles<64, 4, 32, false, 1>>(
+        p, dev, stream, "sm80_tf32_flash_attn_bwd_d64");
   }
   return sm80::launch_flash_attn_bwd<float, sm80::DkDvTiles<128, 4, 16, false, 1>,
-                                     sm80::DqTiles<128, 4, 16, false, 1>>(p, dev, stream,
-                                                               "sm80_tf32_flash_attn_bwd_d128");
+                                     sm80::DqTiles<128, 4, 16, false, 1>>(
+      p, dev, stream, "sm80_tf32_flash_attn_bwd_d128");
 }
 
 }  // namespace blublas::attn

@@ -10,11 +10,11 @@ namespace blublas::attn {
 Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (head_dim == 64) {
-    return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<64, 4, 1, 64, false, 1>>(p, dev, stream,
-                                                            "sm80_tf32_flash_attn_fwd_d64");
+    return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<64, 4, 1, 64, false, 1>>(
+        p, dev, stream, "sm80_tf32_flash_attn_fwd_d64");
   }
-  return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<128, 4, 1, 32, false, 1>>(p, dev, stream,
-                                                           "sm80_tf32_flash_attn_fwd_d128");
+  return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<128, 4, 1, 32, false, 1>>(
+      p, dev, stream, "sm80_tf32_flash_attn_fwd_d128");
 }
 
 }  // namespace blublas::attn

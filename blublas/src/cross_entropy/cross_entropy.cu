@@ -73,25 +73,34 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
   const RowSliceIndex sl = row_slice(kCluster ? cluster : 1, chunk, vocab);
   const int64_t base = sl.row * vocab + sl.begin;
   const int nvalid = static_cast<int>(sl.end - sl.begin);
+  // The small loads first (written by earlier launches, independent of the logits), so that no
+  // global-memory latency is exposed after the row's combine.
   const int t = targets[sl.row];
+  const int n_count = *count;
+  float v[kLoads][W];
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
+    if (e < nvalid) load_f32_stream<T, W>(logits + base + e, v[k]);
+  }
   const bool valid = target_valid(t, vocab, ignore_index);
   const int t_local = valid ? static_cast<int>(t - sl.begin) : -1;  // may be outside the slice
-  float v[kLoads][W];
-  float m = -INFINITY;
+  // The thread whose pack holds the target keeps its logit (from registers: an in-place dlogits
+  // never races with it).
+  const int t_k = t_local >= 0 && t_local < nvalid ? (t_local / W) / static_cast<int>(blockDim.x) : -1;
+  const bool owner = t_k >= 0 && (t_local / W) % static_cast<int>(blockDim.x) == static_cast<int>(threadIdx.x);
+  const int t_i = t_local - (t_local / W) * W;
   float x_t = 0.0f;
-  bool owner = false;
+  float m = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
     if (e < nvalid) {
-      load_f32_stream<T, W>(logits + base + e, v[k]);
 #pragma unroll
-      for (int i = 0; i < W; ++i) {
-        m = fmaxf(m, v[k][i]);
-        if (e + i == t_local) {
-          x_t = v[k][i];
-          owner = true;
-        }
+      for (int i = 0; i < W; ++i) m = fmaxf(m, v[k][i]);
+      if (owner && k == t_k) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) x_t = i == t_i ? v[k][i] : x_t;
       }
     }
   }
@@ -117,8 +126,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     if (!valid && sl.begin == 0 && threadIdx.x == 0) losses[sl.row] = 0.0f;
   }
   if (dlogits == nullptr) return;
-  const int n = *count;
-  const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+  const float g = (valid && n_count > 0) ? dloss / static_cast<float>(n_count) : 0.0f;
   const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s * g;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -126,7 +134,11 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     if (e < nvalid) {
       float o[W];
 #pragma unroll
-      for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale - (e + i == t_local ? g : 0.0f);
+      for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale;
+      if (owner && k == t_k) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) o[i] -= i == t_i ? g : 0.0f;
+      }
       store_f32<T, W>(dlogits + base + e, o);
     }
   }

@@ -33,34 +33,37 @@ constexpr int kScanThreads = 1024;
 constexpr int kBucketWarps = 8;
 
 // ---------------------------------------------------------------- forward
+// One block per position (b, t): threads walk the row's packs; the token id is read once.
 template <typename T, int W>
 __global__ void __launch_bounds__(kThreads)
     embedding_fwd_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
-                         const T* __restrict__ wte, const T* __restrict__ wpe, int64_t positions,
-                         int64_t seq_len, int64_t channels, int64_t vocab, int* error_flag) {
-  const int64_t packs_per_row = channels / W;
-  const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (p >= positions * packs_per_row) return;
-  const int64_t bt = p / packs_per_row;
-  const int64_t c = (p - bt * packs_per_row) * W;
+                         const T* __restrict__ wte, const T* __restrict__ wpe, int64_t seq_len,
+                         int64_t channels, int64_t vocab, int* error_flag) {
+  const int64_t bt = blockIdx.x;
   const int64_t t = bt % seq_len;
   const int tok = tokens[bt];
-  float o[W];
-  if (wpe != nullptr) {
-    load_f32<T, W>(wpe + t * channels + c, o);
-  } else {
+  const bool ok = tok >= 0 && tok < vocab;
+  if (!ok && threadIdx.x == 0) *error_flag = 1;
+  const T* erow = wte + static_cast<int64_t>(ok ? tok : 0) * channels;
+  const T* prow = wpe != nullptr ? wpe + t * channels : nullptr;
+  T* orow = out + bt * channels;
+  for (int64_t c = static_cast<int64_t>(threadIdx.x) * W; c < channels;
+       c += static_cast<int64_t>(blockDim.x) * W) {
+    float o[W];
+    if (prow != nullptr) {
+      load_f32<T, W>(prow + c, o);
+    } else {
 #pragma unroll
-    for (int i = 0; i < W; ++i) o[i] = 0.0f;
-  }
-  if (tok >= 0 && tok < vocab) {
-    float e[W];
-    load_f32<T, W>(wte + static_cast<int64_t>(tok) * channels + c, e);
+      for (int i = 0; i < W; ++i) o[i] = 0.0f;
+    }
+    if (ok) {
+      float e[W];
+      load_f32<T, W>(erow + c, e);
 #pragma unroll
-    for (int i = 0; i < W; ++i) o[i] += e[i];
-  } else if (c == 0) {
-    *error_flag = 1;
+      for (int i = 0; i < W; ++i) o[i] += e[i];
+    }
+    store_f32<T, W>(orow + c, o);
   }
-  store_f32<T, W>(out + bt * channels + c, o);
 }
 
 // ---------------------------------------------------------------- backward: dwpe
@@ -103,9 +106,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // offsets[v] = sum_{u < v} counts[u] (v <= vocab), cursor[v] = offsets[v], and the ids with a
-// non-empty bucket in increasing order: present[0 .. *num_present). One block: each thread owns a
-// contiguous segment; the segments' two sums (positions, non-empty ids) are scanned across the
-// block, then the segment is written back.
+// non-empty bucket in increasing order: present[0 .. *num_present). A tile scan in three
+// launches: per-tile sums of (positions, non-empty ids), one block scanning the tile sums, then
+// every tile scanned again with its prefix. All loads are coalesced; integer sums are exact.
 __device__ __forceinline__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -117,6 +120,7 @@ __device__ __forceinline__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
       v.y += ny;
     }
   }
+  __syncthreads();  // warp_tot may still be read by a previous call
   if (lane == 31) warp_tot[warp] = v;
   __syncthreads();
   if (warp == 0) {
@@ -137,35 +141,57 @@ __device__ __forceinline__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
     v.x += warp_tot[warp - 1].x;
     v.y += warp_tot[warp - 1].y;
   }
-  return v;
+  return v;  // warp_tot[31] holds the block total
+}
+
+// tile_sums[tile] = (sum of counts, number of non-empty ids) over the tile's kScanThreads ids.
+__global__ void __launch_bounds__(kScanThreads)
+    embedding_tile_sums_kernel(int2* __restrict__ tile_sums, const int* __restrict__ counts,
+                               int64_t vocab) {
+  __shared__ int2 warp_tot[32];
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kScanThreads + threadIdx.x;
+  const int c = v < vocab ? counts[v] : 0;
+  block_inclusive_scan2(make_int2(c, c > 0 ? 1 : 0), warp_tot);
+  if (threadIdx.x == 0) tile_sums[blockIdx.x] = warp_tot[31];
+}
+
+// In place: tile_sums[i] <- exclusive prefix of tile sums; offsets[vocab] and *num_present get
+// the totals. One block, looping over the tiles in order with a carry.
+__global__ void __launch_bounds__(kScanThreads)
+    embedding_tile_prefix_kernel(int2* __restrict__ tile_sums, int64_t tiles,
+                                 int* __restrict__ offsets, int* __restrict__ num_present,
+                                 int64_t vocab) {
+  __shared__ int2 warp_tot[32];
+  int2 carry = make_int2(0, 0);
+  for (int64_t base = 0; base < tiles; base += kScanThreads) {
+    const int64_t i = base + threadIdx.x;
+    const int2 x = i < tiles ? tile_sums[i] : make_int2(0, 0);
+    const int2 inc = block_inclusive_scan2(x, warp_tot);
+    if (i < tiles) tile_sums[i] = make_int2(carry.x + inc.x - x.x, carry.y + inc.y - x.y);
+    carry.x += warp_tot[31].x;
+    carry.y += warp_tot[31].y;
+  }
+  if (threadIdx.x == 0) {
+    offsets[vocab] = carry.x;
+    *num_present = carry.y;
+  }
 }
 
 __global__ void __launch_bounds__(kScanThreads)
-    embedding_scan_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
-                          int* __restrict__ present, int* __restrict__ num_present,
-                          const int* __restrict__ counts, int64_t vocab) {
+    embedding_tile_apply_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
+                                int* __restrict__ present, const int2* __restrict__ tile_prefix,
+                                const int* __restrict__ counts, int64_t vocab) {
   __shared__ int2 warp_tot[32];
-  const int64_t seg = (vocab + kScanThreads - 1) / kScanThreads;
-  const int64_t v0 = threadIdx.x * seg;
-  const int64_t v1 = v0 + seg < vocab ? v0 + seg : vocab;
-  int2 local = make_int2(0, 0);
-  for (int64_t v = v0; v < v1; ++v) {
-    const int c = counts[v];
-    local.x += c;
-    local.y += c > 0 ? 1 : 0;
-  }
-  const int2 inc = block_inclusive_scan2(local, warp_tot);
-  int run = inc.x - local.x, run_present = inc.y - local.y;  // exclusive prefixes
-  for (int64_t v = v0; v < v1; ++v) {
-    const int c = counts[v];
-    offsets[v] = run;
-    cursor[v] = run;
-    run += c;
-    if (c > 0) present[run_present++] = static_cast<int>(v);
-  }
-  if (threadIdx.x == kScanThreads - 1) {
-    offsets[vocab] = warp_tot[31].x;
-    *num_present = warp_tot[31].y;
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kScanThreads + threadIdx.x;
+  const int c = v < vocab ? counts[v] : 0;
+  const int2 x = make_int2(c, c > 0 ? 1 : 0);
+  const int2 inc = block_inclusive_scan2(x, warp_tot);
+  const int2 pre = tile_prefix[blockIdx.x];
+  if (v < vocab) {
+    const int off = pre.x + inc.x - x.x;
+    offsets[v] = off;
+    cursor[v] = off;
+    if (c > 0) present[pre.y + inc.y - x.y] = static_cast<int>(v);
   }
 }
 
@@ -286,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------- dispatch
 struct WorkspaceLayout {
-  std::size_t counts, offsets, cursor, sorted, present, num_present, total;  // byte offsets
+  std::size_t counts, offsets, cursor, sorted, present, num_present, tiles, total;  // bytes
 };
 
 std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
@@ -299,7 +325,9 @@ WorkspaceLayout layout_for(int64_t positions, int64_t vocab) {
   l.sorted = l.cursor + round16(static_cast<std::size_t>(vocab) * sizeof(int));
   l.present = l.sorted + round16(static_cast<std::size_t>(positions) * sizeof(int));
   l.num_present = l.present + round16(static_cast<std::size_t>(std::min(positions, vocab)) * sizeof(int));
-  l.total = l.num_present + 16;
+  l.tiles = l.num_present + 16;
+  l.total = l.tiles + round16(static_cast<std::size_t>((vocab + kScanThreads - 1) / kScanThreads) *
+                              sizeof(int2));
   return l;
 }
 
@@ -315,8 +343,10 @@ template <typename T, int W>
 void forward_w(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t positions,
                int64_t seq_len, int64_t channels, int64_t vocab, int* error_flag,
                cudaStream_t s) {
-  embedding_fwd_kernel<T, W><<<blocks_for(positions * (channels / W), kThreads), kThreads, 0, s>>>(
-      out, tokens, wte, wpe, positions, seq_len, channels, vocab, error_flag);
+  const int64_t packs = channels / W;
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (packs + 31) / 32 * 32));
+  embedding_fwd_kernel<T, W><<<static_cast<unsigned>(positions), threads, 0, s>>>(
+      out, tokens, wte, wpe, seq_len, channels, vocab, error_flag);
 }
 
 template <typename T, int W>
@@ -427,8 +457,14 @@ Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int3
                                      stream));
   embedding_hist_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
       counts, error_flag, tokens, positions, vocab);
-  embedding_scan_kernel<<<1, kScanThreads, 0, stream>>>(offsets, cursor, present, num_present,
-                                                        counts, vocab);
+  int2* tiles = reinterpret_cast<int2*>(ws + l.tiles);
+  const int64_t ntiles = (vocab + kScanThreads - 1) / kScanThreads;
+  embedding_tile_sums_kernel<<<static_cast<unsigned>(ntiles), kScanThreads, 0, stream>>>(
+      tiles, counts, vocab);
+  embedding_tile_prefix_kernel<<<1, kScanThreads, 0, stream>>>(tiles, ntiles, offsets,
+                                                               num_present, vocab);
+  embedding_tile_apply_kernel<<<static_cast<unsigned>(ntiles), kScanThreads, 0, stream>>>(
+      offsets, cursor, present, tiles, counts, vocab);
   embedding_scatter_kernel<<<blocks_for(positions, kThreads), kThreads, 0, stream>>>(
       sorted, cursor, tokens, positions, vocab);
   BLUBLAS_KERNEL_LAUNCH_CHECK("embedding_backward (bucketing)");

@@ -16,6 +16,7 @@
 #include "blublas/gemm.h"
 #include "gemm/gemm_problem.h"
 #include "gemm/heuristics.h"
+#include "gemm/operand_repack.h"
 
 namespace blublas {
 namespace gemm_detail {
@@ -194,30 +195,136 @@ std::size_t path_workspace(GemmPath path, const GemmProblem& p, const DeviceInfo
   return 0;
 }
 
-// Validates, normalizes, queries the device and resolves the path (kAuto: the first that accepts).
-Status prepare(const GemmDesc& desc, GemmProblem* p, DeviceInfo* dev, GemmPath* path) {
+// Note [Repacking misaligned operands]
+// The tensor-core paths load operands in 16-byte chunks (cp.async, TMA), so they refuse an operand
+// whose pointer, leading dimension or batch stride is not a multiple of 16 bytes (kMisaligned).
+// Falling back to the SIMT kernels would cost 10x or more for 16-bit inputs, so kAuto instead
+// copies each misaligned operand into the caller's workspace with a 16-byte aligned leading
+// dimension (operand_repack.cu: one pass at near copy bandwidth) and runs the tensor-core path on
+// the copy. The workspace query includes the copies (plus 256 bytes of alignment slack). A forced
+// path never repacks: it returns its kMisaligned reason. The SIMT path stays the fallback for
+// problems no tensor-core path takes even after repacking.
+struct Plan {
+  GemmPath path = GemmPath::kAuto;
+  GemmProblem problem;  // what the path runs; repacked operands point into the workspace
+  bool repack[2] = {false, false};  // A', B' of the normalized problem
+  RepackSpec spec[2];
+  const void* source[2] = {nullptr, nullptr};  // the caller's operands that are copied
+  std::size_t offset[2] = {0, 0};   // of each copy, from the 256-aligned workspace start
+  std::size_t path_offset = 0, path_bytes = 0, total_bytes = 0;
+};
+
+constexpr std::size_t kWorkspaceAlign = 256;
+std::size_t align_up(std::size_t v) { return (v + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+bool aligned16(const void* ptr, int64_t ld, int64_t stride, Dtype t) {
+  const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(t));
+  return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && ld % per16 == 0 && stride % per16 == 0;
+}
+
+// A placeholder 16-byte aligned operand address for support checks before the workspace is known.
+const void* planned_copy_address() { return reinterpret_cast<const void*>(std::uintptr_t{4096}); }
+
+// Can `path` run p, directly or (allow_repack) on aligned copies of its misaligned operands?
+Status plan_path(GemmPath path, const GemmProblem& p, const DeviceInfo& dev, bool allow_repack,
+                 Plan* plan) {
+  Status st = path_supports(path, p, dev);
+  if (st.ok()) {
+    *plan = Plan{};
+    plan->path = path;
+    plan->problem = p;
+    plan->path_bytes = path_workspace(path, p, dev);
+    plan->total_bytes = plan->path_bytes;
+    return st;
+  }
+  if (!allow_repack || path == GemmPath::kSimt || st.code() != StatusCode::kMisaligned) return st;
+  Plan q;
+  q.path = path;
+  q.problem = p;
+  const bool a_bad = !aligned16(p.a, p.lda, p.stride_a, p.ab_type);
+  const bool b_bad = !aligned16(p.b, p.ldb, p.stride_b, p.ab_type);
+  std::size_t offset = 0;
+  for (int which = 0; which < 2; ++which) {
+    if (!(which == 0 ? a_bad : b_bad)) continue;
+    RepackSpec& s = q.spec[which];
+    const bool k_major = which == 0 ? p.a_k_major : p.b_k_major;
+    const int64_t rows = which == 0 ? p.m : p.n;
+    s.type = p.ab_type;
+    s.batch = p.batch;
+    s.outer = k_major ? rows : p.k;
+    s.inner = k_major ? p.k : rows;
+    s.ld_src = which == 0 ? p.lda : p.ldb;
+    s.stride_src = which == 0 ? p.stride_a : p.stride_b;
+    q.repack[which] = true;
+    q.source[which] = which == 0 ? p.a : p.b;
+    q.offset[which] = offset;
+    offset += align_up(s.bytes());
+    if (which == 0) {
+      q.problem.a = planned_copy_address(); q.problem.lda = s.ld_dst(); q.problem.stride_a = p.batch > 1 ? s.stride_dst() : 0;
+    } else {
+      q.problem.b = planned_copy_address(); q.problem.ldb = s.ld_dst(); q.problem.stride_b = p.batch > 1 ? s.stride_dst() : 0;
+    }
+  }
+  if (!path_supports(path, q.problem, dev).ok()) return st;  // still refused: report the first reason
+  q.path_offset = offset;
+  q.path_bytes = path_workspace(path, q.problem, dev);
+  q.total_bytes = kWorkspaceAlign + offset + q.path_bytes;
+  *plan = q;
+  return Status::success();
+}
+
+// Validates, normalizes, queries the device and resolves the path (kAuto: the first that accepts,
+// directly or after repacking).
+Status prepare(const GemmDesc& desc, Plan* plan, DeviceInfo* dev) {
   BLUBLAS_RETURN_IF_ERROR(validate(desc));
-  BLUBLAS_RETURN_IF_ERROR(normalize(desc, p));
+  GemmProblem p;
+  BLUBLAS_RETURN_IF_ERROR(normalize(desc, &p));
   BLUBLAS_RETURN_IF_ERROR(current_device_info(dev));
   if (desc.path != GemmPath::kAuto) {
-    Status st = path_supports(desc.path, *p, *dev);
+    Status st = plan_path(desc.path, p, *dev, false, plan);
     if (!st.ok()) return Status(st.code(), describe(desc) + ": " + st.message());
-    *path = desc.path;
     return Status::success();
   }
   GemmPath order[3];
   int n = 0;
-  auto_path_order(*p, *dev, order, &n);
+  auto_path_order(p, *dev, order, &n);
   std::string reasons;
   for (int i = 0; i < n; ++i) {
-    Status st = path_supports(order[i], *p, *dev);
-    if (st.ok()) {
-      *path = order[i];
-      return Status::success();
-    }
+    Status st = plan_path(order[i], p, *dev, true, plan);
+    if (st.ok()) return st;
     reasons += std::string(i ? "; " : "") + gemm_path_name(order[i]) + ": " + st.message();
   }
   return Status(StatusCode::kNotSupported, describe(desc) + ": no path accepts it (" + reasons + ")");
+}
+
+// Runs a plan: the operand copies, then the path on the problem that points at them.
+Status execute(const Plan& plan, const DeviceInfo& dev, void* workspace, std::size_t workspace_bytes,
+               cudaStream_t stream) {
+  GemmProblem p = plan.problem;
+  char* base = static_cast<char*>(workspace);
+  std::size_t avail = workspace_bytes;
+  if (plan.repack[0] || plan.repack[1]) {
+    const std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(workspace);
+    const std::size_t skip = (kWorkspaceAlign - addr % kWorkspaceAlign) % kWorkspaceAlign;
+    base += skip;
+    avail -= skip;
+    for (int which = 0; which < 2; ++which) {
+      if (!plan.repack[which]) continue;
+      void* dst = base + plan.offset[which];
+      BLUBLAS_RETURN_IF_ERROR(repack_operand(plan.spec[which], plan.source[which], dst, stream));
+      if (which == 0) p.a = dst; else p.b = dst;
+    }
+    base += plan.path_offset;
+    avail -= plan.path_offset;
+  }
+  void* path_ws = plan.path_bytes ? static_cast<void*>(base) : nullptr;
+  switch (plan.path) {
+    case GemmPath::kSimt: return simt_gemm_run(p, dev, path_ws, avail, stream);
+    case GemmPath::kSm80Mma: return sm80_gemm_run(p, dev, path_ws, avail, stream);
+    case GemmPath::kSm90Wgmma: return sm90_gemm_run(p, dev, path_ws, avail, stream);
+    case GemmPath::kAuto: break;
+  }
+  return Status(StatusCode::kInvalidArgument, "gemm: unresolved path");
 }
 
 }  // namespace
@@ -285,39 +392,32 @@ const char* gemm_path_name(GemmPath path) noexcept {
 
 Status gemm_selected_path(const GemmDesc& desc, GemmPath* path) {
   BLUBLAS_CHECK_ARG(path != nullptr, "gemm_selected_path: path is null");
-  gemm_detail::GemmProblem p;
+  gemm_detail::Plan plan;
   DeviceInfo dev;
-  return gemm_detail::prepare(desc, &p, &dev, path);
+  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &plan, &dev));
+  *path = plan.path;
+  return Status::success();
 }
 
 Status gemm_workspace_size(const GemmDesc& desc, std::size_t* bytes) {
   BLUBLAS_CHECK_ARG(bytes != nullptr, "gemm_workspace_size: bytes is null");
-  gemm_detail::GemmProblem p;
+  gemm_detail::Plan plan;
   DeviceInfo dev;
-  GemmPath path = GemmPath::kAuto;
-  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &p, &dev, &path));
-  *bytes = gemm_detail::path_workspace(path, p, dev);
+  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &plan, &dev));
+  *bytes = plan.total_bytes;
   return Status::success();
 }
 
 Status gemm(const GemmDesc& desc, void* workspace, std::size_t workspace_bytes,
             cudaStream_t stream) {
-  gemm_detail::GemmProblem p;
+  gemm_detail::Plan plan;
   DeviceInfo dev;
-  GemmPath path = GemmPath::kAuto;
-  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &p, &dev, &path));
-  const std::size_t need = gemm_detail::path_workspace(path, p, dev);
-  BLUBLAS_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
+  BLUBLAS_RETURN_IF_ERROR(gemm_detail::prepare(desc, &plan, &dev));
+  BLUBLAS_CHECK(workspace_bytes >= plan.total_bytes && (plan.total_bytes == 0 || workspace != nullptr),
                 StatusCode::kWorkspaceTooSmall, gemm_detail::describe(desc), ": path ",
-                gemm_path_name(path), " needs ", need, " workspace bytes, got ", workspace_bytes,
-                workspace == nullptr ? " (null)" : "");
-  Status st;
-  switch (path) {
-    case GemmPath::kSimt: st = gemm_detail::simt_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
-    case GemmPath::kSm80Mma: st = gemm_detail::sm80_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
-    case GemmPath::kSm90Wgmma: st = gemm_detail::sm90_gemm_run(p, dev, workspace, workspace_bytes, stream); break;
-    case GemmPath::kAuto: st = Status(StatusCode::kInvalidArgument, "gemm: unresolved path"); break;
-  }
+                gemm_path_name(plan.path), " needs ", plan.total_bytes, " workspace bytes, got ",
+                workspace_bytes, workspace == nullptr ? " (null)" : "");
+  const Status st = gemm_detail::execute(plan, dev, workspace, workspace_bytes, stream);
   if (!st.ok()) return Status(st.code(), gemm_detail::describe(desc) + ": " + st.message());
   return Status::success();
 }

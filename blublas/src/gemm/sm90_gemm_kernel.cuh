@@ -519,7 +519,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
 
+#ifndef SM90_EXP_NO_FAST
       if (p.fast_epi) {
+#else
+      if (false) {
+#endif
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStoreCols * 2;
         if (p.out_type == 1) {
           consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, acc);

@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 #include "common/arch.cuh"
 
@@ -67,8 +66,9 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 //
 // Note [sm90 watchdog]
 // No legitimate wait in the GEMM lasts more than microseconds, so a wait beyond ~2^33 cycles
-// (seconds) is a protocol bug (a phase or count mismatch): the thread prints where it hung and
-// traps, turning a silent hang of a test or benchmark into a reported launch failure.
+// (seconds) is a protocol bug (a phase or count mismatch): the thread traps, turning a silent hang
+// of a test or benchmark into a reported launch failure (cudaErrorLaunchFailure or similar). No
+// printf here: the call would make ptxas save live registers around it (spills).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if BLUBLAS_SM90A_ENABLED
   const uint32_t addr = smem_u32(bar);
@@ -86,11 +86,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
     if (done) break;
     if (spins == 1024) start = clock64();
-    if (spins > 1024 && (spins & 1023) == 0 && clock64() - start > (1ll << 33)) {
-      printf("blublas sm90 gemm watchdog: block %d thread %d stuck on mbarrier smem 0x%x parity %u\n",
-             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), addr, parity);
-      __trap();
-    }
+    if (spins > 1024 && (spins & 1023) == 0 && clock64() - start > (1ll << 33)) __trap();
   }
 #endif
 }

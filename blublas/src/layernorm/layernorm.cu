@@ -39,31 +39,49 @@ constexpr int64_t kBwdMaxBlocks = 1024;
 constexpr int kGenericThreads = 256;
 
 // ---------------------------------------------------------------- forward, warp per row
+// weight and bias are staged once per block in shared memory as f32 ([2][cols], loaded while
+// the row loads are in flight), so no L1/L2 latency follows the row's reductions.
 template <typename T, int W, int kPacks, bool kResidual>
 __global__ void __launch_bounds__(kThreads)
     ln_fwd_warp_kernel(T* __restrict__ out, float* __restrict__ mean_out,
                        float* __restrict__ rstd_out, T* res_out, const T* x, const T* res,
                        const T* __restrict__ w, const T* __restrict__ b, int64_t rows, int cols,
                        float eps) {
+  static_assert(W % 4 == 0, "weight/bias are read from shared memory as float4");
+  extern __shared__ float4 wb_smem4[];  // [2][cols] floats: weight, bias
+  float* w_s = reinterpret_cast<float*>(wb_smem4);
+  float* b_s = w_s + cols;
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (row >= rows) return;
+  const bool active = row < rows;
   const int npacks = cols / W;
-  const int64_t base = row * cols;
+  const int64_t base = (active ? row : 0) * cols;
   float v[kPacks][W];
-  float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     const int p = lane + 32 * k;
-    if (p < npacks) {
+    if (active && p < npacks) {
       load_f32<T, W>(x + base + p * W, v[k]);
       if constexpr (kResidual) {
         float r[W];
         load_f32<T, W>(res + base + p * W, r);
 #pragma unroll
         for (int i = 0; i < W; ++i) v[k][i] = to_f32(from_f32<T>(v[k][i] + r[i]));
-        store_f32<T, W>(res_out + base + p * W, v[k]);
       }
+    }
+  }
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    w_s[c] = to_f32(w[c]);
+    b_s[c] = b != nullptr ? to_f32(b[c]) : 0.0f;
+  }
+  __syncthreads();
+  if (!active) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < npacks) {
+      if constexpr (kResidual) store_f32<T, W>(res_out + base + p * W, v[k]);
 #pragma unroll
       for (int i = 0; i < W; ++i) sum += v[k][i];
     }
@@ -89,16 +107,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kPacks; ++k) {
     const int p = lane + 32 * k;
     if (p < npacks) {
-      float wv[W], bv[W], o[W];
-      load_f32<T, W>(w + p * W, wv);
-      if (b) {
-        load_f32<T, W>(b + p * W, bv);
-      } else {
+      float o[W];
 #pragma unroll
-        for (int i = 0; i < W; ++i) bv[i] = 0.0f;
+      for (int q = 0; q < W / 4; ++q) {
+        const float4 wv = reinterpret_cast<const float4*>(w_s + p * W)[q];
+        const float4 bv = reinterpret_cast<const float4*>(b_s + p * W)[q];
+        o[4 * q + 0] = (v[k][4 * q + 0] - mean) * rstd * wv.x + bv.x;
+        o[4 * q + 1] = (v[k][4 * q + 1] - mean) * rstd * wv.y + bv.y;
+        o[4 * q + 2] = (v[k][4 * q + 2] - mean) * rstd * wv.z + bv.z;
+        o[4 * q + 3] = (v[k][4 * q + 3] - mean) * rstd * wv.w + bv.w;
       }
-#pragma unroll
-      for (int i = 0; i < W; ++i) o[i] = (v[k][i] - mean) * rstd * wv[i] + bv[i];
       store_f32<T, W>(out + base + p * W, o);
     }
   }
@@ -331,7 +349,8 @@ template <typename T, int W, int kPacks, bool kRes>
 void launch_fwd_warp(T* out, float* mean, float* rstd, T* res_out, const T* x, const T* res,
                      const T* w, const T* b, int64_t rows, int cols, float eps, cudaStream_t s) {
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  ln_fwd_warp_kernel<T, W, kPacks, kRes><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+  const size_t smem = 2 * static_cast<size_t>(cols) * sizeof(float);  // <= 32 KiB (cols <= 4096)
+  ln_fwd_warp_kernel<T, W, kPacks, kRes><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
       out, mean, rstd, res_out, x, res, w, b, rows, cols, eps);
 }
 

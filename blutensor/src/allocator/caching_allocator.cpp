@@ -625,8 +625,17 @@ CachingAllocator::CachingAllocator(AllocatorBackend& backend)
     : impl_(std::make_unique<Impl>(backend)) {}
 
 CachingAllocator::~CachingAllocator() {
-  // Blocks still allocated belong to their owners; the device memory of the process goes away
-  // with the process. Only the bookkeeping is deleted here.
+  // Whole free segments go back to the device (an allocator made for a test or a tool leaves no
+  // cached memory behind); segments holding live blocks belong to their owners and go away with
+  // the process. The process-wide instance is never destroyed.
+  if (impl_->captures_underway == 0) {
+    try {
+      for (auto& d : impl_->devices) {
+        if (d) impl_->release_cached_segments(*d);
+      }
+    } catch (...) {  // a destructor must not throw (e.g. the CUDA context is already gone)
+    }
+  }
   std::set<Block*> all;
   for (auto& d : impl_->devices) {
     if (!d) continue;

@@ -76,6 +76,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined("linear", x, "input");
   detail::check_defined("linear", weight, "weight");
+  detail::check_same_device("linear", {x, weight, bias});
+  detail::check_same_float_dtype("linear", {x, weight, bias});
   BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
             "linear: input ", x.describe(), " does not match weight ", weight.describe(),
             " (expected input [..., ", weight.dim() == 2 ? weight.size(1) : -1, "] and weight [out, in])");
@@ -83,8 +85,28 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     BLU_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.describe(),
               " does not match weight ", weight.describe());
   }
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? add(y, bias) : y;
+  // One primitive over x2 [N, in] (Note: the weight gradient comes out [out, in] directly, no
+  // transposed copy): y = x2 W^T + b; dx = g W; dW = g^T x2; db = sum_rows(g).
+  const int64_t in = weight.size(1), out_f = weight.size(0);
+  Shape out_shape = x.sizes();
+  out_shape.back() = out_f;
+  Tensor x2 = detail::contiguous_nograd(x.detach()).view({1, -1, in});
+  Tensor y = bmm_kernel(x2, weight.detach().t().unsqueeze(0));
+  if (bias.defined()) {
+    BLU_DISPATCH(y.device(), binary, BinaryOp::kAdd, y, y, detail::broadcast_alias(bias.detach(), y.sizes()), 1.0);
+  }
+  y = y.view(out_shape);
+  return autograd::record(
+      "linear", y, {x, weight, bias}, {x2, weight},
+      [in, out_f, x_shape = x.sizes()](const Tensor& g, const BackwardContext& c) {
+        const Tensor &xs = c.saved[0], &w = c.saved[1];
+        Tensor g3 = detail::contiguous_nograd(g).view({1, -1, out_f});
+        Tensor dx, dw, db;
+        if (c.needs_input_grad[0]) dx = bmm_kernel(g3, w.unsqueeze(0)).view(x_shape);
+        if (c.needs_input_grad[1]) dw = bmm_kernel(g3.transpose(1, 2), xs).view({out_f, in});
+        if (c.needs_input_grad[2]) db = detail::reduce_kernel(ReduceOp::kSum, g3, {0, 1}).view({out_f});
+        return std::vector<Tensor>{dx, dw, db};
+      });
 }
 
 }  // namespace blu

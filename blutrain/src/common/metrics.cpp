@@ -85,7 +85,8 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const std::string& event, const std::vector<std::pair<std::string, double>>& values) {
   if (file_ == nullptr) return;
-  std::string line = "{\"event\":" + json::quote(event);
+  std::string line = "{\"event\":";
+  line += json::quote(event);
   char num[64];
   for (const auto& [key, v] : values) {
     if (std::isfinite(v)) {
@@ -93,7 +94,10 @@ void MetricsLog::write(const std::string& event, const std::vector<std::pair<std
     } else {
       std::snprintf(num, sizeof(num), "null");
     }
-    line += "," + json::quote(key) + ":" + num;
+    line += ',';
+    line += json::quote(key);
+    line += ':';
+    line += num;
   }
   line += "}\n";
   std::fputs(line.c_str(), file_);
