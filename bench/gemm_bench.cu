@@ -511,7 +511,9 @@ void run_case(Bench& B, const Shape& s, const Prec& p, const std::vector<GemmPat
     } else {
       err = st.to_string();
     }
-    const double worst = std::max({rel, rel_aux, rel_bg});
+    double worst = 0;  // the largest of the three, NaN when any is NaN
+    for (double r : {rel, rel_aux, rel_bg}) worst = (std::isnan(r) || r > worst) ? r : worst;
+    if (std::isnan(rel) || std::isnan(rel_aux) || std::isnan(rel_bg)) worst = NAN;
     const bool verified = st.ok() && worst <= p.tol;  // false for NaN
     double ms = NAN, host_us = 0;
     int host_calls = 0;  // host time per blublas::gemm call (validation, dispatch, launch)
@@ -582,6 +584,7 @@ void bucket_metrics(Bench& B, const std::string& bucket, const std::string& geo_
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto start = std::chrono::steady_clock::now();
   Bench B;
   B.opt = bb::parse_options(&argc, argv);
   for (int i = 1; i < argc; ++i) {
@@ -684,6 +687,9 @@ int main(int argc, char** argv) {
   std::printf("\n| metric (geomean of ours/cuBLAS) | geomean | min | cases | failed |\n");
   std::printf("|---|---|---|---|---|\n");
   for (const std::string& line : summary) std::printf("%s\n", line.c_str());
+  std::printf("\ngemm_bench: %.1f s%s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              B.opt.quick ? " (quick)" : "");
 
   cublasLtDestroy(B.cb.lt);
   cublasDestroy(B.cb.h);

@@ -350,6 +350,9 @@ void lt_plan(cublasLtHandle_t lt, const GemmDesc& d, cudaDataType_t bias_grad_ty
   pl.ok = true;
 }
 
+// max that keeps a NaN (an unwritten, poisoned output element must not hide).
+double nan_max(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b); }
+
 // ---- the command --------------------------------------------------------------------------------------
 std::string json_str(const std::string& s) {
   std::string o = "\"";
@@ -506,12 +509,12 @@ int run_gemm(const Args& args) {
     rel = dm > 0 ? dd / dm : dd;
     if (has_aux) {
       auto [ad, am] = max_diff(sets[0].aux, d.cd_type, ref.aux, d.cd_type, d_el, scratch);
-      rel = std::max(rel, am > 0 ? ad / am : ad);
+      rel = nan_max(rel, am > 0 ? ad / am : ad);
     }
     if (has_bgrad) {
       const Dtype bt = plan->bias_type == CUDA_R_32F ? Dtype::kF32 : d.cd_type;
       auto [bd, bm] = max_diff(sets[0].bias_grad, Dtype::kF32, ref.bias_grad, bt, bgrad_len, scratch);
-      rel = std::max(rel, bm > 0 ? bd / bm : bd);
+      rel = nan_max(rel, bm > 0 ? bd / bm : bd);
     }
     if (!epi) { ref_ms = median_ms([&](int i) { gemm_ex(sets[i % rot]); }, stream, o.reps); impl = "cublasGemmEx"; }
     if (plan->ok) {

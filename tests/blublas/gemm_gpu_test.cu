@@ -223,9 +223,9 @@ Outcome run_case(const Case& c) {
   EXPECT_TRUE(st.ok()) << st.to_string();
   if (!st.ok()) return Outcome::kChecked;
   DeviceBuffer ws(ws_bytes);
-  st = blublas::gemm(d, ws.p, ws_bytes, nullptr);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  if (!st.ok()) return Outcome::kChecked;
+  const blublas::Status run_st = blublas::gemm(d, ws.p, ws_bytes, nullptr);
+  EXPECT_TRUE(run_st.ok()) << run_st.to_string();
+  if (!run_st.ok()) return Outcome::kChecked;
   const cudaError_t e = cudaDeviceSynchronize();
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   if (e != cudaSuccess) return Outcome::kChecked;

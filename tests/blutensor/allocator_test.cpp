@@ -3,6 +3,7 @@
 // private pools (with fake capture ids), statistics, the out-of-memory path and the snapshot.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <cstdint>
 #include <map>
 #include <set>

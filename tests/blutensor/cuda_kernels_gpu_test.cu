@@ -6,8 +6,10 @@
 // element is bounded and the first failures are printed with index, got, expected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "../../blutensor/src/cuda/cuda_ops.h"  // the kernel-level backend (src is private)
+#include "../../blutensor/src/cuda/kernel_utils.cuh"  // blublas_fallback_count
 #include "blutensor/cuda_stream.h"
 #include "blutensor/philox.h"
 #include "blutensor/tensor.h"
@@ -859,6 +862,56 @@ TEST(CudaKernels, AdamWMultiTensor) {
       EXPECT_TRUE(all_close(values(v[t]), vr, tol, what + " exp_avg_sq"));
     }
   }
+}
+
+// ------------------------------------------------------------------------------- blublas paths
+
+// The GPT-2-like layouts (contiguous, aligned, f32 / bf16) must reach the blublas launchers, not
+// the generic fallbacks (Note [blublas fast paths]); refusals are printed with their reason.
+TEST(CudaKernels, BlublasFastPathsAreTakenOnTrainingLayouts) {
+  BLU_REQUIRE_GPU();
+  setenv("BLU_CUDA_OPS_LOG", "1", 1);
+  const int64_t before = co::detail::blublas_fallback_count();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor a = gpu_random({1, 256, 768}, dt, 1), w = gpu_random({1, 768, 512}, dt, 2);
+    Tensor c = gpu_poisoned({1, 256, 512}, dt);
+    co::gemm(c, a, w, false);                          // blublas::gemm
+    co::gemm(c, a, gpu_random({1, 512, 768}, dt, 3).transpose(1, 2), true);  // NT, accumulate
+    Tensor x = gpu_random({64, 1024}, dt, 4), y = gpu_poisoned({64, 1024}, dt);
+    co::softmax_forward(y, x, false);                  // blublas::softmax_forward
+    co::softmax_backward(x, y, y, false);              // blublas::softmax_backward
+    co::unary(UnaryOp::kGelu, y, x, 0);                // blublas::gelu_forward
+    co::binary(BinaryOp::kGeluBackward, y, x, x, 0);   // blublas::gelu_backward
+    Tensor h = gpu_random({256, 768}, dt, 5), g = gpu_random({768}, dt, 6), b = gpu_random({768}, dt, 7);
+    Tensor ln = gpu_poisoned({256, 768}, dt), mean = gpu_poisoned({256}, DType::F32),
+           rstd = gpu_poisoned({256}, DType::F32);
+    co::layer_norm_forward(ln, mean, rstd, h, g, b, 1e-5);  // blublas::layernorm_forward
+    Tensor wte = gpu_random({1000, 768}, dt, 8);
+    Tensor tokens = gpu_random({512}, DType::I32, 9, 0, 999);
+    Tensor dwte = gpu_poisoned({1000, 768}, dt);
+    co::embedding_backward(dwte, gpu_random({512, 768}, dt, 10), tokens);  // blublas::embedding_backward
+  }
+  {
+    Tensor h = gpu_random({256, 768}, DType::F32, 11), g = gpu_random({768}, DType::F32, 12),
+           b = gpu_random({768}, DType::F32, 13);
+    Tensor ln = gpu_poisoned({256, 768}, DType::F32), mean = gpu_poisoned({256}, DType::F32),
+           rstd = gpu_poisoned({256}, DType::F32);
+    co::layer_norm_forward(ln, mean, rstd, h, g, b, 1e-5);
+    Tensor dx = gpu_poisoned({256, 768}, DType::F32), dg = gpu_poisoned({768}, DType::F32),
+           db = gpu_poisoned({768}, DType::F32);
+    co::layer_norm_backward(dx, dg, db, ln, h, g, mean, rstd);  // blublas::layernorm_backward
+    Tensor bias_grad = gpu_poisoned({1, 768}, DType::F32);
+    co::reduce(ReduceOp::kSum, bias_grad, h);                    // blublas::column_sum
+    std::vector<Tensor> p{gpu_random({768, 768}, DType::F32, 14), gpu_random({768}, DType::F32, 15)};
+    std::vector<Tensor> gr{gpu_random({768, 768}, DType::F32, 16), gpu_random({768}, DType::F32, 17)};
+    std::vector<Tensor> m{gpu_random({768, 768}, DType::F32, 18), gpu_random({768}, DType::F32, 19)};
+    std::vector<Tensor> v{gpu_random({768, 768}, DType::F32, 20, 0, 1), gpu_random({768}, DType::F32, 21, 0, 1)};
+    co::adamw_step(p, gr, m, v, AdamWParams{});                  // blublas::adamw_update
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(co::detail::blublas_fallback_count() - before, 0)
+      << "some blublas launchers refused training layouts (reasons printed above as "
+         "'cuda_ops: <op>: blublas refused')";
 }
 
 }  // namespace

@@ -95,8 +95,8 @@ struct KernelConfig {
   static constexpr int kStagingBytes = BM * 128 * 2 > BM * 40 * 4 ? BM * 128 * 2 : BM * 40 * 4;
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
   // Registers after setmaxnreg (only with two or more consumer warpgroups).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumers >= 2 ? 232 : 0;
+  static constexpr int kProducerRegs = SM90_EXP_PREGS;
+  static constexpr int kConsumerRegs = kConsumers >= 2 ? SM90_EXP_CREGS : 0;
 
   static_assert(kWgM % 64 == 0 && kMI >= 1, "BM must be a multiple of 64 * kConsumers");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
@@ -246,7 +246,17 @@ __device__ __forceinline__ uint32_t pack2(float v0, float v1) {
   }
 }
 
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+#endif
+}
+
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
+// Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
+// With the box 1024-byte aligned that is row_addr ^ (c << 4) where row_addr already holds
+// (r%8) << 4, so each store is one XOR with a constant (32-bit shared addresses keep register
+// pressure low next to the 128 live accumulators).
 template <class Cfg, class OutT, int kWhat>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
@@ -254,42 +264,42 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
   const OutT* bias = static_cast<const OutT*>(p.epi.bias);
+  const uint32_t stg_addr = smem_u32(stg);
 #pragma unroll
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
+    float row_bias[2] = {0.0f, 0.0f};
+    uint32_t row_addr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
-      float row_bias = 0.0f;
+      row_addr[h] = stg_addr + static_cast<uint32_t>(mi * (kStoreCols / 64) * 64 * 128 + r * 128 +
+                                                     ((r % 8) << 4) + (lane % 4) * 4);
       if (bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
-        row_bias = grow < p.m ? to_f32(bias[grow]) : 0.0f;
+        row_bias[h] = grow < p.m ? to_f32(bias[grow]) : 0.0f;
       }
+    }
 #pragma unroll
-      for (int jj = 0; jj < kStoreCols / 8; ++jj) {
-        const int j = pass * (kStoreCols / 8) + jj;
-        if (j >= Cfg::BN / 8) break;
-        const int col = jj * 8 + (lane % 4) * 2;  // column inside the pass
-        float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h];
-        float v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1];
-        if (bias != nullptr) {
-          if (p.epi.bias_per_col) {
-            const int gcol = col_base + pass * kStoreCols + col;
-            v0 += gcol < p.n ? to_f32(bias[gcol]) : 0.0f;
-            v1 += gcol + 1 < p.n ? to_f32(bias[gcol + 1]) : 0.0f;
-          } else {
-            v0 += row_bias;
-            v1 += row_bias;
-          }
-        }
+    for (int jj = 0; jj < kStoreCols / 8; ++jj) {
+      const int j = pass * (kStoreCols / 8) + jj;
+      if (j >= Cfg::BN / 8) break;
+      float b0 = 0.0f, b1 = 0.0f;
+      if (bias != nullptr && p.epi.bias_per_col) {
+        const int gcol = col_base + pass * kStoreCols + jj * 8 + (lane % 4) * 2;
+        b0 = gcol < p.n ? to_f32(bias[gcol]) : 0.0f;
+        b1 = gcol + 1 < p.n ? to_f32(bias[gcol + 1]) : 0.0f;
+      }
+      const uint32_t box_offset = static_cast<uint32_t>((jj / 8) * 64 * 128);
+      const uint32_t chunk_xor = static_cast<uint32_t>((jj % 8) << 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
+        float v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
         if constexpr (kWhat == 2) {
           v0 = gelu_tanh(v0);
           v1 = gelu_tanh(v1);
         }
-        const int box = col / 64;
-        const int chunk = (col % 64) / 8;  // 16-byte chunk inside the 128-byte row
-        uint8_t* dst = stg + (mi * (kStoreCols / 64) + box) * (64 * 128) + r * 128 +
-                       ((chunk ^ (r % 8)) * 16) + (lane % 4) * 4;
-        *reinterpret_cast<uint32_t*>(dst) = pack2<OutT>(v0, v1);
+        st_shared_b32((row_addr[h] ^ chunk_xor) + box_offset, pack2<OutT>(v0, v1));
       }
     }
   }
@@ -332,7 +342,11 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (col_base + pass * kStoreCols >= p.n) break;  // uniform across the warpgroup
+#ifndef SM90_EXP_NO_AUX
     if (aux) {
+#else
+    if (false) {
+#endif
       if (t == 0) bulk_wait_read<0>();
       named_barrier_sync(1 + c, 128);
       stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc);
@@ -382,7 +396,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * Cfg::kBBytes + Cfg::kStagingBytes);
   uint64_t* empty = full + kStages;
 
-  const int wg = threadIdx.x / 128;
+  // Warp-uniform by construction (a shuffle from lane 0), so ptxas treats the role branches as
+  // warpgroup-uniform and applies the setmaxnreg register limits per branch.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid_in_wg = threadIdx.x % 128;
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -527,9 +543,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStoreCols * 2;
         if (p.out_type == 1) {
           consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, acc);
-        } else {
+        } else
+#ifndef SM90_EXP_NO_F16
+        {
           consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, acc);
         }
+#else
+        {}
+#endif
       } else {
         consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);
       }

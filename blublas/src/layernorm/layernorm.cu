@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kGenericThreads)
 // dweight/dbias for the lane's fixed columns in its own shared-memory slice acc[warp][2][cols]
 // (no sharing, no sync); the slices are added in warp order at the end.
 template <typename T, int W, int kPacks>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, (W == 4 && kPacks <= 6) ? 3 : 2)
     ln_bwd_warp_kernel(T* dx, float* __restrict__ partial, const T* dout, const T* __restrict__ x,
                        const float* __restrict__ mean, const float* __restrict__ rstd,
                        const T* __restrict__ w, int64_t rows, int cols, int64_t rows_per_block,

@@ -19,28 +19,31 @@ namespace {
 using namespace fused;  // NOLINT: the kernel helpers of this family
 
 // ---------------------------------------------------------------- resident forward
+// Persistent and double-buffered: while a row's slice is reduced, combined and written, the
+// slice of the cluster's next row is already loading into the other register buffer.
+template <typename T, int W, int kLoads>
+__device__ __forceinline__ void load_slice(float (&v)[kLoads][W], const T* src, int nvalid) {
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
+    if (e < nvalid) load_f32_stream<T, W>(src + e, v[k]);
+  }
+}
+
 template <typename T, int W, int kLoads, bool kCluster>
-__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
-    softmax_fwd_resident_kernel(T* y, const T* x, int64_t cols, int cluster, int64_t chunk) {
-  __shared__ float scratch[32];
-  __shared__ MaxSum slot;
-  const RowSliceIndex sl = row_slice(kCluster ? cluster : 1, chunk, cols);
-  const T* xr = x + sl.row * cols + sl.begin;
-  T* yr = y + sl.row * cols + sl.begin;
-  const int nvalid = static_cast<int>(sl.end - sl.begin);
-  float v[kLoads][W];
+__device__ __forceinline__ void softmax_finish_slice(float (&v)[kLoads][W], T* dst, int nvalid,
+                                                     MaxSum* scratch, MaxSum* slot) {
   float m = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
     if (e < nvalid) {
-      load_f32_stream<T, W>(xr + e, v[k]);
 #pragma unroll
       for (int i = 0; i < W; ++i) m = fmaxf(m, v[k][i]);
     }
   }
-  const float mb = block_max(m, scratch);
-  const float mref = mb == -INFINITY ? 0.0f : mb;  // a fully -inf slice contributes exp(-inf) = 0
+  // Each thread normalizes against its own max; one fixed-order (max, sum) block combine.
+  const float mref = m == -INFINITY ? 0.0f : m;  // an all -inf thread contributes exp(-inf) = 0
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -53,9 +56,9 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
       }
     }
   }
-  const MaxSum local{mb, block_sum(s, scratch)};
-  const MaxSum all = cluster_combine_maxsum<kCluster>(local, &slot);
-  const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s;
+  const MaxSum local = block_maxsum(MaxSum{m, s}, scratch);
+  const MaxSum all = cluster_combine_maxsum<kCluster>(local, slot);
+  const float scale = (s == 0.0f ? 0.0f : __expf(m - all.m)) / all.s;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
@@ -63,8 +66,34 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
       float o[W];
 #pragma unroll
       for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale;
-      store_f32<T, W>(yr + e, o);
+      store_f32<T, W>(dst + e, o);
     }
+  }
+}
+
+template <typename T, int W, int kLoads, bool kCluster>
+__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
+    softmax_fwd_resident_kernel(T* y, const T* x, int64_t rows, int64_t cols, int cluster,
+                                int64_t chunk) {
+  __shared__ MaxSum scratch[32];
+  __shared__ MaxSum slot;
+  const int cl = kCluster ? cluster : 1;
+  const int64_t begin = (blockIdx.x % cl) * chunk;
+  const int nvalid = static_cast<int>(begin + chunk < cols ? chunk : cols - begin);
+  const int64_t stride = gridDim.x / cl;
+  int64_t row = blockIdx.x / cl;
+  float a[kLoads][W], b[kLoads][W];
+  if (row < rows) load_slice<T, W, kLoads>(a, x + row * cols + begin, nvalid);
+  while (row < rows) {
+    int64_t next = row + stride;
+    if (next < rows) load_slice<T, W, kLoads>(b, x + next * cols + begin, nvalid);
+    softmax_finish_slice<T, W, kLoads, kCluster>(a, y + row * cols + begin, nvalid, scratch, &slot);
+    row = next;
+    if (row >= rows) break;
+    next = row + stride;
+    if (next < rows) load_slice<T, W, kLoads>(a, x + next * cols + begin, nvalid);
+    softmax_finish_slice<T, W, kLoads, kCluster>(b, y + row * cols + begin, nvalid, scratch, &slot);
+    row = next;
   }
 }
 
@@ -165,10 +194,12 @@ __global__ void __launch_bounds__(kGenericRowThreads)
 // ---------------------------------------------------------------- dispatch
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// kLoads per thread: 32 floats of registers per array in the forward, 16 per array backward
+// kLoads packs per thread and buffer
 // (half that for the scalar path, whose per-element addresses and predicates also take registers).
+// The forward keeps two buffers of 16 values per thread (the row being finished and the next
+// one loading); the backward one buffer of 16 values for each of y and dy.
 template <typename T, int W, bool kBackward>
-constexpr int kLoadsFor = W == 1 ? (kBackward ? 8 : 16) : (kBackward ? 16 : 32) / W;
+constexpr int kLoadsFor = W == 1 ? 8 : 16 / W;
 
 template <typename T, int W>
 Status forward_w(T* y, const T* x, int64_t rows, int64_t cols, bool clusters_ok, cudaStream_t s) {
@@ -177,11 +208,11 @@ Status forward_w(T* y, const T* x, int64_t rows, int64_t cols, bool clusters_ok,
   cudaError_t err;
   if (pick_resident_config(cols, W, kLoads, clusters_ok, &cfg)) {
     if (cfg.cluster > 1) {
-      err = launch_resident(softmax_fwd_resident_kernel<T, W, kLoads, true>, cfg, rows, s, y, x,
-                            cols, cfg.cluster, cfg.chunk_elems);
+      err = launch_persistent(softmax_fwd_resident_kernel<T, W, kLoads, true>, cfg, rows, s, y,
+                              x, rows, cols, cfg.cluster, cfg.chunk_elems);
     } else {
-      err = launch_resident(softmax_fwd_resident_kernel<T, W, kLoads, false>, cfg, rows, s, y, x,
-                            cols, cfg.cluster, cfg.chunk_elems);
+      err = launch_persistent(softmax_fwd_resident_kernel<T, W, kLoads, false>, cfg, rows, s, y,
+                              x, rows, cols, cfg.cluster, cfg.chunk_elems);
     }
   } else {
     softmax_fwd_generic_kernel<T, W><<<static_cast<unsigned>(rows), kGenericRowThreads, 0, s>>>(

@@ -10,10 +10,20 @@ namespace {
 
 class CudaBackend final : public AllocatorBackend {
  public:
+  // Note [cudaMalloc during capture]
+  // A private pool may need a new segment while a graph is being captured. cudaMalloc is a
+  // "potentially unsafe" call that global capture mode forbids (cudaErrorStreamCaptureUnsupported),
+  // but it is harmless here: it is not stream-ordered, is not recorded into the graph, and the
+  // segment is never cudaFree'd while the graph lives (Note [Private pools]). So this thread's
+  // capture interaction mode is switched to relaxed around the call, then restored.
   void* raw_alloc(std::size_t bytes, int device) override {
     DeviceGuard guard(device);
     void* p = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    BLU_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t err = cudaMalloc(&p, bytes);
+    cudaStreamCaptureMode restore = mode;
+    BLU_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&restore));
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls do not see it
       return nullptr;
@@ -29,7 +39,11 @@ class CudaBackend final : public AllocatorBackend {
 
   bool mem_info(int device, std::size_t* free_bytes, std::size_t* total_bytes) override {
     DeviceGuard guard(device);
-    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // may run during a capture
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return false;
+    const cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    if (err != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }

@@ -4,6 +4,7 @@
 // a per-tensor generic kernel with the CPU backend's formula in the compute type:
 //   p = p (1 - lr wd) - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 #include <cmath>
+#include <algorithm>
 
 #include "blublas/adamw.h"
 #include "cuda/cuda_ops.h"
@@ -95,7 +96,7 @@ bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>&
     if (b == 0) {
       blublas::Status st =
           blublas::adamw_update(descs.data(), count, blublas::Dtype::kF32, h, nullptr, stream);
-      if (!st.ok()) return false;
+      if (!blublas_ok(st, "adamw_step")) return false;
     } else {
       BLU_BLAS_CHECK(blublas::adamw_update(descs.data() + b, count, blublas::Dtype::kF32, h,
                                            nullptr, stream),

@@ -10,6 +10,8 @@
 // device-to-host synchronises the source's current stream before returning (the caller reads the
 // host memory next). Peer copies wait for the source stream through an event, never the host.
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "cpu/cpu_ops.h"
@@ -30,6 +32,23 @@ int sm_count() {
   }
   return v;
 }
+
+namespace {
+std::atomic<int64_t> g_blublas_fallbacks{0};
+}
+
+bool blublas_ok(const blublas::Status& status, const char* op) {
+  if (status.ok()) return true;
+  g_blublas_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  const char* env = std::getenv("BLU_CUDA_OPS_LOG");
+  if (env != nullptr && std::strcmp(env, "1") == 0) {
+    std::fprintf(stderr, "cuda_ops: %s: blublas refused, generic kernel runs: %s\n", op,
+                 status.to_string().c_str());
+  }
+  return false;
+}
+
+int64_t blublas_fallback_count() { return g_blublas_fallbacks.load(std::memory_order_relaxed); }
 
 }  // namespace detail
 
@@ -135,13 +154,24 @@ void copy_device_to_device(const Tensor& dst, const Tensor& src) {
   if (!direct) copy_same_device(dst, target);
 }
 
+// src's shape broadcasts to dst's (NumPy rules, src not longer than dst).
+bool broadcasts_to(const Shape& src, const Shape& dst) {
+  if (src.size() > dst.size()) return false;
+  const std::size_t off = dst.size() - src.size();
+  for (std::size_t d = 0; d < src.size(); ++d) {
+    if (src[d] != 1 && src[d] != dst[d + off]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
-  BLU_CHECK(dst.sizes() == src.sizes(), "copy_ (CUDA): shapes differ: dst ", dst.describe(),
-            ", src ", src.describe());
-  if (dst.numel() == 0) return;
   const Device dd = dst.device(), sd = src.device();
+  const bool same_device = dd == sd;
+  BLU_CHECK(dst.sizes() == src.sizes() || (same_device && broadcasts_to(src.sizes(), dst.sizes())),
+            "copy_ (CUDA): shapes differ: dst ", dst.describe(), ", src ", src.describe());
+  if (dst.numel() == 0) return;
   if (dd.is_cuda() && sd.is_cuda()) {
     if (dd.index == sd.index) {
       cuda::DeviceGuard guard(dd.index);

@@ -180,9 +180,11 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& a, double alpha) {
   if (out.numel() == 0) return;
   blublas::Dtype bt;
   if (op == UnaryOp::kGelu && blublas_dtype(out.dtype(), &bt) && contiguous_same(out, {&a})) {
-    blublas::Status st = blublas::gelu_forward(out.data_ptr(), a.data_ptr(), nullptr, 1,
-                                               out.numel(), bt, stream_of(out));
-    if (st.ok()) return;
+    if (blublas_ok(blublas::gelu_forward(out.data_ptr(), a.data_ptr(), nullptr, 1, out.numel(),
+                                         bt, stream_of(out)),
+                   "unary(gelu)")) {
+      return;
+    }
   }
   BLU_CUDA_SWITCH_FLOAT(out.dtype(), T, "unary", unary_typed<T>(op, out, a, alpha));
 }
@@ -192,9 +194,11 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
   blublas::Dtype bt;
   if (op == BinaryOp::kGeluBackward && blublas_dtype(out.dtype(), &bt) &&
       contiguous_same(out, {&a, &b})) {
-    blublas::Status st = blublas::gelu_backward(out.data_ptr(), a.data_ptr(), b.data_ptr(),
-                                                nullptr, 1, out.numel(), bt, stream_of(out));
-    if (st.ok()) return;
+    if (blublas_ok(blublas::gelu_backward(out.data_ptr(), a.data_ptr(), b.data_ptr(), nullptr, 1,
+                                          out.numel(), bt, stream_of(out)),
+                   "binary(gelu_backward)")) {
+      return;
+    }
   }
   BLU_CUDA_SWITCH_FLOAT(out.dtype(), T, "binary", binary_typed<T>(op, out, a, b, alpha));
 }

@@ -175,7 +175,10 @@ bool embedding_bwd_blublas(const Tensor& dweight, const Tensor& dout, const Tens
   const int64_t n = indices.numel(), vocab = dweight.size(0), cols = dweight.size(1);
   if (n == 0 || n >= (int64_t{1} << 31)) return false;
   std::size_t ws_bytes = 0;
-  if (!blublas::embedding_backward_workspace_size(1, n, vocab, &ws_bytes).ok()) return false;
+  if (!blublas_ok(blublas::embedding_backward_workspace_size(1, n, vocab, &ws_bytes),
+                  "embedding_backward")) {
+    return false;
+  }
   cudaStream_t stream = stream_of(dweight);
   const Device dev = dweight.device();
   Tensor idx32 = indices;
@@ -193,7 +196,7 @@ bool embedding_bwd_blublas(const Tensor& dweight, const Tensor& dout, const Tens
       static_cast<float*>(acc.data_ptr()), nullptr, dout.data_ptr(),
       static_cast<const int32_t*>(idx32.data_ptr()), 1, n, cols, vocab, flag.as<int>(), bt,
       ws.get(), ws_bytes, stream);
-  if (!st.ok()) return false;
+  if (!blublas_ok(st, "embedding_backward")) return false;
   if (!direct) copy_(dweight, acc);
   return true;
 }

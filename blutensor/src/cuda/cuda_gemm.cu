@@ -181,10 +181,10 @@ bool gemm_blublas(const Tensor& out, const Tensor& a, const Tensor& bm, bool acc
     d.beta = 1.0f;
   }
   std::size_t ws_bytes = 0;
-  if (!blublas::gemm_workspace_size(d, &ws_bytes).ok()) return false;
+  if (!blublas_ok(blublas::gemm_workspace_size(d, &ws_bytes), "gemm")) return false;
   cudaStream_t stream = stream_of(out);
   DeviceBuffer ws(ws_bytes, out.device().index, stream);
-  return blublas::gemm(d, ws.get(), ws_bytes, stream).ok();
+  return blublas_ok(blublas::gemm(d, ws.get(), ws_bytes, stream), "gemm");
 }
 
 }  // namespace

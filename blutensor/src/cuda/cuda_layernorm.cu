@@ -184,14 +184,12 @@ void layer_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd,
   blublas::Dtype bt;
   if (blublas_float(x.dtype(), &bt) && weight.defined()) {
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
-    if (blublas::layernorm_forward(y.data_ptr(), static_cast<float*>(mean.data_ptr()),
-                                   static_cast<float*>(rstd.data_ptr()), nullptr, x.data_ptr(),
-                                   nullptr, weight.data_ptr(),
-                                   bias.defined() ? bias.data_ptr() : nullptr, rows, cols,
-                                   static_cast<float>(eps), bt, stream_of(y))
-            .ok()) {
-      return;
-    }
+    const blublas::Status st = blublas::layernorm_forward(
+        y.data_ptr(), static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()),
+        nullptr, x.data_ptr(), nullptr, weight.data_ptr(),
+        bias.defined() ? bias.data_ptr() : nullptr, rows, cols, static_cast<float>(eps), bt,
+        stream_of(y));
+    if (blublas_ok(st, "layer_norm")) return;
   }
   BLU_CUDA_SWITCH_FLOAT(x.dtype(), T, "layer_norm",
                         ln_fwd_typed<T>(y, mean, rstd, x, weight, bias, eps));
@@ -208,18 +206,17 @@ void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
   if (x.dtype() == DType::F32 && weight.defined() && dx.defined() && dweight.defined()) {
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     std::size_t ws_bytes = 0;
-    if (blublas::layernorm_backward_workspace_size(rows, cols, &ws_bytes).ok()) {
+    if (blublas_ok(blublas::layernorm_backward_workspace_size(rows, cols, &ws_bytes),
+                   "layer_norm_backward")) {
       cudaStream_t stream = stream_of(x);
       DeviceBuffer ws(ws_bytes, x.device().index, stream);
-      if (blublas::layernorm_backward(
-              dx.data_ptr(), static_cast<float*>(dweight.data_ptr()),
-              dbias.defined() ? static_cast<float*>(dbias.data_ptr()) : nullptr, dy.data_ptr(),
-              x.data_ptr(), static_cast<const float*>(mean.data_ptr()),
-              static_cast<const float*>(rstd.data_ptr()), weight.data_ptr(), rows, cols,
-              blublas::Dtype::kF32, false, false, ws.get(), ws_bytes, stream)
-              .ok()) {
-        return;
-      }
+      const blublas::Status st = blublas::layernorm_backward(
+          dx.data_ptr(), static_cast<float*>(dweight.data_ptr()),
+          dbias.defined() ? static_cast<float*>(dbias.data_ptr()) : nullptr, dy.data_ptr(),
+          x.data_ptr(), static_cast<const float*>(mean.data_ptr()),
+          static_cast<const float*>(rstd.data_ptr()), weight.data_ptr(), rows, cols,
+          blublas::Dtype::kF32, false, false, ws.get(), ws_bytes, stream);
+      if (blublas_ok(st, "layer_norm_backward")) return;
     }
   }
   BLU_CUDA_SWITCH_FLOAT(x.dtype(), T, "layer_norm_backward",

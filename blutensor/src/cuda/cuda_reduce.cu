@@ -14,6 +14,7 @@
 // Accumulation in float (double for f64); max propagates NaN like the CPU backend.
 // A contiguous f32 [rows, cols] summed over rows uses blublas::column_sum (same guarantees).
 #include <cmath>
+#include <algorithm>
 
 #include "blublas/reduce.h"
 #include "cuda/cuda_ops.h"
@@ -236,12 +237,15 @@ bool try_column_sum(const Tensor& out, const Tensor& a) {
   const int64_t cols = a.numel() / std::max<int64_t>(rows, 1);
   if (rows < 2 || cols < 1) return false;
   std::size_t ws_bytes = 0;
-  if (!blublas::column_sum_workspace_size(rows, cols, &ws_bytes).ok()) return false;
+  if (!blublas_ok(blublas::column_sum_workspace_size(rows, cols, &ws_bytes), "reduce(sum)")) {
+    return false;
+  }
   cudaStream_t stream = stream_of(out);
   DeviceBuffer ws(ws_bytes, out.device().index, stream);
-  return blublas::column_sum(static_cast<float*>(out.data_ptr()), a.data_ptr(), rows, cols,
-                             blublas::Dtype::kF32, false, ws.get(), ws_bytes, stream)
-      .ok();
+  return blublas_ok(blublas::column_sum(static_cast<float*>(out.data_ptr()), a.data_ptr(), rows,
+                                        cols, blublas::Dtype::kF32, false, ws.get(), ws_bytes,
+                                        stream),
+                    "reduce(sum)");
 }
 
 }  // namespace

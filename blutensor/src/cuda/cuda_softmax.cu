@@ -3,6 +3,8 @@
 // block reductions of block_reduce.cuh (deterministic). Plain softmax on contiguous f32/bf16 uses
 // blublas::softmax_forward / softmax_backward (Note [blublas fast paths] in cuda_elementwise.cu).
 // As on the CPU, a row that is entirely -inf uses max 0 (stays finite in log-softmax).
+#include <algorithm>
+
 #include "blublas/softmax.h"
 #include "cuda/block_reduce.cuh"
 #include "cuda/cuda_ops.h"
@@ -133,9 +135,9 @@ void softmax_forward(const Tensor& y, const Tensor& x, bool log) {
   blublas::Dtype bt;
   if (!log && blublas_float(x.dtype(), &bt)) {
     const int64_t cols = x.size(-1);
-    if (blublas::softmax_forward(y.data_ptr(), x.data_ptr(), rows_of(x, cols), cols, bt,
-                                 stream_of(y))
-            .ok()) {
+    if (blublas_ok(blublas::softmax_forward(y.data_ptr(), x.data_ptr(), rows_of(x, cols), cols,
+                                            bt, stream_of(y)),
+                   "softmax")) {
       return;
     }
   }
@@ -147,9 +149,9 @@ void softmax_backward(const Tensor& dx, const Tensor& dy, const Tensor& y, bool 
   blublas::Dtype bt;
   if (!log && blublas_float(y.dtype(), &bt)) {
     const int64_t cols = y.size(-1);
-    if (blublas::softmax_backward(dx.data_ptr(), dy.data_ptr(), y.data_ptr(), rows_of(y, cols),
-                                  cols, bt, stream_of(dx))
-            .ok()) {
+    if (blublas_ok(blublas::softmax_backward(dx.data_ptr(), dy.data_ptr(), y.data_ptr(),
+                                             rows_of(y, cols), cols, bt, stream_of(dx)),
+                   "softmax_backward")) {
       return;
     }
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "blublas/status.h"
 #include "blutensor/cuda_allocator.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/dtype.h"
@@ -249,6 +250,13 @@ class DeviceBuffer {
   void* ptr_;
   std::size_t bytes_;
 };
+
+// Whether a blublas launcher took the work (Note [blublas fast paths] in cuda_elementwise.cu).
+// A refusal is counted and, when the environment sets BLU_CUDA_OPS_LOG=1, printed to stderr with
+// the launcher's message, so a device log shows which layouts fell back to the generic kernels.
+bool blublas_ok(const blublas::Status& status, const char* op);
+// Number of refusals since the process started (tests and benchmarks read it).
+int64_t blublas_fallback_count();
 
 inline bool aligned_to(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;

@@ -65,7 +65,7 @@ std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vecto
 int run_sample(const TrainConfig& cfg, std::ostream& out) {
   const std::string dir = cfg.checkpoint.empty() ? latest_checkpoint(cfg.out_dir) : cfg.checkpoint;
   BLU_CHECK(!dir.empty(), "sample: no checkpoint in '", cfg.out_dir, "' (train first, or pass --checkpoint DIR)");
-  GPT2 model(gpt2_config(cfg.model), Device(cfg.device));
+  GPT2 model(gpt2_config(checkpoint_model_name(dir)), Device(cfg.device));  // the checkpoint decides
   TrainState st = load_checkpoint(dir, model, nullptr);
   Tokenizer tok = Tokenizer::from_dir(cfg.vocab_dir.empty() ? Tokenizer::default_dir() : cfg.vocab_dir);
   SampleRng rng{cfg.seed};

@@ -69,6 +69,13 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
   return staging.commit(keep);
 }
 
+std::string checkpoint_model_name(const std::string& dir) {
+  const std::string state_path = dir + "/state.json";
+  BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
+  json::Value s = json::parse(read_file(state_path, "checkpoint state"), state_path);
+  return s.at("model", state_path).as_string(state_path);
+}
+
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");

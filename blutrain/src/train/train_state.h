@@ -26,6 +26,8 @@ struct TrainState {
 // Writes a complete checkpoint for `state.step` atomically; returns its directory.
 std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
                             const TrainConfig& cfg);
+// The model size ("tiny", "d12", ...) a checkpoint holds (from its state.json).
+std::string checkpoint_model_name(const std::string& dir);
 // Loads weights, optimizer moments and step; returns the rest. Errors name the file.
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt);
 
