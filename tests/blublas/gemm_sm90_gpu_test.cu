@@ -551,8 +551,8 @@ TEST(GemmSm90Gpu, MisalignedIsReported) {
   EXPECT_NE(st.message().find("lda"), std::string::npos) << st.message();
   p.lda = 24;
   p.b = static_cast<const char*>(b.ptr) + 2;  // base not 16-byte aligned
-  st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
-  EXPECT_EQ(st.code(), StatusCode::kMisaligned) << st.to_string();
+  const Status st_base = blublas::gemm_detail::sm90_gemm_supports(p, dev);
+  EXPECT_EQ(st_base.code(), StatusCode::kMisaligned) << st_base.to_string();
 
   // Through the public API with the path forced: the same error, before any launch.
   blublas::GemmDesc desc;
@@ -562,13 +562,13 @@ TEST(GemmSm90Gpu, MisalignedIsReported) {
   desc.b = b.ptr; desc.ldb = 24;
   desc.d = d.ptr; desc.ldd = 17;
   desc.path = blublas::GemmPath::kSm90Wgmma;
-  st = blublas::gemm(desc, nullptr, 0, nullptr);
-  EXPECT_EQ(st.code(), StatusCode::kMisaligned) << st.to_string();
+  const Status st_api = blublas::gemm(desc, nullptr, 0, nullptr);
+  EXPECT_EQ(st_api.code(), StatusCode::kMisaligned) << st_api.to_string();
   // kAuto falls back to another path instead of failing.
   desc.path = blublas::GemmPath::kAuto;
   blublas::GemmPath chosen = blublas::GemmPath::kAuto;
-  st = blublas::gemm_selected_path(desc, &chosen);
-  EXPECT_TRUE(st.ok()) << st.to_string();
+  const Status st_auto = blublas::gemm_selected_path(desc, &chosen);
+  EXPECT_TRUE(st_auto.ok()) << st_auto.to_string();
   EXPECT_NE(chosen, blublas::GemmPath::kSm90Wgmma);
 }
 
@@ -609,8 +609,8 @@ TEST(GemmSm90Gpu, PublicApiForced) {
       Status st = blublas::gemm_workspace_size(desc, &ws_bytes);
       ASSERT_TRUE(st.ok()) << st.to_string();
       DevBuf ws(ws_bytes);
-      st = blublas::gemm(desc, ws.ptr, ws_bytes, nullptr);
-      ASSERT_TRUE(st.ok()) << st.to_string();
+      const Status st_run = blublas::gemm(desc, ws.ptr, ws_bytes, nullptr);
+      ASSERT_TRUE(st_run.ok()) << st_run.to_string();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       HostMat got = download(dd, Dtype::kF32);
       int bad = 0;

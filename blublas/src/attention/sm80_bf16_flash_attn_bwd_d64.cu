@@ -9,10 +9,11 @@
 namespace blublas::attn {
 namespace {
 
-template <int kW1, int kBr, bool kKVRegs, int kMin1, int kW2, int kBc, bool kQRegs, int kMin2>
+template <int kW1, int kBr, bool kKVRegs, int kMin1, int kW2, int kBc, bool kQRegs, int kMin2,
+          bool kMerged = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm80::launch_flash_attn_bwd<sm80::bf16, sm80::DkDvTiles<64, kW1, kBr, kKVRegs, kMin1>,
-                                     sm80::DqTiles<64, kW2, kBc, kQRegs, kMin2>>(
+                                     sm80::DqTiles<64, kW2, kBc, kQRegs, kMin2>, kMerged>(
       p, dev, stream, "sm80_bf16_flash_attn_bwd_d64");
 }
 
@@ -22,6 +23,7 @@ const KernelConfig kTable[] = {
     {"dkdv w4 br64 kv-regs / dq w4 bc64 q-regs", run<4, 64, true, 1, 4, 64, true, 1>},  // 132.8
     {"dkdv w4 br64 min2 / dq w4 bc64 q-regs min2", run<4, 64, false, 2, 4, 64, true, 2>},
     {"dkdv w8 br64 / dq w8 bc64", run<8, 64, false, 1, 8, 64, false, 1>},
+    {"merged: dkdv w4 br64 + dq w4 bc64", run<4, 64, false, 1, 4, 64, false, 1, true>},
 };
 
 }  // namespace

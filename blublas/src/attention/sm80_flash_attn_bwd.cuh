@@ -47,9 +47,10 @@ struct DkDvTiles {
   }
 };
 
+// The dK/dV pass for key block `block` (launched heaviest first: key block 0 has the most query
+// blocks under causal masking).
 template <typename Elem, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    flash_attn_bwd_dkdv_kernel(const Params p) {
+__device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   constexpr int kD = Cfg::kD, kBr = Cfg::kBr;
   constexpr int kBc = Cfg::kBc;
   constexpr int kQT = kBr / 8;  // n-tiles of S^T (queries)
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
-  const int kb = blockIdx.x;  // key block 0 has the most query blocks under causal: first
+  const int kb = block;
   const int h = blockIdx.y, b = blockIdx.z;
   const int k0 = kb * kBc;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
@@ -191,9 +192,9 @@ struct DqTiles {
   }
 };
 
+// The dQ pass for the `block`-th heaviest query block.
 template <typename Elem, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    flash_attn_bwd_dq_kernel(const Params p) {
+__device__ __forceinline__ void dq_block(const Params& p, int block) {
   constexpr int kD = Cfg::kD, kBc = Cfg::kBc;
   constexpr int kBr = Cfg::kBr;
   constexpr int kNT = kBc / 8;
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
   const int nqb = (T + kBr - 1) / kBr;
-  const int qb = nqb - 1 - static_cast<int>(blockIdx.x);
+  const int qb = nqb - 1 - block;
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = qb * kBr;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
@@ -303,7 +304,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   store_acc<Elem, 1, kDT>(dq, gdQ, p.sdq.t, wr0, T - q0, p.scale, lane);
 }
 
+template <typename Elem, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_attn_bwd_dkdv_kernel(const Params p) {
+  dkdv_block<Elem, Cfg>(p, static_cast<int>(blockIdx.x));
+}
+
+template <typename Elem, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    flash_attn_bwd_dq_kernel(const Params p) {
+  dq_block<Elem, Cfg>(p, static_cast<int>(blockIdx.x));
+}
+
+// Both passes in one grid: the first n_dkdv blocks are key blocks, the rest query blocks, each
+// range heaviest first, so the light tail of one pass overlaps the other instead of a kernel
+// boundary (no data dependence between the passes: both read only q, k, v, dO, L and D).
 template <typename Elem, typename C1, typename C2>
+__global__ void __launch_bounds__(C1::kThreads, C1::kMinBlocks)
+    flash_attn_bwd_merged_kernel(const Params p, int n_dkdv) {
+  const int x = static_cast<int>(blockIdx.x);
+  if (x < n_dkdv) {
+    dkdv_block<Elem, C1>(p, x);
+  } else {
+    dq_block<Elem, C2>(p, x - n_dkdv);
+  }
+}
+
+template <typename Elem, typename C1, typename C2, bool kMerged = false>
 Status launch_flash_attn_bwd(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
                              const char* name) {
   constexpr size_t smem1 = C1::template smem_bytes<Elem>();
@@ -312,6 +339,19 @@ Status launch_flash_attn_bwd(const Params& p, const DeviceInfo& dev, cudaStream_
   BLUBLAS_CHECK(smem1 <= optin && smem2 <= optin, StatusCode::kNotSupported, name, ": needs ",
                 smem1 > smem2 ? smem1 : smem2, " bytes of shared memory per block, device allows ",
                 optin);
+  if constexpr (kMerged) {
+    static_assert(C1::kThreads == C2::kThreads, "merged passes share the block size");
+    const size_t smem = smem1 > smem2 ? smem1 : smem2;
+    auto k = flash_attn_bwd_merged_kernel<Elem, C1, C2>;
+    BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    const int n1 = (p.seq_len + C1::kBc - 1) / C1::kBc;
+    const int n2 = (p.seq_len + C2::kBr - 1) / C2::kBr;
+    const dim3 grid(n1 + n2, p.heads, p.batch);
+    k<<<grid, C1::kThreads, smem, stream>>>(p, n1);
+    BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+    return Status::success();
+  }
   auto k1 = flash_attn_bwd_dkdv_kernel<Elem, C1>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem1)));

@@ -151,7 +151,7 @@ __device__ __forceinline__ void xent_finish_slice(float (&v)[kLoads][W], const X
 }
 
 template <typename T, int W, int kLoads, bool kCluster>
-__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
+__global__ void __launch_bounds__(kResidentMaxThreads, (W > 1 && kCluster) ? 2 : 1)
     xent_resident_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
                          const int32_t* __restrict__ targets, const int* __restrict__ count,
                          int64_t rows, int64_t vocab, int ignore_index, float dloss, int cluster,
