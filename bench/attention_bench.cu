@@ -278,6 +278,19 @@ int main(int argc, char** argv) {
     torch_fwd = json_number(tj, "torch_sdpa.bf16.fwd_tflops");
   }
   const double ours = done[0].r.fwdbwd_tflops;
+  if (!opt.out_dir.empty()) {  // tf32 and strict fp32 against PyTorch SDPA on fp32 inputs
+    const std::string tj = opt.out_dir + "/torch_attention.json";
+    for (size_t i = 2; i < done.size(); ++i) {
+      const std::string mode = done[i].s.prec == AttnPrecision::kF32TF32 ? "tf32" : "fp32";
+      const double ref = json_number(tj, "torch_sdpa." + mode + ".fwdbwd_tflops");
+      if (std::isfinite(ref) && ref > 0) {
+        report.metric("attention." + mode + ".fwdbwd_ratio_vs_torch_sdpa",
+                      done[i].r.fwdbwd_tflops / ref);
+        std::printf("attention.%s.fwdbwd_ratio_vs_torch_sdpa = %.3f (ours %.1f vs %.1f TFLOP/s)\n",
+                    mode.c_str(), done[i].r.fwdbwd_tflops / ref, done[i].r.fwdbwd_tflops, ref);
+      }
+    }
+  }
   if (std::isfinite(torch_fwdbwd) && torch_fwdbwd > 0) {
     report.metric("attention.bf16.fwdbwd_ratio_vs_torch_sdpa", ours / torch_fwdbwd);
     if (std::isfinite(torch_fwd) && torch_fwd > 0) {

@@ -5,6 +5,8 @@ Times F.scaled_dot_product_attention (causal, bf16) forward and forward+backward
 (B16 T1024, 12 heads of 64; and 6 heads of 128) for each SDPA backend that runs here (flash,
 efficient, cudnn), with q/k/v as views of a fused [B, T, 3*C] activation (as GPT-2 does), CUDA
 events, warm-up and the median of the reps. The fastest backend is named in the metrics.
+Also fp32 inputs (efficient/math backends) with tf32 allowed (B16) and not (B4): the references
+of blublas's tf32 and strict-fp32 modes.
 FLOPs counted as attention_bench.cu counts them: forward 4*B*H*T*T*d/2, backward 2.5x forward.
 
 Usage: python3 bench/torch_attention.py <out_dir> [--quick]
@@ -52,10 +54,12 @@ def make_inputs(B, T, H, d, dtype=torch.bfloat16, requires_grad=True):
     return qkv, q, k, v
 
 
-def bench_backend(backend, B, T, H, d, quick):
+def bench_backend(backend, B, T, H, d, quick, dtype=torch.bfloat16):
     warmup, reps = (3, 10) if quick else (10, 40)
-    qkv, q, k, v = make_inputs(B, T, H, d)
-    dout = torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16)
+    if dtype == torch.float32:
+        warmup, reps = (2, 5) if quick else (3, 10)
+    qkv, q, k, v = make_inputs(B, T, H, d, dtype)
+    dout = torch.randn(B, H, T, d, device="cuda", dtype=dtype)
     with sdpa_kernel([backend]):
         def fwd():
             with torch.no_grad():
@@ -129,6 +133,32 @@ def main():
         for row in rows:
             if row["d"] == d and row["backend"] == best[0]:
                 row["fastest"] = True
+    # fp32 inputs (the strict-fp32 and tf32 modes of blublas): only the efficient and math
+    # backends take fp32; tf32 on/off via the matmul flag. Shapes as attention_bench.cu.
+    for mode, B, allow in (("tf32", 16, True), ("fp32", 4, False)):
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+        best = None
+        for name in ("efficient", "math"):
+            if name == "math" and B > 4:
+                continue  # the math backend materializes B*H*T*T scores: slow and large
+            backend = SDPBackend.MATH if name == "math" else BACKENDS[name]
+            try:
+                r = bench_backend(backend, B, 1024, 12, 64, quick, torch.float32)
+            except RuntimeError as e:
+                print(f"# {name} {mode}: unavailable ({str(e).splitlines()[0][:100]})")
+                continue
+            row = {"backend": name, "mode": mode, "B": B, "T": 1024, "H": 12, "d": 64,
+                   "max_abs_err_vs_f64": float("nan"), **r}
+            rows.append(row)
+            if best is None or r["fwdbwd_tflops"] > best[1]["fwdbwd_tflops"]:
+                best = (name, r)
+        if best is not None:
+            metrics[f"torch_sdpa.{mode}.fwd_tflops"] = best[1]["fwd_tflops"]
+            metrics[f"torch_sdpa.{mode}.fwdbwd_tflops"] = best[1]["fwdbwd_tflops"]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+
     result = {"name": "torch_attention", "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "metrics": metrics, "rows": rows,
               "best_backend": {str(r["d"]): r["backend"] for r in rows if r.get("fastest")}}
@@ -138,7 +168,7 @@ def main():
           "max err vs f64 | fastest |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['backend']} | {r['B']} | {r['T']} | {r['H']} | {r['d']} | {r['fwd_ms']:.3f} | "
+        print(f"| {r['backend']}{' ' + r['mode'] if 'mode' in r else ''} | {r['B']} | {r['T']} | {r['H']} | {r['d']} | {r['fwd_ms']:.3f} | "
               f"{r['fwd_tflops']:.1f} | {r['bwd_tflops']:.1f} | {r['fwdbwd_tflops']:.1f} | "
               f"{r['max_abs_err_vs_f64']:.2e} | {'yes' if r.get('fastest') else ''} |")
     return 0

@@ -9,8 +9,28 @@ dst=bench/results/$tag
 mkdir -p "$dst/raw"
 tmp=$(mktemp -d)
 tar -C "$tmp" -xzf "$src/device-results.tar.gz"
-cp "$src/summary.json" "$dst/summary.json"
-cp "$tmp"/logs/results/*.json "$dst/raw/" 2>/dev/null || true
+# A suite measures only part of the metrics: merge over the committed summary, keeping for each
+# carried-over metric the commit it was measured at (metric_commits), so nothing is presented as
+# measured at a commit where it was not.
+python3 - "$src/summary.json" "$dst/summary.json" <<'PY'
+import json, os, sys
+new = json.load(open(sys.argv[1]))
+old = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {"metrics": {}}
+carried = dict(old.get("metric_commits", {}))
+for k in old.get("metrics", {}):
+    if k not in new["metrics"]:
+        carried.setdefault(k, old.get("commit"))
+for k in new["metrics"]:
+    carried.pop(k, None)
+merged = dict(new)
+merged["metrics"] = dict(sorted({**{k: v for k, v in old.get("metrics", {}).items() if k in carried},
+                                 **new["metrics"]}.items()))
+merged["metric_commits"] = dict(sorted(carried.items()))
+json.dump(merged, open(sys.argv[2], "w"), indent=1)
+PY
+for f in "$tmp"/logs/results/*.json; do
+  [ -f "$f" ] && cp "$f" "$dst/raw/$(basename "$f")"
+done
 {
   echo "# Device results: $tag"
   echo

@@ -100,7 +100,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(XentCase{Dtype::kF32, 7, 50304, false}, XentCase{Dtype::kF32, 6, 50304, true},
                       XentCase{Dtype::kF32, 5, 50257, false}, XentCase{Dtype::kBF16, 7, 50304, true},
                       XentCase{Dtype::kBF16, 9, 777, false}, XentCase{Dtype::kF32, 33, 10, true},
-                      XentCase{Dtype::kF32, 3, 150001, false}),
+                      XentCase{Dtype::kF32, 3, 150001, false},
+                      // More rows than co-resident clusters / blocks: the persistent loop.
+                      XentCase{Dtype::kF32, 70, 50304, true}, XentCase{Dtype::kBF16, 66, 50304, false},
+                      XentCase{Dtype::kF32, 9001, 1000, false}, XentCase{Dtype::kF32, 20000, 333, true}),
     [](const ::testing::TestParamInfo<XentCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
              "x" + std::to_string(i.param.vocab) + (i.param.in_place ? "_inplace" : "");

@@ -38,7 +38,6 @@ namespace sm90 = blublas::gemm_detail::sm90;
 struct HostMat {
   Dtype type = Dtype::kF32;
   std::vector<uint8_t> bytes;
-  std::size_t count() const { return bytes.size() / blublas::dtype_size(type); }
   double get(std::size_t i) const {
     if (type == Dtype::kF32) {
       float v;

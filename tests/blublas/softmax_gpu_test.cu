@@ -82,7 +82,10 @@ INSTANTIATE_TEST_SUITE_P(
                       SmCase{Dtype::kF32, 5, 50304}, SmCase{Dtype::kF32, 4, 50257},
                       SmCase{Dtype::kF32, 3, 140001}, SmCase{Dtype::kF32, 2, 140000},
                       SmCase{Dtype::kF32, 11, 5}, SmCase{Dtype::kBF16, 6, 50304},
-                      SmCase{Dtype::kBF16, 9, 3333}, SmCase{Dtype::kF32, 3, 20000}),
+                      SmCase{Dtype::kBF16, 9, 3333}, SmCase{Dtype::kF32, 3, 20000},
+                      // More rows than co-resident clusters / blocks: the persistent loop.
+                      SmCase{Dtype::kF32, 70, 50304}, SmCase{Dtype::kBF16, 67, 50304},
+                      SmCase{Dtype::kF32, 20000, 771}, SmCase{Dtype::kF32, 9001, 1024}),
     [](const ::testing::TestParamInfo<SmCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
              "x" + std::to_string(i.param.cols);

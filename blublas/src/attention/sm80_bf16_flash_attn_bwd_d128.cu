@@ -18,7 +18,6 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 const KernelConfig kTable[] = {
     {"dkdv w4 br32 / dq w4 bc64", run<4, 32, false, 1, 4, 64, false, 1>},  // H200: 142.0
     {"dkdv w8 br32 / dq w8 bc64", run<8, 32, false, 1, 8, 64, false, 1>},  // 131.2
-    {"dkdv w4 br32 / dq w4 bc64 q-regs", run<4, 32, false, 1, 4, 64, true, 1>},
 };
 
 }  // namespace

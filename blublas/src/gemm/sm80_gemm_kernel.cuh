@@ -14,9 +14,13 @@
 //   puts the 8 rows an ldmatrix phase (or a tf32 fragment load) touches in distinct banks.
 // - 16-bit fragments come from ldmatrix.x4 (k-major operand) or ldmatrix.x4.trans (m/n-major):
 //   .trans of a [k][m] block hands each thread the (m, k..k+1) pair the mma fragment needs.
-// - tf32 has no 32-bit ldmatrix.trans, so tf32 fragments are loaded with 32-bit shared loads in
-//   both majors (the padding makes both patterns conflict-free: row strides of 20 or 8 mod 32
-//   words) and rounded with cvt.rna.tf32.f32 (round to nearest, as cuBLAS's tf32 mode).
+// - tf32 k-major fragments also come from ldmatrix.x4 (a b16 8 x 8 block is 8 rows x 4 floats and
+//   hands thread l the float at (l/4, l%4), the m16n8k8 layout); there is no 32-bit .trans, so
+//   m/n-major tf32 fragments use 32-bit shared loads (conflict-free: row stride = 8 mod 32
+//   words). Values are rounded with cvt.rna.tf32.f32 (round to nearest, as cuBLAS's tf32 mode).
+// - Warp tiles are 64 x 64 in the large configurations: 8 ldmatrix.x4 feed 32 mma per k16 step.
+//   With 64 x 32 warp tiles (6 per 16) the first version ran at 80-200 TFLOP/s on an H200: the
+//   shared-memory instruction queue, not the tensor cores, was the limit.
 // - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
 //   B panels in L2. The epilogue stores straight from the accumulator fragments through
 //   epilogue.cuh, with D's dtype picked at run time (one instantiation for all output dtypes).
@@ -182,13 +186,18 @@ __device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const typename Cfg
       const int q = lane / 8;
       ldmatrix_x4_trans(a, s + (kk + (q / 2) * 8 + lane % 8) * Cfg::kAMStride + m + (q % 2) * 8);
     }
+  } else if constexpr (KMAJ) {
+    // tf32 k-major: an 8 x 8 b16 ldmatrix block is 8 rows x 4 floats, and thread l receives the
+    // float at (row l/4, k l%4): exactly the a0..a3 layout of m16n8k8 for blocks at k+0 and k+4.
+    ldmatrix_x4(a, s + (m + lane % 16) * Cfg::kKMajStride + kk + (lane / 16) * 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = to_tf32(__uint_as_float(a[i]));
   } else {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = m + g + 8 * (i & 1), col = kk + t + 4 * (i >> 1);
-      const float v = KMAJ ? s[row * Cfg::kKMajStride + col] : s[col * Cfg::kAMStride + row];
-      a[i] = to_tf32(v);
+      a[i] = to_tf32(s[col * Cfg::kAMStride + row]);
     }
   }
 }
@@ -204,13 +213,17 @@ __device__ __forceinline__ void load_b_frag_pair(uint32_t (&b)[4], const typenam
     } else {
       ldmatrix_x4_trans(b, s + (kk + (q % 2) * 8 + lane % 8) * Cfg::kBNStride + n + (q / 2) * 8);
     }
+  } else if constexpr (KMAJ) {
+    const int q = lane / 8;  // as the 16-bit case, with 4-float k blocks
+    ldmatrix_x4(b, s + (n + (q / 2) * 8 + lane % 8) * Cfg::kKMajStride + kk + (q % 2) * 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) b[i] = to_tf32(__uint_as_float(b[i]));
   } else {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int col = n + g + 8 * (i >> 1), k = kk + t + 4 * (i & 1);
-      const float v = KMAJ ? s[col * Cfg::kKMajStride + k] : s[k * Cfg::kBNStride + col];
-      b[i] = to_tf32(v);
+      b[i] = to_tf32(s[k * Cfg::kBNStride + col]);
     }
   }
 }

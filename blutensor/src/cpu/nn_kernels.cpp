@@ -6,6 +6,7 @@
 
 #include "blutensor/philox.h"
 #include "cpu/cpu_loops.h"
+#include "cpu/cpu_math.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/dtype_switch.h"
 
@@ -28,17 +29,19 @@ void softmax_fwd_typed(const Tensor& y, const Tensor& x, bool log) {
   cpu::parallel_for(rows, cols, [&](int64_t r) {
     const T* xr = xp + r * cols;
     T* yr = yp + r * cols;
+    thread_local std::vector<C> buf;
+    buf.resize(static_cast<std::size_t>(cols));
     C m = -std::numeric_limits<C>::infinity();
     for (int64_t i = 0; i < cols; ++i) m = std::max(m, ld(xr[i]));
     if (m == -std::numeric_limits<C>::infinity()) m = 0;  // fully masked row: keep finite
-    C s = 0;
-    for (int64_t i = 0; i < cols; ++i) s += std::exp(ld(xr[i]) - m);
+    for (int64_t i = 0; i < cols; ++i) buf[i] = cpu::exp_any<C>(ld(xr[i]) - m);
+    C s = cpu::sum_fixed<C>(buf.data(), cols);
     if (log) {
       C lse = m + std::log(s);
       for (int64_t i = 0; i < cols; ++i) yr[i] = T(ld(xr[i]) - lse);
     } else {
       C inv = C(1) / s;
-      for (int64_t i = 0; i < cols; ++i) yr[i] = T(std::exp(ld(xr[i]) - m) * inv);
+      for (int64_t i = 0; i < cols; ++i) yr[i] = T(buf[i] * inv);
     }
   });
 }
@@ -213,11 +216,12 @@ void xent_fwd_typed(const Tensor& losses, const Tensor& lse, const Tensor& valid
   }
   cpu::parallel_for(n, v, [&](int64_t r) {
     const T* xr = xp + r * v;
+    thread_local std::vector<C> buf;
+    buf.resize(static_cast<std::size_t>(v));
     C m = -std::numeric_limits<C>::infinity();
     for (int64_t i = 0; i < v; ++i) m = std::max(m, ld(xr[i]));
-    C s = 0;
-    for (int64_t i = 0; i < v; ++i) s += std::exp(ld(xr[i]) - m);
-    C l = m + std::log(s);
+    for (int64_t i = 0; i < v; ++i) buf[i] = cpu::exp_any<C>(ld(xr[i]) - m);
+    C l = m + std::log(cpu::sum_fixed<C>(buf.data(), v));
     ep[r] = static_cast<S>(l);
     int64_t t = static_cast<int64_t>(tp[r]);
     if (t == ignore_index) {
@@ -250,7 +254,7 @@ void xent_bwd_typed(const Tensor& dlogits, const Tensor& dlosses, const Tensor& 
     }
     const T* xr = xp + r * v;
     C g = static_cast<C>(gp[r]), l = static_cast<C>(ep[r]);
-    for (int64_t i = 0; i < v; ++i) o[i] = T(g * std::exp(ld(xr[i]) - l));
+    for (int64_t i = 0; i < v; ++i) o[i] = T(g * cpu::exp_any<C>(ld(xr[i]) - l));
     o[t] = T(ld(o[t]) - g);
   });
 }
