@@ -2,6 +2,7 @@
 // blublas attention at any B, T, H, d (64/128), mode (bf16, tf32, f32) and causal flag, plus the
 // max error against a CPU float64 reference on a small case of the same mode and head dim.
 //   blublas-profiler attention --B=16 --T=1024 --H=12 --d=64 --mode=bf16 --causal=1 [--path=auto]
+//                              [--json]    (exit codes: 0 ok, 1 blublas/CUDA error, 2 usage)
 // FLOPs: forward 4*B*H*T*T*d (halved when causal), backward 2.5x forward.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,7 +28,7 @@ using blublas::AttnPrecision;
     cudaError_t e_ = (expr);                                                      \
     if (e_ != cudaSuccess) {                                                      \
       std::fprintf(stderr, "attention: %s: %s\n", #expr, cudaGetErrorString(e_)); \
-      return 2;                                                                   \
+      return 1;                                                                   \
     }                                                                             \
   } while (0)
 #define PROF_OK(expr)                                                  \
@@ -35,7 +36,7 @@ using blublas::AttnPrecision;
     blublas::Status s_ = (expr);                                       \
     if (!s_.ok()) {                                                    \
       std::fprintf(stderr, "attention: %s\n", s_.to_string().c_str()); \
-      return 2;                                                        \
+      return 1;                                                        \
     }                                                                  \
   } while (0)
 
@@ -84,8 +85,9 @@ int setup(const Problem& pr, Buffers* b, blublas::AttentionDesc* desc) {
     PROF_CUDA(cudaMemcpy(*dptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
     return 0;
   };
-  if (fill(b->hq, &b->q) || fill(b->hk, &b->k) || fill(b->hv, &b->v) || fill(b->hdo, &b->d_o)) {
-    return 2;
+  if (int rc =
+          fill(b->hq, &b->q) | fill(b->hk, &b->k) | fill(b->hv, &b->v) | fill(b->hdo, &b->d_o)) {
+    return rc;
   }
   for (void** p : {&b->o, &b->dq, &b->dk, &b->dv}) PROF_CUDA(cudaMalloc(p, n * eb));
   PROF_CUDA(cudaMalloc(&b->lse, static_cast<size_t>(pr.B) * pr.H * pr.T * sizeof(float)));
@@ -267,14 +269,26 @@ int run_attention(const blublas::profiler::Args& args) {
       4.0 * pr.B * pr.H * static_cast<double>(pr.T) * pr.T * pr.d / (pr.causal ? 2.0 : 1.0);
   double err = NAN;
   if (int rc = check_small(pr, &err)) return rc;
-  std::printf("attention B=%d T=%d H=%d d=%d mode=%s causal=%d path=%s\n", pr.B, pr.T, pr.H, pr.d,
-              mode.c_str(), pr.causal ? 1 : 0, blublas::attn_path_name(chosen));
-  std::printf("  forward : %.3f ms  %.1f TFLOP/s\n", fwd_ms, fwd_flop / (fwd_ms * 1e-3) / 1e12);
-  std::printf("  backward: %.3f ms  %.1f TFLOP/s (2.5x forward FLOPs)\n", bwd_ms,
-              2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12);
-  std::printf("  fwd+bwd : %.1f TFLOP/s\n", 3.5 * fwd_flop / ((fwd_ms + bwd_ms) * 1e-3) / 1e12);
-  std::printf("  max |err| / max |ref| vs float64 CPU (B1 H2 T%d, O dQ dK dV): %.3e\n",
-              std::min(pr.T, 77), err);
+  const double fwd_tf = fwd_flop / (fwd_ms * 1e-3) / 1e12;
+  const double bwd_tf = 2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12;
+  const double all_tf = 3.5 * fwd_flop / ((fwd_ms + bwd_ms) * 1e-3) / 1e12;
+  if (args.has("json")) {
+    std::printf(
+        "{\"command\": \"attention\", \"B\": %d, \"T\": %d, \"H\": %d, \"d\": %d, "
+        "\"mode\": \"%s\", \"causal\": %d, \"path\": \"%s\", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+        "\"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f, \"fwdbwd_tflops\": %.2f, "
+        "\"max_rel_err\": %.3e}\n",
+        pr.B, pr.T, pr.H, pr.d, mode.c_str(), pr.causal ? 1 : 0, blublas::attn_path_name(chosen),
+        fwd_ms, bwd_ms, fwd_tf, bwd_tf, all_tf, err);
+  } else {
+    std::printf("attention B=%d T=%d H=%d d=%d mode=%s causal=%d path=%s\n", pr.B, pr.T, pr.H, pr.d,
+                mode.c_str(), pr.causal ? 1 : 0, blublas::attn_path_name(chosen));
+    std::printf("  forward : %.3f ms  %.1f TFLOP/s\n", fwd_ms, fwd_tf);
+    std::printf("  backward: %.3f ms  %.1f TFLOP/s (2.5x forward FLOPs)\n", bwd_ms, bwd_tf);
+    std::printf("  fwd+bwd : %.1f TFLOP/s\n", all_tf);
+    std::printf("  max |err| / max |ref| vs float64 CPU (B1 H2 T%d, O dQ dK dV): %.3e\n",
+                std::min(pr.T, 77), err);
+  }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return 0;
@@ -284,5 +298,5 @@ int run_attention(const blublas::profiler::Args& args) {
 
 BLUBLAS_PROFILER_COMMAND("attention", "flash attention forward/backward TFLOP/s and error",
                          "--B=16 --T=1024 --H=12 --d=64|128 --mode=bf16|tf32|f32 --causal=1|0 "
-                         "--path=auto|simt|sm80 --reps=20",
+                         "--path=auto|simt|sm80 --reps=20 --json",
                          run_attention);

@@ -10,7 +10,8 @@
 // with one, cuBLASLt runs the same epilogue (BIAS, GELU_AUX_BIAS, GELU_AUX, BGRADA/BGRADB; our
 // bias-gradient of A is cuBLAS's of B after the swap). A per-column bias on a column-major D has
 // no cuBLASLt form (its bias runs along rows): then only blublas is timed.
-// Timing: CUDA events around each call, warm-up, median of --reps, rotating buffer sets > 3x L2.
+// Timing: CUDA events around each call, >= 50 ms warm-up, median of --reps, rotating buffer sets
+// > 3x L2 (at most 64 sets).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -418,7 +419,8 @@ int run_gemm(const Args& args) {
   cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
   cuda_ok(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), "L2 size");
   const size_t set_bytes = (a_el + b_el) * ab + d_el * cd * (has_aux ? 2 : 1);
-  const int rot = static_cast<int>(std::max<size_t>(1, (3 * size_t(l2) + set_bytes - 1) / set_bytes));
+  // Rotating sets > 3x L2, at most 64 (tiny problems then stay L2-resident, as they would in use).
+  const int rot = static_cast<int>(std::clamp<size_t>((3 * size_t(l2) + set_bytes - 1) / set_bytes, 1, 64));
   std::vector<GemmDesc> sets(rot, d);
   for (int r = 0; r < rot; ++r) {
     GemmDesc& s = sets[r];
@@ -430,7 +432,8 @@ int run_gemm(const Args& args) {
     if (has_bgrad) s.bias_grad = static_cast<float*>(mem.alloc(bgrad_len * 4));
   }
   cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // Blocking: fills, poisons and memsets on the legacy default stream stay ordered with it.
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
   struct StreamGuard { cudaStream_t s; ~StreamGuard() { cudaStreamDestroy(s); } } sg{stream};
   unsigned* scratch = static_cast<unsigned*>(mem.alloc(8));
 

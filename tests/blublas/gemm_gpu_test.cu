@@ -468,6 +468,52 @@ TEST(GemmGpu, StridedBatch) {
   run_all(cases);
 }
 
+// Skinny M x N with deep K takes the SIMT split-K route (partials in the workspace, fixed-order
+// reduce, epilogue in the reduce): batched, col-major, with C, bias and GELU.
+TEST(GemmGpu, SimtSplitK) {
+  BLU_REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (int i = 0; i < 3; ++i) {
+    Case c;
+    c.path = GemmPath::kSimt;
+    c.m = 100 + 31 * i; c.n = 90 - 13 * i; c.k = 5000 + 777 * i;
+    c.batch = 1 + i;
+    c.op_a = i % 2 ? Op::kT : Op::kN;
+    c.op_b = i == 1 ? Op::kN : Op::kT;
+    c.layout = i == 2 ? Layout::kColMajor : Layout::kRowMajor;
+    c.epi = i == 0 ? Epilogue::kBiasGelu : (i == 1 ? Epilogue::kBias : Epilogue::kNone);
+    c.beta = i == 2 ? 0.5f : 0.0f;
+    c.ld_pad = i;  // i = 0: float4 loads; else the scalar-load variant
+    c.batch_pad = 4 * i;
+    c.seed = 900 + i;
+    cases.push_back(c);
+  }
+  run_all(cases);
+}
+
+// Problems with at least two 128 x 128 tiles per SM and 16-byte aligned lds take the cp.async
+// SIMT kernel (simt_f32_async_gemm.cu): every operand major, odd M, N, K, an epilogue.
+TEST(GemmGpu, SimtAsyncLargeTiles) {
+  BLU_REQUIRE_GPU();
+  std::vector<Case> cases;
+  int idx = 0;
+  for (Op oa : {Op::kN, Op::kT}) {
+    for (Op ob : {Op::kN, Op::kT}) {
+      Case c;
+      c.path = GemmPath::kSimt;
+      c.m = 2049 + 128 * (idx % 2); c.n = 2177 + 64 * idx; c.k = 129 + 62 * idx;
+      c.op_a = oa; c.op_b = ob;
+      c.layout = idx == 3 ? Layout::kColMajor : Layout::kRowMajor;
+      c.ld_align = 4; c.ld_pad = 4 * (idx % 2); c.batch_pad = 0;
+      c.epi = idx == 1 ? Epilogue::kBiasGelu : Epilogue::kNone;
+      c.beta = idx == 2 ? 0.25f : 0.0f;
+      c.seed = 950 + idx++;
+      cases.push_back(c);
+    }
+  }
+  run_all(cases);
+}
+
 // Sizes 1 and 4099 and 1000 mixed; big problems are checked on samples.
 TEST(GemmGpu, OddAndLargeSizes) {
   BLU_REQUIRE_GPU();

@@ -125,6 +125,59 @@ TEST(Optim, AdamWMatchesReferenceFormula) {
   EXPECT_EQ(q.to_vector<double>(), (std::vector<double>{1, 1}));
 }
 
+TEST(Optim, AdamWStateDictResumesExactly) {
+  Generator gen(1);
+  Tensor p1 = randn({3, 2}, kFloat64, &gen).requires_grad_(), q1 = p1.detach().clone().requires_grad_();
+  optim::AdamW a({p1}), b({q1});
+  auto step_with = [&](optim::AdamW& o, Tensor& p, int s) {
+    p.set_grad(full({3, 2}, 0.1 * s, kFloat64));
+    o.step();
+  };
+  step_with(a, p1, 1);
+  step_with(a, p1, 2);
+  // b resumes from a's state after two steps.
+  b.load_state_dict(a.state_dict());
+  {
+    NoGradGuard ng;
+    q1.copy_(p1);
+  }
+  EXPECT_EQ(b.step_count(), 2);
+  step_with(a, p1, 3);
+  step_with(b, q1, 3);
+  EXPECT_EQ(max_abs_diff(p1, q1), 0.0);
+  auto sd = a.state_dict();
+  sd["exp_avg.0"] = zeros({2}, kFloat64);
+  EXPECT_NE(error_of([&] { b.load_state_dict(sd); }).find("'exp_avg.0' is f64[2]"), std::string::npos);
+}
+
+TEST(NnModule, TiedParametersAreListedOnce) {
+  struct Tied : nn::Module {
+    Tied() {
+      emb = register_module("wte", std::make_shared<nn::Embedding>(7, 3));
+      head = register_module("lm_head", std::make_shared<nn::Linear>(3, 7, false));
+      head->weight = emb->weight;
+    }
+    std::shared_ptr<nn::Embedding> emb;
+    std::shared_ptr<nn::Linear> head;
+  };
+  // A second module registering the same tensor (weight tying at the module level).
+  struct Owner : nn::Module {
+    Owner() {
+      a = register_module("a", std::make_shared<nn::Embedding>(7, 3));
+      register_parameter("tied", a->weight);
+    }
+    std::shared_ptr<nn::Embedding> a;
+  };
+  Owner o;
+  EXPECT_EQ(o.parameters().size(), 1u);
+  EXPECT_EQ(o.named_parameters()[0].first, "tied");  // own parameters come before children's
+  EXPECT_EQ(o.state_dict().size(), 2u);
+  Tied t;
+  Tensor logits = t.head->forward(t.emb->forward(from_vector(std::vector<int64_t>{1, 2})));
+  sum(logits).backward();
+  EXPECT_TRUE(t.emb->weight.grad().defined());
+}
+
 TEST(Optim, SgdMomentum) {
   Tensor p = from_vector(std::vector<double>{1.0}, {}, kFloat64).requires_grad_();
   optim::SGD opt({p}, 0.1, 0.9);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "blutensor/blutensor.h"
 
@@ -36,7 +37,16 @@ std::vector<double> ref_gemm(const std::vector<double>& a, const std::vector<dou
   return c;
 }
 
-TEST(OpsForward, MatmulMatchesFloat64ReferencePerElement) {
+// Runs for the default CPU GEMM (OpenBLAS where the build found it) and the built-in one.
+class MatmulPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) setenv("BLU_CPU_GEMM", "builtin", 1);
+  }
+  void TearDown() override { unsetenv("BLU_CPU_GEMM"); }
+};
+
+TEST_P(MatmulPaths, MatchesFloat64ReferencePerElement) {
   Generator gen(3);
   std::vector<GemmShape> shapes = {{1, 1, 1, false, false},   {7, 5, 3, false, false},  {37, 53, 29, false, true},
                                    {101, 67, 259, true, false}, {13, 300, 17, true, true}, {97, 1001, 131, false, true},
@@ -60,6 +70,9 @@ TEST(OpsForward, MatmulMatchesFloat64ReferencePerElement) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(OpsForward, MatmulPaths, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "builtin" : "default"; });
 
 TEST(OpsForward, BatchedBroadcastMatmul) {
   Generator gen(4);

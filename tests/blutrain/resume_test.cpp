@@ -1,5 +1,5 @@
-// resume_test.cpp: kill-and-resume. A run stopped abruptly after step 5 (its last checkpoint at
-// step 3, so steps 4-5 are lost as in a kill) and resumed must produce, for every step after 3,
+// resume_test.cpp: kill-and-resume. A run stopped abruptly after step 4 (its last checkpoint at
+// step 2, so steps 3-4 are lost as in a kill) and resumed must produce, for every step after 2,
 // losses bitwise equal to an uninterrupted run (Note [Deterministic resume]).
 #include <gtest/gtest.h>
 
@@ -38,7 +38,7 @@ TEST(Resume, KillAndResumeIsBitwiseEqual) {
     c.batch_size = 2;
     c.seq_len = 32;
     c.total_batch_tokens = 2 * 2 * 32;  // 2 micro-batches: accumulation is part of the state
-    c.max_steps = 8;
+    c.max_steps = 6;
     c.lr = 2e-3;
     c.warmup_steps = 2;
     c.val_every = 4;
@@ -54,26 +54,26 @@ TEST(Resume, KillAndResumeIsBitwiseEqual) {
   };
   std::ostringstream log;
   TrainResult full = run_training(config("full"), log);
-  ASSERT_EQ(full.train_losses.size(), 8u);
+  ASSERT_EQ(full.train_losses.size(), 6u);
 
   TrainConfig killed = config("killed");
-  killed.ckpt_every = 3;
-  killed.stop_after_steps = 5;
+  killed.ckpt_every = 2;
+  killed.stop_after_steps = 4;
   TrainResult first = run_training(killed, log);
   EXPECT_TRUE(first.stopped_early);
-  ASSERT_EQ(first.train_losses.size(), 5u);
-  EXPECT_EQ(latest_checkpoint(killed.out_dir), (fs::path(killed.out_dir) / "step_00000003").string());
+  ASSERT_EQ(first.train_losses.size(), 4u);
+  EXPECT_EQ(latest_checkpoint(killed.out_dir), (fs::path(killed.out_dir) / "step_00000002").string());
 
   killed.stop_after_steps = 0;
   TrainResult resumed = run_training(killed, log);
-  EXPECT_EQ(resumed.resumed_from, 3);
-  ASSERT_EQ(resumed.train_losses.size(), 8u);
-  for (size_t i = 0; i < 8; ++i) {
+  EXPECT_EQ(resumed.resumed_from, 2);
+  ASSERT_EQ(resumed.train_losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
     const double a = full.train_losses[i].loss, b = resumed.train_losses[i].loss;
     EXPECT_EQ(std::memcmp(&a, &b, sizeof(double)), 0)
         << "step " << i + 1 << ": uninterrupted " << a << " vs resumed " << b << " (diff " << a - b << ")";
   }
-  for (size_t i = 0; i < 5; ++i) {
+  for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(full.train_losses[i].loss, first.train_losses[i].loss) << "step " << i + 1;
   }
   ASSERT_EQ(full.val_losses.size(), resumed.val_losses.size());

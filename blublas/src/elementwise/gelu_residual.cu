@@ -2,10 +2,10 @@
 // residual add, for f32 and bf16 storage.
 //
 // Note [GELU as a sigmoid] 0.5 u (1 + tanh(z)) == u * sigmoid(2 z), z = sqrt(2/pi)(u + 0.044715 u^3),
-// so one __expf and one approximate reciprocal (__fdividef: 1 / inf = 0, 1 ulp) give the
-// activation and, with
-// s' = 2 s (1 - s) z', the derivative: gelu'(u) = s + u * s'. Absolute error ~1e-7 relative to the
-// float64 formula, far cheaper than tanhf; the kernels stay memory-bound on Hopper.
+// so one MUFU ex2 (constants folded into a single fma) and one approximate reciprocal
+// (__fdividef: 1 / inf = 0, 1 ulp) give the activation and, with s' = 2 s (1 - s) z', the
+// derivative: gelu'(u) = s + u * s'. Error ~1e-7 relative to the float64 formula, ~8 instructions
+// per element instead of ~25 for tanhf: bf16 (16 elements per 32 bytes moved) stays memory-bound.
 // Each thread moves kPacksPerThread<W> independent 16-byte packs (all loads issued before any math)
 // so enough bytes are in flight per SM; an element count that is not a multiple of the pack is
 // finished by a scalar tail, and misaligned pointers or bias with an odd column count take the
@@ -34,17 +34,32 @@ constexpr int kPacksPerThread = W == 8 ? 2 : (W == 4 ? 4 : 16);
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
-__device__ __forceinline__ float gelu_f(float u) {
-  const float z = kSqrt2OverPi * (u + kGeluCubic * u * u * u);
-  const float s = __fdividef(1.0f, 1.0f + __expf(-2.0f * z));
-  return u * s;
+// 2^x by the MUFU unit (ex2.approx.ftz: ~2 ulp, flushes denormal results, which only occur when
+// the sigmoid has already saturated).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
+// sigmoid(2 z) = 1 / (1 + 2^(u (A + B u^2))) with the constants folded:
+// -2 z log2(e) = u (A + B u^2), A = -2 sqrt(2/pi) log2(e), B = A * 0.044715.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kExpA = -2.0f * kSqrt2OverPi * kLog2e;
+constexpr float kExpB = kExpA * kGeluCubic;
+
+__device__ __forceinline__ float gelu_sigmoid(float u, float u2) {
+  return __fdividef(1.0f, 1.0f + fast_exp2(u * fmaf(kExpB, u2, kExpA)));
+}
+
+__device__ __forceinline__ float gelu_f(float u) { return u * gelu_sigmoid(u, u * u); }
+
+// gelu'(u) = s + u * 2 s (1 - s) z' = s (1 + u (1 - s) d),  d = 2 z' = 2k + 6kc u^2.
 __device__ __forceinline__ float gelu_grad_f(float u) {
-  const float z = kSqrt2OverPi * (u + kGeluCubic * u * u * u);
-  const float s = __fdividef(1.0f, 1.0f + __expf(-2.0f * z));
-  const float dz = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * u * u);
-  return s + u * 2.0f * s * (1.0f - s) * dz;
+  const float u2 = u * u;
+  const float s = gelu_sigmoid(u, u2);
+  const float d = fmaf(6.0f * kSqrt2OverPi * kGeluCubic, u2, 2.0f * kSqrt2OverPi);
+  return s * fmaf(u * (1.0f - s), d, 1.0f);
 }
 
 enum class EwOp { kGeluFwd, kGeluBwd, kAdd };

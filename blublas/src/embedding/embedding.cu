@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // offsets[v] = sum_{u < v} counts[u] (v <= vocab), cursor[v] = offsets[v], and the ids with a
-// non-empty bucket in increasing order: present[0 .. *num_present). A tile scan in three
+// non-empty bucket in increasing order: present[0 .. *num_present) = {id, first slot, count}
+// (so a bucket warp starts from one load). A tile scan in three
 // launches: per-tile sums of (positions, non-empty ids), one block scanning the tile sums, then
 // every tile scanned again with its prefix. All loads are coalesced; integer sums are exact.
 __device__ __forceinline__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(kScanThreads)
 
 __global__ void __launch_bounds__(kScanThreads)
     embedding_tile_apply_kernel(int* __restrict__ offsets, int* __restrict__ cursor,
-                                int* __restrict__ present, const int2* __restrict__ tile_prefix,
+                                int4* __restrict__ present, const int2* __restrict__ tile_prefix,
                                 const int* __restrict__ counts, int64_t vocab) {
   __shared__ int2 warp_tot[32];
   const int64_t v = static_cast<int64_t>(blockIdx.x) * kScanThreads + threadIdx.x;
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(kScanThreads)
     const int off = pre.x + inc.x - x.x;
     offsets[v] = off;
     cursor[v] = off;
-    if (c > 0) present[pre.y + inc.y - x.y] = static_cast<int>(v);
+    if (c > 0) present[pre.y + inc.y - x.y] = make_int4(static_cast<int>(v), off, c, 0);
   }
 }
 
@@ -212,15 +213,15 @@ template <typename T, int W, int kPacks>
 __device__ __forceinline__ void embedding_dwte_block(
     int64_t block, float* __restrict__ dwte, const T* __restrict__ dout,
     const int32_t* __restrict__ tokens, const int* __restrict__ offsets,
-    const int* __restrict__ sorted, const int* __restrict__ present,
+    const int* __restrict__ sorted, const int4* __restrict__ present,
     const int* __restrict__ num_present, int64_t positions, int64_t channels) {
   const int lane = threadIdx.x & 31;
   const int64_t w = block * kBucketWarps + (threadIdx.x >> 5);
   if (w >= *num_present) return;
-  const int64_t v = present[w];
-  const int off = offsets[v];
-  const int k = offsets[v + 1] - off;
-  if (k == 0) return;
+  const int4 bucket = present[w];  // {token id, first slot in sorted, count, -}
+  const int64_t v = bucket.x;
+  const int off = bucket.y;
+  const int k = bucket.z;
   // Small bucket: lane l holds position p_l and its rank among the bucket's positions.
   int my_pos = INT_MAX, my_rank = 0;
   if (k <= 32) {
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
     embedding_backward_sums_kernel(float* __restrict__ dwte, float* __restrict__ dwpe,
                                    const T* __restrict__ dout, const int32_t* __restrict__ tokens,
                                    const int* __restrict__ offsets, const int* __restrict__ sorted,
-                                   const int* __restrict__ present,
+                                   const int4* __restrict__ present,
                                    const int* __restrict__ num_present, int64_t batch,
                                    int64_t seq_len, int64_t channels, int64_t dwpe_blocks,
                                    int64_t bucket_blocks) {
@@ -324,7 +325,7 @@ WorkspaceLayout layout_for(int64_t positions, int64_t vocab) {
   l.cursor = l.offsets + round16(static_cast<std::size_t>(vocab + 1) * sizeof(int));
   l.sorted = l.cursor + round16(static_cast<std::size_t>(vocab) * sizeof(int));
   l.present = l.sorted + round16(static_cast<std::size_t>(positions) * sizeof(int));
-  l.num_present = l.present + round16(static_cast<std::size_t>(std::min(positions, vocab)) * sizeof(int));
+  l.num_present = l.present + round16(static_cast<std::size_t>(std::min(positions, vocab)) * sizeof(int4));
   l.tiles = l.num_present + 16;
   l.total = l.tiles + round16(static_cast<std::size_t>((vocab + kScanThreads - 1) / kScanThreads) *
                               sizeof(int2));
@@ -352,7 +353,7 @@ void forward_w(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_
 template <typename T, int W>
 void backward_w(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t batch,
                 int64_t seq_len, int64_t channels, const int* offsets, const int* sorted,
-                const int* present, const int* num_present, cudaStream_t s) {
+                const int4* present, const int* num_present, cudaStream_t s) {
   const int64_t positions = batch * seq_len;
   constexpr int kPacks = W == 1 ? 16 : 32 / W;
   static_assert(kBucketWarps * 32 == kThreads, "one block shape for both halves");
@@ -451,7 +452,7 @@ Status embedding_backward(float* dwte, float* dwpe, const void* dout, const int3
   int* offsets = reinterpret_cast<int*>(ws + l.offsets);
   int* cursor = reinterpret_cast<int*>(ws + l.cursor);
   int* sorted = reinterpret_cast<int*>(ws + l.sorted);
-  int* present = reinterpret_cast<int*>(ws + l.present);
+  int4* present = reinterpret_cast<int4*>(ws + l.present);
   int* num_present = reinterpret_cast<int*>(ws + l.num_present);
   BLUBLAS_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<std::size_t>(vocab) * sizeof(int),
                                      stream));

@@ -39,11 +39,35 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
   *n = count;
 }
 
-SimtKernel choose_simt_kernel(const GemmProblem& p, const DeviceInfo& dev) {
-  if (p.ab_type != Dtype::kF32) return SimtKernel::kGeneric;
+// Note [SIMT split-K]
+// The weight-gradient shapes (M x N = 768 x 768 .. 3072 x 768, K = 16384) have 36-144 tiles of
+// 128 x 128: far fewer than the 2 CTAs per SM the SIMT kernel runs. With K >= 2048 we cut K into
+// `splits` ranges so that tiles * splits >= 4 CTAs per SM, each range >= 512 deep; each split
+// writes its fp32 partial tile to the workspace and a second kernel sums the splits in order
+// (deterministic) and applies the epilogue. Smaller-K problems short of one wave take 64 x 64
+// tiles instead.
+SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
+  SimtPlan plan;
+  if (p.ab_type != Dtype::kF32) {
+    plan.kernel = SimtKernel::kGeneric;
+    return plan;
+  }
   const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
-  if (ctas(p, 128, 128) >= sms) return SimtKernel::kTiled128;
-  return SimtKernel::kTiled64;
+  const int64_t tiles = ctas(p, 128, 128);
+  if (tiles >= 2 * sms) return plan;
+  if (p.k >= 2048) {
+    const int64_t want = (4 * sms + tiles - 1) / tiles;
+    const int64_t max_by_depth = p.k / 512;
+    const int64_t splits = want < max_by_depth ? want : max_by_depth;
+    if (splits >= 2 && splits * p.batch <= 65535) {
+      const int64_t per = (p.k + splits - 1) / splits;
+      plan.k_split = static_cast<int>((per + 7) / 8 * 8);
+      plan.splits = static_cast<int>((p.k + plan.k_split - 1) / plan.k_split);
+      return plan;
+    }
+  }
+  if (tiles < sms) plan.kernel = SimtKernel::kTiled64;
+  return plan;
 }
 
 Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev) {

@@ -19,7 +19,12 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
 
 // SIMT tile: the register-blocked fp32 kernel (big) or the generic any-alignment kernel.
 enum class SimtKernel : int { kTiled128 = 0, kTiled64 = 1, kGeneric = 2 };
-SimtKernel choose_simt_kernel(const GemmProblem& p, const DeviceInfo& dev);
+struct SimtPlan {
+  SimtKernel kernel = SimtKernel::kTiled128;
+  int splits = 1;   // split-K factor (1: none); partial tiles go to the workspace
+  int k_split = 0;  // k per split (multiple of 8) when splits > 1
+};
+SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev);
 
 // mma.sync tile shapes (CTA tile M x N; warps; pipeline stages).
 enum class Sm80Tile : int { k128x128 = 0, k128x64 = 1, k64x64 = 2 };

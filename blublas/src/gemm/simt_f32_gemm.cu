@@ -15,6 +15,9 @@
 // conflict-free). Global float4 loads need ld, batch stride and pointer to be multiples of 4
 // floats (VEC); otherwise, and on edge tiles, guarded scalar loads are used, so any size and
 // alignment is accepted.
+#include <algorithm>
+#include <cstdint>
+
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/simt_gemm_launch.h"
@@ -88,17 +91,21 @@ template <int BM, int BN, bool A_KMAJ, bool B_KMAJ, bool VEC>
 __global__ void __launch_bounds__(SimtTile<BM, BN>::kThreads, 2)
     simt_f32_tiled_kernel(const float* __restrict__ a, int64_t lda, int64_t stride_a,
                           const float* __restrict__ b, int64_t ldb, int64_t stride_b, int m, int n,
-                          int k, EpilogueArgs e) {
+                          int k_total, SplitArgs split, EpilogueArgs e) {
   using Tile = SimtTile<BM, BN>;
   constexpr int kThreads = Tile::kThreads;
   __shared__ __align__(16) float as[2][kBK][BM + 4];
   __shared__ __align__(16) float bs[2][kBK][BN + 4];
 
-  const int batch = blockIdx.z;
+  const int batch = blockIdx.z % split.batches;
+  const int split_index = blockIdx.z / split.batches;
   a += batch * stride_a;
   b += batch * stride_b;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int tx = threadIdx.x % (BN / 8), ty = threadIdx.x / (BN / 8);
+  // This split's k range [k_lo, k); loads are guarded against k as the end of the range.
+  const int k_lo = split.k_split > 0 ? split_index * split.k_split : 0;
+  const int k = split.k_split > 0 ? min(k_total, k_lo + split.k_split) : k_total;
 
   float acc[8][8];
 #pragma unroll
@@ -108,14 +115,14 @@ __global__ void __launch_bounds__(SimtTile<BM, BN>::kThreads, 2)
   }
 
   float4 ra[Tile::kALoads], rb[Tile::kBLoads];
-  load_slice<BM, Tile::kALoads, kThreads, A_KMAJ, VEC>(ra, a, lda, m0, 0, m, k);
-  load_slice<BN, Tile::kBLoads, kThreads, B_KMAJ, VEC>(rb, b, ldb, n0, 0, n, k);
+  load_slice<BM, Tile::kALoads, kThreads, A_KMAJ, VEC>(ra, a, lda, m0, k_lo, m, k);
+  load_slice<BN, Tile::kBLoads, kThreads, B_KMAJ, VEC>(rb, b, ldb, n0, k_lo, n, k);
   store_slice<BM, Tile::kALoads, kThreads, A_KMAJ>(as[0], ra);
   store_slice<BN, Tile::kBLoads, kThreads, B_KMAJ>(bs[0], rb);
   __syncthreads();
 
   int buf = 0;
-  for (int k0 = 0; k0 < k; k0 += kBK) {
+  for (int k0 = k_lo; k0 < k; k0 += kBK) {
     const bool has_next = k0 + kBK < k;
     if (has_next) {
       load_slice<BM, Tile::kALoads, kThreads, A_KMAJ, VEC>(ra, a, lda, m0, k0 + kBK, m, k);
@@ -146,6 +153,20 @@ __global__ void __launch_bounds__(SimtTile<BM, BN>::kThreads, 2)
     buf ^= 1;
   }
 
+  if (split.partial != nullptr) {
+    float* out = split.partial + static_cast<int64_t>(split_index * split.batches + batch) * m * n;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = m0 + (r < 4 ? ty * 4 + r : BM / 2 + ty * 4 + (r - 4));
+      if (i >= m) continue;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int j = n0 + (c < 4 ? tx * 4 + c : BN / 2 + tx * 4 + (c - 4));
+        if (j < n) out[static_cast<int64_t>(i) * n + j] = acc[r][c];
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     const int i = m0 + (r < 4 ? ty * 4 + r : BM / 2 + ty * 4 + (r - 4));
@@ -159,24 +180,39 @@ __global__ void __launch_bounds__(SimtTile<BM, BN>::kThreads, 2)
   }
 }
 
+// D(b, i, j) = epilogue(sum over splits s, in order, of partial(s, b, i, j)).
+__global__ void simt_split_reduce_kernel(const float* __restrict__ partial, int splits, int batches,
+                                         int m, int n, EpilogueArgs e) {
+  const int64_t per_batch = static_cast<int64_t>(m) * n;
+  const int64_t total = per_batch * batches;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) s += partial[sp * total + idx];
+    const int batch = static_cast<int>(idx / per_batch);
+    const int64_t r = idx % per_batch;
+    epilogue_store1<float>(e, batch, static_cast<int>(r / n), static_cast<int>(r % n), s);
+  }
+}
+
 template <int BM, int BN, bool A_KMAJ, bool B_KMAJ, bool VEC>
-Status launch_tile(const GemmProblem& p, cudaStream_t stream) {
-  const dim3 grid((p.n + BN - 1) / BN, (p.m + BM - 1) / BM, p.batch);
+Status launch_tile(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
+  const dim3 grid((p.n + BN - 1) / BN, (p.m + BM - 1) / BM, p.batch * splits);
   simt_f32_tiled_kernel<BM, BN, A_KMAJ, B_KMAJ, VEC><<<grid, SimtTile<BM, BN>::kThreads, 0, stream>>>(
       static_cast<const float*>(p.a), p.lda, p.stride_a, static_cast<const float*>(p.b), p.ldb,
-      p.stride_b, p.m, p.n, p.k, make_epilogue_args(p));
+      p.stride_b, p.m, p.n, p.k, split, make_epilogue_args(p));
   BLUBLAS_KERNEL_LAUNCH_CHECK("simt_f32_tiled_kernel");
   return Status::success();
 }
 
 template <int BM, int BN, bool VEC>
-Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
+Status launch_majors(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
   if (p.a_k_major) {
-    return p.b_k_major ? launch_tile<BM, BN, true, true, VEC>(p, stream)
-                       : launch_tile<BM, BN, true, false, VEC>(p, stream);
+    return p.b_k_major ? launch_tile<BM, BN, true, true, VEC>(p, split, splits, stream)
+                       : launch_tile<BM, BN, true, false, VEC>(p, split, splits, stream);
   }
-  return p.b_k_major ? launch_tile<BM, BN, false, true, VEC>(p, stream)
-                     : launch_tile<BM, BN, false, false, VEC>(p, stream);
+  return p.b_k_major ? launch_tile<BM, BN, false, true, VEC>(p, split, splits, stream)
+                     : launch_tile<BM, BN, false, false, VEC>(p, split, splits, stream);
 }
 
 bool vec4_ok(const void* ptr, int64_t ld, int64_t stride) {
@@ -184,18 +220,49 @@ bool vec4_ok(const void* ptr, int64_t ld, int64_t stride) {
 }
 
 template <int BM, int BN>
-Status launch_vec(const GemmProblem& p, cudaStream_t stream) {
+Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
   const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
-  return vec ? launch_majors<BM, BN, true>(p, stream) : launch_majors<BM, BN, false>(p, stream);
+  return vec ? launch_majors<BM, BN, true>(p, split, splits, stream)
+             : launch_majors<BM, BN, false>(p, split, splits, stream);
 }
 
 }  // namespace
 
-Status simt_f32_tiled_launch(const GemmProblem& p, SimtKernel tile, cudaStream_t stream) {
+std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
+  if (plan.kernel == SimtKernel::kGeneric || plan.splits <= 1) return 0;
+  return static_cast<std::size_t>(plan.splits) * p.batch * p.m * static_cast<std::size_t>(p.n) *
+         sizeof(float);
+}
+
+Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
+                             cudaStream_t stream) {
   BLUBLAS_CHECK(p.ab_type == Dtype::kF32 && p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
                 "simt f32 gemm: needs f32 A, B, C, D");
-  if (tile == SimtKernel::kTiled64) return launch_vec<64, 64>(p, stream);
-  return launch_vec<128, 128>(p, stream);
+  SplitArgs split;
+  split.batches = p.batch;
+  if (plan.splits > 1) {
+    BLUBLAS_CHECK(partial != nullptr, StatusCode::kWorkspaceTooSmall,
+                  "simt f32 gemm: split-K needs its partial-tile workspace");
+    split.k_split = plan.k_split;
+    split.partial = partial;
+  }
+  const int splits = plan.splits > 1 ? plan.splits : 1;
+  if (plan.kernel == SimtKernel::kTiled64) {
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
+  } else if (simt_f32_async_accepts(p)) {
+    BLUBLAS_RETURN_IF_ERROR(simt_f32_async_launch(p, split, splits, stream));
+  } else {
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
+  }
+  if (splits > 1) {
+    const int64_t total = static_cast<int64_t>(p.batch) * p.m * p.n;
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 65535));
+    simt_split_reduce_kernel<<<blocks, threads, 0, stream>>>(partial, splits, p.batch, p.m, p.n,
+                                                             make_epilogue_args(p));
+    BLUBLAS_KERNEL_LAUNCH_CHECK("simt_split_reduce_kernel");
+  }
+  return Status::success();
 }
 
 }  // namespace blublas::gemm_detail

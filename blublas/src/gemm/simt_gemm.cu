@@ -2,6 +2,8 @@
 // (every dtype, layout, alignment and epilogue, on sm_80 and newer), its workspace (only the
 // bias-gradient partials) and the choice between the tiled strict-fp32 kernel and the generic
 // kernel (heuristics.cpp).
+#include <cstdint>
+
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/heuristics.h"
@@ -21,19 +23,35 @@ Status simt_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   return Status::success();
 }
 
+// Workspace: [split-K partials][bias-gradient partials], each 256-byte aligned.
+namespace {
+std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
+}  // namespace
+
 std::size_t simt_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
-  return bias_grad_workspace_bytes(p, dev);
+  const std::size_t split = align256(simt_split_bytes(p, choose_simt_plan(p, dev)));
+  const std::size_t grad = bias_grad_workspace_bytes(p, dev);
+  return split + grad + (split + grad > 0 ? 256 : 0);  // + alignment slack for the caller's pointer
 }
 
 Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
-  const SimtKernel kernel = choose_simt_kernel(p, dev);
-  if (kernel == SimtKernel::kGeneric) {
+  const SimtPlan plan = choose_simt_plan(p, dev);
+  const std::size_t need = simt_gemm_workspace_bytes(p, dev);
+  BLUBLAS_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
+                StatusCode::kWorkspaceTooSmall, "simt path needs ", need, " workspace bytes, got ",
+                workspace_bytes);
+  char* base = static_cast<char*>(workspace);
+  if (need > 0) base += (256 - reinterpret_cast<std::uintptr_t>(workspace) % 256) % 256;
+  const std::size_t split = align256(simt_split_bytes(p, plan));
+  if (plan.kernel == SimtKernel::kGeneric) {
     BLUBLAS_RETURN_IF_ERROR(simt_generic_launch(p, stream));
   } else {
-    BLUBLAS_RETURN_IF_ERROR(simt_f32_tiled_launch(p, kernel, stream));
+    BLUBLAS_RETURN_IF_ERROR(
+        simt_f32_tiled_launch(p, plan, reinterpret_cast<float*>(split ? base : nullptr), stream));
   }
-  return bias_grad_run(p, dev, workspace, workspace_bytes, stream);
+  const std::size_t grad = bias_grad_workspace_bytes(p, dev);
+  return bias_grad_run(p, dev, grad ? base + split : nullptr, grad, stream);
 }
 
 }  // namespace blublas::gemm_detail

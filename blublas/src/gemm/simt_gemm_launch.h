@@ -11,7 +11,25 @@ namespace blublas::gemm_detail {
 
 // Strict fp32 (FFMA only), register-blocked and shared-memory tiled; any alignment (float4 global
 // loads where ld, stride and pointer allow). simt_f32_gemm.cu.
-Status simt_f32_tiled_launch(const GemmProblem& p, SimtKernel tile, cudaStream_t stream);
+// Split-K (Note [SIMT split-K] in heuristics.cpp): blockIdx.z = split * batches + batch; split s
+// covers k in [s * k_split, min(k, (s + 1) * k_split)) and, when partial != null, stores its raw
+// tile to partial[((s * batches + batch) * m + i) * n + j] instead of running the epilogue.
+struct SplitArgs {
+  int batches = 1;
+  int k_split = 0;  // 0: one split over all of k
+  float* partial = nullptr;
+};
+
+// The cp.async-pipelined 128 x 128 strict-fp32 kernel (simt_f32_async_gemm.cu): needs 16-byte
+// aligned operands (pointer, ld and batch stride multiples of 4 floats).
+bool simt_f32_async_accepts(const GemmProblem& p);
+Status simt_f32_async_launch(const GemmProblem& p, const SplitArgs& split, int splits,
+                             cudaStream_t stream);
+
+// With plan.splits > 1, `partial` holds splits * batch * M * N floats (simt_split_bytes).
+Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
+                             cudaStream_t stream);
+std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan);
 
 // Any input dtype, any alignment: element loads converted to fp32 in shared memory, fp32 FMA.
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.

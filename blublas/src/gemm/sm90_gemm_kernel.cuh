@@ -91,7 +91,7 @@ struct KernelConfig {
   static constexpr int kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Epilogue staging: BM rows x 128 16-bit columns (TMA-store path) or BM rows x 40 floats.
+  // Epilogue staging: BM rows x 256 bytes (TMA-store path) or BM rows x 40 floats (generic).
   static constexpr int kStagingBytes = BM * 128 * 2 > BM * 40 * 4 ? BM * 128 * 2 : BM * 40 * 4;
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
   // Registers after setmaxnreg (only with two or more consumer warpgroups).
@@ -231,13 +231,21 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
 // 128B-swizzled staging tile (the same XOR pattern TMA uses, so the stores are conflict-free) and
 // one thread per warpgroup issues TMA stores of 64x64 boxes (TMA clips the tile edges). The
 // stores run asynchronously while the warpgroup starts its next work unit; the staging buffer is
-// reused only after cp.async.bulk.wait_group.read. Columns leave in passes of kStoreCols; with
+// reused only after cp.async.bulk.wait_group.read. Columns leave in passes of two 128-byte boxes
+// (128 columns of 16-bit D, 64 of f32: 16 KB of staging per 64 rows); with
 // aux, each pass stores the pre-activation first, then D = gelu(pre).
-constexpr int kStoreCols = 128;
-// Off for now: with it compiled in, ptxas reports 4-16 bytes of spills in the 2-consumer kernels
-// (the consumer branch should have 232 registers after setmaxnreg; under investigation). The
-// launcher also keeps KernelParams::fast_epi at 0 while this is false.
-constexpr bool kEnableTmaStoreEpilogue = false;
+constexpr int kStagingRowBytes = 256;  // two 128-byte boxes per staged row
+
+// Per output type: columns per 128-byte box row and per pass (two boxes; 16 KB per 64 rows).
+template <class OutT>
+struct StoreShape {
+  static constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
+  static constexpr int kPassCols = 2 * kBoxCols;
+};
+// TMA stores write whole 16-byte chunks of a row: the last partial chunk past N would be written
+// too, so the launcher takes this path only when N * 2 bytes is a multiple of 16 (seen on H200:
+// N = 517 wrote columns 517..519). Compile-time switch kept for bisecting.
+constexpr bool kEnableTmaStoreEpilogue = true;
 
 template <class OutT>
 __device__ __forceinline__ uint32_t pack2(float v0, float v1) {
@@ -256,19 +264,29 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 #endif
 }
 
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float v0, float v1) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
+#endif
+}
+
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
-// With the box 1024-byte aligned that is row_addr ^ (c << 4) where row_addr already holds
-// (r%8) << 4, so each store is one XOR with a constant (32-bit shared addresses keep register
-// pressure low next to the 128 live accumulators).
+// With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
+// this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
+// shared addresses keep register pressure low next to the 128 live accumulators).
 template <class Cfg, class OutT, int kWhat>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
                                            float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  using Shape = StoreShape<OutT>;
+  constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
   const OutT* bias = static_cast<const OutT*>(p.epi.bias);
   const uint32_t stg_addr = smem_u32(stg);
+  const int lane_byte = (lane % 4) * 2 * kEs;  // this lane's first column, bytes into the chunk row
+  const int lane_chunk = lane_byte / 16, lane_within = lane_byte % 16;
 #pragma unroll
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
     float row_bias[2] = {0.0f, 0.0f};
@@ -276,25 +294,26 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
-      row_addr[h] = stg_addr + static_cast<uint32_t>(mi * (kStoreCols / 64) * 64 * 128 + r * 128 +
-                                                     ((r % 8) << 4) + (lane % 4) * 4);
+      row_addr[h] = stg_addr + static_cast<uint32_t>(mi * 2 * 64 * 128 + r * 128 +
+                                                     (((r % 8) ^ lane_chunk) << 4) + lane_within);
       if (bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
         row_bias[h] = grow < p.m ? to_f32(bias[grow]) : 0.0f;
       }
     }
 #pragma unroll
-    for (int jj = 0; jj < kStoreCols / 8; ++jj) {
-      const int j = pass * (kStoreCols / 8) + jj;
+    for (int jj = 0; jj < Shape::kPassCols / 8; ++jj) {
+      const int j = pass * (Shape::kPassCols / 8) + jj;
       if (j >= Cfg::BN / 8) break;
       float b0 = 0.0f, b1 = 0.0f;
       if (bias != nullptr && p.epi.bias_per_col) {
-        const int gcol = col_base + pass * kStoreCols + jj * 8 + (lane % 4) * 2;
+        const int gcol = col_base + pass * Shape::kPassCols + jj * 8 + (lane % 4) * 2;
         b0 = gcol < p.n ? to_f32(bias[gcol]) : 0.0f;
         b1 = gcol + 1 < p.n ? to_f32(bias[gcol + 1]) : 0.0f;
       }
-      const uint32_t box_offset = static_cast<uint32_t>((jj / 8) * 64 * 128);
-      const uint32_t chunk_xor = static_cast<uint32_t>((jj % 8) << 4);
+      constexpr int kGroupsPerBox = Shape::kBoxCols / 8;
+      const uint32_t box_offset = static_cast<uint32_t>((jj / kGroupsPerBox) * 64 * 128);
+      const uint32_t chunk_xor = static_cast<uint32_t>(((jj % kGroupsPerBox) * 8 * kEs / 16) << 4);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
@@ -303,7 +322,12 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           v0 = gelu_tanh(v0);
           v1 = gelu_tanh(v1);
         }
-        st_shared_b32((row_addr[h] ^ chunk_xor) + box_offset, pack2<OutT>(v0, v1));
+        const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
+        if constexpr (std::is_same_v<OutT, float>) {
+          st_shared_v2_f32(addr, v0, v1);
+        } else {
+          st_shared_b32(addr, pack2<OutT>(v0, v1));
+        }
       }
     }
   }
@@ -312,14 +336,15 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
 template <class Cfg, class OutT>
 __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensorMap* map, int pass,
                                            int row_base, int col_base, int batch, uint8_t* stg) {
+  using Shape = StoreShape<OutT>;
 #pragma unroll
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
-    for (int box = 0; box < kStoreCols / 64; ++box) {
-      const int c0 = col_base + pass * kStoreCols + box * 64;
+    for (int box = 0; box < 2; ++box) {
+      const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
       const int r0 = row_base + mi * 64;
       if (c0 >= p.n || r0 >= p.m) continue;
-      const uint8_t* src = stg + (mi * (kStoreCols / 64) + box) * (64 * 128);
+      const uint8_t* src = stg + (mi * 2 + box) * (64 * 128);
       if (p.d_rank3) {
         tma_store_3d(map, src, c0, r0, batch);
       } else {
@@ -342,10 +367,11 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                     p.epi.kind == static_cast<int>(Epilogue::kGelu);
   const bool aux = gelu && p.epi.aux != nullptr;
-  constexpr int kPasses = (Cfg::BN + kStoreCols - 1) / kStoreCols;
+  constexpr int kPassCols = StoreShape<OutT>::kPassCols;
+  constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    if (col_base + pass * kStoreCols >= p.n) break;  // uniform across the warpgroup
+    if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
     if (aux) {
       if (t == 0) bulk_wait_read<0>();
       named_barrier_sync(1 + c, 128);
@@ -536,11 +562,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
 
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
-        uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStoreCols * 2;
+        uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
         if (p.out_type == 1) {
           consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, acc);
-        } else {
+        } else if (p.out_type == 2) {
           consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, acc);
+        } else {
+          consumer_epilogue_tma<Cfg, float>(p, w, c, stg, &map_d, &map_aux, acc);
         }
       } else {
         consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);

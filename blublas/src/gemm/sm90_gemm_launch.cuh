@@ -54,14 +54,17 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
                                                   dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes 16-bit D (and aux) with beta == 0,
-// no split-K, base pointers 16-byte aligned and row / batch strides multiples of 16 bytes.
+// The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes D (and aux) with beta == 0, no
+// split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte aligned and row /
+// batch strides multiples of 16 bytes.
 inline bool tma_store_ok(const GemmProblem& p, int splits) {
   if (splits > 1 || p.beta != 0.0f) return false;
-  if (p.cd_type != Dtype::kBF16 && p.cd_type != Dtype::kF16) return false;
+  const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
+  // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
+  if ((static_cast<int64_t>(p.n) * es) % 16 != 0) return false;
   auto ok = [&](const void* ptr, int64_t ld, int64_t stride) {
-    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (ld * 2) % 16 == 0 &&
-           (p.batch == 1 || (stride * 2) % 16 == 0);
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (ld * es) % 16 == 0 &&
+           (p.batch == 1 || (stride * es) % 16 == 0);
   };
   const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
   if (!ok(p.d, p.ldd, p.stride_d)) return false;
@@ -69,16 +72,20 @@ inline bool tma_store_ok(const GemmProblem& p, int splits) {
   return true;
 }
 
+// Box: 64 rows x 128 bytes (64 16-bit or 32 f32 columns), 128B swizzle like the staging tile.
 inline Status make_output_map(CUtensorMap* map, const GemmProblem& p, void* ptr, int64_t ld,
                               int64_t stride) {
   const bool rank3 = p.batch > 1;
+  const uint64_t es = dtype_size(p.cd_type);
   uint64_t dims[3] = {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m),
                       static_cast<uint64_t>(p.batch)};
-  uint64_t strides[2] = {static_cast<uint64_t>(ld) * 2, static_cast<uint64_t>(stride) * 2};
-  uint32_t box[3] = {64, 64, 1};
-  return blublas::detail::encode_tensor_map_tiled(
-      map, p.cd_type == Dtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      rank3 ? 3 : 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  uint64_t strides[2] = {static_cast<uint64_t>(ld) * es, static_cast<uint64_t>(stride) * es};
+  uint32_t box[3] = {static_cast<uint32_t>(128 / es), 64, 1};
+  const CUtensorMapDataType dtype = p.cd_type == Dtype::kBF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : p.cd_type == Dtype::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  return blublas::detail::encode_tensor_map_tiled(map, dtype, rank3 ? 3 : 2, ptr, dims, strides,
+                                                  box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <class Cfg>

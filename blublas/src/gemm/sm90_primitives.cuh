@@ -62,19 +62,13 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 
 // Blocks until the phase with parity `parity` of *bar has completed. A fresh barrier is in phase
 // 0: waiting for parity 1 returns at once (the "previous" phase counts as complete), waiting for
-// parity 0 blocks until the first phase completes.
-//
-// Note [sm90 watchdog]
-// No legitimate wait in the GEMM lasts more than microseconds, so a wait beyond ~2^33 cycles
-// (seconds) is a protocol bug (a phase or count mismatch): the thread traps, turning a silent hang
-// of a test or benchmark into a reported launch failure (cudaErrorLaunchFailure or similar). No
-// printf here: the call would make ptxas save live registers around it (spills).
+// parity 0 blocks until the first phase completes. (No watchdog/__trap here: a trap in this loop
+// made ptxas spill in the 2-consumer kernels.)
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if BLUBLAS_SM90A_ENABLED
   const uint32_t addr = smem_u32(bar);
   uint32_t done = 0;
-  long long start = 0;
-  for (uint32_t spins = 0;; ++spins) {
+  do {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -84,10 +78,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
-    if (done) break;
-    if (spins == 1024) start = clock64();
-    if (spins > 1024 && (spins & 1023) == 0 && clock64() - start > (1ll << 33)) __trap();
-  }
+  } while (!done);
 #endif
 }
 

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "blutensor/tensor.h"
@@ -49,6 +51,10 @@ class AdamW : public Optimizer {
   const Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_[i]; }
   // Per-parameter weight decay switch (e.g. off for biases and norms); default all on.
   void set_weight_decay_mask(std::vector<bool> decay);
+  // Checkpointing: {"step": 0-d i64, "exp_avg.<i>", "exp_avg_sq.<i>"} (i = index in params()).
+  // load_state_dict copies into this optimizer's state (shapes must match its parameters).
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
 
  private:
   AdamWOptions options_;

@@ -41,11 +41,11 @@ Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 Node::~Node() = default;
 
 FunctionNode::FunctionNode(std::string name, std::vector<SavedTensor> saved,
-                           std::vector<bool> needs_input_grad, BackwardFn fn)
+                           std::vector<bool> needs_input_grad, MultiBackwardFn fn, std::size_t num_outputs)
     : name_(std::move(name)), saved_(std::move(saved)),
-      needs_input_grad_(std::move(needs_input_grad)), fn_(std::move(fn)) {}
+      needs_input_grad_(std::move(needs_input_grad)), fn_(std::move(fn)), num_outputs_(num_outputs) {}
 
-std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
+std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs) {
   BLU_CHECK(!released_, "Trying to backward through the graph a second time (", name_,
             "'s saved tensors were freed after the first backward); pass retain_graph=true to the "
             "first backward() if you need to backward twice");
@@ -53,7 +53,7 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   ctx.saved.reserve(saved_.size());
   for (const SavedTensor& s : saved_) ctx.saved.push_back(s.unpack(name_));
   ctx.needs_input_grad = needs_input_grad_;
-  return fn_(grad_output, ctx);
+  return fn_(grad_outputs, ctx);
 }
 
 void FunctionNode::release() {
@@ -70,7 +70,8 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {}
   std::string name() const override { return "AccumulateGrad"; }
-  std::vector<Tensor> apply(const Tensor& g) override {
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
     std::shared_ptr<TensorImpl> impl = leaf_.lock();
     if (!impl) return {};
     Tensor leaf(impl);
@@ -116,36 +117,65 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor record(const std::string& op, Tensor output, const std::vector<Tensor>& inputs,
-              const std::vector<Tensor>& saved, BackwardFn backward) {
-  if (!any_requires_grad(inputs) || !is_floating(output.dtype())) return output;
+namespace {
+std::shared_ptr<FunctionNode> make_node(const std::string& op, const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& saved, MultiBackwardFn backward,
+                                        std::size_t num_outputs) {
   std::vector<SavedTensor> saved_tensors;
   saved_tensors.reserve(saved.size());
   for (const Tensor& s : saved) saved_tensors.emplace_back(s);
   std::vector<bool> needs(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) needs[i] = inputs[i].defined() && inputs[i].requires_grad();
-  auto node = std::make_shared<FunctionNode>(op, std::move(saved_tensors), needs, std::move(backward));
+  auto node = std::make_shared<FunctionNode>(op, std::move(saved_tensors), needs, std::move(backward), num_outputs);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!needs[i]) {
-      node->next_edges().push_back(nullptr);
+      node->next_edges().push_back(Edge{});
     } else if (inputs[i].is_leaf()) {
-      node->next_edges().push_back(grad_accumulator(inputs[i]));
+      node->next_edges().push_back(Edge{grad_accumulator(inputs[i]), 0});
     } else {
-      node->next_edges().push_back(inputs[i].grad_fn());
+      node->next_edges().push_back(Edge{inputs[i].grad_fn(), inputs[i].impl()->autograd->output_nr});
     }
   }
-  BLU_CHECK(output.impl()->autograd == nullptr || output.is_leaf(), op,
-            ": record() needs a fresh output tensor");
+  return node;
+}
+
+void attach(const std::string& op, Tensor& output, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  BLU_CHECK(output.impl()->autograd == nullptr || output.is_leaf(), op, ": record() needs a fresh output tensor");
   if (!output.impl()->autograd) output.impl()->autograd = std::make_unique<AutogradMeta>();
   output.impl()->autograd->grad_fn = node;
+  output.impl()->autograd->output_nr = output_nr;
+}
+}  // namespace
+
+Tensor record(const std::string& op, Tensor output, const std::vector<Tensor>& inputs,
+              const std::vector<Tensor>& saved, BackwardFn backward) {
+  if (!any_requires_grad(inputs) || !is_floating(output.dtype())) return output;
+  MultiBackwardFn fn = [b = std::move(backward)](const std::vector<Tensor>& grads, const BackwardContext& ctx) {
+    return b(grads[0], ctx);
+  };
+  auto node = make_node(op, inputs, saved, std::move(fn), 1);
+  attach(op, output, node, 0);
   return output;
+}
+
+std::vector<Tensor> record_multi(const std::string& op, std::vector<Tensor> outputs, const std::vector<Tensor>& inputs,
+                                 const std::vector<Tensor>& saved, MultiBackwardFn backward) {
+  if (!any_requires_grad(inputs) || outputs.empty() || !is_floating(outputs[0].dtype())) return outputs;
+  auto node = make_node(op, inputs, saved, std::move(backward), outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) attach(op, outputs[i], node, static_cast<uint32_t>(i));
+  return outputs;
 }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   BLU_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(),
             " gradients");
-  // Root gradients.
-  std::unordered_map<Node*, Tensor> buffers;
+  // Gradient buffers: one per output slot of each node.
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  auto accumulate = [&buffers](Node* node, uint32_t slot, const Tensor& g) {
+    std::vector<Tensor>& b = buffers[node];
+    if (b.empty()) b.resize(node->num_outputs());
+    b[slot] = b[slot].defined() ? b[slot] + g : g;
+  };
   std::vector<std::shared_ptr<Node>> root_nodes;
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
@@ -163,12 +193,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
                 "backward: gradient ", g.describe(), " does not match the root ", r.describe());
     }
     std::shared_ptr<Node> node = r.is_leaf() ? grad_accumulator(r) : r.grad_fn();
-    Tensor& buf = buffers[node.get()];
-    buf = buf.defined() ? buf + g : g;
+    accumulate(node.get(), r.is_leaf() ? 0 : r.impl()->autograd->output_nr, g);
     root_nodes.push_back(node);
   }
   NoGradGuard no_grad;
-  // Dependencies: how many consumers (edges) point to each node within the reachable graph.
+  // Dependencies: how many edges point to each node within the reachable graph.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep;
   std::vector<Node*> stack;
@@ -178,10 +207,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    for (auto& next : n->next_edges()) {
-      if (!next) continue;
-      ++deps[next.get()];
-      if (keep.emplace(next.get(), next).second) stack.push_back(next.get());
+    for (Edge& e : n->next_edges()) {
+      if (!e.node) continue;
+      ++deps[e.node.get()];
+      if (keep.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
     }
   }
   // Ready queue: newest node first (reverse creation order, like PyTorch).
@@ -196,19 +225,22 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    Tensor g = std::move(buffers[n]);
-    buffers.erase(n);
+    std::vector<Tensor> g;
+    auto it = buffers.find(n);
+    if (it != buffers.end()) {
+      g = std::move(it->second);
+      buffers.erase(it);
+    }
+    bool any = false;
+    for (const Tensor& t : g) any = any || t.defined();
     std::vector<Tensor> in_grads;
-    if (g.defined()) in_grads = n->apply(g);
+    if (any) in_grads = n->apply(g);
     if (!retain_graph) n->release();
     auto& edges = n->next_edges();
     for (std::size_t i = 0; i < edges.size(); ++i) {
-      Node* next = edges[i].get();
+      Node* next = edges[i].node.get();
       if (!next) continue;
-      if (i < in_grads.size() && in_grads[i].defined()) {
-        Tensor& buf = buffers[next];
-        buf = buf.defined() ? buf + in_grads[i] : in_grads[i];
-      }
+      if (i < in_grads.size() && in_grads[i].defined()) accumulate(next, edges[i].output_nr, in_grads[i]);
       if (--deps[next] == 0) ready.push(next);
     }
   }

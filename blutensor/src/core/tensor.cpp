@@ -332,11 +332,36 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   int64_t dd = detail::wrap_dim(d, dim(), "split");
   BLU_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
-  std::vector<Tensor> out;
-  int64_t n = sizes()[dd];
-  for (int64_t s = 0; s < n; s += split_size) out.push_back(narrow(dd, s, std::min(split_size, n - s)));
-  if (n == 0) out.push_back(*this);
-  return out;
+  const int64_t n = sizes()[dd];
+  if (n == 0) return {*this};
+  // One node for all pieces: backward concatenates their gradients (zeros where none arrived)
+  // instead of scattering each piece into a zero tensor of the full size.
+  std::vector<Tensor> pieces;
+  std::vector<int64_t> lengths;
+  for (int64_t s = 0; s < n; s += split_size) {
+    const int64_t len = std::min(split_size, n - s);
+    Shape ns = sizes();
+    ns[dd] = len;
+    pieces.push_back(detail::make_alias(*this, ns, strides(), storage_offset() + s * strides()[dd]));
+    lengths.push_back(len);
+  }
+  Shape in_sizes = sizes();
+  return autograd::record_multi(
+      "split", pieces, {*this}, {},
+      [dd, lengths, in_sizes](const std::vector<Tensor>& grads, const BackwardContext&) {
+        std::vector<Tensor> parts;
+        for (std::size_t i = 0; i < grads.size(); ++i) {
+          if (grads[i].defined()) {
+            parts.push_back(grads[i]);
+          } else {
+            const Tensor& any = *std::find_if(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
+            Shape ps = in_sizes;
+            ps[dd] = lengths[i];
+            parts.push_back(zeros(ps, TensorOptions(any.dtype()).device(any.device())));
+          }
+        }
+        return std::vector<Tensor>{cat(parts, dd)};
+      });
 }
 
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {

@@ -11,10 +11,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace blu::cpu {
 
-inline float exp_fast(float x) {
+__attribute__((always_inline)) inline float exp_fast(float x) {
   const float kLog2e = 1.44269504088896341f;
   const float kLn2Hi = 0.693145751953125f;
   const float kLn2Lo = 1.428606765330187045e-06f;
@@ -38,8 +39,13 @@ inline float exp_fast(float x) {
   return x != x ? x : y;
 }
 
-template <typename C> inline C exp_any(C x) { return std::exp(x); }
-template <> inline float exp_any<float>(float x) { return exp_fast(x); }
+template <typename C> __attribute__((always_inline)) inline C exp_any(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    return exp_fast(x);
+  } else {
+    return std::exp(x);
+  }
+}
 
 // Sum of n floats with 8 interleaved partial sums (vectorises; fixed order, deterministic).
 template <typename C> inline C sum_fixed(const C* v, int64_t n) {
@@ -50,6 +56,19 @@ template <typename C> inline C sum_fixed(const C* v, int64_t n) {
   C tail = 0;
   for (; i < n; ++i) tail += v[i];
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+// Max of n > 0 values with 8 interleaved lanes (vectorises; NaN-insensitive like std::max).
+template <typename C> inline C max_fixed(const C* v, int64_t n) {
+  C acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = v[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] = acc[j] > v[i + j] ? acc[j] : v[i + j];
+  C m = acc[0];
+  for (int j = 1; j < 8; ++j) m = m > acc[j] ? m : acc[j];
+  for (; i < n; ++i) m = m > v[i] ? m : v[i];
+  return m;
 }
 
 }  // namespace blu::cpu

@@ -8,9 +8,12 @@
 // one binary is fast where AVX2 exists and correct where it does not. Tasks (MC block x NC/4
 // column slice) run under OpenMP; small batched problems parallelise over the batch instead.
 // Packing reads through arbitrary strides, so transposed views cost nothing extra.
-// With OpenBLAS present (BLU_HAVE_CBLAS) and unit-stride operands, f32/f64 call cblas instead.
+// With OpenBLAS present (BLU_HAVE_CBLAS) and unit-stride operands, f32/f64 call cblas instead
+// (env BLU_CPU_GEMM=builtin keeps the built-in path, so tests can check both).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/cpu_loops.h"
@@ -198,6 +201,12 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
 }
 
 #ifdef BLU_HAVE_CBLAS
+// BLU_CPU_GEMM=builtin forces the built-in GEMM (tests run both paths where OpenBLAS exists).
+bool use_blas() {
+  const char* e = std::getenv("BLU_CPU_GEMM");  // read per call: cheap next to a GEMM
+  return e == nullptr || std::string(e) != "builtin";
+}
+
 bool blas_layout(int64_t rs, int64_t cs, int64_t rows, int64_t cols, bool& trans, int64_t& ld) {
   if (cs == 1 && rs >= std::max<int64_t>(1, cols)) { trans = false; ld = rs; return true; }
   if (rs == 1 && cs >= std::max<int64_t>(1, rows)) { trans = true; ld = cs; return true; }
@@ -218,7 +227,7 @@ void gemm_typed(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
   {
     bool ta, tb;
     int64_t lda, ldb;
-    if (m > 0 && n > 0 && k > 0 && blas_layout(am.rs, am.cs, m, k, ta, lda) &&
+    if (use_blas() && m > 0 && n > 0 && k > 0 && blas_layout(am.rs, am.cs, m, k, ta, lda) &&
         blas_layout(bm.rs, bm.cs, k, n, tb, ldb)) {
       for (int64_t bi = 0; bi < batch; ++bi) {
         const T* A = ap + bi * sab;

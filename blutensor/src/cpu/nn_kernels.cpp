@@ -60,7 +60,7 @@ void softmax_bwd_typed(const Tensor& dx, const Tensor& dy, const Tensor& y, bool
     C dot = 0;
     if (log) {
       for (int64_t i = 0; i < cols; ++i) dot += ld(g[i]);
-      for (int64_t i = 0; i < cols; ++i) o[i] = T(ld(g[i]) - std::exp(ld(yr[i])) * dot);
+      for (int64_t i = 0; i < cols; ++i) o[i] = T(ld(g[i]) - cpu::exp_any<C>(ld(yr[i])) * dot);
     } else {
       for (int64_t i = 0; i < cols; ++i) dot += ld(g[i]) * ld(yr[i]);
       for (int64_t i = 0; i < cols; ++i) o[i] = T(ld(yr[i]) * (ld(g[i]) - dot));
@@ -219,7 +219,11 @@ void xent_fwd_typed(const Tensor& losses, const Tensor& lse, const Tensor& valid
     thread_local std::vector<C> buf;
     buf.resize(static_cast<std::size_t>(v));
     C m = -std::numeric_limits<C>::infinity();
-    for (int64_t i = 0; i < v; ++i) m = std::max(m, ld(xr[i]));
+    if constexpr (std::is_same_v<T, C>) {
+      m = cpu::max_fixed<C>(xr, v);
+    } else {
+      for (int64_t i = 0; i < v; ++i) m = std::max(m, ld(xr[i]));
+    }
     for (int64_t i = 0; i < v; ++i) buf[i] = cpu::exp_any<C>(ld(xr[i]) - m);
     C l = m + std::log(cpu::sum_fixed<C>(buf.data(), v));
     ep[r] = static_cast<S>(l);

@@ -86,3 +86,34 @@ void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                 const AdamWParams& hp);
 
 }  // namespace blu::cuda_ops
+
+// ---- CUDA-only extras (no CPU mirror; called by the ops when the tensors are on CUDA) --------
+
+namespace blu::cuda_ops {
+
+// Fused (flash) attention through blublas (Note [Fused attention on CUDA], cuda_attention.cu).
+// q, k, v, o, dout, dq, dk, dv: [B, H, T, D] views with the last dim contiguous, one dtype (bf16 or
+// f32); lse: f32 [B, H, T] contiguous, natural log, written by forward and read by backward.
+// scale <= 0 means 1/sqrt(D). dq, dk, dv are overwritten. Returns false, having launched nothing,
+// when blublas cannot take the problem (head_dim not 64/128, f64/f16, ...): use the composite path.
+// attention_backward takes every problem attention_forward took when dq, dk, dv are laid out like
+// q or contiguous and dout has its last dim contiguous (so a caller that saved O and L can rely
+// on it; check the result anyway and recompute through the composite path if it is false).
+bool attention_forward(const Tensor& o, const Tensor& lse, const Tensor& q, const Tensor& k,
+                       const Tensor& v, bool causal, double scale);
+bool attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                        const Tensor& lse, bool causal, double scale);
+
+// Differentiable SDPA on CUDA (cuda_sdpa.cpp): q, k, v [B, H, T, D] of one dtype (f32 or bf16),
+// D 64 or 128, equal sequence lengths; one autograd node over attention_forward/backward, output
+// stored as [B, T, H, D] (returned as its [B, H, T, D] permutation). Returns an undefined Tensor
+// when it cannot take the inputs: blu::scaled_dot_product_attention then runs its composite path.
+//   #if BLU_HAVE_CUDA_OPS
+//   if (q.is_cuda()) { Tensor y = cuda_ops::fused_scaled_dot_product_attention(q, k, v, c, s);
+//                      if (y.defined()) return y; }
+//   #endif
+Tensor fused_scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          bool is_causal, double scale);
+
+}  // namespace blu::cuda_ops

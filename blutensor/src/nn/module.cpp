@@ -62,8 +62,14 @@ void Module::collect(const std::string& prefix, bool params, bool recurse,
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  collect("", true, recurse, out);
+  std::vector<std::pair<std::string, Tensor>> all, out;
+  collect("", true, recurse, all);
+  // A tensor registered twice (weight tying) is listed once, under its first name.
+  for (auto& p : all) {
+    bool seen = false;
+    for (auto& q : out) seen = seen || q.second.impl() == p.second.impl();
+    if (!seen) out.push_back(p);
+  }
   return out;
 }
 
@@ -87,14 +93,17 @@ int64_t Module::num_parameters() const {
 
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
-  for (auto& p : named_parameters()) out[p.first] = p.second.detach();
+  std::vector<std::pair<std::string, Tensor>> params;
+  collect("", true, true, params);  // every name, tied tensors included
+  for (auto& p : params) out[p.first] = p.second.detach();
   for (auto& p : named_buffers()) out[p.first] = p.second.detach();
   return out;
 }
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
   NoGradGuard ng;
-  std::vector<std::pair<std::string, Tensor>> mine = named_parameters();
+  std::vector<std::pair<std::string, Tensor>> mine;
+  collect("", true, true, mine);
   for (auto& b : named_buffers()) mine.push_back(b);
   std::size_t used = 0;
   for (auto& [name, t] : mine) {

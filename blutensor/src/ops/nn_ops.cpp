@@ -8,6 +8,9 @@
 #include "blutensor/ops.h"
 #include "blutensor/philox.h"
 #include "dispatch.h"
+#if BLU_HAVE_CUDA_OPS
+#include "blutensor/cuda_stream.h"
+#endif
 #include "ops/op_helpers.h"
 
 namespace blu {
@@ -104,6 +107,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
             op, ": expected q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv], got ",
             detail::describe_all({q, k, v}));
   double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // Note [Fused attention on CUDA]
+  // On CUDA, bf16 and tf32 attention run as one autograd node over blublas flash attention (no
+  // [B,H,T,T] intermediates: less memory and time). Strict fp32 keeps the composite path for now:
+  // blublas's strict-fp32 flash attention is SIMT (~5 TFLOP/s), slower than SIMT GEMMs + softmax.
+  // The fused function returns an undefined tensor for shapes it does not take (head dim, layout).
+#if BLU_HAVE_CUDA_OPS
+  if (q.is_cuda() && !(q.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::kHighest)) {
+    Tensor y = cuda_ops::fused_scaled_dot_product_attention(q, k, v, is_causal, s);
+    if (y.defined()) return y;
+  }
+#endif
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), s);
   if (is_causal) scores = masked_fill_causal(scores, -std::numeric_limits<double>::infinity());
   return matmul(softmax(scores, -1), v);

@@ -101,8 +101,9 @@ std::vector<OpCase> build() {
   r.push_back(make_case("amax_dim0", {{{5, 7}}}, [](const Inputs& x) { return amax(x[0], {0}); }));
   // ---- linear algebra
   r.push_back(make_case("matmul_2d", {{{5, 7}}, {{7, 3}}}, [](const Inputs& x) { return matmul(x[0], x[1]); }));
+  // The broadcast operand's gradient sums GEMM outputs over the batch (rounded per GEMM in bf16).
   r.push_back(make_case("matmul_batched_broadcast", {{{2, 1, 5, 7}}, {{3, 7, 4}}},
-                        [](const Inputs& x) { return matmul(x[0], x[1]); }));
+                        [](const Inputs& x) { return matmul(x[0], x[1]); }, true, 4.0));
   r.push_back(make_case("matmul_transposed", {{{7, 5}}, {{3, 7}}},
                         [](const Inputs& x) { return matmul(x[0].t(), x[1].t()); }));
   r.push_back(make_case("matmul_vec", {{{5, 7}}, {{7}}}, [](const Inputs& x) { return matmul(x[0], x[1]); }));
@@ -140,10 +141,15 @@ std::vector<OpCase> build() {
     std::vector<Tensor> parts = x[0].split((n + 2) / 3, 0);  // 3, 3, 1 rows at scale 1
     return cat({parts[0] * 2.0, parts[1], parts[2] * -0.5}, 0);
   }));
+  r.push_back(make_case("split_partial_use", {{{3, 11}}}, [](const Inputs& x) {
+    // Only two of the three pieces reach the output (the unused one gets a zero gradient).
+    std::vector<Tensor> parts = x[0].chunk(3, 1);
+    return parts[0] * parts[2].sum();
+  }));
   r.push_back(make_case("transpose_contiguous", {{{3, 5, 7}}},
                         [](const Inputs& x) { return x[0].transpose(0, 2).contiguous() * 1.5; }));
   r.push_back(make_case("permute_reshape", {{{3, 5, 7}}},
-                        [](const Inputs& x) { return x[0].permute({2, 0, 1}).reshape({7, 15}) * 1.5; }));
+                        [](const Inputs& x) { return x[0].permute({2, 0, 1}).reshape({x[0].size(2), -1}) * 1.5; }));
   r.push_back(make_case("slice_step", {{{9, 5}}}, [](const Inputs& x) { return x[0].slice(0, 1, 8, 2) * 2.0; }));
   r.push_back(make_case("select_narrow", {{{5, 7}}},
                         [](const Inputs& x) { return x[0].select(1, 3) + x[0].narrow(1, 0, 1).squeeze(1); }));

@@ -39,6 +39,38 @@ void AdamW::set_weight_decay_mask(std::vector<bool> decay) {
   decay_ = std::move(decay);
 }
 
+std::map<std::string, Tensor> AdamW::state_dict() const {
+  std::map<std::string, Tensor> out;
+  out["step"] = scalar_tensor(static_cast<double>(step_), kInt64);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    out["exp_avg." + std::to_string(i)] = exp_avg_[i].detach();
+    out["exp_avg_sq." + std::to_string(i)] = exp_avg_sq_[i].detach();
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const std::map<std::string, Tensor>& state) {
+  NoGradGuard ng;
+  auto it = state.find("step");
+  BLU_CHECK(it != state.end() && it->second.numel() == 1, "AdamW::load_state_dict: missing 'step'");
+  for (const auto& [key, t] : state) {
+    if (key == "step") continue;
+    std::size_t dot = key.find('.');
+    std::string kind = key.substr(0, dot);
+    BLU_CHECK(dot != std::string::npos && (kind == "exp_avg" || kind == "exp_avg_sq"),
+              "AdamW::load_state_dict: unexpected key '", key, "'");
+    std::size_t i = std::stoul(key.substr(dot + 1));
+    BLU_CHECK(i < params_.size(), "AdamW::load_state_dict: '", key, "' but only ", params_.size(), " parameters");
+    BLU_CHECK(t.sizes() == params_[i].sizes(), "AdamW::load_state_dict: '", key, "' is ", t.describe(),
+              ", parameter ", i, " is ", params_[i].describe());
+    Tensor& dst = kind == "exp_avg" ? exp_avg_[i] : exp_avg_sq_[i];
+    if (!dst.defined()) dst = zeros_like(params_[i]);
+    dst.copy_(t);
+  }
+  step_ = static_cast<int64_t>(it->second.item());
+}
+
 void AdamW::step() {
   NoGradGuard ng;
   ++step_;

@@ -7,6 +7,8 @@
 // 50304 logits; a constant bias of -1e30 on the 47 padded columns makes their softmax weight
 // exactly 0. Loss, gradients and sampling are therefore those of the 50257-token model (what
 // Hugging Face computes), the padded rows receive no gradient, and no logits copy is needed.
+// On the CPU (no alignment to win) the head multiplies by the first 50257 rows only: the same
+// numbers with 47 fewer columns and no mask.
 #pragma once
 
 #include <cstdint>
@@ -55,10 +57,11 @@ class GPT2 {
   int64_t num_params() const;  // with the padded embedding (what MFU counts)
 
   // idx, targets: [B, T] int32 on the model's device. Returns the mean cross-entropy loss (f32
-  // scalar); if logits_out, also the logits [B, T, padded_vocab] (compute dtype).
+  // scalar); if logits_out, also the logits [B, T, padded_vocab] (CUDA; [B, T, vocab_size] on
+  // the CPU: Note [Padded vocabulary]) in the compute dtype.
   Tensor forward(const Tensor& idx, const Tensor& targets, Precision precision,
                  Tensor* logits_out = nullptr);
-  // Logits [B, T, padded_vocab] only (no loss), e.g. for sampling.
+  // Logits only (no loss), e.g. for sampling; last dim as in forward().
   Tensor logits(const Tensor& idx, Precision precision);
 
  private:

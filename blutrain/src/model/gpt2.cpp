@@ -174,7 +174,8 @@ Tensor GPT2::hidden(const Tensor& idx, Precision precision) {
 Tensor GPT2::head(const Tensor& x, Precision precision) {
   BLU_NVTX_RANGE("lm_head");
   const DType cd = compute_dtype(precision);
-  return linear(x, wte_.to(cd), vocab_mask_.to(cd));  // [B, T, Vp]
+  if (device_.is_cpu()) return linear(x, wte_.narrow(0, 0, cfg_.vocab_size).to(cd));  // [B, T, V]
+  return linear(x, wte_.to(cd), vocab_mask_.to(cd));                                   // [B, T, Vp]
 }
 
 Tensor GPT2::logits(const Tensor& idx, Precision precision) { return head(hidden(idx, precision), precision); }
@@ -186,7 +187,7 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
   if (logits_out != nullptr) *logits_out = logits;
   BLU_NVTX_RANGE("loss");
   const int64_t N = idx.numel();
-  Tensor flat = logits.reshape({N, cfg_.padded_vocab});
+  Tensor flat = logits.reshape({N, logits.size(-1)});
   if (flat.dtype() != kFloat32) flat = flat.to(kFloat32);
   return cross_entropy(flat, targets.reshape({N}));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <variant>
@@ -119,10 +120,13 @@ std::string format_member(const TrainConfig& cfg, const Member& m) {
         } else if constexpr (std::is_same_v<V, bool>) {
           return cfg.*ptr ? "true" : "false";
         } else if constexpr (std::is_same_v<V, double>) {
-          std::ostringstream os;
-          os.precision(17);
-          os << cfg.*ptr;
-          return os.str();
+          // Shortest text that reads back to the same double (0.1, not 0.10000000000000001).
+          char buf[32];
+          for (int digits = 6; digits <= 17; ++digits) {
+            std::snprintf(buf, sizeof(buf), "%.*g", digits, cfg.*ptr);
+            if (std::strtod(buf, nullptr) == cfg.*ptr) break;
+          }
+          return std::string(buf);
         } else {
           return std::to_string(cfg.*ptr);
         }
