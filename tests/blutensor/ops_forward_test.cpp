@@ -116,6 +116,37 @@ TEST(OpsForward, RowOpsMatchReference) {
   }
 }
 
+// The float32 CPU paths (vectorised exp, AVX2 row kernels, fast tanh) against float64 ones.
+TEST(OpsForward, Float32FastPathsMatchFloat64) {
+  Generator gen(12);
+  Tensor x = mul(randn({37, 1001}, kFloat64, &gen), 4.0);
+  Tensor x32 = x.to(kFloat32);
+  auto rel = [](const Tensor& got, const Tensor& ref) { return max_abs_diff(got.to(kFloat64), ref); };
+  EXPECT_LT(rel(softmax(x32, -1), softmax(x, -1)), 1e-6);
+  EXPECT_LT(rel(log_softmax(x32, -1), log_softmax(x, -1)), 2e-5);
+  EXPECT_LT(rel(gelu(x32), gelu(x)), 5e-6);
+  EXPECT_LT(rel(exp(x32.narrow(1, 0, 50)), exp(x.narrow(1, 0, 50))) , 1e-1);  // values up to e^16
+  std::vector<int64_t> t(37);
+  for (int64_t i = 0; i < 37; ++i) t[i] = (i * 31) % 1001;
+  Tensor tt = from_vector(t);
+  Tensor l32 = x32.detach().requires_grad_(), l64 = x.detach().requires_grad_();
+  Tensor loss32 = cross_entropy(l32, tt), loss64 = cross_entropy(l64, tt);
+  EXPECT_NEAR(loss32.item(), loss64.item(), 1e-5 * std::fabs(loss64.item()));
+  loss32.backward();
+  loss64.backward();
+  EXPECT_LT(rel(l32.grad(), l64.grad()), 1e-7);
+  // Masked (-inf) entries give exact zeros; extreme logits stay finite.
+  Tensor masked = masked_fill_causal(zeros({3, 3}), -INFINITY);
+  std::vector<double> p = softmax(masked, -1).to_double_vector();
+  EXPECT_EQ(p[1], 0.0);
+  EXPECT_EQ(p[2], 0.0);
+  EXPECT_DOUBLE_EQ(p[0], 1.0);
+  Tensor big = from_vector(std::vector<float>{1000.0f, -1000.0f, 0.0f}, {1, 3});
+  std::vector<double> q = softmax(big, -1).to_double_vector();
+  EXPECT_EQ(q[0], 1.0);
+  EXPECT_EQ(q[1], 0.0);
+}
+
 TEST(OpsForward, CrossEntropyAndEmbedding) {
   Generator gen(9);
   const int64_t n = 11, v = 23;

@@ -1,5 +1,5 @@
 // resume_test.cpp: kill-and-resume. A run stopped abruptly after step 4 (its last checkpoint at
-// step 2, so steps 3-4 are lost as in a kill) and resumed must produce, for every step after 2,
+// step 3, so step 4 is lost as in a kill) and resumed must produce, for every step after 3,
 // losses bitwise equal to an uninterrupted run (Note [Deterministic resume]).
 #include <gtest/gtest.h>
 
@@ -57,16 +57,16 @@ TEST(Resume, KillAndResumeIsBitwiseEqual) {
   ASSERT_EQ(full.train_losses.size(), 6u);
 
   TrainConfig killed = config("killed");
-  killed.ckpt_every = 2;
+  killed.ckpt_every = 3;
   killed.stop_after_steps = 4;
   TrainResult first = run_training(killed, log);
   EXPECT_TRUE(first.stopped_early);
   ASSERT_EQ(first.train_losses.size(), 4u);
-  EXPECT_EQ(latest_checkpoint(killed.out_dir), (fs::path(killed.out_dir) / "step_00000002").string());
+  EXPECT_EQ(latest_checkpoint(killed.out_dir), (fs::path(killed.out_dir) / "step_00000003").string());
 
   killed.stop_after_steps = 0;
   TrainResult resumed = run_training(killed, log);
-  EXPECT_EQ(resumed.resumed_from, 2);
+  EXPECT_EQ(resumed.resumed_from, 3);
   ASSERT_EQ(resumed.train_losses.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
     const double a = full.train_losses[i].loss, b = resumed.train_losses[i].loss;

@@ -14,7 +14,7 @@
 
 #include "blutensor/error.h"
 #include "blutrain/files.h"
-#include "blutrain/json.h"
+#include "blutensor/json.h"
 #include "blutrain/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -114,7 +114,7 @@ std::vector<std::vector<int32_t>> reference_ids(const std::vector<std::string>& 
   }
   std::string script =
       "const fs = require('fs');\n"
-      "const enc = require(" + blu::train::json::quote(fs::absolute(package_dir).string() + "/Encoder.js") + ");\n"
+      "const enc = require(" + blu::json::quote(fs::absolute(package_dir).string() + "/Encoder.js") + ");\n"
       "const dir = process.argv[2], n = parseInt(process.argv[3]);\n"
       "const td = new TextDecoder('utf-8');\n"
       "for (let i = 0; i < n; i++) {\n"
@@ -136,10 +136,10 @@ std::vector<std::vector<int32_t>> reference_ids(const std::vector<std::string>& 
   std::istringstream lines(out);
   std::string line;
   while (std::getline(lines, line)) {
-    blu::train::json::Value v = blu::train::json::parse(line, "reference ids");
+    blu::json::Value v = blu::json::parse(line);
     std::vector<int32_t> row;
-    for (const auto& item : v.items) {
-      row.push_back(item.is_null() ? -1 : static_cast<int32_t>(item.as_int64("reference id")));
+    for (const auto& item : v.as_array()) {
+      row.push_back(item.is_null() ? -1 : static_cast<int32_t>(item.as_integer()));
     }
     ids.push_back(std::move(row));
   }
@@ -265,7 +265,7 @@ TEST(Tokenizer, MissingOrCorruptFilesGiveClearErrors) {
     Tokenizer::from_dir(dir.string());
     ADD_FAILURE() << "expected blu::Error for truncated encoder.json";
   } catch (const blu::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("malformed JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("encoder.json: malformed JSON"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
 }

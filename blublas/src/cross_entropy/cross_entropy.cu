@@ -2,8 +2,8 @@
 // logits, see blublas/cross_entropy.h.
 //
 // Note [Fused classifier passes] Three launches: (1) one block counts the non-ignored targets
-// (an integer: deterministic) and flags bad ones; (2) the row kernel keeps its slice of each row
-// in registers (the row-resident layout of the softmax, Note [Softmax row residency]), gets the
+// (an integer: deterministic) and flags bad ones; (2) the persistent, double-buffered row kernel
+// keeps its slice of each row in registers (Note [Softmax row residency]), gets the
 // row's (max, sum) through the block / cluster combine, writes the row loss from the thread that
 // holds the target logit (read from registers, so an in-place dlogits never races with it) and
 // writes dlogits = (p - onehot) * dloss / count from the same registers: logits are read once and

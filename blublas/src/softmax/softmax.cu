@@ -1,8 +1,8 @@
 // softmax.cu: row softmax forward and backward (f32 / bf16), see Note [Softmax row residency] in
-// blublas/softmax.h. Resident kernels keep kLoads packs per thread in registers (32 f32 values for
-// the forward, 2 x 16 for the backward's y and dy), so each element is read once and written once;
-// the generic kernels (rows longer than 8 blocks can hold, or long rows without clusters) use the
-// online normalizer and read the row twice.
+// blublas/softmax.h. Resident kernels keep kLoads packs per thread in registers (two buffers of 16
+// values in the persistent forward, 16 each of y and dy in the backward), so each element is read
+// once and written once; the generic kernels (rows longer than 8 blocks can hold, or long rows
+// without clusters) use the online normalizer and read the row twice.
 #include <cuda_bf16.h>
 
 #include <cstdint>

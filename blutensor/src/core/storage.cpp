@@ -69,8 +69,9 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
     deleter_ = [rounded](void* p) { CpuBlockCache::get().release(p, rounded); };
     return;
   }
-  BLU_CHECK(device.index >= 0 && device.index < cuda_device_count(), "Storage: device ",
-            device.str(), " is not available (", cuda_device_count(), " CUDA devices)");
+  static const int device_count = cuda_device_count();  // fixed for the process's lifetime
+  BLU_CHECK(device.index >= 0 && device.index < device_count, "Storage: device ", device.str(),
+            " is not available (", device_count, " CUDA devices)");
   if (nbytes == 0) return;
 #ifdef BLU_TENSOR_NO_CUDA_BACKEND
   BLU_THROW("Storage: this build of blutensor has no CUDA backend (BLU_TENSOR_CUDA_BACKEND=OFF)");

@@ -48,7 +48,7 @@ template <typename C> __attribute__((always_inline)) inline C exp_any(C x) {
 }
 
 // Sum of n floats with 8 interleaved partial sums (vectorises; fixed order, deterministic).
-template <typename C> inline C sum_fixed(const C* v, int64_t n) {
+template <typename C> __attribute__((always_inline)) inline C sum_fixed(const C* v, int64_t n) {
   C acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -59,7 +59,7 @@ template <typename C> inline C sum_fixed(const C* v, int64_t n) {
 }
 
 // Max of n > 0 values with 8 interleaved lanes (vectorises; NaN-insensitive like std::max).
-template <typename C> inline C max_fixed(const C* v, int64_t n) {
+template <typename C> __attribute__((always_inline)) inline C max_fixed(const C* v, int64_t n) {
   C acc[8];
   for (int j = 0; j < 8; ++j) acc[j] = v[0];
   int64_t i = 0;
@@ -70,5 +70,23 @@ template <typename C> inline C max_fixed(const C* v, int64_t n) {
   for (; i < n; ++i) m = m > v[i] ? m : v[i];
   return m;
 }
+
+// tanh(u) = 1 - 2 / (exp(2u) + 1) through exp_fast (float; absolute error ~1e-7, which is what
+// GELU needs); double keeps std::tanh.
+template <typename C> __attribute__((always_inline)) inline C tanh_any(C u) {
+  if constexpr (std::is_same_v<C, float>) {
+    return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f);
+  } else {
+    return std::tanh(u);
+  }
+}
+
+// Float row kernels compiled for AVX2+FMA and for the baseline, picked at run time (the exp
+// loops are most of a CPU cross-entropy over a 50k vocabulary).
+bool cpu_has_avx2();
+// lse of row x[0, n) (buf: n floats of scratch).
+float row_logsumexp_f32(const float* x, int64_t n, float* buf);
+// out[i] = g * exp(x[i] - lse).
+void row_scaled_softmax_f32(float* out, const float* x, int64_t n, float lse, float g);
 
 }  // namespace blu::cpu

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cpu/cpu_loops.h"
+#include "cpu/cpu_math.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/dtype_switch.h"
 
@@ -66,12 +67,12 @@ constexpr double kGeluC = 0.044715;
 
 template <typename C> inline C gelu_fwd(C x) {
   C u = static_cast<C>(kGeluK) * (x + static_cast<C>(kGeluC) * x * x * x);
-  return static_cast<C>(0.5) * x * (static_cast<C>(1) + std::tanh(u));
+  return static_cast<C>(0.5) * x * (static_cast<C>(1) + cpu::tanh_any<C>(u));
 }
 template <typename C> inline C gelu_grad(C x) {
   C x2 = x * x;
   C u = static_cast<C>(kGeluK) * (x + static_cast<C>(kGeluC) * x2 * x);
-  C t = std::tanh(u);
+  C t = cpu::tanh_any<C>(u);
   C du = static_cast<C>(kGeluK) * (static_cast<C>(1) + static_cast<C>(3 * kGeluC) * x2);
   return static_cast<C>(0.5) * (static_cast<C>(1) + t) + static_cast<C>(0.5) * x * (static_cast<C>(1) - t * t) * du;
 }

@@ -42,33 +42,46 @@ constexpr int64_t kMC = 96;
 constexpr int64_t kKC = 256;
 constexpr int64_t kNC = 3072;
 
-// acc[MR][NR] = sum_k ap[k][MR] * bp[k][NR] (acc written row-major, ld = NR).
+// tile[MR][NR] = sum_k ap[k][MR] * bp[k][NR], stored to c (row stride ldc): c = tile when
+// overwrite, else c += tile. Edge tiles pass a scratch c (ldc = NR, overwrite) and copy out.
 template <typename T>
-__attribute__((always_inline)) inline void micro_body(int64_t kc, const T* __restrict ap,
-                                                      const T* __restrict bp, T* __restrict acc) {
+__attribute__((always_inline)) inline void micro_body(int64_t kc, const T* __restrict ap, const T* __restrict bp,
+                                                      T* __restrict c, int64_t ldc, bool overwrite) {
   using TL = Tile<T>;
   using V = typename TL::V;
-  V c[TL::kMR][TL::kNV];
+  V acc[TL::kMR][TL::kNV];
   for (int i = 0; i < TL::kMR; ++i)
-    for (int v = 0; v < TL::kNV; ++v) c[i][v] = V{} ;
+    for (int v = 0; v < TL::kNV; ++v) acc[i][v] = V{};
   for (int64_t k = 0; k < kc; ++k) {
     V b[TL::kNV];
     for (int v = 0; v < TL::kNV; ++v) std::memcpy(&b[v], bp + k * TL::kNR + v * TL::kLanes, sizeof(V));
     for (int i = 0; i < TL::kMR; ++i) {
       V a = V{} + ap[k * TL::kMR + i];
-      for (int v = 0; v < TL::kNV; ++v) c[i][v] += a * b[v];
+      for (int v = 0; v < TL::kNV; ++v) acc[i][v] += a * b[v];
     }
   }
-  for (int i = 0; i < TL::kMR; ++i)
-    for (int v = 0; v < TL::kNV; ++v) std::memcpy(acc + i * TL::kNR + v * TL::kLanes, &c[i][v], sizeof(V));
+  for (int i = 0; i < TL::kMR; ++i) {
+    for (int v = 0; v < TL::kNV; ++v) {
+      T* dst = c + i * ldc + v * TL::kLanes;
+      if (!overwrite) {
+        V old;
+        std::memcpy(&old, dst, sizeof(V));
+        acc[i][v] += old;
+      }
+      std::memcpy(dst, &acc[i][v], sizeof(V));
+    }
+  }
 }
 
 template <typename T>
-void micro_generic(int64_t kc, const T* ap, const T* bp, T* acc) { micro_body<T>(kc, ap, bp, acc); }
+void micro_generic(int64_t kc, const T* ap, const T* bp, T* c, int64_t ldc, bool overwrite) {
+  micro_body<T>(kc, ap, bp, c, ldc, overwrite);
+}
 
 template <typename T>
-__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const T* ap, const T* bp, T* acc) {
-  micro_body<T>(kc, ap, bp, acc);
+__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const T* ap, const T* bp, T* c, int64_t ldc,
+                                                     bool overwrite) {
+  micro_body<T>(kc, ap, bp, c, ldc, overwrite);
 }
 
 bool has_avx2() {
@@ -163,7 +176,11 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
           const int64_t jb = j0 + pnl * NR, w = std::min<int64_t>(NR, n - jb);
           for (int64_t ip = 0; ip * MR < mc; ++ip) {
             const int64_t ib = i0 + ip * MR, h = std::min<int64_t>(MR, m - ib);
-            micro(kc, apack.data() + ip * kc * MR, bpack.data() + pnl * kc * NR, acc);
+            if (h == MR && w == NR) {
+              micro(kc, apack.data() + ip * kc * MR, bpack.data() + pnl * kc * NR, c + ib * n + jb, n, overwrite);
+              continue;
+            }
+            micro(kc, apack.data() + ip * kc * MR, bpack.data() + pnl * kc * NR, acc, NR, true);
             for (int64_t i = 0; i < h; ++i) {
               T* crow = c + (ib + i) * n + jb;
               const T* arow = acc + i * NR;

@@ -218,14 +218,15 @@ void xent_fwd_typed(const Tensor& losses, const Tensor& lse, const Tensor& valid
     const T* xr = xp + r * v;
     thread_local std::vector<C> buf;
     buf.resize(static_cast<std::size_t>(v));
-    C m = -std::numeric_limits<C>::infinity();
-    if constexpr (std::is_same_v<T, C>) {
-      m = cpu::max_fixed<C>(xr, v);
+    C l;
+    if constexpr (std::is_same_v<T, float>) {
+      l = cpu::row_logsumexp_f32(xr, v, buf.data());
     } else {
+      C m = -std::numeric_limits<C>::infinity();
       for (int64_t i = 0; i < v; ++i) m = std::max(m, ld(xr[i]));
+      for (int64_t i = 0; i < v; ++i) buf[i] = cpu::exp_any<C>(ld(xr[i]) - m);
+      l = m + std::log(cpu::sum_fixed<C>(buf.data(), v));
     }
-    for (int64_t i = 0; i < v; ++i) buf[i] = cpu::exp_any<C>(ld(xr[i]) - m);
-    C l = m + std::log(cpu::sum_fixed<C>(buf.data(), v));
     ep[r] = static_cast<S>(l);
     int64_t t = static_cast<int64_t>(tp[r]);
     if (t == ignore_index) {
@@ -258,7 +259,11 @@ void xent_bwd_typed(const Tensor& dlogits, const Tensor& dlosses, const Tensor& 
     }
     const T* xr = xp + r * v;
     C g = static_cast<C>(gp[r]), l = static_cast<C>(ep[r]);
-    for (int64_t i = 0; i < v; ++i) o[i] = T(g * cpu::exp_any<C>(ld(xr[i]) - l));
+    if constexpr (std::is_same_v<T, float>) {
+      cpu::row_scaled_softmax_f32(o, xr, v, l, g);
+    } else {
+      for (int64_t i = 0; i < v; ++i) o[i] = T(g * cpu::exp_any<C>(ld(xr[i]) - l));
+    }
     o[t] = T(ld(o[t]) - g);
   });
 }

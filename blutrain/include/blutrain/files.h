@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "blutensor/json.h"
+
 namespace blu::train {
 
 // The file's bytes; throws blu::Error naming `what` and the path when it cannot be read.
@@ -15,5 +17,10 @@ std::string read_file(const std::string& path, std::string_view what);
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 bool file_exists(const std::string& path);
+
+// blu::json::parse with `what` (e.g. the file name) prepended to any error.
+json::Value parse_json(const std::string& text, std::string_view what);
+// A member of a JSON object, or a blu::Error naming `what` and the key.
+const json::Value& json_member(const json::Value& object, const std::string& key, std::string_view what);
 
 }  // namespace blu::train

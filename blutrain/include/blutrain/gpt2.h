@@ -65,8 +65,10 @@ class GPT2 {
   Tensor logits(const Tensor& idx, Precision precision);
 
  private:
-  Tensor hidden(const Tensor& idx, Precision precision);  // after ln_f, [B, T, C]
-  Tensor head(const Tensor& x, Precision precision);
+  // After ln_f, [B, T, C]; wte_c is the token embedding in the compute dtype (cast once per
+  // forward, shared by the embedding and the tied head).
+  Tensor hidden(const Tensor& idx, const Tensor& wte_c, Precision precision);
+  Tensor head(const Tensor& x, const Tensor& wte_c, Precision precision);
 
   struct Block {
     Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;

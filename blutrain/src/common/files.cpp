@@ -38,6 +38,20 @@ void fsync_dir(const std::filesystem::path& dir) {
 }
 }  // namespace
 
+json::Value parse_json(const std::string& text, std::string_view what) {
+  try {
+    return json::parse(text);
+  } catch (const blu::Error& e) {
+    BLU_THROW(what, ": malformed JSON: ", e.what());
+  }
+}
+
+const json::Value& json_member(const json::Value& object, const std::string& key, std::string_view what) {
+  const json::Value* v = object.is_object() ? object.find(key) : nullptr;
+  BLU_CHECK(v != nullptr, what, ": missing key \"", key, "\"");
+  return *v;
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   fs::path target(path);

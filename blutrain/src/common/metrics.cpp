@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "blutensor/error.h"
-#include "blutrain/json.h"
+#include "blutensor/json.h"
 
 namespace blu::train {
 

@@ -14,7 +14,6 @@
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
-#include "blutrain/json.h"
 #include "blutrain/tokenizer.h"
 
 #ifndef BLUTRAIN_SOURCE_ROOT
@@ -105,9 +104,9 @@ ShardSet ensure_brown_shards(const Tokenizer& tok, const std::string& corpus_dir
   const std::string manifest_path = dir + "/manifest.json";
   if (file_exists(manifest_path)) {
     try {
-      json::Value m = json::parse(read_file(manifest_path, "Brown cache manifest"), manifest_path);
-      if (m.at("version", manifest_path).as_string(manifest_path) == kBrownCacheVersion &&
-          m.at("vocab_size", manifest_path).as_int64(manifest_path) == tok.vocab_size()) {
+      json::Value m = parse_json(read_file(manifest_path, "Brown cache manifest"), manifest_path);
+      if (json_member(m, "version", manifest_path).as_string() == kBrownCacheVersion &&
+          json_member(m, "vocab_size", manifest_path).as_integer() == tok.vocab_size()) {
         ShardSet s{find_shards(dir, "brown", "train"), find_shards(dir, "brown", "val")};
         for (const auto& p : s.train) (void)TokenShard::open(p);
         for (const auto& p : s.val) (void)TokenShard::open(p);

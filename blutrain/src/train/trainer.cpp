@@ -17,7 +17,6 @@
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
-#include "blutrain/json.h"
 #include "blutrain/nvtx.h"
 #include "blutrain/optimizer.h"
 #include "blutrain/tokenizer.h"
