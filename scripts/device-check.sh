@@ -5,13 +5,13 @@
 # print a short table last (with regressions against the committed bench/results/<gpu>/summary.json).
 #
 #   scripts/device-check.sh [--suite gemm|kernels|tensor|train|all] [--quick] [--no-build]
-#                           [--no-tests] [--no-bench] [--archs "90a-real;80"] [--tests REGEX]
+#                           [--no-tests] [--no-bench] [--no-sass] [--archs "90a-real;80"] [--tests REGEX]
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
 # stop every test; spills are listed in the output and local memory is flagged by the SASS check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-suite=all; quick=0; do_build=1; do_tests=1; do_bench=1; archs="90a-real;80"; test_regex=""
+suite=all; quick=0; do_build=1; do_tests=1; do_bench=1; do_sass=1; archs="90a-real;80"; test_regex=""
 while (($#)); do
   case "$1" in
     --suite) suite=$2; shift 2 ;;
@@ -19,6 +19,7 @@ while (($#)); do
     --no-build) do_build=0; shift ;;
     --no-tests) do_tests=0; shift ;;
     --no-bench) do_bench=0; shift ;;
+    --no-sass) do_sass=0; shift ;;
     --archs) archs=$2; shift 2 ;;
     --tests) test_regex=$2; shift 2 ;;
     -h|--help) sed -n 2,11p "$0"; exit 0 ;;
@@ -36,6 +37,9 @@ export BLU_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 export BLU_TENSOR_REPORT=$res/tensor_ops.json   # written by the CPU-vs-CUDA op registry test
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+# Packs what exists so far into $OUT: if the call is cut off at its time limit, the finished
+# parts still come back (summary.json can be rebuilt from the raw JSON with make_summary.py).
+pack() { cp -r "$res" "$logs/" 2>/dev/null; tar -C "$work" -czf "$OUT/device-results.tar.gz" --exclude=sass_hot_sm90a.txt.gz logs; }
 
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 gpu_count=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -81,6 +85,7 @@ if ((do_tests)); then
   tests_pass=$(( ${tests_total:-0} - tests_fail ))
   grep -E "\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Subprocess aborted\)|\(Not Run\)|Skipped" "$logs/ctest.txt" | head -40 > "$logs/test_failures.txt"
   stamp "tests: $tests_pass passed, $tests_fail failed of $tests_total"
+  pack
 fi
 
 if ((do_bench)); then
@@ -89,6 +94,7 @@ if ((do_bench)); then
     if [ -x $build/bench/$b ]; then
       stamp "bench $b"
       timeout "${BLU_BENCH_TIMEOUT:-240}" $build/bench/$b --blu_out="$res" $qflag > "$logs/$b.txt" 2>&1 || echo "bench $b failed rc=$?" >> "$logs/bench_failures.txt"
+      pack
     else
       echo "bench $b not built" >> "$logs/bench_failures.txt"
     fi
@@ -97,6 +103,7 @@ if ((do_bench)); then
     if [ -f bench/$py.py ]; then
       stamp "python $py"
       timeout "${BLU_BENCH_TIMEOUT:-240}" python3 bench/$py.py "$res" > "$logs/$py.txt" 2>&1 || echo "$py failed rc=$?" >> "$logs/bench_failures.txt"
+      pack
     fi
   done
 fi
@@ -121,7 +128,7 @@ fi
 
 # SASS of the hot kernels: instruction counts per kernel and arch, the static checks, and the
 # sm_90a SASS text of the GEMM and attention kernels (the whole dump is too large to bring back).
-if [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
+if ((do_sass)) && [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
   stamp "sass"
   cuobjdump --dump-sass $build/blublas/libblublas.a > "$work/sass_blublas.txt" 2>/dev/null
   python3 scripts/sass_check.py "$work/sass_blublas.txt" "$res/sass_check.json" > "$logs/sass_check.txt" 2>&1
@@ -134,8 +141,7 @@ python3 scripts/make_summary.py --results "$res" --gpu-name "$gpu_name" --tag "$
   --committed "bench/results/$tag/summary.json" --out "$OUT/summary.json" \
   --build-rc "$build_rc" --tests "$tests_pass/$tests_total" --suite "$suite" \
   > "$logs/summary_table.txt" 2>&1
-cp -r "$res" "$logs/results"
-tar -C "$work" -czf "$OUT/device-results.tar.gz" --exclude=sass_hot_sm90a.txt.gz logs
+pack
 cp "$logs/sass_hot_sm90a.txt.gz" "$OUT/" 2>/dev/null
 gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do

@@ -8,6 +8,7 @@
 // one that fills at least one wave of SMs; when none does, the smallest tile.
 #include "gemm/heuristics.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace blublas::gemm_detail {
@@ -42,7 +43,8 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
 // Note [SIMT split-K]
 // The weight-gradient shapes (M x N = 768 x 768 .. 3072 x 768, K = 16384) have 36-144 tiles of
 // 128 x 128: far fewer than the 2 CTAs per SM the SIMT kernel runs. With K >= 2048 we cut K into
-// `splits` ranges so that tiles * splits >= 4 CTAs per SM, each range >= 512 deep; each split
+// `splits` ranges (the fewest that fill the last wave of 2-CTA-per-SM slots to >= 90%, each range
+// >= 512 deep: 768 x 768 x 16384 on 132 SMs takes 22 splits = 3 full waves); each split
 // writes its fp32 partial tile to the workspace and a second kernel sums the splits in order
 // (deterministic) and applies the epilogue. Smaller-K problems short of one wave take 64 x 64
 // tiles instead.
@@ -56,13 +58,33 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
   const int64_t tiles = ctas(p, 128, 128);
   if (tiles >= 2 * sms) return plan;
   if (p.k >= 2048) {
-    const int64_t want = (4 * sms + tiles - 1) / tiles;
-    const int64_t max_by_depth = p.k / 512;
-    const int64_t splits = want < max_by_depth ? want : max_by_depth;
-    if (splits >= 2 && splits * p.batch <= 65535) {
-      const int64_t per = (p.k + splits - 1) / splits;
-      plan.k_split = static_cast<int>((per + 7) / 8 * 8);
-      plan.splits = static_cast<int>((p.k + plan.k_split - 1) / plan.k_split);
+    // The fewest splits whose CTAs fill their last wave of 2-per-SM slots to >= 90% (else the
+    // best fill), each split at least 512 deep.
+    const int64_t slots = 2 * sms;
+    const int64_t max_splits = std::min<int64_t>(p.k / 512, 64);
+    int best_splits = 0, best_k = 0;
+    double best_fill = 0.0;
+    for (int64_t want = 2; want <= max_splits; ++want) {
+      const int64_t per = (p.k + want - 1) / want;
+      const int64_t k_split = (per + 7) / 8 * 8;
+      const int64_t splits = (p.k + k_split - 1) / k_split;
+      const int64_t total = tiles * splits;
+      if (splits * p.batch > 65535) break;
+      const double fill = static_cast<double>(total) / (((total + slots - 1) / slots) * slots);
+      if (total >= slots && fill >= 0.9) {
+        best_splits = static_cast<int>(splits);
+        best_k = static_cast<int>(k_split);
+        break;
+      }
+      if (fill > best_fill + 1e-9) {
+        best_fill = fill;
+        best_splits = static_cast<int>(splits);
+        best_k = static_cast<int>(k_split);
+      }
+    }
+    if (best_splits >= 2) {
+      plan.splits = best_splits;
+      plan.k_split = best_k;
       return plan;
     }
   }
