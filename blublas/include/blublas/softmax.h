@@ -4,10 +4,8 @@
 // Note [Softmax row residency] Each row is read from memory once: a row is split over a cluster
 // of 1-8 thread blocks (sm_90 clusters; one block elsewhere) that keep their slice in registers,
 // combine (max, sum) partials in rank order through distributed shared memory, and write the
-// result from registers. The forward is persistent: as many clusters as fit on the device walk
-// the rows, the next row's slice loading into a second register buffer while the current row is
-// reduced and written. Rows too long for that use an online-normalizer kernel that reads the row
-// twice (the second read mostly from L2).
+// result from registers. Rows too long for that use an online-normalizer kernel that reads the
+// row twice (the second read mostly from L2).
 #pragma once
 
 #include <cuda_runtime.h>

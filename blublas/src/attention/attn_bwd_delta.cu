@@ -42,20 +42,18 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(con
 }
 
 // Vector form: kLanes = kD * sizeof(Elem) / 16 lanes per row (8 for bf16 d64 ... 32 for f32 d128).
+// Grid (T blocks, H, B): no index division, and consecutive rows of a block write consecutive D.
 template <typename Elem, int kD>
 __global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(Elem));  // elements per lane
   constexpr int kLanes = kD / kPer;
   constexpr int kRowsPerBlock = 256 / kLanes;
-  const int sub = threadIdx.x % kLanes;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanes;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.seq_len * p.heads;
+  const int sub = static_cast<int>(threadIdx.x) % kLanes;
+  const int t =
+      static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x) / kLanes;
+  const int h = blockIdx.y, b = blockIdx.z;
   float acc = 0.0f;
-  int b = 0, t = 0, h = 0;
-  if (row < rows) {
-    h = static_cast<int>(row % p.heads);
-    t = static_cast<int>((row / p.heads) % p.seq_len);
-    b = static_cast<int>(row / (static_cast<int64_t>(p.heads) * p.seq_len));
+  if (t < p.seq_len) {
     const Elem* o = static_cast<const Elem*>(p.o) + b * p.so.b + t * p.so.t + h * p.so.h;
     const Elem* d_o = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + t * p.sdo.t + h * p.sdo.h;
     const uint4 ov = *reinterpret_cast<const uint4*>(o + sub * kPer);
@@ -67,7 +65,7 @@ __global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p)
   }
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (row < rows && sub == 0) {
+  if (t < p.seq_len && sub == 0) {
     p.delta[(static_cast<int64_t>(b) * p.heads + h) * p.seq_len + t] = acc;
   }
 }
@@ -81,10 +79,9 @@ Status launch(const Params& p, cudaStream_t stream) {
                    p.so.t % kChunk == 0 && p.so.h % kChunk == 0 && p.sdo.b % kChunk == 0 &&
                    p.sdo.t % kChunk == 0 && p.sdo.h % kChunk == 0;
   if (vec) {
-    constexpr int kRowsPerBlock = 256 / (kD / kChunk);
-    const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    BLUBLAS_CHECK_ARG(blocks <= 0x7fffffffLL, "attention_backward: B*T*H=", rows, " too large");
-    attn_bwd_delta_vec_kernel<Elem, kD><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    constexpr int kRowsPerBlock = static_cast<int>(256 / (kD / kChunk));
+    const dim3 grid((p.seq_len + kRowsPerBlock - 1) / kRowsPerBlock, p.heads, p.batch);
+    attn_bwd_delta_vec_kernel<Elem, kD><<<grid, 256, 0, stream>>>(p);
     BLUBLAS_KERNEL_LAUNCH_CHECK("attn_bwd_delta_vec");
     return Status::success();
   }

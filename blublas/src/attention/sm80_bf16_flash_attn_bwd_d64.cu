@@ -2,8 +2,8 @@
 // at head dim 64 (kernel templates in sm80_flash_attn_bwd.cuh). Entry 0 is the default; the others
 // are measured by bench/attention_bench.cu (Note [Attention tile tables]).
 // Name: dkdv w<warps, 16 keys each> br<queries per block> [kv-regs] / dq w<warps> bc<keys per
-// block> [q-regs]; min<CTAs per SM> when set. Comments: bwd TFLOP/s (2.5x forward FLOPs, delta
-// included) measured on an H200, run 4 (21:32 UTC).
+// block> [q-regs]; min<CTAs per SM> when set; merged: both passes in one launch. Comments: bwd
+// TFLOP/s (2.5x forward FLOPs, D precompute included) measured on an H200.
 #include "attention/sm80_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
@@ -18,12 +18,12 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 }
 
 const KernelConfig kTable[] = {
-    {"dkdv w4 br64 / dq w4 bc64", run<4, 64, false, 1, 4, 64, false, 1>},  // H200: 138.2
-    {"dkdv w8 br64 kv-regs / dq w8 bc64 q-regs", run<8, 64, true, 1, 8, 64, true, 1>},  // 135.7
-    {"dkdv w4 br64 kv-regs / dq w4 bc64 q-regs", run<4, 64, true, 1, 4, 64, true, 1>},  // 132.8
-    {"dkdv w4 br64 min2 / dq w4 bc64 q-regs min2", run<4, 64, false, 2, 4, 64, true, 2>},
-    {"dkdv w8 br64 / dq w8 bc64", run<8, 64, false, 1, 8, 64, false, 1>},
-    {"merged: dkdv w4 br64 + dq w4 bc64", run<4, 64, false, 1, 4, 64, false, 1, true>},
+    // H200 run 9 (22:39): bwd TFLOP/s incl. the D precompute (run 4, before the refactor, in ()).
+    {"merged: dkdv w4 br64 + dq w4 bc64", run<4, 64, false, 1, 4, 64, false, 1, true>},  // 128.6
+    {"dkdv w4 br64 / dq w4 bc64", run<4, 64, false, 1, 4, 64, false, 1>},  // 121.6 (138.2)
+    {"dkdv w4 br64 kv-regs / dq w4 bc64 q-regs", run<4, 64, true, 1, 4, 64, true, 1>},     // 125.8
+    {"dkdv w4 br64 min2 / dq w4 bc64 q-regs min2", run<4, 64, false, 2, 4, 64, true, 2>},  // 122.5
+    {"dkdv w8 br64 kv-regs / dq w8 bc64 q-regs", run<8, 64, true, 1, 8, 64, true, 1>},     // 111.3
 };
 
 }  // namespace

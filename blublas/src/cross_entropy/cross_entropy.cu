@@ -2,8 +2,8 @@
 // logits, see blublas/cross_entropy.h.
 //
 // Note [Fused classifier passes] Three launches: (1) one block counts the non-ignored targets
-// (an integer: deterministic) and flags bad ones; (2) the persistent, double-buffered row kernel
-// keeps its slice of each row in registers (Note [Softmax row residency]), gets the
+// (an integer: deterministic) and flags bad ones; (2) the row kernel keeps its slice of each row
+// in registers (the row-resident layout of the softmax, Note [Softmax row residency]), gets the
 // row's (max, sum) through the block / cluster combine, writes the row loss from the thread that
 // holds the target logit (read from registers, so an in-place dlogits never races with it) and
 // writes dlogits = (p - onehot) * dloss / count from the same registers: logits are read once and
@@ -62,61 +62,46 @@ __global__ void __launch_bounds__(kCountThreads)
 }
 
 // ---------------------------------------------------------------- resident row kernel
-// Persistent and double-buffered like the softmax forward (softmax.cu): the next row's slice
-// (and its target) load while the current row is reduced, combined and written.
-template <typename T, int W, int kLoads>
-__device__ __forceinline__ void xent_load_slice(float (&v)[kLoads][W], const T* src, int nvalid) {
-#pragma unroll
-  for (int k = 0; k < kLoads; ++k) {
-    const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
-    if (e < nvalid) load_f32_stream<T, W>(src + e, v[k]);
-  }
-}
-
-struct XentRow {
-  int64_t row;
-  int64_t begin;  // first element of this block's slice
-  int nvalid;
-  int target;
-  int n_count;
-  int64_t vocab;
-  int ignore_index;
-  float dloss;
-};
-
 template <typename T, int W, int kLoads, bool kCluster>
-__device__ __forceinline__ void xent_finish_slice(float (&v)[kLoads][W], const XentRow& r,
-                                                  float* __restrict__ losses, T* dlogits,
-                                                  MaxSum* scratch, MaxSum* slot) {
-  const bool valid = target_valid(r.target, r.vocab, r.ignore_index);
-  const int t_local = valid ? static_cast<int>(r.target - r.begin) : -1;  // may be outside
-  // The thread whose pack holds the target keeps its logit (from registers: an in-place dlogits
-  // never races with it).
-  const int t_pack = t_local >= 0 && t_local < r.nvalid ? t_local / W : -1;
-  const int t_k = t_pack >= 0 ? t_pack / static_cast<int>(blockDim.x) : -1;
-  const bool owner = t_pack >= 0 && t_pack % static_cast<int>(blockDim.x) == static_cast<int>(threadIdx.x);
-  const int t_i = t_pack >= 0 ? t_local - t_pack * W : 0;
-  float x_t = 0.0f;
+__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
+    xent_resident_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
+                         const int32_t* __restrict__ targets, const int* __restrict__ count,
+                         int64_t vocab, int ignore_index, float dloss, int cluster,
+                         int64_t chunk) {
+  __shared__ float scratch[32];
+  __shared__ MaxSum slot;
+  const RowSliceIndex sl = row_slice(kCluster ? cluster : 1, chunk, vocab);
+  const int64_t base = sl.row * vocab + sl.begin;
+  const int nvalid = static_cast<int>(sl.end - sl.begin);
+  const int t = targets[sl.row];
+  const bool valid = target_valid(t, vocab, ignore_index);
+  const int t_local = valid ? static_cast<int>(t - sl.begin) : -1;  // may be outside the slice
+  float v[kLoads][W];
   float m = -INFINITY;
+  float x_t = 0.0f;
+  bool owner = false;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
-    if (e < r.nvalid) {
+    if (e < nvalid) {
+      load_f32_stream<T, W>(logits + base + e, v[k]);
 #pragma unroll
-      for (int i = 0; i < W; ++i) m = fmaxf(m, v[k][i]);
-      if (owner && k == t_k) {
-#pragma unroll
-        for (int i = 0; i < W; ++i) x_t = i == t_i ? v[k][i] : x_t;
+      for (int i = 0; i < W; ++i) {
+        m = fmaxf(m, v[k][i]);
+        if (e + i == t_local) {
+          x_t = v[k][i];
+          owner = true;
+        }
       }
     }
   }
-  // Each thread normalizes against its own max; one fixed-order (max, sum) block combine.
-  const float mref = m == -INFINITY ? 0.0f : m;
+  const float mb = block_max(m, scratch);
+  const float mref = mb == -INFINITY ? 0.0f : mb;  // a fully -inf slice contributes exp(-inf) = 0
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
-    if (e < r.nvalid) {
+    if (e < nvalid) {
 #pragma unroll
       for (int i = 0; i < W; ++i) {
         v[k][i] = __expf(v[k][i] - mref);
@@ -124,76 +109,26 @@ __device__ __forceinline__ void xent_finish_slice(float (&v)[kLoads][W], const X
       }
     }
   }
-  const MaxSum local = block_maxsum(MaxSum{m, s}, scratch);
-  const MaxSum all = cluster_combine_maxsum<kCluster>(local, slot);
+  const MaxSum local{mb, block_sum(s, scratch)};
+  const MaxSum all = cluster_combine_maxsum<kCluster>(local, &slot);
+  const float lse = all.m + logf(all.s);
   if (losses != nullptr) {
-    if (owner) losses[r.row] = all.m + logf(all.s) - x_t;
-    if (!valid && r.begin == 0 && threadIdx.x == 0) losses[r.row] = 0.0f;
+    if (owner) losses[sl.row] = lse - x_t;
+    if (!valid && sl.begin == 0 && threadIdx.x == 0) losses[sl.row] = 0.0f;
   }
   if (dlogits == nullptr) return;
-  const float g = (valid && r.n_count > 0) ? r.dloss / static_cast<float>(r.n_count) : 0.0f;
-  const float scale = (s == 0.0f ? 0.0f : __expf(m - all.m)) / all.s * g;
-  T* dst = dlogits + r.row * r.vocab + r.begin;
+  const int n = *count;
+  const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+  const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s * g;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
-    if (e < r.nvalid) {
+    if (e < nvalid) {
       float o[W];
 #pragma unroll
-      for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale;
-      if (owner && k == t_k) {
-#pragma unroll
-        for (int i = 0; i < W; ++i) o[i] -= i == t_i ? g : 0.0f;
-      }
-      store_f32<T, W>(dst + e, o);
+      for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale - (e + i == t_local ? g : 0.0f);
+      store_f32<T, W>(dlogits + base + e, o);
     }
-  }
-}
-
-template <typename T, int W, int kLoads, bool kCluster>
-__global__ void __launch_bounds__(kResidentMaxThreads, (W > 1 && kCluster) ? 2 : 1)
-    xent_resident_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
-                         const int32_t* __restrict__ targets, const int* __restrict__ count,
-                         int64_t rows, int64_t vocab, int ignore_index, float dloss, int cluster,
-                         int64_t chunk) {
-  __shared__ MaxSum scratch[32];
-  __shared__ MaxSum slot;
-  const int cl = kCluster ? cluster : 1;
-  XentRow r;
-  r.begin = (blockIdx.x % cl) * chunk;
-  r.nvalid = static_cast<int>(r.begin + chunk < vocab ? chunk : vocab - r.begin);
-  r.n_count = *count;
-  r.vocab = vocab;
-  r.ignore_index = ignore_index;
-  r.dloss = dloss;
-  const int64_t stride = gridDim.x / cl;
-  int64_t row = blockIdx.x / cl;
-  float a[kLoads][W], b[kLoads][W];
-  int t_next = 0;
-  if (row < rows) {
-    xent_load_slice<T, W, kLoads>(a, logits + row * vocab + r.begin, r.nvalid);
-    t_next = targets[row];
-  }
-  while (row < rows) {
-    int64_t next = row + stride;
-    r.row = row;
-    r.target = t_next;
-    if (next < rows) {
-      xent_load_slice<T, W, kLoads>(b, logits + next * vocab + r.begin, r.nvalid);
-      t_next = targets[next];
-    }
-    xent_finish_slice<T, W, kLoads, kCluster>(a, r, losses, dlogits, scratch, &slot);
-    row = next;
-    if (row >= rows) break;
-    next = row + stride;
-    r.row = row;
-    r.target = t_next;
-    if (next < rows) {
-      xent_load_slice<T, W, kLoads>(a, logits + next * vocab + r.begin, r.nvalid);
-      t_next = targets[next];
-    }
-    xent_finish_slice<T, W, kLoads, kCluster>(b, r, losses, dlogits, scratch, &slot);
-    row = next;
   }
 }
 
@@ -268,17 +203,17 @@ template <typename T, int W>
 cudaError_t launch_rows(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                         const int* count, int64_t rows, int64_t vocab, int ignore_index,
                         float dloss, bool clusters_ok, cudaStream_t s) {
-  constexpr int kLoads = W == 1 ? 8 : 16 / W;  // per buffer, as the softmax forward
+  constexpr int kLoads = W == 1 ? 16 : 32 / W;
   ResidentConfig cfg;
   if (pick_resident_config(vocab, W, kLoads, clusters_ok, &cfg)) {
     if (cfg.cluster > 1) {
-      return launch_persistent(xent_resident_kernel<T, W, kLoads, true>, cfg, rows, s, losses,
-                               dlogits, logits, targets, count, rows, vocab, ignore_index, dloss,
-                               cfg.cluster, cfg.chunk_elems);
-    }
-    return launch_persistent(xent_resident_kernel<T, W, kLoads, false>, cfg, rows, s, losses,
-                             dlogits, logits, targets, count, rows, vocab, ignore_index, dloss,
+      return launch_resident(xent_resident_kernel<T, W, kLoads, true>, cfg, rows, s, losses,
+                             dlogits, logits, targets, count, vocab, ignore_index, dloss,
                              cfg.cluster, cfg.chunk_elems);
+    }
+    return launch_resident(xent_resident_kernel<T, W, kLoads, false>, cfg, rows, s, losses,
+                           dlogits, logits, targets, count, vocab, ignore_index, dloss,
+                           cfg.cluster, cfg.chunk_elems);
   }
   xent_generic_kernel<T, W><<<static_cast<unsigned>(rows), kGenericRowThreads, 0, s>>>(
       losses, dlogits, logits, targets, count, vocab, ignore_index, dloss);

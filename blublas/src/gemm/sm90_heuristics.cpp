@@ -61,11 +61,10 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   Sm90Plan plan;
   const int forced_tile = force.tile >= 0 ? force.tile : tile_from_env();
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
-  // The cluster-of-2 tile halves the B traffic from L2 (multicast); it needs >= 2 tile rows to
-  // pair up, so small-M problems keep the plain tile.
-  const bool pairable = p.m > sm90_tile_m(Sm90Tile::k128x256_2c);
+  // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct but measured slower on H200
+  // in every GPT-2 shape (run 9: bf16 geomean 0.57 vs 0.81 without clusters), so kAuto does not
+  // pick it; it stays selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
   const TileModel candidates[] = {
-      {pairable ? Sm90Tile::k128x256_2c_cl2 : Sm90Tile::k128x256_2c, pairable ? 1.1 : 1.0},
       {Sm90Tile::k128x256_2c, 1.0},
       {Sm90Tile::k128x128_2c, 0.9},
   };

@@ -39,98 +39,67 @@ constexpr int64_t kBwdMaxBlocks = 1024;
 constexpr int kGenericThreads = 256;
 
 // ---------------------------------------------------------------- forward, warp per row
-// weight and bias are staged once per block in shared memory as f32 ([2][cols], loaded while
-// the row loads are in flight), so no L1/L2 latency follows the row's reductions. A warp owns
-// kRows consecutive rows whose loads are all issued first (more bytes in flight per warp, and
-// the rows' shuffle reductions interleave).
-template <typename T, int W, int kPacks, int kRows, bool kResidual>
+template <typename T, int W, int kPacks, bool kResidual>
 __global__ void __launch_bounds__(kThreads)
     ln_fwd_warp_kernel(T* __restrict__ out, float* __restrict__ mean_out,
                        float* __restrict__ rstd_out, T* res_out, const T* x, const T* res,
                        const T* __restrict__ w, const T* __restrict__ b, int64_t rows, int cols,
                        float eps) {
-  static_assert(W % 4 == 0, "weight/bias are read from shared memory as float4");
-  extern __shared__ float4 wb_smem4[];  // [2][cols] floats: weight, bias
-  float* w_s = reinterpret_cast<float*>(wb_smem4);
-  float* b_s = w_s + cols;
   const int lane = threadIdx.x & 31;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;
   const int npacks = cols / W;
-  float v[kRows][kPacks][W];
+  const int64_t base = row * cols;
+  float v[kPacks][W];
+  float sum = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int64_t base = (row0 + j) * cols;
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < npacks) {
+      load_f32<T, W>(x + base + p * W, v[k]);
+      if constexpr (kResidual) {
+        float r[W];
+        load_f32<T, W>(res + base + p * W, r);
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + 32 * k;
-      if (row0 + j < rows && p < npacks) {
-        load_f32<T, W>(x + base + p * W, v[j][k]);
-        if constexpr (kResidual) {
-          float r[W];
-          load_f32<T, W>(res + base + p * W, r);
-#pragma unroll
-          for (int i = 0; i < W; ++i) v[j][k][i] = to_f32(from_f32<T>(v[j][k][i] + r[i]));
-        }
+        for (int i = 0; i < W; ++i) v[k][i] = to_f32(from_f32<T>(v[k][i] + r[i]));
+        store_f32<T, W>(res_out + base + p * W, v[k]);
       }
+#pragma unroll
+      for (int i = 0; i < W; ++i) sum += v[k][i];
     }
   }
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    w_s[c] = to_f32(w[c]);
-    b_s[c] = b != nullptr ? to_f32(b[c]) : 0.0f;
-  }
-  __syncthreads();
-  if (row0 >= rows) return;
-  float mean[kRows], rstd[kRows];
+  const float mean = warp_sum(sum) / static_cast<float>(cols);
+  float sq = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-#pragma unroll
-      for (int i = 0; i < W; ++i) sum += lane + 32 * k < npacks ? v[j][k][i] : 0.0f;
-    }
-    mean[j] = warp_sum(sum) / static_cast<float>(cols);
-  }
-#pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    float sq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
+  for (int k = 0; k < kPacks; ++k) {
+    if (lane + 32 * k < npacks) {
 #pragma unroll
       for (int i = 0; i < W; ++i) {
-        const float d = v[j][k][i] - mean[j];
-        sq += lane + 32 * k < npacks ? d * d : 0.0f;
+        const float d = v[k][i] - mean;
+        sq += d * d;
       }
     }
-    rstd[j] = rsqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+  }
+  const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+  if (lane == 0) {
+    if (mean_out) mean_out[row] = mean;
+    if (rstd_out) rstd_out[row] = rstd;
   }
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int64_t row = row0 + j;
-    if (row >= rows) continue;
-    const int64_t base = row * cols;
-    if (lane == 0) {
-      if (mean_out) mean_out[row] = mean[j];
-      if (rstd_out) rstd_out[row] = rstd[j];
-    }
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < npacks) {
+      float wv[W], bv[W], o[W];
+      load_f32<T, W>(w + p * W, wv);
+      if (b) {
+        load_f32<T, W>(b + p * W, bv);
+      } else {
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + 32 * k;
-      if (p < npacks) {
-        if constexpr (kResidual) store_f32<T, W>(res_out + base + p * W, v[j][k]);
-        float o[W];
-#pragma unroll
-        for (int q = 0; q < W / 4; ++q) {
-          const float4 wv = reinterpret_cast<const float4*>(w_s + p * W)[q];
-          const float4 bv = reinterpret_cast<const float4*>(b_s + p * W)[q];
-          o[4 * q + 0] = (v[j][k][4 * q + 0] - mean[j]) * rstd[j] * wv.x + bv.x;
-          o[4 * q + 1] = (v[j][k][4 * q + 1] - mean[j]) * rstd[j] * wv.y + bv.y;
-          o[4 * q + 2] = (v[j][k][4 * q + 2] - mean[j]) * rstd[j] * wv.z + bv.z;
-          o[4 * q + 3] = (v[j][k][4 * q + 3] - mean[j]) * rstd[j] * wv.w + bv.w;
-        }
-        store_f32<T, W>(out + base + p * W, o);
+        for (int i = 0; i < W; ++i) bv[i] = 0.0f;
       }
+#pragma unroll
+      for (int i = 0; i < W; ++i) o[i] = (v[k][i] - mean) * rstd * wv[i] + bv[i];
+      store_f32<T, W>(out + base + p * W, o);
     }
   }
 }
@@ -361,14 +330,9 @@ int64_t bwd_rows_per_block(int64_t rows) {
 template <typename T, int W, int kPacks, bool kRes>
 void launch_fwd_warp(T* out, float* mean, float* rstd, T* res_out, const T* x, const T* res,
                      const T* w, const T* b, int64_t rows, int cols, float eps, cudaStream_t s) {
-  // Two rows per warp while a lane holds <= 24 values per row (C = 768 in f32 and bf16).
-  constexpr int kRows = kPacks * W <= 24 ? 2 : 1;
-  const int64_t rows_per_block = int64_t{kWarpsPerBlock} * kRows;
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  const size_t smem = 2 * static_cast<size_t>(cols) * sizeof(float);  // <= 16 KiB (cols <= 2048)
-  ln_fwd_warp_kernel<T, W, kPacks, kRows, kRes>
-      <<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(out, mean, rstd, res_out, x, res, w,
-                                                             b, rows, cols, eps);
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  ln_fwd_warp_kernel<T, W, kPacks, kRes><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+      out, mean, rstd, res_out, x, res, w, b, rows, cols, eps);
 }
 
 // Calls f(std::integral_constant<int, kPacks>) for the smallest supported kPacks >= need.

@@ -74,44 +74,6 @@ cudaError_t launch_resident(Kernel kernel, const ResidentConfig& cfg, int64_t ro
   return cudaLaunchKernelEx(&lc, kernel, args...);
 }
 
-// Persistent launch: as many rows at once as fit on the device (co-resident clusters or blocks,
-// from the occupancy API), each cluster then walks rows blockIdx.x / cluster + k * (gridDim.x /
-// cluster). A row's bits do not depend on which cluster computes it, so the result is the same
-// on every device. Falls back to one cluster per row when the occupancy query gives nothing.
-template <typename Kernel, typename... Args>
-cudaError_t launch_persistent(Kernel kernel, const ResidentConfig& cfg, int64_t rows,
-                              cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t lc = {};
-  lc.blockDim = dim3(static_cast<unsigned>(cfg.threads));
-  lc.dynamicSmemBytes = 0;
-  lc.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cfg.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  lc.attrs = attr;
-  lc.numAttrs = cfg.cluster > 1 ? 1 : 0;
-  int64_t resident = 0;
-  if (cfg.cluster > 1) {
-    lc.gridDim = dim3(static_cast<unsigned>(cfg.cluster));
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &lc) == cudaSuccess) resident = clusters;
-  } else {
-    int per_sm = 0;
-    DeviceInfo info;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cfg.threads, 0) ==
-            cudaSuccess &&
-        current_device_info(&info).ok()) {
-      resident = static_cast<int64_t>(per_sm) * info.sm_count;
-    }
-  }
-  (void)cudaGetLastError();  // a failed query is not an error of this launch
-  const int64_t groups = resident > 0 && resident < rows ? resident : rows;
-  lc.gridDim = dim3(static_cast<unsigned>(groups * cfg.cluster));
-  return cudaLaunchKernelEx(&lc, kernel, args...);
-}
-
 // Combines each block's partial across the cluster in rank order; every thread of every block
 // gets the same bits. `slot` is a __shared__ variable of the caller. Without a cluster (or on
 // targets without clusters) the block's own value is the result.

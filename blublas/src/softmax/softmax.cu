@@ -1,8 +1,8 @@
 // softmax.cu: row softmax forward and backward (f32 / bf16), see Note [Softmax row residency] in
-// blublas/softmax.h. Resident kernels keep kLoads packs per thread in registers (two buffers of 16
-// values in the persistent forward, 16 each of y and dy in the backward), so each element is read
-// once and written once; the generic kernels (rows longer than 8 blocks can hold, or long rows
-// without clusters) use the online normalizer and read the row twice.
+// blublas/softmax.h. Resident kernels keep kLoads packs per thread in registers (32 f32 values for
+// the forward, 2 x 16 for the backward's y and dy), so each element is read once and written once;
+// the generic kernels (rows longer than 8 blocks can hold, or long rows without clusters) use the
+// online normalizer and read the row twice.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -19,31 +19,28 @@ namespace {
 using namespace fused;  // NOLINT: the kernel helpers of this family
 
 // ---------------------------------------------------------------- resident forward
-// Persistent and double-buffered: while a row's slice is reduced, combined and written, the
-// slice of the cluster's next row is already loading into the other register buffer.
-template <typename T, int W, int kLoads>
-__device__ __forceinline__ void load_slice(float (&v)[kLoads][W], const T* src, int nvalid) {
-#pragma unroll
-  for (int k = 0; k < kLoads; ++k) {
-    const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
-    if (e < nvalid) load_f32_stream<T, W>(src + e, v[k]);
-  }
-}
-
 template <typename T, int W, int kLoads, bool kCluster>
-__device__ __forceinline__ void softmax_finish_slice(float (&v)[kLoads][W], T* dst, int nvalid,
-                                                     MaxSum* scratch, MaxSum* slot) {
+__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
+    softmax_fwd_resident_kernel(T* y, const T* x, int64_t cols, int cluster, int64_t chunk) {
+  __shared__ float scratch[32];
+  __shared__ MaxSum slot;
+  const RowSliceIndex sl = row_slice(kCluster ? cluster : 1, chunk, cols);
+  const T* xr = x + sl.row * cols + sl.begin;
+  T* yr = y + sl.row * cols + sl.begin;
+  const int nvalid = static_cast<int>(sl.end - sl.begin);
+  float v[kLoads][W];
   float m = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
     if (e < nvalid) {
+      load_f32_stream<T, W>(xr + e, v[k]);
 #pragma unroll
       for (int i = 0; i < W; ++i) m = fmaxf(m, v[k][i]);
     }
   }
-  // Each thread normalizes against its own max; one fixed-order (max, sum) block combine.
-  const float mref = m == -INFINITY ? 0.0f : m;  // an all -inf thread contributes exp(-inf) = 0
+  const float mb = block_max(m, scratch);
+  const float mref = mb == -INFINITY ? 0.0f : mb;  // a fully -inf slice contributes exp(-inf) = 0
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -56,9 +53,9 @@ __device__ __forceinline__ void softmax_finish_slice(float (&v)[kLoads][W], T* d
       }
     }
   }
-  const MaxSum local = block_maxsum(MaxSum{m, s}, scratch);
-  const MaxSum all = cluster_combine_maxsum<kCluster>(local, slot);
-  const float scale = (s == 0.0f ? 0.0f : __expf(m - all.m)) / all.s;
+  const MaxSum local{mb, block_sum(s, scratch)};
+  const MaxSum all = cluster_combine_maxsum<kCluster>(local, &slot);
+  const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
     const int e = (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * W;
@@ -66,34 +63,8 @@ __device__ __forceinline__ void softmax_finish_slice(float (&v)[kLoads][W], T* d
       float o[W];
 #pragma unroll
       for (int i = 0; i < W; ++i) o[i] = v[k][i] * scale;
-      store_f32<T, W>(dst + e, o);
+      store_f32<T, W>(yr + e, o);
     }
-  }
-}
-
-template <typename T, int W, int kLoads, bool kCluster>
-__global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
-    softmax_fwd_resident_kernel(T* y, const T* x, int64_t rows, int64_t cols, int cluster,
-                                int64_t chunk) {
-  __shared__ MaxSum scratch[32];
-  __shared__ MaxSum slot;
-  const int cl = kCluster ? cluster : 1;
-  const int64_t begin = (blockIdx.x % cl) * chunk;
-  const int nvalid = static_cast<int>(begin + chunk < cols ? chunk : cols - begin);
-  const int64_t stride = gridDim.x / cl;
-  int64_t row = blockIdx.x / cl;
-  float a[kLoads][W], b[kLoads][W];
-  if (row < rows) load_slice<T, W, kLoads>(a, x + row * cols + begin, nvalid);
-  while (row < rows) {
-    int64_t next = row + stride;
-    if (next < rows) load_slice<T, W, kLoads>(b, x + next * cols + begin, nvalid);
-    softmax_finish_slice<T, W, kLoads, kCluster>(a, y + row * cols + begin, nvalid, scratch, &slot);
-    row = next;
-    if (row >= rows) break;
-    next = row + stride;
-    if (next < rows) load_slice<T, W, kLoads>(a, x + next * cols + begin, nvalid);
-    softmax_finish_slice<T, W, kLoads, kCluster>(b, y + row * cols + begin, nvalid, scratch, &slot);
-    row = next;
   }
 }
 
@@ -194,12 +165,10 @@ __global__ void __launch_bounds__(kGenericRowThreads)
 // ---------------------------------------------------------------- dispatch
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// kLoads packs per thread and buffer
+// kLoads per thread: 32 floats of registers per array in the forward, 16 per array backward
 // (half that for the scalar path, whose per-element addresses and predicates also take registers).
-// The forward keeps two buffers of 16 values per thread (the row being finished and the next
-// one loading); the backward one buffer of 16 values for each of y and dy.
 template <typename T, int W, bool kBackward>
-constexpr int kLoadsFor = W == 1 ? 8 : 16 / W;
+constexpr int kLoadsFor = W == 1 ? (kBackward ? 8 : 16) : (kBackward ? 16 : 32) / W;
 
 template <typename T, int W>
 Status forward_w(T* y, const T* x, int64_t rows, int64_t cols, bool clusters_ok, cudaStream_t s) {
@@ -208,11 +177,11 @@ Status forward_w(T* y, const T* x, int64_t rows, int64_t cols, bool clusters_ok,
   cudaError_t err;
   if (pick_resident_config(cols, W, kLoads, clusters_ok, &cfg)) {
     if (cfg.cluster > 1) {
-      err = launch_persistent(softmax_fwd_resident_kernel<T, W, kLoads, true>, cfg, rows, s, y,
-                              x, rows, cols, cfg.cluster, cfg.chunk_elems);
+      err = launch_resident(softmax_fwd_resident_kernel<T, W, kLoads, true>, cfg, rows, s, y, x,
+                            cols, cfg.cluster, cfg.chunk_elems);
     } else {
-      err = launch_persistent(softmax_fwd_resident_kernel<T, W, kLoads, false>, cfg, rows, s, y,
-                              x, rows, cols, cfg.cluster, cfg.chunk_elems);
+      err = launch_resident(softmax_fwd_resident_kernel<T, W, kLoads, false>, cfg, rows, s, y, x,
+                            cols, cfg.cluster, cfg.chunk_elems);
     }
   } else {
     softmax_fwd_generic_kernel<T, W><<<static_cast<unsigned>(rows), kGenericRowThreads, 0, s>>>(
