@@ -121,6 +121,12 @@ if ((do_bench)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
     timeout "${BLU_BENCH_TIMEOUT:-240}" python3 blutrain/tools/hf_fidelity.py --blutrain "$bin" \
       --out "$work/fidelity" --json "$res/fidelity.json" > "$logs/fidelity.txt" 2>&1 \
       || echo "fidelity failed rc=$?" >> "$logs/bench_failures.txt"
+    if [ -x $build/tests/safetensors_roundtrip_tool ]; then
+      stamp "safetensors round trip with PyTorch"
+      timeout 120 python3 tests/interop/torch_safetensors_roundtrip.py $build/tests/safetensors_roundtrip_tool \
+        "$work/interop" "$res/interop.json" > "$logs/interop.txt" 2>&1 \
+        || echo "safetensors round trip with PyTorch failed" >> "$logs/bench_failures.txt"
+    fi
     stamp "e2e GPT-2 124M"
     STEPS=${BLU_E2E_STEPS:-12} timeout "${BLU_E2E_TIMEOUT:-300}" blutrain/tools/e2e.sh "$bin" "$work/e2e" \
       > "$logs/e2e.txt" 2>&1 || echo "e2e failed rc=$?" >> "$logs/bench_failures.txt"
@@ -151,7 +157,7 @@ gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done
-for b in $benches torch_kernels torch_attention fidelity e2e; do
+for b in $benches torch_kernels torch_attention fidelity interop e2e; do
   [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
 done
 [ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }

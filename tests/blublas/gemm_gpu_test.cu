@@ -491,9 +491,9 @@ TEST(GemmGpu, SimtSplitK) {
   run_all(cases);
 }
 
-// Problems with at least two 128 x 128 tiles per SM and 16-byte aligned lds take the cp.async
-// SIMT kernel (simt_f32_async_gemm.cu): every operand major, odd M, N, K, an epilogue.
-TEST(GemmGpu, SimtAsyncLargeTiles) {
+// Problems with at least two 128 x 128 tiles per SM take the 128 x 128 SIMT tiles with float4
+// loads (16-byte aligned lds): every operand major, odd M, N, K, an epilogue.
+TEST(GemmGpu, SimtLargeTiles) {
   BLU_REQUIRE_GPU();
   std::vector<Case> cases;
   int idx = 0;

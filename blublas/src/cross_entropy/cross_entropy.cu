@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
   const int64_t base = sl.row * vocab + sl.begin;
   const int nvalid = static_cast<int>(sl.end - sl.begin);
   const int t = targets[sl.row];
+  const int n = *count;  // written by the count launch; loaded early, used after the combine
   const bool valid = target_valid(t, vocab, ignore_index);
   const int t_local = valid ? static_cast<int>(t - sl.begin) : -1;  // may be outside the slice
   float v[kLoads][W];
@@ -117,7 +118,6 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     if (!valid && sl.begin == 0 && threadIdx.x == 0) losses[sl.row] = 0.0f;
   }
   if (dlogits == nullptr) return;
-  const int n = *count;
   const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
   const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s * g;
 #pragma unroll
