@@ -61,5 +61,8 @@ class Value {
 // Parses the whole text (trailing non-space is an error). Duplicate object keys are an error.
 Value parse(const std::string& text);
 std::string quote(const std::string& s);  // JSON string literal
+// Appends the UTF-8 encoding of one code point (<= 0x10FFFF) to `out` (used by the \u escapes
+// here and by blutrain's byte-level tokenizer).
+void append_utf8(std::string& out, uint32_t code_point);
 
 }  // namespace blu::json

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "blutensor/json.h"
 #include "blutrain/tokenizer.h"
 #include "tokenizer/unicode_class.h"
 
@@ -21,23 +22,7 @@ namespace {
 
 using unicode::CodePointClass;
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using json::append_utf8;
 
 // A decoded code point of valid UTF-8 and its byte length.
 struct CodePoint {
