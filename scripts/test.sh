@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
-build_dir=$(scripts/configure.sh "$@")
+build_dir=$(scripts/configure.sh -DBLU_BUILD_TESTS=ON -DBLU_BUILD_BENCH=ON "$@")
 jobs=$(nproc)
 cmake --build "$build_dir" -j "$jobs"
 cd "$build_dir"
