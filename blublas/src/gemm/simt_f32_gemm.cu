@@ -228,10 +228,8 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 
 }  // namespace
 
-// The cp.async kernel (simt_f32_async_gemm.cu) measured slower than this register-staged one on
-// an H200 (run 9, GPT-2 shapes: NN 0.77 vs 0.85, NT 0.69 vs 0.79 of cuBLAS), so it is off; kept
-// compiled for the next tuning round (Note [cp.async SIMT pipeline]).
-constexpr bool kUseAsyncKernel = false;
+// A cp.async-pipelined variant measured slower than this register-staged kernel on an H200 (run 9:
+// NN 0.77 vs 0.85, NT 0.69 vs 0.79 of cuBLAS) and was removed; see bench/NOTES.md.
 
 std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
   if (plan.kernel == SimtKernel::kGeneric || plan.splits <= 1) return 0;
@@ -254,8 +252,6 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   const int splits = plan.splits > 1 ? plan.splits : 1;
   if (plan.kernel == SimtKernel::kTiled64) {
     BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
-  } else if (kUseAsyncKernel && simt_f32_async_accepts(p)) {
-    BLUBLAS_RETURN_IF_ERROR(simt_f32_async_launch(p, split, splits, stream));
   } else {
     BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
   }

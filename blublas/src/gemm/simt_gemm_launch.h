@@ -20,12 +20,6 @@ struct SplitArgs {
   float* partial = nullptr;
 };
 
-// The cp.async-pipelined 128 x 128 strict-fp32 kernel (simt_f32_async_gemm.cu): needs 16-byte
-// aligned operands (pointer, ld and batch stride multiples of 4 floats).
-bool simt_f32_async_accepts(const GemmProblem& p);
-Status simt_f32_async_launch(const GemmProblem& p, const SplitArgs& split, int splits,
-                             cudaStream_t stream);
-
 // With plan.splits > 1, `partial` holds splits * batch * M * N floats (simt_split_bytes).
 Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
                              cudaStream_t stream);
