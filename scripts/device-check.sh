@@ -112,6 +112,15 @@ if ((do_bench)); then
   done
 fi
 
+# The profiler command (users' tool) over every family: each command must run and agree with its
+# reference; the JSON lines land in profiler.jsonl.
+if ((do_bench)) && [ "$suite" != tensor ] && [ "$suite" != train ]; then
+  stamp "blublas-profiler smoke"
+  scripts/profiler-smoke.sh $build "$res" > "$logs/profiler.txt" 2>&1 \
+    || echo "profiler: $(tail -1 "$logs/profiler.txt")" >> "$logs/bench_failures.txt"
+  pack
+fi
+
 # The trainer: GPT-2 124M end to end (tok/s, peak memory per precision) and fidelity against
 # Hugging Face transformers' GPT2LMHeadModel from the same safetensors weights.
 if ((do_bench)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
@@ -157,7 +166,7 @@ gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done
-for b in $benches torch_kernels torch_attention fidelity interop e2e; do
+for b in $benches torch_kernels torch_attention profiler fidelity interop e2e; do
   [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
 done
 [ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }

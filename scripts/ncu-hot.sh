@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Nsight Compute on the hot kernels, one launch each, through blublas-profiler commands (clocks left
+# alone: --clock-control none, as the device notes ask). Text reports land in <out-dir>/<name>.txt.
+#   scripts/ncu-hot.sh <build-dir> <out-dir> [name ...]     (names: see the table below; default all)
+set -uo pipefail
+bin=$1/blublas/blublas-profiler; out=$2; shift 2
+mkdir -p "$out"
+command -v ncu >/dev/null || { echo "ncu-hot: no ncu on this machine"; exit 1; }
+sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+--section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+# name ; kernel regex ; profiler command
+table=(
+  "gemm_bf16_fc_fwd;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_attnproj_fwd;regex:sm90_gemm;gemm --m=16384 --n=768 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_fc_dw;regex:sm90_gemm;gemm --m=768 --n=3072 --k=16384 --dtype=bf16 --op_a=t --op_b=n --reps=2"
+  "gemm_sm80_bf16;regex:sm80;gemm --m=4096 --n=4096 --k=4096 --dtype=bf16 --path=sm80 --reps=2"
+  "gemm_simt_f32;regex:simt;gemm --m=4096 --n=4096 --k=4096 --dtype=f32 --reps=2"
+  "layernorm_bwd_bf16;regex:layernorm;layernorm --dtype=bf16 --op=bwd --reps=2"
+  "softmax_fwd_f32;regex:softmax;softmax --dtype=f32 --op=fwd --reps=2"
+  "xent_bf16;regex:xent|cross|classif;xent --dtype=bf16 --reps=2"
+  "embedding_bwd_f32;regex:embed|wte|wpe;embedding --dtype=f32 --reps=2"
+  "attn_fwd_bf16;regex:flash_attn_fwd;attention --d=64 --mode=bf16 --reps=2"
+  "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
+)
+for row in "${table[@]}"; do
+  IFS=';' read -r name kre cmd <<< "$row"
+  [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
+  echo "== $name: $cmd ($kre)"
+  # shellcheck disable=SC2086
+  timeout 120 ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 $sections \
+    "$bin" $cmd > "$out/$name.txt" 2>&1 || echo "ncu $name rc=$?"
+  if grep -qE "Failed to initialize|LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported" "$out/$name.txt"; then
+    echo "ncu-hot: ncu cannot read counters here:"; grep -E "==ERROR==|Failed|not supported" "$out/$name.txt" | head -3
+    exit 1
+  fi
+  grep -E "^\s+[a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible" "$out/$name.txt" | head -14
+done
