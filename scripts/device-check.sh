@@ -74,6 +74,21 @@ else
   build_rc=0
 fi
 
+# SASS of the hot kernels: instruction counts per kernel and arch, the static checks, and the
+# sm_90a SASS text of the GEMM and attention kernels (the whole dump is too large to bring back).
+sass_step() {
+  cuobjdump --dump-sass $build/blublas/libblublas.a > "$work/sass_blublas.txt" 2>/dev/null
+  python3 scripts/sass_check.py "$work/sass_blublas.txt" "$res/sass_check.json" > "$logs/sass_check.txt" 2>&1
+  awk '/arch = /{arch=$3} /Function : /{keep = (arch=="sm_90a" && $0 ~ /(sm90_gemm_kernel|flash_attn_(fwd|bwd)|sm80[A-Za-z0-9_]*gemm[A-Za-z0-9_]*kernel)/)} keep' \
+    "$work/sass_blublas.txt" | head -c 60000000 | gzip -c > "$logs/sass_hot_sm90a.txt.gz"
+  rm -f "$work/sass_blublas.txt"
+}
+# It runs on the CPU (cuobjdump over the whole library takes minutes) while the GPU runs the tests.
+sass_pid=""
+if ((do_sass)) && [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
+  stamp "sass (in the background)"; sass_step & sass_pid=$!
+fi
+
 tests_pass=0; tests_fail=0; tests_total=0
 if ((do_tests)); then
   stamp "tests: $tests"
@@ -145,17 +160,7 @@ if ((do_bench)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
   fi
 fi
 
-# SASS of the hot kernels: instruction counts per kernel and arch, the static checks, and the
-# sm_90a SASS text of the GEMM and attention kernels (the whole dump is too large to bring back).
-if ((do_sass)) && [ -f $build/blublas/libblublas.a ] && command -v cuobjdump >/dev/null; then
-  stamp "sass"
-  cuobjdump --dump-sass $build/blublas/libblublas.a > "$work/sass_blublas.txt" 2>/dev/null
-  python3 scripts/sass_check.py "$work/sass_blublas.txt" "$res/sass_check.json" > "$logs/sass_check.txt" 2>&1
-  awk '/arch = /{arch=$3} /Function : /{keep = (arch=="sm_90a" && $0 ~ /(sm90_gemm_kernel|flash_attn_(fwd|bwd)|sm80[A-Za-z0-9_]*gemm[A-Za-z0-9_]*kernel)/)} keep' \
-    "$work/sass_blublas.txt" | head -c 60000000 | gzip -c > "$logs/sass_hot_sm90a.txt.gz"
-  rm -f "$work/sass_blublas.txt"
-fi
-
+[ -n "$sass_pid" ] && { wait "$sass_pid"; stamp "sass done"; }
 python3 scripts/make_summary.py --results "$res" --gpu-name "$gpu_name" --tag "$tag" \
   --committed "bench/results/$tag/summary.json" --out "$OUT/summary.json" \
   --build-rc "$build_rc" --tests "$tests_pass/$tests_total" --suite "$suite" \

@@ -22,12 +22,21 @@ table=(
   "attn_fwd_bf16;regex:flash_attn_fwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
 )
+# Probe first: a tiny command with one metric, so a machine whose ncu cannot read counters (or
+# hangs) costs 45 s, not the whole call.
+echo "== probe (uname -r: $(uname -r))"
+timeout 45 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:layernorm --launch-count 1 \
+  "$bin" layernorm --rows=1024 --reps=1 > "$out/probe.txt" 2>&1
+probe_rc=$?; tail -15 "$out/probe.txt"
+if [ $probe_rc -ne 0 ] || ! grep -q "gpu__time_duration" "$out/probe.txt"; then
+  echo "ncu-hot: the probe failed (rc $probe_rc): no reports on this machine"; exit 1
+fi
 for row in "${table[@]}"; do
   IFS=';' read -r name kre cmd <<< "$row"
   [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
   echo "== $name: $cmd ($kre)"
   # shellcheck disable=SC2086
-  timeout 120 ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 $sections \
+  timeout 60 ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 $sections \
     "$bin" $cmd > "$out/$name.txt" 2>&1 || echo "ncu $name rc=$?"
   if grep -qE "Failed to initialize|LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported" "$out/$name.txt"; then
     echo "ncu-hot: ncu cannot read counters here:"; grep -E "==ERROR==|Failed|not supported" "$out/$name.txt" | head -3

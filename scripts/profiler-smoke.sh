@@ -7,7 +7,7 @@
 set -uo pipefail
 bin=$1/blublas/blublas-profiler; res=$2
 [ -x "$bin" ] || { echo "profiler-smoke: $bin not built"; exit 1; }
-out=$res/profiler.jsonl; : > "$out"; fails=0
+mkdir -p "$res"; out=$res/profiler.jsonl; : > "$out"; fails=0
 run() {
   local line
   if line=$(timeout 60 "$bin" "$@" --json 2>/tmp/profiler-err.txt); then
