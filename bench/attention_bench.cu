@@ -35,6 +35,7 @@ struct Shape {
   int B, T, H, d;
   AttnPrecision prec;
   const char* metric_prefix;  // metrics: <prefix>.fwd_tflops, <prefix>.fwdbwd_tflops
+  AttnPath path = AttnPath::kAuto;  // forced path rows: <prefix>.<path>.*
 };
 
 struct Result {
@@ -130,6 +131,7 @@ void setup(const Shape& s, cudaStream_t stream, Problem* pb) {
 Result run(const Shape& s, bool quick, cudaStream_t stream) {
   Problem pb;
   setup(s, stream, &pb);
+  pb.desc.path = s.path;
   const blublas::AttentionDesc& desc = pb.desc;
   void* ws = pb.ws;
   const size_t ws_bytes = pb.ws_bytes;
@@ -158,7 +160,9 @@ Result run(const Shape& s, bool quick, cudaStream_t stream) {
 }
 
 // Times every entry of the bf16 tile tables (Note [Attention tile tables]) at one shape.
-void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* report) {
+void sweep(const Shape& s, bool sm90, bool quick, cudaStream_t stream,
+           blu::bench::Report* report) {
+  const char* family = sm90 ? "sm90" : "sm80";
   Problem pb;
   setup(s, stream, &pb);
   blublas::DeviceInfo dev;
@@ -167,10 +171,11 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
   check(blublas::attention_forward(pb.desc, stream));
   const int warmup = quick ? 2 : 3, reps = quick ? 5 : 15;
   const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
-  std::printf("\n| tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n",
-              s.d);
+  std::printf("\n| %s tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n",
+              family, s.d);
   int n = 0;
-  const blublas::attn::KernelConfig* ft = blublas::attn::sm80_bf16_fwd_table(s.d, &n);
+  const blublas::attn::KernelConfig* ft = sm90 ? blublas::attn::sm90_bf16_fwd_table(s.d, &n)
+                                               : blublas::attn::sm80_bf16_fwd_table(s.d, &n);
   for (int i = 0; i < n; ++i) {
     const blublas::Status probe = ft[i].launch(p, dev, stream);
     if (!probe.ok()) {
@@ -183,13 +188,15 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
     std::printf("| fwd | %d: %s | %.3f | %.1f |\n", i, ft[i].name, ms, tf);
     report->row(blu::bench::Row()
                     .str("sweep", "fwd")
+                    .str("family", family)
                     .num("d", s.d)
                     .num("config", i)
                     .str("name", ft[i].name)
                     .num("ms", ms)
                     .num("tflops", tf));
   }
-  const blublas::attn::KernelConfig* bt = blublas::attn::sm80_bf16_bwd_table(s.d, &n);
+  const blublas::attn::KernelConfig* bt = sm90 ? blublas::attn::sm90_bf16_bwd_table(s.d, &n)
+                                               : blublas::attn::sm80_bf16_bwd_table(s.d, &n);
   for (int i = 0; i < n; ++i) {
     const blublas::Status probe = bt[i].launch(p, dev, stream);
     if (!probe.ok()) {
@@ -206,6 +213,7 @@ void sweep(const Shape& s, bool quick, cudaStream_t stream, blu::bench::Report* 
     std::printf("| bwd | %d: %s | %.3f | %.1f |\n", i, bt[i].name, ms, tf);
     report->row(blu::bench::Row()
                     .str("sweep", "bwd")
+                    .str("family", family)
                     .num("d", s.d)
                     .num("config", i)
                     .str("name", bt[i].name)
@@ -245,6 +253,22 @@ int main(int argc, char** argv) {
       {16, 1024, 12, 64, AttnPrecision::kF32TF32, "attention.tf32"},
       {4, 1024, 12, 64, AttnPrecision::kF32Strict, "attention.fp32"},
   };
+  // The bf16 rows again per forced path (sm80 mma.sync and sm90 wgmma side by side), where the
+  // device runs that path.
+  {
+    blublas::DeviceInfo dev;
+    check(blublas::current_device_info(&dev));
+    const bool sm90 = blublas::attn::sm90_attn_available(dev).ok();
+    for (int i = 0; i < 2; ++i) {
+      Shape s = shapes[i];
+      s.path = AttnPath::kSm80Mma;
+      shapes.push_back(s);
+      if (sm90) {
+        s.path = AttnPath::kSm90Wgmma;
+        shapes.push_back(s);
+      }
+    }
+  }
   blu::bench::Report report("attention_bench");
   struct Printed {
     Shape s;
@@ -253,9 +277,11 @@ int main(int argc, char** argv) {
   std::vector<Printed> done;
   for (const Shape& s : shapes) {
     const Result r = run(s, opt.quick, stream);
-    report.metric(std::string(s.metric_prefix) + ".fwd_tflops", r.fwd_tflops);
-    report.metric(std::string(s.metric_prefix) + ".bwd_tflops", r.bwd_tflops);
-    report.metric(std::string(s.metric_prefix) + ".fwdbwd_tflops", r.fwdbwd_tflops);
+    std::string prefix = s.metric_prefix;
+    if (s.path != AttnPath::kAuto) prefix += std::string(".") + blublas::attn_path_name(s.path);
+    report.metric(prefix + ".fwd_tflops", r.fwd_tflops);
+    report.metric(prefix + ".bwd_tflops", r.bwd_tflops);
+    report.metric(prefix + ".fwdbwd_tflops", r.fwdbwd_tflops);
     report.row(blu::bench::Row()
                    .str("precision", blublas::attn_precision_name(s.prec))
                    .str("path", r.path)
@@ -280,7 +306,7 @@ int main(int argc, char** argv) {
   const double ours = done[0].r.fwdbwd_tflops;
   if (!opt.out_dir.empty()) {  // tf32 and strict fp32 against PyTorch SDPA on fp32 inputs
     const std::string tj = opt.out_dir + "/torch_attention.json";
-    for (size_t i = 2; i < done.size(); ++i) {
+    for (size_t i = 2; i < 4; ++i) {
       const std::string mode = done[i].s.prec == AttnPrecision::kF32TF32 ? "tf32" : "fp32";
       const double ref = json_number(tj, "torch_sdpa." + mode + ".fwdbwd_tflops");
       if (std::isfinite(ref) && ref > 0) {
@@ -321,8 +347,15 @@ int main(int argc, char** argv) {
   };
   report.write(opt.out_dir);  // before the sweep: a failing experimental tile cannot lose it
   print_summary();
-  sweep(shapes[0], opt.quick, stream, &report);
-  sweep(shapes[1], opt.quick, stream, &report);
+  {
+    blublas::DeviceInfo dev;
+    check(blublas::current_device_info(&dev));
+    const bool sm90 = blublas::attn::sm90_attn_available(dev).ok();
+    for (int fam = sm90 ? 1 : 0; fam >= 0; --fam) {
+      sweep(shapes[0], fam == 1, opt.quick, stream, &report);
+      sweep(shapes[1], fam == 1, opt.quick, stream, &report);
+    }
+  }
   report.write(opt.out_dir);  // again, with the sweep rows
   print_summary();            // the short table comes last
   BLU_BENCH_CUDA(cudaStreamDestroy(stream));

@@ -92,7 +92,7 @@ fi
 tests_pass=0; tests_fail=0; tests_total=0
 if ((do_tests)); then
   stamp "tests: $tests"
-  (cd $build && timeout "${BLU_TEST_TIMEOUT:-240}" ctest -R "$tests" --output-on-failure --timeout 120 -j 4 \
+  (cd $build && timeout "${BLU_TEST_TIMEOUT:-240}" ctest -R "$tests" --output-on-failure --timeout 120 -j "${BLU_TEST_JOBS:-4}" \
      --output-junit "$res/ctest_junit.xml") > "$logs/ctest.txt" 2>&1
   tests_total=$(grep -oE "out of [0-9]+" "$logs/ctest.txt" | tail -1 | grep -oE "[0-9]+" || echo 0)
   tests_fail=$(grep -oE "[0-9]+ tests failed" "$logs/ctest.txt" | grep -oE "^[0-9]+" || echo 0)

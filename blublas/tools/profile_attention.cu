@@ -298,5 +298,5 @@ int run_attention(const blublas::profiler::Args& args) {
 
 BLUBLAS_PROFILER_COMMAND("attention", "flash attention forward/backward TFLOP/s and error",
                          "--B=16 --T=1024 --H=12 --d=64|128 --mode=bf16|tf32|f32 --causal=1|0 "
-                         "--path=auto|simt|sm80 --reps=20 --json",
+                         "--path=auto|simt|sm80|sm90 --reps=20 --json",
                          run_attention);

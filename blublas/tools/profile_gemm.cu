@@ -2,14 +2,11 @@
 // layout, batch, epilogue and forced path, timed with blublas and with cuBLAS / cuBLASLt in the
 // same process; prints both TFLOP/s, the ratio, the path kAuto took and the max difference.
 //
-// Note [The reference call]
-// blublas describes row- or column-major data; cuBLAS is column-major. A row-major problem
-// D = op(A) op(B) is handed to cuBLAS as D^T = op(B)^T op(A)^T (A and B swapped, M and N swapped,
-// same memory), which is cuBLAS's best form of the same data. Without an epilogue cuBLAS's time is
-// the better of cublasGemmStridedBatchedEx and cublasLtMatmul (top heuristic, 32 MiB workspace);
-// with one, cuBLASLt runs the same epilogue (BIAS, GELU_AUX_BIAS, GELU_AUX, BGRADA/BGRADB; our
-// bias-gradient of A is cuBLAS's of B after the swap). A per-column bias on a column-major D has
-// no cuBLASLt form (its bias runs along rows): then only blublas is timed.
+// The reference: blublas/tools/cublas_reference.h (Note [The reference call] there: the row-major
+// problem handed to cuBLAS as its transpose, epilogues on cuBLASLt). Without an epilogue cuBLAS's
+// time is the better of cublasGemmStridedBatchedEx and cublasLtMatmul (top heuristic, 32 MiB
+// workspace); with one, cuBLASLt runs the same epilogue; where cuBLASLt has none (a per-column
+// bias on a column-major D) only blublas is timed.
 // Timing: CUDA events around each call, >= 50 ms warm-up, median of --reps, rotating buffer sets
 // > 3x L2 (at most 64 sets).
 #include <cublasLt.h>
@@ -31,6 +28,7 @@
 #include <vector>
 
 #include "blublas/gemm.h"
+#include "cublas_reference.h"
 #include "profiler_registry.h"
 
 namespace {
@@ -44,7 +42,8 @@ using blublas::Layout;
 using blublas::Op;
 using blublas::profiler::Args;
 
-constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+namespace cref = blublas::cublas_ref;
+constexpr size_t kCublasWorkspaceBytes = cref::kWorkspaceBytes;
 
 struct Fail : std::runtime_error {  // a CUDA or cuBLAS error: exit code 1
   using std::runtime_error::runtime_error;
@@ -128,9 +127,6 @@ std::string parse(const Args& a, Options* o) {
 
 Dtype dtype_of(const std::string& s) {
   return s == "bf16" ? Dtype::kBF16 : s == "f16" ? Dtype::kF16 : Dtype::kF32;
-}
-cudaDataType_t cu_type(Dtype t) {
-  return t == Dtype::kBF16 ? CUDA_R_16BF : t == Dtype::kF16 ? CUDA_R_16F : CUDA_R_32F;
 }
 Epilogue epilogue_of(const std::string& s) {
   if (s == "bias") return Epilogue::kBias;
@@ -249,110 +245,6 @@ double median_ms(const std::function<void(int)>& fn, cudaStream_t s, int reps) {
   return ms[reps / 2];
 }
 
-// ---- cuBLAS / cuBLASLt reference --------------------------------------------------------------------
-struct ColMajor {  // the column-major call for a desc (Note [The reference call])
-  cublasOperation_t ta, tb;
-  int m, n, k;
-  const void* a; int64_t lda, sa;
-  const void* b; int64_t ldb, sb;
-};
-cublasOperation_t cu_op(Op o) { return o == Op::kT ? CUBLAS_OP_T : CUBLAS_OP_N; }
-ColMajor col_major(const GemmDesc& d) {
-  if (d.layout == Layout::kColMajor)
-    return {cu_op(d.op_a), cu_op(d.op_b), d.m, d.n, d.k, d.a, d.lda, d.stride_a, d.b, d.ldb, d.stride_b};
-  return {cu_op(d.op_b), cu_op(d.op_a), d.n, d.m, d.k, d.b, d.ldb, d.stride_b, d.a, d.lda, d.stride_a};
-}
-cublasComputeType_t cu_compute(const GemmDesc& d) {
-  return d.compute == ComputeMode::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
-
-// cuBLASLt's epilogue for ours, or false when it has none (bias along rows of a col-major D).
-bool lt_epilogue(const GemmDesc& d, cublasLtEpilogue_t* e) {
-  const bool row = d.layout == Layout::kRowMajor;
-  switch (d.epilogue) {
-    case Epilogue::kNone: *e = CUBLASLT_EPILOGUE_DEFAULT; return true;
-    case Epilogue::kBias: *e = CUBLASLT_EPILOGUE_BIAS; return row;
-    case Epilogue::kBiasGelu: *e = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; return row;
-    case Epilogue::kGelu: *e = CUBLASLT_EPILOGUE_GELU_AUX; return true;
-    case Epilogue::kBiasGradA: *e = row ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA; return true;
-    case Epilogue::kBiasGradB: *e = row ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB; return true;
-  }
-  return false;
-}
-
-struct LtPlan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  cudaDataType_t bias_type = CUDA_R_32F;
-  bool ok = false;
-  std::string why;
-  ~LtPlan() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-  }
-};
-
-bool is_bias_grad(Epilogue e) { return e == Epilogue::kBiasGradA || e == Epilogue::kBiasGradB; }
-
-void lt_pointers(LtPlan& pl, const GemmDesc& d) {
-  const void* bias = is_bias_grad(d.epilogue) ? static_cast<const void*>(d.bias_grad) : d.bias;
-  if (bias) cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias pointer");
-  if (d.aux) cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d.aux, sizeof(d.aux)), "aux pointer");
-}
-
-void lt_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld, int batch, int64_t stride) {
-  cublas_ok(cublasLtMatrixLayoutCreate(l, t, rows, cols, ld), "cublasLtMatrixLayoutCreate");
-  if (batch > 1) {
-    cublas_ok(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)), "batch count");
-    cublas_ok(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "batch stride");
-  }
-}
-
-void lt_plan(cublasLtHandle_t lt, const GemmDesc& d, cudaDataType_t bias_grad_type, LtPlan& pl) {
-  cublasLtEpilogue_t epi;
-  if (!lt_epilogue(d, &epi)) {
-    pl.why = "cuBLASLt has no per-column bias for a column-major D";
-    return;
-  }
-  const ColMajor c = col_major(d);
-  cublas_ok(cublasLtMatmulDescCreate(&pl.op, cu_compute(d), CUDA_R_32F), "cublasLtMatmulDescCreate");
-  cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &c.ta, sizeof(c.ta)), "transa");
-  cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &c.tb, sizeof(c.tb)), "transb");
-  cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
-  if (is_bias_grad(d.epilogue)) {
-    pl.bias_type = bias_grad_type;
-    cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &pl.bias_type, sizeof(pl.bias_type)), "bias type");
-  }
-  if (d.aux) {
-    const int64_t ld_aux = d.ld_aux, stride_aux = d.stride_aux;
-    cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)), "aux ld");
-    if (d.batch > 1)
-      cublas_ok(cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride_aux, sizeof(stride_aux)), "aux stride");
-  }
-  lt_pointers(pl, d);
-  const cudaDataType_t tab = cu_type(d.ab_type), tcd = cu_type(d.cd_type);
-  lt_layout(&pl.la, tab, c.ta == CUBLAS_OP_N ? c.m : c.k, c.ta == CUBLAS_OP_N ? c.k : c.m, c.lda, d.batch, c.sa);
-  lt_layout(&pl.lb, tab, c.tb == CUBLAS_OP_N ? c.k : c.n, c.tb == CUBLAS_OP_N ? c.n : c.k, c.ldb, d.batch, c.sb);
-  lt_layout(&pl.ld, tcd, c.m, c.n, d.ldd, d.batch, d.stride_d);
-  cublasLtMatmulPreference_t pref;
-  cublas_ok(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  const uint64_t ws = kCublasWorkspaceBytes;
-  cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), "workspace pref");
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, pl.op, pl.la, pl.lb, pl.ld, pl.ld, pref, 1, &res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    pl.why = std::string("cuBLASLt found no algorithm (") + cublasLtGetStatusString(st) + ")";
-    return;
-  }
-  pl.algo = res.algo;
-  pl.ok = true;
-}
-
 // max that keeps a NaN (an unwritten, poisoned output element must not hide).
 double nan_max(double a, double b) { return (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b); }
 
@@ -408,7 +300,7 @@ int run_gemm(const Args& args) {
   d.stride_c = d.stride_d;
   const bool has_bias = d.epilogue == Epilogue::kBias || d.epilogue == Epilogue::kBiasGelu;
   const bool has_aux = d.epilogue == Epilogue::kBiasGelu || d.epilogue == Epilogue::kGelu;
-  const bool has_bgrad = is_bias_grad(d.epilogue);
+  const bool has_bgrad = cref::is_bias_grad(d.epilogue);
   const int64_t bgrad_len = d.epilogue == Epilogue::kBiasGradA ? d.m : d.n;
   if (has_aux) { d.ld_aux = d.ldd; d.stride_aux = d.stride_d; }
   const size_t ab = blublas::dtype_size(d.ab_type), cd = blublas::dtype_size(d.cd_type);
@@ -471,37 +363,19 @@ int run_gemm(const Args& args) {
   void* lt_ws = mem.alloc(kCublasWorkspaceBytes);
   cublas_ok(cublasSetStream(h, stream), "cublasSetStream");
   cublas_ok(cublasSetWorkspace(h, cws, kCublasWorkspaceBytes), "cublasSetWorkspace");
-  const float alpha = 1.0f, beta = 0.0f;
   // A plan cuBLASLt accepts but then refuses at the first call is dropped (its reason kept).
   auto plan_and_try = [&](cudaDataType_t bias_grad_type) {
-    auto pl = std::make_unique<LtPlan>();
-    lt_plan(lt, ref, bias_grad_type, *pl);
-    if (!pl->ok) return pl;
-    const ColMajor c = col_major(ref);
-    const cublasStatus_t s = cublasLtMatmul(lt, pl->op, &alpha, c.a, pl->la, c.b, pl->lb, &beta, ref.d, pl->ld, ref.d,
-                                            pl->ld, &pl->algo, lt_ws, kCublasWorkspaceBytes, stream);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      pl->ok = false;
-      pl->why = std::string("cublasLtMatmul refused the plan (") + cublasGetStatusString(s) + ")";
-    }
+    auto pl = std::make_unique<cref::LtPlan>();
+    cublas_ok(cref::lt_plan_and_try(lt, ref, bias_grad_type, *pl, lt_ws, kCublasWorkspaceBytes, stream),
+              "cuBLASLt plan");
     return pl;
   };
   // The bias gradient comes in D's type (cuBLASLt's default), else in fp32.
-  std::unique_ptr<LtPlan> plan = plan_and_try(cu_type(d.cd_type));
+  std::unique_ptr<cref::LtPlan> plan = plan_and_try(cref::data_type(d.cd_type));
   if (!plan->ok && has_bgrad && d.cd_type != Dtype::kF32) plan = plan_and_try(CUDA_R_32F);
-  auto gemm_ex = [&](const GemmDesc& x) {
-    const ColMajor c = col_major(x);
-    cublas_ok(cublasGemmStridedBatchedEx(h, c.ta, c.tb, c.m, c.n, c.k, &alpha, c.a, cu_type(x.ab_type), int(c.lda), c.sa,
-                                         c.b, cu_type(x.ab_type), int(c.ldb), c.sb, &beta, x.d, cu_type(x.cd_type),
-                                         int(x.ldd), x.stride_d, x.batch, cu_compute(x), CUBLAS_GEMM_DEFAULT),
-              "cublasGemmStridedBatchedEx");
-  };
+  auto gemm_ex = [&](const GemmDesc& x) { cublas_ok(cref::gemm_ex(h, x), "cublasGemmStridedBatchedEx"); };
   auto lt_run = [&](const GemmDesc& x) {
-    const ColMajor c = col_major(x);
-    lt_pointers(*plan, x);
-    cublas_ok(cublasLtMatmul(lt, plan->op, &alpha, c.a, plan->la, c.b, plan->lb, &beta, x.d, plan->ld, x.d, plan->ld,
-                             &plan->algo, lt_ws, kCublasWorkspaceBytes, stream),
-              "cublasLtMatmul");
+    cublas_ok(cref::lt_matmul(lt, *plan, x, lt_ws, kCublasWorkspaceBytes, stream), "cublasLtMatmul");
   };
   const bool epi = d.epilogue != Epilogue::kNone;
   double ref_ms = NAN, diff = NAN, rel = NAN;

@@ -12,10 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "blublas/adamw.h"
@@ -25,7 +28,10 @@
 #include "blublas/layernorm.h"
 #include "blublas/reduce.h"
 #include "blublas/softmax.h"
+#include "embedding/embedding_variants.h"
+#include "layernorm/layernorm_variants.h"
 #include "profiler_registry.h"
+#include "softmax/row_stream_tuning.h"
 
 namespace {
 
@@ -157,22 +163,69 @@ int64_t check_rows(const Args& a, int64_t rows) {
   return std::min<int64_t>(rows, a.get_int("check_rows", 64));
 }
 
+// Median of `reps` calls enqueued back to back (events between calls, one sync at the end), as
+// bench/bench_common.h times them: the host's launch cost is hidden behind the queue, so short
+// kernels are timed on the GPU alone (time_ms above syncs per call).
+double time_ms_queued(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) cudaEventCreate(&e);
+  cudaEventRecord(ev[0]);
+  for (int i = 0; i < reps; ++i) {
+    fn();
+    cudaEventRecord(ev[i + 1]);
+  }
+  cudaEventSynchronize(ev[reps]);
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    cudaEventElapsedTime(&t, ev[i], ev[i + 1]);
+    ms[i] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  cuda_ok(cudaGetLastError(), "kernel");
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// --variant=N picks a kernel variant (layernorm/layernorm_variants.h; 0 = the default), --op=copy
+// times cudaMemcpyAsync of the same row bytes (the ceiling at this size: launch, ramp-up and
+// tail included). Two buffer sets rotate (like bench/kernels_bench.cu) so no call starts from L2.
 int run_layernorm(const Args& a) {
   return guarded("layernorm", [&] {
     const int64_t R = a.get_int("rows", 16384), C = a.get_int("cols", 768);
     const Dtype dt = parse_dtype(a);
-    const bool bwd = a.get("op", "fwd") == "bwd";
+    const std::string op = a.get("op", "fwd");
+    const bool bwd = op == "bwd";
+    const int variant = static_cast<int>(a.get_int("variant", 0));
     const int reps = static_cast<int>(a.get_int("reps", 20));
     const size_t es = blublas::dtype_size(dt);
     Dev x(R * C, dt), w(C, dt), b(C, dt), y(R * C, dt), mean(R, Dtype::kF32), rstd(R, Dtype::kF32);
+    Dev x2(R * C, dt), y2(R * C, dt);
     x.random(-2, 2, 1);
+    x2.random(-2, 2, 11);
     w.random(0.5f, 1.5f, 2);
     b.random(-0.5f, 0.5f, 3);
+    const std::string shape = std::to_string(R) + "x" + std::to_string(C) + " " +
+                              blublas::dtype_name(dt) + " " + op + " v" + std::to_string(variant);
+    if (op == "copy") {
+      int it = 0;
+      const double ms = time_ms_queued([&] {
+        const bool odd = (it++ & 1) != 0;
+        cuda_ok(cudaMemcpyAsync(odd ? y2.p : y.p, odd ? x2.p : x.p, R * C * es,
+                                cudaMemcpyDeviceToDevice, nullptr),
+                "cudaMemcpyAsync");
+      }, reps);
+      return report(a, "layernorm", shape, 2.0 * R * C * es, ms, 0.0);
+    }
+    int fit = 0;
     auto fwd = [&] {
-      blu_ok(blublas::layernorm_forward(y.p, mean.as<float>(), rstd.as<float>(), nullptr, x.p,
-                                        nullptr, w.p, b.p, R, C, 1e-5f, dt, nullptr));
+      const bool odd = (fit++ & 1) != 0;
+      blu_ok(blublas::detail::layernorm_forward_variant(
+          variant, odd ? y2.p : y.p, mean.as<float>(), rstd.as<float>(), nullptr,
+          odd ? x2.p : x.p, nullptr, w.p, b.p, R, C, 1e-5f, dt, nullptr));
     };
-    fwd();
+    fwd();  // x, y: checked below
     cuda_ok(cudaDeviceSynchronize(), "layernorm_forward");
     const int64_t cr = check_rows(a, R);
     std::vector<double> mu(cr), rs(cr), ref;
@@ -183,28 +236,33 @@ int run_layernorm(const Args& a) {
       for (int64_t j = 0; j < C; ++j) q += (x.host[r * C + j] - mu[r]) * (x.host[r * C + j] - mu[r]);
       rs[r] = 1.0 / std::sqrt(q / C + 1e-5);
     }
-    const std::string shape = std::to_string(R) + "x" + std::to_string(C) + " " +
-                              blublas::dtype_name(dt) + (bwd ? " bwd" : " fwd");
     if (!bwd) {
       for (int64_t r = 0; r < cr; ++r)
         for (int64_t j = 0; j < C; ++j)
           ref.push_back((x.host[r * C + j] - mu[r]) * rs[r] * w.host[j] + b.host[j]);
       const double err = max_err(y.download(cr * C), ref);
       return report(a, "layernorm", shape, (2.0 * R * C + 2.0 * C) * es + 8.0 * R,
-                    time_ms(fwd, reps), err);
+                    time_ms_queued(fwd, reps), err);
     }
+    // Backward on x (mean / rstd of x, as saved by the forward above).
     Dev dy(R * C, dt), dx(R * C, dt), dw(C, Dtype::kF32), db(C, Dtype::kF32);
+    Dev dy2(R * C, dt), dx2(R * C, dt);
     dy.random(-1, 1, 4);
+    dy2.random(-1, 1, 14);
     size_t ws_bytes = 0;
     blu_ok(blublas::layernorm_backward_workspace_size(R, C, &ws_bytes));
     Dev ws(static_cast<int64_t>(ws_bytes / 4 + 4), Dtype::kF32);
+    int bit = 0;
     auto run = [&] {
-      blu_ok(blublas::layernorm_backward(dx.p, dw.as<float>(), db.as<float>(), dy.p, x.p,
-                                         mean.as<float>(), rstd.as<float>(), w.p, R, C, dt, false,
-                                         false, ws.p, ws_bytes, nullptr));
+      const bool odd = (bit++ & 1) != 0;
+      blu_ok(blublas::detail::layernorm_backward_variant(
+          variant, odd ? dx2.p : dx.p, dw.as<float>(), db.as<float>(), odd ? dy2.p : dy.p, x.p,
+          mean.as<float>(), rstd.as<float>(), w.p, R, C, dt, false, false, ws.p, ws_bytes,
+          nullptr));
     };
-    run();
+    run();  // dx from dy: checked below
     cuda_ok(cudaDeviceSynchronize(), "layernorm_backward");
+    const std::vector<float> dw_first = dw.download();
     for (int64_t r = 0; r < cr; ++r) {
       double s1 = 0, s2 = 0;
       for (int64_t j = 0; j < C; ++j) {
@@ -217,9 +275,26 @@ int run_layernorm(const Args& a) {
         ref.push_back(rs[r] * (g - s1 / C - xh * s2 / C));
       }
     }
-    const double err = max_err(dx.download(cr * C), ref);
-    return report(a, "layernorm", shape, (3.0 * R * C + C) * es + 8.0 * R + 8.0 * C,
-                  time_ms(run, reps), err);
+    double err = max_err(dx.download(cr * C), ref);
+    // dweight over all rows (f64 from the device's mean / rstd would be closer; the f64 stats
+    // of the first rows suffice to catch a wrong partial): only when all rows were checked.
+    if (cr == R) {
+      std::vector<double> rdw(C, 0.0);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < C; ++j)
+          rdw[j] += dy.host[r * C + j] * (x.host[r * C + j] - mu[r]) * rs[r];
+      err = std::max(err, max_err(dw_first, rdw) / std::max<double>(1.0, std::sqrt(R)));
+    }
+    const double ms = time_ms_queued(run, reps);
+    bit = 0;
+    run();
+    cuda_ok(cudaDeviceSynchronize(), "layernorm_backward");
+    const std::vector<float> dw_again = dw.download();
+    const bool same = std::equal(dw_first.begin(), dw_first.end(), dw_again.begin(),
+                                 [](float p, float q) { return std::memcmp(&p, &q, 4) == 0; });
+    if (!same) std::printf("layernorm: dweight NOT bitwise reproducible (variant %d)\n", variant);
+    return report(a, "layernorm", shape, (3.0 * R * C + C) * es + 8.0 * R + 8.0 * C, ms,
+                  same ? err : INFINITY);
   });
 }
 
@@ -272,6 +347,51 @@ std::vector<double> softmax_ref(const std::vector<float>& x, int64_t rows, int64
   return y;
 }
 
+// Row-stream variants for softmax / xent (Note [Row streaming through a shared-memory ring]):
+// --variants=SPEC[,SPEC...] times each in one process; SPEC is "off" (the cluster-resident and
+// online kernels) or "c<cluster>k<chunk bytes>w<warps>[h<store hint>]" with cluster 0 = auto,
+// e.g. "c0k8192w16,c1k8192w16,c2k4096w8,off"; "x1" = copy-only diagnostic (softmax fwd: y = x
+// through the same pipeline, its ceiling). Without --variants: the library default.
+std::vector<std::pair<std::string, blublas::fused::RowStreamTuning>> row_variants(const Args& a) {
+  std::vector<std::pair<std::string, blublas::fused::RowStreamTuning>> out;
+  const std::string list = a.get("variants", "");
+  if (list.empty()) {
+    out.emplace_back("default", blublas::fused::RowStreamTuning{});
+    return out;
+  }
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string spec = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (spec.empty()) continue;
+    blublas::fused::RowStreamTuning t;
+    if (spec == "off") {
+      t.mode = 0;
+    } else {
+      size_t i = 0;
+      while (i < spec.size()) {
+        const char key = spec[i++];
+        size_t used = 0;
+        const long long v = std::stoll(spec.substr(i), &used);
+        i += used;
+        switch (key) {
+          case 'c': t.cluster = static_cast<int>(v); break;
+          case 'k': t.chunk_bytes = static_cast<int>(v); break;
+          case 'w': t.consumer_warps = static_cast<int>(v); break;
+          case 'h': t.store_hint = static_cast<int>(v); break;
+          case 'm': t.min_row_bytes = v; break;
+          case 'x': t.copy_only = static_cast<int>(v); break;
+          case 'e': t.keep_exp = static_cast<int>(v); break;
+          default: throw ProfError{"--variants: unknown key in " + spec};
+        }
+      }
+    }
+    out.emplace_back(spec, t);
+  }
+  return out;
+}
+
 int run_softmax(const Args& a) {
   return guarded("softmax", [&] {
     const int64_t R = a.get_int("rows", 16384), C = a.get_int("cols", 50304);
@@ -281,31 +401,47 @@ int run_softmax(const Args& a) {
     const size_t es = blublas::dtype_size(dt);
     Dev x(R * C, dt), y(R * C, dt);
     x.random(-8, 8, 1);
-    blu_ok(blublas::softmax_forward(y.p, x.p, R, C, dt, nullptr));
-    cuda_ok(cudaDeviceSynchronize(), "softmax_forward");
     const int64_t cr = check_rows(a, R);
-    const std::string shape =
-        std::to_string(R) + "x" + std::to_string(C) + " " + blublas::dtype_name(dt) + (bwd ? " bwd" : " fwd");
-    if (!bwd) {
-      const double err = max_err(y.download(cr * C), softmax_ref(x.host, cr, C));
-      return report(a, "softmax", shape, 2.0 * R * C * es, time_ms([&] {
-        blu_ok(blublas::softmax_forward(y.p, x.p, R, C, dt, nullptr));
-      }, reps), err);
+    const std::vector<double> yref = softmax_ref(x.host, cr, C);
+    std::unique_ptr<Dev> dy, dx;
+    if (bwd) {
+      dy = std::make_unique<Dev>(R * C, dt);
+      dx = std::make_unique<Dev>(R * C, dt);
+      dy->random(-1, 1, 2);
     }
-    Dev dy(R * C, dt), dx(R * C, dt);
-    dy.random(-1, 1, 2);
-    auto run = [&] { blu_ok(blublas::softmax_backward(dx.p, dy.p, y.p, R, C, dt, nullptr)); };
-    run();
-    cuda_ok(cudaDeviceSynchronize(), "softmax_backward");
-    const std::vector<float> yv = y.download(cr * C);
-    std::vector<double> ref(cr * C);
-    for (int64_t r = 0; r < cr; ++r) {
-      double dot = 0;
-      for (int64_t j = 0; j < C; ++j) dot += static_cast<double>(yv[r * C + j]) * dy.host[r * C + j];
-      for (int64_t j = 0; j < C; ++j) ref[r * C + j] = yv[r * C + j] * (dy.host[r * C + j] - dot);
+    int rc = 0;
+    for (const auto& [name, tu] : row_variants(a)) {
+      const std::string path = blublas::fused::row_path_name(R, C, bwd ? 2 : 1, dt, tu);
+      const std::string shape = std::to_string(R) + "x" + std::to_string(C) + " " +
+                                blublas::dtype_name(dt) + (bwd ? " bwd" : " fwd") + " [" + name +
+                                ": " + path + "]";
+      cuda_ok(cudaMemset(y.p, 0xFF, R * C * es), "memset");
+      blu_ok(blublas::fused::softmax_forward_tuned(y.p, x.p, R, C, dt, nullptr, tu));
+      cuda_ok(cudaDeviceSynchronize(), "softmax_forward");
+      if (!bwd) {
+        const double err = max_err(y.download(cr * C), yref);
+        rc |= report(a, "softmax", shape, 2.0 * R * C * es, time_ms([&] {
+          blu_ok(blublas::fused::softmax_forward_tuned(y.p, x.p, R, C, dt, nullptr, tu));
+        }, reps), err);
+        continue;
+      }
+      auto run = [&] {
+        blu_ok(blublas::fused::softmax_backward_tuned(dx->p, dy->p, y.p, R, C, dt, nullptr, tu));
+      };
+      cuda_ok(cudaMemset(dx->p, 0xFF, R * C * es), "memset");
+      run();
+      cuda_ok(cudaDeviceSynchronize(), "softmax_backward");
+      const std::vector<float> yv = y.download(cr * C);
+      std::vector<double> ref(cr * C);
+      for (int64_t r = 0; r < cr; ++r) {
+        double dot = 0;
+        for (int64_t j = 0; j < C; ++j) dot += static_cast<double>(yv[r * C + j]) * dy->host[r * C + j];
+        for (int64_t j = 0; j < C; ++j) ref[r * C + j] = yv[r * C + j] * (dy->host[r * C + j] - dot);
+      }
+      const double err = max_err(dx->download(cr * C), ref);
+      rc |= report(a, "softmax", shape, 3.0 * R * C * es, time_ms(run, reps), err);
     }
-    const double err = max_err(dx.download(cr * C), ref);
-    return report(a, "softmax", shape, 3.0 * R * C * es, time_ms(run, reps), err);
+    return rc;
   });
 }
 
@@ -329,13 +465,6 @@ int run_xent(const Args& a) {
     size_t ws_bytes = 0;
     blu_ok(blublas::cross_entropy_workspace_size(R, &ws_bytes));
     Dev ws(static_cast<int64_t>(ws_bytes / 4 + 4), Dtype::kF32);
-    auto run = [&] {
-      blu_ok(blublas::cross_entropy_fused(losses.as<float>(), mean.as<float>(), grad.p, logits.p,
-                                          dt_targets, R, V, -100, 1.0f, flag, dt, ws.p, ws_bytes,
-                                          nullptr));
-    };
-    run();
-    cuda_ok(cudaDeviceSynchronize(), "cross_entropy_fused");
     const int64_t cr = check_rows(a, R);
     const std::vector<double> p = softmax_ref(logits.host, cr, V);
     std::vector<double> ref(cr * V), lref(cr);
@@ -343,13 +472,29 @@ int run_xent(const Args& a) {
       lref[r] = -std::log(p[r * V + t[r]]);
       for (int64_t j = 0; j < V; ++j) ref[r * V + j] = (p[r * V + j] - (j == t[r])) / R;
     }
-    const double err = std::max(max_err(grad.download(cr * V), ref) * R,
-                                max_err(losses.download(cr), lref));
-    const double ms = time_ms(run, reps);
+    int rc = 0;
+    for (const auto& [name, tu] : row_variants(a)) {
+      auto run = [&] {
+        blu_ok(blublas::fused::cross_entropy_fused_tuned(
+            losses.as<float>(), mean.as<float>(), grad.p, logits.p, dt_targets, R, V, -100, 1.0f,
+            flag, dt, ws.p, ws_bytes, nullptr, tu));
+      };
+      cuda_ok(cudaMemset(grad.p, 0xFF, R * V * es), "memset");
+      cuda_ok(cudaMemset(losses.p, 0xFF, R * 4), "memset");
+      run();
+      cuda_ok(cudaDeviceSynchronize(), "cross_entropy_fused");
+      const double err = std::max(max_err(grad.download(cr * V), ref) * R,
+                                  max_err(losses.download(cr), lref));
+      const double ms = time_ms(run, reps);
+      const std::string shape = std::to_string(R) + "x" + std::to_string(V) + " " +
+                                blublas::dtype_name(dt) + " [" + name + ": " +
+                                blublas::fused::row_path_name(R, V, 1, dt, tu) + "]";
+      rc |= report(a, "xent", shape + " (err: loss, dlogits*rows)", 2.0 * R * V * es + 8.0 * R,
+                   ms, err);
+    }
     cudaFree(dt_targets);
     cudaFree(flag);
-    const std::string shape = std::to_string(R) + "x" + std::to_string(V) + " " + blublas::dtype_name(dt);
-    return report(a, "xent", shape + " (err: loss, dlogits*rows)", 2.0 * R * V * es + 8.0 * R, ms, err);
+    return rc;
   });
 }
 
@@ -359,6 +504,7 @@ int run_embedding(const Args& a) {
                   V = a.get_int("V", 50304);
     const Dtype dt = parse_dtype(a);
     const int reps = static_cast<int>(a.get_int("reps", 20));
+    const int variant = static_cast<int>(a.get_int("variant", 0));
     const int64_t N = B * T;
     Dev dout(N * C, dt), dwte(V * C, Dtype::kF32), dwpe(T * C, Dtype::kF32);
     dout.random(-1, 1, 1);
@@ -366,7 +512,14 @@ int run_embedding(const Args& a) {
     cuda_ok(cudaMemset(dwpe.p, 0, T * C * 4), "memset");
     std::vector<int32_t> t(N);
     std::mt19937 rng(5);
-    for (auto& v : t) v = static_cast<int32_t>(rng() % V);
+    // --skew=1: a heavy-headed distribution like text (id = V * u^3: the most frequent ids get
+    // a few percent of the positions each, so there are big buckets), else uniform ids.
+    const bool skew = a.get_int("skew", 0) != 0;
+    std::uniform_real_distribution<double> unif(0.0, 1.0);
+    for (auto& v : t) {
+      v = skew ? static_cast<int32_t>(std::min<double>(V - 1, V * std::pow(unif(rng), 3.0)))
+               : static_cast<int32_t>(rng() % V);
+    }
     int32_t* tokens = nullptr;
     int* flag = nullptr;
     cuda_ok(cudaMalloc(&tokens, N * 4), "cudaMalloc");
@@ -377,8 +530,9 @@ int run_embedding(const Args& a) {
     blu_ok(blublas::embedding_backward_workspace_size(B, T, V, &ws_bytes));
     Dev ws(static_cast<int64_t>(ws_bytes / 4 + 4), Dtype::kF32);
     auto run = [&] {
-      blu_ok(blublas::embedding_backward(dwte.as<float>(), dwpe.as<float>(), dout.p, tokens, B, T,
-                                         C, V, flag, dt, ws.p, ws_bytes, nullptr));
+      blu_ok(blublas::detail::embedding_backward_variant(variant, dwte.as<float>(),
+                                                         dwpe.as<float>(), dout.p, tokens, B, T,
+                                                         C, V, flag, dt, ws.p, ws_bytes, nullptr));
     };
     run();
     cuda_ok(cudaDeviceSynchronize(), "embedding_backward");
@@ -392,15 +546,28 @@ int run_embedding(const Args& a) {
     std::vector<int32_t> u(t);
     std::sort(u.begin(), u.end());
     const double unique = static_cast<double>(std::unique(u.begin(), u.end()) - u.begin());
-    const double ms = time_ms(run, reps);
+    const double ms = time_ms_queued(run, reps);
+    // Bitwise reproducibility: the same call from the same starting gradients, twice.
+    std::vector<std::vector<float>> again;
+    for (int rep = 0; rep < 2; ++rep) {
+      cuda_ok(cudaMemset(dwte.p, 0, V * C * 4), "memset");
+      cuda_ok(cudaMemset(dwpe.p, 0, T * C * 4), "memset");
+      run();
+      cuda_ok(cudaDeviceSynchronize(), "embedding_backward");
+      again.push_back(dwte.download());
+    }
+    const bool same = std::memcmp(again[0].data(), again[1].data(), again[0].size() * 4) == 0;
+    if (!same) std::printf("embedding: dwte NOT bitwise reproducible (variant %d)\n", variant);
     cudaFree(tokens);
     cudaFree(flag);
     char shape[128];
-    std::snprintf(shape, sizeof(shape), "B%lldT%lldC%lldV%lld %s bwd", static_cast<long long>(B),
-                  static_cast<long long>(T), static_cast<long long>(C), static_cast<long long>(V),
-                  blublas::dtype_name(dt));
+    std::snprintf(shape, sizeof(shape), "B%lldT%lldC%lldV%lld %s bwd v%d%s",
+                  static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(C),
+                  static_cast<long long>(V), blublas::dtype_name(dt), variant,
+                  skew ? " skewed ids" : "");
     return report(a, "embedding", shape,
-                  N * C * blublas::dtype_size(dt) + 4.0 * N + 8.0 * T * C + 8.0 * unique * C, ms, err);
+                  N * C * blublas::dtype_size(dt) + 4.0 * N + 8.0 * T * C + 8.0 * unique * C, ms,
+                  same ? err : INFINITY);
   });
 }
 
@@ -476,8 +643,8 @@ int run_column_sum(const Args& a) {
 }  // namespace
 
 BLUBLAS_PROFILER_COMMAND("layernorm", "LayerNorm forward/backward GB/s and error",
-                         "--rows=16384 --cols=768 --dtype=f32|bf16 --op=fwd|bwd --reps=20 "
-                         "--check_rows=64 --json",
+                         "--rows=16384 --cols=768 --dtype=f32|bf16 --op=fwd|bwd|copy --variant=0 "
+                         "--reps=20 --check_rows=64 --json",
                          run_layernorm);
 BLUBLAS_PROFILER_COMMAND("gelu", "GELU(tanh)+bias forward/backward GB/s and error",
                          "--rows=16384 --cols=3072 --dtype=f32|bf16 --op=fwd|bwd --reps=20 "
@@ -485,14 +652,15 @@ BLUBLAS_PROFILER_COMMAND("gelu", "GELU(tanh)+bias forward/backward GB/s and erro
                          run_gelu);
 BLUBLAS_PROFILER_COMMAND("softmax", "row softmax forward/backward GB/s and error",
                          "--rows=16384 --cols=50304 --dtype=f32|bf16 --op=fwd|bwd --reps=10 "
-                         "--check_rows=64 --json",
+                         "--check_rows=64 --json --variants=off,c0k8192w16,c2k4096w8h0,...",
                          run_softmax);
 BLUBLAS_PROFILER_COMMAND("xent", "fused classifier (loss + dlogits) GB/s and error",
                          "--rows=16384 --vocab=50304 --dtype=f32|bf16 --reps=10 --check_rows=64 "
-                         "--json",
+                         "--json --variants=off,c0k8192w16,...",
                          run_xent);
 BLUBLAS_PROFILER_COMMAND("embedding", "embedding backward (dwte, dwpe) GB/s and error",
-                         "--B=16 --T=1024 --C=768 --V=50304 --dtype=f32|bf16 --reps=20 --json",
+                         "--B=16 --T=1024 --C=768 --V=50304 --dtype=f32|bf16 --variant=0 --skew=0|1 "
+                         "--reps=20 --json",
                          run_embedding);
 BLUBLAS_PROFILER_COMMAND("adamw", "multi-tensor AdamW GB/s and error",
                          "--numel=124475904 --tensors=148 --dtype=f32|bf16 (grads) --reps=10 "

@@ -128,9 +128,14 @@ TEST(AttentionArgs, PrecisionAndPathCombinations) {
   d.precision = AttnPrecision::kF32TF32;
   d.path = AttnPath::kSimt;
   EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
+  // The sm90 wgmma path takes bf16 only: found by the argument checks, before any device query.
   d = valid_desc();
   d.path = AttnPath::kSm90Wgmma;
+  d.precision = AttnPrecision::kF32TF32;
   EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
+  d.precision = AttnPrecision::kF32Strict;
+  EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
+  EXPECT_STREQ(blublas::attn_path_name(AttnPath::kSm90Wgmma), "sm90_wgmma");
   d = valid_desc();
   d.precision = static_cast<AttnPrecision>(7);
   EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -35,9 +37,10 @@ struct Case {
   AttnPrecision prec;
   AttnPath path;
   bool fused;        // q/k/v and dq/dk/dv as views of [B, T, 3, H, d] buffers
-  int fwd_cfg = -1;  // >= 0: run this entry of the bf16 sm80 tile table instead of the launcher
+  int fwd_cfg = -1;  // >= 0: run this entry of the bf16 tile table instead of the launcher
   int bwd_cfg = -1;
   int o_pad = 8;  // O's sequence stride is H*d + o_pad (1: not 16-byte aligned -> SIMT fallback)
+  bool sm90_table = false;  // fwd_cfg/bwd_cfg index the sm90 tables (else the sm80 ones)
 };
 
 std::string name(const Case& c) {
@@ -45,7 +48,7 @@ std::string name(const Case& c) {
   os << "B" << c.B << " T" << c.T << " H" << c.H << " d" << c.d << (c.causal ? " causal" : " full")
      << " " << blublas::attn_precision_name(c.prec) << " path=" << blublas::attn_path_name(c.path)
      << (c.fused ? " fused-qkv" : " dense");
-  if (c.fwd_cfg >= 0) os << " fwd_cfg=" << c.fwd_cfg;
+  if (c.fwd_cfg >= 0) os << (c.sm90_table ? " sm90" : " sm80") << " fwd_cfg=" << c.fwd_cfg;
   if (c.bwd_cfg >= 0) os << " bwd_cfg=" << c.bwd_cfg;
   os << " o_pad=" << c.o_pad;
   return os.str();
@@ -288,7 +291,8 @@ blublas::Status run_forward(const Case& c, const AttentionDesc& desc) {
   blublas::DeviceInfo dev;
   BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
   int n = 0;
-  const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_fwd_table(c.d, &n);
+  const blublas::attn::KernelConfig* t = c.sm90_table ? blublas::attn::sm90_bf16_fwd_table(c.d, &n)
+                                                       : blublas::attn::sm80_bf16_fwd_table(c.d, &n);
   return t[c.fwd_cfg].launch(blublas::attn::make_params(desc, nullptr), dev, nullptr);
 }
 
@@ -299,12 +303,25 @@ blublas::Status run_backward(const Case& c, const AttentionDesc& desc, void* ws,
   const blublas::attn::Params p = blublas::attn::make_params(desc, ws);
   BLUBLAS_RETURN_IF_ERROR(blublas::attn::attn_bwd_delta(p, c.d, true, nullptr));
   int n = 0;
-  const blublas::attn::KernelConfig* t = blublas::attn::sm80_bf16_bwd_table(c.d, &n);
+  const blublas::attn::KernelConfig* t = c.sm90_table ? blublas::attn::sm90_bf16_bwd_table(c.d, &n)
+                                                       : blublas::attn::sm80_bf16_bwd_table(c.d, &n);
   return t[c.bwd_cfg].launch(p, dev, nullptr);
 }
 
-void run_case(const Case& c) {
+// What a case produced (and the reference's magnitude sums), for comparisons between paths.
+struct CaseResult {
+  Host o, dq, dk, dv;
+  Host mo, mdq, mdk, mdv;
+  std::vector<float> lse;
+  std::vector<double> mlse;
+};
+
+void run_case(const Case& c, CaseResult* result = nullptr) {
   SCOPED_TRACE(name(c));
+  if (std::getenv("BLU_ATTN_VERBOSE") != nullptr) {  // which case hangs or faults, from a log
+    std::printf("[ case ] %s\n", name(c).c_str());
+    std::fflush(stdout);
+  }
   const int B = c.B, T = c.T, H = c.H, d = c.d;
   const AttnPrecision p = c.prec;
   const size_t eb = p == AttnPrecision::kBF16 ? 2 : 4;
@@ -394,6 +411,21 @@ void run_case(const Case& c) {
   blublas::Status st = run_forward(c, desc);
   ASSERT_TRUE(st.ok()) << st.to_string();
   BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  {  // Forward determinism: a second run into re-poisoned outputs gives the same bits.
+    std::vector<char> o1(o.bytes()), l1(lse.bytes()), o2(o.bytes()), l2(lse.bytes());
+    BLU_CUDA_TEST_CHECK(cudaMemcpy(o1.data(), o.get(), o1.size(), cudaMemcpyDeviceToHost));
+    BLU_CUDA_TEST_CHECK(cudaMemcpy(l1.data(), lse.get(), l1.size(), cudaMemcpyDeviceToHost));
+    BLU_CUDA_TEST_CHECK(cudaMemset(o.get(), 0xff, o.bytes()));
+    BLU_CUDA_TEST_CHECK(cudaMemset(lse.get(), 0xff, lse.bytes()));
+    const blublas::Status st_again = run_forward(c, desc);
+    ASSERT_TRUE(st_again.ok()) << st_again.to_string();
+    BLU_CUDA_TEST_CHECK(cudaMemcpy(o2.data(), o.get(), o2.size(), cudaMemcpyDeviceToHost));
+    BLU_CUDA_TEST_CHECK(cudaMemcpy(l2.data(), lse.get(), l2.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size()), 0)
+        << "forward O is not bitwise deterministic";
+    EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size()), 0)
+        << "forward L is not bitwise deterministic";
+  }
   size_t ws_bytes = 0;
   ASSERT_TRUE(blublas::attention_backward_workspace_size(desc, &ws_bytes).ok());
   Buffer ws(std::max<size_t>(ws_bytes, 16));
@@ -440,7 +472,21 @@ void run_case(const Case& c) {
   BLU_CUDA_TEST_CHECK(cudaMemcpy(second.data(), dqkv.get(), second.size(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0)
       << "backward is not bitwise deterministic";
+  if (result != nullptr) {
+    *result = CaseResult{go, gdq, gdk, gdv, ref.mo, ref.mdq, ref.mdk, ref.mdv, glse, ref.mlse};
+  }
 }
+
+bool sm90_available() {
+  blublas::DeviceInfo dev;
+  if (!blublas::current_device_info(&dev).ok()) return false;
+  return blublas::attn::sm90_attn_available(dev).ok();
+}
+
+#define BLU_REQUIRE_SM90()                                                              \
+  do {                                                                                  \
+    if (!sm90_available()) GTEST_SKIP() << "needs an sm_90 device and sm_90a code";     \
+  } while (0)
 
 void run_grid(AttnPrecision prec, AttnPath path) {
   for (int d : {64, 128})
@@ -455,6 +501,85 @@ void run_grid(AttnPrecision prec, AttnPath path) {
 TEST(AttentionGpu, Bf16Sm80Mma) {
   BLU_REQUIRE_GPU();
   run_grid(AttnPrecision::kBF16, AttnPath::kSm80Mma);
+}
+
+TEST(AttentionGpu, Bf16Sm90Wgmma) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  run_grid(AttnPrecision::kBF16, AttnPath::kSm90Wgmma);
+}
+
+// Two small cases (quick enough for compute-sanitizer).
+TEST(AttentionGpu, Bf16Sm90Smoke) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  run_case(Case{1, 77, 2, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, true});
+  run_case(Case{1, 130, 1, 128, false, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false});
+}
+
+// Every compiled sm90 configuration, odd T, causal and not, fused and dense views.
+TEST(AttentionGpu, Bf16Sm90EveryTileConfig) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  for (int d : {64, 128}) {
+    int nf = 0, nb = 0;
+    blublas::attn::sm90_bf16_fwd_table(d, &nf);
+    blublas::attn::sm90_bf16_bwd_table(d, &nb);
+    for (int i = 0; i < std::max(nf, nb); ++i) {
+      for (int T : {100, 257}) {
+        Case c{2, T, 3, d, T == 257, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, T == 257};
+        c.fwd_cfg = std::min(i, nf - 1);
+        c.bwd_cfg = std::min(i, nb - 1);
+        c.sm90_table = true;
+        run_case(c);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Long sequences (T = 1000: not a multiple of any tile) and more CTAs than SMs (B*H = 160).
+TEST(AttentionGpu, Bf16Sm90LongAndWide) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  run_case(Case{1, 1000, 2, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, true});
+  run_case(Case{1, 1000, 1, 128, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false});
+  run_case(Case{1, 1000, 1, 64, false, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false});
+  run_case(Case{4, 130, 40, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, true});
+  run_case(Case{2, 67, 80, 128, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false});
+}
+
+// The sm90 and sm80 paths on the same inputs: every element of O, L, dQ, dK, dV within the sum
+// of both paths' bounds of each other.
+TEST(AttentionGpu, Bf16Sm90MatchesSm80) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  for (int d : {64, 128})
+    for (bool causal : {true, false}) {
+      Case c{2, 301, 3, d, causal, AttnPrecision::kBF16, AttnPath::kSm80Mma, true};
+      CaseResult a, b;
+      run_case(c, &a);
+      c.path = AttnPath::kSm90Wgmma;
+      run_case(c, &b);
+      if (::testing::Test::HasFailure()) return;
+      SCOPED_TRACE("sm90 vs sm80: " + name(c));
+      Tol tol = tol_for(AttnPrecision::kBF16, AttnPath::kSm90Wgmma);
+      tol.rel *= 2;
+      tol.abs *= 2;
+      compare("O sm90 vs sm80", b.o, a.o, a.mo, tol);
+      compare("dQ sm90 vs sm80", b.dq, a.dq, a.mdq, tol);
+      compare("dK sm90 vs sm80", b.dk, a.dk, a.mdk, tol);
+      compare("dV sm90 vs sm80", b.dv, a.dv, a.mdv, tol);
+      int bad_l = 0;
+      for (size_t i = 0; i < a.lse.size(); ++i) {
+        const double bound = 2 * tol.lse * (1.0 + a.mlse[i]);
+        if (!(std::fabs(static_cast<double>(a.lse[i]) - b.lse[i]) <= bound) && ++bad_l <= 5) {
+          ADD_FAILURE() << "L[" << i << "] sm90 " << b.lse[i] << " sm80 " << a.lse[i] << " bound "
+                        << bound;
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
 }
 
 TEST(AttentionGpu, Tf32Sm80Mma) {
@@ -535,7 +660,8 @@ TEST(AttentionGpu, AutoPathPicksMmaForAlignedBf16) {
   AttnPath path = AttnPath::kAuto;
   blublas::Status st = blublas::attention_selected_path(d, &path);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(path, AttnPath::kSm80Mma);
+  // bf16 on an sm_90 device with sm_90a code takes the wgmma path; elsewhere mma.sync.
+  EXPECT_EQ(path, sm90_available() ? AttnPath::kSm90Wgmma : AttnPath::kSm80Mma);
   d.q.seq_stride = 68;  // 136 bytes: not a multiple of 16 -> SIMT fallback
   const blublas::Status st3 = blublas::attention_selected_path(d, &path);
   ASSERT_TRUE(st3.ok()) << st3.to_string();
@@ -543,6 +669,9 @@ TEST(AttentionGpu, AutoPathPicksMmaForAlignedBf16) {
   d.path = AttnPath::kSm80Mma;  // forced: the misaligned stride is an error, not a fallback
   const blublas::Status st4 = blublas::attention_forward(d, nullptr);
   EXPECT_EQ(st4.code(), blublas::StatusCode::kMisaligned) << st4.to_string();
+  d.path = AttnPath::kSm90Wgmma;
+  const blublas::Status st5 = blublas::attention_forward(d, nullptr);
+  EXPECT_EQ(st5.code(), blublas::StatusCode::kMisaligned) << st5.to_string();
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // Fused classifier (loss, mean loss, dlogits) against float64: vocab 50304 and odd sizes, f32 and
-// bf16, ignore_index, bad targets (error flag), in place and separate dlogits, determinism.
+// bf16, ignore_index, bad targets (error flag), in place and separate dlogits, determinism; the
+// streamed path (Note [Row streaming through a shared-memory ring]) with every tuning variant the
+// profiler sweeps, targets at chunk edges, forward-only (no dlogits) calls.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "../../blublas/src/softmax/row_stream_tuning.h"  // internal: tuned launchers
 #include "blublas/cross_entropy.h"
 #include "common/gpu_test.h"
 #include "fused_test_util.h"
@@ -17,28 +20,41 @@ using blu::test::download;
 using blu::test::random_values;
 using blu::test::upload;
 using blublas::Dtype;
+using blublas::fused::RowStreamTuning;
 
 struct XentCase {
   Dtype dt;
   int rows;
   int64_t vocab;
   bool in_place;
+  float dloss = 1.5f;
 };
 
-class CrossEntropyTest : public ::testing::TestWithParam<XentCase> {};
-
-TEST_P(CrossEntropyTest, LossAndGradMatchFloat64) {
-  BLU_REQUIRE_GPU();
-  const XentCase c = GetParam();
+// Runs the fused classifier twice (bitwise compared) with `tu` (nullptr: the public launcher) and
+// checks losses, the mean and every dlogit against float64; then a forward-only call (no
+// dlogits) must give the same losses.
+void check_xent(const XentCase& c, const RowStreamTuning* tu) {
   const int R = c.rows;
   const int64_t V = c.vocab;
+  SCOPED_TRACE("path: " + blublas::fused::row_path_name(R, V, 1, c.dt, tu ? *tu : RowStreamTuning{}));
+  auto call = [&](float* losses, float* mean, void* grad, const void* logits, const int32_t* t,
+                  int* flag, void* ws, std::size_t ws_bytes, float dloss) {
+    return tu ? blublas::fused::cross_entropy_fused_tuned(losses, mean, grad, logits, t, R, V, -100,
+                                                          dloss, flag, c.dt, ws, ws_bytes, nullptr,
+                                                          *tu)
+              : blublas::cross_entropy_fused(losses, mean, grad, logits, t, R, V, -100, dloss,
+                                             flag, c.dt, ws, ws_bytes, nullptr);
+  };
   const std::size_t n = static_cast<std::size_t>(R) * V;
   const std::size_t es = blublas::dtype_size(c.dt);
   const int kIgnore = -100;
-  const float dloss = 1.5f;
+  const float dloss = c.dloss;
   auto logits = random_values(n, -6.0f, 6.0f, 51 + V, c.dt);
   std::vector<int32_t> targets(R);
   for (int r = 0; r < R; ++r) targets[r] = static_cast<int32_t>((r * 7919LL + 13) % V);
+  // Chunk and slice edges of the streamed path (f32: 2048 elements per 8 KiB chunk).
+  const int64_t edges[] = {0, V - 1, 2047, 2048, 1023, 1024, 4095, 4096, V / 2, V / 2 - 1};
+  for (int r = 5, e = 0; r < R && e < 10; r += 3, ++e) targets[r] = static_cast<int32_t>(edges[e] % V);
   targets[1 % R] = kIgnore;  // an ignored row
   if (R > 4) targets[4] = kIgnore;
   int count = 0;
@@ -72,16 +88,14 @@ TEST_P(CrossEntropyTest, LossAndGradMatchFloat64) {
     ws.poison();
     BLU_CUDA_TEST_CHECK(cudaMemset(dflag.get(), 0, 4));
     void* grad_out = c.in_place ? fresh.get() : dgrad.get();
-    BLU_ASSERT_OK(blublas::cross_entropy_fused(dloss_rows.as<float>(), dmean.as<float>(), grad_out,
-                                               fresh.get(), dtargets.as<int32_t>(), R, V, kIgnore,
-                                               dloss, dflag.as<int>(), c.dt, ws.get(), ws_bytes,
-                                               nullptr));
+    BLU_ASSERT_OK(call(dloss_rows.as<float>(), dmean.as<float>(), grad_out, fresh.get(),
+                       dtargets.as<int32_t>(), dflag.as<int>(), ws.get(), ws_bytes, dloss));
     BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
     const double lt = c.dt == Dtype::kBF16 ? 1e-4 : 1e-5;
     EXPECT_TRUE(all_close("losses", download(dloss_rows.get(), R, Dtype::kF32), rloss, lt, 1e-5));
     EXPECT_TRUE(all_close("mean loss", download(dmean.get(), 1, Dtype::kF32), {total / count},
                           lt, 1e-5));
-    const double gscale = static_cast<double>(dloss) / count;
+    const double gscale = std::fabs(static_cast<double>(dloss)) / count;
     EXPECT_TRUE(all_close("dlogits", download(grad_out, n, c.dt), rgrad,
                           (c.dt == Dtype::kBF16 ? 1e-5 : 1e-8) * gscale,
                           c.dt == Dtype::kBF16 ? 8e-3 : 1e-4));
@@ -93,6 +107,24 @@ TEST_P(CrossEntropyTest, LossAndGradMatchFloat64) {
     runs.back().insert(runs.back().end(), mean_bytes.begin(), mean_bytes.end());
   }
   EXPECT_EQ(runs[0], runs[1]) << "dlogits / mean loss not bitwise deterministic";
+  // Forward only: same row losses and mean, no dlogits written.
+  const auto losses_with_grad = blu::test::download_bytes(dloss_rows.get(), R * 4);
+  const auto mean_with_grad = blu::test::download_bytes(dmean.get(), 4);
+  dloss_rows.poison();
+  dmean.poison();
+  BLU_ASSERT_OK(call(dloss_rows.as<float>(), dmean.as<float>(), nullptr, dlog.get(),
+                     dtargets.as<int32_t>(), nullptr, ws.get(), ws_bytes, dloss));
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(blu::test::download_bytes(dloss_rows.get(), R * 4), losses_with_grad)
+      << "forward-only losses differ";
+  EXPECT_EQ(blu::test::download_bytes(dmean.get(), 4), mean_with_grad) << "forward-only mean differs";
+}
+
+class CrossEntropyTest : public ::testing::TestWithParam<XentCase> {};
+
+TEST_P(CrossEntropyTest, LossAndGradMatchFloat64) {
+  BLU_REQUIRE_GPU();
+  check_xent(GetParam(), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -103,42 +135,113 @@ INSTANTIATE_TEST_SUITE_P(
                       XentCase{Dtype::kF32, 3, 150001, false},
                       // More rows than co-resident clusters / blocks: the persistent loop.
                       XentCase{Dtype::kF32, 70, 50304, true}, XentCase{Dtype::kBF16, 66, 50304, false},
-                      XentCase{Dtype::kF32, 9001, 1000, false}, XentCase{Dtype::kF32, 20000, 333, true}),
+                      XentCase{Dtype::kF32, 9001, 1000, false}, XentCase{Dtype::kF32, 20000, 333, true},
+                      // Streamed: 300 rows wrap the ring; 49168-byte rows end in a 16-byte chunk;
+                      // 32784-byte bf16 rows (just over the threshold).
+                      XentCase{Dtype::kF32, 300, 50304, true}, XentCase{Dtype::kBF16, 300, 50304, false},
+                      XentCase{Dtype::kF32, 700, 12292, false}, XentCase{Dtype::kBF16, 401, 16392, true},
+                      // Streamed misaligned rows; odd row counts leave the last row resident.
+                      XentCase{Dtype::kF32, 301, 50257, true}, XentCase{Dtype::kBF16, 157, 50257, false},
+                      XentCase{Dtype::kBF16, 8, 50257, true},
+                      // A negative upstream gradient (the bf16 path folds |g| into the exponent).
+                      XentCase{Dtype::kBF16, 40, 16392, false, -0.75f},
+                      XentCase{Dtype::kF32, 40, 16392, true, -0.75f}),
     [](const ::testing::TestParamInfo<XentCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
-             "x" + std::to_string(i.param.vocab) + (i.param.in_place ? "_inplace" : "");
+             "x" + std::to_string(i.param.vocab) + (i.param.in_place ? "_inplace" : "") +
+             (i.param.dloss < 0 ? "_negdloss" : "");
     });
 
-TEST(CrossEntropy, BadTargetSetsFlagAndIsIgnored) {
+// Variants the profiler sweeps (a variant that does not fit falls back).
+struct XentVariant {
+  XentCase c;
+  int cluster, chunk, warps;
+  int keep_exp = 0;
+};
+
+class CrossEntropyVariantTest : public ::testing::TestWithParam<XentVariant> {};
+
+TEST_P(CrossEntropyVariantTest, LossAndGradMatchFloat64) {
   BLU_REQUIRE_GPU();
-  const int R = 5, V = 1003;
-  auto logits = random_values(static_cast<std::size_t>(R) * V, -3.0f, 3.0f, 61);
-  std::vector<int32_t> targets = {3, V + 5, -7, 1002, -100};
-  DeviceMem dlog = upload(logits, Dtype::kF32), dloss_rows(R * 4), dmean(4), dflag(4), dt(R * 4),
-            dgrad(static_cast<std::size_t>(R) * V * 4);
-  BLU_CUDA_TEST_CHECK(cudaMemcpy(dt.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
+  const XentVariant v = GetParam();
+  RowStreamTuning tu;
+  tu.cluster = v.cluster;
+  tu.chunk_bytes = v.chunk;
+  tu.consumer_warps = v.warps;
+  tu.keep_exp = v.keep_exp;
+  check_xent(v.c, &tu);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, CrossEntropyVariantTest,
+    ::testing::Values(XentVariant{{Dtype::kF32, 150, 50304, true}, 1, 8192, 16},
+                      XentVariant{{Dtype::kF32, 150, 50304, false}, 4, 4096, 8},
+                      XentVariant{{Dtype::kBF16, 150, 50304, true}, 2, 16384, 16},
+                      XentVariant{{Dtype::kBF16, 150, 50304, false}, 1, 4096, 8},
+                      XentVariant{{Dtype::kF32, 150, 50257, true}, 1, 16384, 16},
+                      XentVariant{{Dtype::kBF16, 151, 50257, false}, 4, 4096, 16},
+                      // Pass-1 exps kept in the slot (the target logit captured before).
+                      XentVariant{{Dtype::kF32, 150, 50304, true}, 1, 8192, 16, 1},
+                      XentVariant{{Dtype::kBF16, 150, 50304, false}, 1, 8192, 16, 1},
+                      XentVariant{{Dtype::kF32, 151, 50257, false, -0.5f}, 1, 4096, 8, 1},
+                      XentVariant{{Dtype::kBF16, 151, 50257, true}, 2, 8192, 16, 1}),
+    [](const ::testing::TestParamInfo<XentVariant>& i) {
+      const XentVariant& v = i.param;
+      return std::string(blublas::dtype_name(v.c.dt)) + "_" + std::to_string(v.c.rows) + "x" +
+             std::to_string(v.c.vocab) + (v.c.in_place ? "_inplace" : "") + "_c" +
+             std::to_string(v.cluster) + "k" + std::to_string(v.chunk) + "w" +
+             std::to_string(v.warps) + (v.keep_exp ? "e1" : "") + (v.c.dloss < 0 ? "_neg" : "");
+    });
+
+// A target outside [0, vocab) that is not ignore_index: the row is ignored (loss 0, dlogits 0),
+// the flag is set, nothing faults, the mean covers the valid rows. Short rows (block-per-row
+// kernel) and long ones (streamed), f32 and bf16.
+void check_bad_targets(Dtype dt, int V) {
+  const int R = 5;
+  SCOPED_TRACE(std::string(blublas::dtype_name(dt)) + " vocab " + std::to_string(V) + ", path " +
+               blublas::fused::row_path_name(R, V, 1, dt, RowStreamTuning{}));
+  auto logits = random_values(static_cast<std::size_t>(R) * V, -3.0f, 3.0f, 61, dt);
+  std::vector<int32_t> targets = {3, V + 5, -7, V - 1, -100};
+  const std::size_t es = blublas::dtype_size(dt);
+  DeviceMem dlog = upload(logits, dt), dloss_rows(R * 4), dmean(4), dflag(4), dt_dev(R * 4),
+            dgrad(static_cast<std::size_t>(R) * V * es);
+  dgrad.poison();
+  BLU_CUDA_TEST_CHECK(cudaMemcpy(dt_dev.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
   BLU_CUDA_TEST_CHECK(cudaMemset(dflag.get(), 0, 4));
   std::size_t ws_bytes = 0;
   BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(R, &ws_bytes));
   DeviceMem ws(ws_bytes);
   BLU_ASSERT_OK(blublas::cross_entropy_fused(dloss_rows.as<float>(), dmean.as<float>(), dgrad.get(),
-                                             dlog.get(), dt.as<int32_t>(), R, V, -100, 1.0f,
-                                             dflag.as<int>(), Dtype::kF32, ws.get(), ws_bytes,
-                                             nullptr));
+                                             dlog.get(), dt_dev.as<int32_t>(), R, V, -100, 1.0f,
+                                             dflag.as<int>(), dt, ws.get(), ws_bytes, nullptr));
   BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
   int flag = 0;
   BLU_CUDA_TEST_CHECK(cudaMemcpy(&flag, dflag.get(), 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(flag, 1);
   auto loss = download(dloss_rows.get(), R, Dtype::kF32);
-  auto grad = download(dgrad.get(), static_cast<std::size_t>(R) * V, Dtype::kF32);
+  auto grad = download(dgrad.get(), static_cast<std::size_t>(R) * V, dt);
   for (int r : {1, 2, 4}) {
     EXPECT_EQ(loss[r], 0.0f) << "row " << r;
     for (int j = 0; j < V; ++j) ASSERT_EQ(grad[r * V + j], 0.0f) << "row " << r << " col " << j;
   }
-  EXPECT_GT(loss[0], 0.0f);
+  for (int r : {0, 3}) {
+    double m = -INFINITY, s = 0;
+    for (int j = 0; j < V; ++j) m = std::max(m, static_cast<double>(logits[r * V + j]));
+    for (int j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    const double ref = std::log(s) + m - logits[r * V + targets[r]];
+    EXPECT_NEAR(loss[r], ref, 1e-4 * std::max(1.0, ref)) << "row " << r;
+  }
   float mean = 0;
   BLU_CUDA_TEST_CHECK(cudaMemcpy(&mean, dmean.get(), 4, cudaMemcpyDeviceToHost));
-  EXPECT_NEAR(mean, (loss[0] + loss[3]) / 2.0, 1e-5);
+  EXPECT_NEAR(mean, (loss[0] + loss[3]) / 2.0, 1e-5 * std::max(1.0f, mean));
+}
+
+TEST(CrossEntropy, BadTargetSetsFlagAndIsIgnored) {
+  BLU_REQUIRE_GPU();
+  check_bad_targets(Dtype::kF32, 1003);
+  check_bad_targets(Dtype::kF32, 16392);
+  check_bad_targets(Dtype::kBF16, 50304);
+  check_bad_targets(Dtype::kF32, 50257);
 }
 
 }  // namespace

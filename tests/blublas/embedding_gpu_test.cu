@@ -1,6 +1,7 @@
 // Embedding forward / deterministic backward against float64: vector and scalar paths, f32 and
 // bf16 dout, repeated tokens (small buckets and a > 32-position bucket), bad token ids (flag set,
-// skipped, no fault), accumulation into existing gradients, bitwise determinism.
+// skipped, no fault), accumulation into existing gradients, bitwise determinism, null dwpe, the
+// one-block and the multi-launch bucketing (vocab above the shared-memory limit).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -22,6 +23,7 @@ struct EmbCase {
   Dtype dt;
   int B, T, C, V;
   bool bad_tokens;
+  bool no_dwpe = false;
 };
 
 class EmbeddingTest : public ::testing::TestWithParam<EmbCase> {};
@@ -83,12 +85,20 @@ TEST_P(EmbeddingTest, ForwardBackwardMatchFloat64) {
     DeviceMem dwte = upload(dwte0, Dtype::kF32), dwpe = upload(dwpe0, Dtype::kF32);
     ws.poison();
     BLU_CUDA_TEST_CHECK(cudaMemset(dflag.get(), 0, 4));
-    BLU_ASSERT_OK(blublas::embedding_backward(dwte.as<float>(), dwpe.as<float>(), ddout.get(),
+    BLU_ASSERT_OK(blublas::embedding_backward(dwte.as<float>(),
+                                              c.no_dwpe ? nullptr : dwpe.as<float>(), ddout.get(),
                                               dtok.as<int32_t>(), c.B, c.T, c.C, c.V,
                                               dflag.as<int>(), c.dt, ws.get(), ws_bytes, nullptr));
     BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
     EXPECT_TRUE(all_close("dwte", download(dwte.get(), rwte.size(), Dtype::kF32), rwte, 1e-5 * N / 3 + 1e-6, 1e-5));
-    EXPECT_TRUE(all_close("dwpe", download(dwpe.get(), rwpe.size(), Dtype::kF32), rwpe, 1e-5 * c.B, 1e-5));
+    if (c.no_dwpe) {
+      EXPECT_EQ(blu::test::download_bytes(dwpe.get(), rwpe.size() * 4),
+                blu::test::download_bytes(upload(dwpe0, Dtype::kF32).get(), rwpe.size() * 4))
+          << "dwpe written although null was passed";
+    } else {
+      EXPECT_TRUE(all_close("dwpe", download(dwpe.get(), rwpe.size(), Dtype::kF32), rwpe,
+                            1e-5 * c.B, 1e-5));
+    }
     BLU_CUDA_TEST_CHECK(cudaMemcpy(&flag, dflag.get(), 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(flag, c.bad_tokens ? 1 : 0) << "backward error flag";
     runs.push_back(blu::test::download_bytes(dwte.get(), rwte.size() * 4));
@@ -102,11 +112,21 @@ INSTANTIATE_TEST_SUITE_P(
                       EmbCase{Dtype::kF32, 2, 41, 77, 503, true},
                       EmbCase{Dtype::kBF16, 3, 29, 768, 997, true},
                       EmbCase{Dtype::kF32, 4, 50, 1600, 307, false},
-                      EmbCase{Dtype::kBF16, 2, 33, 100, 50, false}),
+                      EmbCase{Dtype::kBF16, 2, 33, 100, 50, false},
+                      // GPT-2 width, several column chunks, many small buckets.
+                      EmbCase{Dtype::kF32, 4, 257, 768, 50304, false},
+                      EmbCase{Dtype::kBF16, 3, 301, 768, 50304, true},
+                      // No position term.
+                      EmbCase{Dtype::kF32, 3, 37, 768, 1001, false, true},
+                      // A vocabulary too large for the one-block (shared-memory) bucketing:
+                      // the multi-launch bucketing path.
+                      EmbCase{Dtype::kF32, 3, 45, 8, 70001, true},
+                      EmbCase{Dtype::kBF16, 2, 64, 264, 65537, false}),
     [](const ::testing::TestParamInfo<EmbCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_B" + std::to_string(i.param.B) +
              "T" + std::to_string(i.param.T) + "C" + std::to_string(i.param.C) + "V" +
-             std::to_string(i.param.V) + (i.param.bad_tokens ? "_bad" : "");
+             std::to_string(i.param.V) + (i.param.bad_tokens ? "_bad" : "") +
+             (i.param.no_dwpe ? "_nodwpe" : "");
     });
 
 }  // namespace

@@ -150,6 +150,7 @@ struct Case {
   bool aux = true;  // kGelu: store aux or not
   float alpha = 1.0f, beta = 0.0f;
   int tile = -1, splits = 0;  // forced plan (-1 / 0: heuristic)
+  int stream_k = -1;          // -1: heuristic, 0: off, 1: forced (Note [sm90 stream-K])
   bool check_determinism = false;
   bool odd_ldd = false;   // odd ldd: the generic epilogue's scalar (unpaired) store path
   bool even_ldd = false;  // even, not 16-byte ldd: the generic epilogue's paired stores
@@ -162,6 +163,7 @@ struct Case {
        << " alpha=" << alpha << " beta=" << beta << " tile="
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
+       << " stream_k=" << (stream_k < 0 ? "auto" : std::to_string(stream_k))
        << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "");
     return os.str();
   }
@@ -176,6 +178,10 @@ double tol_for(Dtype ab, Dtype cd) {
 
 void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   SCOPED_TRACE(c.str());
+  if (c.tile == static_cast<int>(sm90::Sm90Tile::k128x128_pp) &&
+      !sm90::sm90_ping_pong_compiled(128)) {
+    return;  // not compiled in (sm90_ping_pong_compiled, sm90_gemm_launch.h)
+  }
   std::mt19937 rng(12345u + c.m * 7u + c.n * 13u + c.k * 17u + static_cast<unsigned>(c.ab) * 3u +
                    static_cast<unsigned>(c.epi) * 101u + (c.a_k ? 1u : 0u) + (c.b_k ? 2u : 0u));
   const std::size_t es = blublas::dtype_size(c.ab);
@@ -233,6 +239,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   force.tile = c.tile;
   force.splits = c.splits;
   force.generic_epilogue = c.generic_epi;
+  force.stream_k = c.stream_k;
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
@@ -363,6 +370,8 @@ constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
 constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
 constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
 constexpr int kCluster2 = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
+constexpr int kPingPong128 = static_cast<int>(sm90::Sm90Tile::k128x128_pp);
+constexpr int kPingPong64 = static_cast<int>(sm90::Sm90Tile::k64x256_pp);
 
 // ---- tests -------------------------------------------------------------------------------------------
 TEST(GemmSm90Gpu, SimpleTileBf16AllMajors) {
@@ -383,7 +392,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
   for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
-    for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
+    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
       for (int mj = 0; mj < 4; ++mj) {
         for (const auto& s : sizes) {
           Case c;
@@ -402,7 +411,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
 
 TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kCluster2}) {
+  for (int tile : {kSimple, kWide, kCluster2, kPingPong128, kPingPong64}) {
     for (int mj = 0; mj < 4; ++mj) {
       Case c;
       c.ab = Dtype::kBF16;
@@ -420,7 +429,7 @@ TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
     for (int mj = 0; mj < 4; ++mj) {
       for (const auto& s : sizes) {
         Case c;
@@ -469,9 +478,9 @@ TEST(GemmSm90Gpu, Batched) {
       run_case(c, dev);
     }
   }
-  for (int tile : {kWide, kCluster2}) {  // D through the TMA-store epilogue, 3-d maps
+  for (int tile : {kWide, kCluster2, kPingPong128, kPingPong64}) {  // TMA-store epilogue, 3-d maps
     Case c;
-    c.ab = Dtype::kF16; c.cd = tile == kWide ? Dtype::kF16 : Dtype::kF32;
+    c.ab = Dtype::kF16; c.cd = tile == kWide || tile == kPingPong64 ? Dtype::kF16 : Dtype::kF32;
     c.m = 300; c.n = 200; c.k = 64; c.batch = 2;
     c.a_k = false; c.b_k = true;
     c.epi = Epilogue::kBiasGelu;
@@ -532,7 +541,7 @@ TEST(GemmSm90Gpu, Epilogues) {
 TEST(GemmSm90Gpu, SplitKDeterministic) {
   BLU_REQUIRE_SM90(dev);
   // Forced splits on odd shapes, every tile.
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
     Case c;
     c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
     c.m = 200; c.n = 300; c.k = 4099;
@@ -546,6 +555,103 @@ TEST(GemmSm90Gpu, SplitKDeterministic) {
     Case c;
     c.ab = ab; c.cd = ab == Dtype::kF32 ? Dtype::kF32 : Dtype::kBF16;
     c.m = 768; c.n = 2304; c.k = 16384;
+    c.a_k = false; c.b_k = false;
+    c.check_determinism = true;
+    run_case(c, dev);
+  }
+}
+
+// Ping-pong (Note [sm90 ping-pong]): many work units per CTA (so both consumer warpgroups take
+// several turns), K not a multiple of the stage ring, and forced uneven splits (13 k-blocks in 3
+// splits: 4, 4, 5), so the ring skipping of the other warpgroup's k-blocks is exercised at every
+// ring offset; every epilogue kind through both epilogue paths.
+TEST(GemmSm90Gpu, PingPongManyUnits) {
+  BLU_REQUIRE_SM90(dev);
+  for (int tile : {kPingPong128, kPingPong64}) {
+    for (int splits : {1, 3}) {
+      for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
+        Case c;
+        c.ab = ab; c.cd = ab == Dtype::kF32 ? Dtype::kF32 : Dtype::kBF16;
+        c.m = 3001; c.n = 1999; c.k = ab == Dtype::kF32 ? 389 : 777;
+        c.a_k = true; c.b_k = ab == Dtype::kF32;
+        c.tile = tile; c.splits = splits;
+        c.check_determinism = splits > 1;
+        run_case(c, dev);
+      }
+    }
+  }
+  for (int tile : {kPingPong128, kPingPong64}) {
+    for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradA,
+                       Epilogue::kBiasGradB}) {
+      for (int variant = 0; variant < 2; ++variant) {  // TMA-store epilogue, generic
+        Case c;
+        c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
+        c.m = 2100; c.n = variant == 0 ? 1032 : 1031; c.k = 200;  // > 1 unit per CTA
+        c.a_k = false; c.b_k = true;
+        c.epi = e;
+        c.generic_epi = variant == 1;
+        c.beta = e == Epilogue::kBias ? 0.5f : 0.0f;
+        c.tile = tile;
+        run_case(c, dev);
+      }
+    }
+  }
+}
+
+// Stream-K (Note [sm90 stream-K]), forced: every tile schedule, deep odd K, both operand majors;
+// a problem with fewer iterations than SMs (a tile cut into ~16 segments, one k-block each: the
+// owner adds 15 partials); the GPT-2 dW shapes with the heuristic's plan; epilogues (the owner
+// runs them) and determinism (same bits twice).
+TEST(GemmSm90Gpu, StreamK) {
+  BLU_REQUIRE_SM90(dev);
+  for (int tile : {kSimple, kWide, kNarrow, kPingPong128, kPingPong64}) {
+    for (int mj : {0, 3}) {
+      Case c;
+      c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
+      c.m = 700; c.n = 900; c.k = 5001;
+      c.a_k = (mj & 1) == 0;
+      c.b_k = (mj & 2) == 0;
+      c.tile = tile; c.stream_k = 1;
+      c.check_determinism = true;
+      run_case(c, dev);
+    }
+  }
+  for (int tile : {kWide, kPingPong128}) {
+    Case c;
+    c.ab = Dtype::kF32; c.cd = Dtype::kF32;
+    c.m = 333; c.n = 517; c.k = 3001;
+    c.tile = tile; c.stream_k = 1;
+    c.check_determinism = true;
+    run_case(c, dev);
+  }
+  for (int tile : {kWide, kPingPong64}) {  // fewer iterations than SMs
+    Case c;
+    c.ab = Dtype::kBF16; c.cd = Dtype::kF32;
+    c.m = 300; c.n = 200; c.k = 1000;
+    c.tile = tile; c.stream_k = 1;
+    c.check_determinism = true;
+    run_case(c, dev);
+  }
+  for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradB}) {
+    for (int variant = 0; variant < 2; ++variant) {  // TMA-store epilogue, generic (+ beta)
+      Case c;
+      c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
+      c.m = 500; c.n = variant == 0 ? 776 : 775; c.k = 4000;
+      c.a_k = false; c.b_k = false;
+      c.epi = e;
+      c.generic_epi = variant == 1;
+      c.beta = variant == 1 && e == Epilogue::kBias ? 0.5f : 0.0f;
+      c.tile = variant == 0 ? kWide : kPingPong128;
+      c.stream_k = 1;
+      run_case(c, dev);
+    }
+  }
+  // The GPT-2 dW shapes (TN: both operands MN-major) with the heuristic's plan.
+  const int dw[][3] = {{768, 768, 16384}, {3072, 768, 16384}, {768, 3072, 16384}, {2304, 768, 16384}};
+  for (const auto& s : dw) {
+    Case c;
+    c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
+    c.m = s[0]; c.n = s[1]; c.k = s[2];
     c.a_k = false; c.b_k = false;
     c.check_determinism = true;
     run_case(c, dev);

@@ -11,7 +11,6 @@
 // fp32 kernel of this file (absolute values, no cancellation, so fp32 is ample for a bound).
 // Both results carry rounding error, so tol is about twice the one-sided tolerance of the dtype.
 // Outputs are poisoned with NaN first; a NaN or an unwritten element fails the bound.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +27,7 @@
 #include "blublas/blublas.h"
 #include "blublas/gemm.h"
 #include "common/gpu_test.h"
+#include "../../blublas/tools/cublas_reference.h"  // references only (never in libblublas)
 
 namespace {
 
@@ -54,19 +54,13 @@ struct Prec {
   const char* name;
   Dtype ab, cd;
   ComputeMode compute;
-  cudaDataType_t cu_ab, cu_cd;
-  cublasComputeType_t cu_compute;
   double tol;
 };
 const Prec kPrecs[] = {
-    {"bf16", Dtype::kBF16, Dtype::kBF16, ComputeMode::kDefault, CUDA_R_16BF, CUDA_R_16BF,
-     CUBLAS_COMPUTE_32F, 1e-2},
-    {"bf16_f32out", Dtype::kBF16, Dtype::kF32, ComputeMode::kDefault, CUDA_R_16BF, CUDA_R_32F,
-     CUBLAS_COMPUTE_32F, 4e-3},
-    {"tf32", Dtype::kF32, Dtype::kF32, ComputeMode::kTF32, CUDA_R_32F, CUDA_R_32F,
-     CUBLAS_COMPUTE_32F_FAST_TF32, 4e-3},
-    {"fp32", Dtype::kF32, Dtype::kF32, ComputeMode::kStrictF32, CUDA_R_32F, CUDA_R_32F,
-     CUBLAS_COMPUTE_32F, 2e-6},
+    {"bf16", Dtype::kBF16, Dtype::kBF16, ComputeMode::kDefault, 1e-2},
+    {"bf16_f32out", Dtype::kBF16, Dtype::kF32, ComputeMode::kDefault, 4e-3},
+    {"tf32", Dtype::kF32, Dtype::kF32, ComputeMode::kTF32, 4e-3},
+    {"fp32", Dtype::kF32, Dtype::kF32, ComputeMode::kStrictF32, 2e-6},
 };
 
 // Readable test parameters in gtest's output.
@@ -299,24 +293,25 @@ TEST_P(GemmVsCublas, WithinBoundOfCublas) {
                                     cptr, da, static_cast<float*>(s.p), c.m, c.n, c.k, std::fabs(c.alpha), std::fabs(c.beta));
   BLU_CUDA_TEST_CHECK(cudaGetLastError());
 
-  // cuBLAS (column-major): a row-major problem is D^T = op(B)^T op(A)^T, A and B swapped.
+  // The problem as a blublas desc; cuBLAS computes it into ref (blublas/tools/cublas_reference.h:
+  // a row-major problem is handed over as D^T = op(B)^T op(A)^T, A and B swapped).
+  GemmDesc base;
+  base.m = c.m; base.n = c.n; base.k = c.k; base.batch = c.batch;
+  base.op_a = c.op_a; base.op_b = c.op_b; base.layout = c.layout;
+  base.ab_type = p.ab; base.cd_type = p.cd; base.compute = p.compute;
+  base.a = a.p; base.lda = g.lda; base.stride_a = g.stride_a;
+  base.b = b.p; base.ldb = g.ldb; base.stride_b = g.stride_b;
+  base.c = c.beta != 0 ? cbuf.p : nullptr; base.ldc = g.ldd; base.stride_c = g.stride_d;
+  base.ldd = g.ldd; base.stride_d = g.stride_d;
+  base.alpha = c.alpha; base.beta = c.beta;
   cublasHandle_t h;
   ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
   struct HandleGuard { cublasHandle_t h; ~HandleGuard() { cublasDestroy(h); } } guard{h};
   ASSERT_EQ(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_SUCCESS);
   if (c.beta != 0) BLU_CUDA_TEST_CHECK(cudaMemcpy(ref.p, cbuf.p, g.elems_d * cd, cudaMemcpyDeviceToDevice));
-  auto cop = [](Op o) { return o == Op::kT ? CUBLAS_OP_T : CUBLAS_OP_N; };
-  const float alpha = c.alpha, beta = c.beta;
-  cublasStatus_t cst;
-  if (row) {
-    cst = cublasGemmStridedBatchedEx(h, cop(c.op_b), cop(c.op_a), c.n, c.m, c.k, &alpha, b.p, p.cu_ab, int(g.ldb), g.stride_b,
-                                     a.p, p.cu_ab, int(g.lda), g.stride_a, &beta, ref.p, p.cu_cd, int(g.ldd), g.stride_d,
-                                     c.batch, p.cu_compute, CUBLAS_GEMM_DEFAULT);
-  } else {
-    cst = cublasGemmStridedBatchedEx(h, cop(c.op_a), cop(c.op_b), c.m, c.n, c.k, &alpha, a.p, p.cu_ab, int(g.lda), g.stride_a,
-                                     b.p, p.cu_ab, int(g.ldb), g.stride_b, &beta, ref.p, p.cu_cd, int(g.ldd), g.stride_d,
-                                     c.batch, p.cu_compute, CUBLAS_GEMM_DEFAULT);
-  }
+  GemmDesc ref_desc = base;
+  ref_desc.d = ref.p;  // cuBLAS reads C from D
+  const cublasStatus_t cst = blublas::cublas_ref::gemm_ex(h, ref_desc);
   ASSERT_EQ(cst, CUBLAS_STATUS_SUCCESS) << "cuBLAS: " << cublasGetStatusString(cst);
   BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
 
@@ -328,15 +323,8 @@ TEST_P(GemmVsCublas, WithinBoundOfCublas) {
 
   int ran = 0;
   for (GemmPath path : paths) {
-    GemmDesc desc;
-    desc.m = c.m; desc.n = c.n; desc.k = c.k; desc.batch = c.batch;
-    desc.op_a = c.op_a; desc.op_b = c.op_b; desc.layout = c.layout;
-    desc.ab_type = p.ab; desc.cd_type = p.cd; desc.compute = p.compute;
-    desc.a = a.p; desc.lda = g.lda; desc.stride_a = g.stride_a;
-    desc.b = b.p; desc.ldb = g.ldb; desc.stride_b = g.stride_b;
-    desc.c = c.beta != 0 ? cbuf.p : nullptr; desc.ldc = g.ldd; desc.stride_c = g.stride_d;
-    desc.d = d.p; desc.ldd = g.ldd; desc.stride_d = g.stride_d;
-    desc.alpha = c.alpha; desc.beta = c.beta;
+    GemmDesc desc = base;
+    desc.d = d.p;
     desc.path = path;
     const char* pname = blublas::gemm_path_name(path);
     GemmPath taken = path;

@@ -1,5 +1,6 @@
 // LayerNorm forward (with and without the fused residual) and backward against a float64 CPU
-// reference: vector and generic paths, f32 and bf16, accumulate modes, bitwise determinism.
+// reference: vector and generic paths, f32 and bf16, accumulate modes, bitwise determinism, and
+// row counts large enough that the balanced backward grid gives every warp several rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,7 +146,12 @@ INSTANTIATE_TEST_SUITE_P(
                       LnCase{Dtype::kF32, 301, 768, false}, LnCase{Dtype::kBF16, 29, 768, true},
                       LnCase{Dtype::kBF16, 33, 1000, false}, LnCase{Dtype::kF32, 17, 3001, true},
                       LnCase{Dtype::kF32, 9, 2048, false}, LnCase{Dtype::kBF16, 7, 77, true},
-                      LnCase{Dtype::kF32, 2100, 96, true}),
+                      LnCase{Dtype::kF32, 2100, 96, true},
+                      // Enough rows that every warp of the balanced backward grid walks several
+                      // rows (the register prefetch path) on any GPU size.
+                      LnCase{Dtype::kF32, 20011, 768, false},
+                      LnCase{Dtype::kBF16, 12007, 768, true},
+                      LnCase{Dtype::kF32, 9001, 512, true}),
     [](const ::testing::TestParamInfo<LnCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
              "x" + std::to_string(i.param.cols) + (i.param.residual ? "_res" : "");

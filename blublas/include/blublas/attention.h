@@ -8,6 +8,7 @@
 // L is fp32 [B, H, T] contiguous, natural log. Backward takes dO, O and L and writes dQ, dK, dV;
 // it needs a caller workspace (attention_backward_workspace_size) for D = rowsum(dO * O).
 //
+// Paths: sm_90a wgmma + TMA (bf16 on Hopper), sm_80 mma.sync (also forcible on Hopper), SIMT.
 // Precision is a named mode: bf16 (tensor cores, fp32 accumulation and softmax), strict fp32
 // (SIMT FMA, no tf32 anywhere) and tf32 (tensor cores on tf32-rounded fp32 operands).
 // Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass, so
@@ -34,7 +35,8 @@ enum class AttnPath : int {
   kAuto = 0,
   kSimt = 1,       // CUDA-core fp32 kernels (the only path for kF32Strict; fallback for bf16)
   kSm80Mma = 2,    // mma.sync + ldmatrix + cp.async (sm_80 and newer, also what runs on Hopper)
-  kSm90Wgmma = 3,  // reserved: not implemented in this build (kNotSupported)
+  kSm90Wgmma = 3,  // wgmma + TMA, warp-specialized (sm_90a devices, bf16 only; what kAuto takes
+                   // there when views are 16-byte aligned)
 };
 
 // A read-only [B, T, H, d] view; element (b, t, h, i) is ptr[b*batch + t*seq + h*head + i].

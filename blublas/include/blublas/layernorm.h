@@ -8,7 +8,8 @@
 //           dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 //           dweight = sum_rows(dout * xhat), dbias = sum_rows(dout).
 // dweight/dbias are reduced deterministically: per-block partials into the caller's workspace, then
-// a fixed-order sum (the row partition depends only on `rows`, never on the device).
+// a fixed-order sum. The row partition depends on `rows` and the device's SM count (one balanced
+// wave), never on timing: bit-identical run to run on a given GPU model.
 #pragma once
 
 #include <cuda_runtime.h>

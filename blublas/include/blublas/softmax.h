@@ -1,11 +1,14 @@
 // blublas/softmax.h: softmax along the last dimension of a rows x cols matrix, forward and
 // backward, f32 or bf16 storage with f32 arithmetic, any row length (50304, odd sizes, ...).
 //
-// Note [Softmax row residency] Each row is read from memory once: a row is split over a cluster
-// of 1-8 thread blocks (sm_90 clusters; one block elsewhere) that keep their slice in registers,
-// combine (max, sum) partials in rank order through distributed shared memory, and write the
-// result from registers. Rows too long for that use an online-normalizer kernel that reads the
-// row twice (the second read mostly from L2).
+// Note [Softmax row residency] Each row is read from memory once. On sm_90+, rows of 32 KiB and
+// more stream through a shared-memory ring per SM (TMA bulk copies; the next rows load while one
+// is reduced and written; Note [Row streaming through a shared-memory ring] in
+// src/softmax/row_stream.cuh). Otherwise a row is split over a cluster of 1-8 thread blocks
+// (sm_90 clusters; one block elsewhere) that keep their slice in registers, combine (max, sum)
+// partials in rank order through distributed shared memory, and write the result from
+// registers. Rows too long for either use an online-normalizer kernel that reads the row twice
+// (the second read mostly from L2). Results are bitwise deterministic for a given device type.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -4,10 +4,15 @@
 //
 // Note [Attention path selection]
 //   kF32Strict          -> SIMT (the only path that never rounds to tf32)
-//   kBF16 / kF32TF32    -> sm80 mma.sync when every pointer is 16-byte aligned and every stride a
-//                          multiple of 16 bytes (cp.async moves 16-byte chunks); otherwise SIMT
-//                          (fp32 arithmetic on the same storage: slower, at least as accurate).
-// A forced path that cannot take the arguments returns an error instead of falling back.
+//   kBF16               -> sm90 wgmma + TMA on an sm_90 device running sm_90a code, when every
+//                          pointer is 16-byte aligned and every stride a multiple of 16 bytes
+//                          (TMA and cp.async move 16-byte chunks); if the driver refuses a view's
+//                          tensor map (kNotSupported, nothing launched) the sm80 path runs instead
+//   kBF16 / kF32TF32    -> sm80 mma.sync under the same alignment rule (and on other devices);
+//                          otherwise SIMT (fp32 arithmetic on the same storage: slower, at least
+//                          as accurate).
+// A forced path that cannot take the arguments returns an error instead of falling back; the
+// sm80 path stays forcible on Hopper (that is how it is tested there).
 #include "blublas/attention.h"
 
 #include <cmath>
@@ -62,8 +67,9 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   BLUBLAS_CHECK_ARG(prec >= 0 && prec <= 2, op, ": unknown precision ", prec);
   const int path = static_cast<int>(d.path);
   BLUBLAS_CHECK_ARG(path >= 0 && path <= 3, op, ": unknown path ", path);
-  BLUBLAS_CHECK(d.path != AttnPath::kSm90Wgmma, StatusCode::kNotSupported, op,
-                ": the sm90 wgmma path is not implemented in this build (use kAuto or kSm80Mma)");
+  BLUBLAS_CHECK(!(d.path == AttnPath::kSm90Wgmma && d.precision != AttnPrecision::kBF16),
+                StatusCode::kNotSupported, op, ": the sm90 wgmma path takes bf16 only (precision ",
+                attn_precision_name(d.precision), "; use kSm80Mma or kAuto)");
   BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32Strict && d.path == AttnPath::kSm80Mma), op,
                     ": strict fp32 runs on the SIMT path only (kSm80Mma would round to tf32; "
                     "use precision kF32TF32)");
@@ -107,6 +113,19 @@ Status select_path(const AttentionDesc& d, bool backward, const DeviceInfo& dev,
     return Status::success();
   }
   const bool vec = vector_ok(d, backward);
+  if (d.path == AttnPath::kSm90Wgmma) {
+    BLUBLAS_CHECK(vec, StatusCode::kMisaligned, op,
+                  ": the sm90 wgmma path needs 16-byte aligned pointers and strides that are "
+                  "multiples of 16 bytes (TMA)");
+    BLUBLAS_RETURN_IF_ERROR(attn::sm90_attn_available(dev));
+    *out = AttnPath::kSm90Wgmma;
+    return Status::success();
+  }
+  if (d.path == AttnPath::kAuto && vec && d.precision == AttnPrecision::kBF16 &&
+      attn::sm90_attn_available(dev).ok()) {
+    *out = AttnPath::kSm90Wgmma;
+    return Status::success();
+  }
   if (d.path == AttnPath::kSm80Mma) {
     BLUBLAS_CHECK(vec, StatusCode::kMisaligned, op,
                   ": the sm80 mma path needs 16-byte aligned pointers and strides that are "
@@ -225,6 +244,11 @@ Status attention_forward(const AttentionDesc& desc, cudaStream_t stream) {
   const attn::Params p = attn::make_params(desc, nullptr);
   const bool bf16 = is_bf16(desc.precision);
   if (path == AttnPath::kSimt) return attn::simt_attn_fwd(p, desc.head_dim, bf16, stream);
+  if (path == AttnPath::kSm90Wgmma) {
+    const Status st = attn::sm90_bf16_flash_attn_fwd(p, desc.head_dim, dev, stream);
+    // kNotSupported: a tensor map was refused before any launch; kAuto falls back to sm80.
+    if (st.code() != StatusCode::kNotSupported || desc.path == AttnPath::kSm90Wgmma) return st;
+  }
   return bf16 ? attn::sm80_bf16_flash_attn_fwd(p, desc.head_dim, dev, stream)
               : attn::sm80_tf32_flash_attn_fwd(p, desc.head_dim, dev, stream);
 }
@@ -258,6 +282,10 @@ Status attention_backward(const AttentionDesc& desc, void* workspace, std::size_
   const bool bf16 = is_bf16(desc.precision);
   BLUBLAS_RETURN_IF_ERROR(attn::attn_bwd_delta(p, desc.head_dim, bf16, stream));
   if (path == AttnPath::kSimt) return attn::simt_attn_bwd(p, desc.head_dim, bf16, stream);
+  if (path == AttnPath::kSm90Wgmma) {
+    const Status st = attn::sm90_bf16_flash_attn_bwd(p, desc.head_dim, dev, stream);
+    if (st.code() != StatusCode::kNotSupported || desc.path == AttnPath::kSm90Wgmma) return st;
+  }
   return bf16 ? attn::sm80_bf16_flash_attn_bwd(p, desc.head_dim, dev, stream)
               : attn::sm80_tf32_flash_attn_bwd(p, desc.head_dim, dev, stream);
 }

@@ -68,6 +68,17 @@ const KernelConfig* sm80_bf16_fwd_d128_table(int* count);
 const KernelConfig* sm80_bf16_bwd_d64_table(int* count);
 const KernelConfig* sm80_bf16_bwd_d128_table(int* count);
 
+// sm_90a wgmma + TMA family (bf16 only; Note [sm90 flash forward: warp-specialized, P in
+// registers], Note [sm90 flash backward]). kUnsupportedArch on other devices; kNotSupported when
+// a view cannot be described by a TMA tensor map (an automatic choice then falls back to sm80).
+Status sm90_attn_available(const DeviceInfo& dev);  // sm_90 device and sm_90a code in this build
+Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream);
+const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count);
+const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count);
+
 // SIMT fp32-arithmetic family; `bf16` selects bf16 storage (the fallback for misaligned views).
 Status simt_attn_fwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream);
 Status simt_attn_bwd(const Params& p, int head_dim, bool bf16, cudaStream_t stream);

@@ -8,7 +8,11 @@
 // holds the target logit (read from registers, so an in-place dlogits never races with it) and
 // writes dlogits = (p - onehot) * dloss / count from the same registers: logits are read once and
 // dlogits written once; (3) one block adds the row losses in a fixed order for the mean. Rows too
-// long for residency use an online-normalizer kernel that reads the row twice.
+// long for residency use an online-normalizer kernel that reads the row twice. On sm_90+, rows of
+// 32 KiB and more take the streamed row kernel instead of (1) and (2) (Note [Row streaming
+// through a shared-memory ring] in softmax/row_stream.cuh): every CTA counts the targets itself,
+// the row sits in shared memory between the (max, sum) pass and the dlogits pass, the target
+// logit is read from there, and the next rows' loads are in flight meanwhile.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include "elementwise/vector_io.cuh"
 #include "reduce/reduce_primitives.cuh"
 #include "softmax/row_resident.cuh"
+#include "softmax/row_stream.cuh"
 
 namespace blublas {
 namespace {
@@ -39,6 +44,7 @@ __global__ void __launch_bounds__(kCountThreads)
                       int64_t rows, int64_t vocab, int ignore_index) {
   int n = 0;
   bool bad = false;
+#pragma unroll 8
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int t = targets[r];
     if (target_valid(t, vocab, ignore_index)) {
@@ -132,6 +138,190 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
   }
 }
 
+// ---------------------------------------------------------------- streamed row kernel
+// Pass 1 as the streamed softmax forward. The warp that owns the target's chunk writes the row
+// loss (the target logit read from shared memory: an in-place dlogits never races with it); pass 2
+// writes dlogits = exp(x - M) * g / S - g * onehot (g = dloss / count, 0 for ignored rows).
+template <typename T, int kWarps>
+__global__ void __launch_bounds__((kWarps + 1) * 32, 1)
+    xent_stream_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
+                       const int32_t* __restrict__ targets, int* __restrict__ count_out,
+                       int* __restrict__ error_flag, int64_t total_rows, int64_t vocab,
+                       int ignore_index, float dloss, StreamArgs a) {
+#if BLUBLAS_ROW_STREAM_DEVICE
+  constexpr int W = kPackElems<T>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Ring R = make_ring(smem, a.ring_chunks);
+  const uint32_t rank = a.cluster > 1 ? cluster_rank() : 0u;
+  stream_init(R, a);
+  const int64_t first_row = blockIdx.x / a.cluster, row_step = gridDim.x / a.cluster;
+  const Slice sl = cta_slice(a, static_cast<int>(rank));
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  if (warp == kWarps) {  // producer warp: one lane issues, all join the final sync
+    if (lane == 0) {
+      stream_produce<1>(R, a, reinterpret_cast<const unsigned char*>(logits), nullptr, first_row,
+                        row_step, sl);
+    }
+    __syncwarp();
+  } else {
+    // Every CTA counts the non-ignored targets itself (64 KB from L2 for 16384 rows, while the
+    // producer's first loads are in flight): no count launch before this kernel. Integer sums in
+    // warp order: the same count in every CTA. CTA 0 publishes it for the mean (and a resident
+    // last row); bad targets set the flag (every writer writes 1).
+    int n = 0;
+    {
+      int local = 0;
+      bool bad = false;
+#pragma unroll 8
+      for (int64_t i = threadIdx.x; i < total_rows; i += kWarps * 32) {
+        const int ti = targets[i];
+        if (target_valid(ti, vocab, ignore_index)) {
+          ++local;
+        } else if (ti != ignore_index) {
+          bad = true;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
+      int* counts = reinterpret_cast<int*>(R.warp_part + kStreamMaxWarps);  // buffer 1: free now
+      if (lane == 0) counts[warp] = local;
+      if (bad && error_flag != nullptr) *error_flag = 1;
+      consumer_sync(kWarps * 32);
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) n += counts[i];
+      if (blockIdx.x == 0 && threadIdx.x == 0) *count_out = n;
+    }
+    uint32_t it = 0;
+    for (int64_t r = first_row; r < a.rows; r += row_step, ++it) {
+      const int t = targets[r];  // in flight during pass 1
+      const RowWindow w = row_window(a, r);
+      float2 acc = MaxSumOp::identity();
+      float xt_kept = 0.0f;  // keep_exp: the target logit, read before pass 1 overwrites it
+      bool owns_target = false;
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const uint32_t g1 = ring_seq(it, sl.count, jj, 0, 1);
+        const auto* c = reinterpret_cast<const uint4*>(ring_wait(R, a, g1));
+        const int chunk = sl.begin + jj;
+        const int nbytes = window_chunk_bytes(a, w, chunk);
+        const int np = nbytes / 16;
+        const int o0 = chunk * a.chunk_bytes;
+        if (a.keep_exp) {
+          const int t_off1 = target_valid(t, vocab, ignore_index)
+                                 ? w.lead + t * static_cast<int>(sizeof(T))
+                                 : -1;
+          if (lane == 0 && t_off1 >= o0 && t_off1 < o0 + nbytes) {
+            const int tl1 = (t_off1 - o0) / static_cast<int>(sizeof(T));
+            xt_kept = to_f32(reinterpret_cast<const T*>(c)[tl1]);
+            owns_target = true;
+          }
+          __syncwarp();
+          acc = MaxSumOp::combine(
+              acc, chunk_maxsum_keep<T>(const_cast<uint4*>(c), np, o0, w, lane,
+                                        &R.slot_max[g1 % static_cast<uint32_t>(a.ring_chunks)]));
+        } else {
+          acc = MaxSumOp::combine(acc, chunk_maxsum<T>(c, np, o0, w, lane));
+        }
+      }
+      const float2 st = row_combine<MaxSumOp, kWarps>(R, a, acc, it, rank);
+      const float mrow = st.x, inv = 1.0f / st.y;
+      if (owns_target && losses != nullptr) losses[r] = mrow + logf(st.y) - xt_kept;
+      const bool valid = target_valid(t, vocab, ignore_index);
+      const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+      const float scale = g * inv;
+      // bf16: dlogit = sign(g) ex2(x log2e - bias), bias = M log2e + log2(S / |g|) (g == 0:
+      // bias = +inf, ex2 = 0).
+      const bool g_negative = g < 0.0f;
+      const float bias =
+          g != 0.0f ? mrow * kLog2e + __log2f(st.y) - __log2f(fabsf(g)) : INFINITY;
+      if (!valid && rank == 0 && threadIdx.x == 0 && losses != nullptr) losses[r] = 0.0f;
+      // The target's window offset (bytes); -1 when ignored.
+      const int t_off = valid ? w.lead + t * static_cast<int>(sizeof(T)) : -1;
+      unsigned char* dwin = reinterpret_cast<unsigned char*>(dlogits) + w.start;
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const uint32_t gs = ring_seq(it, sl.count, jj, 0, 1);
+        const unsigned char* cb = ring_slot(R, a, gs);
+        const uint4* c = reinterpret_cast<const uint4*>(cb);
+        const int chunk = sl.begin + jj;
+        const int nbytes = window_chunk_bytes(a, w, chunk);
+        const int np = nbytes / 16;
+        const int o0 = chunk * a.chunk_bytes;
+        // Target element index inside this chunk (-1 when elsewhere or ignored).
+        const int tl = (t_off >= o0 && t_off < o0 + nbytes)
+                           ? (t_off - o0) / static_cast<int>(sizeof(T))
+                           : -1;
+        if (a.keep_exp) {
+          // dlogit = e * exp(M_c - M) * g / S - g * onehot, e = exp(x - M_c) from pass 1.
+          if (dlogits != nullptr) {
+            const float mc = R.slot_max[gs % static_cast<uint32_t>(a.ring_chunks)];
+            const float f = mc == -INFINITY ? 0.0f : __expf(mc - mrow) * scale;
+#pragma unroll 4
+            for (int p = lane; p < np; p += 32) {
+              float v[W];
+              unpack_kept<T>(c[p], v);
+#pragma unroll
+              for (int i = 0; i < W; ++i) v[i] *= f;
+              const int d = tl - p * W;
+              if (d >= 0 && d < W) {
+#pragma unroll
+                for (int i = 0; i < W; ++i) v[i] -= i == d ? g : 0.0f;
+              }
+              store_pack<T, W>(dwin, w, o0 + p * 16, v, a.store_hint);
+            }
+          }
+          fence_proxy_async();  // pass 1 wrote this slot; the producer's TMA rewrites it next
+          ring_release(R, a, gs, lane);
+          continue;
+        }
+        if (tl >= 0 && lane == 0 && losses != nullptr) {
+          const float xt = to_f32(reinterpret_cast<const T*>(cb)[tl]);
+          losses[r] = mrow + logf(st.y) - xt;
+        }
+        if (dlogits != nullptr) {
+#pragma unroll 4
+          for (int p = lane; p < np; p += 32) {
+            float v[W];
+            unpack16<T>(c[p], v);
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+              if constexpr (kFastExp<T>) {
+                v[i] = ex2_approx(fmaf(v[i], kLog2e, -bias));
+              } else {
+                v[i] = __expf(v[i] - mrow) * scale;
+              }
+            }
+            if (kFastExp<T> && g_negative) {
+#pragma unroll
+              for (int i = 0; i < W; ++i) v[i] = -v[i];
+            }
+            const int d = tl - p * W;
+            if (d >= 0 && d < W) {  // the target's pack: once per row
+#pragma unroll
+              for (int i = 0; i < W; ++i) v[i] -= i == d ? g : 0.0f;
+            }
+            store_pack<T, W>(dwin, w, o0 + p * 16, v, a.store_hint);
+          }
+        }
+        ring_release(R, a, gs, lane);
+      }
+    }
+  }
+  if (a.cluster > 1) cluster_sync_all();
+#else
+  (void)losses;
+  (void)dlogits;
+  (void)logits;
+  (void)targets;
+  (void)count_out;
+  (void)error_flag;
+  (void)total_rows;
+  (void)vocab;
+  (void)ignore_index;
+  (void)dloss;
+  (void)a;
+  __trap();
+#endif
+}
+
 // ---------------------------------------------------------------- generic (online) row kernel
 template <typename T, int W>
 __global__ void __launch_bounds__(kGenericRowThreads)
@@ -192,6 +382,7 @@ __global__ void __launch_bounds__(kCountThreads)
                      const int* __restrict__ count, int64_t rows) {
   __shared__ float scratch[32];
   float s = 0.0f;
+#pragma unroll 8
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += losses[r];
   const float total = block_sum(s, scratch);
   if (threadIdx.x == 0) *loss_mean = total / static_cast<float>(*count);
@@ -220,14 +411,41 @@ cudaError_t launch_rows(float* losses, T* dlogits, const T* logits, const int32_
   return cudaGetLastError();
 }
 
+// Counts the targets (the count launch, or inside the streamed kernel) and runs the row kernels.
 template <typename T>
 cudaError_t run_typed(float* losses, void* dlogits, const void* logits, const int32_t* targets,
-                      const int* count, int64_t rows, int64_t vocab, int ignore_index,
-                      float dloss, bool clusters_ok, cudaStream_t s) {
+                      int* count, int* error_flag, int64_t rows, int64_t vocab, int ignore_index,
+                      float dloss, const DeviceInfo& info, const RowStreamTuning& tu,
+                      cudaStream_t s) {
   constexpr int W = kPack16<T>;
   auto* d = static_cast<T*>(dlogits);
   auto* l = static_cast<const T*>(logits);
-  if (vocab % W == 0 && aligned16(logits) && (dlogits == nullptr || aligned16(dlogits))) {
+  const bool aligned = aligned16(logits) && (dlogits == nullptr || aligned16(dlogits));
+  StreamPlan plan;
+  const int64_t row_bytes = vocab * static_cast<int64_t>(sizeof(T));
+  const int64_t srows = streamed_rows(rows, row_bytes);
+  if (aligned && srows >= 1 && plan_row_stream(srows, row_bytes, 1, tu, info, &plan)) {
+    const cudaError_t err =
+        plan.warps == 8
+            ? launch_row_stream(xent_stream_kernel<T, 8>, plan, info, s, nullptr, losses, d, l,
+                                targets, count, error_flag, rows, vocab, ignore_index, dloss,
+                                plan.args)
+            : launch_row_stream(xent_stream_kernel<T, 16>, plan, info, s, nullptr, losses, d, l,
+                                targets, count, error_flag, rows, vocab, ignore_index, dloss,
+                                plan.args);
+    if (err != cudaSuccess || srows == rows) return err;
+    // The last row, whose 16-byte window would end past the tensor: the resident kernel.
+    const int64_t off = srows * vocab;
+    return launch_rows<T, 1>(losses ? losses + srows : nullptr, d ? d + off : nullptr, l + off,
+                             targets + srows, count, rows - srows, vocab, ignore_index, dloss,
+                             info.sm_major >= 9, s);
+  }
+  xent_count_kernel<<<1, kCountThreads, 0, s>>>(count, error_flag, targets, rows, vocab,
+                                                 ignore_index);
+  const cudaError_t cerr = cudaGetLastError();
+  if (cerr != cudaSuccess) return cerr;
+  const bool clusters_ok = info.sm_major >= 9;
+  if (vocab % W == 0 && aligned) {
     return launch_rows<T, W>(losses, d, l, targets, count, rows, vocab, ignore_index, dloss,
                              clusters_ok, s);
   }
@@ -244,10 +462,13 @@ Status cross_entropy_workspace_size(int64_t rows, std::size_t* bytes) {
   return Status::success();
 }
 
-Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const void* logits,
-                           const int32_t* targets, int64_t rows, int64_t vocab, int ignore_index,
-                           float dloss, int* error_flag, Dtype dtype, void* workspace,
-                           std::size_t workspace_bytes, cudaStream_t stream) {
+namespace fused {
+
+Status cross_entropy_fused_tuned(float* losses, float* loss_mean, void* dlogits,
+                                 const void* logits, const int32_t* targets, int64_t rows,
+                                 int64_t vocab, int ignore_index, float dloss, int* error_flag,
+                                 Dtype dtype, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream, const RowStreamTuning& tuning) {
   BLUBLAS_CHECK_ARG(dtype == Dtype::kF32 || dtype == Dtype::kBF16, "cross_entropy_fused: dtype ",
                     dtype_name(dtype), " not supported (f32, bf16)");
   BLUBLAS_CHECK_ARG(rows >= 0 && vocab >= 1, "cross_entropy_fused: rows=", rows,
@@ -264,22 +485,19 @@ Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const
   BLUBLAS_CHECK(aligned16(workspace), StatusCode::kMisaligned,
                 "cross_entropy_fused: workspace must be 16-byte aligned");
   if (rows == 0) return Status::success();
-  bool clusters_ok = false;
-  BLUBLAS_RETURN_IF_ERROR(clusters_available(&clusters_ok));
+  DeviceInfo info;
+  BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
   int* count = static_cast<int*>(workspace);
   float* row_losses = losses;
   if (row_losses == nullptr && loss_mean != nullptr) {
     row_losses = reinterpret_cast<float*>(static_cast<char*>(workspace) + kCountBytes);
   }
-  xent_count_kernel<<<1, kCountThreads, 0, stream>>>(count, error_flag, targets, rows, vocab,
-                                                      ignore_index);
-  BLUBLAS_KERNEL_LAUNCH_CHECK("cross_entropy_fused (count)");
   const cudaError_t err =
       dtype == Dtype::kF32
-          ? run_typed<float>(row_losses, dlogits, logits, targets, count, rows, vocab,
-                             ignore_index, dloss, clusters_ok, stream)
-          : run_typed<__nv_bfloat16>(row_losses, dlogits, logits, targets, count, rows, vocab,
-                                     ignore_index, dloss, clusters_ok, stream);
+          ? run_typed<float>(row_losses, dlogits, logits, targets, count, error_flag, rows, vocab,
+                             ignore_index, dloss, info, tuning, stream)
+          : run_typed<__nv_bfloat16>(row_losses, dlogits, logits, targets, count, error_flag,
+                                     rows, vocab, ignore_index, dloss, info, tuning, stream);
   BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError,
                 "cross_entropy_fused: row kernel launch failed: ", cudaGetErrorString(err),
                 " (rows=", rows, " vocab=", vocab, ")");
@@ -288,6 +506,17 @@ Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const
     BLUBLAS_KERNEL_LAUNCH_CHECK("cross_entropy_fused (mean)");
   }
   return Status::success();
+}
+
+}  // namespace fused
+
+Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const void* logits,
+                           const int32_t* targets, int64_t rows, int64_t vocab, int ignore_index,
+                           float dloss, int* error_flag, Dtype dtype, void* workspace,
+                           std::size_t workspace_bytes, cudaStream_t stream) {
+  return fused::cross_entropy_fused_tuned(losses, loss_mean, dlogits, logits, targets, rows, vocab,
+                                          ignore_index, dloss, error_flag, dtype, workspace,
+                                          workspace_bytes, stream, fused::RowStreamTuning{});
 }
 
 }  // namespace blublas

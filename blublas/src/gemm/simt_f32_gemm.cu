@@ -17,6 +17,8 @@
 // alignment is accepted.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
@@ -226,6 +228,45 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
              : launch_majors<BM, BN, false>(p, split, splits, stream);
 }
 
+// Note [SIMT fp32 variant choice]
+// Problems with at least one 128 x 128 tile per SM (kTiled128, and every split-K plan) run kDefault
+// below; BLUBLAS_SIMT_VARIANT=<name> overrides it for measurement sweeps (names in kVariantNames;
+// variants that need float4 operands fall back to the default when the operands do not allow it).
+// Unknown names are ignored. Read once per process.
+enum class Variant : int {
+  kLegacy128 = 0,  // simt_f32_tiled_kernel<128, 128>: 8 x 8 per thread, quadrants at BM/2, BN/2
+  kLegacy64,       // simt_f32_tiled_kernel<64, 64>: for problems short of one tile per SM
+  kWarp0,          // = SimtWarpVariant::k88, then the rest of SimtWarpVariant in order
+};
+constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816",   "w168",
+                                         "w816n256", "w816nb", "w816ng", "w816u4"};
+constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
+constexpr Variant warp_variant(SimtWarpVariant w) {
+  return static_cast<Variant>(static_cast<int>(Variant::kWarp0) + static_cast<int>(w));
+}
+constexpr Variant kDefault = warp_variant(SimtWarpVariant::k816);
+
+bool variant_takes_scalar(Variant v) {
+  return v == Variant::kLegacy128 || v == Variant::kLegacy64 ||
+         v == warp_variant(SimtWarpVariant::k816);
+}
+
+Variant env_variant() {
+  static const int chosen = [] {
+    const char* s = std::getenv("BLUBLAS_SIMT_VARIANT");
+    if (s == nullptr) return -1;
+    for (int i = 0; i < kVariantCount; ++i)
+      if (std::strcmp(s, kVariantNames[i]) == 0) return i;
+    return -1;
+  }();
+  return chosen < 0 ? kDefault : static_cast<Variant>(chosen);
+}
+
+Variant tiled128_variant(bool vec) {
+  const Variant v = env_variant();
+  return vec || variant_takes_scalar(v) ? v : kDefault;
+}
+
 }  // namespace
 
 // A cp.async-pipelined variant measured slower than this register-staged kernel on an H200 (run 9:
@@ -250,10 +291,20 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     split.partial = partial;
   }
   const int splits = plan.splits > 1 ? plan.splits : 1;
-  if (plan.kernel == SimtKernel::kTiled64) {
-    BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
-  } else {
-    BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
+  const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
+  const Variant v = plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(vec);
+  switch (v) {
+    case Variant::kLegacy64:
+      BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
+      break;
+    case Variant::kLegacy128:
+      BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
+      break;
+    default:
+      BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(
+          p, static_cast<SimtWarpVariant>(static_cast<int>(v) - static_cast<int>(Variant::kWarp0)),
+          split, splits, vec, stream));
+      break;
   }
   if (splits > 1) {
     const int64_t total = static_cast<int64_t>(p.batch) * p.m * p.n;

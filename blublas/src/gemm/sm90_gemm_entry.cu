@@ -88,7 +88,8 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // Byte offsets of each workspace region (npos when absent).
 struct WorkspaceLayout {
   static constexpr std::size_t npos = ~std::size_t{0};
-  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos;
+  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos, sk_partial = npos,
+              sk_flags = npos;
   std::size_t total = 0;
   int64_t k_pad = 0;       // row length of the transposed tf32 copies (floats)
   int64_t partial_ld = 0;  // floats per partial row
@@ -112,6 +113,13 @@ WorkspaceLayout layout_for(const GemmProblem& p, const DeviceInfo& dev, const Sm
     w.partial_ld = round_up(p.n, 4);
     w.partial = off;
     off = align_up(off + static_cast<std::size_t>(plan.splits) * p.batch * p.m * w.partial_ld * 4);
+  }
+  if (plan.stream_k) {  // Note [sm90 stream-K]: a tile of fp32 partials and 2 flags per CTA
+    w.sk_partial = off;
+    off = align_up(off + static_cast<std::size_t>(plan.grid) * sm90_tile_m(plan.tile) *
+                             sm90_tile_n(plan.tile) * 4);
+    w.sk_flags = off;
+    off = align_up(off + static_cast<std::size_t>(plan.grid) * 2 * sizeof(int));
   }
   const std::size_t bg = bias_grad_workspace_bytes(p, dev);
   if (bg > 0) {
@@ -147,13 +155,18 @@ const char* sm90_tile_name(Sm90Tile t) {
     case Sm90Tile::k128x256_2c: return "128x256_2c";
     case Sm90Tile::k128x128_2c: return "128x128_2c";
     case Sm90Tile::k128x256_2c_cl2: return "128x256_2c_cl2";
+    case Sm90Tile::k128x128_pp: return "128x128_pp";
+    case Sm90Tile::k64x256_pp: return "64x256_pp";
     case Sm90Tile::kCount: break;
   }
   return "invalid";
 }
-int sm90_tile_m(Sm90Tile) { return 128; }
+int sm90_tile_m(Sm90Tile t) { return t == Sm90Tile::k64x256_pp ? 64 : 128; }
 int sm90_tile_n(Sm90Tile t) {
-  return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x256_2c_cl2 ? 256 : 128;
+  return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x256_2c_cl2 ||
+                 t == Sm90Tile::k64x256_pp
+             ? 256
+             : 128;
 }
 int sm90_tile_k(Sm90Tile, Dtype ab_type) { return ab_type == Dtype::kF32 ? 32 : 64; }
 
@@ -165,6 +178,8 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_bf16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_bf16_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_bf16_128x256_2c_cl2(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_pp: return launcher_bf16_128x128_pp(a_k_major, b_k_major);
+        case Sm90Tile::k64x256_pp: return launcher_bf16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -174,6 +189,8 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_f16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_f16_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_f16_128x256_2c_cl2(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_pp: return launcher_f16_128x128_pp(a_k_major, b_k_major);
+        case Sm90Tile::k64x256_pp: return launcher_f16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -183,6 +200,8 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_tf32_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_tf32_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_tf32_128x256_2c_cl2(a_k_major, b_k_major);
+        case Sm90Tile::k128x128_pp: return launcher_tf32_128x128_pp(a_k_major, b_k_major);
+        case Sm90Tile::k64x256_pp: return launcher_tf32_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -240,6 +259,11 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   if (plan.splits > 1) {
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;
+  }
+  if (plan.stream_k) {
+    args.stream_k = true;
+    args.sk_partial = reinterpret_cast<float*>(wsb + ws.sk_partial);
+    args.sk_flags = reinterpret_cast<int*>(wsb + ws.sk_flags);
   }
   const LaunchFn launch = find_launcher(p.ab_type, plan.tile, args.a_k_major, args.b_k_major);
   BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for ab=",

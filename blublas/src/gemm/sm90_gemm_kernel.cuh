@@ -4,6 +4,8 @@
 // multi-stage ring of 128B-swizzled shared-memory tiles), warpgroups 1..kConsumers are consumers
 // (wgmma from shared memory, fp32 accumulators in registers, epilogue straight from registers).
 // Instantiated for one config per file (sm90_<type>_gemm_<tile>.cu) to bound compile time.
+// Two consumer schedules: cooperative (both consumer warpgroups split one BM x BN tile along M)
+// and ping-pong (each consumer warpgroup owns whole tiles, alternating; Note [sm90 ping-pong]).
 //
 // Note [sm90 pipeline protocol]
 // Two mbarrier arrays per stage s: full[s] (count 1: the producer's arrive.expect_tx; TMA then
@@ -28,12 +30,47 @@
 // still multicast into it or arrive on its barriers), which is why producer threads do not exit
 // early.
 //
+// Note [sm90 ping-pong]
+// With kPingPong the two consumer warpgroups take the CTA's work units alternately (warpgroup c
+// runs units c, c + 2, ...), each computing a whole BM x BN tile (kWgM = BM). The producer still
+// loads every unit's k-blocks in order into the one ring, so a consumer walks the ring over all
+// units and skips (advances its stage/phase past) the k-blocks of the other's units. A stage is
+// read by one warpgroup only: its empty barrier counts 4 warp arrivals. What it buys: while one
+// warpgroup runs its epilogue (which the cooperative schedule cannot hide: the tensor cores idle
+// from the last k-block of a tile to the first of the next), the other runs its main loop.
+// The main loops strictly alternate (order[2] mbarriers, count 1: warpgroup c arrives on
+// order[1 - c] once it has waited for every k-block of its unit; warpgroup 1 waits before each
+// unit, warpgroup 0 before each unit but its first). This is needed for correctness, not only
+// for the schedule: a parity wait tells phases apart only one phase deep. Without the order, a
+// warpgroup that skipped ahead waited on full[s] for a k-block two ring passes ahead of the
+// barrier, saw the parity of an older phase and read the other warpgroup's data (run2-0020:
+// launch failures on every multi-unit ping-pong GEMM). With it, when a warpgroup first waits on
+// ring position p, position p - kStages (the other's unit or its own earlier one) has completed,
+// and p + kStages cannot have (it needs p released).
+//
 // Note [sm90 work units]
 // unit u = split * (tiles * batch) + b * tiles + t; t walks the tiles in groups of group_m tile
 // rows (column-major inside a group) so CTAs running at once share A rows and B columns in L2.
 // Split s covers k-blocks [s*kb/S, (s+1)*kb/S). With S > 1 the epilogue writes raw fp32 partial
 // sums to the workspace and a separate kernel (sm90_splitk_reduce.cu) adds the S partials in
 // split order and applies the epilogue: deterministic, the same bits every run.
+//
+// Note [sm90 stream-K]
+// For the weight-gradient shapes (few output tiles, K = 16384) whole tiles cannot fill the SMs
+// evenly (fc dW: 72 tiles of 128x256 on 132 SMs) and split-K pays a second kernel and the fp32
+// partials of every split. With KernelParams::stream_k the k-block iterations of all tiles,
+// tile-major (tile t owns iterations [t*kb, (t+1)*kb)), are cut into gridDim.x equal ranges, one
+// per CTA: CTA g runs [g*W/G, (g+1)*W/G) as a sequence of segments, one per tile it touches.
+// A segment that starts inside a tile (only a CTA's first segment can) is a contributor: it
+// writes its fp32 accumulators to the CTA's slot in the workspace (in register order, so both the
+// store and the load are coalesced 16-byte accesses) and raises the slot's flag (release). The
+// segment holding the tile's first k-block is the owner: when the tile continues past it, the
+// owner waits for the contributors' flags (acquire; they are the first segments of the next CTAs,
+// long done by the time the owner reaches its last segment), adds their partials in CTA order,
+// i.e. k order, and runs the epilogue. Same segments and same order every run: deterministic.
+// Contributors never wait, so the only requirement is that the CTAs that are waited for get to
+// run (persistent grid of at most one CTA per SM). Flags are zeroed by the launcher (a memset on
+// the stream before the kernel); one slot per (CTA, consumer warpgroup).
 #pragma once
 
 #include <cuda.h>
@@ -66,12 +103,20 @@ struct KernelParams {
   float* partial = nullptr;      // split-K partials (splits > 1), row-major [split][b][m][ld]
   int64_t partial_ld = 0;
   int64_t partial_split_stride = 0;
+  // Stream-K (Note [sm90 stream-K]); splits == 1, num_units = tiles, grid = sk_ctas.
+  int stream_k = 0;
+  int sk_ctas = 0;
+  int64_t sk_iters = 0;          // tiles * kblocks
+  float* sk_partial = nullptr;   // [sk_ctas][BM * BN] fp32, register order
+  int* sk_flags = nullptr;       // [sk_ctas][2], zero before the launch
 };
 
 template <class In_, int kBM, int kBN, int kStages_, int kConsumers_, bool kAKMajor_,
-          bool kBKMajor_, int kCluster_ = 1>
+          bool kBKMajor_, int kCluster_ = 1, bool kPingPong_ = false>
 struct KernelConfig {
   using In = In_;
+  // Consumer schedule (Note [sm90 ping-pong]): each consumer warpgroup owns whole tiles.
+  static constexpr bool kPingPong = kPingPong_;
   // CTAs per cluster along M (1 or 2). With 2, the CTA pair computes vertically adjacent tiles
   // that share the B tile: each CTA loads half of it and multicasts it to both
   // (Note [sm90 cluster multicast]).
@@ -85,20 +130,27 @@ struct KernelConfig {
   static constexpr int kElemBytes = std::is_same_v<In, InTf32> ? 4 : 2;
   static constexpr int BK = 128 / kElemBytes;  // one 128-byte swizzle row along K
   static constexpr int kKSteps = 4;            // 32-byte K slices per BK (k16 / k8 each)
-  static constexpr int kWgM = BM / kConsumers;
+  static constexpr int kWgM = kPingPong ? BM : BM / kConsumers;  // tile rows per warpgroup
+  static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;  // warpgroups reading a stage
   static constexpr int kMI = kWgM / 64;        // m64 wgmmas per consumer warpgroup
   static constexpr int kABytes = BM * 128;
   static constexpr int kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Epilogue staging: BM rows x 256 bytes (TMA-store path) or BM rows x 40 floats (generic).
-  static constexpr int kStagingBytes = BM * 128 * 2 > BM * 40 * 4 ? BM * 128 * 2 : BM * 40 * 4;
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
+  // Epilogue staging per consumer warpgroup: kWgM rows x 256 bytes (TMA-store path; the generic
+  // path's kWgM rows x 40 floats fit in it).
+  static constexpr int kStagingBytes = kConsumers * kWgM * 256;
+  // + full[kStages], empty[kStages] and the ping-pong order[2] mbarriers.
+  static constexpr int kSmemBytes =
+      1024 + kStages * kStageBytes + kStagingBytes + (2 * kStages + 2) * 8;
   // Registers after setmaxnreg (only with two or more consumer warpgroups).
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = kConsumers >= 2 ? 232 : 0;
 
   static_assert(kWgM % 64 == 0 && kMI >= 1, "BM must be a multiple of 64 * kConsumers");
+  static_assert(!kPingPong || (kConsumers == 2 && kCluster == 1),
+                "ping-pong: two consumer warpgroups, no cluster");
+  static_assert(kSmemBytes <= 232448, "shared memory above the sm_90 opt-in limit");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
   static_assert(BM <= 256 && BN <= 256, "TMA boxes are at most 256 rows");
   static_assert(!std::is_same_v<In, InTf32> || (kAKMajor && kBKMajor),
@@ -130,6 +182,41 @@ __device__ __forceinline__ WorkUnit decode_unit(const KernelParams& p, int u) {
   w.kb0 = static_cast<int>(static_cast<int64_t>(w.split) * p.kblocks / p.splits);
   w.kb1 = static_cast<int>(static_cast<int64_t>(w.split + 1) * p.kblocks / p.splits);
   return w;
+}
+
+// The CTA's walk over its work: data-parallel units first_unit, first_unit + step, ..., or its
+// stream-K iteration range (Note [sm90 stream-K]).
+// 32-bit (the launcher keeps units and stream-K iterations below 2^31): registers are scarce
+// next to 128 accumulators.
+struct WorkCursor {
+  int pos;  // unit index, or next k-block iteration (stream-K)
+  int end;  // num_units, or the end of this CTA's iteration range
+};
+
+__device__ __forceinline__ int sk_range_start(const KernelParams& p, int g) {
+  return static_cast<int>(static_cast<int64_t>(g) * p.sk_iters / p.sk_ctas);
+}
+
+__device__ __forceinline__ WorkCursor work_begin(const KernelParams& p, int first_unit) {
+  if (p.stream_k) return {sk_range_start(p, first_unit), sk_range_start(p, first_unit + 1)};
+  return {first_unit, p.num_units};
+}
+
+__device__ __forceinline__ WorkUnit work_unit(const KernelParams& p, const WorkCursor& c) {
+  if (!p.stream_k) return decode_unit(p, c.pos);
+  const int t = c.pos / p.kblocks;
+  WorkUnit w = decode_unit(p, t);  // splits == 1: the whole tile
+  w.kb0 = c.pos - t * p.kblocks;
+  w.kb1 = min(p.kblocks, c.end - t * p.kblocks);
+  return w;
+}
+
+__device__ __forceinline__ void work_next(const KernelParams& p, WorkCursor& c, int unit_step) {
+  if (!p.stream_k) {
+    c.pos += unit_step;
+  } else {
+    c.pos = min(c.end, (c.pos / p.kblocks + 1) * p.kblocks);
+  }
 }
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -192,7 +279,7 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
   constexpr int kRows = Cfg::kWgM;
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
-  const int row0 = w.tm * Cfg::BM + c * Cfg::kWgM;
+  const int row0 = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
   const int col_tile = w.tn * Cfg::BN;
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::BN / kEpiCols; ++chunk) {
@@ -362,7 +449,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
                                                       const CUtensorMap* map_aux,
                                                       float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
   const int t = threadIdx.x % 128;
-  const int row_base = w.tm * Cfg::BM + c * Cfg::kWgM;
+  const int row_base = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
   const int col_base = w.tn * Cfg::BN;
   const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                     p.epi.kind == static_cast<int>(Epilogue::kGelu);
@@ -390,6 +477,85 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     fence_proxy_async_smem();
     named_barrier_sync(1 + c, 128);
     if (t == 0) store_pass<Cfg, OutT>(p, map_d, pass, row_base, col_base, w.batch, stg);
+  }
+}
+
+// ---- stream-K partials (Note [sm90 stream-K]) -----------------------------------------------
+__device__ __forceinline__ void st_release_gpu(int* flag, int v) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
+  int v = 0;
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+#endif
+  return v;
+}
+
+// The slot of CTA g for consumer warpgroup c's rows: all of the tile with ping-pong (one
+// warpgroup per segment), else warpgroup c's kWgM rows.
+template <class Cfg>
+__device__ __forceinline__ float* sk_slot(const KernelParams& p, int g, int c) {
+  const int region = Cfg::kPingPong ? 0 : c;
+  return p.sk_partial + static_cast<int64_t>(g) * Cfg::BM * Cfg::BN +
+         static_cast<int64_t>(region) * Cfg::kWgM * Cfg::BN;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void sk_store_partial(const KernelParams& p, int c,
+                                                 float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  const int t = threadIdx.x % 128;
+  const int g = blockIdx.x;
+  float4* dst = reinterpret_cast<float4*>(sk_slot<Cfg>(p, g, c));
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+    for (int v = 0; v < Cfg::BN / 8; ++v) {
+      __stcg(dst + (mi * (Cfg::BN / 8) + v) * 128 + t,
+             make_float4(acc[mi][4 * v], acc[mi][4 * v + 1], acc[mi][4 * v + 2], acc[mi][4 * v + 3]));
+    }
+  }
+  named_barrier_sync(1 + c, 128);  // every thread's stores precede the flag
+  if (t == 0) {
+    __threadfence();
+    st_release_gpu(p.sk_flags + 2 * g + (Cfg::kPingPong ? 0 : c), 1);
+  }
+}
+
+// Adds, in CTA (= k) order, the partials of the CTAs whose ranges start inside this tile
+// (before tile_end, the iteration where the tile ends).
+template <class Cfg>
+__device__ __forceinline__ void sk_add_partials(const KernelParams& p, int c, int tile_end,
+                                                float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  const int t = threadIdx.x % 128;
+#pragma unroll 1
+  for (int gp = blockIdx.x + 1; gp < p.sk_ctas; ++gp) {
+    const int start = sk_range_start(p, gp);
+    if (start >= tile_end) break;
+    if (sk_range_start(p, gp + 1) == start) continue;  // an empty range wrote nothing
+    if (t == 0) {
+      // (No bounded wait with __trap: a trap here makes ptxas spill, as in mbar_wait.)
+      const int* flag = p.sk_flags + 2 * gp + (Cfg::kPingPong ? 0 : c);
+      while (ld_acquire_gpu(flag) == 0) __nanosleep(64);
+    }
+    named_barrier_sync(1 + c, 128);
+    const float4* src = reinterpret_cast<const float4*>(sk_slot<Cfg>(p, gp, c));
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+      for (int v = 0; v < Cfg::BN / 8; ++v) {
+        const float4 x = __ldcg(src + (mi * (Cfg::BN / 8) + v) * 128 + t);
+        acc[mi][4 * v] += x.x;
+        acc[mi][4 * v + 1] += x.y;
+        acc[mi][4 * v + 2] += x.z;
+        acc[mi][4 * v + 3] += x.w;
+        // Keeps the compiler from hoisting all loads ahead of the adds (128 more live registers
+        // next to the accumulators spill): at most two 16-byte loads in flight per thread.
+        if (v % 2 == 1) asm volatile("" ::: "memory");
+      }
+    }
   }
 }
 
@@ -421,6 +587,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float* staging = reinterpret_cast<float*>(smem_b + kStages * Cfg::kBBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * Cfg::kBBytes + Cfg::kStagingBytes);
   uint64_t* empty = full + kStages;
+  uint64_t* order = empty + kStages;  // Note [sm90 ping-pong]
 
   // Warp-uniform by construction (a shuffle from lane 0), so ptxas treats the role branches as
   // warpgroup-uniform and applies the setmaxnreg register limits per branch.
@@ -430,8 +597,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * Cfg::kConsumers * Cfg::kCluster);
+      mbar_init(&empty[s], 4 * Cfg::kStageReaders * Cfg::kCluster);
     }
+    mbar_init(&order[0], 1);
+    mbar_init(&order[1], 1);
     mbar_fence_init();
   }
   __syncthreads();
@@ -448,8 +617,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch_map(&map_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int u = first_unit; u < p.num_units; u += unit_step) {
-        const WorkUnit w = decode_unit(p, u);
+      for (WorkCursor cur = work_begin(p, first_unit); cur.pos < cur.end;
+           work_next(p, cur, unit_step)) {
+        const WorkUnit w = work_unit(p, cur);
         const int m0 = (w.tm * Cfg::kCluster + cta_rank) * BM, n0 = w.tn * BN;
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1);
@@ -516,16 +686,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     float acc[Cfg::kMI][BN / 2];
-    for (int u = first_unit; u < p.num_units; u += unit_step) {
-      WorkUnit w = decode_unit(p, u);
-      w.tm = w.tm * Cfg::kCluster + cta_rank;
+    int turn = 0;  // ping-pong: index of the unit in this CTA's sequence
+    for (WorkCursor cur = work_begin(p, first_unit); cur.pos < cur.end;
+         work_next(p, cur, unit_step), ++turn) {
+      // Only the k-block count stays live through the main loop (registers are scarce next to
+      // the accumulators); the unit is decoded again for the epilogue.
+      int kb_count;
+      {
+        const WorkUnit w0 = work_unit(p, cur);
+        kb_count = w0.kb1 - w0.kb0;
+      }
+      if constexpr (Cfg::kPingPong) {
+        if ((turn & 1) != c) {  // the other warpgroup's unit: skip its k-blocks in the ring
+          const int next = stage + kb_count;
+          phase ^= static_cast<uint32_t>((next / kStages) & 1);
+          stage = next % kStages;
+          continue;
+        }
+      }
+      if constexpr (Cfg::kPingPong) {  // this warpgroup's turn (Note [sm90 ping-pong])
+        // Its j-th unit is turn 2j + c: warpgroup 1 waits for order[1] phase j, warpgroup 0
+        // (j >= 1) for order[0] phase j - 1.
+        const int j = turn >> 1;
+        if (c == 1) {
+          mbar_wait(&order[1], static_cast<uint32_t>(j & 1));
+        } else if (j > 0) {
+          mbar_wait(&order[0], static_cast<uint32_t>((j - 1) & 1));
+        }
+      }
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       }
       int prev_stage = -1;
-      for (int kb = w.kb0; kb < w.kb1; ++kb) {
+      for (int kb = 0; kb < kb_count; ++kb) {
         mbar_wait(&full[stage], phase);
         const uint32_t a_base = smem_u32(smem_a + stage * Cfg::kABytes);
         const uint32_t b_base = smem_u32(smem_b + stage * Cfg::kBBytes);
@@ -537,7 +732,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             : make_desc_sw128(b_base + 2048 * ks, BK * 128, 1024);
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMI; ++mi) {
-            const int row = c * Cfg::kWgM + mi * 64;  // first row of this m64 block in the tile
+            // First row of this m64 block in the tile.
+            const int row = (Cfg::kPingPong ? 0 : c * Cfg::kWgM) + mi * 64;
             const uint64_t desc_a =
                 Cfg::kAKMajor
                     ? make_desc_sw128(a_base + row * 128 + 32 * ks, 16, 1024)
@@ -556,10 +752,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           phase ^= 1;
         }
       }
+      if constexpr (Cfg::kPingPong) {  // every k-block of this unit has landed: pass the turn
+        if (tid_in_wg == 0) mbar_arrive(&order[1 - c]);
+      }
       wgmma_wait<0>();
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
+      WorkUnit w = work_unit(p, cur);
+      w.tm = w.tm * Cfg::kCluster + cta_rank;
+
+      if (p.stream_k) {  // Note [sm90 stream-K]
+        if (w.kb0 > 0) {  // a contributor: partial sums out, no epilogue
+          sk_store_partial<Cfg>(p, c, acc);
+          continue;
+        }
+        if (w.kb1 < p.kblocks) {  // an owner whose tile continues in the next CTAs
+          sk_add_partials<Cfg>(p, c, (cur.pos / p.kblocks + 1) * p.kblocks, acc);
+        }
+      }
 
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;

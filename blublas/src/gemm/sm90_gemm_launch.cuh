@@ -117,10 +117,26 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   kp.group_m = args.group_m < 1 ? 1 : args.group_m;
   kp.kblocks = (p.k + Cfg::BK - 1) / Cfg::BK;
   kp.splits = args.splits < 1 ? 1 : (args.splits > kp.kblocks ? kp.kblocks : args.splits);
+  if (args.stream_k) {
+    BLUBLAS_CHECK(Cfg::kCluster == 1 && kp.splits == 1 && args.sk_partial != nullptr &&
+                      args.sk_flags != nullptr && args.grid >= 1,
+                  StatusCode::kInvalidArgument,
+                  "sm90 gemm: stream-K needs no cluster, no split-K, a grid and its workspace");
+  }
   const int64_t units = static_cast<int64_t>(kp.tiles_m) * kp.tiles_n * p.batch * kp.splits;
   BLUBLAS_CHECK(units < (int64_t{1} << 31), StatusCode::kNotSupported, "sm90 gemm: ", units,
                 " work units exceed the int range");
   kp.num_units = static_cast<int>(units);
+  if (args.stream_k) {
+    kp.stream_k = 1;
+    kp.sk_ctas = args.grid;
+    kp.sk_iters = units * kp.kblocks;
+    BLUBLAS_CHECK(kp.sk_iters < (int64_t{1} << 31), StatusCode::kNotSupported, "sm90 gemm: ",
+                  kp.sk_iters, " stream-K iterations exceed the int range");
+    kp.sk_partial = args.sk_partial;
+    kp.sk_flags = args.sk_flags;
+    BLUBLAS_CUDA_CHECK(cudaMemsetAsync(args.sk_flags, 0, sizeof(int) * 2 * args.grid, stream));
+  }
   kp.a_rank3 = a_rank3 ? 1 : 0;
   kp.b_rank3 = b_rank3 ? 1 : 0;
   kp.out_type = p.cd_type == Dtype::kBF16 ? 1 : (p.cd_type == Dtype::kF16 ? 2 : 0);
@@ -146,7 +162,8 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   BLUBLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   if constexpr (Cfg::kCluster == 1) {
-    const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
+    const int grid = args.stream_k ? args.grid
+                                   : static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {
@@ -181,22 +198,30 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   return Status::success();
 }
 
-// The four operand-major variants of one (type, tile) config, for the per-file registration.
-template <class In, int BM, int BN, int kStages, int kConsumers, int kCluster = 1>
+// The four operand-major variants of one (type, tile, schedule) config, for the per-file
+// registration.
+template <class In, int BM, int BN, int kStages, int kConsumers, int kCluster = 1,
+          bool kPingPong = false>
 LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
-  if constexpr (std::is_same_v<In, InTf32>) {
-    if (a_k_major && b_k_major) {
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true, kCluster>>;
-    }
+  if constexpr (kPingPong && !sm90_ping_pong_compiled(BM)) {
+    (void)a_k_major;
+    (void)b_k_major;
     return nullptr;
   } else {
-    if (a_k_major && b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, true, kCluster>>;
-    if (a_k_major && !b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, true, false, kCluster>>;
-    if (!a_k_major && b_k_major)
-      return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, true, kCluster>>;
-    return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, false, false, kCluster>>;
+  auto fn = [](auto a_k, auto b_k) -> LaunchFn {
+    return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, decltype(a_k)::value,
+                                          decltype(b_k)::value, kCluster, kPingPong>>;
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if constexpr (std::is_same_v<In, InTf32>) {
+    return a_k_major && b_k_major ? fn(T{}, T{}) : nullptr;
+  } else {
+    if (a_k_major && b_k_major) return fn(T{}, T{});
+    if (a_k_major && !b_k_major) return fn(T{}, F{});
+    if (!a_k_major && b_k_major) return fn(F{}, T{});
+    return fn(F{}, F{});
+  }
   }
 }
 

@@ -20,8 +20,15 @@ enum class Sm90Tile : int {
   k128x256_2c = 1,  // 2 consumer warpgroups, m64n256 each, 4 stages (bf16/f16 workhorse)
   k128x128_2c = 2,  // 2 consumer warpgroups, m64n128 each, 6 stages
   k128x256_2c_cl2 = 3,  // as k128x256_2c in clusters of 2 CTAs along M sharing B (multicast)
-  kCount = 4,
+  k128x128_pp = 4,  // ping-pong: 2 consumer warpgroups, each owns whole 128x128 tiles, 5 stages
+  k64x256_pp = 5,   // ping-pong: 2 consumer warpgroups, each owns whole 64x256 tiles, 4 stages
+  kCount = 6,
 };
+// Whether a ping-pong tile is compiled in. 128x128_pp is not: with two m64 blocks per warpgroup
+// its consumer needs a few more registers than the kernel's 168-register allocation next to 128
+// accumulators (8 bytes of spill once the turn-order barrier went in); kAuto does not pick it and
+// forcing it reports kNotSupported. 64x256_pp (one m64n256 block, like the cooperative tile) fits.
+constexpr bool sm90_ping_pong_compiled(int bm) { return bm == 64; }
 const char* sm90_tile_name(Sm90Tile t);
 int sm90_tile_m(Sm90Tile t);
 int sm90_tile_n(Sm90Tile t);
@@ -39,6 +46,11 @@ struct LaunchArgs {
   int64_t partial_ld = 0;
   int max_smem_optin = 0;          // device limit, bytes
   bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
+  // Stream-K (Note [sm90 stream-K], sm90_gemm_kernel.cuh): `grid` CTAs share the k-block
+  // iterations; partials [grid][BM*BN] fp32 and flags [grid][2] ints from the workspace.
+  bool stream_k = false;
+  float* sk_partial = nullptr;
+  int* sk_flags = nullptr;
 };
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);
@@ -59,6 +71,12 @@ LaunchFn launcher_tf32_128x128_2c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_bf16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_128x256_2c_cl2(bool a_k_major, bool b_k_major);
+LaunchFn launcher_bf16_128x128_pp(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_128x128_pp(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_128x128_pp(bool a_k_major, bool b_k_major);
+LaunchFn launcher_bf16_64x256_pp(bool a_k_major, bool b_k_major);
+LaunchFn launcher_f16_64x256_pp(bool a_k_major, bool b_k_major);
+LaunchFn launcher_tf32_64x256_pp(bool a_k_major, bool b_k_major);
 
 // Host support kernels (sm90_gemm_support.cu, plain CUDA, any arch):
 // dst (rows x cols, row-major, ld_dst) = transpose of src (cols x rows, row-major, ld_src), per

@@ -1,7 +1,8 @@
-// sm90_heuristics.cpp: the sm_90a plan (tile, split-K, grouped order, grid) from a small cost
-// model: time ~ waves(units / SMs) * per-unit mainloop time (+ the split-K partial traffic and
-// its reduction kernel). It is what makes the skinny weight-gradient shapes (M, N <= ~3072,
-// K = 16384) fill the GPU, and what prefers 128x128 tiles where 128x256 would leave SMs idle.
+// sm90_heuristics.cpp: the sm_90a plan (tile, schedule, split-K, grouped order, grid) from a
+// small cost model (Note [sm90 cost model]): time ~ units per CTA * (per-unit main loop + the
+// epilogue the schedule leaves exposed) (+ the split-K partial traffic and its reduction kernel).
+// It is what makes the skinny weight-gradient shapes (M, N <= ~3072, K = 16384) fill the GPU,
+// and what picks the ping-pong tiles where K is short (the epilogue is then a large share).
 #include "gemm/sm90_heuristics.h"
 
 #include <algorithm>
@@ -11,9 +12,20 @@
 namespace blublas::gemm_detail::sm90 {
 namespace {
 
+// Note [sm90 cost model]
+// time = (units per CTA) * (per-unit main loop + the per-unit time the schedule does not hide)
+//        (+ split-K partial traffic and the reduction launch).
+// - Main loop: 2*BM*BN*BK flops per k-block at the per-SM tensor rate measured on the long-K
+//   shapes (lm_head dX: ~716 TFLOP/s bf16, ~330 tf32 on 132 SMs), times the tile's relative speed.
+// - Cooperative tiles (both consumer warpgroups on one tile) expose the whole epilogue and the
+//   restart of the pipeline: ~2.5 us per 128x256 bf16 tile (fc fwd, K = 768: 11.8 us per unit
+//   against 9.3 us of main loop, H200), ~3.3 us with f32 output.
+// - Ping-pong tiles hide a warpgroup's epilogue behind the other's main loop; only the part
+//   longer than one main loop shows.
 struct TileModel {
   Sm90Tile tile;
-  double relative_speed;  // mainloop throughput relative to the best tile
+  double relative_speed;  // main-loop throughput relative to the 128x256 cooperative tile
+  bool ping_pong;
 };
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -25,18 +37,55 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
   const int64_t units = tiles * splits;
   const int kblocks = ceil_div(p.k, bk);
   const int kb_per_unit = ceil_div(kblocks, splits);
-  const int64_t waves = (units + dev.sm_count - 1) / dev.sm_count;
-  // Dense wgmma throughput per SM (fp32 accumulate): ~7.5 TFLOP/s 16-bit, ~3.7 tf32 (H100 SXM),
-  // discounted for the pipeline fill and the epilogue of each unit.
-  const double sm_flops = (p.ab_type == Dtype::kF32 ? 3.7e12 : 7.5e12) * 0.8 * t.relative_speed;
-  const double unit_seconds =
-      (2.0 * bm * bn * bk * kb_per_unit) / sm_flops + 1.5e-6;  // + per-unit fill and epilogue
-  double seconds = static_cast<double>(waves) * unit_seconds;
+  const int64_t sms = std::max(1, dev.sm_count);
+  const int64_t per_cta = (units + sms - 1) / sms;
+  const bool tf32 = p.ab_type == Dtype::kF32;
+  const double sm_flops = (tf32 ? 330e12 : 716e12) / 132.0 * t.relative_speed;
+  const double main_seconds = (2.0 * bm * bn * bk * kb_per_unit) / sm_flops;
+  // Epilogue: a fixed part plus a part proportional to the tile's output bytes (64 KB for a
+  // 128x256 16-bit tile). Split-K units write fp32 partials.
+  const double out_bytes = static_cast<double>(bm) * bn *
+                           (splits > 1 ? 4.0 : static_cast<double>(dtype_size(p.cd_type)));
+  const double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
+  const double exposed =
+      t.ping_pong ? std::max(0.0, epi_seconds - main_seconds) + 0.1e-6 : epi_seconds;
+  double seconds = static_cast<double>(per_cta) * (main_seconds + exposed);
+  if (t.ping_pong) seconds += epi_seconds;  // the last unit's epilogue
   if (splits > 1) {
     // Partials written by the GEMM and read back by the reduction, plus the reduction launch.
     const double bytes = 2.0 * splits * 4.0 * p.m * p.n * p.batch;
     seconds += bytes / 2.5e12 + 4e-6;
   }
+  return seconds;
+}
+
+// Stream-K (Note [sm90 stream-K]): each SM runs 1/SMs of all k-block iterations; on top, each of
+// its (at most ceil(iters / kblocks) + 1) segments pays an epilogue or a partial store (hidden
+// with ping-pong), the owner reads the contributors' fp32 partials (~150 GB/s per SM from L2),
+// and the flags cost a memset launch. Below 4 iterations per SM it is not considered.
+double estimate_stream_k_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileModel& t,
+                                 bool forced) {
+  if (t.tile == Sm90Tile::k128x256_2c_cl2) return 1e30;
+  const int bm = sm90_tile_m(t.tile), bn = sm90_tile_n(t.tile), bk = sm90_tile_k(t.tile, p.ab_type);
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn) * p.batch;
+  const int kblocks = ceil_div(p.k, bk);
+  const int64_t sms = std::max(1, dev.sm_count);
+  const int64_t iters = tiles * kblocks;
+  if (!forced && iters < 4 * sms) return 1e30;
+  if (iters >= (int64_t{1} << 31)) return 1e30;  // the kernel's 32-bit iteration cursor
+  const int64_t per_cta = (iters + sms - 1) / sms;
+  const bool tf32 = p.ab_type == Dtype::kF32;
+  const double sm_flops = (tf32 ? 330e12 : 716e12) / 132.0 * t.relative_speed;
+  const double kb_seconds = (2.0 * bm * bn * bk) / sm_flops;
+  const double out_bytes = static_cast<double>(bm) * bn * static_cast<double>(dtype_size(p.cd_type));
+  const double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
+  const int64_t segments = (per_cta + kblocks - 1) / kblocks + 1;
+  const double tile_f32_bytes = 4.0 * bm * bn;
+  const int64_t contributors = per_cta >= kblocks ? 1 : (kblocks + per_cta - 1) / per_cta - 1;
+  double seconds = static_cast<double>(per_cta) * kb_seconds;
+  seconds += t.ping_pong ? epi_seconds + 0.1e-6 * static_cast<double>(segments)
+                         : epi_seconds * static_cast<double>(segments);
+  seconds += static_cast<double>(contributors + 1) * tile_f32_bytes / 150e9 + 1.5e-6;
   return seconds;
 }
 
@@ -47,6 +96,12 @@ int tile_from_env() {
     if (std::strcmp(v, sm90_tile_name(static_cast<Sm90Tile>(t))) == 0) return t;
   }
   return -1;
+}
+
+int stream_k_from_env() {
+  const char* v = std::getenv("BLUBLAS_SM90_STREAMK");
+  if (v == nullptr || *v == '\0') return -1;
+  return std::atoi(v) != 0 ? 1 : 0;
 }
 
 int splits_from_env() {
@@ -61,40 +116,67 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   Sm90Plan plan;
   const int forced_tile = force.tile >= 0 ? force.tile : tile_from_env();
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
+  const int forced_sk = force.stream_k >= 0 ? force.stream_k : stream_k_from_env();
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct but measured slower on H200
   // in every GPT-2 shape (run 9: bf16 geomean 0.57 vs 0.81 without clusters), so kAuto does not
   // pick it; it stays selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
   const TileModel candidates[] = {
-      {Sm90Tile::k128x256_2c, 1.0},
-      {Sm90Tile::k128x128_2c, 0.9},
+      {Sm90Tile::k128x256_2c, 1.0, false},
+      {Sm90Tile::k128x128_pp, 0.95, true},
+      {Sm90Tile::k64x256_pp, 0.93, true},
+      {Sm90Tile::k128x128_2c, 0.9, false},
   };
   double best = 1e30;
   for (const TileModel& t : candidates) {
     if (forced_tile >= 0 && static_cast<int>(t.tile) != forced_tile) continue;
+    if (t.ping_pong && !sm90_ping_pong_compiled(sm90_tile_m(t.tile))) continue;
     const int kblocks = ceil_div(p.k, sm90_tile_k(t.tile, p.ab_type));
-    const int max_splits = forced_splits > 0 ? forced_splits : std::min(16, kblocks);
-    const int min_splits = forced_splits > 0 ? forced_splits : 1;
-    for (int s = min_splits; s <= max_splits; ++s) {
-      // Splits below 4 k-blocks each are not worth a reduction pass.
-      if (s > 1 && forced_splits == 0 && kblocks / s < 4) break;
-      const double sec = estimate_seconds(p, dev, t, s);
-      if (sec < best * 0.97) {  // prefer fewer splits / the earlier tile on near-ties
+    if (forced_sk != 1) {
+      const int max_splits = forced_splits > 0 ? forced_splits : std::min(16, kblocks);
+      const int min_splits = forced_splits > 0 ? forced_splits : 1;
+      for (int s = min_splits; s <= max_splits; ++s) {
+        // Splits below 4 k-blocks each are not worth a reduction pass.
+        if (s > 1 && forced_splits == 0 && kblocks / s < 4) break;
+        const double sec = estimate_seconds(p, dev, t, s);
+        if (sec < best * 0.97) {  // prefer fewer splits / the earlier tile on near-ties
+          best = sec;
+          plan.tile = t.tile;
+          plan.splits = s;
+          plan.stream_k = false;
+        }
+      }
+    }
+    if (forced_sk != 0 && forced_splits <= 1) {
+      const double sec = estimate_stream_k_seconds(p, dev, t, forced_sk == 1);
+      if (sec < best * 0.97) {
         best = sec;
         plan.tile = t.tile;
-        plan.splits = s;
+        plan.splits = 1;
+        plan.stream_k = true;
       }
     }
   }
   if (forced_tile >= 0 && best == 1e30) {  // a tile outside the model's candidates
     plan.tile = static_cast<Sm90Tile>(forced_tile);
     plan.splits = forced_splits > 0 ? forced_splits : 1;
+    plan.stream_k = forced_sk == 1 && plan.tile != Sm90Tile::k128x256_2c_cl2 && plan.splits == 1;
   }
   const int bk = sm90_tile_k(plan.tile, p.ab_type);
   plan.splits = std::max(1, std::min(plan.splits, ceil_div(p.k, bk)));
   plan.group_m = 8;
-  const int64_t units = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(plan.tile))) *
-                        ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch * plan.splits;
-  plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
+  if (const char* g = std::getenv("BLUBLAS_SM90_GROUP_M"); g != nullptr && std::atoi(g) > 0) {
+    plan.group_m = std::atoi(g);  // tile rows per group of the tile order (sweeps)
+  }
+  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(plan.tile))) *
+                        ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch;
+  if (plan.stream_k) {
+    // One range of k-block iterations per SM (at least one iteration each).
+    const int64_t iters = tiles * ceil_div(p.k, bk);
+    plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(iters, dev.sm_count)));
+  } else {
+    const int64_t units = tiles * plan.splits;
+    plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
+  }
   return plan;
 }
 

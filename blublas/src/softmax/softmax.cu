@@ -1,8 +1,10 @@
-// softmax.cu: row softmax forward and backward (f32 / bf16), see Note [Softmax row residency] in
-// blublas/softmax.h. Resident kernels keep kLoads packs per thread in registers (32 f32 values for
-// the forward, 2 x 16 for the backward's y and dy), so each element is read once and written once;
-// the generic kernels (rows longer than 8 blocks can hold, or long rows without clusters) use the
-// online normalizer and read the row twice.
+// softmax.cu: row softmax forward and backward (f32 / bf16). Long aligned rows on sm_90+ stream
+// through a shared-memory ring (Note [Row streaming through a shared-memory ring] in
+// softmax/row_stream.cuh); other rows use Note [Softmax row residency] (blublas/softmax.h):
+// resident kernels keep kLoads packs per thread in registers (32 f32 values for the forward,
+// 2 x 16 for the backward's y and dy), so each element is read once and written once; the generic
+// kernels (rows longer than 8 blocks can hold, or long rows without clusters) use the online
+// normalizer and read the row twice.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -12,11 +14,191 @@
 #include "elementwise/vector_io.cuh"
 #include "reduce/reduce_primitives.cuh"
 #include "softmax/row_resident.cuh"
+#include "softmax/row_stream.cuh"
 
 namespace blublas {
 namespace {
 
 using namespace fused;  // NOLINT: the kernel helpers of this family
+
+// ---------------------------------------------------------------- streamed forward
+// Pass 1 per chunk and lane: the lane's max, then its sum of exp(x - max) (both from shared
+// memory), folded into the lane's running (max, sum). Pass 2: y = exp(x - M) / S.
+template <typename T, int kWarps>
+__global__ void __launch_bounds__((kWarps + 1) * 32, 1)
+    softmax_fwd_stream_kernel(T* y, const T* x, StreamArgs a) {
+#if BLUBLAS_ROW_STREAM_DEVICE
+  constexpr int W = kPackElems<T>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Ring R = make_ring(smem, a.ring_chunks);
+  const uint32_t rank = a.cluster > 1 ? cluster_rank() : 0u;
+  stream_init(R, a);
+  const int64_t first_row = blockIdx.x / a.cluster, row_step = gridDim.x / a.cluster;
+  const Slice sl = cta_slice(a, static_cast<int>(rank));
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  if (warp == kWarps) {  // producer warp: one lane issues, all join the final sync
+    if (lane == 0) {
+      stream_produce<1>(R, a, reinterpret_cast<const unsigned char*>(x), nullptr, first_row,
+                        row_step, sl);
+    }
+    __syncwarp();
+  } else {
+    uint32_t it = 0;
+    for (int64_t r = first_row; r < a.rows; r += row_step, ++it) {
+      const RowWindow w = row_window(a, r);
+      float2 acc = MaxSumOp::identity();
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const auto* c =
+            reinterpret_cast<const uint4*>(ring_wait(R, a, ring_seq(it, sl.count, jj, 0, 1)));
+        const int chunk = sl.begin + jj;
+        const int np = window_chunk_bytes(a, w, chunk) / 16;
+        if (a.copy_only) continue;
+        if (a.keep_exp) {
+          const uint32_t g = ring_seq(it, sl.count, jj, 0, 1);
+          acc = MaxSumOp::combine(
+              acc, chunk_maxsum_keep<T>(const_cast<uint4*>(c), np, chunk * a.chunk_bytes, w, lane,
+                                        &R.slot_max[g % static_cast<uint32_t>(a.ring_chunks)]));
+        } else {
+          acc = MaxSumOp::combine(acc, chunk_maxsum<T>(c, np, chunk * a.chunk_bytes, w, lane));
+        }
+      }
+      const float2 st = row_combine<MaxSumOp, kWarps>(R, a, acc, it, rank);
+      const float mrow = a.copy_only ? 0.0f : st.x, inv = a.copy_only ? 1.0f : 1.0f / st.y;
+      const float bias = st.x * kLog2e + __log2f(st.y);  // bf16: y = ex2(x log2e - bias)
+      unsigned char* ywin = reinterpret_cast<unsigned char*>(y) + w.start;
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const uint32_t g = ring_seq(it, sl.count, jj, 0, 1);
+        const uint4* c = reinterpret_cast<const uint4*>(ring_slot(R, a, g));
+        const int chunk = sl.begin + jj;
+        const int np = window_chunk_bytes(a, w, chunk) / 16;
+        const int o0 = chunk * a.chunk_bytes;
+        if (a.keep_exp) {
+          // y = e * exp(M_c - M) / S, with e = exp(x - M_c) from pass 1.
+          const float mc = R.slot_max[g % static_cast<uint32_t>(a.ring_chunks)];
+          const float f = mc == -INFINITY ? 0.0f : __expf(mc - mrow) * inv;
+#pragma unroll 4
+          for (int p = lane; p < np; p += 32) {
+            float v[W];
+            unpack_kept<T>(c[p], v);
+#pragma unroll
+            for (int i = 0; i < W; ++i) v[i] *= f;
+            store_pack<T, W>(ywin, w, o0 + p * 16, v, a.store_hint);
+          }
+          fence_proxy_async();  // pass 1 wrote this slot; the producer's TMA rewrites it next
+          ring_release(R, a, g, lane);
+          continue;
+        }
+#pragma unroll 4
+        for (int p = lane; p < np; p += 32) {
+          float v[W];
+          unpack16<T>(c[p], v);
+          if (!a.copy_only) {
+#pragma unroll
+            for (int i = 0; i < W; ++i) {
+              if constexpr (kFastExp<T>) {
+                v[i] = ex2_approx(fmaf(v[i], kLog2e, -bias));
+              } else {
+                v[i] = __expf(v[i] - mrow) * inv;
+              }
+            }
+          }
+          store_pack<T, W>(ywin, w, o0 + p * 16, v, a.store_hint);
+        }
+        ring_release(R, a, g, lane);
+      }
+    }
+  }
+  if (a.cluster > 1) cluster_sync_all();  // no CTA leaves while a peer may still write to it
+#else
+  (void)y;
+  (void)x;
+  (void)a;
+  __trap();
+#endif
+}
+
+// ---------------------------------------------------------------- streamed backward
+// Inputs y and dy interleave in the ring (chunk j of y, then chunk j of dy). Pass 1: the lane's
+// dot(y, dy) (neighbour elements of misaligned rows masked to 0); pass 2: dx = y * (dy - dot).
+template <typename T, int kWarps>
+__global__ void __launch_bounds__((kWarps + 1) * 32, 1)
+    softmax_bwd_stream_kernel(T* dx, const T* dy, const T* y, StreamArgs a) {
+#if BLUBLAS_ROW_STREAM_DEVICE
+  constexpr int W = kPackElems<T>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Ring R = make_ring(smem, a.ring_chunks);
+  const uint32_t rank = a.cluster > 1 ? cluster_rank() : 0u;
+  stream_init(R, a);
+  const int64_t first_row = blockIdx.x / a.cluster, row_step = gridDim.x / a.cluster;
+  const Slice sl = cta_slice(a, static_cast<int>(rank));
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  if (warp == kWarps) {  // producer warp: one lane issues, all join the final sync
+    if (lane == 0) {
+      stream_produce<2>(R, a, reinterpret_cast<const unsigned char*>(y),
+                        reinterpret_cast<const unsigned char*>(dy), first_row, row_step, sl);
+    }
+    __syncwarp();
+  } else {
+    uint32_t it = 0;
+    for (int64_t r = first_row; r < a.rows; r += row_step, ++it) {
+      const RowWindow w = row_window(a, r);
+      float d0 = 0.0f, d1 = 0.0f;
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const auto* cy =
+            reinterpret_cast<const uint4*>(ring_wait(R, a, ring_seq(it, sl.count, jj, 0, 2)));
+        const auto* cg =
+            reinterpret_cast<const uint4*>(ring_wait(R, a, ring_seq(it, sl.count, jj, 1, 2)));
+        const int chunk = sl.begin + jj;
+        const int np = window_chunk_bytes(a, w, chunk) / 16;
+        const int o0 = chunk * a.chunk_bytes;
+#pragma unroll 4
+        for (int p = lane; p < np; p += 32) {
+          float vy[W], vg[W];
+          unpack16<T>(cy[p], vy);
+          unpack16<T>(cg[p], vg);
+          if (pack_at_edge(w, o0 + p * 16)) {
+            mask_pack<T>(vy, w, o0 + p * 16, 0.0f);
+            mask_pack<T>(vg, w, o0 + p * 16, 0.0f);
+          }
+#pragma unroll
+          for (int i = 0; i < W; i += 2) {
+            d0 = fmaf(vy[i], vg[i], d0);
+            d1 = fmaf(vy[i + 1], vg[i + 1], d1);
+          }
+        }
+      }
+      const float dot = row_combine<SumOp, kWarps>(R, a, make_float2(d0 + d1, 0.0f), it, rank).x;
+      unsigned char* dwin = reinterpret_cast<unsigned char*>(dx) + w.start;
+      for (int jj = warp; jj < sl.count; jj += kWarps) {
+        const uint32_t gy = ring_seq(it, sl.count, jj, 0, 2), gg = gy + 1;
+        const uint4* cy = reinterpret_cast<const uint4*>(ring_slot(R, a, gy));
+        const uint4* cg = reinterpret_cast<const uint4*>(ring_slot(R, a, gg));
+        const int chunk = sl.begin + jj;
+        const int np = window_chunk_bytes(a, w, chunk) / 16;
+        const int o0 = chunk * a.chunk_bytes;
+#pragma unroll 4
+        for (int p = lane; p < np; p += 32) {
+          float vy[W], vg[W];
+          unpack16<T>(cy[p], vy);
+          unpack16<T>(cg[p], vg);
+#pragma unroll
+          for (int i = 0; i < W; ++i) vy[i] = vy[i] * (vg[i] - dot);
+          store_pack<T, W>(dwin, w, o0 + p * 16, vy, a.store_hint);
+        }
+        ring_release(R, a, gy, lane);
+        ring_release(R, a, gg, lane);
+      }
+    }
+  }
+  if (a.cluster > 1) cluster_sync_all();
+#else
+  (void)dx;
+  (void)dy;
+  (void)y;
+  (void)a;
+  __trap();
+#endif
+}
 
 // ---------------------------------------------------------------- resident forward
 template <typename T, int W, int kLoads, bool kCluster>
@@ -227,10 +409,81 @@ Status check_args(const char* op, int64_t rows, int64_t cols, Dtype dtype) {
   return Status::success();
 }
 
+// Launches the streamed kernel when the plan allows (sets *launched): on all rows but a last row
+// whose 16-byte window would end past the tensor, which the resident kernel takes.
 template <typename T>
-Status forward_typed(void* y, const void* x, int64_t rows, int64_t cols, cudaStream_t s) {
-  bool clusters_ok = false;
-  BLUBLAS_RETURN_IF_ERROR(clusters_available(&clusters_ok));
+Status try_stream_forward(void* y, const void* x, int64_t rows, int64_t cols,
+                          const DeviceInfo& info, const RowStreamTuning& tu, cudaStream_t s,
+                          bool* launched) {
+  *launched = false;
+  StreamPlan plan;
+  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
+  const int64_t srows = streamed_rows(rows, row_bytes);
+  if (srows < 1 || !aligned16(x) || !aligned16(y) ||
+      !plan_row_stream(srows, row_bytes, 1, tu, info, &plan)) {
+    return Status::success();
+  }
+  auto* yt = static_cast<T*>(y);
+  auto* xt = static_cast<const T*>(x);
+  const cudaError_t err =
+      plan.warps == 8
+          ? launch_row_stream(softmax_fwd_stream_kernel<T, 8>, plan, info, s, nullptr, yt, xt,
+                              plan.args)
+          : launch_row_stream(softmax_fwd_stream_kernel<T, 16>, plan, info, s, nullptr, yt, xt,
+                              plan.args);
+  BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError,
+                "softmax_forward: streamed launch failed: ", cudaGetErrorString(err), " (rows=",
+                rows, " cols=", cols, ", ", describe_plan(plan), ")");
+  if (srows < rows) {
+    BLUBLAS_RETURN_IF_ERROR((forward_w<T, 1>(yt + srows * cols, xt + srows * cols, rows - srows,
+                                             cols, info.sm_major >= 9, s)));
+  }
+  *launched = true;
+  return Status::success();
+}
+
+template <typename T>
+Status try_stream_backward(void* dx, const void* dy, const void* y, int64_t rows, int64_t cols,
+                           const DeviceInfo& info, const RowStreamTuning& tu, cudaStream_t s,
+                           bool* launched) {
+  *launched = false;
+  StreamPlan plan;
+  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
+  const int64_t srows = streamed_rows(rows, row_bytes);
+  if (srows < 1 || !aligned16(dx) || !aligned16(dy) || !aligned16(y) ||
+      !plan_row_stream(srows, row_bytes, 2, tu, info, &plan)) {
+    return Status::success();
+  }
+  auto* d = static_cast<T*>(dx);
+  auto* g = static_cast<const T*>(dy);
+  auto* p = static_cast<const T*>(y);
+  const cudaError_t err =
+      plan.warps == 8
+          ? launch_row_stream(softmax_bwd_stream_kernel<T, 8>, plan, info, s, nullptr, d, g, p,
+                              plan.args)
+          : launch_row_stream(softmax_bwd_stream_kernel<T, 16>, plan, info, s, nullptr, d, g, p,
+                              plan.args);
+  BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError,
+                "softmax_backward: streamed launch failed: ", cudaGetErrorString(err), " (rows=",
+                rows, " cols=", cols, ", ", describe_plan(plan), ")");
+  if (srows < rows) {
+    const int64_t off = srows * cols;
+    BLUBLAS_RETURN_IF_ERROR((backward_w<T, 1>(d + off, g + off, p + off, rows - srows, cols,
+                                              info.sm_major >= 9, s)));
+  }
+  *launched = true;
+  return Status::success();
+}
+
+template <typename T>
+Status forward_typed(void* y, const void* x, int64_t rows, int64_t cols, cudaStream_t s,
+                     const RowStreamTuning& tu) {
+  DeviceInfo info;
+  BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
+  bool launched = false;
+  BLUBLAS_RETURN_IF_ERROR(try_stream_forward<T>(y, x, rows, cols, info, tu, s, &launched));
+  if (launched) return Status::success();
+  const bool clusters_ok = info.sm_major >= 9;
   constexpr int W = kPack16<T>;
   if (cols % W == 0 && aligned16(x) && aligned16(y)) {
     return forward_w<T, W>(static_cast<T*>(y), static_cast<const T*>(x), rows, cols, clusters_ok,
@@ -241,9 +494,14 @@ Status forward_typed(void* y, const void* x, int64_t rows, int64_t cols, cudaStr
 
 template <typename T>
 Status backward_typed(void* dx, const void* dy, const void* y, int64_t rows, int64_t cols,
-                      cudaStream_t s) {
-  bool clusters_ok = false;
-  BLUBLAS_RETURN_IF_ERROR(clusters_available(&clusters_ok));
+                      cudaStream_t s, const RowStreamTuning& tu) {
+  DeviceInfo info;
+  BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
+  bool launched = false;
+  BLUBLAS_RETURN_IF_ERROR(
+      try_stream_backward<T>(dx, dy, y, rows, cols, info, tu, s, &launched));
+  if (launched) return Status::success();
+  const bool clusters_ok = info.sm_major >= 9;
   constexpr int W = kPack16<T>;
   auto* d = static_cast<T*>(dx);
   auto* g = static_cast<const T*>(dy);
@@ -256,22 +514,51 @@ Status backward_typed(void* dx, const void* dy, const void* y, int64_t rows, int
 
 }  // namespace
 
-Status softmax_forward(void* y, const void* x, int64_t rows, int64_t cols, Dtype dtype,
-                       cudaStream_t stream) {
+namespace fused {
+
+Status softmax_forward_tuned(void* y, const void* x, int64_t rows, int64_t cols, Dtype dtype,
+                             cudaStream_t stream, const RowStreamTuning& tuning) {
   BLUBLAS_RETURN_IF_ERROR(check_args("softmax_forward", rows, cols, dtype));
   if (rows == 0) return Status::success();
   BLUBLAS_CHECK_ARG(y && x, "softmax_forward: y and x must not be null");
-  if (dtype == Dtype::kF32) return forward_typed<float>(y, x, rows, cols, stream);
-  return forward_typed<__nv_bfloat16>(y, x, rows, cols, stream);
+  if (dtype == Dtype::kF32) return forward_typed<float>(y, x, rows, cols, stream, tuning);
+  return forward_typed<__nv_bfloat16>(y, x, rows, cols, stream, tuning);
+}
+
+Status softmax_backward_tuned(void* dx, const void* dy, const void* y, int64_t rows,
+                              int64_t cols, Dtype dtype, cudaStream_t stream,
+                              const RowStreamTuning& tuning) {
+  BLUBLAS_RETURN_IF_ERROR(check_args("softmax_backward", rows, cols, dtype));
+  if (rows == 0) return Status::success();
+  BLUBLAS_CHECK_ARG(dx && dy && y, "softmax_backward: dx, dy and y must not be null");
+  if (dtype == Dtype::kF32) return backward_typed<float>(dx, dy, y, rows, cols, stream, tuning);
+  return backward_typed<__nv_bfloat16>(dx, dy, y, rows, cols, stream, tuning);
+}
+
+std::string row_path_name(int64_t rows, int64_t cols, int inputs, Dtype dtype,
+                          const RowStreamTuning& tuning) {
+  DeviceInfo info;
+  if (!current_device_info(&info).ok()) return "no device";
+  StreamPlan plan;
+  const int64_t row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t srows = streamed_rows(rows, row_bytes);
+  if (srows >= 1 && plan_row_stream(srows, row_bytes, inputs, tuning, info, &plan)) {
+    return describe_plan(plan) + (srows < rows ? " + last row resident" : "");
+  }
+  return "resident/online";
+}
+
+}  // namespace fused
+
+Status softmax_forward(void* y, const void* x, int64_t rows, int64_t cols, Dtype dtype,
+                       cudaStream_t stream) {
+  return fused::softmax_forward_tuned(y, x, rows, cols, dtype, stream, fused::RowStreamTuning{});
 }
 
 Status softmax_backward(void* dx, const void* dy, const void* y, int64_t rows, int64_t cols,
                         Dtype dtype, cudaStream_t stream) {
-  BLUBLAS_RETURN_IF_ERROR(check_args("softmax_backward", rows, cols, dtype));
-  if (rows == 0) return Status::success();
-  BLUBLAS_CHECK_ARG(dx && dy && y, "softmax_backward: dx, dy and y must not be null");
-  if (dtype == Dtype::kF32) return backward_typed<float>(dx, dy, y, rows, cols, stream);
-  return backward_typed<__nv_bfloat16>(dx, dy, y, rows, cols, stream);
+  return fused::softmax_backward_tuned(dx, dy, y, rows, cols, dtype, stream,
+                                       fused::RowStreamTuning{});
 }
 
 }  // namespace blublas

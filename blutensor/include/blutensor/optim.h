@@ -2,10 +2,11 @@
 // linear-warmup + cosine learning-rate schedule.
 //
 // Note [Optimizer backends]
-// AdamW::step groups parameters by device and dtype and hands each group to the kernel-level
-// backend's adamw_step (multi-tensor: one call per group): blu::cpu_ops::adamw_step is a loop on
-// the CPU; blu::cuda_ops::adamw_step (tensorcuda) runs blublas's multi-tensor AdamW kernel. That
-// function is the hook point for CUDA. Updates run under no_grad and bump parameter versions.
+// AdamW::step groups parameters by device, dtype and weight decay and hands each group to
+// adamw_step_ below, one kernel-level backend call per group: blu::cpu_ops::adamw_step is a loop on
+// the CPU; blu::cuda_ops::adamw_step (tensorcuda) runs blublas's multi-tensor AdamW kernel.
+// clip_grad_norm_ is global_norm + scale_tensors_ (one reduction, one multi-tensor scale). Updates
+// run under no_grad and bump parameter versions.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +75,33 @@ class SGD : public Optimizer {
   double weight_decay_;
   std::vector<Tensor> velocity_;
 };
+
+// ---- Multi-tensor primitives (Note [Multi-tensor primitives] in src/optim/multi_tensor.cpp) ----
+// For optimizers that keep their own state (blutrain's AdamW) and for the classes above: each call
+// is one backend call over the whole list (on CUDA one blublas / blutensor multi-tensor launch per
+// up to 256 tensors instead of several launches per tensor), asynchronous (no host sync), and
+// deterministic. Run under no_grad; they bump the versions of what they write.
+
+// The AdamW update (formula at cpu_ops::adamw_step, src/backend_ops.def) of params[i] from grads[i]
+// with moments exp_avgs[i] and exp_avg_sqs[i]: one device, one dtype (f32 or f64), contiguous,
+// equal sizes per i (grads may be non-contiguous: copied). options.lr and options.weight_decay
+// apply to the whole list (call once per weight-decay group); step >= 1 is the step count after
+// this update (bias corrections).
+void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const AdamWOptions& options, int64_t step);
+
+// norm: sqrt(sum of x^2 over every element of every tensor), a 0-d f32 tensor on the tensors'
+// device (one device, floating dtypes); clip_coef: max_norm > 0 ? min(1, max_norm / (norm + 1e-6))
+// : 1, ready for scale_tensors_. An empty list gives norm 0 and coefficient 1 on the CPU.
+struct GlobalNorm {
+  Tensor norm;
+  Tensor clip_coef;
+};
+GlobalNorm global_norm(const std::vector<Tensor>& tensors, double max_norm = 0.0);
+
+// tensors[i] *= factor (a one-element tensor on the tensors' device, read on the device).
+void scale_tensors_(const std::vector<Tensor>& tensors, const Tensor& factor);
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm before
 // clipping as a 0-d float32 tensor on the parameters' device (no host synchronisation).

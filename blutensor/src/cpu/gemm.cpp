@@ -56,7 +56,9 @@ __attribute__((always_inline)) inline void micro_body(int64_t kc, const T* __res
     V b[TL::kNV];
     for (int v = 0; v < TL::kNV; ++v) std::memcpy(&b[v], bp + k * TL::kNR + v * TL::kLanes, sizeof(V));
     for (int i = 0; i < TL::kMR; ++i) {
-      V a = V{} + ap[k * TL::kMR + i];
+      // x - 0 is x for every x (-0 included), so GCC folds it to a broadcast straight from
+      // memory; the former V{} + x kept an add on the FMA ports (x + 0 is not x for x = -0).
+      V a = ap[k * TL::kMR + i] - V{};
       for (int v = 0; v < TL::kNV; ++v) acc[i][v] += a * b[v];
     }
   }

@@ -6,8 +6,6 @@
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
-#include "dispatch.h"
-#include "ops/op_helpers.h"
 
 namespace blu::optim {
 
@@ -92,19 +90,14 @@ void AdamW::step() {
     std::vector<Tensor> ps, gs, ms, vs;
     for (std::size_t i : idx) {
       ps.push_back(params_[i]);
-      gs.push_back(detail::contiguous_nograd(params_[i].grad()));
+      gs.push_back(params_[i].grad());
       ms.push_back(exp_avg_[i]);
       vs.push_back(exp_avg_sq_[i]);
     }
-    AdamWParams hp;
-    hp.lr = lr_;
-    hp.beta1 = options_.beta1;
-    hp.beta2 = options_.beta2;
-    hp.eps = options_.eps;
-    hp.weight_decay = std::get<3>(key) ? options_.weight_decay : 0.0;
-    hp.step = step_;
-    BLU_DISPATCH(ps[0].device(), adamw_step, ps, gs, ms, vs, hp);
-    for (Tensor& p : ps) p.bump_version();
+    AdamWOptions o = options_;
+    o.lr = lr_;
+    o.weight_decay = std::get<3>(key) ? options_.weight_decay : 0.0;
+    adamw_step_(ps, gs, ms, vs, o, step_);
   }
 }
 
@@ -134,22 +127,16 @@ void SGD::step() {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
-  Tensor total;
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    Tensor sq = sum(mul(g, g)).to(kFloat32);
-    total = total.defined() ? add(total, sq) : sq;
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (!total.defined()) return scalar_tensor(0.0, kFloat32);
-  Tensor norm = sqrt(total);
-  Tensor coef = clamp_max(rdiv(add(norm, 1e-6), max_norm), 1.0);
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
-    g.mul_(coef.dtype() == g.dtype() ? coef : coef.to(g.dtype()));
-  }
-  return norm;
+  if (grads.empty()) return scalar_tensor(0.0, kFloat32);
+  // One fused reduction and one multi-tensor scale (Note [Multi-tensor primitives]); the
+  // coefficient stays on the device. max_norm <= 0 keeps the formula (it zeroes the gradients).
+  const GlobalNorm gn = global_norm(grads, max_norm);
+  scale_tensors_(grads, max_norm > 0 ? gn.clip_coef : clamp_max(rdiv(add(gn.norm, 1e-6), max_norm), 1.0));
+  return gn.norm;
 }
 
 double lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps, double max_lr, double min_lr) {

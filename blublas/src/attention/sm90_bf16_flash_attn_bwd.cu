@@ -1,0 +1,51 @@
+// sm90_bf16_flash_attn_bwd.cu: the compiled configurations of the sm_90a bf16 backward (kernel
+// template in sm90_flash_attn_bwd.cuh; Note [sm90 flash backward]) and its launcher, which runs
+// entry 0 of the per-head-dim table (Note [Attention tile tables]). The D = rowsum(dO * O)
+// precompute (attn_bwd_delta) runs before, in attention_backward.
+// Name: kv-st<dkdv ring stages> q-st<dq ring stages>; 1wg: one consumer warpgroup (64 keys or
+// query rows) per CTA, two CTAs per SM; dq-bc<keys per block of the dq role> when not 64;
+// no-defer: each iteration waits for its last product (BwdCfg::kDefer off).
+#include "attention/sm90_flash_attn_bwd.cuh"
+
+namespace blublas::attn {
+namespace {
+
+template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
+          bool kDefer = true>
+Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
+  return sm90::launch_flash_attn_bwd_sm90<
+      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer>>(
+      p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128");
+}
+
+const KernelConfig kTableD64[] = {
+    {"kv-st2 q-st2", run<64, 2, 2>},
+    {"kv-st3 q-st3", run<64, 3, 3>},
+    {"1wg kv-st2 q-st2 (2 CTAs/SM)", run<64, 2, 2, 1>},
+    {"kv-st2 q-st2 dq-bc128", run<64, 2, 2, 2, 128>},
+    {"kv-st2 q-st2 no-defer", run<64, 2, 2, 2, 64, false>},
+};
+const KernelConfig kTableD128[] = {
+    {"kv-st2 q-st2", run<128, 2, 2>},
+    {"1wg kv-st2 q-st2 (2 CTAs/SM)", run<128, 2, 2, 1>},
+    {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},
+};
+
+}  // namespace
+
+const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
+  if (head_dim == 64) {
+    *count = static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0]));
+    return kTableD64;
+  }
+  *count = static_cast<int>(sizeof(kTableD128) / sizeof(kTableD128[0]));
+  return kTableD128;
+}
+
+Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream) {
+  int n = 0;
+  return sm90_bf16_bwd_table(head_dim, &n)[0].launch(p, dev, stream);
+}
+
+}  // namespace blublas::attn

@@ -1,0 +1,91 @@
+// sm90_bf16_flash_attn_fwd.cu: the compiled tile configurations of the sm_90a bf16 forward (kernel
+// template in sm90_flash_attn_fwd.cuh) and its launcher, which runs entry 0 of the per-head-dim
+// table (Note [Attention tile tables]). Name: bc<keys per block> st<K/V stages> [overlap]
+// [persistent] [pingpong]; 1wg: one consumer warpgroup of 64 rows per CTA, two CTAs per SM.
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "attention/sm90_flash_attn_fwd.cuh"
+
+namespace blublas::attn {
+namespace {
+
+// Compiled like every kernel of the path; its attributes tell whether this binary holds sm_90a
+// machine code (a build without 90a would JIT compute_80 PTX, whose guarded bodies are empty).
+__global__ void sm90_attn_probe_kernel() {}
+
+template <int kD, int kBc, int kStages, bool kOverlap, bool kPersistent, int kConsumers = 2,
+          bool kPingpong = false>
+Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
+  return sm90::launch_flash_attn_fwd_sm90<
+      sm90::FwdCfg<kD, kBc, kStages, kOverlap, kPersistent, kConsumers, kPingpong>>(
+      p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
+}
+
+const KernelConfig kTableD64[] = {
+    {"bc128 st2 overlap persistent", run<64, 128, 2, true, true>},
+    {"bc128 st2 overlap", run<64, 128, 2, true, false>},
+    {"bc128 st2", run<64, 128, 2, false, false>},
+    {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},
+    {"1wg bc128 st2 overlap (2 CTAs/SM)", run<64, 128, 2, true, false, 1>},
+    {"bc128 st2 overlap persistent pingpong", run<64, 128, 2, true, true, 2, true>},
+    {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},
+};
+const KernelConfig kTableD128[] = {
+    {"bc128 st2 overlap persistent", run<128, 128, 2, true, true>},
+    {"bc128 st2 overlap", run<128, 128, 2, true, false>},
+    {"bc128 st2", run<128, 128, 2, false, false>},
+    {"bc64 st3 overlap persistent", run<128, 64, 3, true, true>},
+    {"1wg bc64 st2 overlap (2 CTAs/SM)", run<128, 64, 2, true, false, 1>},
+    {"bc128 st2 overlap persistent pingpong", run<128, 128, 2, true, true, 2, true>},
+    {"1wg bc64 st2 overlap persistent (2 CTAs/SM)", run<128, 64, 2, true, true, 1>},
+};
+
+}  // namespace
+
+Status sm90_attn_available(const DeviceInfo& dev) {
+  BLUBLAS_CHECK(dev.sm_version() == 90, StatusCode::kUnsupportedArch,
+                "attention sm90 path: needs an sm_90 device (wgmma, TMA), device is sm_",
+                dev.sm_version());
+  static std::mutex mutex;
+  static int state[64] = {};  // 0 unknown, 1 ok, 2 no sm_90a code
+  static std::string reason[64];
+  BLUBLAS_CHECK(dev.device >= 0 && dev.device < 64, StatusCode::kInvalidArgument,
+                "attention sm90 path: device index ", dev.device, " out of range");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (state[dev.device] == 0) {
+    cudaFuncAttributes attr{};
+    const cudaError_t err = cudaFuncGetAttributes(&attr, sm90_attn_probe_kernel);
+    if (err != cudaSuccess || attr.ptxVersion < 90 || attr.binaryVersion < 90) {
+      (void)cudaGetLastError();
+      std::ostringstream os;
+      os << "attention sm90 path: this build has no sm_90a machine code (" << cudaGetErrorName(err)
+         << ", binaryVersion=" << attr.binaryVersion << ", ptxVersion=" << attr.ptxVersion
+         << "): build with BLU_CUDA_ARCHS containing 90a-real";
+      reason[dev.device] = os.str();
+      state[dev.device] = 2;
+    } else {
+      state[dev.device] = 1;
+    }
+  }
+  if (state[dev.device] == 2) return Status(StatusCode::kUnsupportedArch, reason[dev.device]);
+  return Status::success();
+}
+
+const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
+  if (head_dim == 64) {
+    *count = static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0]));
+    return kTableD64;
+  }
+  *count = static_cast<int>(sizeof(kTableD128) / sizeof(kTableD128[0]));
+  return kTableD128;
+}
+
+Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
+                                cudaStream_t stream) {
+  int n = 0;
+  return sm90_bf16_fwd_table(head_dim, &n)[0].launch(p, dev, stream);
+}
+
+}  // namespace blublas::attn

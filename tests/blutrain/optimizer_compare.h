@@ -1,0 +1,155 @@
+// optimizer_compare.h: the harness of optimizer_test.cpp (CPU) and optimizer_gpu_test.cpp. It runs
+// blu::train::clip_grad_norm + blu::train::AdamW for several steps on two copies of one random
+// state: the reference (CPU f32 contiguous: the fused CPU loops) and a second path (CUDA tensors:
+// the fused multi-tensor kernels; or CPU tensors with strided gradients: the blutensor multi-tensor
+// primitives on the CPU), and bounds every element of the norm, clipped gradients, p, m and v by
+// f32 rounding, with magnitudes tracked in float64 (no cancellation hides behind a small result).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blutensor/blutensor.h"
+#include "blutrain/optimizer.h"
+
+namespace blu::test {
+
+struct OptimizerCase {
+  std::vector<Shape> shapes{{37, 53}, {129}, {3, 1001}, {4099}, {1, 5}, {7, 11, 13}};
+  std::vector<bool> decay{true, false, true, false, true, true};
+  int steps = 6;
+  uint64_t seed = 1234;
+};
+
+// One copy of the parameters, their AdamW and the tensors NamedParam points at.
+struct OptimizerState {
+  std::vector<std::unique_ptr<Tensor>> params;
+  std::vector<train::NamedParam> named;
+  std::unique_ptr<train::AdamW> opt;
+};
+
+inline train::AdamWConfig compare_config() {
+  train::AdamWConfig c;
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  c.eps = 1e-8;
+  c.weight_decay = 0.1;
+  return c;
+}
+
+inline OptimizerState make_state(const OptimizerCase& oc, const std::vector<Tensor>& init, Device dev) {
+  OptimizerState s;
+  for (std::size_t i = 0; i < init.size(); ++i) {
+    s.params.push_back(std::make_unique<Tensor>(init[i].to(dev).clone()));
+    s.params.back()->requires_grad_(true);
+    std::string name = "p";  // (not "p" + to_string: GCC 12's -Wrestrict false positive)
+    name += std::to_string(i);
+    s.named.push_back({name, s.params.back().get(), oc.decay[i], false});
+  }
+  s.opt = std::make_unique<train::AdamW>(s.named, compare_config());
+  return s;
+}
+
+// Gradient of parameter i at one step for a copy: contiguous on `dev`, or (strided) a
+// non-contiguous view with the same values on the CPU.
+inline Tensor grad_for(const Tensor& g, Device dev, bool strided) {
+  if (!strided) return g.to(dev).clone();
+  Shape wide = g.sizes();
+  wide.push_back(2);
+  Tensor big = full(wide, std::nan(""), TensorOptions(g.dtype()).device(dev));
+  big.select(-1, 0).copy_(g);
+  return big.select(-1, 0);
+}
+
+// Worst |got - want| / tol over all elements (returned); on a failure the message names the element.
+inline double expect_close(const char* what, std::size_t index, int step, const Tensor& want, const Tensor& got,
+                           const std::vector<double>& tol) {
+  const std::vector<double> a = want.to_double_vector(), b = got.to(kCPU).to_double_vector();
+  EXPECT_EQ(a.size(), b.size()) << what << index;
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double r = std::fabs(a[i] - b[i]) / tol[i];
+    if (std::isnan(r) || std::isnan(a[i]) != std::isnan(b[i])) r = INFINITY;
+    if (r > worst) {
+      worst = r;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what << index << " at step " << step << ": worst element " << at << " got "
+                        << b[at] << " want " << a[at] << " |diff| " << std::fabs(a[at] - b[at])
+                        << " tol " << tol[at] << " (" << a.size() << " elements)";
+  return worst;
+}
+
+// Runs both copies for oc.steps steps (clipping on odd steps) and compares after each one.
+inline void compare_optimizer_paths(const OptimizerCase& oc, Device other, bool strided_grads) {
+  Generator gen(oc.seed);
+  std::vector<Tensor> init;
+  for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
+  OptimizerState ref = make_state(oc, init, kCPU);
+  OptimizerState alt = make_state(oc, init, other);
+  const train::AdamWConfig cfg = compare_config();
+  // float64 magnitude bounds: |m| <= mabs, v (no cancellation), sum of learning rates.
+  std::vector<std::vector<double>> mabs(init.size());
+  for (std::size_t i = 0; i < init.size(); ++i) mabs[i].assign(static_cast<std::size_t>(init[i].numel()), 0.0);
+  double lr_sum = 0;
+  for (int t = 1; t <= oc.steps; ++t) {
+    double worst_g = 0, worst_p = 0, worst_m = 0, worst_v = 0;
+    std::vector<Tensor> grads;
+    double sumsq = 0;
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      Tensor g = randn(oc.shapes[i], {}, &gen) * (0.01 * t + 1e-3 * static_cast<double>(i));
+      for (double x : g.to_double_vector()) sumsq += x * x;
+      grads.push_back(g);
+      ref.params[i]->set_grad(g.clone());
+      alt.params[i]->set_grad(grad_for(g, other, strided_grads));
+    }
+    const double exact = std::sqrt(sumsq);
+    const double max_norm = t % 2 == 1 ? 0.5 * exact : 1e9;  // clip on odd steps
+    const double n_ref = train::clip_grad_norm(ref.named, max_norm);
+    const double n_alt = train::clip_grad_norm(alt.named, max_norm);
+    EXPECT_NEAR(n_ref, exact, 1e-12 * exact) << "reference norm at step " << t;
+    EXPECT_NEAR(n_alt, exact, 2e-6 * exact) << "norm at step " << t;
+    const double lr = 1e-2 / t;
+    lr_sum += lr;
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      const Tensor& g_ref = ref.params[i]->grad();
+      const std::vector<double> gv = g_ref.to_double_vector();
+      std::vector<double> tol(gv.size());
+      for (std::size_t e = 0; e < gv.size(); ++e) tol[e] = 1e-6 * std::fabs(gv[e]) + 1e-30;  // the clip coefficient: f32 vs f64
+      worst_g = std::max(worst_g, expect_close("grad", i, t, g_ref, alt.params[i]->grad(), tol));
+      for (std::size_t e = 0; e < gv.size(); ++e) mabs[i][e] = cfg.beta1 * mabs[i][e] + (1 - cfg.beta1) * std::fabs(gv[e]);
+    }
+    ref.opt->step(lr);
+    alt.opt->step(lr);
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      const std::vector<double> p = ref.params[i]->to_double_vector(), v = ref.opt->exp_avg_sq()[i].to_double_vector();
+      std::vector<double> tol_p(p.size()), tol_m(p.size()), tol_v(p.size());
+      for (std::size_t e = 0; e < p.size(); ++e) {
+        tol_p[e] = 3e-7 * t * std::fabs(p[e]) + 2e-6 * t * lr_sum + 1e-30;
+        // 1 - beta rounded to f32 from f32 beta (blublas) or from f64 (the CPU loop): 2.4e-7 of m, v.
+        tol_m[e] = (8e-7 + 3e-7 * t) * mabs[i][e] + 1e-30;
+        tol_v[e] = (8e-7 + 3e-7 * t) * v[e] + 1e-30;
+      }
+      worst_p = std::max(worst_p, expect_close("p", i, t, *ref.params[i], *alt.params[i], tol_p));
+      worst_m = std::max(worst_m, expect_close("m", i, t, ref.opt->exp_avg()[i], alt.opt->exp_avg()[i], tol_m));
+      worst_v = std::max(worst_v, expect_close("v", i, t, ref.opt->exp_avg_sq()[i],
+                                               alt.opt->exp_avg_sq()[i], tol_v));
+    }
+    std::printf("step %d: norm rel err %.3g; worst |diff|/tol grad %.3g p %.3g m %.3g v %.3g\n", t,
+                std::fabs(n_alt - n_ref) / n_ref, worst_g, worst_p, worst_m, worst_v);
+    EXPECT_EQ(ref.opt->step_count(), alt.opt->step_count());
+    ref.opt->zero_grad();
+    alt.opt->zero_grad();
+  }
+}
+
+}  // namespace blu::test

@@ -1,0 +1,19 @@
+// optimizer_test.cpp: blu::train's AdamW and clip_grad_norm take the same steps through both of
+// their CPU paths: the fused loops (f32 contiguous gradients) and blutensor's multi-tensor
+// primitives (strided gradients; the path CUDA tensors take, Note [Fused optimizer step on CUDA]),
+// to f32 rounding per element over several steps with and without clipping.
+#include <gtest/gtest.h>
+
+#include "optimizer_compare.h"
+
+TEST(TrainOptimizer, FusedCpuLoopsMatchMultiTensorPrimitives) {
+  blu::test::compare_optimizer_paths(blu::test::OptimizerCase{}, blu::kCPU, /*strided_grads=*/true);
+}
+
+TEST(TrainOptimizer, LearningRateScheduleWarmupThenCosine) {
+  using blu::train::learning_rate;
+  EXPECT_DOUBLE_EQ(learning_rate(0, 1.0, 0.1, 10, 100), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(9, 1.0, 0.1, 10, 100), 1.0);
+  EXPECT_NEAR(learning_rate(55, 1.0, 0.1, 10, 100), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(100, 1.0, 0.1, 10, 100), 0.1);
+}
