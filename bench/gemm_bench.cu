@@ -785,14 +785,18 @@ int main(int argc, char** argv) {
   }
 
   const std::vector<Shape> gpt2 = gpt2_shapes();
-  // BLU_GEMM_BENCH_SWEEP=1 (tile sweeps with BLUBLAS_SM90_TILE forced): the GPT-2 set in bf16 and
-  // tf32 on the auto path only, plus the bf16 squares; nothing else.
+  // BLU_GEMM_BENCH_SWEEP=1 (A/B sweeps with the BLUBLAS_SM90_* knobs): the GPT-2 set in bf16 and
+  // tf32 on the auto path only, plus the bf16 squares; =bf16: the bf16 part only.
   const char* sweep_env = std::getenv("BLU_GEMM_BENCH_SWEEP");
-  const bool sweep = sweep_env != nullptr && std::strcmp(sweep_env, "1") == 0;
+  const bool sweep = sweep_env != nullptr && (std::strcmp(sweep_env, "1") == 0 ||
+                                              std::strcmp(sweep_env, "bf16") == 0);
+  const bool sweep_bf16_only = sweep && std::strcmp(sweep_env, "bf16") == 0;
   std::vector<GemmPath> bf16_paths{GemmPath::kAuto};
   if (sm >= 80 && !sweep) bf16_paths.push_back(GemmPath::kSm80Mma);
   for (const Shape& s : gpt2) run_case(B, s, kBF16, bf16_paths);
-  for (const Shape& s : gpt2) run_case(B, s, kTF32, {GemmPath::kAuto});
+  if (!sweep_bf16_only) {
+    for (const Shape& s : gpt2) run_case(B, s, kTF32, {GemmPath::kAuto});
+  }
   if (sweep) {
     run_case(B, {"square4096", "square", 4096, 4096, 4096, Op::kN, Op::kN}, kBF16, {GemmPath::kAuto});
     run_case(B, {"square8192", "square", 8192, 8192, 8192, Op::kN, Op::kN}, kBF16, {GemmPath::kAuto});

@@ -131,7 +131,7 @@ fi
 # reference; the JSON lines land in profiler.jsonl.
 if ((do_bench)) && [ "$suite" != tensor ] && [ "$suite" != train ]; then
   stamp "blublas-profiler smoke"
-  scripts/profiler-smoke.sh $build "$res" > "$logs/profiler.txt" 2>&1 \
+  scripts/profiler-smoke.sh $build "$res" $( ((quick)) && echo --quick) > "$logs/profiler.txt" 2>&1 \
     || echo "profiler: $(tail -1 "$logs/profiler.txt")" >> "$logs/bench_failures.txt"
   pack
 fi

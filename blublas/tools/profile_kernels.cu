@@ -351,7 +351,8 @@ std::vector<double> softmax_ref(const std::vector<float>& x, int64_t rows, int64
 // --variants=SPEC[,SPEC...] times each in one process; SPEC is "off" (the cluster-resident and
 // online kernels) or "c<cluster>k<chunk bytes>w<warps>[h<store hint>]" with cluster 0 = auto,
 // e.g. "c0k8192w16,c1k8192w16,c2k4096w8,off"; "x1" = copy-only diagnostic (softmax fwd: y = x
-// through the same pipeline, its ceiling). Without --variants: the library default.
+// through the same pipeline, its ceiling); "e0" = exp recomputed in pass 2 (default e1: kept);
+// "r0" = no register-held chunk (default r1). Without --variants: the library default.
 std::vector<std::pair<std::string, blublas::fused::RowStreamTuning>> row_variants(const Args& a) {
   std::vector<std::pair<std::string, blublas::fused::RowStreamTuning>> out;
   const std::string list = a.get("variants", "");
@@ -383,6 +384,7 @@ std::vector<std::pair<std::string, blublas::fused::RowStreamTuning>> row_variant
           case 'm': t.min_row_bytes = v; break;
           case 'x': t.copy_only = static_cast<int>(v); break;
           case 'e': t.keep_exp = static_cast<int>(v); break;
+          case 'r': t.reg_chunk = static_cast<int>(v); break;
           default: throw ProfError{"--variants: unknown key in " + spec};
         }
       }

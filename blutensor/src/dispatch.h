@@ -1,6 +1,6 @@
 // blutensor/src/dispatch.h: picks the kernel-level backend by device: blu::cpu_ops for CPU tensors,
 // blu::cuda_ops (src/cuda/cuda_ops.h, tensorcuda) for CUDA tensors, with the device made current.
-// Note [Backend mirror] in cpu/cpu_ops.h: both namespaces declare the same functions.
+// Note [Backend mirror] in backend_ops.def: both namespaces declare the same functions.
 #pragma once
 
 #include "blutensor/device.h"

@@ -1,7 +1,7 @@
 // Embedding forward / deterministic backward against float64: vector and scalar paths, f32 and
 // bf16 dout, repeated tokens (small buckets and a > 32-position bucket), bad token ids (flag set,
-// skipped, no fault), accumulation into existing gradients, bitwise determinism, null dwpe, the
-// one-block and the multi-launch bucketing (vocab above the shared-memory limit).
+// skipped, no fault), accumulation into existing gradients, bitwise determinism, null dwpe,
+// GPT-2 widths and vocabularies above 64K ids.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -118,8 +118,7 @@ INSTANTIATE_TEST_SUITE_P(
                       EmbCase{Dtype::kBF16, 3, 301, 768, 50304, true},
                       // No position term.
                       EmbCase{Dtype::kF32, 3, 37, 768, 1001, false, true},
-                      // A vocabulary too large for the one-block (shared-memory) bucketing:
-                      // the multi-launch bucketing path.
+                      // Vocabularies above 64K ids (more scan tiles, sparse buckets).
                       EmbCase{Dtype::kF32, 3, 45, 8, 70001, true},
                       EmbCase{Dtype::kBF16, 2, 64, 264, 65537, false}),
     [](const ::testing::TestParamInfo<EmbCase>& i) {

@@ -178,10 +178,7 @@ double tol_for(Dtype ab, Dtype cd) {
 
 void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   SCOPED_TRACE(c.str());
-  if (c.tile == static_cast<int>(sm90::Sm90Tile::k128x128_pp) &&
-      !sm90::sm90_ping_pong_compiled(128)) {
-    return;  // not compiled in (sm90_ping_pong_compiled, sm90_gemm_launch.h)
-  }
+
   std::mt19937 rng(12345u + c.m * 7u + c.n * 13u + c.k * 17u + static_cast<unsigned>(c.ab) * 3u +
                    static_cast<unsigned>(c.epi) * 101u + (c.a_k ? 1u : 0u) + (c.b_k ? 2u : 0u));
   const std::size_t es = blublas::dtype_size(c.ab);
@@ -370,7 +367,6 @@ constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
 constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
 constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
 constexpr int kCluster2 = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
-constexpr int kPingPong128 = static_cast<int>(sm90::Sm90Tile::k128x128_pp);
 constexpr int kPingPong64 = static_cast<int>(sm90::Sm90Tile::k64x256_pp);
 
 // ---- tests -------------------------------------------------------------------------------------------
@@ -392,7 +388,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
   for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
-    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
+    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
       for (int mj = 0; mj < 4; ++mj) {
         for (const auto& s : sizes) {
           Case c;
@@ -411,7 +407,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
 
 TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kCluster2, kPingPong128, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kCluster2, kPingPong64}) {
     for (int mj = 0; mj < 4; ++mj) {
       Case c;
       c.ab = Dtype::kBF16;
@@ -429,7 +425,7 @@ TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
     for (int mj = 0; mj < 4; ++mj) {
       for (const auto& s : sizes) {
         Case c;
@@ -478,7 +474,7 @@ TEST(GemmSm90Gpu, Batched) {
       run_case(c, dev);
     }
   }
-  for (int tile : {kWide, kCluster2, kPingPong128, kPingPong64}) {  // TMA-store epilogue, 3-d maps
+  for (int tile : {kWide, kCluster2, kPingPong64}) {  // TMA-store epilogue, 3-d maps
     Case c;
     c.ab = Dtype::kF16; c.cd = tile == kWide || tile == kPingPong64 ? Dtype::kF16 : Dtype::kF32;
     c.m = 300; c.n = 200; c.k = 64; c.batch = 2;
@@ -541,7 +537,7 @@ TEST(GemmSm90Gpu, Epilogues) {
 TEST(GemmSm90Gpu, SplitKDeterministic) {
   BLU_REQUIRE_SM90(dev);
   // Forced splits on odd shapes, every tile.
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong128, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
     Case c;
     c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
     c.m = 200; c.n = 300; c.k = 4099;
@@ -567,7 +563,7 @@ TEST(GemmSm90Gpu, SplitKDeterministic) {
 // ring offset; every epilogue kind through both epilogue paths.
 TEST(GemmSm90Gpu, PingPongManyUnits) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kPingPong128, kPingPong64}) {
+  for (int tile : {kPingPong64}) {
     for (int splits : {1, 3}) {
       for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
         Case c;
@@ -580,7 +576,7 @@ TEST(GemmSm90Gpu, PingPongManyUnits) {
       }
     }
   }
-  for (int tile : {kPingPong128, kPingPong64}) {
+  for (int tile : {kPingPong64}) {
     for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradA,
                        Epilogue::kBiasGradB}) {
       for (int variant = 0; variant < 2; ++variant) {  // TMA-store epilogue, generic
@@ -604,7 +600,7 @@ TEST(GemmSm90Gpu, PingPongManyUnits) {
 // runs them) and determinism (same bits twice).
 TEST(GemmSm90Gpu, StreamK) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kNarrow, kPingPong128, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kNarrow, kPingPong64}) {
     for (int mj : {0, 3}) {
       Case c;
       c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
@@ -616,7 +612,7 @@ TEST(GemmSm90Gpu, StreamK) {
       run_case(c, dev);
     }
   }
-  for (int tile : {kWide, kPingPong128}) {
+  for (int tile : {kWide, kPingPong64}) {
     Case c;
     c.ab = Dtype::kF32; c.cd = Dtype::kF32;
     c.m = 333; c.n = 517; c.k = 3001;
@@ -641,7 +637,7 @@ TEST(GemmSm90Gpu, StreamK) {
       c.epi = e;
       c.generic_epi = variant == 1;
       c.beta = variant == 1 && e == Epilogue::kBias ? 0.5f : 0.0f;
-      c.tile = variant == 0 ? kWide : kPingPong128;
+      c.tile = variant == 0 ? kWide : kPingPong64;
       c.stream_k = 1;
       run_case(c, dev);
     }

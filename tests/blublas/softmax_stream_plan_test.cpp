@@ -110,7 +110,7 @@ TEST(RowStreamPlan, FallsBack) {
   off.mode = 0;
   EXPECT_FALSE(plan_row_stream(64, 50304 * 4, 1, off, hopper(), &p));
   RowStreamTuning bad;
-  bad.consumer_warps = 12;
+  bad.consumer_warps = 10;
   EXPECT_FALSE(plan_row_stream(64, 50304 * 4, 1, bad, hopper(), &p));
   bad = RowStreamTuning{};
   bad.chunk_bytes = 8200;  // not a multiple of 16

@@ -33,8 +33,8 @@ std::vector<Tensor> to_device(const std::vector<Tensor>& ts, Device d) {
 }
 
 // Worst |gpu - cpu| / (atol + rtol |cpu|) over a list; reports the element on failure.
-void expect_lists_close(const char* what, const std::vector<Tensor>& cpu, const std::vector<Tensor>& gpu,
-                        double atol, double rtol) {
+void expect_lists_close(const char* what, const std::vector<Tensor>& cpu,
+                        const std::vector<Tensor>& gpu, double atol, double rtol) {
   double worst = 0;
   for (std::size_t i = 0; i < cpu.size(); ++i) {
     const std::vector<double> a = cpu[i].to_double_vector(), b = gpu[i].to(kCPU).to_double_vector();
@@ -42,7 +42,8 @@ void expect_lists_close(const char* what, const std::vector<Tensor>& cpu, const 
       double r = std::fabs(a[e] - b[e]) / (atol + rtol * std::fabs(a[e]));
       if (std::isnan(r)) r = INFINITY;
       worst = std::max(worst, r);
-      ASSERT_LE(r, 1.0) << what << ": tensor " << i << " element " << e << " cuda " << b[e] << " cpu " << a[e];
+      ASSERT_LE(r, 1.0) << what << ": tensor " << i << " element " << e << " cuda " << b[e]
+                        << " cpu " << a[e];
     }
   }
   std::printf("%s: worst |diff|/tol %.3g\n", what, worst);
@@ -56,7 +57,8 @@ TEST(MultiTensorGpu, AdamWStepMatchesCpu) {
     m_cpu.push_back(zeros_like(p));
     v_cpu.push_back(zeros_like(p));
   }
-  std::vector<Tensor> p_gpu = to_device(p_cpu, kGpu), m_gpu = to_device(m_cpu, kGpu), v_gpu = to_device(v_cpu, kGpu);
+  std::vector<Tensor> p_gpu = to_device(p_cpu, kGpu), m_gpu = to_device(m_cpu, kGpu),
+                      v_gpu = to_device(v_cpu, kGpu);
   optim::AdamWOptions o{2e-3, 0.9, 0.95, 1e-8, 0.1};
   for (int64_t step = 1; step <= 4; ++step) {
     std::vector<Tensor> g_cpu = random_list(gen, 300, 0.05 * static_cast<double>(step));
@@ -83,7 +85,8 @@ TEST(MultiTensorGpu, GlobalNormMatchesCpuAndRepeats) {
     EXPECT_TRUE(b.norm.is_cuda() && b.clip_coef.is_cuda());
     const double na = a.norm.item(), nb = b.norm.item();
     EXPECT_NEAR(nb, na, 2e-6 * na) << dtype_name(dt);
-    EXPECT_NEAR(b.clip_coef.item(), a.clip_coef.item(), 2e-6 * a.clip_coef.item()) << dtype_name(dt);
+    EXPECT_NEAR(b.clip_coef.item(), a.clip_coef.item(), 2e-6 * a.clip_coef.item())
+        << dtype_name(dt);
     EXPECT_EQ(c.norm.item(), nb) << dtype_name(dt) << ": the norm must repeat bitwise";
     std::printf("global_norm %s: cpu %.9g cuda %.9g\n", dtype_name(dt), na, nb);
   }

@@ -14,7 +14,9 @@ namespace {
 
 using namespace blu;
 
-std::vector<Shape> odd_shapes() { return {{37, 53}, {129}, {3, 1001}, {1}, {5, 7, 9}}; }
+std::vector<Shape> odd_shapes() {
+  return {{37, 53}, {129}, {3, 1001}, {1}, {5, 7, 9}};
+}
 
 std::vector<Tensor> random_list(Generator& gen, DType dt, double scale) {
   std::vector<Tensor> out;
@@ -85,8 +87,10 @@ TEST(MultiTensor, AdamWStepMatchesFloat64Reference) {
         for (std::size_t e = 0; e < gp.size(); ++e) {
           const double m_mag = o.beta1 * std::fabs(m_prev[i][e]) + (1 - o.beta1) * std::fabs(g[e]);
           // 8 ulps: the f32 kernel also rounds 1 - beta (2.4e-7 relative for 0.9 and 0.95).
-          ASSERT_NEAR(gm[e], rm[i][e], 8 * u * m_mag + 1e-300) << "m, tensor " << i << " elem " << e;
-          ASSERT_NEAR(gv[e], rv[i][e], 8 * u * rv[i][e] + 1e-300) << "v, tensor " << i << " elem " << e;
+          ASSERT_NEAR(gm[e], rm[i][e], 8 * u * m_mag + 1e-300)
+              << "m, tensor " << i << " elem " << e;
+          ASSERT_NEAR(gv[e], rv[i][e], 8 * u * rv[i][e] + 1e-300)
+              << "v, tensor " << i << " elem " << e;
           ASSERT_NEAR(gp[e], rp[i][e], 6 * u * std::fabs(rp[i][e]) + 40 * u * o.lr)
               << dtype_name(dt) << " p, tensor " << i << " elem " << e << " step " << step;
         }
@@ -191,13 +195,17 @@ TEST(MultiTensor, ClipGradNormUsesOneReduction) {
 TEST(MultiTensor, BadListsAreErrors) {
   Tensor a = randn({3, 4}), b = randn({3, 4}), c = randn({5});
   optim::AdamWOptions o;
-  EXPECT_NE(error_of([&] { optim::adamw_step_({a}, {b, b}, {a}, {a}, o, 1); }).find("list sizes differ"),
+  EXPECT_NE(error_of([&] {
+              optim::adamw_step_({a}, {b, b}, {a}, {a}, o, 1);
+            }).find("list sizes differ"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { optim::adamw_step_({a}, {c}, {zeros_like(a)}, {zeros_like(a)}, o, 1); })
-                .find("does not match parameter"),
+  EXPECT_NE(error_of([&] {
+              optim::adamw_step_({a}, {c}, {zeros_like(a)}, {zeros_like(a)}, o, 1);
+            }).find("does not match parameter"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { optim::adamw_step_({a}, {b}, {zeros_like(a)}, {zeros_like(a)}, o, 0); })
-                .find("step=0"),
+  EXPECT_NE(error_of([&] {
+              optim::adamw_step_({a}, {b}, {zeros_like(a)}, {zeros_like(a)}, o, 0);
+            }).find("step=0"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               Tensor h = a.to(kBFloat16);
@@ -206,12 +214,17 @@ TEST(MultiTensor, BadListsAreErrors) {
             std::string::npos);
   optim::AdamWOptions bad = o;
   bad.beta1 = 1.0;
-  EXPECT_NE(error_of([&] { optim::adamw_step_({a}, {b}, {zeros_like(a)}, {zeros_like(a)}, bad, 1); })
-                .find("beta1=1"),
+  EXPECT_NE(error_of([&] {
+              optim::adamw_step_({a}, {b}, {zeros_like(a)}, {zeros_like(a)}, bad, 1);
+            }).find("beta1=1"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { optim::global_norm({a, Tensor()}); }).find("undefined"), std::string::npos);
-  EXPECT_NE(error_of([&] { optim::global_norm({a, from_vector(std::vector<int64_t>{1, 2})}); })
-                .find("floating"),
+  EXPECT_NE(error_of([&] {
+              optim::global_norm({a, Tensor()});
+            }).find("undefined"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              optim::global_norm({a, from_vector(std::vector<int64_t>{1, 2})});
+            }).find("floating"),
             std::string::npos);
   EXPECT_NE(error_of([&] { optim::scale_tensors_({a}, randn({2})); }).find("one-element"),
             std::string::npos);

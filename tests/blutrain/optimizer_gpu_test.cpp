@@ -43,7 +43,8 @@ TEST(TrainOptimizerGpu, CudaStepIsBitwiseDeterministic) {
   for (int run = 0; run < 2; ++run) {
     test::OptimizerState st = test::make_state(oc, init, Device::cuda(0));
     for (int t = 1; t <= 3; ++t) {
-      for (std::size_t i = 0; i < init.size(); ++i) st.params[i]->set_grad(grads[i].to(Device::cuda(0)));
+      for (std::size_t i = 0; i < init.size(); ++i)
+        st.params[i]->set_grad(grads[i].to(Device::cuda(0)));
       train::clip_grad_norm(st.named, 0.5);
       st.opt->step(1e-3);
       st.opt->zero_grad();
@@ -54,7 +55,8 @@ TEST(TrainOptimizerGpu, CudaStepIsBitwiseDeterministic) {
         first.push_back(p);
       } else {
         for (std::size_t e = 0; e < p.size(); ++e) {
-          ASSERT_EQ(p[e], first[i][e]) << "parameter " << i << " element " << e << " differs between runs";
+          ASSERT_EQ(p[e], first[i][e])
+              << "parameter " << i << " element " << e << " differs between runs";
         }
       }
     }
@@ -72,7 +74,7 @@ TEST(TrainOptimizerGpu, Gpt2SizedStepTiming) {
   oc.shapes = {{50304, 768}, {1024, 768}};
   oc.decay = {true, true};
   for (int l = 0; l < 12; ++l) {
-    const std::vector<Shape> layer{{768}, {768}, {2304, 768}, {2304}, {768, 768}, {768},
+    const std::vector<Shape> layer{{768}, {768}, {2304, 768}, {2304}, {768, 768},  {768},
                                    {768}, {768}, {3072, 768}, {3072}, {768, 3072}, {768}};
     for (const Shape& s : layer) {
       oc.shapes.push_back(s);
@@ -99,7 +101,10 @@ TEST(TrainOptimizerGpu, Gpt2SizedStepTiming) {
       const auto t0 = std::chrono::steady_clock::now();
       fn();
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      if (i >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (i >= 2)
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
     }
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
@@ -112,14 +117,16 @@ TEST(TrainOptimizerGpu, Gpt2SizedStepTiming) {
   const double per_tensor = median_ms([&] {  // the previous implementation, op for op
     NoGradGuard ng;
     std::vector<Tensor> squares;
-    for (const auto& p : st.named) squares.push_back(sum(p.tensor->grad() * p.tensor->grad()).reshape({1}));
+    for (const auto& p : st.named)
+      squares.push_back(sum(p.tensor->grad() * p.tensor->grad()).reshape({1}));
     const double norm = std::sqrt(sum(cat(squares, 0)).item());
     for (const auto& p : st.named) {
       Tensor g = p.tensor->grad();
       if (norm > 1.0) g.mul_(1.0 / (norm + 1e-6));
     }
     ++t;
-    const double bc1 = 1 - std::pow(cfg.beta1, static_cast<double>(t)), bc2 = 1 - std::pow(cfg.beta2, static_cast<double>(t));
+    const double bc1 = 1 - std::pow(cfg.beta1, static_cast<double>(t)),
+                 bc2 = 1 - std::pow(cfg.beta2, static_cast<double>(t));
     for (std::size_t i = 0; i < st.named.size(); ++i) {
       const Tensor& g = st.named[i].tensor->grad();
       Tensor p = st.named[i].tensor->detach();
@@ -134,9 +141,11 @@ TEST(TrainOptimizerGpu, Gpt2SizedStepTiming) {
   });
   int64_t n = 0;
   for (const Tensor& p : init) n += p.numel();
-  std::printf("GPT-2 124M optimizer step (%lld params, 148 tensors, clip + AdamW): fused %.3f ms, "
-              "per-tensor ops %.3f ms, speedup %.2fx; fused moves %.0f GB/s (40 B/param: norm g r, clip g rw, AdamW p m v rw + g r)\n",
-              static_cast<long long>(n), fused, per_tensor, per_tensor / fused,
-              static_cast<double>(n) * 40 / (fused * 1e-3) / 1e9);
+  std::printf(
+      "GPT-2 124M optimizer step (%lld params, 148 tensors, clip + AdamW): fused %.3f ms, "
+      "per-tensor ops %.3f ms, speedup %.2fx; fused moves %.0f GB/s (40 B/param: norm g r, clip g "
+      "rw, AdamW p m v rw + g r)\n",
+      static_cast<long long>(n), fused, per_tensor, per_tensor / fused,
+      static_cast<double>(n) * 40 / (fused * 1e-3) / 1e9);
   EXPECT_LT(fused, per_tensor) << "the fused step should not be slower than per-tensor ops";
 }

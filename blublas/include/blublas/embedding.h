@@ -6,8 +6,8 @@
 //
 // Note [Deterministic embedding backward] The positions are bucketed by token id in the caller's
 // workspace (integer histogram, scan, scatter); each bucket is then summed in increasing position
-// order (small buckets are ranked in registers, large ones walk a bitmap of their positions or
-// re-scan the token list in order), so no float is ever added by an atomic. A token id outside [0, vocab) sets *error_flag = 1 and is
+// order (small buckets are ranked in registers, large ones re-scan the token list in order), so no
+// float is ever added by an atomic. A token id outside [0, vocab) sets *error_flag = 1 and is
 // skipped (its row of out gets wpe only; it adds nothing to dwte) -- never a fault, no host sync.
 #pragma once
 

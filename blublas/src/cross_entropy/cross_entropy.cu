@@ -192,10 +192,12 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
       if (blockIdx.x == 0 && threadIdx.x == 0) *count_out = n;
     }
     uint32_t it = 0;
+    uint4 keep[kRegPacks];  // reg_chunk: this warp's first chunk of the row (its kept exps)
     for (int64_t r = first_row; r < a.rows; r += row_step, ++it) {
       const int t = targets[r];  // in flight during pass 1
       const RowWindow w = row_window(a, r);
       float2 acc = MaxSumOp::identity();
+      float mc_reg = -INFINITY;
       float xt_kept = 0.0f;  // keep_exp: the target logit, read before pass 1 overwrites it
       bool owns_target = false;
       for (int jj = warp; jj < sl.count; jj += kWarps) {
@@ -215,9 +217,15 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
             owns_target = true;
           }
           __syncwarp();
-          acc = MaxSumOp::combine(
-              acc, chunk_maxsum_keep<T>(const_cast<uint4*>(c), np, o0, w, lane,
-                                        &R.slot_max[g1 % static_cast<uint32_t>(a.ring_chunks)]));
+          if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {
+            load_chunk_regs(c, np, lane, keep);
+            ring_release(R, a, g1, lane);  // read only: no fence
+            acc = MaxSumOp::combine(acc, regs_maxsum_keep<T>(keep, np, o0, w, lane, &mc_reg));
+          } else {
+            acc = MaxSumOp::combine(
+                acc, chunk_maxsum_keep<T>(const_cast<uint4*>(c), np, o0, w, lane,
+                                          &R.slot_max[g1 % static_cast<uint32_t>(a.ring_chunks)]));
+          }
         } else {
           acc = MaxSumOp::combine(acc, chunk_maxsum<T>(c, np, o0, w, lane));
         }
@@ -249,6 +257,28 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
         const int tl = (t_off >= o0 && t_off < o0 + nbytes)
                            ? (t_off - o0) / static_cast<int>(sizeof(T))
                            : -1;
+        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {  // from registers; the slot went back in pass 1
+          if (dlogits != nullptr) {
+            const float f = mc_reg == -INFINITY ? 0.0f : __expf(mc_reg - mrow) * scale;
+#pragma unroll
+            for (int k = 0; k < kRegPacks; ++k) {
+              const int p = lane + 32 * k;
+              if (p < np) {
+                float v[W];
+                unpack_kept<T>(keep[k], v);
+#pragma unroll
+                for (int i = 0; i < W; ++i) v[i] *= f;
+                const int d = tl - p * W;
+                if (d >= 0 && d < W) {
+#pragma unroll
+                  for (int i = 0; i < W; ++i) v[i] -= i == d ? g : 0.0f;
+                }
+                store_pack<T, W>(dwin, w, o0 + p * 16, v, a.store_hint);
+              }
+            }
+          }
+          continue;
+        }
         if (a.keep_exp) {
           // dlogit = e * exp(M_c - M) * g / S - g * onehot, e = exp(x - M_c) from pass 1.
           if (dlogits != nullptr) {
@@ -428,6 +458,10 @@ cudaError_t run_typed(float* losses, void* dlogits, const void* logits, const in
     const cudaError_t err =
         plan.warps == 8
             ? launch_row_stream(xent_stream_kernel<T, 8>, plan, info, s, nullptr, losses, d, l,
+                                targets, count, error_flag, rows, vocab, ignore_index, dloss,
+                                plan.args)
+        : plan.warps == 12
+            ? launch_row_stream(xent_stream_kernel<T, 12>, plan, info, s, nullptr, losses, d, l,
                                 targets, count, error_flag, rows, vocab, ignore_index, dloss,
                                 plan.args)
             : launch_row_stream(xent_stream_kernel<T, 16>, plan, info, s, nullptr, losses, d, l,

@@ -1,20 +1,14 @@
 // embedding_variants.h (internal): embedding_backward with an explicit variant number, for
 // blublas-profiler sweeps (blublas/tools/profile_kernels.cu, --variant=N). The public launcher
-// (blublas/embedding.h) calls it with variant 0, the measured best. Every variant computes the
-// same sums in the same order (Note [Deterministic embedding backward]), so the bits agree.
+// (blublas/embedding.h) calls it with variant 0, the measured best.
 //
-//   0  default (= the best measured below)
-//   1  session-1: bucketing in 6 launches, then one launch summing dwpe and the buckets with
-//      interleaved blocks; dout is read from DRAM twice
-//   2  the same bucketing launched dependent (PDL), then Note [Chunked embedding sums]: dout is
-//      read once from DRAM, the second read of each column chunk hits L2; dwpe runs 1 chunk ahead
-//   3  as 2 with dwpe 2 chunks ahead
-//   4  single-block bucketing in shared memory (vocab <= ~56K) + chunked sums, dwpe 1 ahead
-//   5  as 4 with dwpe 2 chunks ahead
-//   6  as 4 with two 16-byte packs per lane per chunk (half the chunks, 2x the L2 footprint)
-//   7  as 4 with the bucketing launched dependent on the caller's previous kernel (PDL)
-//   8  as 6, likewise
-//   9  as 4 with two bucket ids per warp (two independent load chains in flight)
+//   0, 1  bucketing in 6 launches, then one launch summing dwpe and the buckets with interleaved
+//         blocks (session-1 design; dout read twice from DRAM)
+//
+// Tried in session 2 and removed (H200, B16 T1024 C768 V50304 f32; bench/NOTES.md): the same
+// bucketing launched as a PDL chain with column-chunked sums (dout once from DRAM, the second
+// read of each 128-column chunk from L2): 68.0 us vs 65.8; a one-block shared-memory bucketing
+// (1 launch instead of 6) + chunked sums: 96 us; two bucket ids per warp: 86 us.
 #pragma once
 
 #include <cuda_runtime.h>

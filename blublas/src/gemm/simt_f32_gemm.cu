@@ -229,29 +229,24 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 }
 
 // Note [SIMT fp32 variant choice]
-// Problems with at least one 128 x 128 tile per SM (kTiled128, and every split-K plan) run kDefault
-// below; BLUBLAS_SIMT_VARIANT=<name> overrides it for measurement sweeps (names in kVariantNames;
-// variants that need float4 operands fall back to the default when the operands do not allow it).
-// Unknown names are ignored. Read once per process.
+// Problems with at least one 128 x 128 tile per SM (kTiled128, and every split-K plan) take, by
+// the normalized operand majors (run3 sweep, H200, ratio to cuBLAS):
+//   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
+//   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
+//   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
+// Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
+// (kVariantNames) overrides the choice for measurement sweeps; unknown names are ignored; the
+// variable is read once per process.
 enum class Variant : int {
   kLegacy128 = 0,  // simt_f32_tiled_kernel<128, 128>: 8 x 8 per thread, quadrants at BM/2, BN/2
   kLegacy64,       // simt_f32_tiled_kernel<64, 64>: for problems short of one tile per SM
-  kWarp0,          // = SimtWarpVariant::k88, then the rest of SimtWarpVariant in order
+  kW816,           // simt_f32_warp_kernel, SimtWarpVariant::k816
+  kW168,           // simt_f32_warp_kernel, SimtWarpVariant::k168
 };
-constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816",   "w168",
-                                         "w816n256", "w816nb", "w816ng", "w816u4"};
+constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816", "w168"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-constexpr Variant warp_variant(SimtWarpVariant w) {
-  return static_cast<Variant>(static_cast<int>(Variant::kWarp0) + static_cast<int>(w));
-}
-constexpr Variant kDefault = warp_variant(SimtWarpVariant::k816);
 
-bool variant_takes_scalar(Variant v) {
-  return v == Variant::kLegacy128 || v == Variant::kLegacy64 ||
-         v == warp_variant(SimtWarpVariant::k816);
-}
-
-Variant env_variant() {
+int env_variant() {
   static const int chosen = [] {
     const char* s = std::getenv("BLUBLAS_SIMT_VARIANT");
     if (s == nullptr) return -1;
@@ -259,12 +254,17 @@ Variant env_variant() {
       if (std::strcmp(s, kVariantNames[i]) == 0) return i;
     return -1;
   }();
-  return chosen < 0 ? kDefault : static_cast<Variant>(chosen);
+  return chosen;
 }
 
-Variant tiled128_variant(bool vec) {
-  const Variant v = env_variant();
-  return vec || variant_takes_scalar(v) ? v : kDefault;
+Variant tiled128_variant(const GemmProblem& p, bool vec) {
+  const int forced = env_variant();
+  if (forced >= 0) {
+    const Variant v = static_cast<Variant>(forced);
+    if (vec || v == Variant::kLegacy128 || v == Variant::kLegacy64) return v;
+  }
+  if (!vec || p.b_k_major) return Variant::kLegacy128;
+  return p.a_k_major ? Variant::kW168 : Variant::kW816;
 }
 
 }  // namespace
@@ -292,7 +292,8 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   }
   const int splits = plan.splits > 1 ? plan.splits : 1;
   const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
-  const Variant v = plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(vec);
+  const Variant v =
+      plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
   switch (v) {
     case Variant::kLegacy64:
       BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
@@ -300,10 +301,13 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     case Variant::kLegacy128:
       BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
       break;
-    default:
-      BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(
-          p, static_cast<SimtWarpVariant>(static_cast<int>(v) - static_cast<int>(Variant::kWarp0)),
-          split, splits, vec, stream));
+    case Variant::kW816:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_warp_launch(p, SimtWarpVariant::k816, split, splits, vec, stream));
+      break;
+    case Variant::kW168:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_warp_launch(p, SimtWarpVariant::k168, split, splits, vec, stream));
       break;
   }
   if (splits > 1) {

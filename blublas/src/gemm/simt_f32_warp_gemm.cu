@@ -9,13 +9,14 @@
 // TM/4 + TN/4 float4 from shared memory (both operands are stored k-outer, as[k][m] / bs[k][n]);
 // the lanes of a warp read LM (LN) consecutive float4 per read: with LM, LN <= 8 each read is one
 // shared-memory wavefront (broadcast), so the FFMA:LDS ratio is TM*TN : (TM+TN)/4.
-//   128 x 128 tiles with 8 x 16 per lane (LM x LN = 8 x 4, 64 x 64 warp tiles, 128 threads, ~200
-// registers, 2 CTAs per SM) issue 128 FFMA per 6 LDS.128; 8 x 8 per lane (256 threads) 64 per 4.
+//   128 x 128 tiles with 8 x 16 (or 16 x 8) per lane (64 x 64 warp tiles, 128 threads, 227-251
+// registers, 2 CTAs per SM) issue 128 FFMA per 6 LDS.128 (the legacy 8 x 8 kernel: 64 per 4).
 // Global -> shared is register staged as in simt_f32_gemm.cu: the next k slab is loaded into
 // registers while the current one is consumed, stored to the other shared buffer, one barrier per
-// slab. A k-contiguous operand is read as float4 along k by pairs of lanes (32 bytes of a row) and
-// stored transposed with 4 scalar stores; rows padded by 4 floats keep those stores conflict-free.
-// CTAs are visited in groups of 8 row-tiles so that concurrently running CTAs share B in L2.
+// slab (placed by Note [Early barrier]). A k-contiguous operand is read as float4 along k by pairs
+// of lanes (32 bytes of a row) and stored transposed with 4 scalar stores; rows padded by 4 floats
+// keep those stores conflict-free. CTAs run in plain row-major grid order (visiting 8-row groups
+// measured 4% slower, run3).
 #include <cstdint>
 
 #include "blublas/check.h"
@@ -25,16 +26,10 @@
 namespace blublas::gemm_detail {
 namespace {
 
-// EARLY_BAR: Note [Early barrier] (else the barrier follows the last step's FFMAs); GROUPED: CTAs
-// visit the grid in groups of 8 row tiles (else row-major order). Both off only for measurements.
-template <int BM_, int BN_, int BK_, int TM_, int TN_, int LM_, int LN_, int MIN_BLOCKS_,
-          bool EARLY_BAR_ = true, bool GROUPED_ = true, int UNROLL_ = BK_>
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int LM_, int LN_, int MIN_BLOCKS_>
 struct WarpTile {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, LM = LM_, LN = LN_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
-  static constexpr bool kEarlyBarrier = EARLY_BAR_, kGrouped = GROUPED_;
-  static constexpr int kUnroll = UNROLL_;  // k steps per unrolled code block
-  static_assert(BK % UNROLL_ == 0 && UNROLL_ % 2 == 0, "unroll blocks: even, dividing BK");
   static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;
   static constexpr int kWarpsM = BM / kWarpM, kWarpsN = BN / kWarpN;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
@@ -153,25 +148,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   __shared__ __align__(16) float as[2][BK][BM + 4];
   __shared__ __align__(16) float bs[2][BK][BN + 4];
 
-  // Grouped CTA order: 8 row-tiles at a time sweep the column tiles.
-  constexpr int kGroup = T::kGrouped ? 8 : 1 << 30;
-  const int tiles_n = gridDim.x, tiles_m = gridDim.y;
-  const int id = blockIdx.x + blockIdx.y * tiles_n;
-  int tile_m = blockIdx.y, tile_n = blockIdx.x;
-  if (T::kGrouped) {
-    const int group = id / (kGroup * tiles_n);
-    const int first_m = group * kGroup;
-    const int group_rows = min(kGroup, tiles_m - first_m);
-    const int in_group = id - group * kGroup * tiles_n;
-    tile_m = first_m + in_group % group_rows;
-    tile_n = in_group / group_rows;
-  }
-
   const int batch = blockIdx.z % split.batches;
   const int split_index = blockIdx.z / split.batches;
   a += batch * stride_a;
   b += batch * stride_b;
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm0 = (warp / T::kWarpsN) * T::kWarpM, wn0 = (warp % T::kWarpsN) * T::kWarpN;
   const int lm = lane / T::LN, ln = lane % T::LN;
@@ -222,36 +203,23 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       load_a.load(ra, k0 + BK, k);
       load_b.load(rb, k0 + BK, k);
     }
-    auto next_slab = [&] {
-      if (has_next) {
-        store_slab<BM, BK, T::kALoads, kThreads, A_KMAJ>(as[buf ^ 1], ra);
-        store_slab<BN, BK, T::kBLoads, kThreads, B_KMAJ>(bs[buf ^ 1], rb);
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      if (kk == BK - 1) {
+        if (has_next) {
+          store_slab<BM, BK, T::kALoads, kThreads, A_KMAJ>(as[buf ^ 1], ra);
+          store_slab<BN, BK, T::kBLoads, kThreads, B_KMAJ>(bs[buf ^ 1], rb);
+        }
+        __syncthreads();
+        buf ^= 1;
       }
-      __syncthreads();
-      buf ^= 1;
-    };
-    // k steps in blocks of kUnroll (even, divides BK): the code of one block is unrolled; with
-    // kUnroll < BK the blocks loop (a smaller loop body for the instruction cache).
-#pragma unroll 1
-    for (int kb = 0; kb < BK; kb += T::kUnroll) {
+      // Step kk+1's fragments (step 0 of the next slab after the barrier; a harmless read of the
+      // other buffer after the last slab).
+      read_frags(buf, (kk + 1) % BK, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);
 #pragma unroll
-      for (int q = 0; q < T::kUnroll; ++q) {
-        const int kk = kb + q;
-        const bool last = q == T::kUnroll - 1 && kb == BK - T::kUnroll;
-        if (T::kEarlyBarrier && last) next_slab();
-        // Step kk+1's fragments (step 0 of the next slab after the barrier; a harmless read of
-        // the other buffer after the last slab).
-        if (T::kEarlyBarrier || !last)
-          read_frags(buf, last ? 0 : kk + 1, fa[(q + 1) % 2], fb[(q + 1) % 2]);
+      for (int r = 0; r < TM; ++r) {
 #pragma unroll
-        for (int r = 0; r < TM; ++r) {
-#pragma unroll
-          for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(fa[q % 2][r], fb[q % 2][c], acc[r][c]);
-        }
-        if (!T::kEarlyBarrier && last) {
-          next_slab();
-          read_frags(buf, 0, fa[0], fb[0]);
-        }
+        for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(fa[kk % 2][r], fb[kk % 2][c], acc[r][c]);
       }
     }
   }
@@ -302,50 +270,31 @@ Status launch_warp_tile(const GemmProblem& p, const SplitArgs& split, int splits
   return Status::success();
 }
 
-template <class T, bool VEC>
+// Float4-able operands only (vec4_ok): other problems take the legacy kernel.
+template <class T>
 Status launch_warp_majors(const GemmProblem& p, const SplitArgs& split, int splits,
                           cudaStream_t stream) {
   if (p.a_k_major) {
-    return p.b_k_major ? launch_warp_tile<T, true, true, VEC>(p, split, splits, stream)
-                       : launch_warp_tile<T, true, false, VEC>(p, split, splits, stream);
+    return p.b_k_major ? launch_warp_tile<T, true, true, true>(p, split, splits, stream)
+                       : launch_warp_tile<T, true, false, true>(p, split, splits, stream);
   }
-  return p.b_k_major ? launch_warp_tile<T, false, true, VEC>(p, split, splits, stream)
-                     : launch_warp_tile<T, false, false, VEC>(p, split, splits, stream);
+  return p.b_k_major ? launch_warp_tile<T, false, true, true>(p, split, splits, stream)
+                     : launch_warp_tile<T, false, false, true>(p, split, splits, stream);
 }
 
-// Sweep configurations are instantiated for float4-able operands only (the others take the
-// default configuration); the default takes both.
-template <class T, bool WITH_SCALAR>
-Status launch_warp(const GemmProblem& p, const SplitArgs& split, int splits, bool vec,
-                   cudaStream_t stream) {
-  if (vec) return launch_warp_majors<T, true>(p, split, splits, stream);
-  if constexpr (WITH_SCALAR) return launch_warp_majors<T, false>(p, split, splits, stream);
-  return Status(StatusCode::kNotSupported, "simt f32 warp kernel: sweep variant needs float4 operands");
-}
-
-//                           BM   BN BK TM  TN LM LN blocks/SM
-using Tile816 = WarpTile<128, 128, 8, 8, 16, 8, 4, 2>;     // 128 thr, 64x64 warp tiles
-using Tile168 = WarpTile<128, 128, 8, 16, 8, 4, 8, 2>;     // 128 thr, 64x64, 16 x 8 per lane
-using Tile816N256 = WarpTile<128, 256, 8, 8, 16, 8, 4, 1>; // 256 thr, 128x256, 1 CTA/SM
-using Tile816LateBar = WarpTile<128, 128, 8, 8, 16, 8, 4, 2, false, true>;
-using Tile816Ungrouped = WarpTile<128, 128, 8, 8, 16, 8, 4, 2, true, false>;
-using Tile816Unroll4 = WarpTile<128, 128, 8, 8, 16, 8, 4, 2, true, true, 4>;
+//                        BM   BN BK TM  TN LM LN blocks/SM
+using Tile816 = WarpTile<128, 128, 8, 8, 16, 8, 4, 2>;  // 128 thr, 64x64 warp tiles, 8 x 16 / lane
+using Tile168 = WarpTile<128, 128, 8, 16, 8, 4, 8, 2>;  // 128 thr, 64x64 warp tiles, 16 x 8 / lane
 
 }  // namespace
 
 Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const SplitArgs& split,
                             int splits, bool vec, cudaStream_t stream) {
+  BLUBLAS_CHECK(vec, StatusCode::kNotSupported,
+                "simt f32 warp kernel: needs 16-byte aligned A, B, lds and batch strides");
   switch (v) {
-    case SimtWarpVariant::k816: return launch_warp<Tile816, true>(p, split, splits, vec, stream);
-    case SimtWarpVariant::k168: return launch_warp<Tile168, false>(p, split, splits, vec, stream);
-    case SimtWarpVariant::k816N256:
-      return launch_warp<Tile816N256, false>(p, split, splits, vec, stream);
-    case SimtWarpVariant::k816LateBarrier:
-      return launch_warp<Tile816LateBar, false>(p, split, splits, vec, stream);
-    case SimtWarpVariant::k816Ungrouped:
-      return launch_warp<Tile816Ungrouped, false>(p, split, splits, vec, stream);
-    case SimtWarpVariant::k816Unroll4:
-      return launch_warp<Tile816Unroll4, false>(p, split, splits, vec, stream);
+    case SimtWarpVariant::k816: return launch_warp_majors<Tile816>(p, split, splits, stream);
+    case SimtWarpVariant::k168: return launch_warp_majors<Tile168>(p, split, splits, stream);
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 warp kernel: unknown variant");
 }

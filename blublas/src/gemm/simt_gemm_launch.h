@@ -25,15 +25,10 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
                              cudaStream_t stream);
 std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan);
 
-// Warp-tiled strict fp32 configurations (Note [SIMT fp32 warp tiling], simt_f32_warp_gemm.cu):
-// k<lane tile TM x TN>, 128 x 128 CTA tiles (N256: 128 x 256), 8-deep k slabs. Same SplitArgs
-// contract as simt_f32_tiled_launch. `vec`: A and B allow float4 loads (vec4_ok); only k816 also
-// takes scalar loads (the others return kNotSupported for !vec).
-// k816LateBarrier / k816Ungrouped: k816 without Note [Early barrier] / without grouped CTA order;
-// k816Unroll4: k816 with its 8 k steps as a loop of two unrolled blocks of 4 (half the code).
-enum class SimtWarpVariant : int {
-  k816 = 0, k168, k816N256, k816LateBarrier, k816Ungrouped, k816Unroll4
-};
+// Warp-tiled strict fp32 kernel (Note [SIMT fp32 warp tiling], simt_f32_warp_gemm.cu): 128 x 128
+// CTA tiles, 128 threads, k816 = 8 x 16 accumulators per lane, k168 = 16 x 8. Same SplitArgs
+// contract as simt_f32_tiled_launch. Needs `vec` (A and B allow float4 loads: vec4_ok).
+enum class SimtWarpVariant : int { k816 = 0, k168 };
 Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const SplitArgs& split,
                             int splits, bool vec, cudaStream_t stream);
 

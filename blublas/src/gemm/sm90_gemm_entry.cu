@@ -155,7 +155,6 @@ const char* sm90_tile_name(Sm90Tile t) {
     case Sm90Tile::k128x256_2c: return "128x256_2c";
     case Sm90Tile::k128x128_2c: return "128x128_2c";
     case Sm90Tile::k128x256_2c_cl2: return "128x256_2c_cl2";
-    case Sm90Tile::k128x128_pp: return "128x128_pp";
     case Sm90Tile::k64x256_pp: return "64x256_pp";
     case Sm90Tile::kCount: break;
   }
@@ -178,7 +177,6 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_bf16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_bf16_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_bf16_128x256_2c_cl2(a_k_major, b_k_major);
-        case Sm90Tile::k128x128_pp: return launcher_bf16_128x128_pp(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_bf16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
@@ -189,7 +187,6 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_f16_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_f16_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_f16_128x256_2c_cl2(a_k_major, b_k_major);
-        case Sm90Tile::k128x128_pp: return launcher_f16_128x128_pp(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_f16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
@@ -200,7 +197,6 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::k128x256_2c: return launcher_tf32_128x256_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x128_2c: return launcher_tf32_128x128_2c(a_k_major, b_k_major);
         case Sm90Tile::k128x256_2c_cl2: return launcher_tf32_128x256_2c_cl2(a_k_major, b_k_major);
-        case Sm90Tile::k128x128_pp: return launcher_tf32_128x128_pp(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_tf32_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }

@@ -203,11 +203,6 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
 template <class In, int BM, int BN, int kStages, int kConsumers, int kCluster = 1,
           bool kPingPong = false>
 LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
-  if constexpr (kPingPong && !sm90_ping_pong_compiled(BM)) {
-    (void)a_k_major;
-    (void)b_k_major;
-    return nullptr;
-  } else {
   auto fn = [](auto a_k, auto b_k) -> LaunchFn {
     return &launch_sm90_gemm<KernelConfig<In, BM, BN, kStages, kConsumers, decltype(a_k)::value,
                                           decltype(b_k)::value, kCluster, kPingPong>>;
@@ -221,7 +216,6 @@ LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
     if (a_k_major && !b_k_major) return fn(T{}, F{});
     if (!a_k_major && b_k_major) return fn(F{}, T{});
     return fn(F{}, F{});
-  }
   }
 }
 

@@ -20,15 +20,9 @@ enum class Sm90Tile : int {
   k128x256_2c = 1,  // 2 consumer warpgroups, m64n256 each, 4 stages (bf16/f16 workhorse)
   k128x128_2c = 2,  // 2 consumer warpgroups, m64n128 each, 6 stages
   k128x256_2c_cl2 = 3,  // as k128x256_2c in clusters of 2 CTAs along M sharing B (multicast)
-  k128x128_pp = 4,  // ping-pong: 2 consumer warpgroups, each owns whole 128x128 tiles, 5 stages
-  k64x256_pp = 5,   // ping-pong: 2 consumer warpgroups, each owns whole 64x256 tiles, 4 stages
-  kCount = 6,
+  k64x256_pp = 4,   // ping-pong: 2 consumer warpgroups, each owns whole 64x256 tiles, 4 stages
+  kCount = 5,
 };
-// Whether a ping-pong tile is compiled in. 128x128_pp is not: with two m64 blocks per warpgroup
-// its consumer needs a few more registers than the kernel's 168-register allocation next to 128
-// accumulators (8 bytes of spill once the turn-order barrier went in); kAuto does not pick it and
-// forcing it reports kNotSupported. 64x256_pp (one m64n256 block, like the cooperative tile) fits.
-constexpr bool sm90_ping_pong_compiled(int bm) { return bm == 64; }
 const char* sm90_tile_name(Sm90Tile t);
 int sm90_tile_m(Sm90Tile t);
 int sm90_tile_n(Sm90Tile t);
@@ -71,9 +65,6 @@ LaunchFn launcher_tf32_128x128_2c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_bf16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_128x256_2c_cl2(bool a_k_major, bool b_k_major);
-LaunchFn launcher_bf16_128x128_pp(bool a_k_major, bool b_k_major);
-LaunchFn launcher_f16_128x128_pp(bool a_k_major, bool b_k_major);
-LaunchFn launcher_tf32_128x128_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_bf16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_64x256_pp(bool a_k_major, bool b_k_major);

@@ -98,6 +98,12 @@ int tile_from_env() {
   return -1;
 }
 
+// BLUBLAS_SM90_PINGPONG=0 keeps kAuto off the ping-pong tiles (A/B measurements).
+bool ping_pong_allowed_by_env() {
+  const char* v = std::getenv("BLUBLAS_SM90_PINGPONG");
+  return v == nullptr || *v == '\0' || std::atoi(v) != 0;
+}
+
 int stream_k_from_env() {
   const char* v = std::getenv("BLUBLAS_SM90_STREAMK");
   if (v == nullptr || *v == '\0') return -1;
@@ -122,14 +128,13 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   // pick it; it stays selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
   const TileModel candidates[] = {
       {Sm90Tile::k128x256_2c, 1.0, false},
-      {Sm90Tile::k128x128_pp, 0.95, true},
       {Sm90Tile::k64x256_pp, 0.93, true},
       {Sm90Tile::k128x128_2c, 0.9, false},
   };
   double best = 1e30;
   for (const TileModel& t : candidates) {
     if (forced_tile >= 0 && static_cast<int>(t.tile) != forced_tile) continue;
-    if (t.ping_pong && !sm90_ping_pong_compiled(sm90_tile_m(t.tile))) continue;
+    if (t.ping_pong && forced_tile < 0 && !ping_pong_allowed_by_env()) continue;
     const int kblocks = ceil_div(p.k, sm90_tile_k(t.tile, p.ab_type));
     if (forced_sk != 1) {
       const int max_splits = forced_splits > 0 ? forced_splits : std::min(16, kblocks);

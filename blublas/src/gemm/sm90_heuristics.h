@@ -20,6 +20,7 @@ struct Sm90Plan {
 // choose". The environment variables BLUBLAS_SM90_TILE (a tile name, e.g. "128x128_1c") and
 // BLUBLAS_SM90_SPLITS override the heuristic too, BLUBLAS_SM90_STREAMK=0/1 forbids / forces stream-K,
 // BLUBLAS_SM90_GROUP_M sets the tile rows per group of the L2-friendly tile order,
+// BLUBLAS_SM90_PINGPONG=0 keeps the heuristic off the ping-pong tiles,
 // and BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
 // bisecting a failure).
 struct Sm90Override {

@@ -1,6 +1,6 @@
 // layernorm_common.cuh: what the LayerNorm forward and backward files share: raw 16-byte pack
 // loads (kept packed in registers while a row is prefetched, converted to f32 when used), the
-// programmatic-dependent-launch helpers, and the alignment check.
+// programmatic-dependent-launch helpers, the pack-count dispatch and the alignment check.
 //
 // Note [Programmatic dependent launch] On sm_90 a kernel launched with the
 // ProgrammaticStreamSerialization attribute may start while the previous kernel in the stream is
@@ -28,25 +28,16 @@ using fused::to_f32;
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-// A 16-byte pack load, optionally streaming (evict-first: data read exactly once).
-template <bool kStream, typename T, int W>
+// 16-byte pack load / store, kept packed in registers (converted to f32 by pack_elem when used).
+template <typename T, int W>
 __device__ __forceinline__ Pack<T, W> load_pack(const T* p) {
   static_assert(sizeof(Pack<T, W>) == 16, "raw pack loads are 16-byte");
-  if constexpr (kStream) {
-    const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
-    return *reinterpret_cast<const Pack<T, W>*>(&u);
-  } else {
-    return *reinterpret_cast<const Pack<T, W>*>(p);
-  }
+  return *reinterpret_cast<const Pack<T, W>*>(p);
 }
 
-template <bool kStream, typename T, int W>
+template <typename T, int W>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, W>& pk) {
-  if constexpr (kStream) {
-    __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&pk));
-  } else {
-    *reinterpret_cast<Pack<T, W>*>(p) = pk;
-  }
+  *reinterpret_cast<Pack<T, W>*>(p) = pk;
 }
 
 template <typename T, int W>

@@ -4,11 +4,11 @@
 // Fast path (cols a multiple of the 16-byte pack, 16-byte aligned pointers, cols <= 64 elements
 // per lane): one warp owns a row and holds it in registers (C = 768 f32 is 6 float4 per lane), so
 // the statistics are an exact two-pass mean / variance with no second memory read, and the output
-// is written from registers. The variants (layernorm_variants.h) differ only in how rows are
-// handed to warps: one row per warp with 8 or 4 warps per block, or persistent warps that stride
-// over rows and prefetch the next row into registers while reducing the current one. At GPT-2
-// size the kernel moves ~100 MB (f32) in ~25 us at copy speed, so a few microseconds of ramp-up
-// and tail are the whole gap to the copy ceiling; see bench/NOTES.md for what each variant bought.
+// is written from registers. The variants (layernorm_variants.h) differ only in the block size
+// (8 or 4 warps) and the launch (ordinary or dependent). At GPT-2 size the kernel moves ~100 MB
+// (f32): on an H200 a cudaMemcpyAsync of the same bytes takes 27.7 us (0.86 of the 1 GiB copy
+// bandwidth), the kernel 29.3 us; persistent warps with a register prefetch of the next row and
+// streaming cache hints measured slower (bench/NOTES.md) and were removed.
 // Any other shape takes the generic path: a block per row reading the row from global memory
 // (L1/L2) in three passes.
 #include <cuda_bf16.h>
@@ -39,117 +39,96 @@ using lnorm::store_pack;
 constexpr int kThreads = 256;
 constexpr int kMaxElemsPerLane = 64;
 constexpr int kGenericThreads = 256;
-constexpr int kDefaultForwardVariant = 1;
+constexpr int kDefaultForwardVariant = 3;  // H200 run 3: v3 29.3 us, v5 29.5, v1 29.8
 
 // ---------------------------------------------------------------- warp per row (fast path)
-// Warp g = blockIdx.x * warps + warp takes row g; persistent kernels then take g + stride, ...
-// with the next row's packs loaded before the current row is reduced.
-template <typename T, int W, int kPacks, bool kResidual, bool kStream, bool kPersistent>
-__global__ void __launch_bounds__(kThreads,
-                                  kPersistent ? 2 : (kPacks * W * (kResidual ? 2 : 1) <= 32 ? 4 : 1))
+// Warp g = blockIdx.x * warps + warp takes row g.
+template <typename T, int W, int kPacks, bool kResidual>
+__global__ void __launch_bounds__(kThreads, kPacks * W * (kResidual ? 2 : 1) <= 32 ? 4 : 1)
     ln_fwd_rows_kernel(T* out, float* __restrict__ mean_out, float* __restrict__ rstd_out,
                        T* res_out, const T* x, const T* res, const T* __restrict__ w,
                        const T* __restrict__ b, int64_t rows, int cols, float eps) {
   using P = Pack<T, W>;
   const int lane = threadIdx.x & 31;
   const int warps = static_cast<int>(blockDim.x >> 5);
-  int64_t row = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
-  lnorm::pdl_wait();  // launched dependent (variants 5, 6): x is the previous kernel's output
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
+  lnorm::pdl_wait();  // launched dependent (variant 5): x is the previous kernel's output
   if (row >= rows) return;
   const int npacks = cols / W;
   const float inv_cols = 1.0f / static_cast<float>(cols);
+  const int64_t base = row * cols;
 
-  // The current row lives in f32 registers v (h = x (+ res), rounded to T like res_out); the
-  // prefetched next row stays packed (half the registers for bf16) until it becomes current.
-  auto load_raw = [&](int64_t r, P(&xa)[kPacks], P(&ra)[kPacks]) {
-    const int64_t base = r * cols;
+  // h = x (+ res), rounded to T like res_out, in f32 registers.
+  float v[kPacks][W];
+  {
+    P xr[kPacks], rr[kPacks];
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = lane + 32 * k;
       if (p < npacks) {
-        xa[k] = load_pack<kStream, T, W>(x + base + p * W);
-        if constexpr (kResidual) ra[k] = load_pack<kStream, T, W>(res + base + p * W);
+        xr[k] = load_pack<T, W>(x + base + p * W);
+        if constexpr (kResidual) rr[k] = load_pack<T, W>(res + base + p * W);
       }
     }
-  };
-  float v[kPacks][W];
-  auto to_current = [&](const P(&xa)[kPacks], const P(&ra)[kPacks]) {
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (lane + 32 * k < npacks) {
 #pragma unroll
         for (int i = 0; i < W; ++i) {
-          float h = pack_elem(xa[k], i);
-          if constexpr (kResidual) h = to_f32(from_f32<T>(h + pack_elem(ra[k], i)));
+          float h = pack_elem(xr[k], i);
+          if constexpr (kResidual) h = to_f32(from_f32<T>(h + pack_elem(rr[k], i)));
           v[k][i] = h;
         }
       }
     }
-  };
-  {
-    P xr[kPacks], rr[kPacks];
-    load_raw(row, xr, rr);
-    to_current(xr, rr);
   }
-  while (true) {
-    P xn[kPacks] = {}, rn[kPacks] = {};
-    const int64_t next = row + stride;
-    const bool more = kPersistent && next < rows;
-    if (more) load_raw(next, xn, rn);
-
-    const int64_t base = row * cols;
-    float sum = 0.0f;
+  float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + 32 * k;
-      if (p < npacks) {
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < npacks) {
 #pragma unroll
-        for (int i = 0; i < W; ++i) sum += v[k][i];
-        if constexpr (kResidual) {
-          P hp;
+      for (int i = 0; i < W; ++i) sum += v[k][i];
+      if constexpr (kResidual) {
+        P hp;
 #pragma unroll
-          for (int i = 0; i < W; ++i) hp.v[i] = from_f32<T>(v[k][i]);
-          store_pack<false, T, W>(res_out + base + p * W, hp);
-        }
+        for (int i = 0; i < W; ++i) hp.v[i] = from_f32<T>(v[k][i]);
+        store_pack<T, W>(res_out + base + p * W, hp);
       }
     }
-    const float mean = warp_sum(sum) * inv_cols;
-    float sq = 0.0f;
+  }
+  const float mean = warp_sum(sum) * inv_cols;
+  float sq = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      if (lane + 32 * k < npacks) {
+  for (int k = 0; k < kPacks; ++k) {
+    if (lane + 32 * k < npacks) {
 #pragma unroll
-        for (int i = 0; i < W; ++i) {
-          const float d = v[k][i] - mean;
-          sq += d * d;
-        }
+      for (int i = 0; i < W; ++i) {
+        const float d = v[k][i] - mean;
+        sq += d * d;
       }
     }
-    const float rstd = rsqrtf(warp_sum(sq) * inv_cols + eps);
-    if (lane == 0) {
-      if (mean_out) mean_out[row] = mean;
-      if (rstd_out) rstd_out[row] = rstd;
-    }
+  }
+  const float rstd = rsqrtf(warp_sum(sq) * inv_cols + eps);
+  if (lane == 0) {
+    if (mean_out) mean_out[row] = mean;
+    if (rstd_out) rstd_out[row] = rstd;
+  }
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = lane + 32 * k;
-      if (p < npacks) {
-        const P wp = load_pack<false, T, W>(w + p * W);
-        P bp;
-        if (b) bp = load_pack<false, T, W>(b + p * W);
-        P o;
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < npacks) {
+      const P wp = load_pack<T, W>(w + p * W);
+      P bp;
+      if (b) bp = load_pack<T, W>(b + p * W);
+      P o;
 #pragma unroll
-        for (int i = 0; i < W; ++i) {
-          const float bv = b ? pack_elem(bp, i) : 0.0f;
-          o.v[i] = from_f32<T>((v[k][i] - mean) * rstd * pack_elem(wp, i) + bv);
-        }
-        store_pack<kStream, T, W>(out + base + p * W, o);
+      for (int i = 0; i < W; ++i) {
+        const float bv = b ? pack_elem(bp, i) : 0.0f;
+        o.v[i] = from_f32<T>((v[k][i] - mean) * rstd * pack_elem(wp, i) + bv);
       }
+      store_pack<T, W>(out + base + p * W, o);
     }
-    if (!more) break;
-    row = next;
-    to_current(xn, rn);
   }
 }
 
@@ -203,19 +182,12 @@ struct FwdArgs {
   cudaStream_t stream;
 };
 
-template <typename T, int W, int kPacks, bool kRes, bool kStream, bool kPersistent>
+template <typename T, int W, int kPacks, bool kRes>
 Status launch_rows(int warps_per_block, bool pdl, T* out, T* res_out, const T* x, const T* res,
                    const T* w, const T* b, const FwdArgs& a) {
-  auto kernel = ln_fwd_rows_kernel<T, W, kPacks, kRes, kStream, kPersistent>;
+  auto kernel = ln_fwd_rows_kernel<T, W, kPacks, kRes>;
   const int threads = 32 * warps_per_block;
-  int64_t blocks = (a.rows + warps_per_block - 1) / warps_per_block;
-  if constexpr (kPersistent) {
-    DeviceInfo info;
-    BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
-    int per_sm = 0;
-    BLUBLAS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-    blocks = std::min<int64_t>(blocks, static_cast<int64_t>(std::max(per_sm, 1)) * info.sm_count);
-  }
+  const int64_t blocks = (a.rows + warps_per_block - 1) / warps_per_block;
   if (pdl) {
     DeviceInfo info;
     BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
@@ -230,23 +202,13 @@ Status launch_rows(int warps_per_block, bool pdl, T* out, T* res_out, const T* x
 template <typename T, int W, int kPacks, bool kRes>
 Status launch_variant(int variant, T* out, T* res_out, const T* x, const T* res, const T* w,
                       const T* b, const FwdArgs& a) {
-  // The prefetch doubles the row's registers: persistent only up to 24 elements per lane.
-  constexpr bool kCanPersist = kPacks * W <= 24;
   switch (variant) {
     case 1:
-      return launch_rows<T, W, kPacks, kRes, false, false>(8, false, out, res_out, x, res, w, b, a);
-    case 2:
-      return launch_rows<T, W, kPacks, kRes, true, false>(8, false, out, res_out, x, res, w, b, a);
+      return launch_rows<T, W, kPacks, kRes>(8, false, out, res_out, x, res, w, b, a);
     case 3:
-      return launch_rows<T, W, kPacks, kRes, false, false>(4, false, out, res_out, x, res, w, b, a);
-    case 4:
-      return launch_rows<T, W, kPacks, kRes, true, kCanPersist>(8, false, out, res_out, x, res, w,
-                                                                 b, a);
+      return launch_rows<T, W, kPacks, kRes>(4, false, out, res_out, x, res, w, b, a);
     case 5:
-      return launch_rows<T, W, kPacks, kRes, false, false>(8, true, out, res_out, x, res, w, b, a);
-    case 6:
-      return launch_rows<T, W, kPacks, kRes, true, kCanPersist>(8, true, out, res_out, x, res, w,
-                                                                 b, a);
+      return launch_rows<T, W, kPacks, kRes>(8, true, out, res_out, x, res, w, b, a);
     default:
       return Status(StatusCode::kInvalidArgument,
                     detail::concat("layernorm_forward: unknown variant ", variant));

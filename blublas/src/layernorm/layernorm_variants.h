@@ -4,22 +4,19 @@
 // every variant computes the same function, deterministically.
 //
 // Forward (fast path, 16-byte packs, cols <= 64 elements per lane):
-//   0  default (= the best measured below)
+//   0  default (= the best measured below: 3)
 //   1  one row per warp, 8 warps per block                         (session-1 kernel)
-//   2  as 1 with streaming (evict-first) loads of x and stores of out
 //   3  one row per warp, 4 warps per block (finer tail)
-//   4  persistent warps (grid = SMs x occupancy), next row prefetched into registers, streaming
 //   5  as 1, launched dependent on the previous kernel (PDL: its launch overlaps that kernel's
 //      tail; griddepcontrol.wait before the first read)
-//   6  as 4, launched dependent (PDL)
 // Backward (fast path, cols <= 32 elements per lane):
-//   0  default (= the best measured below)
+//   0  default (= the best measured below: 3 for f32, 2 for bf16)
 //   1  fixed 32-row chunks per block, <= 1024 partials             (session-1 kernel)
 //   2  balanced persistent grid (SMs x occupancy), finish kernel launched dependent (PDL)
-//   3  as 2 with the next row's x, dout, mean, rstd prefetched into registers
-//   4  as 3 with streaming loads of x / dout and stores of dx
+//   3  as 2 with the next row's x, dout, mean, rstd prefetched into registers (cols <= 768)
 //   5  as 3, the main kernel launched dependent on the previous kernel (PDL)
-//   6  as 2, the main kernel launched dependent on the previous kernel (PDL)
+// Numbers 2, 4, 6 (forward) and 4, 6 (backward) were streaming-cache-hint and persistent-prefetch
+// variants that measured slower on an H200 and were removed (bench/NOTES.md).
 #pragma once
 
 #include <cuda_runtime.h>

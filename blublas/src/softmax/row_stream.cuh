@@ -535,6 +535,22 @@ __device__ __forceinline__ float2 chunk_maxsum(const uint4* c, int np, int o0, c
   return make_float2(cm, s0 + s1);
 }
 
+// The kept exps of a pack, packed: f32 as is, fp16 pairs for bf16 rows (e is in [0, 1]).
+template <typename T>
+__device__ __forceinline__ uint4 pack_kept(const float (&v)[kPackElems<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    return pack16<T>(v);
+  } else {
+    uint32_t h[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 q = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      h[i] = *reinterpret_cast<const uint32_t*>(&q);
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+  }
+}
+
 // keep_exp pass 1: the warp's chunk max M_c (lanes combined), then e = exp(x - M_c) written back
 // over x in the slot (f32, or fp16 for bf16 rows: e is in [0, 1], fp16 keeps 11 bits, below a bf16
 // output's rounding) and summed; lane 0 records M_c for the slot. Pass 2 then needs one multiply
@@ -575,17 +591,7 @@ __device__ __forceinline__ float2 chunk_maxsum_keep(uint4* c, int np, int o0, co
       s0 += v[i];
       s1 += v[i + 1];
     }
-    if constexpr (sizeof(T) == 4) {
-      c[p] = pack16<T>(v);
-    } else {
-      uint32_t h[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __half2 q = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-        h[i] = *reinterpret_cast<const uint32_t*>(&q);
-      }
-      c[p] = make_uint4(h[0], h[1], h[2], h[3]);
-    }
+    c[p] = pack_kept<T>(v);
   }
   return make_float2(cm, s0 + s1);
 }
@@ -610,6 +616,72 @@ __device__ __forceinline__ void fence_proxy_async() {
 #if BLUBLAS_ROW_STREAM_DEVICE
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
+}
+
+// Register-held chunk (reg_chunk, with keep_exp and 8 KiB chunks): each warp copies its first
+// chunk of the row (16 packs per lane) into registers and gives the slot back at once, so a row
+// pins only the slots of its other chunks and the producer runs that much further ahead (an f32
+// row of 25 chunks pins 9 of the 28 slots instead of 25). Pass 1 then works on the registers and
+// keeps the exps there.
+constexpr int kRegChunkBytes = 8192;
+constexpr int kRegPacks = kRegChunkBytes / 16 / 32;
+// 64 registers of chunk per thread fit the register file only up to 12 consumer warps (13 warps
+// of 157 registers); the 16-warp kernels (120 registers) would spill and never take this path.
+constexpr int kRegChunkMaxWarps = 12;
+
+__device__ __forceinline__ void load_chunk_regs(const uint4* c, int np, int lane,
+                                                uint4 (&keep)[kRegPacks]) {
+#pragma unroll
+  for (int k = 0; k < kRegPacks; ++k) {
+    const int p = lane + 32 * k;
+    keep[k] = p < np ? c[p] : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float2 regs_maxsum_keep(uint4 (&keep)[kRegPacks], int np, int o0,
+                                                   const RowWindow& w, int lane, float* mc_out) {
+  constexpr int W = kPackElems<T>;
+  float cm = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kRegPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < np) {
+      float v[W];
+      unpack16<T>(keep[k], v);
+      if (pack_at_edge(w, o0 + p * 16)) mask_pack<T>(v, w, o0 + p * 16, -INFINITY);
+#pragma unroll
+      for (int i = 0; i < W; ++i) cm = fmaxf(cm, v[i]);
+    }
+  }
+  cm = warp_max(cm);
+  *mc_out = cm;
+  const float mref = cm == -INFINITY ? 0.0f : cm;
+  const float bias = mref * kLog2e;
+  float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kRegPacks; ++k) {
+    const int p = lane + 32 * k;
+    if (p < np) {
+      float v[W];
+      unpack16<T>(keep[k], v);
+      if (pack_at_edge(w, o0 + p * 16)) mask_pack<T>(v, w, o0 + p * 16, -INFINITY);
+#pragma unroll
+      for (int i = 0; i < W; i += 2) {
+        if constexpr (kFastExp<T>) {
+          v[i] = ex2_approx(fmaf(v[i], kLog2e, -bias));
+          v[i + 1] = ex2_approx(fmaf(v[i + 1], kLog2e, -bias));
+        } else {
+          v[i] = __expf(v[i] - mref);
+          v[i + 1] = __expf(v[i + 1] - mref);
+        }
+        s0 += v[i];
+        s1 += v[i + 1];
+      }
+      keep[k] = pack_kept<T>(v);
+    }
+  }
+  return make_float2(cm, s0 + s1);
 }
 
 // ---------------------------------------------------------------- host: launch

@@ -34,6 +34,7 @@ struct StreamArgs {
   int cluster = 1;          // CTAs per row
   int store_hint = 1;       // 1: st.global.cs
   int keep_exp = 0;         // see RowStreamTuning
+  int reg_chunk = 0;        // see RowStreamTuning (set only with keep_exp and 8 KiB chunks)
   int copy_only = 0;        // diagnostic: see RowStreamTuning
 };
 
@@ -50,7 +51,7 @@ inline bool plan_row_stream(int64_t rows, int64_t row_bytes, int inputs,
   if (row_bytes < tu.min_row_bytes || row_bytes > (int64_t{1} << 30)) return false;
   const int cb = tu.chunk_bytes;
   if (cb < 1024 || cb % 16 != 0) return false;
-  if (tu.consumer_warps != 8 && tu.consumer_warps != 16) return false;
+  if (tu.consumer_warps != 8 && tu.consumer_warps != 12 && tu.consumer_warps != 16) return false;
   int nc = (info.max_smem_per_block_optin - stream_header_bytes(0)) / cb;
   while (nc > 0 && stream_header_bytes(nc) + static_cast<int64_t>(nc) * cb >
                        info.max_smem_per_block_optin) {
@@ -84,6 +85,7 @@ inline bool plan_row_stream(int64_t rows, int64_t row_bytes, int inputs,
   plan->args.store_hint = tu.store_hint;
   plan->args.copy_only = tu.copy_only;
   plan->args.keep_exp = tu.keep_exp;
+  plan->args.reg_chunk = (tu.reg_chunk && tu.keep_exp && !tu.copy_only && cb == 8192) ? 1 : 0;
   plan->warps = tu.consumer_warps;
   plan->smem_bytes = stream_header_bytes(nc) + nc * cb;
   return true;
@@ -101,7 +103,7 @@ inline std::string describe_plan(const StreamPlan& p) {
          " ring=" + std::to_string(p.args.ring_chunks) +
          " chunks/row=" + std::to_string(p.args.chunks_per_row) +
          " warps=" + std::to_string(p.warps) + (p.args.copy_only ? " COPY-ONLY" : "") +
-         (p.args.keep_exp ? " keep-exp" : "");
+         (p.args.keep_exp ? " keep-exp" : "") + (p.args.reg_chunk ? " reg-chunk" : "");
 }
 
 }  // namespace blublas::fused

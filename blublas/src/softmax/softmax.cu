@@ -44,16 +44,23 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
     __syncwarp();
   } else {
     uint32_t it = 0;
+    uint4 keep[kRegPacks];  // reg_chunk: this warp's first chunk of the row (its kept exps)
     for (int64_t r = first_row; r < a.rows; r += row_step, ++it) {
       const RowWindow w = row_window(a, r);
       float2 acc = MaxSumOp::identity();
+      float mc_reg = -INFINITY;
       for (int jj = warp; jj < sl.count; jj += kWarps) {
         const auto* c =
             reinterpret_cast<const uint4*>(ring_wait(R, a, ring_seq(it, sl.count, jj, 0, 1)));
         const int chunk = sl.begin + jj;
         const int np = window_chunk_bytes(a, w, chunk) / 16;
         if (a.copy_only) continue;
-        if (a.keep_exp) {
+        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {
+          load_chunk_regs(c, np, lane, keep);
+          ring_release(R, a, ring_seq(it, sl.count, jj, 0, 1), lane);  // read only: no fence
+          acc = MaxSumOp::combine(
+              acc, regs_maxsum_keep<T>(keep, np, chunk * a.chunk_bytes, w, lane, &mc_reg));
+        } else if (a.keep_exp) {
           const uint32_t g = ring_seq(it, sl.count, jj, 0, 1);
           acc = MaxSumOp::combine(
               acc, chunk_maxsum_keep<T>(const_cast<uint4*>(c), np, chunk * a.chunk_bytes, w, lane,
@@ -72,6 +79,21 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
         const int chunk = sl.begin + jj;
         const int np = window_chunk_bytes(a, w, chunk) / 16;
         const int o0 = chunk * a.chunk_bytes;
+        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {  // from registers; the slot went back in pass 1
+          const float f = mc_reg == -INFINITY ? 0.0f : __expf(mc_reg - mrow) * inv;
+#pragma unroll
+          for (int k = 0; k < kRegPacks; ++k) {
+            const int p = lane + 32 * k;
+            if (p < np) {
+              float v[W];
+              unpack_kept<T>(keep[k], v);
+#pragma unroll
+              for (int i = 0; i < W; ++i) v[i] *= f;
+              store_pack<T, W>(ywin, w, o0 + p * 16, v, a.store_hint);
+            }
+          }
+          continue;
+        }
         if (a.keep_exp) {
           // y = e * exp(M_c - M) / S, with e = exp(x - M_c) from pass 1.
           const float mc = R.slot_max[g % static_cast<uint32_t>(a.ring_chunks)];
@@ -429,6 +451,9 @@ Status try_stream_forward(void* y, const void* x, int64_t rows, int64_t cols,
       plan.warps == 8
           ? launch_row_stream(softmax_fwd_stream_kernel<T, 8>, plan, info, s, nullptr, yt, xt,
                               plan.args)
+      : plan.warps == 12
+          ? launch_row_stream(softmax_fwd_stream_kernel<T, 12>, plan, info, s, nullptr, yt, xt,
+                              plan.args)
           : launch_row_stream(softmax_fwd_stream_kernel<T, 16>, plan, info, s, nullptr, yt, xt,
                               plan.args);
   BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError,
@@ -460,6 +485,9 @@ Status try_stream_backward(void* dx, const void* dy, const void* y, int64_t rows
   const cudaError_t err =
       plan.warps == 8
           ? launch_row_stream(softmax_bwd_stream_kernel<T, 8>, plan, info, s, nullptr, d, g, p,
+                              plan.args)
+      : plan.warps == 12
+          ? launch_row_stream(softmax_bwd_stream_kernel<T, 12>, plan, info, s, nullptr, d, g, p,
                               plan.args)
           : launch_row_stream(softmax_bwd_stream_kernel<T, 16>, plan, info, s, nullptr, d, g, p,
                               plan.args);

@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   T* __restrict__ x = static_cast<T*>(tab.data[lo]);
   const int64_t n = tab.numel[lo];
-  const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[lo]) * kScaleElemsPerBlock;
+  const int64_t start =
+      static_cast<int64_t>(blockIdx.x - tab.block_start[lo]) * kScaleElemsPerBlock;
   const C f = static_cast<C>(*factor);
   C v[kScaleElemsPerThread];
 #pragma unroll

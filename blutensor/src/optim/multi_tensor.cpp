@@ -57,8 +57,8 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   NoGradGuard ng;
   BLU_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() &&
                 exp_avg_sqs.size() == params.size(),
-            "adamw_step_: list sizes differ: ", params.size(), " params, ", grads.size(), " grads, ",
-            exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs");
+            "adamw_step_: list sizes differ: ", params.size(), " params, ", grads.size(),
+            " grads, ", exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs");
   BLU_CHECK(step >= 1, "adamw_step_: step=", step, " must be >= 1 (the count after this update)");
   BLU_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
                 options.eps >= 0 && std::isfinite(options.lr),
@@ -69,8 +69,9 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   gs.reserve(grads.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
-    BLU_CHECK(p.defined() && grads[i].defined() && exp_avgs[i].defined() && exp_avg_sqs[i].defined(),
-              "adamw_step_: entry ", i, " has an undefined parameter, grad or moment");
+    BLU_CHECK(
+        p.defined() && grads[i].defined() && exp_avgs[i].defined() && exp_avg_sqs[i].defined(),
+        "adamw_step_: entry ", i, " has an undefined parameter, grad or moment");
     BLU_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64, "adamw_step_: parameter ", i, " is ",
               p.describe(), " (f32 or f64 only)");
     for (const Tensor* t : {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]}) {
@@ -81,8 +82,8 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     BLU_CHECK(p.is_contiguous() && exp_avgs[i].is_contiguous() && exp_avg_sqs[i].is_contiguous(),
               "adamw_step_: entry ", i, ": parameter and moments must be contiguous, got ",
               p.describe());
-    BLU_CHECK(p.device() == params[0].device(), "adamw_step_: parameter ", i, " is ",
-              p.describe(), ", parameter 0 is ", params[0].describe(), " (one device per call)");
+    BLU_CHECK(p.device() == params[0].device(), "adamw_step_: parameter ", i, " is ", p.describe(),
+              ", parameter 0 is ", params[0].describe(), " (one device per call)");
     gs.push_back(detail::contiguous_nograd(grads[i]));
   }
   AdamWParams hp;
@@ -136,12 +137,14 @@ GlobalNorm global_norm(const std::vector<Tensor>& tensors, double max_norm) {
 void scale_tensors_(const std::vector<Tensor>& tensors, const Tensor& factor) {
   NoGradGuard ng;
   check_list("scale_tensors_", tensors);
-  BLU_CHECK(factor.defined() && factor.numel() == 1, "scale_tensors_: factor must be a one-element ",
-            "tensor, got ", factor.defined() ? factor.describe() : std::string("undefined"));
+  BLU_CHECK(factor.defined() && factor.numel() == 1,
+            "scale_tensors_: factor must be a one-element ", "tensor, got ",
+            factor.defined() ? factor.describe() : std::string("undefined"));
   if (tensors.empty()) return;
   BLU_CHECK(factor.device() == tensors[0].device(), "scale_tensors_: factor ", factor.describe(),
             " is not on the tensors' device ", tensors[0].device().str());
-  const Tensor f = detail::contiguous_nograd(factor.dtype() == kFloat32 ? factor : factor.to(kFloat32));
+  const Tensor f =
+      detail::contiguous_nograd(factor.dtype() == kFloat32 ? factor : factor.to(kFloat32));
   std::vector<Tensor> contiguous;
   for (const Tensor& t : tensors) {
     if (t.is_contiguous()) {

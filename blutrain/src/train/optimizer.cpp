@@ -92,7 +92,9 @@ BLU_OMP_FOR
 //     already had for logging the norm; when clipping, one scale_tensors_ launch by the clip
 //     coefficient the reduction left on the device, min(1, max_norm / (norm + 1e-6)).
 // No other host synchronisation: launches only. Kill-and-resume stays bitwise: every kernel
-// has a fixed reduction order and nothing depends on timing.
+// has a fixed reduction order and nothing depends on timing. Measured (H200, 2026-11-22,
+// TrainOptimizerGpu.Gpt2SizedStepTiming): GPT-2 124M clip + AdamW in 1.28 ms, against 12.99 ms
+// for the per-tensor ops it replaced (10x); 40 B/param moved, 3.9 TB/s.
 void AdamW::step(double lr) {
   BLU_NVTX_RANGE("adamw");
   NoGradGuard no_grad;
