@@ -5,13 +5,16 @@
 # print a short table last (with regressions against the committed bench/results/<gpu>/summary.json).
 #
 #   scripts/device-check.sh [--suite gemm|kernels|tensor|train|all] [--quick] [--no-build]
-#                           [--no-tests] [--no-bench] [--no-sass] [--archs "90a-real;80"] [--tests REGEX]
+#                           [--no-tests] [--no-bench] [--no-sass] [--no-train] [--archs "90a-real;80"]
+#                           [--tests REGEX]
+# BLU_BENCHES="..." overrides the suite's benchmark list and order.
+# BLU_GEMM_FULL=1 runs gemm_bench in full mode even with --quick (the other benches stay quick).
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
 # stop every test; spills are listed in the output and local memory is flagged by the SASS check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-suite=all; quick=0; do_build=1; do_tests=1; do_bench=1; do_sass=1; archs="90a-real;80"; test_regex=""
+suite=all; quick=0; do_train=1; do_build=1; do_tests=1; do_bench=1; do_sass=1; archs="90a-real;80"; test_regex=""
 while (($#)); do
   case "$1" in
     --suite) suite=$2; shift 2 ;;
@@ -20,6 +23,7 @@ while (($#)); do
     --no-tests) do_tests=0; shift ;;
     --no-bench) do_bench=0; shift ;;
     --no-sass) do_sass=0; shift ;;
+    --no-train) do_train=0; shift ;;
     --archs) archs=$2; shift 2 ;;
     --tests) test_regex=$2; shift 2 ;;
     -h|--help) sed -n 2,11p "$0"; exit 0 ;;
@@ -58,6 +62,7 @@ case "$suite" in
   all)     tests='.'; benches="gemm_bench kernels_bench attention_bench" ;;
 esac
 [ -n "$test_regex" ] && tests=$test_regex
+benches=${BLU_BENCHES:-$benches}   # e.g. the order "kernels_bench attention_bench gemm_bench"
 
 build=build-device
 if ((do_build)); then
@@ -118,7 +123,8 @@ if ((do_bench)); then
   for b in $benches; do
     if [ -x $build/bench/$b ]; then
       stamp "bench $b"
-      timeout "${BLU_BENCH_TIMEOUT:-240}" $build/bench/$b --blu_out="$res" $qflag > "$logs/$b.txt" 2>&1 \
+      bq=$qflag; [ "$b" = gemm_bench ] && [ "${BLU_GEMM_FULL:-0}" = 1 ] && bq=""
+      timeout "${BLU_BENCH_TIMEOUT:-240}" $build/bench/$b --blu_out="$res" $bq > "$logs/$b.txt" 2>&1 \
         || echo "bench $b failed rc=$?" >> "$logs/bench_failures.txt"
       pack
     else
@@ -138,7 +144,7 @@ fi
 
 # The trainer: GPT-2 124M end to end (tok/s, peak memory per precision) and fidelity against
 # Hugging Face transformers' GPT2LMHeadModel from the same safetensors weights.
-if ((do_bench)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
+if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ]; }; then
   bin=$build/blutrain/blutrain
   if [ -x "$bin" ]; then
     stamp "fidelity vs Hugging Face GPT2LMHeadModel"

@@ -184,7 +184,12 @@ INSTANTIATE_TEST_SUITE_P(
                       XentVariant{{Dtype::kF32, 150, 50304, true}, 1, 8192, 16, 1},
                       XentVariant{{Dtype::kBF16, 150, 50304, false}, 1, 8192, 16, 1},
                       XentVariant{{Dtype::kF32, 151, 50257, false, -0.5f}, 1, 4096, 8, 1},
-                      XentVariant{{Dtype::kBF16, 151, 50257, true}, 2, 8192, 16, 1}),
+                      XentVariant{{Dtype::kBF16, 151, 50257, true}, 2, 8192, 16, 1},
+                      // 8 and 12 warps: each warp's first chunk held in registers.
+                      XentVariant{{Dtype::kF32, 150, 50304, true}, 1, 8192, 12, 1},
+                      XentVariant{{Dtype::kBF16, 150, 50304, false}, 1, 8192, 12, 1},
+                      XentVariant{{Dtype::kF32, 151, 50257, false, -0.5f}, 1, 8192, 8, 1},
+                      XentVariant{{Dtype::kBF16, 151, 50257, true}, 1, 8192, 8, 1}),
     [](const ::testing::TestParamInfo<XentVariant>& i) {
       const XentVariant& v = i.param;
       return std::string(blublas::dtype_name(v.c.dt)) + "_" + std::to_string(v.c.rows) + "x" +

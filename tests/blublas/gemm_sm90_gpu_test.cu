@@ -1,8 +1,9 @@
 // gemm_sm90_gpu_test.cu: the sm_90a wgmma GEMM path (blublas/src/gemm/sm90_*), forced, against a
 // float64 reference on fresh random inputs: bf16 / f16 / tf32, all four operand-major pairs, odd
 // sizes (edge tiles, K not a multiple of the tile), batches, every epilogue, forced tiles (the
-// simple 1-consumer one included), split-K (and its determinism: two runs, same bits), the
-// misalignment error, and the public API with the path forced (row- and column-major).
+// simple 1-consumer one and the ping-pong schedule with many tiles per CTA included), split-K (and
+// its determinism: two runs, same bits), the misalignment error, and the public API with the path
+// forced (row- and column-major).
 // Every output is poisoned (NaN) first; the padding columns of D must stay poisoned; each checked
 // element must satisfy |got - ref| <= tol * (|alpha| sum_k |a||b| + |beta c| + |bias|).
 // Skips with a message unless the device is sm_90 and the build holds sm_90a code.
@@ -150,7 +151,6 @@ struct Case {
   bool aux = true;  // kGelu: store aux or not
   float alpha = 1.0f, beta = 0.0f;
   int tile = -1, splits = 0;  // forced plan (-1 / 0: heuristic)
-  int stream_k = -1;          // -1: heuristic, 0: off, 1: forced (Note [sm90 stream-K])
   bool check_determinism = false;
   bool odd_ldd = false;   // odd ldd: the generic epilogue's scalar (unpaired) store path
   bool even_ldd = false;  // even, not 16-byte ldd: the generic epilogue's paired stores
@@ -163,7 +163,6 @@ struct Case {
        << " alpha=" << alpha << " beta=" << beta << " tile="
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
-       << " stream_k=" << (stream_k < 0 ? "auto" : std::to_string(stream_k))
        << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "");
     return os.str();
   }
@@ -236,7 +235,6 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   force.tile = c.tile;
   force.splits = c.splits;
   force.generic_epilogue = c.generic_epi;
-  force.stream_k = c.stream_k;
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
@@ -591,66 +589,6 @@ TEST(GemmSm90Gpu, PingPongManyUnits) {
         run_case(c, dev);
       }
     }
-  }
-}
-
-// Stream-K (Note [sm90 stream-K]), forced: every tile schedule, deep odd K, both operand majors;
-// a problem with fewer iterations than SMs (a tile cut into ~16 segments, one k-block each: the
-// owner adds 15 partials); the GPT-2 dW shapes with the heuristic's plan; epilogues (the owner
-// runs them) and determinism (same bits twice).
-TEST(GemmSm90Gpu, StreamK) {
-  BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kNarrow, kPingPong64}) {
-    for (int mj : {0, 3}) {
-      Case c;
-      c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
-      c.m = 700; c.n = 900; c.k = 5001;
-      c.a_k = (mj & 1) == 0;
-      c.b_k = (mj & 2) == 0;
-      c.tile = tile; c.stream_k = 1;
-      c.check_determinism = true;
-      run_case(c, dev);
-    }
-  }
-  for (int tile : {kWide, kPingPong64}) {
-    Case c;
-    c.ab = Dtype::kF32; c.cd = Dtype::kF32;
-    c.m = 333; c.n = 517; c.k = 3001;
-    c.tile = tile; c.stream_k = 1;
-    c.check_determinism = true;
-    run_case(c, dev);
-  }
-  for (int tile : {kWide, kPingPong64}) {  // fewer iterations than SMs
-    Case c;
-    c.ab = Dtype::kBF16; c.cd = Dtype::kF32;
-    c.m = 300; c.n = 200; c.k = 1000;
-    c.tile = tile; c.stream_k = 1;
-    c.check_determinism = true;
-    run_case(c, dev);
-  }
-  for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGelu, Epilogue::kGelu, Epilogue::kBiasGradB}) {
-    for (int variant = 0; variant < 2; ++variant) {  // TMA-store epilogue, generic (+ beta)
-      Case c;
-      c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
-      c.m = 500; c.n = variant == 0 ? 776 : 775; c.k = 4000;
-      c.a_k = false; c.b_k = false;
-      c.epi = e;
-      c.generic_epi = variant == 1;
-      c.beta = variant == 1 && e == Epilogue::kBias ? 0.5f : 0.0f;
-      c.tile = variant == 0 ? kWide : kPingPong64;
-      c.stream_k = 1;
-      run_case(c, dev);
-    }
-  }
-  // The GPT-2 dW shapes (TN: both operands MN-major) with the heuristic's plan.
-  const int dw[][3] = {{768, 768, 16384}, {3072, 768, 16384}, {768, 3072, 16384}, {2304, 768, 16384}};
-  for (const auto& s : dw) {
-    Case c;
-    c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
-    c.m = s[0]; c.n = s[1]; c.k = s[2];
-    c.a_k = false; c.b_k = false;
-    c.check_determinism = true;
-    run_case(c, dev);
   }
 }
 

@@ -178,7 +178,13 @@ INSTANTIATE_TEST_SUITE_P(
                       VariantCase{Dtype::kF32, 150, 50304, 1, 8192, 16, 1, 1},
                       VariantCase{Dtype::kBF16, 150, 50304, 1, 8192, 16, 1, 1},
                       VariantCase{Dtype::kBF16, 151, 50257, 1, 4096, 8, 1, 1},
-                      VariantCase{Dtype::kF32, 151, 50257, 2, 8192, 16, 1, 1}),
+                      VariantCase{Dtype::kF32, 151, 50257, 2, 8192, 16, 1, 1},
+                      // 8 and 12 warps: each warp's first chunk held in registers.
+                      VariantCase{Dtype::kF32, 150, 50304, 1, 8192, 12, 1, 1},
+                      VariantCase{Dtype::kBF16, 150, 50304, 1, 8192, 12, 1, 1},
+                      VariantCase{Dtype::kF32, 151, 50257, 1, 8192, 8, 1, 1},
+                      VariantCase{Dtype::kBF16, 151, 50257, 1, 8192, 8, 0, 1},
+                      VariantCase{Dtype::kF32, 300, 12292, 1, 8192, 12, 1, 1}),
     [](const ::testing::TestParamInfo<VariantCase>& i) {
       const VariantCase& c = i.param;
       return std::string(blublas::dtype_name(c.dt)) + "_" + std::to_string(c.rows) + "x" +

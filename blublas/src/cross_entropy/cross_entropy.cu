@@ -257,7 +257,8 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
         const int tl = (t_off >= o0 && t_off < o0 + nbytes)
                            ? (t_off - o0) / static_cast<int>(sizeof(T))
                            : -1;
-        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {  // from registers; the slot went back in pass 1
+        // From registers (reg_chunk); the slot went back in pass 1.
+        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {
           if (dlogits != nullptr) {
             const float f = mc_reg == -INFINITY ? 0.0f : __expf(mc_reg - mrow) * scale;
 #pragma unroll

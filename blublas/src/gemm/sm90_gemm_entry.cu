@@ -88,8 +88,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // Byte offsets of each workspace region (npos when absent).
 struct WorkspaceLayout {
   static constexpr std::size_t npos = ~std::size_t{0};
-  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos, sk_partial = npos,
-              sk_flags = npos;
+  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos;
   std::size_t total = 0;
   int64_t k_pad = 0;       // row length of the transposed tf32 copies (floats)
   int64_t partial_ld = 0;  // floats per partial row
@@ -113,13 +112,6 @@ WorkspaceLayout layout_for(const GemmProblem& p, const DeviceInfo& dev, const Sm
     w.partial_ld = round_up(p.n, 4);
     w.partial = off;
     off = align_up(off + static_cast<std::size_t>(plan.splits) * p.batch * p.m * w.partial_ld * 4);
-  }
-  if (plan.stream_k) {  // Note [sm90 stream-K]: a tile of fp32 partials and 2 flags per CTA
-    w.sk_partial = off;
-    off = align_up(off + static_cast<std::size_t>(plan.grid) * sm90_tile_m(plan.tile) *
-                             sm90_tile_n(plan.tile) * 4);
-    w.sk_flags = off;
-    off = align_up(off + static_cast<std::size_t>(plan.grid) * 2 * sizeof(int));
   }
   const std::size_t bg = bias_grad_workspace_bytes(p, dev);
   if (bg > 0) {
@@ -255,11 +247,6 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   if (plan.splits > 1) {
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;
-  }
-  if (plan.stream_k) {
-    args.stream_k = true;
-    args.sk_partial = reinterpret_cast<float*>(wsb + ws.sk_partial);
-    args.sk_flags = reinterpret_cast<int*>(wsb + ws.sk_flags);
   }
   const LaunchFn launch = find_launcher(p.ab_type, plan.tile, args.a_k_major, args.b_k_major);
   BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for ab=",

@@ -54,23 +54,7 @@
 // Split s covers k-blocks [s*kb/S, (s+1)*kb/S). With S > 1 the epilogue writes raw fp32 partial
 // sums to the workspace and a separate kernel (sm90_splitk_reduce.cu) adds the S partials in
 // split order and applies the epilogue: deterministic, the same bits every run.
-//
-// Note [sm90 stream-K]
-// For the weight-gradient shapes (few output tiles, K = 16384) whole tiles cannot fill the SMs
-// evenly (fc dW: 72 tiles of 128x256 on 132 SMs) and split-K pays a second kernel and the fp32
-// partials of every split. With KernelParams::stream_k the k-block iterations of all tiles,
-// tile-major (tile t owns iterations [t*kb, (t+1)*kb)), are cut into gridDim.x equal ranges, one
-// per CTA: CTA g runs [g*W/G, (g+1)*W/G) as a sequence of segments, one per tile it touches.
-// A segment that starts inside a tile (only a CTA's first segment can) is a contributor: it
-// writes its fp32 accumulators to the CTA's slot in the workspace (in register order, so both the
-// store and the load are coalesced 16-byte accesses) and raises the slot's flag (release). The
-// segment holding the tile's first k-block is the owner: when the tile continues past it, the
-// owner waits for the contributors' flags (acquire; they are the first segments of the next CTAs,
-// long done by the time the owner reaches its last segment), adds their partials in CTA order,
-// i.e. k order, and runs the epilogue. Same segments and same order every run: deterministic.
-// Contributors never wait, so the only requirement is that the CTAs that are waited for get to
-// run (persistent grid of at most one CTA per SM). Flags are zeroed by the launcher (a memset on
-// the stream before the kernel); one slot per (CTA, consumer warpgroup).
+
 #pragma once
 
 #include <cuda.h>
@@ -103,12 +87,6 @@ struct KernelParams {
   float* partial = nullptr;      // split-K partials (splits > 1), row-major [split][b][m][ld]
   int64_t partial_ld = 0;
   int64_t partial_split_stride = 0;
-  // Stream-K (Note [sm90 stream-K]); splits == 1, num_units = tiles, grid = sk_ctas.
-  int stream_k = 0;
-  int sk_ctas = 0;
-  int64_t sk_iters = 0;          // tiles * kblocks
-  float* sk_partial = nullptr;   // [sk_ctas][BM * BN] fp32, register order
-  int* sk_flags = nullptr;       // [sk_ctas][2], zero before the launch
 };
 
 template <class In_, int kBM, int kBN, int kStages_, int kConsumers_, bool kAKMajor_,
@@ -182,41 +160,6 @@ __device__ __forceinline__ WorkUnit decode_unit(const KernelParams& p, int u) {
   w.kb0 = static_cast<int>(static_cast<int64_t>(w.split) * p.kblocks / p.splits);
   w.kb1 = static_cast<int>(static_cast<int64_t>(w.split + 1) * p.kblocks / p.splits);
   return w;
-}
-
-// The CTA's walk over its work: data-parallel units first_unit, first_unit + step, ..., or its
-// stream-K iteration range (Note [sm90 stream-K]).
-// 32-bit (the launcher keeps units and stream-K iterations below 2^31): registers are scarce
-// next to 128 accumulators.
-struct WorkCursor {
-  int pos;  // unit index, or next k-block iteration (stream-K)
-  int end;  // num_units, or the end of this CTA's iteration range
-};
-
-__device__ __forceinline__ int sk_range_start(const KernelParams& p, int g) {
-  return static_cast<int>(static_cast<int64_t>(g) * p.sk_iters / p.sk_ctas);
-}
-
-__device__ __forceinline__ WorkCursor work_begin(const KernelParams& p, int first_unit) {
-  if (p.stream_k) return {sk_range_start(p, first_unit), sk_range_start(p, first_unit + 1)};
-  return {first_unit, p.num_units};
-}
-
-__device__ __forceinline__ WorkUnit work_unit(const KernelParams& p, const WorkCursor& c) {
-  if (!p.stream_k) return decode_unit(p, c.pos);
-  const int t = c.pos / p.kblocks;
-  WorkUnit w = decode_unit(p, t);  // splits == 1: the whole tile
-  w.kb0 = c.pos - t * p.kblocks;
-  w.kb1 = min(p.kblocks, c.end - t * p.kblocks);
-  return w;
-}
-
-__device__ __forceinline__ void work_next(const KernelParams& p, WorkCursor& c, int unit_step) {
-  if (!p.stream_k) {
-    c.pos += unit_step;
-  } else {
-    c.pos = min(c.end, (c.pos / p.kblocks + 1) * p.kblocks);
-  }
 }
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -480,85 +423,6 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   }
 }
 
-// ---- stream-K partials (Note [sm90 stream-K]) -----------------------------------------------
-__device__ __forceinline__ void st_release_gpu(int* flag, int v) {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-#endif
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* flag) {
-  int v = 0;
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-#endif
-  return v;
-}
-
-// The slot of CTA g for consumer warpgroup c's rows: all of the tile with ping-pong (one
-// warpgroup per segment), else warpgroup c's kWgM rows.
-template <class Cfg>
-__device__ __forceinline__ float* sk_slot(const KernelParams& p, int g, int c) {
-  const int region = Cfg::kPingPong ? 0 : c;
-  return p.sk_partial + static_cast<int64_t>(g) * Cfg::BM * Cfg::BN +
-         static_cast<int64_t>(region) * Cfg::kWgM * Cfg::BN;
-}
-
-template <class Cfg>
-__device__ __forceinline__ void sk_store_partial(const KernelParams& p, int c,
-                                                 float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
-  const int t = threadIdx.x % 128;
-  const int g = blockIdx.x;
-  float4* dst = reinterpret_cast<float4*>(sk_slot<Cfg>(p, g, c));
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMI; ++mi) {
-#pragma unroll
-    for (int v = 0; v < Cfg::BN / 8; ++v) {
-      __stcg(dst + (mi * (Cfg::BN / 8) + v) * 128 + t,
-             make_float4(acc[mi][4 * v], acc[mi][4 * v + 1], acc[mi][4 * v + 2], acc[mi][4 * v + 3]));
-    }
-  }
-  named_barrier_sync(1 + c, 128);  // every thread's stores precede the flag
-  if (t == 0) {
-    __threadfence();
-    st_release_gpu(p.sk_flags + 2 * g + (Cfg::kPingPong ? 0 : c), 1);
-  }
-}
-
-// Adds, in CTA (= k) order, the partials of the CTAs whose ranges start inside this tile
-// (before tile_end, the iteration where the tile ends).
-template <class Cfg>
-__device__ __forceinline__ void sk_add_partials(const KernelParams& p, int c, int tile_end,
-                                                float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
-  const int t = threadIdx.x % 128;
-#pragma unroll 1
-  for (int gp = blockIdx.x + 1; gp < p.sk_ctas; ++gp) {
-    const int start = sk_range_start(p, gp);
-    if (start >= tile_end) break;
-    if (sk_range_start(p, gp + 1) == start) continue;  // an empty range wrote nothing
-    if (t == 0) {
-      // (No bounded wait with __trap: a trap here makes ptxas spill, as in mbar_wait.)
-      const int* flag = p.sk_flags + 2 * gp + (Cfg::kPingPong ? 0 : c);
-      while (ld_acquire_gpu(flag) == 0) __nanosleep(64);
-    }
-    named_barrier_sync(1 + c, 128);
-    const float4* src = reinterpret_cast<const float4*>(sk_slot<Cfg>(p, gp, c));
-#pragma unroll
-    for (int mi = 0; mi < Cfg::kMI; ++mi) {
-#pragma unroll
-      for (int v = 0; v < Cfg::BN / 8; ++v) {
-        const float4 x = __ldcg(src + (mi * (Cfg::BN / 8) + v) * 128 + t);
-        acc[mi][4 * v] += x.x;
-        acc[mi][4 * v + 1] += x.y;
-        acc[mi][4 * v + 2] += x.z;
-        acc[mi][4 * v + 3] += x.w;
-        // Keeps the compiler from hoisting all loads ahead of the adds (128 more live registers
-        // next to the accumulators spill): at most two 16-byte loads in flight per thread.
-        if (v % 2 == 1) asm volatile("" ::: "memory");
-      }
-    }
-  }
-}
-
 // A consumer warp's release of a stage: the local empty barrier, and the peer's with a cluster.
 template <class Cfg>
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) {
@@ -617,9 +481,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch_map(&map_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (WorkCursor cur = work_begin(p, first_unit); cur.pos < cur.end;
-           work_next(p, cur, unit_step)) {
-        const WorkUnit w = work_unit(p, cur);
+      for (int u = first_unit; u < p.num_units; u += unit_step) {
+        const WorkUnit w = decode_unit(p, u);
         const int m0 = (w.tm * Cfg::kCluster + cta_rank) * BM, n0 = w.tn * BN;
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1);
@@ -687,13 +550,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t phase = 0;
     float acc[Cfg::kMI][BN / 2];
     int turn = 0;  // ping-pong: index of the unit in this CTA's sequence
-    for (WorkCursor cur = work_begin(p, first_unit); cur.pos < cur.end;
-         work_next(p, cur, unit_step), ++turn) {
+    for (int u = first_unit; u < p.num_units; u += unit_step, ++turn) {
       // Only the k-block count stays live through the main loop (registers are scarce next to
       // the accumulators); the unit is decoded again for the epilogue.
       int kb_count;
       {
-        const WorkUnit w0 = work_unit(p, cur);
+        const WorkUnit w0 = decode_unit(p, u);
         kb_count = w0.kb1 - w0.kb0;
       }
       if constexpr (Cfg::kPingPong) {
@@ -759,18 +621,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
-      WorkUnit w = work_unit(p, cur);
+      WorkUnit w = decode_unit(p, u);
       w.tm = w.tm * Cfg::kCluster + cta_rank;
-
-      if (p.stream_k) {  // Note [sm90 stream-K]
-        if (w.kb0 > 0) {  // a contributor: partial sums out, no epilogue
-          sk_store_partial<Cfg>(p, c, acc);
-          continue;
-        }
-        if (w.kb1 < p.kblocks) {  // an owner whose tile continues in the next CTAs
-          sk_add_partials<Cfg>(p, c, (cur.pos / p.kblocks + 1) * p.kblocks, acc);
-        }
-      }
 
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;

@@ -117,26 +117,10 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   kp.group_m = args.group_m < 1 ? 1 : args.group_m;
   kp.kblocks = (p.k + Cfg::BK - 1) / Cfg::BK;
   kp.splits = args.splits < 1 ? 1 : (args.splits > kp.kblocks ? kp.kblocks : args.splits);
-  if (args.stream_k) {
-    BLUBLAS_CHECK(Cfg::kCluster == 1 && kp.splits == 1 && args.sk_partial != nullptr &&
-                      args.sk_flags != nullptr && args.grid >= 1,
-                  StatusCode::kInvalidArgument,
-                  "sm90 gemm: stream-K needs no cluster, no split-K, a grid and its workspace");
-  }
   const int64_t units = static_cast<int64_t>(kp.tiles_m) * kp.tiles_n * p.batch * kp.splits;
   BLUBLAS_CHECK(units < (int64_t{1} << 31), StatusCode::kNotSupported, "sm90 gemm: ", units,
                 " work units exceed the int range");
   kp.num_units = static_cast<int>(units);
-  if (args.stream_k) {
-    kp.stream_k = 1;
-    kp.sk_ctas = args.grid;
-    kp.sk_iters = units * kp.kblocks;
-    BLUBLAS_CHECK(kp.sk_iters < (int64_t{1} << 31), StatusCode::kNotSupported, "sm90 gemm: ",
-                  kp.sk_iters, " stream-K iterations exceed the int range");
-    kp.sk_partial = args.sk_partial;
-    kp.sk_flags = args.sk_flags;
-    BLUBLAS_CUDA_CHECK(cudaMemsetAsync(args.sk_flags, 0, sizeof(int) * 2 * args.grid, stream));
-  }
   kp.a_rank3 = a_rank3 ? 1 : 0;
   kp.b_rank3 = b_rank3 ? 1 : 0;
   kp.out_type = p.cd_type == Dtype::kBF16 ? 1 : (p.cd_type == Dtype::kF16 ? 2 : 0);
@@ -162,8 +146,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   BLUBLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   if constexpr (Cfg::kCluster == 1) {
-    const int grid = args.stream_k ? args.grid
-                                   : static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
+    const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {

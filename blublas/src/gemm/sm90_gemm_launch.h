@@ -40,11 +40,6 @@ struct LaunchArgs {
   int64_t partial_ld = 0;
   int max_smem_optin = 0;          // device limit, bytes
   bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
-  // Stream-K (Note [sm90 stream-K], sm90_gemm_kernel.cuh): `grid` CTAs share the k-block
-  // iterations; partials [grid][BM*BN] fp32 and flags [grid][2] ints from the workspace.
-  bool stream_k = false;
-  float* sk_partial = nullptr;
-  int* sk_flags = nullptr;
 };
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);

@@ -30,6 +30,9 @@ struct TileModel {
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// kAuto considers the ping-pong tiles up to this many k-blocks per tile (see choose_plan).
+constexpr int kPingPongMaxKBlocks = 24;
+
 double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileModel& t,
                         int splits) {
   const int bm = sm90_tile_m(t.tile), bn = sm90_tile_n(t.tile), bk = sm90_tile_k(t.tile, p.ab_type);
@@ -59,36 +62,6 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
   return seconds;
 }
 
-// Stream-K (Note [sm90 stream-K]): each SM runs 1/SMs of all k-block iterations; on top, each of
-// its (at most ceil(iters / kblocks) + 1) segments pays an epilogue or a partial store (hidden
-// with ping-pong), the owner reads the contributors' fp32 partials (~150 GB/s per SM from L2),
-// and the flags cost a memset launch. Below 4 iterations per SM it is not considered.
-double estimate_stream_k_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileModel& t,
-                                 bool forced) {
-  if (t.tile == Sm90Tile::k128x256_2c_cl2) return 1e30;
-  const int bm = sm90_tile_m(t.tile), bn = sm90_tile_n(t.tile), bk = sm90_tile_k(t.tile, p.ab_type);
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn) * p.batch;
-  const int kblocks = ceil_div(p.k, bk);
-  const int64_t sms = std::max(1, dev.sm_count);
-  const int64_t iters = tiles * kblocks;
-  if (!forced && iters < 4 * sms) return 1e30;
-  if (iters >= (int64_t{1} << 31)) return 1e30;  // the kernel's 32-bit iteration cursor
-  const int64_t per_cta = (iters + sms - 1) / sms;
-  const bool tf32 = p.ab_type == Dtype::kF32;
-  const double sm_flops = (tf32 ? 330e12 : 716e12) / 132.0 * t.relative_speed;
-  const double kb_seconds = (2.0 * bm * bn * bk) / sm_flops;
-  const double out_bytes = static_cast<double>(bm) * bn * static_cast<double>(dtype_size(p.cd_type));
-  const double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
-  const int64_t segments = (per_cta + kblocks - 1) / kblocks + 1;
-  const double tile_f32_bytes = 4.0 * bm * bn;
-  const int64_t contributors = per_cta >= kblocks ? 1 : (kblocks + per_cta - 1) / per_cta - 1;
-  double seconds = static_cast<double>(per_cta) * kb_seconds;
-  seconds += t.ping_pong ? epi_seconds + 0.1e-6 * static_cast<double>(segments)
-                         : epi_seconds * static_cast<double>(segments);
-  seconds += static_cast<double>(contributors + 1) * tile_f32_bytes / 150e9 + 1.5e-6;
-  return seconds;
-}
-
 int tile_from_env() {
   const char* v = std::getenv("BLUBLAS_SM90_TILE");
   if (v == nullptr || *v == '\0') return -1;
@@ -104,12 +77,6 @@ bool ping_pong_allowed_by_env() {
   return v == nullptr || *v == '\0' || std::atoi(v) != 0;
 }
 
-int stream_k_from_env() {
-  const char* v = std::getenv("BLUBLAS_SM90_STREAMK");
-  if (v == nullptr || *v == '\0') return -1;
-  return std::atoi(v) != 0 ? 1 : 0;
-}
-
 int splits_from_env() {
   const char* v = std::getenv("BLUBLAS_SM90_SPLITS");
   if (v == nullptr || *v == '\0') return 0;
@@ -122,7 +89,6 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   Sm90Plan plan;
   const int forced_tile = force.tile >= 0 ? force.tile : tile_from_env();
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
-  const int forced_sk = force.stream_k >= 0 ? force.stream_k : stream_k_from_env();
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct but measured slower on H200
   // in every GPT-2 shape (run 9: bf16 geomean 0.57 vs 0.81 without clusters), so kAuto does not
   // pick it; it stays selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
@@ -136,35 +102,25 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
     if (forced_tile >= 0 && static_cast<int>(t.tile) != forced_tile) continue;
     if (t.ping_pong && forced_tile < 0 && !ping_pong_allowed_by_env()) continue;
     const int kblocks = ceil_div(p.k, sm90_tile_k(t.tile, p.ab_type));
-    if (forced_sk != 1) {
-      const int max_splits = forced_splits > 0 ? forced_splits : std::min(16, kblocks);
-      const int min_splits = forced_splits > 0 ? forced_splits : 1;
-      for (int s = min_splits; s <= max_splits; ++s) {
-        // Splits below 4 k-blocks each are not worth a reduction pass.
-        if (s > 1 && forced_splits == 0 && kblocks / s < 4) break;
-        const double sec = estimate_seconds(p, dev, t, s);
-        if (sec < best * 0.97) {  // prefer fewer splits / the earlier tile on near-ties
-          best = sec;
-          plan.tile = t.tile;
-          plan.splits = s;
-          plan.stream_k = false;
-        }
-      }
-    }
-    if (forced_sk != 0 && forced_splits <= 1) {
-      const double sec = estimate_stream_k_seconds(p, dev, t, forced_sk == 1);
-      if (sec < best * 0.97) {
+    // Ping-pong was measured (run4-0105) on K = 768 (12 k-blocks) only; past that the cooperative
+    // tile matches cuBLAS (lm head dX/dW 0.99), so kAuto keeps it to short K.
+    if (t.ping_pong && forced_tile < 0 && kblocks > kPingPongMaxKBlocks) continue;
+    const int max_splits = forced_splits > 0 ? forced_splits : std::min(16, kblocks);
+    const int min_splits = forced_splits > 0 ? forced_splits : 1;
+    for (int s = min_splits; s <= max_splits; ++s) {
+      // Splits below 4 k-blocks each are not worth a reduction pass.
+      if (s > 1 && forced_splits == 0 && kblocks / s < 4) break;
+      const double sec = estimate_seconds(p, dev, t, s);
+      if (sec < best * 0.97) {  // prefer fewer splits / the earlier tile on near-ties
         best = sec;
         plan.tile = t.tile;
-        plan.splits = 1;
-        plan.stream_k = true;
+        plan.splits = s;
       }
     }
   }
   if (forced_tile >= 0 && best == 1e30) {  // a tile outside the model's candidates
     plan.tile = static_cast<Sm90Tile>(forced_tile);
     plan.splits = forced_splits > 0 ? forced_splits : 1;
-    plan.stream_k = forced_sk == 1 && plan.tile != Sm90Tile::k128x256_2c_cl2 && plan.splits == 1;
   }
   const int bk = sm90_tile_k(plan.tile, p.ab_type);
   plan.splits = std::max(1, std::min(plan.splits, ceil_div(p.k, bk)));
@@ -172,16 +128,9 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   if (const char* g = std::getenv("BLUBLAS_SM90_GROUP_M"); g != nullptr && std::atoi(g) > 0) {
     plan.group_m = std::atoi(g);  // tile rows per group of the tile order (sweeps)
   }
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(plan.tile))) *
-                        ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch;
-  if (plan.stream_k) {
-    // One range of k-block iterations per SM (at least one iteration each).
-    const int64_t iters = tiles * ceil_div(p.k, bk);
-    plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(iters, dev.sm_count)));
-  } else {
-    const int64_t units = tiles * plan.splits;
-    plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
-  }
+  const int64_t units = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(plan.tile))) *
+                        ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch * plan.splits;
+  plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
   return plan;
 }
 

@@ -13,12 +13,11 @@ struct Sm90Plan {
   int splits = 1;   // K splits (>1: fp32 partials in the workspace + a fixed-order reduction)
   int group_m = 8;  // tile rows per group of the L2-friendly tile order
   int grid = 1;     // persistent CTAs
-  bool stream_k = false;  // CTAs share the k-block iterations (Note [sm90 stream-K])
 };
 
 // Forced choices (tests, benchmarks, debugging); negative / zero fields mean "let the heuristic
 // choose". The environment variables BLUBLAS_SM90_TILE (a tile name, e.g. "128x128_1c") and
-// BLUBLAS_SM90_SPLITS override the heuristic too, BLUBLAS_SM90_STREAMK=0/1 forbids / forces stream-K,
+// BLUBLAS_SM90_SPLITS override the heuristic too,
 // BLUBLAS_SM90_GROUP_M sets the tile rows per group of the L2-friendly tile order,
 // BLUBLAS_SM90_PINGPONG=0 keeps the heuristic off the ping-pong tiles,
 // and BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
@@ -27,7 +26,6 @@ struct Sm90Override {
   int tile = -1;
   int splits = 0;
   bool generic_epilogue = false;  // never the TMA-store epilogue
-  int stream_k = -1;              // -1: heuristic, 0: never, 1: always (tiles without a cluster)
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);

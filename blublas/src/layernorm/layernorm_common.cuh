@@ -16,7 +16,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "elementwise/vector_io.cuh"

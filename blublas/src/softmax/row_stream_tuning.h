@@ -23,11 +23,12 @@ struct RowStreamTuning {
   int cluster = 0;                 // CTAs sharing a row: 0 = auto, or 1, 2, 4
   int64_t min_row_bytes = 32768;   // shorter rows keep the block-per-row kernels
   int store_hint = 1;              // 0: plain st.global, 1: st.global.cs (evict-first)
-  int keep_exp = 1;                // softmax fwd / xent: pass 1 stores exp(x - chunk max) in the slot
-                                   // (f32; fp16 for bf16 rows), pass 2 scales it: one exp per
-                                   // element (run 3, H200: +1-7% over recomputing the exp)
-  int reg_chunk = 1;               // with keep_exp and 8 KiB chunks: each warp's first chunk of a
-                                   // row lives in registers, its slot freed at once (row_stream.cuh)
+  // softmax fwd / xent: pass 1 stores exp(x - chunk max) in the slot (f32; fp16 for bf16 rows)
+  // and pass 2 scales it: one exp per element (run 3, H200: +1-7% over recomputing the exp).
+  int keep_exp = 1;
+  // With keep_exp, 8 KiB chunks and at most 12 consumer warps: each warp's first chunk of a row
+  // lives in registers and its slot is freed at once (row_stream.cuh). Inert at 16 warps.
+  int reg_chunk = 1;
   int copy_only = 0;               // diagnostic (softmax forward only): y = x through the same
                                    // ring and combine, no exp: the pipeline's own ceiling
 };

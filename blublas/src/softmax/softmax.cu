@@ -79,7 +79,8 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
         const int chunk = sl.begin + jj;
         const int np = window_chunk_bytes(a, w, chunk) / 16;
         const int o0 = chunk * a.chunk_bytes;
-        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {  // from registers; the slot went back in pass 1
+        // From registers (reg_chunk); the slot went back in pass 1.
+        if (kWarps <= kRegChunkMaxWarps && a.reg_chunk && jj == warp) {
           const float f = mc_reg == -INFINITY ? 0.0f : __expf(mc_reg - mrow) * inv;
 #pragma unroll
           for (int k = 0; k < kRegPacks; ++k) {
