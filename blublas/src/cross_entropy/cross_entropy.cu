@@ -152,7 +152,7 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
   constexpr int W = kPackElems<T>;
   extern __shared__ __align__(128) unsigned char smem[];
   const Ring R = make_ring(smem, a.ring_chunks);
-  const uint32_t rank = a.cluster > 1 ? cluster_rank() : 0u;
+  const uint32_t rank = a.cluster > 1 ? cluster_cta_rank() : 0u;
   stream_init(R, a);
   const int64_t first_row = blockIdx.x / a.cluster, row_step = gridDim.x / a.cluster;
   const Slice sl = cta_slice(a, static_cast<int>(rank));
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
               store_pack<T, W>(dwin, w, o0 + p * 16, v, a.store_hint);
             }
           }
-          fence_proxy_async();  // pass 1 wrote this slot; the producer's TMA rewrites it next
+          fence_proxy_async_smem();  // pass 1 wrote this slot; the producer's TMA rewrites it next
           ring_release(R, a, gs, lane);
           continue;
         }

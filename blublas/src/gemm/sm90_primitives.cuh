@@ -1,5 +1,5 @@
 // sm90_primitives.cuh (internal, device side): thin wrappers over the sm_90a PTX the wgmma GEMM
-// uses: mbarriers (init, arrive, expect-tx, parity wait), TMA tiled loads, wgmma fences and
+// uses: mbarriers (parity wait; init/arrive/expect-tx come from common/sm90_sync.cuh), TMA tiled loads, wgmma fences and
 // group waits, the shared-memory matrix descriptor, setmaxnreg. Every body is guarded by
 // BLUBLAS_SM90A_ENABLED so the file compiles (to nothing useful) for sm_80 as well.
 //
@@ -23,40 +23,24 @@
 #include <cstdint>
 
 #include "common/arch.cuh"
+#include "common/sm90_sync.cuh"
 
 namespace blublas::gemm_detail::sm90 {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// Shared with the streamed row kernels (common/sm90_sync.cuh).
+using sm90_sync::cluster_cta_rank;
+using sm90_sync::fence_proxy_async_smem;
+using sm90_sync::mbar_arrive;
+using sm90_sync::mbar_arrive_expect_tx;
+using sm90_sync::mbar_init;
+using sm90_sync::smem_u32;
 
 // ---- mbarrier ----------------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-               : "memory");
-#endif
-}
-
 // Makes initialized barriers visible to the async proxy (TMA) and the other threads' next use.
 __device__ __forceinline__ void mbar_fence_init() {
 #if BLUBLAS_SM90A_ENABLED
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 #endif
 }
 
@@ -150,22 +134,8 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
-// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
 
 // ---- clusters ------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t cluster_cta_rank() {
-  uint32_t r = 0;
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-
 // All threads of all CTAs of the cluster (release / acquire).
 __device__ __forceinline__ void cluster_sync() {
 #if BLUBLAS_SM90A_ENABLED

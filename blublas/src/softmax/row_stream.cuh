@@ -37,6 +37,7 @@
 
 #include "blublas/check.h"
 #include "blublas/device_info.h"
+#include "common/sm90_sync.cuh"
 #include "elementwise/vector_io.cuh"
 #include "reduce/reduce_primitives.cuh"
 #include "softmax/row_stream_plan.h"
@@ -72,30 +73,12 @@ __device__ __forceinline__ Ring make_ring(unsigned char* smem, int ring_chunks) 
 }
 
 // ---------------------------------------------------------------- PTX wrappers (sm_90+)
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-#if BLUBLAS_ROW_STREAM_DEVICE
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if BLUBLAS_ROW_STREAM_DEVICE
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-#if BLUBLAS_ROW_STREAM_DEVICE
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-#endif
-}
+using sm90_sync::cluster_cta_rank;
+using sm90_sync::fence_proxy_async_smem;
+using sm90_sync::mbar_arrive;
+using sm90_sync::mbar_arrive_expect_tx;
+using sm90_sync::mbar_init;
+using sm90_sync::smem_u32;
 
 // One non-blocking probe of the phase of parity `parity` (acquire at CTA or cluster scope).
 template <bool kClusterScope>
@@ -138,7 +121,7 @@ constexpr uint64_t kStreamWatchdogNs = 20ull * 1000 * 1000 * 1000;
 // Waits until the phase of parity `parity` has completed.
 template <bool kClusterScope = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = smem_addr(bar);
+  const uint32_t addr = smem_u32(bar);
   if (mbar_probe<kClusterScope>(addr, parity)) return;
   const uint64_t t0 = global_time_ns();
   while (!mbar_probe<kClusterScope>(addr, parity)) {
@@ -160,18 +143,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 #if BLUBLAS_ROW_STREAM_DEVICE
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 #endif
-}
-
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r = 0;
-#if BLUBLAS_ROW_STREAM_DEVICE
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
 }
 
 __device__ __forceinline__ void cluster_sync_all() {
@@ -190,10 +165,10 @@ __device__ __forceinline__ void remote_put_arrive(float2* local, uint64_t* bar_l
   uint32_t ra = 0, rb = 0;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(ra)
-               : "r"(smem_addr(local)), "r"(rank));
+               : "r"(smem_u32(local)), "r"(rank));
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(rb)
-               : "r"(smem_addr(bar_local)), "r"(rank));
+               : "r"(smem_u32(bar_local)), "r"(rank));
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(ra), "f"(v.x), "f"(v.y)
                : "memory");
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(rb)
@@ -379,7 +354,7 @@ __device__ __forceinline__ void stream_produce(const Ring& R, const StreamArgs& 
           mbar_arrive(&R.full[slot]);  // an empty chunk of a shorter window
           continue;
         }
-        mbar_expect_tx(&R.full[slot], bytes);
+        mbar_arrive_expect_tx(&R.full[slot], bytes);
         bulk_load(R.data + static_cast<size_t>(slot) * a.chunk_bytes,
                   (k == 0 ? src0 : src1) + off, bytes, &R.full[slot], policy);
       }
@@ -610,12 +585,6 @@ __device__ __forceinline__ void unpack_kept(const uint4& u, float (&v)[kPackElem
       v[2 * i + 1] = f.y;
     }
   }
-}
-
-__device__ __forceinline__ void fence_proxy_async() {
-#if BLUBLAS_ROW_STREAM_DEVICE
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
 }
 
 // Register-held chunk (reg_chunk, with keep_exp and 8 KiB chunks): each warp copies its first

@@ -1,0 +1,61 @@
+// sm90_sync.cuh (internal, device side): the sm_90 synchronisation PTX shared by every kernel
+// family that feeds shared memory through the async proxy (TMA / bulk copies): shared-memory
+// addresses, mbarrier init / arrive / arrive-expect-tx, the generic->async proxy fence and the
+// cluster CTA rank. These are plain sm_90 instructions (not sm_90a-only), so the bodies are
+// guarded by BLUBLAS_SM90_ENABLED (any arch >= 9.0); on older targets they compile to nothing and
+// the launchers never run the kernels that use them. Parity waits stay with their users: the GEMM
+// spins without a watchdog (a trap there made ptxas spill), the streamed row kernels trap after
+// a timeout.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define BLUBLAS_SM90_ENABLED 1
+#else
+#define BLUBLAS_SM90_ENABLED 0
+#endif
+
+namespace blublas::sm90_sync {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r = 0;
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+}  // namespace blublas::sm90_sync
