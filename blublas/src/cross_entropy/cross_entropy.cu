@@ -151,18 +151,10 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
 #if BLUBLAS_ROW_STREAM_DEVICE
   constexpr int W = kPackElems<T>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const Ring R = make_ring(smem, a.ring_chunks);
-  const uint32_t rank = a.cluster > 1 ? cluster_cta_rank() : 0u;
-  stream_init(R, a);
-  const int64_t first_row = blockIdx.x / a.cluster, row_step = gridDim.x / a.cluster;
-  const Slice sl = cta_slice(a, static_cast<int>(rank));
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  if (warp == kWarps) {  // producer warp: one lane issues, all join the final sync
-    if (lane == 0) {
-      stream_produce<1>(R, a, reinterpret_cast<const unsigned char*>(logits), nullptr, first_row,
-                        row_step, sl);
-    }
-    __syncwarp();
+  const StreamCta cta = stream_cta_begin(smem, a);
+  const auto& [R, rank, first_row, row_step, sl, warp, lane] = cta;
+  if (warp == kWarps) {
+    stream_producer_warp<1>(cta, a, logits, nullptr);
   } else {
     // Every CTA counts the non-ignored targets itself (64 KB from L2 for 16384 rows, while the
     // producer's first loads are in flight): no count launch before this kernel. Integer sums in

@@ -323,6 +323,30 @@ __device__ __forceinline__ void stream_init(const Ring& R, const StreamArgs& a) 
   }
 }
 
+// What every streamed row kernel sets up first: the ring in dynamic shared memory, its barriers
+// (stream_init), the rows this CTA walks (one row per cluster at a time), its chunk slice, and
+// which warp this thread is. Warp kWarps (the last) is the producer (stream_producer_warp).
+struct StreamCta {
+  Ring R;
+  uint32_t rank;
+  int64_t first_row, row_step;
+  Slice sl;
+  int warp, lane;
+};
+
+__device__ __forceinline__ StreamCta stream_cta_begin(unsigned char* smem, const StreamArgs& a) {
+  StreamCta c;
+  c.R = make_ring(smem, a.ring_chunks);
+  c.rank = a.cluster > 1 ? cluster_cta_rank() : 0u;
+  stream_init(c.R, a);
+  c.first_row = blockIdx.x / a.cluster;
+  c.row_step = gridDim.x / a.cluster;
+  c.sl = cta_slice(a, static_cast<int>(c.rank));
+  c.warp = static_cast<int>(threadIdx.x >> 5);
+  c.lane = static_cast<int>(threadIdx.x & 31);
+  return c;
+}
+
 // The ring sequence number of input k of local chunk jj of the it-th row this CTA handles.
 __device__ __forceinline__ uint32_t ring_seq(uint32_t it, int slice_count, int jj, int k,
                                              int inputs) {
@@ -360,6 +384,19 @@ __device__ __forceinline__ void stream_produce(const Ring& R, const StreamArgs& 
       }
     }
   }
+}
+
+// The producer warp's part: one lane issues every load of the CTA's rows (kInputs sources
+// interleaved in the ring); the whole warp then joins the kernel's final synchronisation.
+template <int kInputs>
+__device__ __forceinline__ void stream_producer_warp(const StreamCta& c, const StreamArgs& a,
+                                                     const void* src0, const void* src1) {
+  if (c.lane == 0) {
+    stream_produce<kInputs>(c.R, a, static_cast<const unsigned char*>(src0),
+                            static_cast<const unsigned char*>(src1), c.first_row, c.row_step,
+                            c.sl);
+  }
+  __syncwarp();
 }
 
 __device__ __forceinline__ const unsigned char* ring_wait(const Ring& R, const StreamArgs& a,
