@@ -1,4 +1,5 @@
-// sm90_attn_tma.cpp: the 4-D tensor maps of the attention views (sm90_attn_tma.h).
+// sm90_attn_tma.cpp: the 4-D tensor maps of the attention views and the sm90 launch checks
+// (sm90_attn_tma.h).
 #include "attention/sm90_attn_tma.h"
 
 #include <cstdint>
@@ -29,6 +30,15 @@ Status make_bthd_tensor_map(CUtensorMap* map, const void* ptr, const Strides& s,
   BLUBLAS_CHECK(st_enc.ok(), StatusCode::kNotSupported, op, ": no TMA tensor map for ", name,
                 " (B=", batch, ", T=", seq_len, ", H=", heads, ", d=", head_dim,
                 ", strides b/t/h=", s.b, "/", s.t, "/", s.h, "): ", st_enc.to_string());
+  return Status::success();
+}
+
+Status check_sm90_launch(const DeviceInfo& dev, int smem_bytes, const char* op) {
+  BLUBLAS_CHECK(dev.sm_version() == 90, StatusCode::kUnsupportedArch, op,
+                ": needs an sm_90a device (wgmma, TMA), device is sm_", dev.sm_version());
+  BLUBLAS_CHECK(smem_bytes <= dev.max_smem_per_block_optin, StatusCode::kNotSupported, op,
+                ": needs ", smem_bytes, " bytes of shared memory per block, device allows ",
+                dev.max_smem_per_block_optin);
   return Status::success();
 }
 

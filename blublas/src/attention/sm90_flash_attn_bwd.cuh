@@ -486,12 +486,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 template <class Cfg>
 Status launch_flash_attn_bwd_sm90(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
                                   const char* name) {
-  BLUBLAS_CHECK(dev.sm_version() == 90, StatusCode::kUnsupportedArch, name,
-                ": needs an sm_90a device (wgmma, TMA), device is sm_", dev.sm_version());
   constexpr int smem = Cfg::kSmemBytes;
-  BLUBLAS_CHECK(smem <= dev.max_smem_per_block_optin, StatusCode::kNotSupported, name, ": needs ",
-                smem, " bytes of shared memory per block, device allows ",
-                dev.max_smem_per_block_optin);
+  BLUBLAS_RETURN_IF_ERROR(check_sm90_launch(dev, smem, name));
   BwdMaps maps;
   const int B = p.batch, T = p.seq_len, H = p.heads;
   BLUBLAS_RETURN_IF_ERROR(

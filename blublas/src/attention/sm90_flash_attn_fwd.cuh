@@ -418,12 +418,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 template <class Cfg>
 Status launch_flash_attn_fwd_sm90(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
                                   const char* name) {
-  BLUBLAS_CHECK(dev.sm_version() == 90, StatusCode::kUnsupportedArch, name,
-                ": needs an sm_90a device (wgmma, TMA), device is sm_", dev.sm_version());
   constexpr int smem = Cfg::kSmemBytes;
-  BLUBLAS_CHECK(smem <= dev.max_smem_per_block_optin, StatusCode::kNotSupported, name, ": needs ",
-                smem, " bytes of shared memory per block, device allows ",
-                dev.max_smem_per_block_optin);
+  BLUBLAS_RETURN_IF_ERROR(check_sm90_launch(dev, smem, name));
   CUtensorMap mq, mk, mv;
   BLUBLAS_RETURN_IF_ERROR(make_bthd_tensor_map(&mq, p.q, p.sq, p.batch, p.seq_len, p.heads,
                                                Cfg::kD, Cfg::kBr, name, "q"));
