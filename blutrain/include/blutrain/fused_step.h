@@ -1,0 +1,91 @@
+// blutrain/fused_step.h: the fused GPT-2 training step on CUDA: forward, backward and AdamW as a
+// fixed sequence of blublas launches over flat buffers, captured once as a CUDA graph and
+// replayed every step. The autograd model (gpt2.h) stays the reference, the CPU engine, and the
+// evaluation / sampling path; both share the same parameter and optimizer-state tensors, so
+// checkpoints, resume and Hugging Face export are unchanged.
+//
+// Note [Fused step]
+// What the step does, per micro-batch, and why (the design notes of each part are in
+// fused_step.cpp and activation_plan.h):
+//  - Activations stay in the compute dtype (bf16 in bf16 mode, f32 otherwise) from the embedding
+//    to the logits: no fp32 round trips, no casts between ops.
+//  - GEMM epilogues do the elementwise work: bias in the qkv / projection GEMMs, bias + GELU with
+//    the pre-activation saved in the fc GEMM, bias gradients in the weight-gradient GEMMs.
+//  - Residual adds are fused into the next LayerNorm (blublas::layernorm_forward with residual).
+//  - The classifier is chunked (Note [Chunked classifier]): logits of R rows at a time, loss and
+//    dlogits in place by the fused cross-entropy, then their two GEMMs; no B*T*V fp32 tensor.
+//  - bf16 mode keeps fp32 master weights, fp32 gradients in one flat buffer, fp32 AdamW moments;
+//    AdamW writes the bf16 weight copy (one flat buffer) in the same pass.
+//  - All activations come from one planned arena (activation_plan.h); optional recompute.
+//  - No host synchronisation inside the step; the learning rate reaches the captured AdamW
+//    through device memory (Note [AdamW step scalars on the device] in blublas/adamw.h).
+//  - Deterministic: every kernel has a fixed reduction order, so runs are bitwise reproducible.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "blutrain/gpt2.h"
+#include "blutrain/optimizer.h"
+
+namespace blu::train {
+
+struct FusedStepOptions {
+  Precision precision = Precision::kBf16;
+  int batch = 16;
+  int seq_len = 1024;
+  int64_t accum_steps = 1;           // micro-batches per optimizer step
+  std::string recompute = "gelu";    // none | gelu | layernorm | block (activation_plan.h)
+  std::string attention = "auto";    // fp32 only: strict (SIMT FMA) | 3xtf32 | auto
+  bool use_graph = true;             // capture the step as CUDA graph(s) (false: eager launches)
+  int64_t logits_chunk_rows = 0;     // 0 = auto (4096 rows, at most B*T)
+  double grad_clip = 1.0;            // global-norm clipping (0 = off)
+  AdamWConfig adamw;
+};
+
+struct FusedStepResult {
+  double loss = 0;       // mean loss over the step's micro-batches
+  double grad_norm = 0;  // global gradient norm before clipping
+};
+
+class FusedGPT2Step {
+ public:
+  // Binds to the model's parameters and the optimizer's moments (CUDA model). Allocates the
+  // gradient, bf16 weight-copy, activation and workspace buffers once.
+  FusedGPT2Step(GPT2& model, AdamW& optimizer, const FusedStepOptions& options);
+  ~FusedGPT2Step();
+  FusedGPT2Step(const FusedGPT2Step&) = delete;
+  FusedGPT2Step& operator=(const FusedGPT2Step&) = delete;
+
+  // Fills the device token buffers of one micro-batch (B*T int32 inputs and targets) with work
+  // issued on `stream` (e.g. BatchStager::stage).
+  using StageFn = std::function<void(int32_t* inputs, int32_t* targets, cudaStream_t stream)>;
+
+  // One optimizer step: accum_steps micro-batches (each staged by `stage`), gradient clipping and
+  // AdamW at learning rate `lr` (the optimizer's step count advances by one). Waits for the step
+  // to finish, then returns its loss and gradient norm. Throws blu::Error when a token id or
+  // target was out of range (the device flags), naming which.
+  FusedStepResult step(const StageFn& stage, double lr);
+
+  // After the parameters changed outside the step (checkpoint load): refresh the bf16 copy.
+  void sync_weights_from_model();
+
+  // The gradient of the optimizer's parameter `index` (its params() order) left by the last
+  // step, before clipping: an f32 view of the flat gradient buffer, shaped like the parameter.
+  Tensor gradient(int index) const;
+
+  cudaStream_t stream() const;
+  std::string describe() const;        // precision, attention, recompute, arena, graphs
+  int64_t launches_per_step() const;   // kernel launches issued by one step (counted eagerly)
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace blu::train

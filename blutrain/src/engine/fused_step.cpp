@@ -1,0 +1,527 @@
+// fused_step.cpp: the fused GPT-2 training step (Note [Fused step] in blutrain/fused_step.h):
+// parameter binding, flat gradient and bf16 weight-copy buffers, the planned activation arena,
+// the forward / backward / optimizer launch sequences and their CUDA-graph capture.
+#include "blutrain/fused_step.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "blublas/adamw.h"
+#include "blutensor/autograd.h"
+#include "blutensor/cuda_stream.h"
+#include "blutensor/error.h"
+#include "blutensor/ops.h"
+#include "blutrain/activation_plan.h"
+#include "engine/step_launcher.h"
+
+namespace blu::train {
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) BLU_THROW("fused GPT-2 step: ", what, ": ", cudaGetErrorString(e));
+}
+
+// A raw device buffer from the caching allocator (counted in its statistics), as an f32 tensor.
+Tensor device_bytes(std::size_t bytes, int device) {
+  return empty({static_cast<int64_t>((bytes + 3) / 4)}, TensorOptions(kFloat32).device(Device::cuda(device)));
+}
+
+enum LayerParam { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFpW, kFpB, kNumLayerParams };
+constexpr const char* kLayerParamNames[kNumLayerParams] = {
+    "ln_1.weight", "ln_1.bias",   "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias",   "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+// Step-level values the host reads back after each step.
+struct Readback {
+  float loss_sum;  // sum of per-row losses over all micro-batches
+  float norm;      // global gradient norm before clipping
+  float clip;      // the clip factor applied
+  float pad;
+  int token_error;   // an input id outside [0, vocab)
+  int target_error;  // a target outside [0, vocab)
+};
+
+}  // namespace
+
+struct FusedGPT2Step::Impl {
+  GPT2& model;
+  AdamW& opt;
+  FusedStepOptions o;
+  GPT2Config cfg;
+  int device = 0;
+  blu::cuda::Stream stream;
+  StepLauncher L;
+  Recompute recompute = Recompute::kGelu;
+  ActivationPlan plan;
+  std::string attention_name;
+
+  // Parameters, in the optimizer's order; element offsets into the flat gradient / copy buffers.
+  struct Param {
+    float* master;
+    int64_t numel;
+    std::size_t offset;
+    bool decay;
+  };
+  std::vector<Param> params;
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;
+  std::vector<std::array<int, kNumLayerParams>> layer;
+  std::vector<blublas::AdamWTensor> adam_list;
+
+  Tensor grads, wcopy, arena, workspace, tokens, misc, mask;
+  std::size_t grad_elems = 0;
+  blublas::AdamWStepScalars* h_scalars = nullptr;
+  Readback* h_readback = nullptr;
+
+  // CUDA graphs: first micro-batch (overwriting gradients; with the optimizer when accum == 1),
+  // later micro-batches (accumulating), optimizer alone (accum > 1).
+  enum Part { kFirst, kRest, kOptim, kNumParts };
+  cudaGraphExec_t graphs[kNumParts] = {nullptr, nullptr, nullptr};
+  int64_t steps_done = 0;
+  int64_t launches_per_step = 0;
+
+  Impl(GPT2& m, AdamW& a, const FusedStepOptions& opts) : model(m), opt(a), o(opts), cfg(m.config()) {}
+
+  // ---- pointers
+  char* base() const { return static_cast<char*>(arena.data_ptr()); }
+  void* act(std::size_t off) const { return base() + off; }
+  float* f32(std::size_t off) const { return reinterpret_cast<float*>(base() + off); }
+  // The weight as the GEMMs read it: the bf16 copy in bf16 mode, the fp32 master otherwise.
+  const void* w(int i) const {
+    if (o.precision != Precision::kBf16) return params[i].master;
+    return static_cast<char*>(wcopy.data_ptr()) + params[i].offset * 2;
+  }
+  float* g(int i) const { return static_cast<float*>(grads.data_ptr()) + params[i].offset; }
+  int32_t* inputs() const { return static_cast<int32_t*>(tokens.data_ptr()); }
+  int32_t* targets() const { return inputs() + L.rows; }
+  Readback* d_readback() const { return static_cast<Readback*>(misc.data_ptr()); }
+  blublas::AdamWStepScalars* d_scalars() const {
+    return reinterpret_cast<blublas::AdamWStepScalars*>(static_cast<char*>(misc.data_ptr()) + 256);
+  }
+  int P(int l, LayerParam p) const { return layer[static_cast<size_t>(l)][p]; }
+
+  void bind_params();
+  void setup();
+  void forward();
+  void block_forward(int l, bool recomputing);
+  void classifier(bool first);
+  void backward(bool first);
+  void block_backward(int l, bool first);
+  void optimizer();
+  void run_part(Part part);
+  void launch(Part part);
+};
+
+void FusedGPT2Step::Impl::bind_params() {
+  std::map<std::string, int> by_name;
+  const std::vector<NamedParam>& list = opt.params();
+  BLU_CHECK(opt.exp_avg().size() == list.size() && opt.exp_avg_sq().size() == list.size(),
+            "fused GPT-2 step: optimizer state does not match its parameter list");
+  std::size_t off = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Tensor& t = *list[i].tensor;
+    BLU_CHECK(t.is_cuda() && t.dtype() == kFloat32 && t.is_contiguous(), "fused GPT-2 step: parameter ", list[i].name,
+              " must be a contiguous f32 CUDA tensor, got ", t.describe());
+    params.push_back({static_cast<float*>(t.data_ptr()), t.numel(), off, list[i].decay});
+    off += static_cast<std::size_t>((t.numel() + 63) / 64 * 64);  // 256-byte aligned f32 slices
+    by_name[list[i].name] = static_cast<int>(i);
+  }
+  grad_elems = off;
+  auto find = [&](const std::string& n) {
+    auto it = by_name.find(n);
+    BLU_CHECK(it != by_name.end(), "fused GPT-2 step: the model has no parameter ", n);
+    return it->second;
+  };
+  wte = find("wte.weight");
+  wpe = find("wpe.weight");
+  lnf_w = find("ln_f.weight");
+  lnf_b = find("ln_f.bias");
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    std::array<int, kNumLayerParams> ids{};
+    for (int p = 0; p < kNumLayerParams; ++p) ids[p] = find("h." + std::to_string(l) + "." + kLayerParamNames[p]);
+    layer.push_back(ids);
+  }
+}
+
+void FusedGPT2Step::Impl::setup() {
+  BLU_CHECK(model.device().is_cuda(), "fused GPT-2 step: the model is on ", model.device().str(), ", not CUDA");
+  device = model.device().index;
+  BLU_CHECK(o.batch > 0 && o.seq_len > 0 && o.seq_len <= cfg.block_size && o.accum_steps >= 1,
+            "fused GPT-2 step: B=", o.batch, " T=", o.seq_len, " accum=", o.accum_steps, " (context ",
+            cfg.block_size, ")");
+  const int head_dim = cfg.n_embd / cfg.n_head;
+  BLU_CHECK(head_dim == 64 || head_dim == 128, "fused GPT-2 step: head dim ", head_dim,
+            " (the fused attention takes 64 or 128)");
+  recompute = parse_recompute(o.recompute);
+  stream = blu::cuda::Stream::create(device);
+  blu::cuda::StreamGuard guard(stream.get(), device);
+
+  // Precision: activations, GEMM compute mode and attention.
+  switch (o.precision) {
+    case Precision::kBf16:
+      L.act = blublas::Dtype::kBF16;
+      L.compute = blublas::ComputeMode::kDefault;
+      L.attn_precision = blublas::AttnPrecision::kBF16;
+      attention_name = "bf16";
+      break;
+    case Precision::kTf32:
+      L.act = blublas::Dtype::kF32;
+      L.compute = blublas::ComputeMode::kTF32;
+      L.attn_precision = blublas::AttnPrecision::kF32TF32;
+      attention_name = "tf32";
+      break;
+    case Precision::kFp32:
+      L.act = blublas::Dtype::kF32;
+      L.compute = blublas::ComputeMode::kStrictF32;
+      if (o.attention == "strict" || o.attention == "auto") {
+        L.attn_precision = blublas::AttnPrecision::kF32Strict;
+        attention_name = "strict fp32 (SIMT)";
+      } else {
+        BLU_THROW("--attention '", o.attention, "': expected strict or auto");
+      }
+      break;
+  }
+  L.rows = int64_t{o.batch} * o.seq_len;
+  L.batch = o.batch;
+  L.seq_len = o.seq_len;
+  L.heads = cfg.n_head;
+  L.head_dim = head_dim;
+  L.channels = cfg.n_embd;
+  L.stream = stream.get();
+
+  bind_params();
+  const std::size_t es = L.act_size();
+  grads = device_bytes(grad_elems * 4, device);
+  if (o.precision == Precision::kBf16) wcopy = device_bytes(grad_elems * 2, device);
+
+  ActivationPlanInput pin;
+  pin.n_layer = cfg.n_layer;
+  pin.n_embd = cfg.n_embd;
+  pin.n_head = cfg.n_head;
+  pin.padded_vocab = cfg.padded_vocab;
+  pin.batch = o.batch;
+  pin.seq_len = o.seq_len;
+  pin.act_bytes = es;
+  pin.recompute = recompute;
+  pin.logits_chunk_rows = o.logits_chunk_rows > 0 ? std::min<int64_t>(o.logits_chunk_rows, L.rows)
+                                                  : std::min<int64_t>(4096, L.rows);
+  plan = plan_activations(pin);
+  arena = device_bytes(plan.total_bytes, device);
+  tokens = device_bytes(static_cast<std::size_t>(L.rows) * 2 * sizeof(int32_t), device);
+  misc = device_bytes(512, device);
+  cuda_check(cudaMemsetAsync(misc.data_ptr(), 0, 512, stream.get()), "clearing the step's flags");
+  cuda_check(cudaMallocHost(&h_scalars, sizeof(blublas::AdamWStepScalars)), "cudaMallocHost");
+  cuda_check(cudaMallocHost(&h_readback, sizeof(Readback)), "cudaMallocHost");
+
+  // The vocabulary mask (Note [Padded vocabulary] in gpt2.h) in the activation dtype.
+  std::vector<float> maskv(static_cast<size_t>(cfg.padded_vocab), 0.0f);
+  for (int64_t i = cfg.vocab_size; i < cfg.padded_vocab; ++i) maskv[static_cast<size_t>(i)] = -1e30f;
+  mask = from_vector(maskv, {cfg.padded_vocab}).to(Device::cuda(device)).to(es == 2 ? kBFloat16 : kFloat32);
+
+  // AdamW over the optimizer's own tensors (so checkpoints see the same moments).
+  for (size_t i = 0; i < params.size(); ++i) {
+    blublas::AdamWTensor t;
+    t.param = params[i].master;
+    t.grad = g(static_cast<int>(i));
+    t.m = static_cast<float*>(opt.exp_avg()[i].data_ptr());
+    t.v = static_cast<float*>(opt.exp_avg_sq()[i].data_ptr());
+    t.param_bf16 = o.precision == Precision::kBf16 ? const_cast<void*>(w(static_cast<int>(i))) : nullptr;
+    t.numel = params[i].numel;
+    t.weight_decay = params[i].decay ? static_cast<float>(o.adamw.weight_decay) : 0.0f;
+    adam_list.push_back(t);
+  }
+
+  // Sizing pass over every launch of a step: one workspace for all of them.
+  L.sizing = true;
+  for (int first = 1; first >= 0; --first) {
+    forward();
+    backward(first == 1);
+  }
+  std::size_t norm_ws = 0;
+  const blublas::Status s =
+      blublas::grad_global_norm_workspace_size(adam_list.data(), static_cast<int>(adam_list.size()), &norm_ws);
+  BLU_CHECK(s.ok(), "fused GPT-2 step: grad_global_norm: ", s.to_string());
+  L.workspace_needed = std::max(L.workspace_needed, norm_ws);
+  L.sizing = false;
+  L.workspace_bytes = std::max<std::size_t>(L.workspace_needed, 256);
+  workspace = device_bytes(L.workspace_bytes, device);
+  L.workspace = workspace.data_ptr();
+  cuda_check(cudaStreamSynchronize(stream.get()), "setup");
+}
+
+void FusedGPT2Step::Impl::forward() {
+  const LayerBuffers& b0 = plan.layers[0];
+  L.embedding(act(b0.x), inputs(), w(wte), w(wpe), cfg.vocab_size, &d_readback()->token_error);
+  L.layernorm(act(b0.ln1), f32(b0.ln1_mean), f32(b0.ln1_rstd), nullptr, act(b0.x), nullptr, w(P(0, kLn1W)),
+              w(P(0, kLn1B)));
+  for (int l = 0; l < cfg.n_layer; ++l) block_forward(l, false);
+}
+
+// Block l from x[l] and ln1 (written by the previous block's fused LayerNorm, or recomputed here
+// when `recomputing` under --recompute block). The fc_proj output is added to x2 inside the next
+// LayerNorm (ln_1 of block l+1, or ln_f), which also writes x[l+1].
+void FusedGPT2Step::Impl::block_forward(int l, bool recomputing) {
+  const LayerBuffers& b = plan.layers[static_cast<size_t>(l)];
+  const int C = cfg.n_embd;
+  if (recomputing) {
+    L.layernorm(act(b.ln1), nullptr, nullptr, nullptr, act(b.x), nullptr, w(P(l, kLn1W)), w(P(l, kLn1B)));
+  }
+  L.linear("qkv", act(b.qkv), act(b.ln1), w(P(l, kQkvW)), w(P(l, kQkvB)), 3 * C, C);
+  L.attention(act(b.qkv), act(b.atty), f32(b.lse));
+  L.linear("attn proj", act(plan.tmp), act(b.atty), w(P(l, kProjW)), w(P(l, kProjB)), C, C);
+  L.layernorm(act(b.ln2), f32(b.ln2_mean), f32(b.ln2_rstd), act(b.x2), act(plan.tmp), act(b.x), w(P(l, kLn2W)),
+              w(P(l, kLn2B)));
+  L.linear("fc", act(b.gelu), act(b.ln2), w(P(l, kFcW)), w(P(l, kFcB)), 4 * C, C, blublas::Epilogue::kBiasGelu,
+           act(b.pre));
+  if (recomputing) return;
+  L.linear("fc proj", act(plan.tmp), act(b.gelu), w(P(l, kFpW)), w(P(l, kFpB)), C, 4 * C);
+  if (l + 1 < cfg.n_layer) {
+    const LayerBuffers& n = plan.layers[static_cast<size_t>(l + 1)];
+    L.layernorm(act(n.ln1), f32(n.ln1_mean), f32(n.ln1_rstd), act(n.x), act(plan.tmp), act(b.x2),
+                w(P(l + 1, kLn1W)), w(P(l + 1, kLn1B)));
+  } else {
+    L.layernorm(act(plan.lnf), f32(plan.lnf_mean), f32(plan.lnf_rstd), act(plan.x_final), act(plan.tmp),
+                act(b.x2), w(lnf_w), w(lnf_b));
+  }
+}
+
+// Note [Chunked classifier]
+// The logits of all B*T rows would be B*T*Vp elements (1.6 GB in bf16 at B16 T1024, 3.3 GB in
+// f32). Instead R rows at a time (default 4096): the lm-head GEMM writes the chunk's logits in
+// the compute dtype with the padded-vocabulary mask as its bias epilogue; the fused cross-entropy
+// reads each row once, writes the row's loss and overwrites the logits with dlogits =
+// (softmax - onehot) / (B*T*accum) (its dloss argument is R / (B*T*accum), as it divides by its
+// own row count); then dx_lnf[rows of the chunk] = dlogits wte and dwte += dlogits^T ln_f(x).
+// Only the first chunk of the first micro-batch overwrites dwte; the embedding backward adds its
+// part at the end of the backward.
+void FusedGPT2Step::Impl::classifier(bool first) {
+  const int C = cfg.n_embd, V = cfg.padded_vocab;
+  const int64_t R = plan.in.logits_chunk_rows;
+  const double total_rows = static_cast<double>(L.rows) * static_cast<double>(o.accum_steps);
+  const std::size_t es = L.act_size();
+  for (int64_t r0 = 0; r0 < L.rows; r0 += R) {
+    const int n = static_cast<int>(std::min<int64_t>(R, L.rows - r0));
+    const void* x = static_cast<const char*>(act(plan.lnf)) + static_cast<std::size_t>(r0) * C * es;
+    void* dx = static_cast<char*>(act(plan.tmp)) + static_cast<std::size_t>(r0) * C * es;
+    void* logits = act(plan.logits);
+    L.gemm("lm head", n, V, C, x, false, C, w(wte), true, C, logits, V, false, 0.0f, blublas::Epilogue::kBias,
+           mask.data_ptr());
+    L.cross_entropy(f32(plan.row_losses) + r0, logits, targets() + r0, n, V, static_cast<float>(n / total_rows),
+                    &d_readback()->target_error);
+    L.gemm("lm head dx", n, C, V, logits, false, V, w(wte), false, C, dx, C, false, 0.0f);
+    L.gemm("lm head dw", V, C, n, logits, true, V, x, false, C, g(wte), C, true, first && r0 == 0 ? 0.0f : 1.0f);
+  }
+  L.column_sum(&d_readback()->loss_sum, f32(plan.row_losses), L.rows, 1, blublas::Dtype::kF32, !first);
+}
+
+// Note [Gradient accumulation]
+// The first micro-batch of a step overwrites every gradient (beta = 0 GEMMs, the bias-gradient
+// epilogue, LayerNorm parameter gradients with accumulate = false), so no gradient is ever
+// zeroed, except the position table's, which the embedding backward only adds to. Later
+// micro-batches accumulate (beta = 1, column sums for the biases).
+void FusedGPT2Step::Impl::backward(bool first) {
+  if (first) L.memset_async(g(wpe), static_cast<std::size_t>(params[wpe].numel) * sizeof(float));
+  classifier(first);
+  L.layernorm_backward(act(plan.dres), g(lnf_w), g(lnf_b), act(plan.tmp), act(plan.x_final), f32(plan.lnf_mean),
+                       f32(plan.lnf_rstd), w(lnf_w), false, !first);
+  for (int l = cfg.n_layer - 1; l >= 0; --l) block_backward(l, first);
+  L.embedding_backward(g(wte), g(wpe), act(plan.dres), inputs(), cfg.vocab_size, &d_readback()->token_error);
+}
+
+// dres holds d x[l+1] on entry and d x[l] on exit.
+void FusedGPT2Step::Impl::block_backward(int l, bool first) {
+  const LayerBuffers& b = plan.layers[static_cast<size_t>(l)];
+  const int C = cfg.n_embd;
+  void* dres = act(plan.dres);
+  void* dtmp = act(plan.tmp);
+  void* dbig = act(plan.dbig);
+  if (recompute == Recompute::kBlock) {
+    block_forward(l, true);
+  } else {
+    if (recompute == Recompute::kLayerNorm) {
+      L.layernorm(act(b.ln2), nullptr, nullptr, nullptr, act(b.x2), nullptr, w(P(l, kLn2W)), w(P(l, kLn2B)));
+    }
+    if (recompute != Recompute::kNone) L.gelu(act(b.gelu), act(b.pre), 4 * C);
+  }
+  // MLP: x[l+1] = x2 + fc_proj(gelu(fc(ln2(x2)))).
+  L.linear_dw("fc proj dw", g(P(l, kFpW)), g(P(l, kFpB)), dres, act(b.gelu), C, 4 * C, first);
+  L.linear_dx("fc proj dx", dbig, dres, w(P(l, kFpW)), C, 4 * C);
+  L.gelu_backward(dbig, dbig, act(b.pre), 4 * C);
+  L.linear_dw("fc dw", g(P(l, kFcW)), g(P(l, kFcB)), dbig, act(b.ln2), 4 * C, C, first);
+  L.linear_dx("fc dx", dtmp, dbig, w(P(l, kFcW)), 4 * C, C);
+  L.layernorm_backward(dres, g(P(l, kLn2W)), g(P(l, kLn2B)), dtmp, act(b.x2), f32(b.ln2_mean), f32(b.ln2_rstd),
+                       w(P(l, kLn2W)), true, !first);
+  // Attention: x2 = x + proj(attn(qkv(ln1(x)))).
+  L.linear_dw("attn proj dw", g(P(l, kProjW)), g(P(l, kProjB)), dres, act(b.atty), C, C, first);
+  L.linear_dx("attn proj dx", dtmp, dres, w(P(l, kProjW)), C, C);
+  L.attention_backward(act(b.qkv), act(b.atty), f32(b.lse), dtmp, dbig);
+  if (recompute == Recompute::kLayerNorm) {
+    L.layernorm(act(b.ln1), nullptr, nullptr, nullptr, act(b.x), nullptr, w(P(l, kLn1W)), w(P(l, kLn1B)));
+  }
+  L.linear_dw("qkv dw", g(P(l, kQkvW)), g(P(l, kQkvB)), dbig, act(b.ln1), 3 * C, C, first);
+  L.linear_dx("qkv dx", dtmp, dbig, w(P(l, kQkvW)), 3 * C, C);
+  L.layernorm_backward(dres, g(P(l, kLn1W)), g(P(l, kLn1B)), dtmp, act(b.x), f32(b.ln1_mean), f32(b.ln1_rstd),
+                       w(P(l, kLn1W)), true, !first);
+}
+
+void FusedGPT2Step::Impl::optimizer() {
+  cuda_check(cudaMemcpyAsync(d_scalars(), h_scalars, sizeof(*h_scalars), cudaMemcpyHostToDevice, stream.get()),
+             "copying the AdamW step scalars");
+  const int n = static_cast<int>(adam_list.size());
+  const bool clip = o.grad_clip > 0;
+  Readback* rb = d_readback();
+  blublas::Status s = blublas::grad_global_norm(&rb->norm, &rb->clip, static_cast<float>(o.grad_clip),
+                                                adam_list.data(), n, blublas::Dtype::kF32, L.workspace,
+                                                L.workspace_bytes, stream.get());
+  BLU_CHECK(s.ok(), "fused GPT-2 step: grad_global_norm: ", s.to_string());
+  s = blublas::adamw_update_device_scalars(adam_list.data(), n, blublas::Dtype::kF32,
+                                           static_cast<float>(o.adamw.beta1), static_cast<float>(o.adamw.beta2),
+                                           static_cast<float>(o.adamw.eps), d_scalars(), clip ? &rb->clip : nullptr,
+                                           stream.get());
+  BLU_CHECK(s.ok(), "fused GPT-2 step: adamw_update: ", s.to_string());
+  L.launches += 3;
+}
+
+void FusedGPT2Step::Impl::run_part(Part part) {
+  switch (part) {
+    case kFirst:
+      forward();
+      backward(true);
+      if (o.accum_steps == 1) optimizer();
+      break;
+    case kRest:
+      forward();
+      backward(false);
+      break;
+    case kOptim:
+      optimizer();
+      break;
+    case kNumParts: break;
+  }
+}
+
+// Note [Graph capture of the step]
+// The first step runs eagerly: lazy initialisation inside the launchers (function attributes,
+// device queries) happens outside any capture, and its launch count is recorded. Each part is
+// captured on first use after that (relaxed mode: the launchers only query the device) and
+// replayed from then on. Every pointer a kernel reads is fixed for the engine's lifetime
+// (arena, flat buffers, token buffers), and what changes per step reaches the graph through
+// device memory: the tokens (copied in before the replay) and the AdamW scalars (a captured copy
+// from pinned host memory that the host rewrites before each replay, safe because step() waits
+// for the previous step before returning).
+void FusedGPT2Step::Impl::launch(Part part) {
+  if (!o.use_graph || steps_done == 0) {
+    run_part(part);
+    return;
+  }
+  if (graphs[part] == nullptr) {
+    cuda_check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      run_part(part);
+    } catch (...) {
+      (void)cudaStreamEndCapture(stream.get(), &graph);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      throw;
+    }
+    cuda_check(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
+    const cudaError_t e = cudaGraphInstantiate(&graphs[part], graph, 0);
+    (void)cudaGraphDestroy(graph);
+    cuda_check(e, "cudaGraphInstantiate");
+  }
+  cuda_check(cudaGraphLaunch(graphs[part], stream.get()), "cudaGraphLaunch");
+}
+
+FusedGPT2Step::FusedGPT2Step(GPT2& model, AdamW& optimizer, const FusedStepOptions& options)
+    : impl_(std::make_unique<Impl>(model, optimizer, options)) {
+  impl_->setup();
+  sync_weights_from_model();
+}
+
+FusedGPT2Step::~FusedGPT2Step() {
+  Impl& s = *impl_;
+  if (s.stream.get() != nullptr) (void)cudaStreamSynchronize(s.stream.get());
+  for (cudaGraphExec_t& e : s.graphs) {
+    if (e != nullptr) (void)cudaGraphExecDestroy(e);
+  }
+  if (s.h_scalars != nullptr) (void)cudaFreeHost(s.h_scalars);
+  if (s.h_readback != nullptr) (void)cudaFreeHost(s.h_readback);
+}
+
+void FusedGPT2Step::sync_weights_from_model() {
+  Impl& s = *impl_;
+  if (s.o.precision != Precision::kBf16) return;
+  NoGradGuard no_grad;
+  blu::cuda::StreamGuard guard(s.stream.get(), s.device);
+  const std::vector<NamedParam>& list = s.opt.params();
+  // The copy is a bf16 view of the flat buffer; blutensor's copy_ casts.
+  Tensor flat = from_blob(s.wcopy.data_ptr(), {static_cast<int64_t>(s.grad_elems)},
+                          TensorOptions(kBFloat16).device(Device::cuda(s.device)));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Tensor src = list[i].tensor->detach().reshape({-1});
+    flat.narrow(0, static_cast<int64_t>(s.params[i].offset), s.params[i].numel).copy_(src);
+  }
+  cuda_check(cudaStreamSynchronize(s.stream.get()), "refreshing the bf16 weights");
+}
+
+FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
+  Impl& s = *impl_;
+  blu::cuda::StreamGuard guard(s.stream.get(), s.device);
+  // Work issued on the legacy stream (checkpoint loads, evaluation) comes first.
+  blu::cuda::stream_wait_stream(s.stream.get(), nullptr);
+  const int64_t t = s.opt.step_count() + 1;
+  *s.h_scalars = blublas::adamw_step_scalars(lr, s.o.adamw.beta1, s.o.adamw.beta2, static_cast<int>(t));
+  const int64_t launches_before = s.L.launches;
+  for (int64_t micro = 0; micro < s.o.accum_steps; ++micro) {
+    stage(s.inputs(), s.targets(), s.stream.get());
+    s.launch(micro == 0 ? Impl::kFirst : Impl::kRest);
+  }
+  if (s.o.accum_steps > 1) s.launch(Impl::kOptim);
+  if (s.steps_done == 0) s.launches_per_step = s.L.launches - launches_before;
+  cuda_check(cudaMemcpyAsync(s.h_readback, s.d_readback(), sizeof(Readback), cudaMemcpyDeviceToHost, s.stream.get()),
+             "reading the loss");
+  cuda_check(cudaStreamSynchronize(s.stream.get()), "the training step");
+  const Readback& r = *s.h_readback;
+  BLU_CHECK(r.token_error == 0, "fused GPT-2 step: an input token id is outside [0, ", s.cfg.vocab_size, ")");
+  BLU_CHECK(r.target_error == 0, "fused GPT-2 step: a target token id is outside [0, ", s.cfg.padded_vocab, ")");
+  s.opt.set_step_count(t);
+  ++s.steps_done;
+  FusedStepResult out;
+  out.loss = static_cast<double>(r.loss_sum) / (static_cast<double>(s.L.rows) * static_cast<double>(s.o.accum_steps));
+  out.grad_norm = r.norm;
+  return out;
+}
+
+Tensor FusedGPT2Step::gradient(int index) const {
+  const Impl& s = *impl_;
+  BLU_CHECK(index >= 0 && index < static_cast<int>(s.params.size()), "FusedGPT2Step::gradient: index ", index,
+            " out of range (", s.params.size(), " parameters)");
+  const Tensor& p = *s.opt.params()[static_cast<size_t>(index)].tensor;
+  return from_blob(s.g(index), p.sizes(), TensorOptions(kFloat32).device(Device::cuda(s.device)));
+}
+
+cudaStream_t FusedGPT2Step::stream() const { return impl_->stream.get(); }
+
+int64_t FusedGPT2Step::launches_per_step() const { return impl_->launches_per_step; }
+
+std::string FusedGPT2Step::describe() const {
+  const Impl& s = *impl_;
+  char buf[512];
+  const double mib = 1024.0 * 1024.0;
+  std::snprintf(buf, sizeof(buf),
+                "fused step: %s activations, attention %s, %s; gradients %.0f MiB%s, workspace %.0f MiB, "
+                "logits chunk %lld rows, %s",
+                s.L.act == blublas::Dtype::kBF16 ? "bf16" : "f32", s.attention_name.c_str(), s.plan.describe().c_str(),
+                s.grad_elems * 4 / mib,
+                s.o.precision == Precision::kBf16
+                    ? (", bf16 weight copy " + std::to_string(static_cast<int>(s.grad_elems * 2 / mib)) + " MiB").c_str()
+                    : "",
+                s.L.workspace_bytes / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
+                s.o.use_graph ? "CUDA graph" : "eager launches");
+  return buf;
+}
+
+}  // namespace blu::train
