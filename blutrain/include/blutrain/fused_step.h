@@ -78,6 +78,11 @@ class FusedGPT2Step {
   // step, before clipping: an f32 view of the flat gradient buffer, shaped like the parameter.
   Tensor gradient(int index) const;
 
+  // The next step runs eagerly with an event after every launch (Note [Op timing]); afterwards
+  // timing_json() holds its per-op and per-family device times (ms) and launch counts.
+  void time_next_step();
+  const std::string& timing_json() const;
+
   cudaStream_t stream() const;
   std::string describe() const;        // precision, attention, recompute, arena, graphs
   int64_t launches_per_step() const;   // kernel launches issued by one step (counted eagerly)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -82,6 +83,10 @@ struct FusedGPT2Step::Impl {
   cudaGraphExec_t graphs[kNumParts] = {nullptr, nullptr, nullptr};
   int64_t steps_done = 0;
   int64_t launches_per_step = 0;
+  bool time_next = false;
+  std::string timing_json;
+
+  void finish_timing(cudaEvent_t start, double wall_ms);
 
   Impl(GPT2& m, AdamW& a, const FusedStepOptions& opts) : model(m), opt(a), o(opts), cfg(m.config()) {}
 
@@ -382,7 +387,8 @@ void FusedGPT2Step::Impl::optimizer() {
                                            static_cast<float>(o.adamw.eps), d_scalars(), clip ? &rb->clip : nullptr,
                                            stream.get());
   BLU_CHECK(s.ok(), "fused GPT-2 step: adamw_update: ", s.to_string());
-  L.launches += 3;
+  L.mark("adamw (scalars copy, grad norm, update)");
+  L.launches += 2;
 }
 
 void FusedGPT2Step::Impl::run_part(Part part) {
@@ -413,7 +419,7 @@ void FusedGPT2Step::Impl::run_part(Part part) {
 // from pinned host memory that the host rewrites before each replay, safe because step() waits
 // for the previous step before returning).
 void FusedGPT2Step::Impl::launch(Part part) {
-  if (!o.use_graph || steps_done == 0) {
+  if (!o.use_graph || steps_done == 0 || L.timing) {
     run_part(part);
     return;
   }
@@ -475,6 +481,13 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
   const int64_t t = s.opt.step_count() + 1;
   *s.h_scalars = blublas::adamw_step_scalars(lr, s.o.adamw.beta1, s.o.adamw.beta2, static_cast<int>(t));
   const int64_t launches_before = s.L.launches;
+  cudaEvent_t timing_start = nullptr;
+  if (s.time_next) {
+    s.L.timing = true;
+    cuda_check(cudaEventCreate(&timing_start), "cudaEventCreate");
+    cuda_check(cudaEventRecord(timing_start, s.stream.get()), "cudaEventRecord");
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
   for (int64_t micro = 0; micro < s.o.accum_steps; ++micro) {
     stage(s.inputs(), s.targets(), s.stream.get());
     s.launch(micro == 0 ? Impl::kFirst : Impl::kRest);
@@ -484,6 +497,10 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
   cuda_check(cudaMemcpyAsync(s.h_readback, s.d_readback(), sizeof(Readback), cudaMemcpyDeviceToHost, s.stream.get()),
              "reading the loss");
   cuda_check(cudaStreamSynchronize(s.stream.get()), "the training step");
+  if (timing_start != nullptr) {
+    s.finish_timing(timing_start,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count());
+  }
   const Readback& r = *s.h_readback;
   BLU_CHECK(r.token_error == 0, "fused GPT-2 step: an input token id is outside [0, ", s.cfg.vocab_size, ")");
   BLU_CHECK(r.target_error == 0, "fused GPT-2 step: a target token id is outside [0, ", s.cfg.padded_vocab, ")");
@@ -502,6 +519,71 @@ Tensor FusedGPT2Step::gradient(int index) const {
   const Tensor& p = *s.opt.params()[static_cast<size_t>(index)].tensor;
   return from_blob(s.g(index), p.sizes(), TensorOptions(kFloat32).device(Device::cuda(s.device)));
 }
+
+// Note [Op timing]
+// `time_next_step()` makes the next step run eagerly with a CUDA event recorded after every
+// launch (StepLauncher::mark). An op's time is the gap between its event and the previous one:
+// on one stream with the host ahead of the GPU (265 launches in ~37 ms) that is the op's device
+// time. The eager step is otherwise the same step (same kernels, same order), so its per-op
+// times add up to the graph step's time minus what the graph saves in launch gaps.
+namespace {
+const char* op_family(const std::string& op) {
+  if (op.find("attention") != std::string::npos) return "attention";
+  if (op.find("layernorm") != std::string::npos) return "layernorm";
+  if (op.find("gelu") != std::string::npos) return "gelu";
+  if (op.find("cross entropy") != std::string::npos) return "cross-entropy";
+  if (op.find("embedding") != std::string::npos) return "embedding";
+  if (op.find("adamw") != std::string::npos) return "optimizer";
+  if (op.find("column sum") != std::string::npos || op.find("memset") != std::string::npos) return "other";
+  return "gemm";
+}
+}  // namespace
+
+void FusedGPT2Step::Impl::finish_timing(cudaEvent_t start, double wall_ms) {
+  std::map<std::string, std::pair<double, int>> per_op;
+  std::map<std::string, std::pair<double, int>> per_family;
+  std::vector<std::string> order;
+  cudaEvent_t prev = start;
+  double total = 0;
+  for (auto& [op, e] : L.marks) {
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, prev, e), "cudaEventElapsedTime");
+    if (per_op.find(op) == per_op.end()) order.push_back(op);
+    per_op[op].first += ms;
+    per_op[op].second += 1;
+    per_family[op_family(op)].first += ms;
+    per_family[op_family(op)].second += 1;
+    total += ms;
+    prev = e;
+  }
+  std::sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return per_op[a].first > per_op[b].first;
+  });
+  std::string js = "{\"engine\": \"fused\", \"mode\": \"eager with events\", \"device_ms\": " +
+                   std::to_string(total) + ", \"host_wall_ms\": " + std::to_string(wall_ms) +
+                   ", \"launches\": " + std::to_string(L.marks.size()) + ", \"families\": {";
+  bool firstf = true;
+  for (auto& [f, v] : per_family) {
+    js += std::string(firstf ? "" : ", ") + "\"" + f + "\": {\"ms\": " + std::to_string(v.first) +
+          ", \"launches\": " + std::to_string(v.second) + "}";
+    firstf = false;
+  }
+  js += "}, \"ops\": [";
+  for (size_t i = 0; i < order.size(); ++i) {
+    js += std::string(i ? ", " : "") + "{\"op\": \"" + order[i] + "\", \"ms\": " +
+          std::to_string(per_op[order[i]].first) + ", \"launches\": " + std::to_string(per_op[order[i]].second) + "}";
+  }
+  js += "]}";
+  timing_json = js;
+  for (auto& [op, e] : L.marks) (void)cudaEventDestroy(e);
+  (void)cudaEventDestroy(start);
+  L.marks.clear();
+  L.timing = false;
+  time_next = false;
+}
+
+void FusedGPT2Step::time_next_step() { impl_->time_next = true; }
+const std::string& FusedGPT2Step::timing_json() const { return impl_->timing_json; }
 
 cudaStream_t FusedGPT2Step::stream() const { return impl_->stream.get(); }
 

@@ -34,6 +34,16 @@ blublas::AttnOutput qkv_out_view(void* dqkv, int which, int seq_len, int heads, 
 
 void StepLauncher::need(std::size_t bytes) { workspace_needed = std::max(workspace_needed, bytes); }
 
+void StepLauncher::mark(const std::string& what) {
+  ++launches;
+  if (!timing) return;
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreate(&e) != cudaSuccess || cudaEventRecord(e, stream) != cudaSuccess) {
+    BLU_THROW("fused GPT-2 step: recording a timing event after ", what);
+  }
+  marks.emplace_back(what, e);
+}
+
 void StepLauncher::gemm(const char* what, int m, int n, int k, const void* a, bool trans_a, int64_t lda,
                         const void* b, bool trans_b, int64_t ldb, void* d, int64_t ldd, bool d_f32, float beta,
                         blublas::Epilogue epilogue, const void* bias, void* aux, float* bias_grad) {
@@ -68,7 +78,7 @@ void StepLauncher::gemm(const char* what, int m, int n, int k, const void* a, bo
     return;
   }
   check(blublas::gemm(g, workspace, workspace_bytes, stream), what);
-  ++launches;
+  mark(what);
 }
 
 void StepLauncher::linear(const char* what, void* y, const void* x, const void* w, const void* bias, int out,
@@ -97,7 +107,7 @@ void StepLauncher::layernorm(void* out, float* mean, float* rstd, void* residual
   check(blublas::layernorm_forward(out, mean, rstd, residual_out, x, residual, w, b, rows, channels, kLayerNormEps,
                                    act, stream),
         "layernorm_forward");
-  ++launches;
+  mark("layernorm fwd");
 }
 
 void StepLauncher::layernorm_backward(void* dx, float* dw, float* db, const void* dout, const void* x,
@@ -112,19 +122,19 @@ void StepLauncher::layernorm_backward(void* dx, float* dw, float* db, const void
   check(blublas::layernorm_backward(dx, dw, db, dout, x, mean, rstd, w, rows, channels, act, accumulate_dx,
                                     accumulate_params, workspace, workspace_bytes, stream),
         "layernorm_backward");
-  ++launches;
+  mark("layernorm bwd");
 }
 
 void StepLauncher::gelu(void* out, const void* x, int64_t cols) {
   if (sizing) return;
   check(blublas::gelu_forward(out, x, nullptr, rows, cols, act, stream), "gelu_forward");
-  ++launches;
+  mark("gelu fwd (recompute)");
 }
 
 void StepLauncher::gelu_backward(void* dx, const void* dout, const void* x, int64_t cols) {
   if (sizing) return;
   check(blublas::gelu_backward(dx, dout, x, nullptr, rows, cols, act, stream), "gelu_backward");
-  ++launches;
+  mark("gelu bwd");
 }
 
 blublas::AttentionDesc StepLauncher::attention_desc(const void* qkv, const void* out, const float* lse) const {
@@ -150,7 +160,7 @@ blublas::AttentionDesc StepLauncher::attention_desc(const void* qkv, const void*
 void StepLauncher::attention(const void* qkv, void* out, float* lse) {
   if (sizing) return;
   check(blublas::attention_forward(attention_desc(qkv, out, lse), stream), "attention_forward");
-  ++launches;
+  mark("attention fwd");
 }
 
 void StepLauncher::attention_backward(const void* qkv, const void* out, const float* lse, const void* dout,
@@ -170,7 +180,7 @@ void StepLauncher::attention_backward(const void* qkv, const void* out, const fl
     return;
   }
   check(blublas::attention_backward(a, workspace, workspace_bytes, stream), "attention_backward");
-  ++launches;
+  mark("attention bwd");
 }
 
 void StepLauncher::cross_entropy(float* row_losses, void* logits_inout, const int32_t* targets, int64_t n_rows,
@@ -184,7 +194,7 @@ void StepLauncher::cross_entropy(float* row_losses, void* logits_inout, const in
   check(blublas::cross_entropy_fused(row_losses, nullptr, logits_inout, logits_inout, targets, n_rows, vocab, -1,
                                      dloss, error_flag, act, workspace, workspace_bytes, stream),
         "cross_entropy_fused");
-  ++launches;
+  mark("cross entropy");
 }
 
 void StepLauncher::column_sum(float* out, const void* in, int64_t n_rows, int64_t cols, blublas::Dtype dtype,
@@ -197,7 +207,7 @@ void StepLauncher::column_sum(float* out, const void* in, int64_t n_rows, int64_
   }
   check(blublas::column_sum(out, in, n_rows, cols, dtype, accumulate, workspace, workspace_bytes, stream),
         "column_sum");
-  ++launches;
+  mark("column sum");
 }
 
 void StepLauncher::embedding(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t vocab,
@@ -205,7 +215,7 @@ void StepLauncher::embedding(void* out, const int32_t* tokens, const void* wte, 
   if (sizing) return;
   check(blublas::embedding_forward(out, tokens, wte, wpe, batch, seq_len, channels, vocab, error_flag, act, stream),
         "embedding_forward");
-  ++launches;
+  mark("embedding fwd");
 }
 
 void StepLauncher::embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
@@ -219,14 +229,14 @@ void StepLauncher::embedding_backward(float* dwte, float* dwpe, const void* dout
   check(blublas::embedding_backward(dwte, dwpe, dout, tokens, batch, seq_len, channels, vocab, error_flag, act,
                                     workspace, workspace_bytes, stream),
         "embedding_backward");
-  ++launches;
+  mark("embedding bwd");
 }
 
 void StepLauncher::memset_async(void* p, std::size_t bytes) {
   if (sizing) return;
   const cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream);
   if (e != cudaSuccess) BLU_THROW("fused GPT-2 step: cudaMemsetAsync of ", bytes, " bytes: ", cudaGetErrorString(e));
-  ++launches;
+  mark("memset");
 }
 
 }  // namespace blu::train

@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "blublas/attention.h"
 #include "blublas/dtype.h"
@@ -30,6 +33,11 @@ struct StepLauncher {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   int64_t launches = 0;  // blublas calls + memsets issued (real pass)
+  // Op timing (eager steps only): an event after every launch, labelled with the op; the time of
+  // an op is the time between its event and the previous one (Note [Op timing] in fused_step.cpp).
+  bool timing = false;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  void mark(const std::string& what);
 
   std::size_t act_size() const { return blublas::dtype_size(act); }
 

@@ -230,6 +230,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     const Clock::time_point t0 = Clock::now();
     const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
     double loss = 0, norm = 0;
+    const bool profiling = cfg.profile_step > 0 && step + 1 == cfg.profile_step;
+    if (fused && profiling) fused->time_next_step();
     if (fused) {
       const FusedStepResult r = fused->step(
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
@@ -257,6 +259,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (profiling && fused) {
+      const std::string path = cfg.profile_json.empty() ? cfg.out_dir + "/profile.json" : cfg.profile_json;
+      write_file_atomic(path, fused->timing_json() + "\n");
+      out << "op timing of step " << cfg.profile_step << " (eager, events) written to " << path << "\n";
+    }
     ++step;
     ++steps_this_process;
     state.step = step;
@@ -270,7 +277,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     p.grad_norm = norm;
     p.step_ms = ms;
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
-    if (steps_this_process > 3) tok_rates.push_back(p.tokens_per_s);
+    if (steps_this_process > 3 && !profiling) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
     if (device.is_cuda()) {
       const blu::cuda::MemoryStats ms_stats = blu::cuda::CachingAllocator::get().stats(device.index);
