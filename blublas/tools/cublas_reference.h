@@ -78,6 +78,9 @@ inline bool lt_epilogue(const GemmDesc& d, cublasLtEpilogue_t* e) {
     case Epilogue::kBiasGradB:
       *e = row ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
       return true;
+    case Epilogue::kGeluGrad:
+      *e = CUBLASLT_EPILOGUE_DGELU;
+      return row;
   }
   return false;
 }

@@ -134,6 +134,7 @@ Epilogue epilogue_of(const std::string& s) {
   if (s == "gelu") return Epilogue::kGelu;
   if (s == "bgrada") return Epilogue::kBiasGradA;
   if (s == "bgradb") return Epilogue::kBiasGradB;
+  if (s == "gelu_grad") return Epilogue::kGeluGrad;
   return Epilogue::kNone;
 }
 GemmPath path_of(const std::string& s) {
@@ -299,7 +300,8 @@ int run_gemm(const Args& args) {
   d.stride_a = a_rows * a_cols; d.stride_b = b_rows * b_cols; d.stride_d = int64_t(d.m) * d.n;
   d.stride_c = d.stride_d;
   const bool has_bias = d.epilogue == Epilogue::kBias || d.epilogue == Epilogue::kBiasGelu;
-  const bool has_aux = d.epilogue == Epilogue::kBiasGelu || d.epilogue == Epilogue::kGelu;
+  const bool has_aux = d.epilogue == Epilogue::kBiasGelu || d.epilogue == Epilogue::kGelu ||
+                       d.epilogue == Epilogue::kGeluGrad;
   const bool has_bgrad = cref::is_bias_grad(d.epilogue);
   const int64_t bgrad_len = d.epilogue == Epilogue::kBiasGradA ? d.m : d.n;
   if (has_aux) { d.ld_aux = d.ldd; d.stride_aux = d.stride_d; }

@@ -152,9 +152,16 @@ int64_t index_of(const Shape& s, const Case& c, int b, int64_t r, int64_t col) {
 
 bool is_gelu(Epilogue e) { return e == Epilogue::kGelu || e == Epilogue::kBiasGelu; }
 bool has_bias(Epilogue e) { return e == Epilogue::kBias || e == Epilogue::kBiasGelu; }
+bool reads_aux(Epilogue e) { return e == Epilogue::kGeluGrad; }
 
 double gelu_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+double gelu_grad_ref(double x) {
+  const double k = 0.7978845608028654, cc = 0.044715;
+  const double t = std::tanh(k * (x + cc * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * cc * x * x);
 }
 
 double tol_of(const Case& c) {
@@ -184,11 +191,13 @@ Outcome run_case(const Case& c) {
   HostMatrix ha = random_matrix(c.ab, sa.elems, rng), hb = random_matrix(c.ab, sb.elems, rng);
   HostMatrix hc = use_c ? random_matrix(c.cd, sd.elems, rng) : HostMatrix{c.cd, {}};
   HostMatrix hbias = random_matrix(c.cd, c.n, rng);
+  // kGeluGrad reads aux: random pre-activations in D's layout (the padding is never read).
+  HostMatrix hauxin = reads_aux(c.epi) ? random_matrix(c.cd, sd.elems, rng) : HostMatrix{c.cd, {}};
   const size_t d_bytes = sd.elems * blublas::dtype_size(c.cd);
   const int grad_len = c.epi == Epilogue::kBiasGradA ? c.m : c.n;
 
   DeviceBuffer da(ha.bytes.size()), db(hb.bytes.size()), dc(hc.bytes.size()), dd(d_bytes),
-      daux(use_aux ? d_bytes : 0), dbias(hbias.bytes.size()),
+      daux(use_aux || reads_aux(c.epi) ? d_bytes : 0), dbias(hbias.bytes.size()),
       dgrad(bias_grad ? grad_len * sizeof(float) : 0);
   EXPECT_TRUE(da.p && db.p && dd.p && dbias.p) << "cudaMalloc failed";
   if (!da.p || !db.p || !dd.p || !dbias.p) return Outcome::kChecked;
@@ -198,6 +207,7 @@ Outcome run_case(const Case& c) {
   cudaMemcpy(dbias.p, hbias.bytes.data(), hbias.bytes.size(), cudaMemcpyHostToDevice);
   cudaMemset(dd.p, 0xFF, d_bytes);
   if (use_aux) cudaMemset(daux.p, 0xFF, d_bytes);
+  if (reads_aux(c.epi)) cudaMemcpy(daux.p, hauxin.bytes.data(), d_bytes, cudaMemcpyHostToDevice);
   if (bias_grad) cudaMemset(dgrad.p, 0xFF, grad_len * sizeof(float));
 
   GemmDesc d;
@@ -211,7 +221,7 @@ Outcome run_case(const Case& c) {
   d.alpha = c.alpha; d.beta = c.beta;
   d.epilogue = c.epi;
   d.bias = has_bias(c.epi) ? dbias.p : nullptr;
-  d.aux = use_aux ? daux.p : nullptr; d.ld_aux = sd.ld; d.stride_aux = sd.stride;
+  d.aux = use_aux || reads_aux(c.epi) ? daux.p : nullptr; d.ld_aux = sd.ld; d.stride_aux = sd.stride;
   d.bias_grad = static_cast<float*>(dgrad.p);
   d.path = c.path;
 
@@ -261,8 +271,14 @@ Outcome run_case(const Case& c) {
       pre += hbias.get(smp.j);
       scale += std::fabs(hbias.get(smp.j));
     }
-    const double want = is_gelu(c.epi) ? gelu_ref(pre) : pre;
-    const double bound = tol * scale * (is_gelu(c.epi) ? 1.2 : 1.0) + rnd * std::fabs(want) + rnd_abs;
+    double want = is_gelu(c.epi) ? gelu_ref(pre) : pre;
+    double bound = tol * scale * (is_gelu(c.epi) ? 1.2 : 1.0) + rnd * std::fabs(want) + rnd_abs;
+    if (reads_aux(c.epi)) {  // |gelu'| <= 1.13: the product's error grows at most by that factor
+      const double gg = gelu_grad_ref(hauxin.get(idx));
+      want = pre * gg;
+      bound = 1.2 * tol * scale * std::max(1.0, std::fabs(gg)) + rnd * std::fabs(want) + rnd_abs +
+              2e-6 * std::fabs(pre);
+    }
     const double got = hd.get(idx);
     const double err = std::fabs(got - want);
     bool bad = !(err <= bound);
@@ -394,10 +410,11 @@ TEST(GemmGpu, Sm90WgmmaOpsAndLayouts) {
 std::vector<Case> epilogue_cases(GemmPath path, Dtype ab, ComputeMode compute, Dtype cd) {
   std::vector<Case> cases;
   const Epilogue epis[] = {Epilogue::kBias,      Epilogue::kBiasGelu,  Epilogue::kGelu,
-                           Epilogue::kGelu,      Epilogue::kBiasGradA, Epilogue::kBiasGradB};
+                           Epilogue::kGelu,      Epilogue::kBiasGradA, Epilogue::kBiasGradB,
+                           Epilogue::kGeluGrad,  Epilogue::kGeluGrad};
   int idx = 0;
   for (Layout l : {Layout::kRowMajor, Layout::kColMajor}) {
-    for (int e = 0; e < 6; ++e, ++idx) {
+    for (int e = 0; e < 8; ++e, ++idx) {
       Case c;
       c.path = path; c.ab = ab; c.cd = cd; c.compute = compute;
       c.layout = l;

@@ -133,6 +133,7 @@ const char* ename(Epilogue e) {
     case Epilogue::kGelu: return "gelu";
     case Epilogue::kBiasGradA: return "bias_grad_a";
     case Epilogue::kBiasGradB: return "bias_grad_b";
+    case Epilogue::kGeluGrad: return "gelu_grad";
   }
   return "?";
 }

@@ -40,6 +40,9 @@ enum class Epilogue : int {
   kGelu = 3,          // as kBiasGelu without bias (aux may be null: then not stored)
   kBiasGradA = 4,     // D as kNone; bias_grad[i] = sum_k op(A)[i][k]   (fp32, length M)
   kBiasGradB = 5,     // D as kNone; bias_grad[j] = sum_k op(B)[k][j]   (fp32, length N)
+  kGeluGrad = 6,      // D[i][j] = (alpha*acc + beta*C) * gelu_tanh'(aux[i][j]), aux READ: the
+                      // forward's pre-activation (cd_type, D's layout, must not alias D): the
+                      // GELU backward fused into dX = dY W
 };
 
 // Which kernel family runs. kAuto lets the heuristic choose (blublas/src/gemm/heuristics.cpp);
@@ -68,7 +71,8 @@ struct GemmDesc {
 
   Epilogue epilogue = Epilogue::kNone;
   const void* bias = nullptr;    // kBias, kBiasGelu: N elements of cd_type (broadcast over batch)
-  void* aux = nullptr;           // kBiasGelu, kGelu: pre-activation, cd_type, same layout as D
+  void* aux = nullptr;           // kBiasGelu, kGelu (written), kGeluGrad (read): pre-activation,
+                                 // cd_type, same layout as D
   int64_t ld_aux = 0;  int64_t stride_aux = 0;
   float* bias_grad = nullptr;    // kBiasGradA (M floats), kBiasGradB (N floats); batch must be 1
 

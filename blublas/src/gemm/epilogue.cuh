@@ -8,6 +8,7 @@
 // - All arithmetic is fp32: pre = alpha*acc (+ beta*C when beta != 0) (+ bias); C is never read when
 //   beta == 0, so C may be null or hold NaNs then.
 // - kBiasGelu / kGelu: aux(i, j) = pre (in D's dtype) when aux != null, D(i, j) = gelu_tanh(pre).
+// - kGeluGrad: D(i, j) = (alpha*acc + beta*C) * gelu_tanh'(aux(i, j)), aux read (generic stores only).
 // - Indices are those of the normalized row-major problem (GemmProblem): D(i, j) at d[i*ldd + j].
 // - epilogue_store2 writes columns j and j+1 (the pair an mma accumulator fragment holds); it
 //   checks both against n and uses 2-element vector loads/stores only when EpilogueArgs::pair_ok
@@ -73,6 +74,26 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(u));
 }
 
+// Note [Fast GELU for 16-bit outputs]
+// The same GELU with the hardware tanh (tanh.approx.f32, one MUFU op, max relative error ~2^-11)
+// instead of tanhf (~25 instructions with two MUFU ops). Used only where D is bf16 / f16 (the sm90
+// TMA-store epilogue): there the result is rounded to 8 (bf16) or 11 (f16) mantissa bits, so the
+// approximation changes at most the last bit of a few outputs, while the epilogue of the fc GEMM
+// (bias + GELU with the pre-activation saved, 16K values per warpgroup tile) becomes short enough
+// to hide behind the other warpgroup's MMAs. f32 outputs keep the precise gelu_tanh.
+__device__ __forceinline__ float gelu_tanh_fast(float x) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 750)
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+  return 0.5f * x * (1.0f + t);
+#else
+  return gelu_tanh(x);
+#endif
+}
+
 // ---- the arguments, passed by value to kernels ---------------------------------------------------
 struct EpilogueArgs {
   int m = 0, n = 0;
@@ -88,6 +109,7 @@ struct EpilogueArgs {
 
 inline bool epilogue_has_bias(Epilogue e) { return e == Epilogue::kBias || e == Epilogue::kBiasGelu; }
 inline bool epilogue_has_gelu(Epilogue e) { return e == Epilogue::kGelu || e == Epilogue::kBiasGelu; }
+inline bool epilogue_reads_aux(Epilogue e) { return e == Epilogue::kGeluGrad; }
 inline bool epilogue_is_bias_grad(Epilogue e) {
   return e == Epilogue::kBiasGradA || e == Epilogue::kBiasGradB;
 }
@@ -107,7 +129,7 @@ inline EpilogueArgs make_epilogue_args(const GemmProblem& p) {
   e.stride_d = p.stride_d;
   e.bias = epilogue_has_bias(p.epilogue) ? p.bias : nullptr;
   e.bias_per_col = p.bias_per_col ? 1 : 0;
-  e.aux = epilogue_has_gelu(p.epilogue) ? p.aux : nullptr;
+  e.aux = epilogue_has_gelu(p.epilogue) || epilogue_reads_aux(p.epilogue) ? p.aux : nullptr;
   e.ld_aux = p.ld_aux;
   e.stride_aux = p.stride_aux;
   const std::size_t pair_bytes = 2 * dtype_size(p.cd_type);
@@ -123,6 +145,22 @@ inline EpilogueArgs make_epilogue_args(const GemmProblem& p) {
 }
 
 // ---- device side ----------------------------------------------------------------------------------
+// d/dx gelu_tanh(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x),  t = tanh(u), u = k (x + c x^3),
+// u' = k (1 + 3 c x^2): the kGeluGrad epilogue (the fc GEMM's GELU backward in the dX GEMM).
+__device__ __forceinline__ float gelu_tanh_grad(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const float x2 = x * x;
+  const float t = tanhf(kSqrt2OverPi * (x + kCubic * x2 * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x2);
+}
+
+template <typename OutT>
+__device__ __forceinline__ float aux_at(const EpilogueArgs& e, int batch, int i, int j) {
+  const OutT* aux = static_cast<const OutT*>(e.aux) + batch * e.stride_aux;
+  return to_f32(aux[static_cast<int64_t>(i) * e.ld_aux + j]);
+}
+
 // pre-activation for one element, without C (added by the callers below).
 template <typename OutT>
 __device__ __forceinline__ float epilogue_bias(const EpilogueArgs& e, int i, int j) {
@@ -147,6 +185,8 @@ __device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch
       aux[static_cast<int64_t>(i) * e.ld_aux + j] = from_f32<OutT>(v);
     }
     v = gelu_tanh(v);
+  } else if (e.kind == static_cast<int>(Epilogue::kGeluGrad)) {
+    v *= gelu_tanh_grad(aux_at<OutT>(e, batch, i, j));
   }
   OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d;
   d[static_cast<int64_t>(i) * e.ldd + j] = from_f32<OutT>(v);
@@ -180,6 +220,12 @@ __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch
     }
     v0 = gelu_tanh(v0);
     v1 = gelu_tanh(v1);
+  } else if (e.kind == static_cast<int>(Epilogue::kGeluGrad)) {
+    float a0, a1;
+    load_pair_f32(static_cast<const OutT*>(e.aux) + batch * e.stride_aux + static_cast<int64_t>(i) * e.ld_aux + j,
+                  &a0, &a1);
+    v0 *= gelu_tanh_grad(a0);
+    v1 *= gelu_tanh_grad(a1);
   }
   OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d;
   store_pair_f32(d + static_cast<int64_t>(i) * e.ldd + j, v0, v1);

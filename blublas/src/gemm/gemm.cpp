@@ -31,7 +31,7 @@ bool valid_path(GemmPath p) {
 }
 bool valid_epilogue(Epilogue e) {
   const int v = static_cast<int>(e);
-  return v >= static_cast<int>(Epilogue::kNone) && v <= static_cast<int>(Epilogue::kBiasGradB);
+  return v >= static_cast<int>(Epilogue::kNone) && v <= static_cast<int>(Epilogue::kGeluGrad);
 }
 const char* epilogue_name(Epilogue e) {
   switch (e) {
@@ -41,6 +41,7 @@ const char* epilogue_name(Epilogue e) {
     case Epilogue::kGelu: return "gelu";
     case Epilogue::kBiasGradA: return "bias_grad_a";
     case Epilogue::kBiasGradB: return "bias_grad_b";
+    case Epilogue::kGeluGrad: return "gelu_grad";
   }
   return "invalid";
 }
@@ -161,6 +162,12 @@ Status validate(const GemmDesc& d) {
         BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "aux", d.aux, sd, d.ld_aux, d.stride_aux, true));
         BLUBLAS_CHECK_ARG(d.aux != d.d, what, ": aux must not alias d");
       }
+      break;
+    case Epilogue::kGeluGrad:
+      BLUBLAS_CHECK_ARG(d.aux != nullptr, what,
+                        ": epilogue gelu_grad needs aux (the M x N pre-activation to read)");
+      BLUBLAS_RETURN_IF_ERROR(check_matrix(d, "aux", d.aux, sd, d.ld_aux, d.stride_aux, false));
+      BLUBLAS_CHECK_ARG(d.aux != d.d, what, ": aux must not alias d");
       break;
     case Epilogue::kBiasGradA:
     case Epilogue::kBiasGradB:

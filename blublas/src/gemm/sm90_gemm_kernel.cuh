@@ -348,9 +348,14 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       for (int h = 0; h < 2; ++h) {
         float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
         float v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
-        if constexpr (kWhat == 2) {
-          v0 = gelu_tanh(v0);
-          v1 = gelu_tanh(v1);
+        if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
+          if constexpr (std::is_same_v<OutT, float>) {
+            v0 = gelu_tanh(v0);
+            v1 = gelu_tanh(v1);
+          } else {
+            v0 = gelu_tanh_fast(v0);
+            v1 = gelu_tanh_fast(v1);
+          }
         }
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         if constexpr (std::is_same_v<OutT, float>) {

@@ -58,7 +58,8 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
 // split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte aligned and row /
 // batch strides multiples of 16 bytes.
 inline bool tma_store_ok(const GemmProblem& p, int splits) {
-  if (splits > 1 || p.beta != 0.0f) return false;
+  // kGeluGrad reads aux, which only the generic epilogue does.
+  if (splits > 1 || p.beta != 0.0f || p.epilogue == Epilogue::kGeluGrad) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
   // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
   if ((static_cast<int64_t>(p.n) * es) % 16 != 0) return false;

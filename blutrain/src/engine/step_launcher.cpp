@@ -86,8 +86,11 @@ void StepLauncher::linear(const char* what, void* y, const void* x, const void* 
   gemm(what, static_cast<int>(rows), out, in, x, false, in, w, true, in, y, out, false, 0.0f, epilogue, bias, aux);
 }
 
-void StepLauncher::linear_dx(const char* what, void* dx, const void* dy, const void* w, int out, int in) {
-  gemm(what, static_cast<int>(rows), in, out, dy, false, out, w, false, in, dx, in, false, 0.0f);
+void StepLauncher::linear_dx(const char* what, void* dx, const void* dy, const void* w, int out, int in,
+                             const void* gelu_pre) {
+  gemm(what, static_cast<int>(rows), in, out, dy, false, out, w, false, in, dx, in, false, 0.0f,
+       gelu_pre != nullptr ? blublas::Epilogue::kGeluGrad : blublas::Epilogue::kNone, nullptr,
+       const_cast<void*>(gelu_pre));
 }
 
 void StepLauncher::linear_dw(const char* what, float* dw, float* dbias, const void* dy, const void* x, int out,

@@ -49,8 +49,9 @@ struct StepLauncher {
   // y[rows, out] = x[rows, in] W^T (+ bias; kBiasGelu: y = gelu(pre), aux = pre).
   void linear(const char* what, void* y, const void* x, const void* w, const void* bias, int out, int in,
               blublas::Epilogue epilogue = blublas::Epilogue::kBias, void* aux = nullptr);
-  // dx[rows, in] = dy[rows, out] W.
-  void linear_dx(const char* what, void* dx, const void* dy, const void* w, int out, int in);
+  // dx[rows, in] = dy[rows, out] W; with gelu_pre, dx = (dy W) * gelu'(gelu_pre) (kGeluGrad).
+  void linear_dx(const char* what, void* dx, const void* dy, const void* w, int out, int in,
+                 const void* gelu_pre = nullptr);
   // dW[out, in] (+)= dy^T x and dbias[out] (+)= colsum(dy): overwrite when `first`, else add.
   void linear_dw(const char* what, float* dw, float* dbias, const void* dy, const void* x, int out, int in,
                  bool first);
