@@ -42,7 +42,7 @@ struct FusedStepOptions {
   std::string recompute = "gelu";    // none | gelu | layernorm | block (activation_plan.h)
   std::string attention = "auto";    // fp32 only: strict (SIMT FMA) | 3xtf32 | auto
   bool use_graph = true;             // capture the step as CUDA graph(s) (false: eager launches)
-  int64_t logits_chunk_rows = 0;     // 0 = auto (8192 rows, at most B*T)
+  int64_t logits_chunk_rows = 0;     // 0 = auto (~800 MiB of logits: 8192 rows bf16, 4096 f32)
   double grad_clip = 1.0;            // global-norm clipping (0 = off)
   AdamWConfig adamw;
 };

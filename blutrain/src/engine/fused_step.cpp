@@ -58,9 +58,12 @@ struct FusedGPT2Step::Impl {
   blu::cuda::Stream stream;
   StepLauncher L;
   Recompute recompute = Recompute::kGelu;
-  // The GELU backward as the fc_proj dX GEMM's epilogue (blublas Epilogue::kGeluGrad); the
-  // separate elementwise kernel stays for A/B timing (BLUTRAIN_GELU_GRAD_EPILOGUE=0).
-  bool gelu_grad_epilogue = true;
+  // The GELU backward as the fc_proj dX GEMM's epilogue (blublas Epilogue::kGeluGrad) instead of
+  // the elementwise kernel: off by default, measured slower (H100, run 3: the fused GEMM took
+  // 7.95 ms per bf16 step against 1.74 + 1.0 ms for the GEMM and the kernel; 34.1 against 29.8 ms
+  // in strict fp32): reading aux goes through the generic per-element epilogue, not the sm90
+  // TMA-store path. BLUTRAIN_GELU_GRAD_EPILOGUE=1 turns it on for A/B timing.
+  bool gelu_grad_epilogue = false;
   ActivationPlan plan;
   std::string attention_name;
 
@@ -165,7 +168,7 @@ void FusedGPT2Step::Impl::setup() {
   BLU_CHECK(head_dim == 64 || head_dim == 128, "fused GPT-2 step: head dim ", head_dim,
             " (the fused attention takes 64 or 128)");
   recompute = parse_recompute(o.recompute);
-  if (const char* v = std::getenv("BLUTRAIN_GELU_GRAD_EPILOGUE")) gelu_grad_epilogue = std::string(v) != "0";
+  if (const char* v = std::getenv("BLUTRAIN_GELU_GRAD_EPILOGUE")) gelu_grad_epilogue = std::string(v) == "1";
   stream = blu::cuda::Stream::create(device);
   blu::cuda::StreamGuard guard(stream.get(), device);
 
@@ -216,9 +219,11 @@ void FusedGPT2Step::Impl::setup() {
   pin.seq_len = o.seq_len;
   pin.act_bytes = es;
   pin.recompute = recompute;
-  // 8192 rows: measured 1% faster than 4096 for +0.38 GiB in bf16 (bench/NOTES.md, fused step).
-  pin.logits_chunk_rows = o.logits_chunk_rows > 0 ? std::min<int64_t>(o.logits_chunk_rows, L.rows)
-                                                  : std::min<int64_t>(8192, L.rows);
+  // Auto: chunks of ~800 MiB of logits (8192 rows in bf16, 4096 in f32 at GPT-2's vocabulary):
+  // 8192 bf16 rows measured 1% faster than 4096 for +0.38 GiB (bench/NOTES.md, fused step).
+  const int64_t auto_rows = std::max<int64_t>(
+      1024, (int64_t{800} << 20) / (static_cast<int64_t>(cfg.padded_vocab) * static_cast<int64_t>(es)) / 1024 * 1024);
+  pin.logits_chunk_rows = std::min<int64_t>(o.logits_chunk_rows > 0 ? o.logits_chunk_rows : auto_rows, L.rows);
   plan = plan_activations(pin);
   arena = device_bytes(plan.total_bytes, device);
   tokens = device_bytes(static_cast<std::size_t>(L.rows) * 2 * sizeof(int32_t), device);
