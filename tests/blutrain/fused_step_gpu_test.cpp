@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -223,6 +224,46 @@ TEST(FusedStep, OutOfRangeTokenIsAClearError) {
     FAIL() << "expected an error";
   } catch (const blu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("input token id"), std::string::npos) << e.what();
+  }
+}
+
+// The precision logger (Note [Precision logger]): names and shapes, the residual stream entering
+// block 0 equals wte[token] + wpe[position] exactly (fp32), gradients are the gradient() views,
+// and a buffer the recompute mode does not keep is a clear error.
+TEST(FusedStep, DumpNamedActivationsAndGradients) {
+  BLU_REQUIRE_GPU();
+  ModelAndOptimizer s(5);
+  const std::vector<float> wte = host(*s.opt.params()[0].tensor), wpe = host(*s.opt.params()[1].tensor);
+  FusedStepOptions o = options(Precision::kFp32);
+  o.recompute = "none";
+  FusedGPT2Step step(s.model, s.opt, o);
+  std::vector<Batch> batches = {random_batch(2, 64, 51)};
+  size_t next = 0;
+  (void)step.step(stage_from(batches, &next), 1e-4);
+  const std::map<std::string, Tensor> d = step.dump({"h.0.*", "grad.wte.weight", "ln_f"});
+  EXPECT_EQ(d.size(), 10u);
+  ASSERT_TRUE(d.count("h.0.x") && d.count("h.0.attn.qkv") && d.count("grad.wte.weight") && d.count("ln_f"));
+  EXPECT_EQ(d.at("h.0.attn.qkv").sizes(), (Shape{2, 64, 3 * 128}));
+  const std::vector<float> x = host(d.at("h.0.x"));
+  const int C = 128;
+  for (int r = 0; r < 2 * 64; ++r) {
+    const int tok = batches[0].x[static_cast<size_t>(r)], t = r % 64;
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(x[size_t(r) * C + c], wte[size_t(tok) * C + c] + wpe[size_t(t) * C + c]) << r << " " << c;
+    }
+  }
+  EXPECT_EQ(host(d.at("grad.wte.weight")), host(step.gradient(0)));
+  EXPECT_THROW((void)step.dump({"h.0.nothing"}), blu::Error);
+
+  ModelAndOptimizer s2(5);
+  FusedGPT2Step gelu_mode(s2.model, s2.opt, options(Precision::kFp32));
+  next = 0;
+  (void)gelu_mode.step(stage_from(batches, &next), 1e-4);
+  try {
+    (void)gelu_mode.dump({"h.1.mlp.gelu"});
+    FAIL() << "expected an error";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--recompute"), std::string::npos) << e.what();
   }
 }
 

@@ -30,6 +30,9 @@ struct TrainConfig {
   std::string init_from = "";      // initial weights: a Hugging Face GPT-2 safetensors file
   int64_t profile_step = 0;        // trace the kernels of this step (CUPTI), 0 = none
   std::string profile_json = "";   // where the trace's per-family breakdown goes
+  std::string dump = "";           // fused: activations / gradients to write (Note [Precision logger])
+  int64_t dump_step = 1;           // ... after this step (1-based)
+  std::string dump_file = "";      // ... to this safetensors file ("" = <out-dir>/dump_step<N>.safetensors)
   // data
   std::string data = "brown";      // "brown" (embedded corpus), "synthetic", or a shard directory
   std::string data_name = "";      // shard prefix in that directory (<name>_train_*.bin); "" = detect

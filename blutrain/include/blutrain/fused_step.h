@@ -26,8 +26,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "blutrain/gpt2.h"
 #include "blutrain/optimizer.h"
@@ -77,6 +79,17 @@ class FusedGPT2Step {
   // The gradient of the optimizer's parameter `index` (its params() order) left by the last
   // step, before clipping: an f32 view of the flat gradient buffer, shaped like the parameter.
   Tensor gradient(int index) const;
+
+  // Note [Precision logger]
+  // Activations and gradients of the last step by name, for tracing a numerical divergence to its
+  // op: "h.<l>.x" (residual stream into block l), "h.<l>.ln_1", "h.<l>.attn.qkv", "h.<l>.attn.y"
+  // (attention output), "h.<l>.x2" (x + attention), "h.<l>.ln_2", "h.<l>.mlp.pre" (the GELU
+  // input), "h.<l>.mlp.gelu", "x_final", "ln_f", and "grad.<parameter name>" (Hugging Face names,
+  // our [out, in] layout). A pattern ending in '*' matches every name with that prefix
+  // ("grad.*", "h.3.*"). Activations of the last micro-batch; a buffer that the recompute mode
+  // does not keep per layer is refused with a clear error. Values are in the compute dtype.
+  std::vector<std::string> dump_names() const;
+  std::map<std::string, Tensor> dump(const std::vector<std::string>& patterns) const;
 
   // The next step runs eagerly with an event after every launch (Note [Op timing]); afterwards
   // timing_json() holds its per-op and per-family device times (ms) and launch counts.

@@ -600,6 +600,85 @@ void FusedGPT2Step::Impl::finish_timing(cudaEvent_t start, double wall_ms) {
 void FusedGPT2Step::time_next_step() { impl_->time_next = true; }
 const std::string& FusedGPT2Step::timing_json() const { return impl_->timing_json; }
 
+namespace {
+bool matches(const std::string& name, const std::string& pattern) {
+  if (!pattern.empty() && pattern.back() == '*') return name.rfind(pattern.substr(0, pattern.size() - 1), 0) == 0;
+  return name == pattern;
+}
+}  // namespace
+
+std::vector<std::string> FusedGPT2Step::dump_names() const {
+  const Impl& s = *impl_;
+  std::vector<std::string> names;
+  for (int l = 0; l < s.cfg.n_layer; ++l) {
+    for (const char* n : {"x", "ln_1", "attn.qkv", "attn.y", "x2", "ln_2", "mlp.pre", "mlp.gelu"}) {
+      names.push_back("h." + std::to_string(l) + "." + n);
+    }
+  }
+  names.push_back("x_final");
+  names.push_back("ln_f");
+  for (const NamedParam& p : s.opt.params()) names.push_back("grad." + p.name);
+  return names;
+}
+
+std::map<std::string, Tensor> FusedGPT2Step::dump(const std::vector<std::string>& patterns) const {
+  const Impl& s = *impl_;
+  BLU_CUDA_CHECK(cudaStreamSynchronize(s.stream.get()));
+  const int64_t C = s.cfg.n_embd;
+  const DType dt = s.L.act == blublas::Dtype::kBF16 ? kBFloat16 : kFloat32;
+  // Offsets used by more than one layer are shared slots (Note [Activation arena]).
+  std::map<std::size_t, int> uses;
+  for (const LayerBuffers& b : s.plan.layers) {
+    for (std::size_t off : {b.x, b.ln1, b.qkv, b.atty, b.x2, b.ln2, b.pre, b.gelu}) ++uses[off];
+  }
+  auto activation = [&](std::size_t off, int64_t width, const std::string& name) {
+    BLU_CHECK(s.cfg.n_layer == 1 || uses[off] <= 1, "--dump ", name, ": not kept per layer under --recompute ",
+              recompute_name(s.recompute), " (use --recompute none)");
+    return from_blob(s.act(off), {s.L.batch, s.L.seq_len, width}, TensorOptions(dt).device(Device::cuda(s.device)))
+        .to(kCPU);
+  };
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : dump_names()) {
+    bool want = false;
+    for (const std::string& p : patterns) want = want || matches(name, p);
+    if (!want) continue;
+    if (name.rfind("grad.", 0) == 0) {
+      const std::vector<NamedParam>& list = s.opt.params();
+      for (size_t i = 0; i < list.size(); ++i) {
+        if ("grad." + list[i].name == name) out[name] = gradient(static_cast<int>(i)).to(kCPU);
+      }
+      continue;
+    }
+    if (name == "x_final") {
+      out[name] = activation(s.plan.x_final, C, name);
+      continue;
+    }
+    if (name == "ln_f") {
+      out[name] = activation(s.plan.lnf, C, name);
+      continue;
+    }
+    const size_t dot = name.find('.', 2);
+    const int l = std::stoi(name.substr(2, dot - 2));
+    const std::string what = name.substr(dot + 1);
+    const LayerBuffers& b = s.plan.layers[static_cast<size_t>(l)];
+    if (what == "x") out[name] = activation(b.x, C, name);
+    if (what == "ln_1") out[name] = activation(b.ln1, C, name);
+    if (what == "attn.qkv") out[name] = activation(b.qkv, 3 * C, name);
+    if (what == "attn.y") out[name] = activation(b.atty, C, name);
+    if (what == "x2") out[name] = activation(b.x2, C, name);
+    if (what == "ln_2") out[name] = activation(b.ln2, C, name);
+    if (what == "mlp.pre") out[name] = activation(b.pre, 4 * C, name);
+    if (what == "mlp.gelu") out[name] = activation(b.gelu, 4 * C, name);
+  }
+  for (const std::string& p : patterns) {
+    bool any = false;
+    for (const auto& kv : out) any = any || matches(kv.first, p);
+    BLU_CHECK(any, "--dump: no activation or gradient named '", p, "' (names: h.<layer>.{x, ln_1, attn.qkv, attn.y, ",
+              "x2, ln_2, mlp.pre, mlp.gelu}, x_final, ln_f, grad.<parameter>; a trailing * matches a prefix)");
+  }
+  return out;
+}
+
 cudaStream_t FusedGPT2Step::stream() const { return impl_->stream.get(); }
 
 int64_t FusedGPT2Step::launches_per_step() const { return impl_->launches_per_step; }

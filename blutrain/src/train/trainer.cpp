@@ -14,6 +14,7 @@
 #include "blutensor/cuda_allocator.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/ops.h"
+#include "blutensor/safetensors.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
@@ -259,6 +260,24 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (fused && !cfg.dump.empty() && step + 1 == cfg.dump_step) {
+      std::vector<std::string> patterns;
+      std::string item;
+      for (char ch : cfg.dump + ",") {
+        if (ch == ',') {
+          if (!item.empty()) patterns.push_back(item);
+          item.clear();
+        } else if (ch != ' ') {
+          item += ch;
+        }
+      }
+      const std::string path = cfg.dump_file.empty()
+                                   ? cfg.out_dir + "/dump_step" + std::to_string(cfg.dump_step) + ".safetensors"
+                                   : cfg.dump_file;
+      const std::map<std::string, Tensor> values = fused->dump(patterns);
+      save_safetensors(path, values, {{"step", std::to_string(cfg.dump_step)}, {"precision", cfg.precision}});
+      out << "dumped " << values.size() << " tensors of step " << cfg.dump_step << " to " << path << "\n";
+    }
     if (profiling && fused) {
       const std::string path = cfg.profile_json.empty() ? cfg.out_dir + "/profile.json" : cfg.profile_json;
       write_file_atomic(path, fused->timing_json() + "\n");
