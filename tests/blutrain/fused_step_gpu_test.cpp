@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -264,6 +265,37 @@ TEST(FusedStep, DumpNamedActivationsAndGradients) {
     FAIL() << "expected an error";
   } catch (const blu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("--recompute"), std::string::npos) << e.what();
+  }
+}
+
+// Weight gradients on the side stream (Note [Weight gradients on a side stream]) give the same
+// bits as the serial order, with and without gradient accumulation.
+TEST(FusedStep, SideStreamIsBitwiseSerial) {
+  BLU_REQUIRE_GPU();
+  std::vector<Batch> batches = {random_batch(2, 64, 61), random_batch(2, 64, 62)};
+  auto run = [&](bool side, int64_t accum) {
+    setenv("BLUTRAIN_SIDE_STREAM", side ? "1" : "0", 1);
+    ModelAndOptimizer s(99);
+    FusedStepOptions o = options(Precision::kBf16);
+    o.accum_steps = accum;
+    o.recompute = accum == 1 ? "layernorm" : "gelu";
+    FusedGPT2Step step(s.model, s.opt, o);
+    unsetenv("BLUTRAIN_SIDE_STREAM");
+    size_t next = 0;
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(step.step(stage_from(batches, &next), 3e-4).loss);
+    std::vector<std::vector<float>> out;
+    for (const NamedParam& p : s.opt.params()) out.push_back(host(*p.tensor));
+    for (size_t i = 0; i < s.opt.params().size(); ++i) out.push_back(host(step.gradient(int(i))));
+    return std::make_pair(losses, out);
+  };
+  for (int64_t accum : {1, 2}) {
+    SCOPED_TRACE("accum " + std::to_string(accum));
+    const auto serial = run(false, accum), side = run(true, accum);
+    EXPECT_EQ(serial.first, side.first);
+    for (size_t i = 0; i < serial.second.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(serial.second[i].data(), side.second[i].data(), serial.second[i].size() * 4)) << i;
+    }
   }
 }
 

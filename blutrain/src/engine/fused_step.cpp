@@ -57,6 +57,29 @@ struct FusedGPT2Step::Impl {
   int device = 0;
   blu::cuda::Stream stream;
   StepLauncher L;
+  // Weight gradients on a side stream (Note [Weight gradients on a side stream]).
+  blu::cuda::Stream side;
+  StepLauncher W;
+  bool side_on = false;
+  std::vector<cudaEvent_t> events;
+  size_t next_event = 0;
+  Tensor workspace_side;
+  StepLauncher& WL() { return side_on ? W : L; }
+  cudaEvent_t record(cudaStream_t s) {
+    cudaEvent_t e = events[next_event++ % events.size()];
+    cuda_check(cudaEventRecord(e, s), "cudaEventRecord");
+    return e;
+  }
+  // The side stream continues after all work issued so far on the main stream.
+  void fork() {
+    if (side_on) cuda_check(cudaStreamWaitEvent(side.get(), record(stream.get()), 0), "cudaStreamWaitEvent");
+  }
+  // A mark after the side work issued so far (null when everything runs on the main stream).
+  cudaEvent_t side_mark() { return side_on ? record(side.get()) : nullptr; }
+  void main_wait(cudaEvent_t e) {
+    if (e != nullptr) cuda_check(cudaStreamWaitEvent(stream.get(), e, 0), "cudaStreamWaitEvent");
+  }
+  cudaEvent_t ev_qkv_dw = nullptr;  // the last qkv weight gradient (reads dbig and ln1)
   Recompute recompute = Recompute::kGelu;
   // The GELU backward as the fc_proj dX GEMM's epilogue (blublas Epilogue::kGeluGrad) instead of
   // the elementwise kernel: off by default, measured slower (H100, run 3: the fused GEMM took
@@ -91,6 +114,7 @@ struct FusedGPT2Step::Impl {
   int64_t steps_done = 0;
   int64_t launches_per_step = 0;
   bool time_next = false;
+  bool side_enabled = false;
   std::string timing_json;
 
   void finish_timing(cudaEvent_t start, double wall_ms);
@@ -265,6 +289,17 @@ void FusedGPT2Step::Impl::setup() {
   L.workspace_bytes = std::max<std::size_t>(L.workspace_needed, 256);
   workspace = device_bytes(L.workspace_bytes, device);
   L.workspace = workspace.data_ptr();
+  // The side stream gets its own workspace (split-K partials and bias-gradient partials of
+  // concurrent GEMMs must not share one).
+  side = blu::cuda::Stream::create(device);
+  W = L;
+  W.stream = side.get();
+  workspace_side = device_bytes(L.workspace_bytes, device);
+  W.workspace = workspace_side.data_ptr();
+  events.resize(static_cast<size_t>(16 * cfg.n_layer + 64));  // never reused within one pass
+  for (cudaEvent_t& e : events) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  side_enabled = true;
+  if (const char* v = std::getenv("BLUTRAIN_SIDE_STREAM")) side_enabled = std::string(v) != "0";
   cuda_check(cudaStreamSynchronize(stream.get()), "setup");
 }
 
@@ -318,17 +353,22 @@ void FusedGPT2Step::Impl::classifier(bool first) {
   const int64_t R = plan.in.logits_chunk_rows;
   const double total_rows = static_cast<double>(L.rows) * static_cast<double>(o.accum_steps);
   const std::size_t es = L.act_size();
+  cudaEvent_t ev_lm_dw = nullptr;  // the previous chunk's weight gradient reads the logits buffer
   for (int64_t r0 = 0; r0 < L.rows; r0 += R) {
     const int n = static_cast<int>(std::min<int64_t>(R, L.rows - r0));
     const void* x = static_cast<const char*>(act(plan.lnf)) + static_cast<std::size_t>(r0) * C * es;
     void* dx = static_cast<char*>(act(plan.tmp)) + static_cast<std::size_t>(r0) * C * es;
     void* logits = act(plan.logits);
+    main_wait(ev_lm_dw);
     L.gemm("lm head", n, V, C, x, false, C, w(wte), true, C, logits, V, false, 0.0f, blublas::Epilogue::kBias,
            mask.data_ptr());
     L.cross_entropy(f32(plan.row_losses) + r0, logits, targets() + r0, n, V, static_cast<float>(n / total_rows),
                     &d_readback()->target_error);
+    fork();
+    WL().gemm("lm head dw", V, C, n, logits, true, V, x, false, C, g(wte), C, true,
+              first && r0 == 0 ? 0.0f : 1.0f);
+    ev_lm_dw = side_mark();
     L.gemm("lm head dx", n, C, V, logits, false, V, w(wte), false, C, dx, C, false, 0.0f);
-    L.gemm("lm head dw", V, C, n, logits, true, V, x, false, C, g(wte), C, true, first && r0 == 0 ? 0.0f : 1.0f);
   }
   L.column_sum(&d_readback()->loss_sum, f32(plan.row_losses), L.rows, 1, blublas::Dtype::kF32, !first);
 }
@@ -343,10 +383,25 @@ void FusedGPT2Step::Impl::backward(bool first) {
   classifier(first);
   L.layernorm_backward(act(plan.dres), g(lnf_w), g(lnf_b), act(plan.tmp), act(plan.x_final), f32(plan.lnf_mean),
                        f32(plan.lnf_rstd), w(lnf_w), false, !first);
+  ev_qkv_dw = nullptr;
   for (int l = cfg.n_layer - 1; l >= 0; --l) block_backward(l, first);
+  main_wait(side_mark());  // join: every weight gradient is done (dwte is added to next)
   L.embedding_backward(g(wte), g(wpe), act(plan.dres), inputs(), cfg.vocab_size, &d_readback()->token_error);
 }
 
+// Note [Weight gradients on a side stream]
+// Each weight-gradient GEMM (dW = dY^T X with its bias gradient) depends on its inputs only, and
+// nothing but the optimizer reads its output, so it runs on a second stream, forked from the main
+// stream when its inputs are ready, while the main stream goes on with the data gradients. The
+// skinny dW shapes (M, N <= 3072, K = 16384) leave part of the GPU idle in their last wave of
+// tiles; the concurrent dX GEMMs, LayerNorm and attention kernels fill it. The main stream waits
+// for a dW only before overwriting what it reads (dres before a LayerNorm backward adds into it,
+// dbig before the next GEMM writes it, the logits chunk, the slots of the next block) and joins
+// all of them before the embedding backward (which adds into dwte) and the optimizer. Both
+// streams are captured into the one graph (fork = event record + wait). The side stream has its
+// own workspace. Every kernel keeps its fixed reduction order, so the bits do not change
+// (tested: FusedStep.SideStreamIsBitwiseSerial). Off while sizing and timing ops one by one, and
+// with BLUTRAIN_SIDE_STREAM=0.
 // dres holds d x[l+1] on entry and d x[l] on exit.
 void FusedGPT2Step::Impl::block_backward(int l, bool first) {
   const LayerBuffers& b = plan.layers[static_cast<size_t>(l)];
@@ -354,6 +409,9 @@ void FusedGPT2Step::Impl::block_backward(int l, bool first) {
   void* dres = act(plan.dres);
   void* dtmp = act(plan.tmp);
   void* dbig = act(plan.dbig);
+  // Everything below overwrites dbig or a slot that the previous block's qkv weight gradient
+  // (the last side-stream op so far) reads.
+  main_wait(ev_qkv_dw);
   if (recompute == Recompute::kBlock) {
     block_forward(l, true);
   } else {
@@ -363,26 +421,37 @@ void FusedGPT2Step::Impl::block_backward(int l, bool first) {
     if (recompute != Recompute::kNone) L.gelu(act(b.gelu), act(b.pre), 4 * C);
   }
   // MLP: x[l+1] = x2 + fc_proj(gelu(fc(ln2(x2)))).
-  L.linear_dw("fc proj dw", g(P(l, kFpW)), g(P(l, kFpB)), dres, act(b.gelu), C, 4 * C, first);
+  fork();
+  WL().linear_dw("fc proj dw", g(P(l, kFpW)), g(P(l, kFpB)), dres, act(b.gelu), C, 4 * C, first);
+  cudaEvent_t ev_fp_dw = side_mark();  // reads dres
   if (gelu_grad_epilogue) {  // d(pre) straight from the GEMM: (dres W) * gelu'(pre)
     L.linear_dx("fc proj dx + gelu bwd", dbig, dres, w(P(l, kFpW)), C, 4 * C, act(b.pre));
   } else {
     L.linear_dx("fc proj dx", dbig, dres, w(P(l, kFpW)), C, 4 * C);
     L.gelu_backward(dbig, dbig, act(b.pre), 4 * C);
   }
-  L.linear_dw("fc dw", g(P(l, kFcW)), g(P(l, kFcB)), dbig, act(b.ln2), 4 * C, C, first);
+  fork();
+  WL().linear_dw("fc dw", g(P(l, kFcW)), g(P(l, kFcB)), dbig, act(b.ln2), 4 * C, C, first);
+  cudaEvent_t ev_fc_dw = side_mark();  // reads dbig
   L.linear_dx("fc dx", dtmp, dbig, w(P(l, kFcW)), 4 * C, C);
+  main_wait(ev_fp_dw);  // the LayerNorm backward adds into dres
   L.layernorm_backward(dres, g(P(l, kLn2W)), g(P(l, kLn2B)), dtmp, act(b.x2), f32(b.ln2_mean), f32(b.ln2_rstd),
                        w(P(l, kLn2W)), true, !first);
   // Attention: x2 = x + proj(attn(qkv(ln1(x)))).
-  L.linear_dw("attn proj dw", g(P(l, kProjW)), g(P(l, kProjB)), dres, act(b.atty), C, C, first);
+  fork();
+  WL().linear_dw("attn proj dw", g(P(l, kProjW)), g(P(l, kProjB)), dres, act(b.atty), C, C, first);
+  cudaEvent_t ev_ap_dw = side_mark();  // reads dres
   L.linear_dx("attn proj dx", dtmp, dres, w(P(l, kProjW)), C, C);
+  main_wait(ev_fc_dw);  // the attention backward overwrites dbig
   L.attention_backward(act(b.qkv), act(b.atty), f32(b.lse), dtmp, dbig);
   if (recompute == Recompute::kLayerNorm) {
     L.layernorm(act(b.ln1), nullptr, nullptr, nullptr, act(b.x), nullptr, w(P(l, kLn1W)), w(P(l, kLn1B)));
   }
-  L.linear_dw("qkv dw", g(P(l, kQkvW)), g(P(l, kQkvB)), dbig, act(b.ln1), 3 * C, C, first);
+  fork();
+  WL().linear_dw("qkv dw", g(P(l, kQkvW)), g(P(l, kQkvB)), dbig, act(b.ln1), 3 * C, C, first);
+  ev_qkv_dw = side_mark();  // reads dbig and ln1
   L.linear_dx("qkv dx", dtmp, dbig, w(P(l, kQkvW)), 3 * C, C);
+  main_wait(ev_ap_dw);  // the LayerNorm backward adds into dres
   L.layernorm_backward(dres, g(P(l, kLn1W)), g(P(l, kLn1B)), dtmp, act(b.x), f32(b.ln1_mean), f32(b.ln1_rstd),
                        w(P(l, kLn1W)), true, !first);
 }
@@ -407,6 +476,9 @@ void FusedGPT2Step::Impl::optimizer() {
 }
 
 void FusedGPT2Step::Impl::run_part(Part part) {
+  // The side stream is off while sizing (setup) and while timing ops one by one.
+  side_on = side_enabled && !L.sizing && !L.timing;
+  next_event = 0;
   switch (part) {
     case kFirst:
       forward();
@@ -465,6 +537,8 @@ FusedGPT2Step::FusedGPT2Step(GPT2& model, AdamW& optimizer, const FusedStepOptio
 FusedGPT2Step::~FusedGPT2Step() {
   Impl& s = *impl_;
   if (s.stream.get() != nullptr) (void)cudaStreamSynchronize(s.stream.get());
+  if (s.side.get() != nullptr) (void)cudaStreamSynchronize(s.side.get());
+  for (cudaEvent_t e : s.events) (void)cudaEventDestroy(e);
   for (cudaGraphExec_t& e : s.graphs) {
     if (e != nullptr) (void)cudaGraphExecDestroy(e);
   }
@@ -495,7 +569,7 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
   blu::cuda::stream_wait_stream(s.stream.get(), nullptr);
   const int64_t t = s.opt.step_count() + 1;
   *s.h_scalars = blublas::adamw_step_scalars(lr, s.o.adamw.beta1, s.o.adamw.beta2, static_cast<int>(t));
-  const int64_t launches_before = s.L.launches;
+  const int64_t launches_before = s.L.launches + s.W.launches;
   cudaEvent_t timing_start = nullptr;
   if (s.time_next) {
     s.L.timing = true;
@@ -508,7 +582,7 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
     s.launch(micro == 0 ? Impl::kFirst : Impl::kRest);
   }
   if (s.o.accum_steps > 1) s.launch(Impl::kOptim);
-  if (s.steps_done == 0) s.launches_per_step = s.L.launches - launches_before;
+  if (s.steps_done == 0) s.launches_per_step = s.L.launches + s.W.launches - launches_before;
   cuda_check(cudaMemcpyAsync(s.h_readback, s.d_readback(), sizeof(Readback), cudaMemcpyDeviceToHost, s.stream.get()),
              "reading the loss");
   cuda_check(cudaStreamSynchronize(s.stream.get()), "the training step");
