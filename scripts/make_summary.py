@@ -54,6 +54,13 @@ def main():
         if f"kernels.{k}.GBs" in metrics and theirs:
             metrics[f"kernels.{k}.ratio_vs_torch"] = metrics[f"kernels.{k}.GBs"] / max(theirs)
 
+    # End to end (bench/e2e/run_e2e.py writes these itself; derived again here when the blutrain
+    # and PyTorch numbers came from separate files of the same call).
+    for mode in ("fp32", "tf32", "bf16"):
+        for fw in ("torch_eager", "torch_compile"):
+            ratio(f"e2e.{mode}.ratio_vs_{fw}", f"e2e.{mode}.tok_s", f"e2e.{mode}.{fw}.tok_s")
+            ratio(f"e2e.{mode}.peak_ratio_vs_{fw}", f"e2e.{mode}.peak_gib", f"e2e.{mode}.{fw}.peak_gib")
+
     commit = os.environ.get("BLU_COMMIT") or git("rev-parse", "HEAD") or "unknown"
     dirty_env = os.environ.get("BLU_DIRTY")
     if dirty_env is not None:
@@ -84,7 +91,8 @@ def main():
             continue
         before = old.get(k)
         flag = ""
-        higher_better = any(s in k for s in ("ratio", "tflops", "tok_s", "fraction", "GBs", "agree"))
+        higher_better = any(s in k for s in ("ratio", "tflops", "tok_s", "fraction", "GBs", "agree")) \
+            and not any(s in k for s in ("peak_ratio", "used_ratio", "loss_diff"))
         if before and higher_better and v < 0.95 * before:
             flag = "  REGRESSION"
         b = f"{before:10.4g}" if isinstance(before, (int, float)) else f"{'-':>10s}"

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""torch_gpt2_train.py: the project's own PyTorch GPT-2 trainer, the reference blutrain races.
+
+Stock modules only (nn.Linear, nn.LayerNorm, nn.Embedding, F.scaled_dot_product_attention with
+is_causal=True, F.gelu(approximate="tanh"), F.cross_entropy, fused torch.optim.AdamW), GPT-2 init,
+weight tying, and blutrain's defaults (blutrain/src/train/config.cpp, optimizer.cpp): lr 6e-4,
+min lr 0.1x by cosine after a linear warm-up, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the
+2-D weights only (wte, wpe, linear weights), global grad-norm clip 1.0.
+
+Note [Padded vocabulary, PyTorch side]
+As blutrain (blutrain/include/blutrain/gpt2.h), wte has 50304 rows (50257 real), the head is tied
+to it and produces 50304 logits. blutrain masks the 47 padded columns to -1e30; here the loss reads
+logits[..., :50257] (the same loss; the padded rows get exactly zero gradient either way), so
+losses and gradients are those of the 50257-token model in both programs.
+
+Note [Same batches as blutrain]
+--data DIR reads llm.c shards exactly as blutrain's DataLoader (world size 1): the *_train_*.bin
+files of the one prefix in DIR sorted by path; a cursor starts at token 0 of shard 0; a batch is
+tokens [pos, pos + B*T] (inputs [pos, pos+B*T), targets shifted by one); pos += B*T, and when
+pos + B*T + 1 exceeds the shard it moves to the next shard (wrapping to the first).
+
+Modes: fp32 (TF32 off for matmul and cuDNN), tf32 (on), bf16 (autocast bf16, fp32 master
+weights). --compile wraps the model in torch.compile. Writes --json: per-step losses, median step
+time after --warmup steps, tok/s, max_memory_allocated, device memory in use (total - free), and
+the warm-up (compile) time kept apart from tok/s. --profile-step K: torch.profiler trace of step
+K (1-based, as blutrain's --profile-step) grouped into kernel families (kernel_families.py).
+"""
+import argparse, glob, json, math, os, statistics, sys, tempfile, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_families import breakdown  # noqa: E402
+from shards import ShardLoader  # noqa: E402
+
+VOCAB, PADDED_VOCAB = 50257, 50304
+MODELS = {"tiny": (4, 4, 128, 256), "d12": (12, 12, 768, 1024), "d24": (24, 16, 1024, 1024),
+          "d36": (36, 20, 1280, 1024), "d48": (48, 25, 1600, 1024)}
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.H = H
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.attn_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, n_layer, n_head, C, block_size):
+        super().__init__()
+        self.wte = nn.Embedding(PADDED_VOCAB, C)
+        self.wpe = nn.Embedding(block_size, C)
+        self.h = nn.ModuleList(Block(C, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.lm_head = nn.Linear(C, PADDED_VOCAB, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+        self.register_buffer("pos", torch.arange(block_size), persistent=False)
+        self.n_layer = n_layer
+
+    def init_gpt2(self, seed):
+        # blutrain's GPT2::init_weights: N(0, 0.02); the c_proj weights N(0, 0.02/sqrt(2L)); biases 0,
+        # LayerNorm weights 1; the padded embedding rows exactly 0.
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        std_res = 0.02 / math.sqrt(2.0 * self.n_layer)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "ln_" in name and name.endswith(".weight"):
+                    p.fill_(1.0)
+                elif p.dim() == 1:
+                    p.zero_()
+                else:
+                    std = std_res if name.endswith(("attn_proj.weight", "mlp_proj.weight")) else 0.02
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+            self.wte.weight[VOCAB:].zero_()
+
+    def load_hf(self, path):
+        """Hugging Face GPT-2 names (optionally 'transformer.'-prefixed); Conv1D weights [in, out]."""
+        from safetensors.torch import load_file
+        sd = load_file(path)
+        get = lambda n: (sd[n] if n in sd else sd["transformer." + n]).float()  # noqa: E731
+        hf = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
+        with torch.no_grad():
+            self.wte.weight.zero_()
+            self.wte.weight[:VOCAB].copy_(get("wte.weight"))
+            self.wpe.weight.copy_(get("wpe.weight")[: self.wpe.weight.shape[0]])
+            for i, b in enumerate(self.h):
+                p = f"h.{i}."
+                for ln in ("ln_1", "ln_2"):
+                    getattr(b, ln).weight.copy_(get(p + ln + ".weight"))
+                    getattr(b, ln).bias.copy_(get(p + ln + ".bias"))
+                for hn, ours in hf.items():
+                    lin = getattr(b, ours)
+                    lin.weight.copy_(get(p + hn + ".weight").t())
+                    lin.bias.copy_(get(p + hn + ".bias"))
+            self.ln_f.weight.copy_(get("ln_f.weight"))
+            self.ln_f.bias.copy_(get("ln_f.bias"))
+
+    def save_hf(self, path):
+        """The inverse of load_hf: Hugging Face names, Conv1D [in, out], the 50257 real wte rows."""
+        from safetensors.torch import save_file
+        hf = {"c_attn": "attn.c_attn", "attn_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp_proj": "mlp.c_proj"}
+        out = {"wte.weight": self.wte.weight[:VOCAB], "wpe.weight": self.wpe.weight,
+               "ln_f.weight": self.ln_f.weight, "ln_f.bias": self.ln_f.bias}
+        for i, b in enumerate(self.h):
+            p = f"h.{i}."
+            for ln in ("ln_1", "ln_2"):
+                out[p + ln + ".weight"] = getattr(b, ln).weight
+                out[p + ln + ".bias"] = getattr(b, ln).bias
+            for ours, hn in hf.items():
+                out[p + hn + ".weight"] = getattr(b, ours).weight.t()
+                out[p + hn + ".bias"] = getattr(b, ours).bias
+        save_file({k: v.detach().float().contiguous().cpu() for k, v in out.items()}, path, metadata={"format": "pt"})
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(self.pos[:T])
+        for b in self.h:
+            x = b(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits[..., :VOCAB].reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def learning_rate(step, max_lr, min_lr, warmup, max_steps):
+    """blutrain/src/train/optimizer.cpp learning_rate(), step 0-based."""
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step >= max_steps:
+        return min_lr
+    ratio = (step - warmup) / max(1, max_steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
+def profile_one_step(run_step, wall_ms_out):
+    """Runs run_step() under torch.profiler; returns [(name, start_ms, end_ms)] of its GPU work."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run_step()
+        torch.cuda.synchronize()
+        wall_ms_out.append((time.perf_counter() - t0) * 1e3)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        trace = json.load(open(path))
+    recs = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            name = e.get("name", "?")
+            if e["cat"] != "kernel" and not name.startswith("["):
+                name = f"[{e['cat']}] {name}"
+            recs.append((name, e["ts"] / 1e3, (e["ts"] + e.get("dur", 0)) / 1e3))
+    return recs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="d12", choices=sorted(MODELS))
+    ap.add_argument("--mode", default="bf16", choices=["fp32", "tf32", "bf16"])
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (compile included)")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
+    ap.add_argument("--lr-warmup-steps", type=int, default=5, help="as blutrain --warmup-steps")
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--data", default="synthetic", help="'synthetic' or a directory of llm.c shards")
+    ap.add_argument("--data-name", default="")
+    ap.add_argument("--init-from", default="", help="Hugging Face GPT-2 safetensors")
+    ap.add_argument("--save-init", default="", help="write the GPT-2 init (HF names and layout) here and exit")
+    ap.add_argument("--profile-step", type=int, default=0)
+    ap.add_argument("--profile-json", default="")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    tf32 = a.mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.manual_seed(a.seed)
+
+    L, H, C, ctx = MODELS[a.model]
+    assert a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
+    model = GPT2(L, H, C, ctx)
+    model.init_gpt2(a.seed)
+    if a.init_from:
+        model.load_hf(a.init_from)
+    if a.save_init:
+        model.save_hf(a.save_init)
+        print(f"wrote {a.save_init}")
+        return
+    model.to(dev)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, fused=cuda)
+    fwd = torch.compile(model) if a.compile else model
+    min_lr = a.lr * a.min_lr_ratio
+
+    B, T = a.batch, a.seq
+    if a.data == "synthetic":
+        gen = torch.Generator(device=dev).manual_seed(a.seed)
+        def next_batch():
+            t = torch.randint(0, VOCAB, (B * T + 1,), device=dev, generator=gen)
+            return t[:-1].view(B, T), t[1:].view(B, T)
+    else:
+        loader = ShardLoader(a.data, a.data_name, B, T, VOCAB)
+        def next_batch():
+            x, y = loader.next_batch()
+            return (torch.from_numpy(x).view(B, T).to(dev, non_blocking=True),
+                    torch.from_numpy(y).view(B, T).to(dev, non_blocking=True))
+
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.mode == "bf16")
+    state = {"loss": None}
+
+    def run_step(step):
+        lr = learning_rate(step, a.lr, min_lr, a.lr_warmup_steps, a.steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = next_batch()
+        with amp:
+            loss = fwd(x.long(), y.long())
+        loss.backward()
+        if a.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["loss"] = loss.detach()
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    losses, step_ms, used_max, profile = [], [], 0, None
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t_start = time.perf_counter()
+    for step in range(a.steps):
+        if a.profile_step > 0 and step + 1 == a.profile_step and cuda:
+            wall = []
+            recs = profile_one_step(lambda: run_step(step), wall)
+            profile = breakdown(recs, wall[0])
+            ms = wall[0]
+        else:
+            sync()
+            t0 = time.perf_counter()
+            run_step(step)
+            sync()
+            ms = (time.perf_counter() - t0) * 1e3
+        losses.append(float(state["loss"].item()))
+        step_ms.append(ms)
+        if cuda:
+            free, total = torch.cuda.mem_get_info(dev)
+            used_max = max(used_max, total - free)
+        print(f"step {step + 1}/{a.steps} loss {losses[-1]:.6f} {ms:.1f} ms", flush=True)
+    total_s = time.perf_counter() - t_start
+
+    timed = [ms for i, ms in enumerate(step_ms) if i >= a.warmup and i + 1 != a.profile_step]
+    med = statistics.median(timed) if timed else float("nan")
+    gib = 1024.0 ** 3
+    fw = "torch_compile" if a.compile else "torch_eager"
+    out = {
+        "framework": fw, "mode": a.mode, "model": a.model, "batch": B, "seq": T, "steps": a.steps,
+        "warmup": a.warmup, "data": a.data, "init_from": a.init_from,
+        "hyper": {"lr": a.lr, "min_lr_ratio": a.min_lr_ratio, "lr_warmup_steps": a.lr_warmup_steps,
+                  "weight_decay": a.weight_decay, "betas": [a.beta1, a.beta2], "eps": a.eps,
+                  "grad_clip": a.grad_clip, "seed": a.seed},
+        "losses": losses, "step_ms": step_ms, "median_step_ms": med,
+        "tok_s": B * T / (med / 1e3) if timed else None,
+        "warmup_s": sum(step_ms[: a.warmup]) / 1e3, "total_s": total_s,
+        "peak_gib": torch.cuda.max_memory_allocated(dev) / gib if cuda else None,
+        "device_used_gib": used_max / gib if cuda else None,
+        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
+    }
+    if profile is not None:
+        profile.update({"framework": fw, "mode": a.mode, "step": a.profile_step})
+        out["profile"] = profile
+        if a.profile_json:
+            json.dump(profile, open(a.profile_json, "w"), indent=1)
+    if a.json:
+        json.dump(out, open(a.json, "w"), indent=1)
+    print(json.dumps({k: out[k] for k in ("framework", "mode", "tok_s", "median_step_ms", "peak_gib",
+                                          "device_used_gib", "warmup_s")}))
+
+
+if __name__ == "__main__":
+    main()
