@@ -33,13 +33,17 @@ import json, sys
 a = sys.argv[1:]
 opt = {a[i][2:]: (a[i + 1] if i + 1 < len(a) and not a[i + 1].startswith("--") else "1")
        for i in range(len(a)) if a[i].startswith("--")}
+if "save-init" in opt:
+    open(opt["save-init"], "w").write("fake")
+    sys.exit(0)
 if "compile" in opt and opt["mode"] == "bf16":
     sys.exit("torch.compile: simulated failure")
 rate = {"fp32": 50000.0, "tf32": 150000.0, "bf16": 330000.0}[opt["mode"]] * (1.1 if "compile" in opt else 1)
 ms = 16384 / rate * 1000
 json.dump({"framework": "torch_compile" if "compile" in opt else "torch_eager", "mode": opt["mode"],
            "tok_s": rate, "median_step_ms": ms, "peak_gib": 20.0 if "compile" not in opt else 12.5,
-           "device_used_gib": 21.0, "warmup_s": 1.0, "losses": [11.0] * int(opt["steps"])}, open(opt["json"], "w"))
+           "device_used_gib": 21.0, "warmup_s": 1.0,
+           "losses": [(11 - 0.1 * s) * (1 + (2e-5 if opt["mode"] == "fp32" else 3e-2)) for s in range(int(opt["steps"]))]}, open(opt["json"], "w"))
 '''
 
 
@@ -82,6 +86,17 @@ def main():
         check(r.returncode == 0, "make_summary: " + r.stderr[-500:])
         sm = json.load(open(out))["metrics"]
         check(abs(sm["e2e.tf32.ratio_vs_torch_compile"] - 170000 / 165000) < 1e-6, "summary has e2e ratios")
+        # fidelity.py: generated init + shards, losses compared (fake: fp32 within 1e-4, bf16 not).
+        r = subprocess.run([sys.executable, os.path.join(HERE, "fidelity.py"), "--blutrain", fb, "--out",
+                            os.path.join(d, "fid"), "--results", res, "--steps", "6", "--batch", "2", "--seq", "64",
+                            "--torch-program", ft], capture_output=True, text=True, timeout=120)
+        print(r.stdout[-2000:], r.stderr[-2000:])
+        check(r.returncode == 0, "fidelity.py exit status")
+        f = json.load(open(os.path.join(res, "fidelity_train.json")))["metrics"]
+        check(abs(f["fidelity.fp32.max_rel_loss_diff_6"] - 2e-5) < 1e-9, "fp32 rel diff")
+        check(f["fidelity.fp32.train_pass_6"] == 1 and f["fidelity.bf16.train_pass_6"] == 0, "bounds")
+        check(os.path.getsize(os.path.join(d, "fid", "shards", "rand_train_000000.bin")) == 1024 + 2 * (6 * 128 + 1),
+              "fidelity shard size")
         # Shards: written, read back in blutrain's order.
         sd = os.path.join(d, "shards")
         p = write_random_shards(sd, 10001, seed=5)[0]
