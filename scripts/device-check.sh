@@ -4,11 +4,15 @@
 # check the SASS of the hot kernels, write $OUT/summary.json and one tarball of everything else, and
 # print a short table last (with regressions against the committed bench/results/<gpu>/summary.json).
 #
-#   scripts/device-check.sh [--suite gemm|kernels|tensor|train|all] [--quick] [--no-build]
+#   scripts/device-check.sh [--suite gemm|kernels|tensor|train|e2e|all] [--quick] [--no-build]
 #                           [--no-tests] [--no-bench] [--no-sass] [--no-train] [--archs "90a-real;80"]
 #                           [--tests REGEX]
 # BLU_BENCHES="..." overrides the suite's benchmark list and order.
 # BLU_GEMM_FULL=1 runs gemm_bench in full mode even with --quick (the other benches stay quick).
+# --suite e2e: builds blutrain only, runs the race bench/e2e/run_e2e.py (blutrain vs PyTorch eager and
+# torch.compile, fp32/tf32/bf16) and bench/e2e/fidelity.py (BLU_E2E_STEPS=20, BLU_E2E_PROFILE_STEP=8,
+# BLU_FIDELITY_STEPS=200, BLU_FIDELITY_MODES=fp32,bf16 and BLU_E2E_MODES=fp32,tf32,bf16 (empty: skip), BLU_E2E_TIMEOUT=420,
+# BLU_FIDELITY_TIMEOUT=360, BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags").
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
 # stop every test; spills are listed in the output and local memory is flagged by the SASS check.
@@ -30,7 +34,8 @@ while (($#)); do
     *) echo "device-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$suite" in gemm|kernels|tensor|train|all) ;; *) echo "bad --suite $suite" >&2; exit 2 ;; esac
+case "$suite" in gemm|kernels|tensor|train|e2e|all) ;; *) echo "bad --suite $suite" >&2; exit 2 ;; esac
+[ "$suite" = e2e ] && do_sass=0   # the race wants the CPUs (torch.compile) more than the SASS dump
 
 OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT"
 work=/tmp/blu-device; res=$work/results; logs=$work/logs
@@ -59,6 +64,7 @@ case "$suite" in
            benches="kernels_bench attention_bench" ;;
   tensor)  tests='^blutensor_'; benches="" ;;
   train)   tests='^blutrain_'; benches="" ;;
+  e2e)     tests='^blutrain_kernel_trace'; benches="" ;;
   all)     tests='.'; benches="gemm_bench kernels_bench attention_bench" ;;
 esac
 [ -n "$test_regex" ] && tests=$test_regex
@@ -70,7 +76,8 @@ if ((do_build)); then
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DBLU_CUDA_ARCHS=$archs" \
     -DBLU_WARNINGS_AS_ERRORS=OFF \
     > "$logs/configure.txt" 2>&1 || { tail -30 "$logs/configure.txt"; }
-  timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build $build -j "$(nproc)" -- -k 0 > "$logs/build.txt" 2>&1
+  targets=""; [ "$suite" = e2e ] && targets="--target blutrain-cli blutrain_kernel_trace_test"
+  timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build $build -j "$(nproc)" $targets -- -k 0 > "$logs/build.txt" 2>&1
   build_rc=$?
   grep -E "error|FAILED" "$logs/build.txt" | head -40 > "$logs/build_errors.txt"
   grep -iE "spill" "$logs/build.txt" | grep -v " 0 bytes spill" | sort -u > "$logs/spills.txt"
@@ -157,12 +164,38 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ];
         "$work/interop" "$res/interop.json" > "$logs/interop.txt" 2>&1 \
         || echo "safetensors round trip with PyTorch failed" >> "$logs/bench_failures.txt"
     fi
-    stamp "e2e GPT-2 124M"
-    STEPS=${BLU_E2E_STEPS:-12} timeout "${BLU_E2E_TIMEOUT:-300}" blutrain/tools/e2e.sh "$bin" "$work/e2e" \
-      > "$logs/e2e.txt" 2>&1 || echo "e2e failed rc=$?" >> "$logs/bench_failures.txt"
-    cp "$work/e2e/e2e_summary.json" "$res/" 2>/dev/null
+    if [ "$suite" = train ]; then   # blutrain alone (the race with PyTorch is --suite e2e / all)
+      stamp "e2e GPT-2 124M (blutrain only)"
+      timeout "${BLU_E2E_TIMEOUT:-300}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \
+        --results "$res" --frameworks blutrain --steps "${BLU_E2E_STEPS:-12}" \
+        > "$logs/e2e.txt" 2>&1 || echo "e2e failed rc=$?" >> "$logs/bench_failures.txt"
+    fi
   else
     echo "blutrain not built" >> "$logs/bench_failures.txt"
+  fi
+fi
+
+# The race: GPT-2 124M with blutrain vs PyTorch eager and torch.compile in every precision mode
+# (tok/s, allocator peak, device memory in use, per-kernel-family breakdown of one step), then the
+# per-step loss fidelity from identical weights and shards. e2e.json / fidelity_train.json carry
+# the metrics for make_summary.py; e2e.md/png and fidelity_train.md go into the tarball.
+if ((do_bench)) && ((do_train)) && { [ "$suite" = e2e ] || [ "$suite" = all ]; }; then
+  bin=$build/blutrain/blutrain
+  if [ -n "${BLU_E2E_MODES-fp32,tf32,bf16}" ]; then
+  stamp "e2e race: blutrain vs PyTorch (${BLU_E2E_MODES-fp32,tf32,bf16}, steps ${BLU_E2E_STEPS:-20})"
+  timeout -k 10 "${BLU_E2E_TIMEOUT:-420}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \
+    --results "$res" --modes "${BLU_E2E_MODES-fp32,tf32,bf16}" --steps "${BLU_E2E_STEPS:-20}" --warmup 5 --profile-step "${BLU_E2E_PROFILE_STEP:-8}" \
+    --data "${BLU_E2E_DATA:-synthetic}" --extra-blutrain-args "${BLU_E2E_EXTRA:-}" \
+    > "$logs/e2e.txt" 2>&1 || echo "e2e race failed rc=$?" >> "$logs/bench_failures.txt"
+  pack
+  fi
+  if [ -n "${BLU_FIDELITY_MODES-fp32,bf16}" ]; then
+    stamp "fidelity: ${BLU_FIDELITY_STEPS:-200} steps, ${BLU_FIDELITY_MODES-fp32,bf16}"
+    timeout -k 10 "${BLU_FIDELITY_TIMEOUT:-360}" python3 bench/e2e/fidelity.py --blutrain "$bin" --out "$work/fidelity_train" \
+      --results "$res" --steps "${BLU_FIDELITY_STEPS:-200}" --modes "${BLU_FIDELITY_MODES-fp32,bf16}" \
+      --extra-blutrain-args "${BLU_E2E_EXTRA:-}" > "$logs/fidelity_train.txt" 2>&1 \
+      || echo "fidelity (training) failed rc=$?" >> "$logs/bench_failures.txt"
+    pack
   fi
 fi
 
@@ -177,9 +210,10 @@ gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done
-for b in $benches torch_kernels torch_attention profiler fidelity interop e2e; do
+for b in $benches torch_kernels torch_attention profiler fidelity interop e2e fidelity_train; do
   [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
 done
 [ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }
 stamp "done"
 cat "$logs/summary_table.txt"
+for f in e2e.md fidelity_train.md; do [ -f "$res/$f" ] && { echo; cat "$res/$f"; }; done

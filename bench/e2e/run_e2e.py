@@ -233,16 +233,26 @@ def main():
             if "profile" in rec:
                 json.dump(rec["profile"], open(os.path.join(a.results, f"e2e_profile.{mode}.{fw}.json"), "w"),
                           indent=1)
+            # After every run: a harness killed by its caller's timeout still leaves what it measured.
+            md = write_results(a, runs, modes, config, time.time() - t0, png=False)
+    md = write_results(a, runs, modes, config, time.time() - t0, png=True)
+    print(md)
+
+
+def write_results(a, runs, modes, config, seconds, png):
     metrics = derive_metrics(runs, modes)
     slim = {k: {kk: vv for kk, vv in r.items() if kk not in ("profile", "summary")} for k, r in runs.items()}
-    doc = {"metrics": metrics, "config": config, "runs": slim, "seconds": time.time() - t0}
-    json.dump(doc, open(os.path.join(a.results, "e2e.json"), "w"), indent=1)
+    doc = {"metrics": metrics, "config": config, "runs": slim, "seconds": seconds}
+    tmp = os.path.join(a.results, "e2e.json.tmp")
+    json.dump(doc, open(tmp, "w"), indent=1)
+    os.replace(tmp, os.path.join(a.results, "e2e.json"))
     md = write_md(os.path.join(a.results, "e2e.md"), runs, modes, config)
-    try:
-        write_png(os.path.join(a.results, "e2e.png"), runs, modes, config)
-    except Exception as e:  # matplotlib missing or no display: the numbers matter more
-        print(f"run_e2e: no png: {e}")
-    print(md)
+    if png:
+        try:
+            write_png(os.path.join(a.results, "e2e.png"), runs, modes, config)
+        except Exception as e:  # matplotlib missing: the numbers matter more
+            print(f"run_e2e: no png: {e}")
+    return md
 
 
 if __name__ == "__main__":
