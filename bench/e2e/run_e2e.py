@@ -147,6 +147,7 @@ def run_torch(a, mode, compiled, profile_step=None, steps=None, data=None, init_
            "--lr-warmup-steps", str(a.lr_warmup_steps), "--data", data, "--json", out_json]
     if compiled:
         cmd.append("--compile")
+    cmd += shlex.split(getattr(a, "extra_torch_args", "") or "")
     if profile_step > 0:
         cmd += ["--profile-step", str(profile_step)]
     if init_from:
@@ -189,6 +190,7 @@ def main():
     ap.add_argument("--profile-step", type=int, default=0,
                     help="kernel breakdown of this step (1-based) in every run; 0 = none; left out of tok/s")
     ap.add_argument("--extra-blutrain-args", default="")
+    ap.add_argument("--extra-torch-args", default="", help='e.g. "--head weight"')
     ap.add_argument("--torch-program", default=os.path.join(HERE, "torch_gpt2_train.py"),
                     help="the PyTorch trainer (selftest.py substitutes a fake)")
     ap.add_argument("--timeout-blutrain", type=int, default=150)
@@ -210,6 +212,7 @@ def main():
     config = {"gpu": gpu, "model": a.model, "batch": a.batch, "seq": a.seq, "steps": a.steps,
               "timed_after_warmup": a.warmup, "lr_warmup_steps": a.lr_warmup_steps, "data": a.data,
               "profile_step": a.profile_step, "extra_blutrain_args": a.extra_blutrain_args,
+              "extra_torch_args": a.extra_torch_args,
               "hyper": {"lr": 6e-4, "min_lr_ratio": 0.1, "betas": [0.9, 0.95], "eps": 1e-8,
                         "weight_decay": 0.1, "grad_clip": 1.0},
               "tok_s": "B*T / median step time after the warm-up steps (compile time excluded)",

@@ -13,6 +13,10 @@ to it and produces 50304 logits. blutrain masks the 47 padded columns to -1e30; 
 logits[..., :50257] (the same loss; the padded rows get exactly zero gradient either way), so
 losses and gradients are those of the 50257-token model in both programs.
 
+--head weight instead multiplies by the first 50257 rows of wte (no padded logits at all, an
+unaligned N in the GEMM); measure both when the memory race is close: eager's reshape of the
+sliced logits copies them (+B*T*50257 elements), torch.compile fuses the slice into its loss.
+
 Note [Same batches as blutrain]
 --data DIR reads llm.c shards exactly as blutrain's DataLoader (world size 1): the *_train_*.bin
 files of the one prefix in DIR sorted by path; a cursor starts at token 0 of shard 0; a batch is
@@ -71,6 +75,7 @@ class GPT2(nn.Module):
         self.lm_head.weight = self.wte.weight  # tied
         self.register_buffer("pos", torch.arange(block_size), persistent=False)
         self.n_layer = n_layer
+        self.head = "slice"
 
     def init_gpt2(self, seed):
         # blutrain's GPT2::init_weights: N(0, 0.02); the c_proj weights N(0, 0.02/sqrt(2L)); biases 0,
@@ -131,8 +136,12 @@ class GPT2(nn.Module):
         x = self.wte(idx) + self.wpe(self.pos[:T])
         for b in self.h:
             x = b(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits[..., :VOCAB].reshape(-1, VOCAB), targets.reshape(-1))
+        x = self.ln_f(x)
+        if self.head == "weight":
+            logits = F.linear(x, self.wte.weight[:VOCAB])  # [B, T, 50257]: unaligned N, no logits copy
+        else:
+            logits = self.lm_head(x)[..., :VOCAB]          # aligned GEMM, a strided view of the logits
+        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
 def learning_rate(step, max_lr, min_lr, warmup, max_steps):
@@ -193,6 +202,7 @@ def main():
     ap.add_argument("--profile-step", type=int, default=0)
     ap.add_argument("--profile-json", default="")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--head", default="slice", choices=["slice", "weight"], help="Note [Padded vocabulary, PyTorch side]")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
 
@@ -201,13 +211,14 @@ def main():
     tf32 = a.mode == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    # Only the allow_tf32 switches (PyTorch >= 2.9 refuses a mix of these and the fp32_precision API).
     torch.manual_seed(a.seed)
 
     L, H, C, ctx = MODELS[a.model]
     assert a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
     model = GPT2(L, H, C, ctx)
     model.init_gpt2(a.seed)
+    model.head = a.head
     if a.init_from:
         model.load_hf(a.init_from)
     if a.save_init:
@@ -284,7 +295,7 @@ def main():
     fw = "torch_compile" if a.compile else "torch_eager"
     out = {
         "framework": fw, "mode": a.mode, "model": a.model, "batch": B, "seq": T, "steps": a.steps,
-        "warmup": a.warmup, "data": a.data, "init_from": a.init_from,
+        "warmup": a.warmup, "data": a.data, "init_from": a.init_from, "head": a.head,
         "hyper": {"lr": a.lr, "min_lr_ratio": a.min_lr_ratio, "lr_warmup_steps": a.lr_warmup_steps,
                   "weight_decay": a.weight_decay, "betas": [a.beta1, a.beta2], "eps": a.eps,
                   "grad_clip": a.grad_clip, "seed": a.seed},

@@ -3,6 +3,8 @@
 # synthetic tokens (no corpus needed on the device). Each mode runs STEPS optimizer steps; the
 # trainer reports the median tok/s after 3 warm-up steps and the peak allocated memory. Prints
 # the progress lines, then one JSON object with e2e.<mode>.tok_s and e2e.<mode>.peak_gib.
+# The race against PyTorch (eager, torch.compile) is bench/e2e/run_e2e.py (device-check --suite e2e);
+# this script stays as the blutrain-only quick look.
 # Usage: blutrain/tools/e2e.sh [path/to/blutrain] [out_dir]   (env: STEPS=20, MODES="fp32 tf32 bf16")
 set -euo pipefail
 bin="${1:-build/blutrain/blutrain}"

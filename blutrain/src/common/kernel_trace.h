@@ -51,7 +51,8 @@ class KernelTrace {
   // True when built with CUPTI (the library may still fail to start: start() then throws).
   static bool available();
   // Clears the records and starts recording (throws blu::Error when CUPTI refuses, or when another
-  // KernelTrace is recording).
+  // KernelTrace is recording). start() and stop() synchronise the device: call them outside a
+  // stream capture, around the graph launch (graph-launched kernels are recorded).
   void start();
   // Waits for the device, flushes CUPTI's buffers and stops recording.
   void stop();
