@@ -233,9 +233,13 @@ def main():
                 f"{rec.get('tok_s') or 0:,.0f} tok/s, peak {rec.get('peak_gib') or 0:.2f} GiB, " \
                 f"used {rec.get('device_used_gib') or 0:.2f} GiB"
             print(f"[{time.time() - t0:5.0f}s] {mode} {fw}: {msg}", flush=True)
-            if "profile" in rec:
-                json.dump(rec["profile"], open(os.path.join(a.results, f"e2e_profile.{mode}.{fw}.json"), "w"),
-                          indent=1)
+            if isinstance(rec.get("profile"), dict):
+                # make_summary.py merges "metrics" only: the step's totals, not every family.
+                p = rec["profile"]
+                pm = {f"e2e.{mode}.{fw}.profile.{k}": p[k] for k in ("busy_ms", "host_gap_ms", "launches")
+                      if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool)}
+                json.dump({"metrics": pm, "profile": p},
+                          open(os.path.join(a.results, f"e2e_profile.{mode}.{fw}.json"), "w"), indent=1)
             # After every run: a harness killed by its caller's timeout still leaves what it measured.
             md = write_results(a, runs, modes, config, time.time() - t0, png=False)
     md = write_results(a, runs, modes, config, time.time() - t0, png=True)

@@ -78,7 +78,9 @@ def main():
         check(all(isinstance(v, (int, float)) for v in m.values()), "metrics are numbers")
         md = open(os.path.join(res, "e2e.md")).read()
         check("ERROR" in md and "| fp32 |" in md and "0.800x" in md, "markdown table")
-        check(os.path.exists(os.path.join(res, "e2e_profile.fp32.blutrain.json")), "profile JSON copied")
+        prof = json.load(open(os.path.join(res, "e2e_profile.fp32.blutrain.json")))
+        check(prof["metrics"] == {"e2e.fp32.blutrain.profile.busy_ms": 31.0, "e2e.fp32.blutrain.profile.host_gap_ms": 0.5,
+                                  "e2e.fp32.blutrain.profile.launches": 103}, f"profile metrics {prof['metrics']}")
         # make_summary merges e2e.json's metrics.
         out = os.path.join(d, "summary.json")
         r = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "scripts", "make_summary.py"),
@@ -86,6 +88,7 @@ def main():
         check(r.returncode == 0, "make_summary: " + r.stderr[-500:])
         sm = json.load(open(out))["metrics"]
         check(abs(sm["e2e.tf32.ratio_vs_torch_compile"] - 170000 / 165000) < 1e-6, "summary has e2e ratios")
+        check("launches" not in sm and "busy_ms" not in sm, "no stray profile keys in the summary")
         # fidelity.py: generated init + shards, losses compared (fake: fp32 within 1e-4, bf16 not).
         r = subprocess.run([sys.executable, os.path.join(HERE, "fidelity.py"), "--blutrain", fb, "--out",
                             os.path.join(d, "fid"), "--results", res, "--steps", "6", "--batch", "2", "--seq", "64",
