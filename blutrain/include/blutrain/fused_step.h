@@ -41,7 +41,7 @@ struct FusedStepOptions {
   int batch = 16;
   int seq_len = 1024;
   int64_t accum_steps = 1;           // micro-batches per optimizer step
-  std::string recompute = "gelu";    // none | gelu | layernorm | block (activation_plan.h)
+  std::string recompute = "auto";    // none | gelu | layernorm | block | auto (bf16: none, f32: gelu)
   std::string attention = "auto";    // fp32 only: strict (SIMT FMA) | 3xtf32 | auto
   bool use_graph = true;             // capture the step as CUDA graph(s) (false: eager launches)
   int64_t logits_chunk_rows = 0;     // 0 = auto (~800 MiB of logits: 8192 rows bf16, 4096 f32)

@@ -64,7 +64,10 @@ struct FusedGPT2Step::Impl {
   std::vector<cudaEvent_t> events;
   size_t next_event = 0;
   Tensor workspace_side;
-  StepLauncher& WL() { return side_on ? W : L; }
+  // The weight-gradient launcher: its own workspace always; the side stream when side_on, else
+  // the main stream (set per pass in run_part).
+  StepLauncher& WL() { return W; }
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;  // op timing of both launchers
   cudaEvent_t record(cudaStream_t s) {
     cudaEvent_t e = events[next_event++ % events.size()];
     cuda_check(cudaEventRecord(e, s), "cudaEventRecord");
@@ -191,7 +194,11 @@ void FusedGPT2Step::Impl::setup() {
   const int head_dim = cfg.n_embd / cfg.n_head;
   BLU_CHECK(head_dim == 64 || head_dim == 128, "fused GPT-2 step: head dim ", head_dim,
             " (the fused attention takes 64 or 128)");
-  recompute = parse_recompute(o.recompute);
+  // auto: bf16 saves everything (recompute none: 472.7K tok/s at 7.65 GiB against 462.6K at 6.62
+  // with gelu, H100 run 4, both under torch.compile's 8.44 GiB); f32 modes recompute the GELU
+  // (none would add 2.3 GiB, within 0.1 GiB of torch.compile's peak in tf32).
+  recompute = parse_recompute(o.recompute == "auto" ? (o.precision == Precision::kBf16 ? "none" : "gelu")
+                                                    : o.recompute);
   if (const char* v = std::getenv("BLUTRAIN_GELU_GRAD_EPILOGUE")) gelu_grad_epilogue = std::string(v) == "1";
   stream = blu::cuda::Stream::create(device);
   blu::cuda::StreamGuard guard(stream.get(), device);
@@ -274,12 +281,16 @@ void FusedGPT2Step::Impl::setup() {
     adam_list.push_back(t);
   }
 
-  // Sizing pass over every launch of a step: one workspace for all of them.
+  // Sizing pass over every launch of a step: one workspace for the main-stream ops, one for the
+  // weight gradients (split-K and bias-gradient partials of concurrent GEMMs must not share one;
+  // in tf32 the lm-head dW's split-K partials alone are ~800 MiB, the rest needs ~50).
   L.sizing = true;
+  W = L;
   for (int first = 1; first >= 0; --first) {
     forward();
     backward(first == 1);
   }
+  W.sizing = false;
   std::size_t norm_ws = 0;
   const blublas::Status s =
       blublas::grad_global_norm_workspace_size(adam_list.data(), static_cast<int>(adam_list.size()), &norm_ws);
@@ -289,13 +300,12 @@ void FusedGPT2Step::Impl::setup() {
   L.workspace_bytes = std::max<std::size_t>(L.workspace_needed, 256);
   workspace = device_bytes(L.workspace_bytes, device);
   L.workspace = workspace.data_ptr();
-  // The side stream gets its own workspace (split-K partials and bias-gradient partials of
-  // concurrent GEMMs must not share one).
   side = blu::cuda::Stream::create(device);
-  W = L;
-  W.stream = side.get();
-  workspace_side = device_bytes(L.workspace_bytes, device);
+  W.workspace_bytes = std::max<std::size_t>(W.workspace_needed, 256);
+  workspace_side = device_bytes(W.workspace_bytes, device);
   W.workspace = workspace_side.data_ptr();
+  L.marks = &marks;
+  W.marks = &marks;
   events.resize(static_cast<size_t>(16 * cfg.n_layer + 64));  // never reused within one pass
   for (cudaEvent_t& e : events) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   side_enabled = true;
@@ -478,6 +488,8 @@ void FusedGPT2Step::Impl::optimizer() {
 void FusedGPT2Step::Impl::run_part(Part part) {
   // The side stream is off while sizing (setup) and while timing ops one by one.
   side_on = side_enabled && !L.sizing && !L.timing;
+  W.stream = side_on ? side.get() : stream.get();
+  W.timing = L.timing;
   next_event = 0;
   switch (part) {
     case kFirst:
@@ -634,7 +646,7 @@ void FusedGPT2Step::Impl::finish_timing(cudaEvent_t start, double wall_ms) {
   std::vector<std::string> order;
   cudaEvent_t prev = start;
   double total = 0;
-  for (auto& [op, e] : L.marks) {
+  for (auto& [op, e] : marks) {
     float ms = 0;
     cuda_check(cudaEventElapsedTime(&ms, prev, e), "cudaEventElapsedTime");
     if (per_op.find(op) == per_op.end()) order.push_back(op);
@@ -650,7 +662,7 @@ void FusedGPT2Step::Impl::finish_timing(cudaEvent_t start, double wall_ms) {
   });
   std::string js = "{\"engine\": \"fused\", \"mode\": \"eager with events\", \"device_ms\": " +
                    std::to_string(total) + ", \"host_wall_ms\": " + std::to_string(wall_ms) +
-                   ", \"launches\": " + std::to_string(L.marks.size()) + ", \"families\": {";
+                   ", \"launches\": " + std::to_string(marks.size()) + ", \"families\": {";
   bool firstf = true;
   for (auto& [f, v] : per_family) {
     js += std::string(firstf ? "" : ", ") + "\"" + f + "\": {\"ms\": " + std::to_string(v.first) +
@@ -664,10 +676,11 @@ void FusedGPT2Step::Impl::finish_timing(cudaEvent_t start, double wall_ms) {
   }
   js += "]}";
   timing_json = js;
-  for (auto& [op, e] : L.marks) (void)cudaEventDestroy(e);
+  for (auto& [op, e] : marks) (void)cudaEventDestroy(e);
   (void)cudaEventDestroy(start);
-  L.marks.clear();
+  marks.clear();
   L.timing = false;
+  W.timing = false;
   time_next = false;
 }
 
@@ -769,7 +782,7 @@ std::string FusedGPT2Step::describe() const {
                 s.o.precision == Precision::kBf16
                     ? (", bf16 weight copy " + std::to_string(static_cast<int>(s.grad_elems * 2 / mib)) + " MiB").c_str()
                     : "",
-                s.L.workspace_bytes / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
+                (s.L.workspace_bytes + s.W.workspace_bytes) / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
                 s.o.use_graph ? "CUDA graph" : "eager launches");
   return buf;
 }

@@ -36,7 +36,7 @@ struct StepLauncher {
   // Op timing (eager steps only): an event after every launch, labelled with the op; the time of
   // an op is the time between its event and the previous one (Note [Op timing] in fused_step.cpp).
   bool timing = false;
-  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  std::vector<std::pair<std::string, cudaEvent_t>>* marks = nullptr;  // shared by the launchers
   void mark(const std::string& what);
 
   std::size_t act_size() const { return blublas::dtype_size(act); }

@@ -35,7 +35,7 @@ const std::vector<Flag>& flag_table() {
       {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
       {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | auto (fused on CUDA)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
-      {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks)"},
+      {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
       {"attention", "MODE", &TrainConfig::attention, "fp32 attention on the fused engine: strict (SIMT FMA) | 3xtf32 (split-TF32 tensor cores, PyTorch's fp32 SDPA contract) | auto"},
       {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: about 800 MiB of logits, 8192 rows in bf16, 4096 in f32)"},
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
@@ -323,9 +323,9 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.engine == "fused" || cfg.engine == "autograd", "--engine '", cfg.engine,
             "': expected fused, autograd or auto");
   BLU_CHECK(on_gpu || cfg.engine == "autograd", "--engine fused needs a GPU");
-  BLU_CHECK(cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||
+  BLU_CHECK(cfg.recompute == "auto" || cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||
                 cfg.recompute == "block",
-            "--recompute '", cfg.recompute, "': expected none, gelu, layernorm or block");
+            "--recompute '", cfg.recompute, "': expected none, gelu, layernorm, block or auto");
   BLU_CHECK(cfg.attention == "auto" || cfg.attention == "strict" || cfg.attention == "3xtf32", "--attention '",
             cfg.attention, "': expected strict, 3xtf32 or auto");
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");

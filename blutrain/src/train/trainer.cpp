@@ -17,6 +17,8 @@
 #include "blutensor/safetensors.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/data.h"
+#include "blutensor/json.h"
+#include "common/kernel_trace.h"
 #include "blutrain/files.h"
 #include "blutrain/fused_step.h"
 #include "blutrain/nvtx.h"
@@ -191,7 +193,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   const Clock::time_point t_start = Clock::now();
   std::vector<double> tok_rates;
   int64_t steps_this_process = 0;
-  double device_used_max_gib = 0;  // device memory in use by the process (context included), max over steps
+  double device_used_max_gib = 0;
+  std::string profile_trace_json;  // the CUPTI breakdown of --profile-step (Note [Step profile])  // device memory in use by the process (context included), max over steps
   auto checkpoint = [&] {
     if (!cfg.save) return;
     state.cursor = train_loader.cursor();
@@ -231,8 +234,26 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     const Clock::time_point t0 = Clock::now();
     const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
     double loss = 0, norm = 0;
-    const bool profiling = cfg.profile_step > 0 && step + 1 == cfg.profile_step;
-    if (fused && profiling) fused->time_next_step();
+    // Note [Step profile]: step N is traced as it runs (CUPTI: every kernel, graph replays too);
+    // with the fused engine step N+1 runs eagerly with an event after every op (its op timing).
+    const bool tracing = cfg.profile_step > 0 && step + 1 == cfg.profile_step;
+    const bool op_timing = fused && cfg.profile_step > 0 && step + 1 == cfg.profile_step + 1;
+    const bool profiling = tracing || op_timing;
+    if (op_timing) fused->time_next_step();
+    std::unique_ptr<KernelTrace> trace;
+    if (tracing && device.is_cuda()) {
+      if (KernelTrace::available()) {
+        try {
+          trace = std::make_unique<KernelTrace>();
+          trace->start();
+        } catch (const blu::Error& e) {
+          trace.reset();
+          profile_trace_json = std::string("{\"available\": false, \"error\": ") + json::quote(e.what()) + "}";
+        }
+      } else {
+        profile_trace_json = "{\"available\": false, \"error\": \"built without CUPTI\"}";
+      }
+    }
     if (fused) {
       const FusedStepResult r = fused->step(
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
@@ -278,10 +299,19 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
       save_safetensors(path, values, {{"step", std::to_string(cfg.dump_step)}, {"precision", cfg.precision}});
       out << "dumped " << values.size() << " tensors of step " << cfg.dump_step << " to " << path << "\n";
     }
-    if (profiling && fused) {
+    if (trace) {
+      trace->set_wall_ms(ms);
+      trace->stop();
+      profile_trace_json = trace->to_json();
+      trace.reset();
+    }
+    if ((tracing && !fused) || op_timing) {
       const std::string path = cfg.profile_json.empty() ? cfg.out_dir + "/profile.json" : cfg.profile_json;
-      write_file_atomic(path, fused->timing_json() + "\n");
-      out << "op timing of step " << cfg.profile_step << " (eager, events) written to " << path << "\n";
+      write_file_atomic(path, "{\"engine\": \"" + cfg.engine + "\", \"precision\": \"" + cfg.precision +
+                                  "\", \"step\": " + std::to_string(cfg.profile_step) + ", \"kernel_trace\": " +
+                                  (profile_trace_json.empty() ? "null" : profile_trace_json) + ", \"op_timing\": " +
+                                  (op_timing ? fused->timing_json() : std::string("null")) + "}\n");
+      out << "profile of step " << cfg.profile_step << " written to " << path << "\n";
     }
     ++step;
     ++steps_this_process;
