@@ -62,10 +62,12 @@ def read_train_log(metrics_jsonl):
     return losses, step_ms
 
 
-def median_after_warmup(step_ms, warmup, profile_step):
+def median_after_warmup(step_ms, warmup, skip_steps):
     """The harness's one timing rule for every framework: median of the steps after `warmup`,
-    the profiled step (1-based) left out."""
-    t = [ms for i, ms in enumerate(step_ms) if i >= warmup and i + 1 != profile_step and ms]
+    the profiled steps (1-based) left out. blutrain --profile-step K traces step K (CUPTI) and runs
+    step K+1 eagerly with an event after every op (Note [Step profile] in trainer.cpp): both are
+    left out; PyTorch profiles step K only."""
+    t = [ms for i, ms in enumerate(step_ms) if i >= warmup and i + 1 not in skip_steps and ms]
     return statistics.median(t) if t else None
 
 
@@ -120,7 +122,7 @@ def run_blutrain(a, mode, profile_step=None, steps=None, data=None, init_from=""
     # blutrain's own median skips 3 warm-up steps; the race uses the harness's rule for everyone.
     rec["tok_s_blutrain_summary"] = rec["tok_s"]
     rec["losses"], rec["step_ms"] = read_train_log(os.path.join(run_dir, "metrics.jsonl"))
-    med = median_after_warmup(rec["step_ms"], a.warmup, profile_step)
+    med = median_after_warmup(rec["step_ms"], a.warmup, {profile_step, profile_step + 1} if profile_step > 0 else set())
     if med:
         rec["median_step_ms"] = med
         rec["tok_s"] = a.batch * a.seq / (med / 1e3)
@@ -163,6 +165,13 @@ def run_torch(a, mode, compiled, profile_step=None, steps=None, data=None, init_
     except (OSError, ValueError) as e:
         rec["error"] = f"no json: {e}"
     return rec
+
+
+def kernel_trace_of(profile):
+    """blutrain's profile JSON nests the CUPTI breakdown under "kernel_trace" (next to "op_timing");
+    torch_gpt2_train.py's is the breakdown itself."""
+    kt = profile.get("kernel_trace") if isinstance(profile, dict) else None
+    return kt if isinstance(kt, dict) else profile
 
 
 def gpu_name():
@@ -235,7 +244,7 @@ def main():
             print(f"[{time.time() - t0:5.0f}s] {mode} {fw}: {msg}", flush=True)
             if isinstance(rec.get("profile"), dict):
                 # make_summary.py merges "metrics" only: the step's totals, not every family.
-                p = rec["profile"]
+                p = kernel_trace_of(rec["profile"])
                 pm = {f"e2e.{mode}.{fw}.profile.{k}": p[k] for k in ("busy_ms", "host_gap_ms", "launches")
                       if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool)}
                 json.dump({"metrics": pm, "profile": p},

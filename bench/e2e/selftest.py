@@ -19,13 +19,15 @@ rate = {"fp32": 40000.0, "tf32": 170000.0, "bf16": 300000.0}[mode]
 os.makedirs(out, exist_ok=True)
 with open(out + "/metrics.jsonl", "w") as f:
     for s in range(steps):
-        ms = 16384 / rate * 1000 * (3 if s == 0 else 1)
+        slow = s == 0 or s + 1 in (int(opt.get("profile-step", 0)), int(opt.get("profile-step", 0)) + 1)
+        ms = 16384 / rate * 1000 * (3 if slow else 1)
         f.write(json.dumps({"event": "train", "step": s + 1, "loss": 11 - 0.1 * s, "step_ms": ms}) + "\n")
 json.dump({f"e2e.{mode}.tok_s": rate, f"e2e.{mode}.peak_gib": 10.0, f"e2e.{mode}.device_used_gib": 11.0,
            f"e2e.{mode}.launches_per_step": 300, f"e2e.{mode}.fused_engine": 1}, open(opt["summary-json"], "w"))
 if "profile-json" in opt:
-    json.dump({"families": {"gemm": {"ms": 30.0, "count": 100}, "other": {"ms": 1.0, "count": 3}},
-               "busy_ms": 31.0, "host_gap_ms": 0.5, "launches": 103}, open(opt["profile-json"], "w"))
+    json.dump({"engine": "fused", "step": int(opt["profile-step"]), "op_timing": {"x": 1},
+               "kernel_trace": {"families": {"gemm": {"ms": 30.0, "count": 100}, "other": {"ms": 1.0, "count": 3}},
+                                "busy_ms": 31.0, "host_gap_ms": 0.5, "launches": 103}}, open(opt["profile-json"], "w"))
 '''
 
 FAKE_TORCH = r'''#!/usr/bin/env python3
@@ -62,12 +64,12 @@ def main():
         os.chmod(fb, 0o755)
         res = os.path.join(d, "res")
         r = subprocess.run([sys.executable, os.path.join(HERE, "run_e2e.py"), "--blutrain", fb, "--out",
-                            os.path.join(d, "out"), "--results", res, "--steps", "8", "--profile-step", "7",
+                            os.path.join(d, "out"), "--results", res, "--steps", "9", "--profile-step", "7",
                             "--torch-program", ft], capture_output=True, text=True, timeout=120)
         print(r.stdout[-3000:], r.stderr[-2000:])
         check(r.returncode == 0, "run_e2e.py exit status")
         m = json.load(open(os.path.join(res, "e2e.json")))["metrics"]
-        # Harness timing: steps 6 and 8 (step 7 profiled, steps 1-5 warm-up) at the fake's rate.
+        # Harness timing: steps 6 and 9 (steps 7-8 profiled, steps 1-5 warm-up) at the fake's rate.
         check(abs(m["e2e.fp32.tok_s"] - 40000) < 1, f"fp32 tok_s {m.get('e2e.fp32.tok_s')}")
         check(abs(m["e2e.fp32.ratio_vs_torch_eager"] - 0.8) < 1e-6, "fp32 ratio vs eager")
         check(abs(m["e2e.fp32.ratio_vs_torch_best"] - 40000 / 55000) < 1e-6, "fp32 ratio vs best")
@@ -77,7 +79,7 @@ def main():
         check(abs(m["e2e.bf16.ratio_vs_torch_best"] - 300000 / 330000) < 1e-6, "bf16 best = eager")
         check(all(isinstance(v, (int, float)) for v in m.values()), "metrics are numbers")
         md = open(os.path.join(res, "e2e.md")).read()
-        check("ERROR" in md and "| fp32 |" in md and "0.800x" in md, "markdown table")
+        check("ERROR" in md and "| fp32 |" in md and "0.800x" in md and "| fp32.blutrain |" in md, "markdown table")
         prof = json.load(open(os.path.join(res, "e2e_profile.fp32.blutrain.json")))
         check(prof["metrics"] == {"e2e.fp32.blutrain.profile.busy_ms": 31.0, "e2e.fp32.blutrain.profile.host_gap_ms": 0.5,
                                   "e2e.fp32.blutrain.profile.launches": 103}, f"profile metrics {prof['metrics']}")

@@ -230,7 +230,7 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, fused=cuda)
+                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, **({"fused": True} if cuda else {}))
     fwd = torch.compile(model) if a.compile else model
     min_lr = a.lr * a.min_lr_ratio
 
