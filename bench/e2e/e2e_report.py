@@ -144,16 +144,17 @@ def write_png(path, runs, modes, config):
     w = 0.8 / len(fws)
     for ax, key, ylabel in ((axes[0], "tok_s", "tokens / s (thousands)"), (axes[1], "peak_gib", "peak GiB")):
         for i, fw in enumerate(fws):
-            xs, ys = [], []
+            xs, ys, labels = [], [], []
             for j, mode in enumerate(modes):
                 r = runs.get(f"{mode}.{fw}", {})
                 v = r.get(key) if "error" not in r else None
                 xs.append(j + (i - (len(fws) - 1) / 2) * w)
                 ys.append((v / 1000 if key == "tok_s" else v) if _num(v) else 0)
+                labels.append("error" if "error" in r else "n/a" if not _num(v) else
+                              f"{ys[-1]:.0f}" if key == "tok_s" else f"{ys[-1]:.1f}")
             bars = ax.bar(xs, ys, w, label=LABEL[fw], color=colors[fw])
-            for b, y in zip(bars, ys):
-                ax.annotate(f"{y:.0f}" if key == "tok_s" else f"{y:.1f}", (b.get_x() + b.get_width() / 2, y),
-                            ha="center", va="bottom", fontsize=7)
+            for b, y, t in zip(bars, ys, labels):
+                ax.annotate(t, (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(modes)))
         ax.set_xticklabels(modes)
         ax.set_ylabel(ylabel)

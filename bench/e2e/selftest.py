@@ -79,6 +79,9 @@ def main():
         check(abs(m["e2e.bf16.ratio_vs_torch_best"] - 300000 / 330000) < 1e-6, "bf16 best = eager")
         check(all(isinstance(v, (int, float)) for v in m.values()), "metrics are numbers")
         md = open(os.path.join(res, "e2e.md")).read()
+        if os.environ.get("BLU_SELFTEST_KEEP"):  # look at the PNG (needs matplotlib)
+            import shutil
+            shutil.copytree(res, os.environ["BLU_SELFTEST_KEEP"], dirs_exist_ok=True)
         check("ERROR" in md and "| fp32 |" in md and "0.800x" in md and "| fp32.blutrain |" in md, "markdown table")
         prof = json.load(open(os.path.join(res, "e2e_profile.fp32.blutrain.json")))
         check(prof["metrics"] == {"e2e.fp32.blutrain.profile.busy_ms": 31.0, "e2e.fp32.blutrain.profile.host_gap_ms": 0.5,

@@ -215,7 +215,7 @@ def main():
     torch.manual_seed(a.seed)
 
     L, H, C, ctx = MODELS[a.model]
-    assert a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
+    assert a.save_init or a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
     model = GPT2(L, H, C, ctx)
     model.init_gpt2(a.seed)
     model.head = a.head
