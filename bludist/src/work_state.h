@@ -1,0 +1,19 @@
+// Internal: the state behind a bludist::Work (a CUDA completion event, or nothing for the CPU).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "bludist/process_group.h"
+
+namespace bludist {
+
+struct Work::State {
+  cudaEvent_t event = nullptr;  // recorded on the communication stream after the collective
+  int device = -1;
+  bool recorded = false;        // false while inside an open NCCL group
+  ~State() {
+    if (event) cudaEventDestroy(event);  // safe while pending: released when it completes
+  }
+};
+
+}  // namespace bludist

@@ -1,0 +1,106 @@
+// train_mlp and run_command (support/mlp_ddp.h).
+#include "support/mlp_ddp.h"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "bludist/ddp.h"
+#include "blutensor/autograd.h"
+#include "blutensor/nn.h"
+#include "blutensor/ops.h"
+#include "blutensor/optim.h"
+#include "blutensor/random.h"
+
+namespace bludist::test {
+
+namespace {
+constexpr int64_t kIn = 13, kHidden = 29, kClasses = 7;
+
+struct Mlp {
+  blu::nn::Linear fc1, fc2, unused;
+  Mlp(blu::Generator* g, blu::Device d)
+      : fc1(kIn, kHidden, true, blu::TensorOptions().device(d), g),
+        fc2(kHidden, kClasses, true, blu::TensorOptions().device(d), g),
+        unused(3, 2, true, blu::TensorOptions().device(d), g) {}
+  std::vector<Tensor> params() { return {fc1.weight, fc1.bias, fc2.weight, fc2.bias, unused.weight, unused.bias}; }
+  Tensor forward(const Tensor& x, bool use_all) {
+    Tensor y = fc2(blu::gelu(fc1(x)));
+    if (use_all) y = y + unused(blu::zeros({1, 3}, blu::TensorOptions().device(x.device()))).sum() * 0.0;
+    return y;
+  }
+};
+}  // namespace
+
+std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const MlpRunOptions& o,
+                              int64_t* buckets_reduced) {
+  const int world = pg ? pg->size() : 1;
+  const int rank = pg ? pg->rank() : 0;
+  // Different initial weights per rank: DDP's initial broadcast must make them rank 0's.
+  blu::Generator init_gen(1000 + rank);
+  Mlp model(&init_gen, o.device);
+  std::vector<Tensor> params = model.params();
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (pg) {
+    DDPOptions d;
+    d.bucket_cap_bytes = o.bucket_cap_bytes;
+    ddp = std::make_unique<DistributedDataParallel>(params, pg, d);
+  }
+  blu::optim::AdamWOptions ao;
+  ao.lr = 3e-3;
+  ao.weight_decay = 0.05;
+  blu::optim::AdamW opt(params, ao);
+  const int micro = o.global_batch / o.accum;
+  const int local = micro / world;
+  std::vector<double> losses;
+  for (int step = 0; step < o.steps; ++step) {
+    blu::Generator data_gen(777 + step);
+    Tensor x = blu::empty({o.global_batch, kIn}).normal_(0.0, 1.0, &data_gen);
+    std::vector<int64_t> t(static_cast<std::size_t>(o.global_batch));
+    for (int i = 0; i < o.global_batch; ++i) t[i] = (i * 5 + step * 3 + (i * i) % 11) % kClasses;
+    Tensor targets = blu::from_vector(t);
+    x = x.to(o.device);
+    targets = targets.to(o.device);
+    double step_loss = 0;
+    for (int m = 0; m < o.accum; ++m) {
+      int64_t start = static_cast<int64_t>(m) * micro + static_cast<int64_t>(rank) * local;
+      Tensor xs = x.narrow(0, start, local), ts = targets.narrow(0, start, local);
+      Tensor loss = blu::cross_entropy(model.forward(xs, !o.skip_unused), ts) * (1.0 / o.accum);
+      step_loss += loss.item();
+      if (ddp && m + 1 < o.accum) {
+        auto guard = ddp->no_sync();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    }
+    if (ddp) ddp->finish_gradient_sync();
+    opt.step();
+    opt.zero_grad();
+    if (pg) {
+      Tensor v = blu::full({1}, step_loss, blu::TensorOptions(blu::kFloat64).device(pg->device()));
+      pg->all_reduce(v, ReduceOp::kAvg);
+      step_loss = v.item();
+    }
+    losses.push_back(step_loss);
+  }
+  if (buckets_reduced && ddp) *buckets_reduced = ddp->buckets_reduced();
+  return losses;
+}
+
+CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
+  int st = ::pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace bludist::test

@@ -1,0 +1,35 @@
+// Test support: a small MLP (blutensor nn) trained with AdamW on a fixed global batch per step,
+// on one process (pg null: the whole batch) or data-parallel over `pg` through
+// DistributedDataParallel (each rank a contiguous slice of every micro-batch). Returns the
+// global-batch mean loss of every step, so both runs must agree to fp32 rounding.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "bludist/process_group.h"
+
+namespace bludist::test {
+
+struct MlpRunOptions {
+  int steps = 20;
+  int accum = 1;                   // micro-steps per step (no_sync on all but the last)
+  int global_batch = 48;           // rows per step, split into accum micro-batches, then ranks
+  std::size_t bucket_cap_bytes = 2048;  // small: several buckets
+  bool skip_unused = false;        // a parameter that gets no gradient (finish_gradient_sync)
+  blu::Device device = blu::kCPU;
+};
+
+std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const MlpRunOptions& o,
+                              int64_t* buckets_reduced = nullptr);
+
+// Runs a shell command; returns its exit status (-1 if it did not exit) and its output
+// (stdout and stderr merged) and the seconds it took.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+  double seconds = 0;
+};
+CommandResult run_command(const std::string& cmd);
+
+}  // namespace bludist::test

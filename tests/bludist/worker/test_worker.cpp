@@ -1,0 +1,183 @@
+// bludist_test_worker: the program the bludist tests start under blurun, one process per rank.
+//   test_worker env                       print the launch environment
+//   test_worker exit <rank> <code>        rendezvous, then <rank> exits with <code>, the others block
+//   test_worker restart <fail_rank>       fails (status 5) on the first attempt, succeeds after
+//   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
+//   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
+//   test_worker leave_early <backend>     rank 1 exits 0 right after rendezvous; rank 0 all-reduces
+// Exits 0 when its checks pass, 1 with a message on stderr otherwise.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "bludist/env.h"
+#include "blutensor/cuda_stream.h"
+#include "blutensor/error.h"
+#include "blutensor/ops.h"
+#include "support/mlp_ddp.h"
+
+using namespace bludist;
+
+namespace {
+
+Backend parse_backend(const std::string& s) { return s == "nccl" ? Backend::kNccl : Backend::kGloo; }
+
+double value(int rank, std::size_t i, int salt) {
+  return std::sin(0.37 * static_cast<double>(i) + 1.3 * rank + 0.11 * salt) * 3.0 + 0.25 * (rank + 1);
+}
+
+#define CHECK_NEAR(a, b, tol, what)                                                                     \
+  do {                                                                                                  \
+    double a_ = (a), b_ = (b);                                                                          \
+    if (!(std::fabs(a_ - b_) <= (tol) * (1 + std::fabs(b_)))) {                                          \
+      std::fprintf(stderr, "MISMATCH %s: got %.9g want %.9g\n", std::string(what).c_str(), a_, b_);      \
+      return 1;                                                                                         \
+    }                                                                                                   \
+  } while (0)
+
+int collectives(Backend backend) {
+  auto pg = init_process_group(backend);
+  const int n = pg->size(), r = pg->rank();
+  blu::Device dev = pg->device();
+  auto opts = blu::TensorOptions(blu::kFloat32).device(dev);
+  if (dev.is_cuda()) blu::cuda::set_device(dev.index);
+  const int64_t count = 1237;
+  // all_reduce sum and avg
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+    std::vector<float> h(count);
+    for (int64_t i = 0; i < count; ++i) h[i] = static_cast<float>(value(r, i, int(op)));
+    Tensor t = blu::from_vector(h).to(dev);
+    pg->all_reduce(t, op);
+    std::vector<double> got = t.to_double_vector();
+    for (int64_t i = 0; i < count; ++i) {
+      double want = op == ReduceOp::kMax ? -1e300 : 0.0;
+      for (int q = 0; q < n; ++q) {
+        double v = static_cast<float>(value(q, i, int(op)));
+        want = op == ReduceOp::kMax ? std::max(want, v) : want + v;
+      }
+      if (op == ReduceOp::kAvg) want /= n;
+      CHECK_NEAR(got[i], want, 1e-6 * n, std::string("all_reduce ") + reduce_op_name(op));
+    }
+  }
+  // reduce_scatter, all_gather, broadcast
+  const int64_t chunk = 331;
+  std::vector<float> h(chunk * n);
+  for (int64_t i = 0; i < chunk * n; ++i) h[i] = static_cast<float>(value(r, i, 9));
+  Tensor in = blu::from_vector(h).to(dev), out = blu::full({chunk}, -7.0, opts);
+  pg->reduce_scatter(out, in, ReduceOp::kSum);
+  std::vector<double> rs = out.to_double_vector();
+  for (int64_t i = 0; i < chunk; ++i) {
+    double want = 0;
+    for (int q = 0; q < n; ++q) want += static_cast<float>(value(q, r * chunk + i, 9));
+    CHECK_NEAR(rs[i], want, 1e-6 * n, "reduce_scatter");
+  }
+  Tensor gathered = blu::full({chunk * n}, -7.0, opts);
+  pg->all_gather(gathered, out);
+  Tensor mine = blu::full({chunk}, 0.5 + r, opts);
+  pg->all_gather(gathered, mine);
+  std::vector<double> ag = gathered.to_double_vector();
+  for (int q = 0; q < n; ++q)
+    for (int64_t i = 0; i < chunk; ++i) CHECK_NEAR(ag[q * chunk + i], 0.5 + q, 0, "all_gather");
+  Tensor b = blu::full({77}, 3.25 + r, opts);
+  pg->broadcast(b, n - 1);
+  for (double v : b.to_double_vector()) CHECK_NEAR(v, 3.25 + n - 1, 0, "broadcast");
+  // grouped ring send/recv
+  Tensor send = blu::full({101}, 10.0 + r, opts), recv = blu::full({101}, -1.0, opts);
+  pg->group_start();
+  pg->send(send, (r + 1) % n);
+  pg->recv(recv, (r + n - 1) % n);
+  pg->group_end();
+  for (double v : recv.to_double_vector()) CHECK_NEAR(v, 10.0 + (r + n - 1) % n, 0, "ring send/recv");
+  // async all_reduce on a non-default stream, waited on the device
+  if (dev.is_cuda()) {
+    blu::cuda::Stream s = blu::cuda::Stream::create(dev.index);
+    blu::cuda::StreamGuard guard(s.get(), dev.index);
+    Tensor a = blu::full({1 << 20}, 1.0 + r, opts);
+    CommOptions o;
+    o.async_op = true;
+    Work w = pg->all_reduce(a, ReduceOp::kSum, o);
+    w.wait();
+    Tensor twice = a * 2.0;
+    double want = 2.0 * (n * (n + 1) / 2.0);
+    std::vector<double> tw = twice.to_double_vector();
+    CHECK_NEAR(tw.front(), want, 0, "async all_reduce");
+    CHECK_NEAR(tw.back(), want, 0, "async all_reduce");
+  }
+  pg->barrier();
+  std::printf("collectives ok: %s\n", pg->describe().c_str());
+  return 0;
+}
+
+int ddp(Backend backend, const std::string& out, int accum, bool skip_unused) {
+  auto pg = init_process_group(backend);
+  test::MlpRunOptions o;
+  o.accum = accum;
+  o.skip_unused = skip_unused;
+  o.device = pg->device();
+  int64_t buckets = 0;
+  std::vector<double> losses = test::train_mlp(pg, o, &buckets);
+  std::printf("ddp: %zu steps, %lld bucket all-reduces\n", losses.size(), static_cast<long long>(buckets));
+  if (pg->rank() == 0) {
+    std::ofstream f(out);
+    f.precision(17);
+    for (double l : losses) f << l << "\n";
+  }
+  pg->barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "env") {
+      for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                            "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
+        const char* v = std::getenv(k);
+        std::printf("%s=%s ", k, v ? v : "(unset)");
+      }
+      std::printf("\n");
+      return 0;
+    }
+    if (mode == "exit" && argc == 4) {
+      auto pg = init_process_group(Backend::kGloo);
+      pg->barrier();
+      if (pg->rank() == std::atoi(argv[2])) return std::atoi(argv[3]);
+      std::this_thread::sleep_for(std::chrono::seconds(600));  // the launcher must end us
+      return 0;
+    }
+    if (mode == "restart" && argc == 3) {
+      DistEnv e = DistEnv::from_environment();
+      auto pg = init_process_group(Backend::kGloo);
+      std::printf("attempt %d\n", e.restart_count);
+      pg->barrier();
+      if (e.restart_count == 0 && pg->rank() == std::atoi(argv[2])) return 5;
+      if (e.restart_count == 0) std::this_thread::sleep_for(std::chrono::seconds(600));
+      return 0;
+    }
+    if (mode == "collectives" && argc == 3) return collectives(parse_backend(argv[2]));
+    if (mode == "ddp" && argc >= 5)
+      return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
+    if (mode == "leave_early" && argc == 3) {
+      auto pg = init_process_group(parse_backend(argv[2]));
+      pg->barrier();
+      if (pg->rank() == 1) return 0;
+      Tensor t = blu::ones({1000}, blu::TensorOptions().device(pg->device()));
+      pg->all_reduce(t);
+      (void)t.to_double_vector();  // waits on CUDA (the watchdog must fire first)
+      std::fprintf(stderr, "leave_early: all_reduce with a departed peer returned\n");
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test_worker %s: %s\n", mode.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "test_worker: bad arguments\n");
+  return 2;
+}
