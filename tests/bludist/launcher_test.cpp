@@ -1,0 +1,78 @@
+// blurun: the environment it gives each rank, rank-prefixed output, the failure path (one rank
+// exits 3: every rank ends, the message names it, within 60 s), --max-restarts, collectives on
+// 3 CPU processes, and a peer that leaves early (a clear error, not a hang).
+#include <gtest/gtest.h>
+
+#include "support/mlp_ddp.h"
+
+using bludist::test::run_command;
+
+namespace {
+std::string blurun(const std::string& args) { return std::string(BLURUN_EXE) + " " + args; }
+std::string worker(const std::string& args) { return std::string(BLUDIST_TEST_WORKER) + " " + args; }
+}  // namespace
+
+TEST(Blurun, SetsTheEnvironmentAndPrefixesOutput) {
+  auto r = run_command("env NCCL_NVLS_ENABLE=1 " + blurun("--nproc-per-node 3 -- " + worker("env")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string want = "[rank " + std::to_string(rank) + "] RANK=" + std::to_string(rank) +
+                       " WORLD_SIZE=3 LOCAL_RANK=" + std::to_string(rank) + " LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1";
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  }
+  // NVLink multicast stays off even when the caller's environment turned it on.
+  EXPECT_EQ(r.output.find("NCCL_NVLS_ENABLE=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"),
+            std::string::npos) << r.output;
+}
+
+TEST(Blurun, NodeFlagsGiveGlobalRanks) {
+  auto r = run_command(blurun("--nproc-per-node 2 --nnodes 3 --node-rank 2 --master-addr 127.0.0.1 "
+                              "--master-port 29999 -- " + worker("env")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 5] RANK=5 WORLD_SIZE=6 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                          "MASTER_PORT=29999"), std::string::npos) << r.output;
+}
+
+TEST(Blurun, OneRankFailingEndsEveryRankWithAClearMessage) {
+  auto r = run_command(blurun("--nproc-per-node 4 -- " + worker("exit 2 3")));
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("blurun: rank 2 (local rank 2, node 0) failed with exit status 3; all ranks stopped"),
+            std::string::npos) << r.output;
+  std::printf("failure path took %.2f s\n%s", r.seconds, r.output.c_str());
+}
+
+TEST(Blurun, MaxRestartsRestartsTheGang) {
+  auto r = run_command(blurun("--nproc-per-node 2 --max-restarts 2 -- " + worker("restart 1")));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("restarting the gang (restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] attempt 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] attempt 1"), std::string::npos) << r.output;
+  auto none = run_command(blurun("--nproc-per-node 2 -- " + worker("restart 1")));
+  EXPECT_EQ(none.status, 5) << none.output;
+}
+
+TEST(Blurun, GlooCollectivesOnThreeProcesses) {
+  auto r = run_command(blurun("--nproc-per-node 3 -- " + worker("collectives gloo")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "] collectives ok"), std::string::npos) << r.output;
+}
+
+TEST(Blurun, PeerLeavingMidJobIsAClearErrorNotAHang) {
+  auto r = run_command("BLUDIST_TIMEOUT_S=20 " + blurun("--nproc-per-node 2 -- " + worker("leave_early gloo")));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] test_worker leave_early: bludist gloo all_reduce"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("blurun: rank 0"), std::string::npos) << r.output;
+}
+
+TEST(Blurun, BadUsageIsExplained) {
+  auto r = run_command(blurun("--nproc-per-node 2"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("no program given"), std::string::npos) << r.output;
+  r = run_command(blurun("--nnodes 2 --nproc-per-node 1 -- true"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--master-addr"), std::string::npos) << r.output;
+}
