@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "bludist/ddp.h"
@@ -48,7 +49,7 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
     ddp = std::make_unique<DistributedDataParallel>(params, pg, d);
   }
   blu::optim::AdamWOptions ao;
-  ao.lr = 3e-3;
+  ao.lr = 1e-2;
   ao.weight_decay = 0.05;
   blu::optim::AdamW opt(params, ao);
   const int micro = o.global_batch / o.accum;
@@ -57,8 +58,17 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   for (int step = 0; step < o.steps; ++step) {
     blu::Generator data_gen(777 + step);
     Tensor x = blu::empty({o.global_batch, kIn}).normal_(0.0, 1.0, &data_gen);
+    // Labels from a fixed linear teacher (learnable): argmax_c sum_j x_j cos(j c + 1).
+    std::vector<double> xv = x.to_double_vector();
     std::vector<int64_t> t(static_cast<std::size_t>(o.global_batch));
-    for (int i = 0; i < o.global_batch; ++i) t[i] = (i * 5 + step * 3 + (i * i) % 11) % kClasses;
+    for (int i = 0; i < o.global_batch; ++i) {
+      double best = -1e300;
+      for (int64_t c = 0; c < kClasses; ++c) {
+        double score = 0;
+        for (int64_t j = 0; j < kIn; ++j) score += xv[i * kIn + j] * std::cos(static_cast<double>(j * c) + 1.0);
+        if (score > best) { best = score; t[i] = c; }
+      }
+    }
     Tensor targets = blu::from_vector(t);
     x = x.to(o.device);
     targets = targets.to(o.device);
