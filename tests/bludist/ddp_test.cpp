@@ -13,6 +13,7 @@
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "support/mlp_ddp.h"
+#include "support/require_gloo.h"
 #include "support/thread_ranks.h"
 
 using namespace bludist;
@@ -58,11 +59,21 @@ void run_ddp_case(int nproc, int accum, bool skip_unused) {
 
 }  // namespace
 
-TEST(Ddp, TwoProcessesMatchOneProcess) { run_ddp_case(2, 1, false); }
-TEST(Ddp, TwoProcessesWithAccumulationMatchOneProcess) { run_ddp_case(2, 3, false); }
-TEST(Ddp, ThreeProcessesWithAnUnusedParameterMatchOneProcess) { run_ddp_case(3, 2, true); }
+TEST(Ddp, TwoProcessesMatchOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_ddp_case(2, 1, false);
+}
+TEST(Ddp, TwoProcessesWithAccumulationMatchOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_ddp_case(2, 3, false);
+}
+TEST(Ddp, ThreeProcessesWithAnUnusedParameterMatchOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_ddp_case(3, 2, true);
+}
 
 TEST(Ddp, BucketsReverseOrderOneReductionPerBucketNoneOnNoSync) {
+  BLUDIST_REQUIRE_GLOO();
   test::run_gloo_ranks(2, [](ProcessGroup& pg_ref) {
     auto pg = pg_ref.shared_from_this();
     blu::Generator gen(5 + pg->rank());
@@ -108,6 +119,7 @@ TEST(Ddp, BucketsReverseOrderOneReductionPerBucketNoneOnNoSync) {
 }
 
 TEST(Ddp, FlatGradientBufferIsAveraged) {
+  BLUDIST_REQUIRE_GLOO();
   test::run_gloo_ranks(3, [](ProcessGroup& pg) {
     std::vector<float> g(1001);
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(test::test_value(pg.rank(), i));

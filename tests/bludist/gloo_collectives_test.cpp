@@ -10,6 +10,7 @@
 #include "bludist/process_group.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
+#include "support/require_gloo.h"
 #include "support/thread_ranks.h"
 
 using namespace bludist;
@@ -35,6 +36,7 @@ float expected_reduce(ReduceOp op, int n, std::size_t i, int salt) {
 class GlooRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooRanks, AllReduceF32AllOps) {
+  BLUDIST_REQUIRE_GLOO();
   const int n = GetParam();
   run_gloo_ranks(n, [&](ProcessGroup& pg) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
@@ -51,6 +53,7 @@ TEST_P(GlooRanks, AllReduceF32AllOps) {
 }
 
 TEST_P(GlooRanks, AllReduceF64I64Bf16) {
+  BLUDIST_REQUIRE_GLOO();
   const int n = GetParam();
   run_gloo_ranks(n, [&](ProcessGroup& pg) {
     std::vector<double> d(kCount);
@@ -80,6 +83,7 @@ TEST_P(GlooRanks, AllReduceF64I64Bf16) {
 }
 
 TEST_P(GlooRanks, ReduceScatterAllGatherBroadcast) {
+  BLUDIST_REQUIRE_GLOO();
   const int n = GetParam();
   run_gloo_ranks(n, [&](ProcessGroup& pg) {
     const std::size_t chunk = 101;
@@ -111,6 +115,7 @@ TEST_P(GlooRanks, ReduceScatterAllGatherBroadcast) {
 }
 
 TEST_P(GlooRanks, SendRecvAndGroupedRing) {
+  BLUDIST_REQUIRE_GLOO();
   const int n = GetParam();
   run_gloo_ranks(n, [&](ProcessGroup& pg) {
     const int right = (pg.rank() + 1) % n, left = (pg.rank() + n - 1) % n;
@@ -145,6 +150,7 @@ TEST_P(GlooRanks, SendRecvAndGroupedRing) {
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooRanks, ::testing::Values(2, 3, 4));
 
 TEST(GlooGroups, SubGroupsAndMesh2x2) {
+  BLUDIST_REQUIRE_GLOO();
   run_gloo_ranks(4, [&](ProcessGroup& pg) {
     // Odd and even ranks form two groups; rank order in the list sets the sub-rank.
     auto evens = pg.new_group({2, 0});
@@ -175,6 +181,7 @@ TEST(GlooGroups, SubGroupsAndMesh2x2) {
 }
 
 TEST(GlooGroups, TensorFormsCheckTheirArguments) {
+  BLUDIST_REQUIRE_GLOO();
   run_gloo_ranks(2, [&](ProcessGroup& pg) {
     blu::Tensor out = blu::zeros({3, 5});
     blu::Tensor in = blu::arange(30.0).reshape({2, 3, 5}) + 0.5 * (pg.rank() + 1);
@@ -197,6 +204,7 @@ TEST(GlooGroups, TensorFormsCheckTheirArguments) {
 }
 
 TEST(GlooGroups, DeadPeerFailsWithAClearErrorInsteadOfHanging) {
+  BLUDIST_REQUIRE_GLOO();
   auto t0 = std::chrono::steady_clock::now();
   std::atomic<int> errors{0};
   std::string message;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "support/mlp_ddp.h"
+#include "support/require_gloo.h"
 
 using bludist::test::run_command;
 
@@ -35,6 +36,7 @@ TEST(Blurun, NodeFlagsGiveGlobalRanks) {
 }
 
 TEST(Blurun, OneRankFailingEndsEveryRankWithAClearMessage) {
+  BLUDIST_REQUIRE_GLOO();
   auto r = run_command(blurun("--nproc-per-node 4 -- " + worker("exit 2 3")));
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
@@ -44,6 +46,7 @@ TEST(Blurun, OneRankFailingEndsEveryRankWithAClearMessage) {
 }
 
 TEST(Blurun, MaxRestartsRestartsTheGang) {
+  BLUDIST_REQUIRE_GLOO();
   auto r = run_command(blurun("--nproc-per-node 2 --max-restarts 2 -- " + worker("restart 1")));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("restarting the gang (restart 1 of 2)"), std::string::npos) << r.output;
@@ -54,6 +57,7 @@ TEST(Blurun, MaxRestartsRestartsTheGang) {
 }
 
 TEST(Blurun, GlooCollectivesOnThreeProcesses) {
+  BLUDIST_REQUIRE_GLOO();
   auto r = run_command(blurun("--nproc-per-node 3 -- " + worker("collectives gloo")));
   ASSERT_EQ(r.status, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank)
@@ -61,6 +65,7 @@ TEST(Blurun, GlooCollectivesOnThreeProcesses) {
 }
 
 TEST(Blurun, PeerLeavingMidJobIsAClearErrorNotAHang) {
+  BLUDIST_REQUIRE_GLOO();
   auto r = run_command("BLUDIST_TIMEOUT_S=20 " + blurun("--nproc-per-node 2 -- " + worker("leave_early gloo")));
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
