@@ -323,6 +323,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::kGelu: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::kBiasGradA: return CUBLASLT_EPILOGUE_BGRADB;  // row-major A is cuBLAS's B
     case Epilogue::kBiasGradB: return CUBLASLT_EPILOGUE_BGRADA;
+    case Epilogue::kGeluGrad: return CUBLASLT_EPILOGUE_DGELU;
     case Epilogue::kNone: break;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
@@ -786,22 +787,28 @@ int main(int argc, char** argv) {
 
   const std::vector<Shape> gpt2 = gpt2_shapes();
   // BLU_GEMM_BENCH_SWEEP=1 (A/B sweeps with the BLUBLAS_SM90_* knobs): the GPT-2 set in bf16 and
-  // tf32 on the auto path only, plus the bf16 squares; =bf16: the bf16 part only.
+  // tf32 on the auto path only, plus the bf16 squares; =bf16: the bf16 part only; =fp32: the
+  // strict fp32 GPT-2 set only (A/B sweeps with BLUBLAS_SIMT_VARIANT).
   const char* sweep_env = std::getenv("BLU_GEMM_BENCH_SWEEP");
+  const bool fp32_only = sweep_env != nullptr && std::strcmp(sweep_env, "fp32") == 0;
+  if (fp32_only) {
+    for (const Shape& s : gpt2) run_case(B, s, kFP32, {GemmPath::kAuto});
+    run_case(B, {"square8192", "square", 8192, 8192, 8192, Op::kN, Op::kN}, kFP32, {GemmPath::kAuto});
+  }
   const bool sweep = sweep_env != nullptr && (std::strcmp(sweep_env, "1") == 0 ||
                                               std::strcmp(sweep_env, "bf16") == 0);
   const bool sweep_bf16_only = sweep && std::strcmp(sweep_env, "bf16") == 0;
   std::vector<GemmPath> bf16_paths{GemmPath::kAuto};
   if (sm >= 80 && !sweep) bf16_paths.push_back(GemmPath::kSm80Mma);
-  for (const Shape& s : gpt2) run_case(B, s, kBF16, bf16_paths);
-  if (!sweep_bf16_only) {
+  if (!fp32_only) for (const Shape& s : gpt2) run_case(B, s, kBF16, bf16_paths);
+  if (!sweep_bf16_only && !fp32_only) {
     for (const Shape& s : gpt2) run_case(B, s, kTF32, {GemmPath::kAuto});
   }
   if (sweep) {
     run_case(B, {"square4096", "square", 4096, 4096, 4096, Op::kN, Op::kN}, kBF16, {GemmPath::kAuto});
     run_case(B, {"square8192", "square", 8192, 8192, 8192, Op::kN, Op::kN}, kBF16, {GemmPath::kAuto});
   }
-  if (!B.opt.quick && !sweep) {
+  if (!B.opt.quick && !sweep && !fp32_only) {
     for (const Shape& s : gpt2) run_case(B, s, kFP32, {GemmPath::kAuto});
     const Shape sq4{"square4096", "square", 4096, 4096, 4096, Op::kN, Op::kN};
     const Shape sq8{"square8192", "square", 8192, 8192, 8192, Op::kN, Op::kN};

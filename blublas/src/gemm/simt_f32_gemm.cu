@@ -229,42 +229,73 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 }
 
 // Note [SIMT fp32 variant choice]
-// Problems with at least one 128 x 128 tile per SM (kTiled128, and every split-K plan) take, by
-// the normalized operand majors (run3 sweep, H200, ratio to cuBLAS):
+// Problems with at least one 128 x 128 tile per SM (kTiled128, and every split-K plan) take a lean
+// kernel (Note [SIMT fp32 lean kernel]) whenever it accepts the problem (float4 operands, M / N
+// multiples of 4 on an m- / n-contiguous operand): with a k-major operand (NT forwards, NN dX)
+// l88 (8 x 8 per lane, 4 warps per scheduler: the k-major loads are the latency-bound ones, where
+// 2 warps per scheduler lost 10%), with both operands m/n-major (TN dW) l816 (8 x 16, the best
+// FFMA share). SASS of the main loops (sm_90a, 2 slabs = 16 k): l88 1024 FFMA of ~1140
+// instructions (~90%), l816 2048 of ~2220 (~92%), against ~86% for legacy and w816.
+// Otherwise, by the normalized operand majors (run3 sweep, H200, ratio to cuBLAS), the previous
+// choice ("old"):
 //   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
 //   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
-// (kVariantNames) overrides the choice for measurement sweeps; unknown names are ignored; the
-// variable is read once per process.
+// (kVariantNames) overrides the choice for measurement sweeps ("old": the previous choice above);
+// a forced kernel that cannot take the problem, or an unknown name, leaves the default. The
+// variable is read at every call (a getenv, negligible next to a GEMM), so tests can switch it.
 enum class Variant : int {
   kLegacy128 = 0,  // simt_f32_tiled_kernel<128, 128>: 8 x 8 per thread, quadrants at BM/2, BN/2
   kLegacy64,       // simt_f32_tiled_kernel<64, 64>: for problems short of one tile per SM
   kW816,           // simt_f32_warp_kernel, SimtWarpVariant::k816
   kW168,           // simt_f32_warp_kernel, SimtWarpVariant::k168
+  kL88,            // simt_f32_lean_kernel, SimtLeanVariant::k88
+  kL816,           // simt_f32_lean_kernel, SimtLeanVariant::k816
+  kL168,           // simt_f32_lean_kernel, SimtLeanVariant::k168
+  kL88n64,         // simt_f32_lean_kernel, SimtLeanVariant::k88n64
+  kOld,            // the choice before the lean kernels (legacy / w168 / w816 by majors)
 };
-constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816", "w168"};
+constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816", "w168", "l88",
+                                         "l816",   "l168",     "l88n64", "old"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
 
 int env_variant() {
-  static const int chosen = [] {
-    const char* s = std::getenv("BLUBLAS_SIMT_VARIANT");
-    if (s == nullptr) return -1;
-    for (int i = 0; i < kVariantCount; ++i)
-      if (std::strcmp(s, kVariantNames[i]) == 0) return i;
-    return -1;
-  }();
-  return chosen;
+  const char* s = std::getenv("BLUBLAS_SIMT_VARIANT");
+  if (s == nullptr) return -1;
+  for (int i = 0; i < kVariantCount; ++i)
+    if (std::strcmp(s, kVariantNames[i]) == 0) return i;
+  return -1;
+}
+
+Variant old_variant(const GemmProblem& p, bool vec) {
+  if (!vec || p.b_k_major) return Variant::kLegacy128;
+  return p.a_k_major ? Variant::kW168 : Variant::kW816;
 }
 
 Variant tiled128_variant(const GemmProblem& p, bool vec) {
   const int forced = env_variant();
+  const bool lean = simt_f32_lean_ok(p, vec);
   if (forced >= 0) {
     const Variant v = static_cast<Variant>(forced);
-    if (vec || v == Variant::kLegacy128 || v == Variant::kLegacy64) return v;
+    switch (v) {
+      case Variant::kLegacy128:
+      case Variant::kLegacy64: return v;
+      case Variant::kW816:
+      case Variant::kW168:
+        if (vec) return v;
+        break;
+      case Variant::kL88:
+      case Variant::kL816:
+      case Variant::kL168:
+      case Variant::kL88n64:
+        if (lean) return v;
+        break;
+      case Variant::kOld: return old_variant(p, vec);
+    }
   }
-  if (!vec || p.b_k_major) return Variant::kLegacy128;
-  return p.a_k_major ? Variant::kW168 : Variant::kW816;
+  if (lean) return p.a_k_major || p.b_k_major ? Variant::kL88 : Variant::kL816;
+  return old_variant(p, vec);
 }
 
 }  // namespace
@@ -295,6 +326,7 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   const Variant v =
       plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
   switch (v) {
+    case Variant::kOld:  // resolved by tiled128_variant
     case Variant::kLegacy64:
       BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
       break;
@@ -308,6 +340,22 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     case Variant::kW168:
       BLUBLAS_RETURN_IF_ERROR(
           simt_f32_warp_launch(p, SimtWarpVariant::k168, split, splits, vec, stream));
+      break;
+    case Variant::kL88:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k88, split, splits, vec, stream));
+      break;
+    case Variant::kL816:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k816, split, splits, vec, stream));
+      break;
+    case Variant::kL168:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k168, split, splits, vec, stream));
+      break;
+    case Variant::kL88n64:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k88n64, split, splits, vec, stream));
       break;
   }
   if (splits > 1) {

@@ -32,6 +32,16 @@ enum class SimtWarpVariant : int { k816 = 0, k168 };
 Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const SplitArgs& split,
                             int splits, bool vec, cudaStream_t stream);
 
+// Lean strict fp32 kernels (Note [SIMT fp32 lean kernel], simt_f32_lean_gemm.cu): bounds settled
+// before the main loop (clamped rows, one guarded tail slab). k88: 128 x 128, 256 threads, 8 x 8
+// per lane; k816 (k168): 128 x 128, 128 threads, 8 x 16 (16 x 8); k88n64: 128 x 64, 128 threads,
+// 8 x 8. Same SplitArgs contract. Accepts a problem when simt_f32_lean_ok(p, vec): vec, and M (N) a multiple
+// of 4 when A (B) is m- (n-) contiguous.
+enum class SimtLeanVariant : int { k88 = 0, k816, k168, k88n64 };
+bool simt_f32_lean_ok(const GemmProblem& p, bool vec);
+Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
+                            int splits, bool vec, cudaStream_t stream);
+
 // Any input dtype, any alignment: element loads converted to fp32 in shared memory, fp32 FMA.
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.
 Status simt_generic_launch(const GemmProblem& p, cudaStream_t stream);
