@@ -88,6 +88,12 @@ class Watchdog {
                  "communicator and exiting with status %d\n", rank_, why.c_str(), rank_, size_, device_,
                  kWatchdogExitCode);
     std::fflush(stderr);
+    // ncclCommAbort may itself wait on a stuck kernel: the process ends within 5 s regardless
+    // (exiting tears down the CUDA context and its kernels).
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(kWatchdogExitCode);
+    }).detach();
     ncclCommAbort(comm_);
     std::_Exit(kWatchdogExitCode);
   }
@@ -268,7 +274,11 @@ class NcclProcessGroup final : public ProcessGroup {
     return std::make_shared<NcclProcessGroup>(std::move(store), rank, size, device_, options_);
   }
   void record_async_use(const Tensor& t) override {
-    blu::cuda::CachingAllocator::get().record_stream(t.storage()->data(), comm_stream_);
+    try {
+      blu::cuda::CachingAllocator::get().record_stream(t.storage()->data(), comm_stream_);
+    } catch (const blu::Error&) {
+      // Memory the allocator does not own (from_blob): its owner keeps it alive until wait().
+    }
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "bludist/ddp.h"
+#include "bludist/zero.h"
 #include "blutensor/autograd.h"
 #include "blutensor/nn.h"
 #include "blutensor/ops.h"
@@ -43,7 +44,7 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   Mlp model(&init_gen, o.device);
   std::vector<Tensor> params = model.params();
   std::unique_ptr<DistributedDataParallel> ddp;
-  if (pg) {
+  if (pg && !o.zero1) {
     DDPOptions d;
     d.bucket_cap_bytes = o.bucket_cap_bytes;
     ddp = std::make_unique<DistributedDataParallel>(params, pg, d);
@@ -51,7 +52,10 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   blu::optim::AdamWOptions ao;
   ao.lr = 1e-2;
   ao.weight_decay = 0.05;
-  blu::optim::AdamW opt(params, ao);
+  std::unique_ptr<blu::optim::AdamW> adamw;
+  std::unique_ptr<ZeroAdamW> zero;
+  if (pg && o.zero1) zero = std::make_unique<ZeroAdamW>(params, pg, ao);
+  else adamw = std::make_unique<blu::optim::AdamW>(params, ao);
   const int micro = o.global_batch / o.accum;
   const int local = micro / world;
   std::vector<double> losses;
@@ -86,8 +90,13 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
       }
     }
     if (ddp) ddp->finish_gradient_sync();
-    opt.step();
-    opt.zero_grad();
+    if (zero) {
+      zero->step();
+      zero->zero_grad();
+    } else {
+      adamw->step();
+      adamw->zero_grad();
+    }
     if (pg) {
       Tensor v = blu::full({1}, step_loss, blu::TensorOptions(blu::kFloat64).device(pg->device()));
       pg->all_reduce(v, ReduceOp::kAvg);

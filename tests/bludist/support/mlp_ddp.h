@@ -18,6 +18,7 @@ struct MlpRunOptions {
   std::size_t bucket_cap_bytes = 2048;  // small: several buckets
   bool skip_unused = false;        // a parameter that gets no gradient (finish_gradient_sync)
   blu::Device device = blu::kCPU;
+  bool zero1 = false;              // with pg: ZeroAdamW (sharded state) instead of DDP + AdamW
 };
 
 std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const MlpRunOptions& o,
