@@ -3,6 +3,7 @@
 // 3 CPU processes, and a peer that leaves early (a clear error, not a hang).
 #include <gtest/gtest.h>
 
+#include "bludist/store.h"
 #include "support/mlp_ddp.h"
 #include "support/require_gloo.h"
 
@@ -80,4 +81,24 @@ TEST(Blurun, BadUsageIsExplained) {
   r = run_command(blurun("--nnodes 2 --nproc-per-node 1 -- true"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--master-addr"), std::string::npos) << r.output;
+}
+
+TEST(Blurun, TwoLaunchersStandInForTwoNodes) {
+  BLUDIST_REQUIRE_GLOO();
+  int port;
+  {
+    bludist::TcpStoreServer probe(0);  // a free port, released before the launchers start
+    port = probe.port();
+  }
+  auto node = [&](int r) {
+    return blurun("--nnodes 2 --node-rank " + std::to_string(r) + " --nproc-per-node 2 --master-addr 127.0.0.1 "
+                  "--master-port " + std::to_string(port) + " -- " + worker("collectives gloo"));
+  };
+  std::string log = ::testing::TempDir() + "bludist_node1_" + std::to_string(port) + ".log";
+  auto r = run_command("sh -c '" + node(1) + " > " + log + " 2>&1 & p=$!; " + node(0) + "; s0=$?; wait $p; s1=$?; cat " +
+                       log + "; exit $((s0 + s1))'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "] collectives ok: gloo group (rank " +
+                            std::to_string(rank) + " of 4)"), std::string::npos) << r.output;
 }
