@@ -5,9 +5,11 @@
 //   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
 //   test_worker leave_early <backend>     rank 1 exits 0 right after rendezvous; rank 0 all-reduces
+//   test_worker bench_allreduce <backend> fp32 all-reduce (avg) bandwidth, 1 MiB .. 1 GiB (rank 0 prints)
 // Exits 0 when its checks pass, 1 with a message on stderr otherwise.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +133,52 @@ int ddp(Backend backend, const std::string& out, int accum, bool skip_unused) {
   return 0;
 }
 
+// All-reduce bandwidth through the ProcessGroup (what DDP and all_reduce_gradients pay): device
+// time on the compute stream between CUDA events around `iters` back-to-back calls (host time
+// for CPU groups). busbw = algbw * 2 (n - 1) / n, comparable with nccl-tests.
+int bench_allreduce(Backend backend) {
+  auto pg = init_process_group(backend);
+  const bool cuda = pg->device().is_cuda();
+  if (cuda) blu::cuda::set_device(pg->device().index);
+  const int n = pg->size();
+  if (pg->rank() == 0)
+    std::printf("%-12s %10s %12s %12s\n", "bytes", "time_us", "algbw_GB/s", "busbw_GB/s");
+  const int64_t max_mib = cuda ? 1024 : 64;
+  for (int64_t mib = 1; mib <= max_mib; mib *= 4) {
+    const int64_t count = mib * (1 << 20) / 4;
+    Tensor t = blu::full({count}, 1.0, blu::TensorOptions().device(pg->device()));
+    const int iters = mib >= 256 ? 10 : 20;
+    for (int w = 0; w < 3; ++w) pg->all_reduce(t, ReduceOp::kAvg);
+    pg->barrier();
+    double seconds = 0;
+    if (cuda) {
+      cudaStream_t s = blu::cuda::current_stream(pg->device().index);
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      cudaEventRecord(e0, s);
+      for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::kAvg);
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      seconds = ms / 1e3 / iters;
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::kAvg);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    }
+    double bytes = static_cast<double>(count) * 4;
+    double algbw = bytes / seconds / 1e9;
+    if (pg->rank() == 0)
+      std::printf("%-12.0f %10.1f %12.2f %12.2f\n", bytes, seconds * 1e6, algbw, algbw * 2.0 * (n - 1) / n);
+  }
+  pg->barrier();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,6 +212,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives" && argc == 3) return collectives(parse_backend(argv[2]));
     if (mode == "ddp" && argc >= 5)
       return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
+    if (mode == "bench_allreduce" && argc == 3) return bench_allreduce(parse_backend(argv[2]));
     if (mode == "leave_early" && argc == 3) {
       auto pg = init_process_group(parse_backend(argv[2]));
       pg->barrier();
