@@ -103,6 +103,9 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend, const DistEnv&
   }
   if (backend == Backend::kGloo) return make_gloo_group(store, e.rank, e.world_size, go);
   int device = options.device >= 0 ? options.device : e.local_rank;
+  BLU_CHECK(device < blu::cuda::device_count(), "bludist: rank ", e.rank, " (LOCAL_RANK ", e.local_rank,
+            ") needs cuda:", device, " but ", blu::cuda::device_count(), " CUDA device(s) are visible");
+  blu::cuda::set_device(device);  // this rank's GPU becomes the thread's current device
   return make_nccl_group(store, e.rank, e.world_size, device, go);
 }
 
