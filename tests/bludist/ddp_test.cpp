@@ -131,3 +131,30 @@ TEST(Ddp, FlatGradientBufferIsAveraged) {
     }
   });
 }
+
+TEST(Ddp, MaxRestartsResumesFromTheCheckpointWithTheSameLosses) {
+  BLUDIST_REQUIRE_GLOO();
+  std::string dir = ::testing::TempDir();
+  std::string out = dir + "bludist_restart_losses", ckpt = dir + "bludist_restart.safetensors";
+  for (const std::string& f : {out + ".0", out + ".1", ckpt}) std::remove(f.c_str());
+  // Rank 1 crashes (status 7) at step 12 of the first attempt; blurun restarts the gang once.
+  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 --max-restarts 1 -- " + BLUDIST_TEST_WORKER +
+                       " ddp_restart " + out + " " + ckpt + " 1 12");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("blurun: rank 1 (local rank 1, node 0) failed with exit status 7"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("restarting the gang (restart 1 of 1)"), std::string::npos) << r.output;
+  std::vector<double> ref = test::train_mlp(nullptr, test::MlpRunOptions{});
+  std::ifstream f(out + ".1");
+  int step, first = -1, n = 0;
+  double loss;
+  while (f >> step >> loss) {
+    if (first < 0) first = step;
+    ++n;
+    EXPECT_LE(std::fabs(loss - ref[step]), 1e-5 * std::fabs(ref[step])) << "step " << step;
+  }
+  // The restart resumed from a checkpoint (step 11 or 12 done), not from scratch, and finished.
+  EXPECT_GE(first, 11) << r.output;
+  EXPECT_EQ(first + n, 20);
+  std::printf("restart resumed at step %d; %d later steps equal the uninterrupted run\n", first, n);
+}

@@ -4,6 +4,9 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 
@@ -14,6 +17,7 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
+#include "blutensor/safetensors.h"
 
 namespace bludist::test {
 
@@ -58,8 +62,24 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   else adamw = std::make_unique<blu::optim::AdamW>(params, ao);
   const int micro = o.global_batch / o.accum;
   const int local = micro / world;
-  std::vector<double> losses;
-  for (int step = 0; step < o.steps; ++step) {
+  std::vector<double> losses(static_cast<std::size_t>(o.steps), std::numeric_limits<double>::quiet_NaN());
+  int start_step = 0;
+  if (adamw && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint)) {
+    blu::NoGradGuard no_grad;
+    auto data = blu::load_safetensors(o.checkpoint);
+    std::map<std::string, Tensor> opt_state;
+    for (auto& [k, t] : data.tensors) {
+      if (k.rfind("opt.", 0) == 0) opt_state[k.substr(4)] = t;
+    }
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Tensor p = params[i].detach();
+      p.copy_(data.tensors.at("p." + std::to_string(i)));
+    }
+    adamw->load_state_dict(opt_state);
+    start_step = static_cast<int>(data.tensors.at("next_step").item());
+  }
+  for (int step = start_step; step < o.steps; ++step) {
+    if (step == o.fail_at_step && rank == o.fail_rank) std::exit(7);
     blu::Generator data_gen(777 + step);
     Tensor x = blu::empty({o.global_batch, kIn}).normal_(0.0, 1.0, &data_gen);
     // Labels from a fixed linear teacher (learnable): argmax_c sum_j x_j cos(j c + 1).
@@ -102,7 +122,15 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
       pg->all_reduce(v, ReduceOp::kAvg);
       step_loss = v.item();
     }
-    losses.push_back(step_loss);
+    losses[static_cast<std::size_t>(step)] = step_loss;
+    if (adamw && !o.checkpoint.empty() && rank == 0) {
+      std::map<std::string, Tensor> ck;
+      for (std::size_t i = 0; i < params.size(); ++i) ck["p." + std::to_string(i)] = params[i].detach().cpu();
+      for (auto& [k, t] : adamw->state_dict()) ck["opt." + k] = t.cpu();
+      ck["next_step"] = blu::scalar_tensor(step + 1, blu::kInt64);
+      blu::save_safetensors(o.checkpoint + ".tmp", ck);
+      std::filesystem::rename(o.checkpoint + ".tmp", o.checkpoint);  // atomic: never a torn checkpoint
+    }
   }
   if (buckets_reduced && ddp) *buckets_reduced = ddp->buckets_reduced();
   return losses;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bludist/process_group.h"
@@ -19,6 +20,11 @@ struct MlpRunOptions {
   bool skip_unused = false;        // a parameter that gets no gradient (finish_gradient_sync)
   blu::Device device = blu::kCPU;
   bool zero1 = false;              // with pg: ZeroAdamW (sharded state) instead of DDP + AdamW
+  // Checkpoint/restart (DDP + AdamW only): resume from `checkpoint` when it exists, rank 0 saves
+  // it (atomically) after every step; rank fail_rank exits with status 7 when it reaches step
+  // fail_at_step (a simulated crash). Steps not run in this attempt are NaN in the result.
+  std::string checkpoint;
+  int fail_rank = -1, fail_at_step = -1;
 };
 
 std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const MlpRunOptions& o,

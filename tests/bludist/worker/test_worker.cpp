@@ -5,6 +5,8 @@
 //   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
 //   test_worker leave_early <backend>     rank 1 exits 0 right after rendezvous; rank 0 all-reduces
+//   test_worker ddp_restart <out> <ckpt> <fail_rank> <fail_step>  DDP MLP with a checkpoint per step;
+//                                         the first attempt's <fail_rank> crashes at <fail_step>
 //   test_worker bench_allreduce <backend> fp32 all-reduce (avg) bandwidth, 1 MiB .. 1 GiB (rank 0 prints)
 // Exits 0 when its checks pass, 1 with a message on stderr otherwise.
 #include <unistd.h>
@@ -212,6 +214,25 @@ int main(int argc, char** argv) {
     if (mode == "collectives" && argc == 3) return collectives(parse_backend(argv[2]));
     if (mode == "ddp" && argc >= 5)
       return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
+    if (mode == "ddp_restart" && argc == 6) {
+      DistEnv e = DistEnv::from_environment();
+      auto pg = init_process_group(Backend::kGloo);
+      test::MlpRunOptions o;
+      o.checkpoint = argv[3];
+      if (e.restart_count == 0) {
+        o.fail_rank = std::atoi(argv[4]);
+        o.fail_at_step = std::atoi(argv[5]);
+      }
+      std::vector<double> losses = test::train_mlp(pg, o);
+      if (pg->rank() == 0) {
+        std::ofstream f(std::string(argv[2]) + "." + std::to_string(e.restart_count));
+        f.precision(17);
+        for (std::size_t i = 0; i < losses.size(); ++i)
+          if (!std::isnan(losses[i])) f << i << " " << losses[i] << "\n";
+      }
+      pg->barrier();
+      return 0;
+    }
     if (mode == "bench_allreduce" && argc == 3) return bench_allreduce(parse_backend(argv[2]));
     if (mode == "leave_early" && argc == 3) {
       auto pg = init_process_group(parse_backend(argv[2]));
