@@ -78,6 +78,26 @@ TEST(Nccl, DdpOnTwoGpusMatchesOneGpu) {
   }
 }
 
+TEST(Nccl, Zero1OnTwoGpusMatchesOneGpu) {
+  require_two_gpus();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  std::string out = ::testing::TempDir() + "bludist_nccl_zero1.txt";
+  std::remove(out.c_str());
+  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " zero1 nccl " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> z = read_losses(out);
+  test::MlpRunOptions o;
+  o.device = blu::Device::cuda(0);
+  std::vector<double> one_gpu = test::train_mlp(nullptr, o);
+  ASSERT_EQ(z.size(), one_gpu.size());
+  double m = 0;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    m = std::max(m, std::fabs(z[i] - one_gpu[i]) / std::fabs(one_gpu[i]));
+    EXPECT_LE(std::fabs(z[i] - one_gpu[i]), 1e-5 * std::fabs(one_gpu[i])) << "step " << i;
+  }
+  std::printf("nccl zero1: max rel diff vs one GPU %.3g\n", m);
+}
+
 TEST(Nccl, WatchdogEndsACollectiveWhosePeerLeft) {
   require_two_gpus();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;

@@ -5,6 +5,7 @@
 //   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
 //   test_worker leave_early <backend>     rank 1 exits 0 right after rendezvous; rank 0 all-reduces
+//   test_worker zero1 <backend> <out>     the same MLP with ZeroAdamW (ZeRO-1) instead of DDP
 //   test_worker ddp_restart <out> <ckpt> <fail_rank> <fail_step>  DDP MLP with a checkpoint per step;
 //                                         the first attempt's <fail_rank> crashes at <fail_step>
 //   test_worker bench_allreduce <backend> fp32 all-reduce (avg) bandwidth, 1 MiB .. 1 GiB (rank 0 prints)
@@ -117,9 +118,10 @@ int collectives(Backend backend) {
   return 0;
 }
 
-int ddp(Backend backend, const std::string& out, int accum, bool skip_unused) {
+int ddp(Backend backend, const std::string& out, int accum, bool skip_unused, bool zero1 = false) {
   auto pg = init_process_group(backend);
   test::MlpRunOptions o;
+  o.zero1 = zero1;
   o.accum = accum;
   o.skip_unused = skip_unused;
   o.device = pg->device();
@@ -214,6 +216,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives" && argc == 3) return collectives(parse_backend(argv[2]));
     if (mode == "ddp" && argc >= 5)
       return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
+    if (mode == "zero1" && argc == 4) return ddp(parse_backend(argv[2]), argv[3], 1, false, true);
     if (mode == "ddp_restart" && argc == 6) {
       DistEnv e = DistEnv::from_environment();
       auto pg = init_process_group(Backend::kGloo);
