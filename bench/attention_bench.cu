@@ -6,7 +6,8 @@
 // (so forward+backward is 3.5x forward). The recomputation our deterministic backward does is not
 // counted. The PyTorch SDPA reference is measured by bench/torch_attention.py in the same device
 // call; when <blu_out>/torch_attention.json exists (the device script runs the python first) this
-// binary prints and records attention.bf16.fwdbwd_ratio_vs_torch_sdpa as well.
+// binary prints and records attention.bf16.fwdbwd_ratio_vs_torch_sdpa as well (and the tf32,
+// fp32 and f32_3xtf32 ratios against PyTorch's fp32 SDPA).
 //
 // Usage: attention_bench [--blu_out=<dir>] [--blu_quick]
 #include <cuda_bf16.h>
@@ -252,6 +253,7 @@ int main(int argc, char** argv) {
       {16, 1024, 6, 128, AttnPrecision::kBF16, "attention.bf16.d128"},
       {16, 1024, 12, 64, AttnPrecision::kF32TF32, "attention.tf32"},
       {4, 1024, 12, 64, AttnPrecision::kF32Strict, "attention.fp32"},
+      {16, 1024, 12, 64, AttnPrecision::kF32Split3TF32, "attention.f32_3xtf32"},
   };
   // The bf16 rows again per forced path (sm80 mma.sync and sm90 wgmma side by side), where the
   // device runs that path.
@@ -306,9 +308,20 @@ int main(int argc, char** argv) {
   const double ours = done[0].r.fwdbwd_tflops;
   if (!opt.out_dir.empty()) {  // tf32 and strict fp32 against PyTorch SDPA on fp32 inputs
     const std::string tj = opt.out_dir + "/torch_attention.json";
-    for (size_t i = 2; i < 4; ++i) {
-      const std::string mode = done[i].s.prec == AttnPrecision::kF32TF32 ? "tf32" : "fp32";
-      const double ref = json_number(tj, "torch_sdpa." + mode + ".fwdbwd_tflops");
+    // f32_3xtf32 is compared with PyTorch's fp32 SDPA under strict settings at the same B16
+    // shape (torch_sdpa.fp32_b16: the memory-efficient kernel's 3xTF32 fp32 path on sm80+).
+    for (size_t i = 2; i < 5; ++i) {
+      const AttnPrecision pr = done[i].s.prec;
+      const std::string mode = pr == AttnPrecision::kF32TF32         ? "tf32"
+                               : pr == AttnPrecision::kF32Split3TF32 ? "f32_3xtf32"
+                                                                     : "fp32";
+      const std::string ref_mode = pr == AttnPrecision::kF32Split3TF32 ? "fp32_b16" : mode;
+      const double ref = json_number(tj, "torch_sdpa." + ref_mode + ".fwdbwd_tflops");
+      const double ref_fwd = json_number(tj, "torch_sdpa." + ref_mode + ".fwd_tflops");
+      if (pr == AttnPrecision::kF32Split3TF32 && std::isfinite(ref_fwd) && ref_fwd > 0) {
+        report.metric("attention." + mode + ".fwd_ratio_vs_torch_sdpa",
+                      done[i].r.fwd_tflops / ref_fwd);
+      }
       if (std::isfinite(ref) && ref > 0) {
         report.metric("attention." + mode + ".fwdbwd_ratio_vs_torch_sdpa",
                       done[i].r.fwdbwd_tflops / ref);

@@ -6,7 +6,9 @@ Times F.scaled_dot_product_attention (causal, bf16) forward and forward+backward
 efficient, cudnn), with q/k/v as views of a fused [B, T, 3*C] activation (as GPT-2 does), CUDA
 events, warm-up and the median of the reps. The fastest backend is named in the metrics.
 Also fp32 inputs (efficient/math backends) with tf32 allowed (B16) and not (B4): the references
-of blublas's tf32 and strict-fp32 modes.
+of blublas's tf32 and strict-fp32 modes; and strict fp32 settings at B16 (torch_sdpa.fp32_b16.*,
+every backend that takes fp32: on sm80+ that is the memory-efficient kernel, whose fp32 path is
+3xTF32 on tensor cores): the reference of blublas's f32_3xtf32 mode.
 FLOPs counted as attention_bench.cu counts them: forward 4*B*H*T*T*d/2, backward 2.5x forward.
 
 Usage: python3 bench/torch_attention.py <out_dir> [--quick]
@@ -135,13 +137,16 @@ def main():
                 row["fastest"] = True
     # fp32 inputs (the strict-fp32 and tf32 modes of blublas): only the efficient and math
     # backends take fp32; tf32 on/off via the matmul flag. Shapes as attention_bench.cu.
-    for mode, B, allow in (("tf32", 16, True), ("fp32", 4, False)):
+    for mode, B, allow in (("tf32", 16, True), ("fp32", 4, False), ("fp32_b16", 16, False)):
         torch.backends.cuda.matmul.allow_tf32 = allow
         torch.backends.cudnn.allow_tf32 = allow
+        torch.set_float32_matmul_precision("high" if allow else "highest")
         best = None
-        for name in ("efficient", "math"):
+        for name in ("flash", "efficient", "cudnn", "math"):
             if name == "math" and B > 4:
                 continue  # the math backend materializes B*H*T*T scores: slow and large
+            if name in ("flash", "cudnn") and mode != "fp32_b16":
+                continue  # they refuse fp32 (tried, and reported, once in the fp32_b16 pass)
             backend = SDPBackend.MATH if name == "math" else BACKENDS[name]
             try:
                 r = bench_backend(backend, B, 1024, 12, 64, quick, torch.float32)
@@ -158,6 +163,7 @@ def main():
             metrics[f"torch_sdpa.{mode}.fwdbwd_tflops"] = best[1]["fwdbwd_tflops"]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("highest")
 
     result = {"name": "torch_attention", "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "metrics": metrics, "rows": rows,

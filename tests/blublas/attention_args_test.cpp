@@ -135,6 +135,11 @@ TEST(AttentionArgs, PrecisionAndPathCombinations) {
   EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
   d.precision = AttnPrecision::kF32Strict;
   EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
+  // 3xTF32 needs tensor cores (not SIMT) and is not a wgmma mode.
+  d.precision = AttnPrecision::kF32Split3TF32;
+  EXPECT_EQ(fwd(d), StatusCode::kNotSupported);
+  d.path = AttnPath::kSimt;
+  EXPECT_EQ(fwd(d), StatusCode::kInvalidArgument);
   EXPECT_STREQ(blublas::attn_path_name(AttnPath::kSm90Wgmma), "sm90_wgmma");
   d = valid_desc();
   d.precision = static_cast<AttnPrecision>(7);
@@ -187,6 +192,7 @@ TEST(AttentionArgs, QkvViewStrides) {
   EXPECT_EQ(k.batch_stride, 1024LL * 3 * 12 * 64);
   EXPECT_STREQ(blublas::attn_path_name(AttnPath::kSm80Mma), "sm80_mma");
   EXPECT_STREQ(blublas::attn_precision_name(AttnPrecision::kF32TF32), "tf32");
+  EXPECT_STREQ(blublas::attn_precision_name(AttnPrecision::kF32Split3TF32), "f32_3xtf32");
 }
 
 }  // namespace

@@ -25,9 +25,11 @@
 namespace blublas {
 
 enum class AttnPrecision : int {
-  kBF16 = 0,       // bf16 storage; tensor cores; fp32 accumulation, softmax and L
-  kF32Strict = 1,  // f32 storage; SIMT fp32 FMA only (no tf32 rounding anywhere)
-  kF32TF32 = 2,    // f32 storage; tensor cores on tf32-rounded operands; fp32 accumulation
+  kBF16 = 0,           // bf16 storage; tensor cores; fp32 accumulation, softmax and L
+  kF32Strict = 1,      // f32 storage; SIMT fp32 FMA only (no tf32 rounding anywhere)
+  kF32TF32 = 2,        // f32 storage; tensor cores on tf32-rounded operands; fp32 accumulation
+  kF32Split3TF32 = 3,  // f32 storage; tensor cores on split-tf32 operands (3 mma per product:
+                       // big*big + big*small + small*big), fp32 accumulation: fp32-level error
 };
 
 // Which kernel family runs. kAuto picks the fastest path that takes the arguments.

@@ -8,7 +8,8 @@
 //                          pointer is 16-byte aligned and every stride a multiple of 16 bytes
 //                          (TMA and cp.async move 16-byte chunks); if the driver refuses a view's
 //                          tensor map (kNotSupported, nothing launched) the sm80 path runs instead
-//   kBF16 / kF32TF32    -> sm80 mma.sync under the same alignment rule (and on other devices);
+//   kBF16 / kF32TF32 / kF32Split3TF32 -> sm80 mma.sync under the same alignment rule (and on
+//                          other devices; on Hopper too for the fp32 modes);
 //                          otherwise SIMT (fp32 arithmetic on the same storage: slower, at least
 //                          as accurate).
 // A forced path that cannot take the arguments returns an error instead of falling back; the
@@ -29,6 +30,9 @@ constexpr std::size_t kWorkspaceAlign = 256;
 
 bool is_bf16(AttnPrecision p) {
   return p == AttnPrecision::kBF16;
+}
+bool split3(AttnPrecision p) {
+  return p == AttnPrecision::kF32Split3TF32;
 }
 std::size_t elem_bytes(AttnPrecision p) {
   return is_bf16(p) ? 2 : 4;
@@ -64,7 +68,7 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   BLUBLAS_CHECK_ARG(std::isfinite(d.softmax_scale) && d.softmax_scale > 0.0f, op,
                     ": softmax_scale=", d.softmax_scale, " must be finite and > 0");
   const int prec = static_cast<int>(d.precision);
-  BLUBLAS_CHECK_ARG(prec >= 0 && prec <= 2, op, ": unknown precision ", prec);
+  BLUBLAS_CHECK_ARG(prec >= 0 && prec <= 3, op, ": unknown precision ", prec);
   const int path = static_cast<int>(d.path);
   BLUBLAS_CHECK_ARG(path >= 0 && path <= 3, op, ": unknown path ", path);
   BLUBLAS_CHECK(!(d.path == AttnPath::kSm90Wgmma && d.precision != AttnPrecision::kBF16),
@@ -73,9 +77,12 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32Strict && d.path == AttnPath::kSm80Mma), op,
                     ": strict fp32 runs on the SIMT path only (kSm80Mma would round to tf32; "
                     "use precision kF32TF32)");
-  BLUBLAS_CHECK_ARG(!(d.precision == AttnPrecision::kF32TF32 && d.path == AttnPath::kSimt), op,
-                    ": tf32 needs tensor cores; the SIMT path computes strict fp32 (use precision "
-                    "kF32Strict)");
+  BLUBLAS_CHECK_ARG(
+      !((d.precision == AttnPrecision::kF32TF32 || d.precision == AttnPrecision::kF32Split3TF32) &&
+        d.path == AttnPath::kSimt),
+      op, ": precision ", attn_precision_name(d.precision),
+      " needs tensor cores; the SIMT path computes strict fp32 (use precision "
+      "kF32Strict)");
   const std::size_t eb = elem_bytes(d.precision);
   BLUBLAS_RETURN_IF_ERROR(check_view(d.q, op, "q", eb));
   BLUBLAS_RETURN_IF_ERROR(check_view(d.k, op, "k", eb));
@@ -221,6 +228,8 @@ const char* attn_precision_name(AttnPrecision precision) noexcept {
       return "f32";
     case AttnPrecision::kF32TF32:
       return "tf32";
+    case AttnPrecision::kF32Split3TF32:
+      return "f32_3xtf32";
   }
   return "unknown";
 }
@@ -250,7 +259,8 @@ Status attention_forward(const AttentionDesc& desc, cudaStream_t stream) {
     if (st.code() != StatusCode::kNotSupported || desc.path == AttnPath::kSm90Wgmma) return st;
   }
   return bf16 ? attn::sm80_bf16_flash_attn_fwd(p, desc.head_dim, dev, stream)
-              : attn::sm80_tf32_flash_attn_fwd(p, desc.head_dim, dev, stream);
+              : attn::sm80_tf32_flash_attn_fwd(p, desc.head_dim, split3(desc.precision), dev,
+                                               stream);
 }
 
 Status attention_backward_workspace_size(const AttentionDesc& desc, std::size_t* bytes) {
@@ -287,7 +297,8 @@ Status attention_backward(const AttentionDesc& desc, void* workspace, std::size_
     if (st.code() != StatusCode::kNotSupported || desc.path == AttnPath::kSm90Wgmma) return st;
   }
   return bf16 ? attn::sm80_bf16_flash_attn_bwd(p, desc.head_dim, dev, stream)
-              : attn::sm80_tf32_flash_attn_bwd(p, desc.head_dim, dev, stream);
+              : attn::sm80_tf32_flash_attn_bwd(p, desc.head_dim, split3(desc.precision), dev,
+                                               stream);
 }
 
 }  // namespace blublas

@@ -47,9 +47,10 @@ Status sm80_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo&
                                 cudaStream_t stream);
 Status sm80_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream);
-Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
+// split3: 3xTF32 products (AttnPrecision::kF32Split3TF32), same tiles.
+Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, bool split3, const DeviceInfo& dev,
                                 cudaStream_t stream);
-Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
+Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, bool split3, const DeviceInfo& dev,
                                 cudaStream_t stream);
 
 // Note [Attention tile tables]

@@ -43,7 +43,8 @@ struct DkDvTiles {
   static constexpr int kBc = 16 * kWarps;  // keys per CTA, 16 per warp
   template <typename Elem>
   static constexpr size_t smem_bytes() {
-    return static_cast<size_t>(2 * kBc + 4 * kBr) * kD * sizeof(Elem) + 4 * kBr * sizeof(float);
+    return static_cast<size_t>(2 * kBc + 4 * kBr) * kD * sizeof(Store<Elem>) +
+           4 * kBr * sizeof(float);
   }
 };
 
@@ -56,10 +57,10 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   constexpr int kQT = kBr / 8;  // n-tiles of S^T (queries)
   constexpr int kDT = kD / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Elem* sK = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sV = sK + kBc * kD;
-  Elem* sQ = sV + kBc * kD;                                  // [2][kBr][kD]
-  Elem* sdO = sQ + 2 * kBr * kD;                             // [2][kBr][kD]
+  Store<Elem>* sK = reinterpret_cast<Store<Elem>*>(smem_raw);
+  Store<Elem>* sV = sK + kBc * kD;
+  Store<Elem>* sQ = sV + kBc * kD;                           // [2][kBr][kD]
+  Store<Elem>* sdO = sQ + 2 * kBr * kD;                      // [2][kBr][kD]
   float* sL = reinterpret_cast<float*>(sdO + 2 * kBr * kD);  // [2][kBr], L * log2(e)
   float* sDl = sL + 2 * kBr;                                 // [2][kBr], D
 
@@ -70,10 +71,12 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   const int k0 = kb * kBc;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
 
-  const Elem* gK = static_cast<const Elem*>(p.k) + b * p.sk.b + h * p.sk.h + k0 * p.sk.t;
-  const Elem* gV = static_cast<const Elem*>(p.v) + b * p.sv.b + h * p.sv.h + k0 * p.sv.t;
-  const Elem* gQ = static_cast<const Elem*>(p.q) + b * p.sq.b + h * p.sq.h;
-  const Elem* gdO = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + h * p.sdo.h;
+  const Store<Elem>* gK =
+      static_cast<const Store<Elem>*>(p.k) + b * p.sk.b + h * p.sk.h + k0 * p.sk.t;
+  const Store<Elem>* gV =
+      static_cast<const Store<Elem>*>(p.v) + b * p.sv.b + h * p.sv.h + k0 * p.sv.t;
+  const Store<Elem>* gQ = static_cast<const Store<Elem>*>(p.q) + b * p.sq.b + h * p.sq.h;
+  const Store<Elem>* gdO = static_cast<const Store<Elem>*>(p.d_o) + b * p.sdo.b + h * p.sdo.h;
   const float* gL = p.lse + bh * T;
   const float* gD = p.delta + bh * T;
 
@@ -125,8 +128,8 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
     // Every key of this warp after every query: nothing to add.
     if (p.causal && k0 + wk0 > qs + kBr - 1) continue;
     const int buf = (i - i0) & 1;
-    const Elem* cQ = sQ + buf * kBr * kD;
-    const Elem* cdO = sdO + buf * kBr * kD;
+    const Store<Elem>* cQ = sQ + buf * kBr * kD;
+    const Store<Elem>* cdO = sdO + buf * kBr * kD;
     const float* cL = sL + buf * kBr;
     const float* cD = sDl + buf * kBr;
 
@@ -171,8 +174,8 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
     warp_gemm_cA_tB<Elem, kD, 1, kQT>(dk, s, cQ, 0, lane);  // dK += dS^T Q
   }
 
-  Elem* gdK = static_cast<Elem*>(p.dk) + b * p.sdk.b + h * p.sdk.h + k0 * p.sdk.t;
-  Elem* gdV = static_cast<Elem*>(p.dv) + b * p.sdv.b + h * p.sdv.h + k0 * p.sdv.t;
+  Store<Elem>* gdK = static_cast<Store<Elem>*>(p.dk) + b * p.sdk.b + h * p.sdk.h + k0 * p.sdk.t;
+  Store<Elem>* gdV = static_cast<Store<Elem>*>(p.dv) + b * p.sdv.b + h * p.sdv.h + k0 * p.sdv.t;
   store_acc<Elem, 1, kDT>(dk, gdK, p.sdk.t, wk0, T - k0, p.scale, lane);
   store_acc<Elem, 1, kDT>(dv, gdV, p.sdv.t, wk0, T - k0, 1.0f, lane);
 }
@@ -188,7 +191,7 @@ struct DqTiles {
   static constexpr int kBr = 16 * kWarps;
   template <typename Elem>
   static constexpr size_t smem_bytes() {
-    return static_cast<size_t>(2 * kBr + 4 * kBc) * kD * sizeof(Elem);
+    return static_cast<size_t>(2 * kBr + 4 * kBc) * kD * sizeof(Store<Elem>);
   }
 };
 
@@ -200,10 +203,10 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
   constexpr int kNT = kBc / 8;
   constexpr int kDT = kD / 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sdO = sQ + kBr * kD;
-  Elem* sK = sdO + kBr * kD;     // [2][kBc][kD]
-  Elem* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
+  Store<Elem>* sQ = reinterpret_cast<Store<Elem>*>(smem_raw);
+  Store<Elem>* sdO = sQ + kBr * kD;
+  Store<Elem>* sK = sdO + kBr * kD;     // [2][kBc][kD]
+  Store<Elem>* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
@@ -213,10 +216,12 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
   const int q0 = qb * kBr;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
 
-  const Elem* gQ = static_cast<const Elem*>(p.q) + b * p.sq.b + h * p.sq.h + q0 * p.sq.t;
-  const Elem* gdO = static_cast<const Elem*>(p.d_o) + b * p.sdo.b + h * p.sdo.h + q0 * p.sdo.t;
-  const Elem* gK = static_cast<const Elem*>(p.k) + b * p.sk.b + h * p.sk.h;
-  const Elem* gV = static_cast<const Elem*>(p.v) + b * p.sv.b + h * p.sv.h;
+  const Store<Elem>* gQ =
+      static_cast<const Store<Elem>*>(p.q) + b * p.sq.b + h * p.sq.h + q0 * p.sq.t;
+  const Store<Elem>* gdO =
+      static_cast<const Store<Elem>*>(p.d_o) + b * p.sdo.b + h * p.sdo.h + q0 * p.sdo.t;
+  const Store<Elem>* gK = static_cast<const Store<Elem>*>(p.k) + b * p.sk.b + h * p.sk.h;
+  const Store<Elem>* gV = static_cast<const Store<Elem>*>(p.v) + b * p.sv.b + h * p.sv.h;
 
   const int q_end = min(T, q0 + kBr);
   const int n_kv = p.causal ? (q_end + kBc - 1) / kBc : (T + kBc - 1) / kBc;
@@ -263,8 +268,8 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
     }
     const int k0 = j * kBc;
     if (p.causal && k0 > q0 + wr0 + 15) continue;
-    const Elem* cK = sK + (j & 1) * kBc * kD;
-    const Elem* cV = sV + (j & 1) * kBc * kD;
+    const Store<Elem>* cK = sK + (j & 1) * kBc * kD;
+    const Store<Elem>* cV = sV + (j & 1) * kBc * kD;
 
     float s[1][kNT][4];
     zero_acc(s);
@@ -300,7 +305,7 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
     warp_gemm_cA_tB<Elem, kD, 1, kNT>(dq, s, cK, 0, lane);  // dQ += dS K
   }
 
-  Elem* gdQ = static_cast<Elem*>(p.dq) + b * p.sdq.b + h * p.sdq.h + q0 * p.sdq.t;
+  Store<Elem>* gdQ = static_cast<Store<Elem>*>(p.dq) + b * p.sdq.b + h * p.sdq.h + q0 * p.sdq.t;
   store_acc<Elem, 1, kDT>(dq, gdQ, p.sdq.t, wr0, T - q0, p.scale, lane);
 }
 

@@ -36,7 +36,7 @@ struct FwdTiles {
   static constexpr int kWarpRows = 16 * kMT;
   template <typename Elem>
   static constexpr size_t smem_bytes() {
-    return static_cast<size_t>(kBr + 4 * kBc) * kD * sizeof(Elem);
+    return static_cast<size_t>(kBr + 4 * kBc) * kD * sizeof(Store<Elem>);
   }
 };
 
@@ -48,9 +48,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int kNT = kBc / 8;  // S n-tiles
   constexpr int kDT = kD / 8;   // O n-tiles
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sK = sQ + kBr * kD;      // [2][kBc][kD]
-  Elem* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
+  Store<Elem>* sQ = reinterpret_cast<Store<Elem>*>(smem_raw);
+  Store<Elem>* sK = sQ + kBr * kD;      // [2][kBc][kD]
+  Store<Elem>* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
@@ -59,9 +59,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int h = blockIdx.y, b = blockIdx.z;
   const int q0 = qb * kBr;
 
-  const Elem* gQ = static_cast<const Elem*>(p.q) + b * p.sq.b + h * p.sq.h + q0 * p.sq.t;
-  const Elem* gK = static_cast<const Elem*>(p.k) + b * p.sk.b + h * p.sk.h;
-  const Elem* gV = static_cast<const Elem*>(p.v) + b * p.sv.b + h * p.sv.h;
+  const Store<Elem>* gQ =
+      static_cast<const Store<Elem>*>(p.q) + b * p.sq.b + h * p.sq.h + q0 * p.sq.t;
+  const Store<Elem>* gK = static_cast<const Store<Elem>*>(p.k) + b * p.sk.b + h * p.sk.h;
+  const Store<Elem>* gV = static_cast<const Store<Elem>*>(p.v) + b * p.sv.b + h * p.sv.h;
 
   const int q_end = min(T, q0 + kBr);
   const int n_kv = p.causal ? (q_end + kBc - 1) / kBc : (T + kBc - 1) / kBc;
@@ -104,8 +105,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     const int k0 = j * kBc;
     if (p.causal && k0 > q0 + wr0 + Cfg::kWarpRows - 1) continue;  // all masked for this warp
-    const Elem* cK = sK + (j & 1) * kBc * kD;
-    const Elem* cV = sV + (j & 1) * kBc * kD;
+    const Store<Elem>* cK = sK + (j & 1) * kBc * kD;
+    const Store<Elem>* cV = sV + (j & 1) * kBc * kD;
 
     float s[kMT][kNT][4];
     zero_acc(s);
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   // Finalize: O /= l, L = scale*m + ln(l) (natural log, as the backward expects).
-  Elem* gO = static_cast<Elem*>(p.o) + b * p.so.b + h * p.so.h + q0 * p.so.t;
+  Store<Elem>* gO = static_cast<Store<Elem>*>(p.o) + b * p.so.b + h * p.so.h + q0 * p.so.t;
   float* gL = p.lse + (static_cast<int64_t>(b) * p.heads + h) * T;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {

@@ -75,10 +75,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Note [split-tf32 tag]: tf32x3 is an element *tag*, not a storage type: tiles are fp32 in
+// memory (Store<tf32x3> = float) and only the mma differs (three tf32 products per k-step).
+struct tf32x3 {};
+template <typename E>
+struct StoreOf {
+  using type = E;
+};
+template <>
+struct StoreOf<tf32x3> {
+  using type = float;
+};
+template <typename E>
+using Store = typename StoreOf<E>::type;
+
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][kD] tile of Elem.
 template <typename Elem, int kD>
 struct Tile {
-  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(Elem));
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(Store<Elem>));
   static constexpr int kChunksPerRow = kD / kChunkElems;
   static_assert(kChunksPerRow % 8 == 0, "rows must hold a multiple of 8 chunks");
   __device__ __forceinline__ static int offset(int row, int chunk) {
@@ -89,8 +103,8 @@ struct Tile {
 // Asynchronously copies rows [0, kRows) of a [rows][kD] global tile (row stride in elements) into
 // a swizzled shared tile; rows >= rows_valid are zero-filled.
 template <typename Elem, int kD, int kRows, int kThreads>
-__device__ __forceinline__ void load_tile_async(Elem* s, const Elem* g, int64_t row_stride,
-                                                int rows_valid, int tid) {
+__device__ __forceinline__ void load_tile_async(Store<Elem>* s, const Store<Elem>* g,
+                                                int64_t row_stride, int rows_valid, int tid) {
   using T = Tile<Elem, kD>;
   constexpr int kTotal = kRows * T::kChunksPerRow;
 #pragma unroll
@@ -100,7 +114,8 @@ __device__ __forceinline__ void load_tile_async(Elem* s, const Elem* g, int64_t 
       const int r = c / T::kChunksPerRow;
       const int ch = c % T::kChunksPerRow;
       const bool valid = r < rows_valid;
-      const Elem* src = valid ? g + static_cast<int64_t>(r) * row_stride + ch * T::kChunkElems : g;
+      const Store<Elem>* src =
+          valid ? g + static_cast<int64_t>(r) * row_stride + ch * T::kChunkElems : g;
       cp_async16(s + T::offset(r, ch), src, valid);
     }
   }
@@ -150,15 +165,41 @@ struct Mma<bf16> {
   }
 };
 
-template <>
-struct Mma<float> {
+// Note [3xTF32 split]: with kSplit the fragments keep raw fp32 bits and mma() splits each operand
+// x = big + small (big = tf32(x), small = tf32(x - big), x - big exact in fp32) and accumulates
+// small_a*big_b + big_a*small_b + big_a*big_b (small terms first); the dropped small*small term
+// and the tf32 rounding of `small` leave ~2^-21 relative error per product: fp32 level.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void split_tf32(uint32_t x, uint32_t& big, uint32_t& small) {
+  big = to_tf32(x);
+  small = to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)));
+}
+
+template <bool kSplit>
+struct MmaF32 {
   static constexpr int kK = 8;
+  __device__ __forceinline__ static uint32_t cvt(uint32_t x) { return kSplit ? x : to_tf32(x); }
   __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (kSplit) {
+      uint32_t ab[4], as[4], b0b, b0s, b1b, b1s;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) split_tf32(a[i], ab[i], as[i]);
+      split_tf32(b0, b0b, b0s);
+      split_tf32(b1, b1b, b1s);
+      mma_tf32(c, as, b0b, b1b);
+      mma_tf32(c, ab, b0s, b1s);
+      mma_tf32(c, ab, b0b, b1b);
+    } else {
+      mma_tf32(c, a, b0, b1);
+    }
   }
   // ldmatrix on 32-bit data: an 8x8 b16 matrix is an 8x4 fp32 block, thread l gets (l/4, l%4),
   // which is exactly the tf32 A/B fragment element.
@@ -167,7 +208,7 @@ struct Mma<float> {
                                                 int lane) {
     ldsm_x4(a, s + Tile<float, kD>::offset(r0 + (lane & 15), 2 * ks + (lane >> 4)));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = to_tf32(a[i]);
+    for (int i = 0; i < 4; ++i) a[i] = cvt(a[i]);
   }
   template <int kD>
   __device__ __forceinline__ static void load_b_pair(uint32_t (&b)[4], const float* s, int n0,
@@ -175,7 +216,7 @@ struct Mma<float> {
     ldsm_x4(b, s + Tile<float, kD>::offset(n0 + (lane & 7) + ((lane >> 4) << 3),
                                            2 * ks + ((lane >> 3) & 1)));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) b[i] = to_tf32(b[i]);
+    for (int i = 0; i < 4; ++i) b[i] = cvt(b[i]);
   }
   // b0 = B[k0 + t][n + g], b1 = B[k0 + t + 4][n + g] for n = n0 and n0 + 8 (scalar loads).
   template <int kD>
@@ -187,8 +228,8 @@ struct Mma<float> {
     for (int half = 0; half < 2; ++half) {
       const int n = n0 + 8 * half + g;
       const int ch = n >> 2, w = n & 3;
-      b[2 * half + 0] = to_tf32(__float_as_uint(s[T::offset(k0 + t, ch) + w]));
-      b[2 * half + 1] = to_tf32(__float_as_uint(s[T::offset(k0 + t + 4, ch) + w]));
+      b[2 * half + 0] = cvt(__float_as_uint(s[T::offset(k0 + t, ch) + w]));
+      b[2 * half + 1] = cvt(__float_as_uint(s[T::offset(k0 + t + 4, ch) + w]));
     }
   }
   // tf32 A (m16n8k8): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; the
@@ -209,18 +250,23 @@ struct Mma<float> {
     const float z1 = __shfl_sync(0xffffffffu, cc[1], src1);
     const float w0 = __shfl_sync(0xffffffffu, cc[2], src1);
     const float w1 = __shfl_sync(0xffffffffu, cc[3], src1);
-    a[0] = to_tf32(__float_as_uint(odd ? x1 : x0));
-    a[1] = to_tf32(__float_as_uint(odd ? y1 : y0));
-    a[2] = to_tf32(__float_as_uint(odd ? z1 : z0));
-    a[3] = to_tf32(__float_as_uint(odd ? w1 : w0));
+    a[0] = cvt(__float_as_uint(odd ? x1 : x0));
+    a[1] = cvt(__float_as_uint(odd ? y1 : y0));
+    a[2] = cvt(__float_as_uint(odd ? z1 : z0));
+    a[3] = cvt(__float_as_uint(odd ? w1 : w0));
   }
 };
+template <>
+struct Mma<float> : MmaF32<false> {};
+template <>
+struct Mma<tf32x3> : MmaF32<true> {};
 
 // ---- warp GEMMs ------------------------------------------------------------------------------
 // acc[mt][nt] += A[a_row0 + 16 mt + (0..15)][:] . B[b_row0 + 8 nt + (0..7)][:]  over k = 0..kD.
 template <typename Elem, int kD, int kMT, int kNT>
-__device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const Elem* sA, int a_row0,
-                                             const Elem* sB, int b_row0, int lane) {
+__device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const Store<Elem>* sA,
+                                             int a_row0, const Store<Elem>* sB, int b_row0,
+                                             int lane) {
   using M = Mma<Elem>;
   static_assert(kNT % 2 == 0, "n-tiles come in pairs");
 #pragma unroll
@@ -245,7 +291,7 @@ __device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const El
 // in registers across many products (Q in the forward, K and V in the dK/dV pass).
 template <typename Elem, int kD, int kMT>
 __device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][kD / Mma<Elem>::kK][4],
-                                             const Elem* sA, int a_row0, int lane) {
+                                             const Store<Elem>* sA, int a_row0, int lane) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -257,7 +303,7 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][kD / Mma<Elem>::
 template <typename Elem, int kD, int kMT, int kNT>
 __device__ __forceinline__ void warp_gemm_nt_ra(float (&acc)[kMT][kNT][4],
                                                 const uint32_t (&a)[kMT][kD / Mma<Elem>::kK][4],
-                                                const Elem* sB, int b_row0, int lane) {
+                                                const Store<Elem>* sB, int b_row0, int lane) {
   using M = Mma<Elem>;
   static_assert(kNT % 2 == 0, "n-tiles come in pairs");
 #pragma unroll
@@ -279,8 +325,8 @@ __device__ __forceinline__ void warp_gemm_nt_ra(float (&acc)[kMT][kNT][4],
 // where B is a [k][kD] tile (the output column index is B's contiguous index).
 template <typename Elem, int kD, int kMT, int kPN>
 __device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
-                                                const float (&pc)[kMT][kPN][4], const Elem* sB,
-                                                int b_row0, int lane) {
+                                                const float (&pc)[kMT][kPN][4],
+                                                const Store<Elem>* sB, int b_row0, int lane) {
   using M = Mma<Elem>;
   constexpr int kKSteps = kPN * 8 / M::kK;
 #pragma unroll
@@ -304,7 +350,7 @@ __device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
 // Stores accumulator rows (warp rows row0 + 16 mt + {g, g+8}) of a kNT*8-wide tile to a global
 // [rows][...] view with row stride `row_stride`, multiplied by `mul`; rows >= rows_valid skipped.
 template <typename Elem, int kMT, int kNT>
-__device__ __forceinline__ void store_acc(const float (&acc)[kMT][kNT][4], Elem* g,
+__device__ __forceinline__ void store_acc(const float (&acc)[kMT][kNT][4], Store<Elem>* g,
                                           int64_t row_stride, int row0, int rows_valid, float mul,
                                           int lane) {
   const int gr = lane >> 2, t = lane & 3;
@@ -314,11 +360,11 @@ __device__ __forceinline__ void store_acc(const float (&acc)[kMT][kNT][4], Elem*
     for (int hr = 0; hr < 2; ++hr) {
       const int r = row0 + 16 * mt + gr + 8 * hr;
       if (r >= rows_valid) continue;
-      Elem* dst = g + static_cast<int64_t>(r) * row_stride + 2 * t;
+      Store<Elem>* dst = g + static_cast<int64_t>(r) * row_stride + 2 * t;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const float x = acc[mt][nt][2 * hr] * mul, y = acc[mt][nt][2 * hr + 1] * mul;
-        if constexpr (sizeof(Elem) == 2) {
+        if constexpr (sizeof(Store<Elem>) == 2) {
           *reinterpret_cast<__nv_bfloat162*>(dst + 8 * nt) = __floats2bfloat162_rn(x, y);
         } else {
           *reinterpret_cast<float2*>(dst + 8 * nt) = make_float2(x, y);

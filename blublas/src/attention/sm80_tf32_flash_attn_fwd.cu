@@ -3,18 +3,33 @@
 // so the tiles are smaller (kernel template in sm80_flash_attn_fwd.cuh).
 //   d64:  4 warps x 16 rows (Br 64), key blocks of 64: 80 KiB smem.
 //   d128: 4 warps x 16 rows (Br 64), key blocks of 32: 96 KiB smem.
+// The same tiles also run the 3xTF32 split (Elem tag sm80::tf32x3, Note [3xTF32 split]).
 #include "attention/sm80_flash_attn_fwd.cuh"
 
 namespace blublas::attn {
+namespace {
 
-Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
-                                cudaStream_t stream) {
+template <typename Elem>
+Status run(const Params& p, int head_dim, const DeviceInfo& dev, cudaStream_t stream,
+           const char* n64, const char* n128) {
   if (head_dim == 64) {
-    return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<64, 4, 1, 64, false, 1>>(
-        p, dev, stream, "sm80_tf32_flash_attn_fwd_d64");
+    return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<64, 4, 1, 64, false, 1>>(p, dev, stream,
+                                                                                     n64);
   }
-  return sm80::launch_flash_attn_fwd<float, sm80::FwdTiles<128, 4, 1, 32, false, 1>>(
-      p, dev, stream, "sm80_tf32_flash_attn_fwd_d128");
+  return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<128, 4, 1, 32, false, 1>>(p, dev, stream,
+                                                                                    n128);
+}
+
+}  // namespace
+
+Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, bool split3, const DeviceInfo& dev,
+                                cudaStream_t stream) {
+  if (split3) {
+    return run<sm80::tf32x3>(p, head_dim, dev, stream, "sm80_tf32x3_flash_attn_fwd_d64",
+                             "sm80_tf32x3_flash_attn_fwd_d128");
+  }
+  return run<float>(p, head_dim, dev, stream, "sm80_tf32_flash_attn_fwd_d64",
+                    "sm80_tf32_flash_attn_fwd_d128");
 }
 
 }  // namespace blublas::attn
