@@ -12,7 +12,8 @@
 # --suite e2e: builds blutrain only, runs the race bench/e2e/run_e2e.py (blutrain vs PyTorch eager and
 # torch.compile, fp32/tf32/bf16) and bench/e2e/fidelity.py (BLU_E2E_STEPS=20, BLU_E2E_PROFILE_STEP=8,
 # BLU_FIDELITY_STEPS=200, BLU_FIDELITY_MODES=fp32,bf16 and BLU_E2E_MODES=fp32,tf32,bf16 (empty: skip), BLU_E2E_TIMEOUT=420,
-# BLU_FIDELITY_TIMEOUT=360, BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags").
+# BLU_FIDELITY_TIMEOUT=360, BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags", BLU_E2E_REUSE=a directory of
+# an earlier call's records (logs/e2e_records/ in its tarball) whose runs are loaded, not re-run).
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
 # stop every test; spills are listed in the output and local memory is flagged by the SASS check.
@@ -186,7 +187,8 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = e2e ] || [ "$suite" = all ]; }
   timeout -k 10 "${BLU_E2E_TIMEOUT:-420}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \
     --results "$res" --modes "${BLU_E2E_MODES-fp32,tf32,bf16}" --steps "${BLU_E2E_STEPS:-20}" --warmup 5 --profile-step "${BLU_E2E_PROFILE_STEP:-8}" \
     --data "${BLU_E2E_DATA:-synthetic}" --extra-blutrain-args "${BLU_E2E_EXTRA:-}" \
-    > "$logs/e2e.txt" 2>&1 || echo "e2e race failed rc=$?" >> "$logs/bench_failures.txt"
+    --reuse-from "${BLU_E2E_REUSE:-}" > "$logs/e2e.txt" 2>&1 || echo "e2e race failed rc=$?" >> "$logs/bench_failures.txt"
+  mkdir -p "$logs/e2e_records" && cp "$work"/e2e/*.record.json "$logs/e2e_records/" 2>/dev/null
   pack
   fi
   if [ -n "${BLU_FIDELITY_MODES-fp32,bf16}" ]; then

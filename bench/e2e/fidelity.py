@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--model", default="d12")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--block-size", type=int, default=0, help="context of both models (0: the model's own)")
     ap.add_argument("--lr-warmup-steps", type=int, default=10)
     ap.add_argument("--init-from", default="")
     ap.add_argument("--data", default="", help="llm.c shard directory (default: a generated random shard set)")

@@ -79,6 +79,8 @@ def blutrain_cmd(a, mode, run_dir, summary, profile_json, steps, warmup_steps, p
            "--max-steps", str(steps), "--warmup-steps", str(warmup_steps), "--summary-json", summary]
     if profile_step > 0:
         cmd += ["--profile-step", str(profile_step), "--profile-json", profile_json]
+    if a.block_size:
+        cmd += ["--block-size", str(a.block_size)]
     if init_from:
         cmd += ["--init-from", init_from]
     return cmd + shlex.split(a.extra_blutrain_args)
@@ -149,6 +151,8 @@ def run_torch(a, mode, compiled, profile_step=None, steps=None, data=None, init_
            "--lr-warmup-steps", str(a.lr_warmup_steps), "--data", data, "--json", out_json]
     if compiled:
         cmd.append("--compile")
+    if a.block_size:
+        cmd += ["--block-size", str(a.block_size)]
     cmd += shlex.split(getattr(a, "extra_torch_args", "") or "")
     if profile_step > 0:
         cmd += ["--profile-step", str(profile_step)]
@@ -192,6 +196,7 @@ def main():
     ap.add_argument("--model", default="d12")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--block-size", type=int, default=0, help="context of both models (0: the model's own)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
     ap.add_argument("--lr-warmup-steps", type=int, default=5, help="blutrain --warmup-steps (lr schedule)")
@@ -202,6 +207,9 @@ def main():
     ap.add_argument("--extra-torch-args", default="", help='e.g. "--head weight"')
     ap.add_argument("--torch-program", default=os.path.join(HERE, "torch_gpt2_train.py"),
                     help="the PyTorch trainer (selftest.py substitutes a fake)")
+    ap.add_argument("--reuse-from", default="",
+                    help="a directory of an earlier call's <mode>.<fw>.record.json: runs found there without an "
+                         "error are loaded, not re-run (one e2e.json over several device calls)")
     ap.add_argument("--timeout-blutrain", type=int, default=150)
     ap.add_argument("--timeout-torch", type=int, default=150)
     ap.add_argument("--timeout-compile", type=int, default=300)
@@ -220,7 +228,7 @@ def main():
     gpu = gpu_name()
     config = {"gpu": gpu, "model": a.model, "batch": a.batch, "seq": a.seq, "steps": a.steps,
               "timed_after_warmup": a.warmup, "lr_warmup_steps": a.lr_warmup_steps, "data": a.data,
-              "profile_step": a.profile_step, "extra_blutrain_args": a.extra_blutrain_args,
+              "block_size": a.block_size or "model's own", "profile_step": a.profile_step, "extra_blutrain_args": a.extra_blutrain_args,
               "extra_torch_args": a.extra_torch_args,
               "hyper": {"lr": 6e-4, "min_lr_ratio": 0.1, "betas": [0.9, 0.95], "eps": 1e-8,
                         "weight_decay": 0.1, "grad_clip": 1.0},
@@ -232,7 +240,11 @@ def main():
     for mode in modes:
         for fw in fws:
             print(f"[{time.time() - t0:5.0f}s] {mode} {fw} ...", flush=True)
-            if fw == "blutrain":
+            old = reused_record(a.reuse_from, mode, fw)
+            if old is not None:
+                rec = old
+                rec["reused_from_earlier_call"] = True
+            elif fw == "blutrain":
                 rec = run_blutrain(a, mode)
             else:
                 rec = run_torch(a, mode, fw == "torch_compile")
@@ -253,6 +265,18 @@ def main():
             md = write_results(a, runs, modes, config, time.time() - t0, png=False)
     md = write_results(a, runs, modes, config, time.time() - t0, png=True)
     print(md)
+
+
+def reused_record(d, mode, fw):
+    """The record of an earlier device call (same script, same config), when it holds a measurement."""
+    if not d:
+        return None
+    path = os.path.join(d, f"{mode}.{fw}.record.json")
+    try:
+        rec = json.load(open(path))
+    except (OSError, ValueError):
+        return None
+    return rec if "error" not in rec and rec.get("tok_s") else None
 
 
 def write_results(a, runs, modes, config, seconds, png):

@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--block-size", type=int, default=0,
+                    help="context (position table rows); 0 = the model's own (as blutrain --block-size)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (compile included)")
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -215,6 +217,8 @@ def main():
     torch.manual_seed(a.seed)
 
     L, H, C, ctx = MODELS[a.model]
+    if a.block_size:
+        ctx = a.block_size
     assert a.save_init or a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
     model = GPT2(L, H, C, ctx)
     model.init_gpt2(a.seed)

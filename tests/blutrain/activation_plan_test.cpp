@@ -34,7 +34,9 @@ std::vector<Span> spans(const ActivationPlan& p) {
                            {p.lnf_mean, rowf, "lnf_mean"}, {p.lnf_rstd, rowf, "lnf_rstd"}};
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const auto& b = p.layers[l];
-    const std::string s = "h" + std::to_string(l) + ".";
+    std::string s = "h";  // built by appends: GCC 12's -Wrestrict misfires on "h" + to_string(l) + "."
+    s += std::to_string(l);
+    s += '.';
     for (auto [at, bytes, n] : std::vector<std::tuple<std::size_t, std::size_t, std::string>>{
              {b.x, btc, "x"}, {b.ln1, btc, "ln1"}, {b.qkv, 3 * btc, "qkv"}, {b.atty, btc, "atty"}, {b.lse, lse, "lse"},
              {b.x2, btc, "x2"}, {b.ln2, btc, "ln2"}, {b.pre, 4 * btc, "pre"}, {b.gelu, 4 * btc, "gelu"},
