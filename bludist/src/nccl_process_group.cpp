@@ -76,6 +76,29 @@ class Watchdog {
     items_.push_back({std::move(w), std::move(what), std::chrono::steady_clock::now()});
   }
 
+  // Note [Host-side deadline of an NCCL call]: an NCCL entry point can block on the host before
+  // anything reaches a stream (lazy connection set-up with a peer, NCCL_RUNTIME_CONNECT, a
+  // grouped call's ncclGroupEnd): no event to poll exists yet. A HostCall marks such a call; the
+  // loop fires when one outlives the timeout, so a departed peer ends this rank there too.
+  class HostCall {
+   public:
+    HostCall(Watchdog& w, const std::string& what) : w_(w) {
+      std::lock_guard<std::mutex> lock(w_.mu_);
+      w_.host_what_ = what;
+      w_.host_since_ = std::chrono::steady_clock::now();
+      w_.host_active_ = true;
+    }
+    ~HostCall() {
+      std::lock_guard<std::mutex> lock(w_.mu_);
+      w_.host_active_ = false;
+    }
+    HostCall(const HostCall&) = delete;
+    HostCall& operator=(const HostCall&) = delete;
+
+   private:
+    Watchdog& w_;
+  };
+
  private:
   struct Item {
     std::shared_ptr<Work::State> work;
@@ -103,6 +126,10 @@ class Watchdog {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (host_active_ && std::chrono::steady_clock::now() - host_since_ > timeout_) {
+        fire(host_what_ + " blocked in NCCL on the host for more than " + std::to_string(timeout_.count() / 1000.0) +
+             " s (a peer rank died or hung)");
+      }
       while (!items_.empty()) {
         Item& it = items_.front();
         cudaError_t e = cudaEventQuery(it.work->event);
@@ -132,6 +159,9 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> items_;
+  bool host_active_ = false;
+  std::string host_what_;
+  std::chrono::steady_clock::time_point host_since_;
   bool stop_ = false;
   std::thread thread_;
 };
@@ -201,7 +231,12 @@ class NcclProcessGroup final : public ProcessGroup {
     blu::cuda::DeviceGuard g(device_);
     cudaStreamSynchronize(comm_stream_);
     watchdog_.reset();
-    ncclCommDestroy(comm_);
+    {
+      // ncclCommDestroy synchronises with the peers in recent NCCL: a rank that ends while a peer
+      // is stuck would wait forever; bounded like the init (the exit status tells it).
+      Deadline d(options_.timeout, blu::detail::str_cat("ncclCommDestroy (rank ", rank_, " of ", size_, ")"));
+      ncclCommDestroy(comm_);
+    }
     cudaFree(scratch_);
     cudaEventDestroy(ready_);
     cudaStreamDestroy(comm_stream_);
@@ -263,7 +298,10 @@ class NcclProcessGroup final : public ProcessGroup {
     BLU_CHECK(group_depth_ > 0, "bludist: group_end() without group_start() on the ", describe());
     if (--group_depth_ > 0) return;
     blu::cuda::DeviceGuard g(device_);
-    BLU_NCCL_CHECK(ncclGroupEnd(), "(grouped operations on rank ", rank_, ")");
+    {
+      Watchdog::HostCall h(*watchdog_, "ncclGroupEnd of " + std::to_string(pending_.size()) + " grouped operation(s)");
+      BLU_NCCL_CHECK(ncclGroupEnd(), "(grouped operations on rank ", rank_, ")");
+    }
     std::vector<Pending> pending = std::move(pending_);
     pending_.clear();
     for (Pending& p : pending) finish(p.work, p.compute, p.async, p.what);
@@ -302,7 +340,10 @@ class NcclProcessGroup final : public ProcessGroup {
       BLU_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
     }
     std::string what = blu::detail::str_cat(op, " of ", count, " ", blu::dtype_name(dtype), " (#", seq_++, ")");
-    BLU_NCCL_CHECK(call(comm_stream_), "in ", what, " on rank ", rank_, " of ", size_);
+    {
+      Watchdog::HostCall h(*watchdog_, what);
+      BLU_NCCL_CHECK(call(comm_stream_), "in ", what, " on rank ", rank_, " of ", size_);
+    }
     auto w = std::make_shared<Work::State>();
     w->device = device_;
     BLU_CUDA_CHECK(cudaEventCreateWithFlags(&w->event, cudaEventDisableTiming));
