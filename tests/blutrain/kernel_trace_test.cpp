@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -64,10 +66,10 @@ TEST(KernelTrace, BreakdownOfSyntheticRecords) {
   // then the same GEMM again [6, 6.5) ms: busy 3.5 ms of a 6.5 ms span -> host gap 3 ms.
   const uint64_t ms = 1000000;
   std::vector<KernelRecord> recs = {
-      {"void blublas::flash_attn_fwd_kernel<float>(P)", 0, 2 * ms, 7},
-      {"void blublas::sm90_gemm_kernel<float>(P)", 1 * ms, 3 * ms, 8},
+      {"void blublas::flash_attn_fwd_kernel<float>(P)", 0, 2 * ms, 7, {16, 12, 1}},
+      {"void blublas::sm90_gemm_kernel<float>(P)", 1 * ms, 3 * ms, 8, {6, 128, 1}},
       {"[memcpy HtoD]", 5 * ms, 6 * ms, 7},
-      {"void blublas::sm90_gemm_kernel<float>(P)", 6 * ms, 6 * ms + ms / 2, 7},
+      {"void blublas::sm90_gemm_kernel<float>(P)", 6 * ms, 6 * ms + ms / 2, 7, {18, 128, 1}},
   };
   const json::Value v = parse_json(kernel_breakdown_json(recs, 10.0, 2), "breakdown");
   EXPECT_EQ(member_number(v, "launches"), 4);
@@ -89,6 +91,21 @@ TEST(KernelTrace, BreakdownOfSyntheticRecords) {
   EXPECT_EQ(json_member(top.as_array()[0], "family", "t").as_string(), "gemm");
   EXPECT_EQ(json_member(top.as_array()[0], "count", "t").as_number(), 2);
   EXPECT_EQ(json_member(top.as_array()[1], "family", "t").as_string(), "attention");
+  // By launch shape (top 2): the GEMM on grid 6 x 128 and the attention kernel (2 ms each); the
+  // GEMM's 18 x 128 launch (0.5 ms) is cut.
+  const json::Value& shapes = json_member(v, "top_launches", "breakdown");
+  ASSERT_EQ(shapes.as_array().size(), 2u);
+  std::vector<std::string> got;
+  for (const json::Value& x : shapes.as_array()) {
+    const auto& g = json_member(x, "grid", "s").as_array();
+    ASSERT_EQ(g.size(), 3u);
+    got.push_back(json_member(x, "kernel", "s").as_string() + "@" + std::to_string(int(g[0].as_number())) + "x" +
+                  std::to_string(int(g[1].as_number())));
+    EXPECT_NEAR(json_member(x, "ms", "s").as_number(), 2.0, 1e-9);
+    EXPECT_NEAR(json_member(x, "avg_us", "s").as_number(), 2000.0, 1e-6);
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"flash_attn_fwd_kernel@16x12", "sm90_gemm_kernel@6x128"}));
 }
 
 TEST(KernelTrace, EmptyAndStub) {

@@ -138,6 +138,13 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
     const char* family = "other";
   };
   std::map<std::string, Agg> per_family, per_kernel;
+  // Note [Launch shapes]: one kernel template serves every GEMM of the step, so per-name totals
+  // cannot say which problem is slow; its grid (tiles x splits) can. Keyed by base name + grid.
+  struct Shape {
+    std::string kernel;
+    uint32_t grid[3];
+  };
+  std::map<std::string, std::pair<Shape, Agg>> per_shape;
   for (const std::string& f : kernel_families()) per_family[f] = Agg{};
   std::vector<std::pair<uint64_t, uint64_t>> iv;
   iv.reserve(records.size());
@@ -153,6 +160,16 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
     k.ns += d;
     k.count += 1;
     k.family = fam;
+    if (r.grid[0] != 0) {
+      const std::string base = kernel_base_name(r.name);
+      const std::string key = base + "|" + std::to_string(r.grid[0]) + "," + std::to_string(r.grid[1]) + "," +
+                              std::to_string(r.grid[2]) + "|" + r.name;
+      auto& [shape, agg] = per_shape[key];
+      shape = Shape{base, {r.grid[0], r.grid[1], r.grid[2]}};
+      agg.ns += d;
+      agg.count += 1;
+      agg.family = fam;
+    }
     sum_ns += d;
     iv.emplace_back(r.start_ns, end);
     first = std::min(first, r.start_ns);
@@ -182,6 +199,19 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
   for (const auto& [name, a] : ks) {
     js += std::string(comma ? ", " : "") + "{\"name\": " + json::quote(name) + ", \"family\": " +
           json::quote(a.family) + ", \"ms\": " + num(a.ns * 1e-6) + ", \"count\": " + std::to_string(a.count) + "}";
+    comma = true;
+  }
+  js += "], \"top_launches\": [";
+  std::vector<std::pair<Shape, Agg>> ss;
+  for (const auto& [key, v] : per_shape) ss.push_back(v);
+  std::stable_sort(ss.begin(), ss.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  if (static_cast<int>(ss.size()) > top) ss.resize(static_cast<size_t>(std::max(0, top)));
+  comma = false;
+  for (const auto& [shape, a] : ss) {
+    js += std::string(comma ? ", " : "") + "{\"kernel\": " + json::quote(shape.kernel) + ", \"grid\": [" +
+          std::to_string(shape.grid[0]) + ", " + std::to_string(shape.grid[1]) + ", " + std::to_string(shape.grid[2]) +
+          "], \"family\": " + json::quote(a.family) + ", \"ms\": " + num(a.ns * 1e-6) + ", \"count\": " +
+          std::to_string(a.count) + ", \"avg_us\": " + num(a.ns * 1e-3 / static_cast<double>(a.count)) + "}";
     comma = true;
   }
   js += "]}";
@@ -242,7 +272,9 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        g_active->add({demangle(k->name), k->start, k->end, k->streamId});
+        g_active->add({demangle(k->name), k->start, k->end, k->streamId,
+                       {static_cast<uint32_t>(k->gridX), static_cast<uint32_t>(k->gridY),
+                        static_cast<uint32_t>(k->gridZ)}});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
