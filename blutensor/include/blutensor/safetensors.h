@@ -5,6 +5,19 @@
 // Reading validates everything (header length vs file size, JSON, dtypes, shapes, offsets in
 // bounds, sizes = numel * element size, no overlapping ranges) and throws blu::Error naming the
 // file and the problem; malformed input never crashes.
+//
+// Note [Safetensors checksums]
+//   A writer may ask for Checksums::kCrc32c: every tensor's data bytes get a CRC-32C stored in
+//   `__metadata__` as "blu.crc32c.<tensor name>": "<8 hex digits>", and the header itself (each
+//   tensor's name, dtype, shape and data_offsets, and every other metadata pair, in a canonical
+//   form independent of JSON spacing and key order) gets "blu.header_crc32c". Metadata is plain
+//   strings, so any other safetensors reader (huggingface/safetensors, transformers) loads the
+//   file unchanged. The reader verifies whatever checksums a file holds, before copying a byte:
+//   a mismatch, a checksum for a tensor the file does not hold, or a tensor without one in a file
+//   that has them is a blu::Error naming the file, the tensor (or "header") and the expected vs
+//   found CRC. Files without checksums (older blutrain checkpoints, Hugging Face weights) load as
+//   before; SafetensorsData says how much was verified so callers can say so. The checksum keys
+//   are reserved: they are stripped from the metadata returned and refused in metadata passed in.
 #pragma once
 
 #include <map>
@@ -14,18 +27,25 @@
 
 namespace blu {
 
+enum class Checksums { kNone, kCrc32c };
+
 struct SafetensorsData {
   std::map<std::string, Tensor> tensors;  // CPU, contiguous
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without the checksum keys
+  int64_t checksummed_tensors = 0;  // tensors whose CRC-32C was verified
+  bool header_checksummed = false;  // the header's CRC-32C was verified
+  bool has_checksums() const { return header_checksummed || checksummed_tensors > 0; }
 };
 
 // Tensors may be on any device and strided (written contiguous).
 std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
-                                  const std::map<std::string, std::string>& metadata = {});
+                                  const std::map<std::string, std::string>& metadata = {},
+                                  Checksums checksums = Checksums::kNone);
 SafetensorsData parse_safetensors(const std::string& bytes, const std::string& what = "<memory>");
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      Checksums checksums = Checksums::kNone);
 SafetensorsData load_safetensors(const std::string& path);
 
 }  // namespace blu

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "blutensor/autograd.h"
+#include "blutensor/crc32c.h"
 #include "blutensor/json.h"
 
 namespace blu {
@@ -52,12 +53,48 @@ struct Entry {
   uint64_t begin, end;
 };
 
+// Note [Safetensors checksums] (safetensors.h): the reserved metadata keys.
+const std::string kTensorCrcPrefix = "blu.crc32c.";
+const std::string kHeaderCrcKey = "blu.header_crc32c";
+
+bool is_checksum_key(const std::string& k) { return k == kHeaderCrcKey || k.rfind(kTensorCrcPrefix, 0) == 0; }
+
+// CRC-32C of the header's meaning: entries by name, then the non-checksum metadata pairs, each
+// field NUL-separated, so spacing and key order of the JSON do not matter.
+uint32_t header_crc(std::vector<const Entry*> entries, const std::map<std::string, std::string>& metadata) {
+  std::sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  std::string canon = "safetensors-header-v1\n";
+  for (const Entry* e : entries) {
+    canon += e->name;
+    canon += '\0';
+    canon += st_dtype_name(e->dtype);
+    canon += '\0';
+    for (int64_t d : e->shape) canon += std::to_string(d) + ",";
+    canon += '\0';
+    canon += std::to_string(e->begin) + "," + std::to_string(e->end) + "\n";
+  }
+  for (const auto& [k, v] : metadata) {
+    if (is_checksum_key(k)) continue;
+    canon += k;
+    canon += '\0';
+    canon += v;
+    canon += '\n';
+  }
+  return crc32c(canon.data(), canon.size());
+}
+
 }  // namespace
 
 std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+                                  const std::map<std::string, std::string>& metadata, Checksums checksums) {
   NoGradGuard ng;
+  for (const auto& kv : metadata) {
+    BLU_CHECK(!is_checksum_key(kv.first), "save_safetensors: metadata key '", kv.first,
+              "' is reserved for checksums (Note [Safetensors checksums])");
+  }
   std::map<std::string, json::Value> header;
+  std::map<std::string, std::string> all_metadata = metadata;
+  std::vector<Entry> entries;
   std::vector<Tensor> host;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -72,12 +109,21 @@ std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
     header[name] = json::Value::object({{"dtype", json::Value::string(st_dtype_name(h.dtype()))},
                                         {"shape", json::Value::array(shape)},
                                         {"data_offsets", json::Value::array(offs)}});
+    if (checksums == Checksums::kCrc32c) {
+      all_metadata[kTensorCrcPrefix + name] = crc32c_hex(crc32c(h.data_ptr(), bytes));
+      entries.push_back({name, h.dtype(), h.sizes(), offset, offset + bytes});
+    }
     offset += bytes;
     host.push_back(h);
   }
-  if (!metadata.empty()) {
+  if (checksums == Checksums::kCrc32c) {
+    std::vector<const Entry*> ptrs;
+    for (const Entry& e : entries) ptrs.push_back(&e);
+    all_metadata[kHeaderCrcKey] = crc32c_hex(header_crc(ptrs, all_metadata));
+  }
+  if (!all_metadata.empty()) {
     std::map<std::string, json::Value> meta;
-    for (const auto& [k, v] : metadata) meta[k] = json::Value::string(v);
+    for (const auto& [k, v] : all_metadata) meta[k] = json::Value::string(v);
     header["__metadata__"] = json::Value::object(meta);
   }
   std::string text = json::Value::object(header).dump();
@@ -169,6 +215,57 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& w
     BLU_CHECK(cur->begin >= prev->end, ctx, "data ranges of '", prev->name, "' [", prev->begin, ", ", prev->end,
               ") and '", cur->name, "' [", cur->begin, ", ", cur->end, ") overlap");
   }
+  // Checksums (Note [Safetensors checksums]), all verified before any tensor is built.
+  std::map<std::string, std::string> sums;
+  for (auto it = out.metadata.begin(); it != out.metadata.end();) {
+    if (is_checksum_key(it->first)) {
+      sums.insert(*it);
+      it = out.metadata.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto recorded = [&](const std::string& key, const std::string& hex) {
+    uint32_t v = 0;
+    BLU_CHECK(crc32c_from_hex(hex, v), ctx, "__metadata__ \"", key, "\" is '", hex,
+              "', not an 8-digit hex CRC-32C (damaged header)");
+    return v;
+  };
+  if (auto h = sums.find(kHeaderCrcKey); h != sums.end()) {
+    const uint32_t expected = recorded(h->first, h->second);
+    std::vector<const Entry*> ptrs;
+    for (const Entry& e : entries) ptrs.push_back(&e);
+    const uint32_t found = header_crc(ptrs, out.metadata);
+    BLU_CHECK(found == expected, ctx, "checksum mismatch in the header (tensor names, dtypes, shapes, offsets, ",
+              "metadata): crc32c expected ", crc32c_hex(expected), ", found ", crc32c_hex(found),
+              "; the file is damaged");
+    out.header_checksummed = true;
+  }
+  std::size_t tensor_sums = 0;
+  for (const auto& [k, v] : sums) {
+    if (k == kHeaderCrcKey) continue;
+    const std::string name = k.substr(kTensorCrcPrefix.size());
+    const auto e = std::find_if(entries.begin(), entries.end(), [&](const Entry& x) { return x.name == name; });
+    BLU_CHECK(e != entries.end(), ctx, "__metadata__ holds a checksum for tensor '", name,
+              "', which the file does not hold (damaged header)");
+    const uint32_t expected = recorded(k, v);
+    const uint32_t found = crc32c(data + e->begin, e->end - e->begin);
+    BLU_CHECK(found == expected, ctx, "checksum mismatch in tensor '", name, "' (", e->end - e->begin,
+              " bytes at data offset ", e->begin, "): crc32c expected ", crc32c_hex(expected), ", found ",
+              crc32c_hex(found), "; the file is damaged");
+    ++tensor_sums;
+  }
+  // All or nothing: a checksummed file whose header lost a checksum key (a flipped bit in the key
+  // turns it into plain metadata) must not load as a partly verified one.
+  if (!sums.empty()) {
+    BLU_CHECK(sums.count(kHeaderCrcKey), ctx, "the file has tensor checksums but no \"", kHeaderCrcKey,
+              "\" (damaged header)");
+    for (const Entry& e : entries) {
+      BLU_CHECK(sums.count(kTensorCrcPrefix + e.name), ctx, "tensor '", e.name,
+                "' has no checksum while the file has checksums (damaged header)");
+    }
+  }
+  out.checksummed_tensors = static_cast<int64_t>(tensor_sums);
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
@@ -178,8 +275,8 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& w
 }
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  std::string bytes = serialize_safetensors(tensors, metadata);
+                      const std::map<std::string, std::string>& metadata, Checksums checksums) {
+  std::string bytes = serialize_safetensors(tensors, metadata, checksums);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   BLU_CHECK(f.good(), "save_safetensors: cannot open '", path, "' for writing");
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
