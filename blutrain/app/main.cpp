@@ -90,6 +90,11 @@ int main(int argc, char** argv) {
       if (cfg.precision == "auto") cfg.precision = "fp32";
       if (cfg.out_dir.empty()) cfg.out_dir = "out/fidelity";
     }
+#if !BLU_WITH_CUDA  // Note [CPU-only build]: say why, rather than "no CUDA device is available"
+    BLU_CHECK(cfg.device.rfind("cuda", 0) != 0, "--device ", cfg.device,
+              ": this blutrain was built without CUDA (BLU_WITH_CUDA=OFF: no nvcc was found, or it was "
+              "asked for); train on the CPU (--device cpu) or rebuild with the CUDA toolkit");
+#endif
     resolve_auto(cfg, cuda_device_present());
     if (sub == "sample") return run_sample(cfg, std::cout);
     if (sub == "fidelity-dump") return run_fidelity_dump(cfg, std::cout);

@@ -2,7 +2,9 @@
 // (cursors, strides, wrap-around, resume), the train/val split and Brown detagging.
 #include <gtest/gtest.h>
 
+#if BLU_WITH_CUDA  // the staging test's device half (Note [CPU-only build])
 #include <cuda_runtime.h>
+#endif
 
 #include <cstring>
 #include <filesystem>
@@ -242,6 +244,7 @@ TEST(Staging, BatchStagerCopiesToTheDeviceOrNeedsOne) {
     EXPECT_THROW(BatchStager(16), blu::Error);  // the CPU path reads batches directly
     return;
   }
+#if BLU_WITH_CUDA
   // With a device: three rounds through the two pinned buffers land intact on the device.
   const int64_t n = 4099;
   BatchStager stager(n);
@@ -271,4 +274,5 @@ TEST(Staging, BatchStagerCopiesToTheDeviceOrNeedsOne) {
   cudaFree(dx);
   cudaFree(dy);
   cudaStreamDestroy(stream);
+#endif
 }

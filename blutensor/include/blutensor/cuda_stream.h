@@ -3,9 +3,11 @@
 // Every blutensor CUDA op runs asynchronously on blu::cuda::current_stream(device). The design
 // choice that matters is what that stream is when nobody set one: see Note [Default stream].
 // Nothing in this header needs a GPU to compile or link; device_count() answers 0 without one.
+// In a CPU-only build (BLU_WITH_CUDA=0) it needs no CUDA toolkit either: src/core/no_cuda_runtime.cpp
+// implements it there (device_count() is 0; anything that needs a device throws "built without CUDA").
 #pragma once
 
-#include <cuda_runtime.h>
+#include "blutensor/cuda_fwd.h"
 
 #include <cstdint>
 

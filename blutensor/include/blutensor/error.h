@@ -1,14 +1,17 @@
 // blutensor/error.h: blu::Error and the check macros of blutensor and the layers above it.
 // Messages name the op, the shapes and the dtypes involved; only executables catch and exit.
+// The CUDA macros (BLU_CUDA_CHECK, BLU_KERNEL_LAUNCH_CHECK, BLU_BLAS_CHECK) exist only where
+// BLU_WITH_CUDA is 1: a CPU-only build has neither the CUDA runtime nor blublas.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "blutensor/cuda_fwd.h"
+#if BLU_WITH_CUDA
 #include "blublas/status.h"
+#endif
 
 namespace blu {
 
@@ -41,6 +44,7 @@ std::string str_cat(const Args&... args) {
 #define BLU_THROW(...) \
   ::blu::detail::throw_error(__FILE__, __LINE__, ::blu::detail::str_cat(__VA_ARGS__))
 
+#if BLU_WITH_CUDA
 #define BLU_CUDA_CHECK(expr)                                                                \
   do {                                                                                      \
     cudaError_t blu_err_ = (expr);                                                          \
@@ -72,3 +76,4 @@ std::string str_cat(const Args&... args) {
                                                         blu_st_.to_string()));         \
     }                                                                                  \
   } while (0)
+#endif  // BLU_WITH_CUDA

@@ -1,12 +1,13 @@
 // dtype and device helpers: names, the software binary16 conversion, device parsing and guards.
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstring>
 
 #include "blutensor/device.h"
 #include "blutensor/dtype.h"
 #include "blutensor/error.h"
+#if BLU_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace blu {
 
@@ -104,6 +105,7 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
 }
 
+#if BLU_WITH_CUDA
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -126,5 +128,15 @@ DeviceGuard::DeviceGuard(Device device) {
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
+#else   // a CPU-only build (Note [CPU-only build]): no CUDA device can exist
+int cuda_device_count() { return 0; }
+
+DeviceGuard::DeviceGuard(Device device) {
+  BLU_CHECK(!device.is_cuda(), "DeviceGuard: ", device.str(),
+            " requested but this build of BluTrain was built without CUDA (BLU_WITH_CUDA=OFF)");
+}
+
+DeviceGuard::~DeviceGuard() = default;
+#endif
 
 }  // namespace blu

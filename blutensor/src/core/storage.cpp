@@ -4,9 +4,11 @@
 #include <map>
 #include <mutex>
 
-#include "blutensor/cuda_allocator.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/tensor.h"
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+#include "blutensor/cuda_allocator.h"
+#endif
 
 namespace blu {
 
@@ -69,6 +71,10 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
     deleter_ = [rounded](void* p) { CpuBlockCache::get().release(p, rounded); };
     return;
   }
+#if !BLU_WITH_CUDA
+  BLU_THROW("Storage: ", device.str(), " requested but this build of BluTrain was built without CUDA "
+            "(BLU_WITH_CUDA=OFF); use the CPU or rebuild with the CUDA toolkit");
+#endif
   static const int device_count = cuda_device_count();  // fixed for the process's lifetime
   BLU_CHECK(device.index >= 0 && device.index < device_count, "Storage: device ", device.str(),
             " is not available (", device_count, " CUDA devices)");

@@ -4,7 +4,6 @@
 #include "blutensor/cuda_stream.h"
 
 #include <array>
-#include <atomic>
 
 #include "blutensor/error.h"
 
@@ -130,14 +129,5 @@ void stream_wait_stream(cudaStream_t waiter, cudaStream_t waitee) {
 
 }  // namespace blu::cuda
 
-namespace blu {
-namespace {
-std::atomic<int> g_matmul_precision{static_cast<int>(MatmulPrecision::kHighest)};
-}
-void set_matmul_precision(MatmulPrecision precision) noexcept {
-  g_matmul_precision.store(static_cast<int>(precision), std::memory_order_relaxed);
-}
-MatmulPrecision matmul_precision() noexcept {
-  return static_cast<MatmulPrecision>(g_matmul_precision.load(std::memory_order_relaxed));
-}
-}  // namespace blu
+// set_matmul_precision / matmul_precision live in src/core/matmul_precision.cpp (CPU-only builds
+// have them too).

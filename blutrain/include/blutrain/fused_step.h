@@ -22,7 +22,7 @@
 //  - Deterministic: every kernel has a fixed reduction order, so runs are bitwise reproducible.
 #pragma once
 
-#include <cuda_runtime.h>
+#include "blutensor/cuda_fwd.h"  // cudaStream_t (an opaque handle in a CPU-only build)
 
 #include <cstdint>
 #include <functional>

@@ -8,11 +8,13 @@
 #include <memory>
 #include <ostream>
 
+#include "blutensor/autograd.h"
+#include "blutensor/cuda_stream.h"
+#if BLU_WITH_CUDA  // device name and memory stats; a CPU-only build has neither (Note [CPU-only build])
 #include <cuda_runtime.h>
 
-#include "blutensor/autograd.h"
 #include "blutensor/cuda_allocator.h"
-#include "blutensor/cuda_stream.h"
+#endif
 #include "blutensor/ops.h"
 #include "blutensor/safetensors.h"
 #include "blutrain/checkpoint_dir.h"
@@ -174,10 +176,12 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   const int64_t n_params = model.num_params();
   const double flops_tok = flops_per_token(n_params, mcfg.n_layer, mcfg.n_embd, T);
   std::string gpu_name;
+#if BLU_WITH_CUDA
   if (device.is_cuda()) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) gpu_name = prop.name;
   }
+#endif
   const double peak = device.is_cuda() ? dense_peak_flops(gpu_name, cfg.precision) : 0.0;
   out << "model " << mcfg.name << ": " << n_params << " parameters (" << mcfg.n_layer << " layers, " << mcfg.n_embd
       << " channels, " << mcfg.n_head << " heads) on " << device.str() << (gpu_name.empty() ? "" : " (" + gpu_name + ")")
@@ -328,6 +332,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
     if (steps_this_process > 3 && !profiling) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
+#if BLU_WITH_CUDA
     if (device.is_cuda()) {
       const blu::cuda::MemoryStats ms_stats = blu::cuda::CachingAllocator::get().stats(device.index);
       p.mem_allocated_gib = static_cast<double>(ms_stats.allocated_bytes) / kGiB;
@@ -338,6 +343,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
       if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) p.device_used_gib = static_cast<double>(total_b - free_b) / kGiB;
       device_used_max_gib = std::max(device_used_max_gib, p.device_used_gib);
     }
+#endif
     if (step % cfg.log_every == 0 || step == cfg.max_steps) out << format_progress_line(p) << std::endl;
     metrics.write("train", {{"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                             {"step_ms", ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
