@@ -1,6 +1,7 @@
 // config_test.cpp: flag parsing, config-file precedence, --help completeness, auto resolution
 // and the errors for bad settings.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -62,6 +63,38 @@ TEST(Config, FileThenFlagsOverride) {
   EXPECT_NE(err.find("unknown option --learning-rate"), std::string::npos) << err;
   fs::remove(p);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.conf"}).find("cannot open"), std::string::npos);
+}
+
+// Note [Config path checks]: a path that cannot be a config is an error naming --config and the path.
+TEST(Config, ConfigPathsThatAreNotConfigFilesAreRejected) {
+  const fs::path dir = fs::temp_directory_path() / ("blu_cfgdir_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string err = error_of({"--config", dir.string()});
+  EXPECT_NE(err.find("--config '" + dir.string() + "' is a directory"), std::string::npos) << err;
+  err = error_of({"--config=" + fs::temp_directory_path().string()});
+  EXPECT_NE(err.find("is a directory"), std::string::npos) << err;
+  err = error_of({"--config="});
+  EXPECT_NE(err.find("--config: the path is empty"), std::string::npos) << err;
+  err = error_of({"--config", ""});
+  EXPECT_NE(err.find("--config: the path is empty"), std::string::npos) << err;
+  const fs::path empty = dir / "empty.conf";
+  std::ofstream(empty).flush();
+  err = error_of({"--config", empty.string()});
+  EXPECT_NE(err.find("--config '" + empty.string() + "' is empty"), std::string::npos) << err;
+  err = error_of({"--config", (dir / "missing.conf").string()});
+  EXPECT_NE(err.find("--config '" + (dir / "missing.conf").string() + "': cannot open"), std::string::npos) << err;
+  if (::geteuid() != 0) {  // root reads a mode-000 file anyway
+    const fs::path locked = dir / "locked.conf";
+    std::ofstream(locked) << "model = tiny\n";
+    fs::permissions(locked, fs::perms::none);
+    err = error_of({"--config", locked.string()});
+    EXPECT_NE(err.find("--config '" + locked.string() + "': cannot open"), std::string::npos) << err;
+  }
+  // Only comments is a valid config (all defaults).
+  const fs::path comments = dir / "comments.conf";
+  std::ofstream(comments) << "# nothing set\n";
+  EXPECT_EQ(config_to_text(parse({"--config", comments.string()})), config_to_text(parse({})));
+  fs::remove_all(dir);
 }
 
 TEST(Config, BadValuesAreClearErrors) {

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <variant>
 
@@ -172,6 +175,28 @@ void set_option(TrainConfig& cfg, const std::string& key, const std::string& val
       f->member);
 }
 
+// Note [Config path checks]
+//   std::ifstream opens a directory on Linux and reads it as zero bytes, so `--config /tmp` used to
+//   run silently with the defaults, and `--config=` (an empty path) was skipped as if absent. The
+//   path is checked before reading: empty, missing, a directory, unreadable, or a file of zero
+//   bytes (a config of all defaults needs no --config; an empty file is far more often a failed
+//   write) are each an error naming the flag and the path. A file holding only comments is fine.
+void check_config_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  BLU_CHECK(!path.empty(), "--config: the path is empty (expected a file of 'key = value' lines)");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  BLU_CHECK(!fs::is_directory(st), "--config '", path,
+            "' is a directory, not a config file (expected a file of 'key = value' lines)");
+  std::ifstream probe(path, std::ios::binary);
+  BLU_CHECK(probe.good(), "--config '", path, "': cannot open: ", std::strerror(errno));
+  char c = 0;
+  probe.read(&c, 1);
+  BLU_CHECK(!probe.bad(), "--config '", path, "': cannot read: ", std::strerror(errno));
+  BLU_CHECK(probe.gcount() == 1, "--config '", path,
+            "' is empty (0 bytes); a config of all defaults needs no --config");
+}
+
 void load_config_file(TrainConfig& cfg, const std::string& path) {
   std::istringstream in(read_file(path, "config file"));
   std::string line;
@@ -207,6 +232,7 @@ TrainConfig parse_train_flags(int argc, char** argv, int first) {
   };
   std::vector<Pending> flags;
   std::string config_path;
+  bool config_given = false;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     BLU_CHECK(arg.rfind("--", 0) == 0 && arg.size() > 2, "unexpected argument '", arg,
@@ -238,11 +264,15 @@ TrainConfig parse_train_flags(int argc, char** argv, int first) {
     }
     if (std::string(f->name) == "config") {
       config_path = value;
+      config_given = true;
     } else {
       flags.push_back({f->name, value});
     }
   }
-  if (!config_path.empty()) load_config_file(cfg, config_path);
+  if (config_given) {
+    check_config_path(config_path);  // Note [Config path checks]
+    load_config_file(cfg, config_path);
+  }
   for (const Pending& p : flags) set_option(cfg, p.key, p.value);
   return cfg;
 }
