@@ -1,14 +1,19 @@
 // train_loop_test.cpp: a short CPU training run of the tiny model whose loss falls, writing a
-// checkpoint, metrics and a loss curve; a corrupt checkpoint is a clear error and is left alone.
+// checkpoint, metrics and a loss curve; a corrupt checkpoint (truncated, overwritten, bit-flipped:
+// the checksums) is a clear error and is left alone; a checkpoint without checksums still loads.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "blutensor/error.h"
+#include "blutensor/safetensors.h"
+#include "blutrain/checkpoint_checksums.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/config.h"
 #include "blutrain/data.h"
@@ -124,4 +129,74 @@ TEST_F(TrainLoopTest, CorruptCheckpointIsAClearErrorAndStaysUntouched) {
   } catch (const blu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("larger than the data"), std::string::npos) << e.what();
   }
+}
+
+// Note [Checkpoint checksums]: a resume from a damaged checkpoint is an error naming the file, the
+// tensor (or file) and expected vs found; a checkpoint from before checksums loads with a note.
+TEST_F(TrainLoopTest, DamagedCheckpointIsDetectedAndOldCheckpointsStillLoad) {
+  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+  cfg.max_steps = 2;
+  cfg.plot = false;
+  std::ostringstream log;
+  run_training(cfg, log);
+  const std::string ckpt = latest_checkpoint(cfg.out_dir);
+  ASSERT_FALSE(ckpt.empty());
+  cfg.resume = "auto";
+  cfg.max_steps = 3;
+  auto resume_error = [&]() -> std::string {
+    try {
+      run_training(cfg, log);
+    } catch (const blu::Error& e) {
+      return e.what();
+    }
+    return "(loaded silently)";
+  };
+  struct Damage {
+    const char* file;
+    const char* what;
+    std::function<void(std::string&)> apply;
+    std::vector<std::string> expect;
+  };
+  auto data_start = [](const std::string& b) {
+    uint64_t n = 0;
+    std::memcpy(&n, b.data(), 8);
+    return static_cast<size_t>(8 + n);
+  };
+  const std::vector<Damage> damages = {
+      {"model.safetensors", "64 bytes of weights overwritten",
+       [&](std::string& b) { std::memset(b.data() + data_start(b) + 4096, 0x41, 64); },
+       {"model.safetensors", "checksum mismatch in tensor '", "expected ", ", found "}},
+      {"optimizer.safetensors", "one bit flipped in a moment",
+       [&](std::string& b) { b[b.size() - 5] = static_cast<char>(b[b.size() - 5] ^ 0x10); },
+       {"optimizer.safetensors", "checksum mismatch in tensor 'exp_avg", "expected ", ", found "}},
+      {"model.safetensors", "truncated by one byte", [](std::string& b) { b.pop_back(); },
+       {"model.safetensors"}},
+      {"state.json", "the step changed",
+       [](std::string& b) { b.replace(b.find("\"step\": 2"), 9, "\"step\": 1"); },
+       {"state.json", "checksum mismatch", "expected ", ", found "}},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(std::string(d.file) + ": " + d.what);
+    const std::string path = ckpt + "/" + d.file;
+    const std::string good = read_file(path, "test");
+    std::string bad = good;
+    d.apply(bad);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    const std::string err = resume_error();
+    for (const std::string& e : d.expect) EXPECT_NE(err.find(e), std::string::npos) << "missing '" << e << "' in: " << err;
+    EXPECT_EQ(read_file(path, "test"), bad) << "the damaged checkpoint must be left alone";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << good;
+  }
+  // As written before checksums existed: no manifest, no checksum metadata. Loads, with a note.
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    blu::SafetensorsData d = blu::load_safetensors(ckpt + "/" + f);
+    blu::save_safetensors(ckpt + "/" + f, d.tensors, d.metadata);  // no checksums
+  }
+  fs::remove(fs::path(ckpt) / kChecksumManifest);
+  ::testing::internal::CaptureStderr();
+  TrainResult r = run_training(cfg, log);
+  const std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.resumed_from, 2);
+  EXPECT_NE(note.find("note: checkpoint '" + ckpt + "'"), std::string::npos) << note;
+  EXPECT_NE(note.find("unverified"), std::string::npos) << note;
 }

@@ -5,9 +5,12 @@
 //                          /config.json            Hugging Face GPT2Config (from_pretrained works)
 //                          /optimizer.safetensors  AdamW moments (+ what HF's layout drops)
 //                          /state.json             step, data cursors, RNG state, config, losses
+//                          /checksums.crc32c       CRC-32C and size of each file above
+//                                                  (Note [Checkpoint checksums])
 //   <out_dir>/latest                               "step_00000100": the newest complete checkpoint
 // A checkpoint is written into <out_dir>/.step_00000100.tmp-<pid>/, every file fsync'ed, then the
-// directory is renamed into place and only then `latest` is replaced (itself atomically). A crash
+// directory is renamed into place (exchanged atomically with an existing directory of the same
+// step, renameat2 RENAME_EXCHANGE) and only then `latest` is replaced (itself atomically). A crash
 // at any point leaves the previous checkpoints and `latest` intact; stale .tmp directories are
 // ignored (and removed by the next commit). Older checkpoints beyond `keep` are deleted last.
 #pragma once

@@ -2,6 +2,8 @@
 // (Note [Checkpoint layout] in blutrain/checkpoint_dir.h).
 #include "blutrain/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "blutensor/error.h"
+#include "blutrain/checkpoint_checksums.h"
 #include "blutrain/files.h"
 
 namespace blu::train {
@@ -45,9 +48,16 @@ std::string CheckpointStaging::file(const std::string& name) const {
 std::string CheckpointStaging::commit(int keep) {
   BLU_CHECK(!committed_, "checkpoint: '", final_dir_, "' committed twice");
   BLU_CHECK(file_exists(file("state.json")), "checkpoint: '", tmp_dir_, "' has no state.json; not committing");
+  write_checksum_manifest(tmp_dir_);  // Note [Checkpoint checksums]
   std::error_code ec;
-  if (fs::exists(final_dir_)) {
-    // Same step written again (e.g. after a resume): move the old one aside first.
+  if (fs::exists(final_dir_) &&
+      ::renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_EXCHANGE) == 0) {
+    // Same step written again (e.g. after a resume): swapped in one step, so a complete
+    // step directory exists at every instant; the old one is now at tmp_dir_.
+    fs::remove_all(tmp_dir_, ec);
+  } else if (fs::exists(final_dir_)) {
+    // A file system without RENAME_EXCHANGE: move the old one aside first (a crash between the
+    // two renames leaves this step only as <name>.old-<pid>; earlier steps are untouched).
     const std::string aside = final_dir_ + ".old-" + std::to_string(::getpid());
     fs::rename(final_dir_, aside, ec);
     BLU_CHECK(!ec, "checkpoint: cannot move '", final_dir_, "' aside: ", ec.message());

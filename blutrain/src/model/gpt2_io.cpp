@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "blutensor/error.h"
+#include "blutrain/checkpoint_checksums.h"
 #include "blutrain/files.h"
 #include "blutrain/gpt2.h"
 #include "blutensor/autograd.h"
@@ -22,6 +23,26 @@ Tensor hf_view(const NamedParam& p, const GPT2Config& cfg) {
   return t;
 }
 
+void load_hf_tensors(GPT2& model, const std::string& bytes, const std::string& path) {
+  const GPT2Config& cfg = model.config();
+  SafetensorsData data = parse_safetensors(bytes, "'" + path + "'");
+  NoGradGuard no_grad;
+  for (const NamedParam& p : model.parameters()) {
+    auto it = data.tensors.find(p.name);
+    if (it == data.tensors.end()) it = data.tensors.find("transformer." + p.name);
+    BLU_CHECK(it != data.tensors.end(), "'", path, "': no tensor '", p.name, "'");
+    const Tensor expected = hf_view(p, cfg);
+    BLU_CHECK(it->second.dtype() == kFloat32 && it->second.sizes() == expected.sizes(), "'", path, "': tensor '",
+              p.name, "' is ", it->second.describe(), ", expected f32", expected.shape_str(),
+              " (a checkpoint of a different model?)");
+    Tensor dst = hf_view(p, cfg);  // a view of the parameter: copying into it writes the parameter
+    dst.copy_(it->second);
+    if (p.name == "wte.weight") {
+      p.tensor->detach().narrow(0, cfg.vocab_size, cfg.padded_vocab - cfg.vocab_size).zero_();
+    }
+  }
+}
+
 }  // namespace
 
 void save_hf_weights(GPT2& model, const std::string& dir) {
@@ -29,7 +50,8 @@ void save_hf_weights(GPT2& model, const std::string& dir) {
   std::map<std::string, Tensor> tensors;
   for (const NamedParam& p : model.parameters()) tensors[p.name] = hf_view(p, cfg).to(kFloat32);
   write_file_atomic(dir + "/model.safetensors",
-                    serialize_safetensors(tensors, {{"format", "pt"}, {"blutrain_model", cfg.name}}));
+                    serialize_safetensors(tensors, {{"format", "pt"}, {"blutrain_model", cfg.name}},
+                                          Checksums::kCrc32c));
   std::ostringstream js;
   js << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
      << "  \"vocab_size\": " << cfg.vocab_size << ",\n  \"n_positions\": " << cfg.block_size
@@ -46,7 +68,7 @@ void load_hf_weights(GPT2& model, const std::string& dir) {
   const GPT2Config& cfg = model.config();
   const std::string config_path = dir + "/config.json";
   if (file_exists(config_path)) {
-    json::Value c = parse_json(read_file(config_path, "model config"), config_path);
+    json::Value c = parse_json(read_checkpoint_file(dir, "config.json", "model config"), config_path);
     const int64_t L = json_member(c, "n_layer", config_path).as_integer();
     const int64_t H = json_member(c, "n_head", config_path).as_integer();
     const int64_t C = json_member(c, "n_embd", config_path).as_integer();
@@ -54,27 +76,11 @@ void load_hf_weights(GPT2& model, const std::string& dir) {
               " layers, ", H, " heads, ", C, " channels; the ", cfg.name, " model has ", cfg.n_layer, ", ", cfg.n_head,
               ", ", cfg.n_embd, " (pass the matching --model)");
   }
-  load_hf_safetensors(model, dir + "/model.safetensors");
+  load_hf_tensors(model, read_checkpoint_file(dir, "model.safetensors", "model weights"), dir + "/model.safetensors");
 }
 
 void load_hf_safetensors(GPT2& model, const std::string& path) {
-  const GPT2Config& cfg = model.config();
-  SafetensorsData data = parse_safetensors(read_file(path, "model weights"), "'" + path + "'");
-  NoGradGuard no_grad;
-  for (const NamedParam& p : model.parameters()) {
-    auto it = data.tensors.find(p.name);
-    if (it == data.tensors.end()) it = data.tensors.find("transformer." + p.name);
-    BLU_CHECK(it != data.tensors.end(), "'", path, "': no tensor '", p.name, "'");
-    const Tensor expected = hf_view(p, cfg);
-    BLU_CHECK(it->second.dtype() == kFloat32 && it->second.sizes() == expected.sizes(), "'", path, "': tensor '",
-              p.name, "' is ", it->second.describe(), ", expected f32", expected.shape_str(),
-              " (a checkpoint of a different model?)");
-    Tensor dst = hf_view(p, cfg);  // a view of the parameter: copying into it writes the parameter
-    dst.copy_(it->second);
-    if (p.name == "wte.weight") {
-      p.tensor->detach().narrow(0, cfg.vocab_size, cfg.padded_vocab - cfg.vocab_size).zero_();
-    }
-  }
+  load_hf_tensors(model, read_file(path, "model weights"), path);
 }
 
 }  // namespace blu::train

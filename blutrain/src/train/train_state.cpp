@@ -3,10 +3,12 @@
 // config) written last, so its presence marks a complete checkpoint.
 #include "train/train_state.h"
 
+#include <iostream>
 #include <map>
 #include <sstream>
 
 #include "blutensor/error.h"
+#include "blutrain/checkpoint_checksums.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/files.h"
 #include "blutensor/autograd.h"
@@ -52,7 +54,8 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
     moments["exp_avg_sq." + params[i].name] = opt.exp_avg_sq()[i];
   }
   write_file_atomic(staging.file("optimizer.safetensors"),
-                    serialize_safetensors(moments, {{"format", "pt"}, {"adamw_step", std::to_string(opt.step_count())}}));
+                    serialize_safetensors(moments, {{"format", "pt"}, {"adamw_step", std::to_string(opt.step_count())}},
+                                          Checksums::kCrc32c));
   std::ostringstream js;
   js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
      << json::quote(model.config().name) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
@@ -68,14 +71,18 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
 std::string checkpoint_model_name(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  json::Value s = parse_json(read_file(state_path, "checkpoint state"), state_path);
+  json::Value s = parse_json(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
   return json_member(s, "model", state_path).as_string();
 }
 
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  json::Value s = parse_json(read_file(state_path, "checkpoint state"), state_path);
+  if (!has_checksum_manifest(dir)) {
+    std::cerr << "note: checkpoint '" << dir << "' has no " << kChecksumManifest
+              << " (written before checkpoints carried checksums): loading it unverified\n";
+  }
+  json::Value s = parse_json(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
   auto member = [&](const json::Value& obj, const std::string& key) -> const json::Value& {
     return json_member(obj, key, state_path);
   };
@@ -99,7 +106,8 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   st.val_losses = losses_from(member(s, "val_losses"), state_path);
   if (opt != nullptr) {
     const std::string path = dir + "/optimizer.safetensors";
-    SafetensorsData data = parse_safetensors(read_file(path, "optimizer state"), "'" + path + "'");
+    SafetensorsData data =
+        parse_safetensors(read_checkpoint_file(dir, "optimizer.safetensors", "optimizer state"), "'" + path + "'");
     NoGradGuard no_grad;
     const auto& params = opt->params();
     for (size_t i = 0; i < params.size(); ++i) {
