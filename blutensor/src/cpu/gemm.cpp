@@ -220,6 +220,39 @@ void gemm_one(T* c, const Matrix<T>& a, const Matrix<T>& b, int64_t m, int64_t n
 }
 
 #ifdef BLU_HAVE_CBLAS
+}  // namespace
+}  // namespace blu::cpu_ops
+// Declared by OpenBLAS's cblas.h too; repeated so that another cblas.h on the include path (the
+// reference one from libblas-dev) cannot hide them. BLU_HAVE_CBLAS is only set for OpenBLAS.
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+}
+namespace blu::cpu_ops {
+namespace {
+
+// Note [OpenBLAS threads]
+// OpenBLAS keeps a thread pool of its own, sized once when the library loads (from
+// OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else all cores), beside blutensor's OpenMP pool that
+// runs every other CPU op. Two things follow. (1) `blutrain --threads N` sets OMP_NUM_THREADS
+// after OpenBLAS has read it, so the GEMM would still use every core: the first BLAS call sizes
+// OpenBLAS's pool to OpenMP's (cpu::max_threads()), one number for both, unless the user set
+// OPENBLAS_NUM_THREADS (then that wins). (2) The two pools never
+// run at once (a GEMM is called from the main thread, outside OpenMP regions), so on 2 cores two
+// OpenBLAS threads and two OpenMP threads take turns rather than oversubscribe, provided idle
+// threads of either pool sleep instead of spinning: OMP_WAIT_POLICY=passive (scripts/run.sh) for
+// OpenMP; OpenBLAS's pthread workers spin only briefly before sleeping. Measured on the 2-core
+// machine (bench/NOTES.md, "CPU first run (issue 15)").
+void size_blas_threads_once() {
+  static const bool sized = [] {
+    if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return true;  // the user's explicit choice
+    const int want = std::max(1, cpu::max_threads());
+    if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
+    return true;
+  }();
+  (void)sized;
+}
+
 // BLU_CPU_GEMM=builtin forces the built-in GEMM (tests run both paths where OpenBLAS exists).
 bool use_blas() {
   const char* e = std::getenv("BLU_CPU_GEMM");  // read per call: cheap next to a GEMM
@@ -248,6 +281,7 @@ void gemm_typed(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
     int64_t lda, ldb;
     if (use_blas() && m > 0 && n > 0 && k > 0 && blas_layout(am.rs, am.cs, m, k, ta, lda) &&
         blas_layout(bm.rs, bm.cs, k, n, tb, ldb)) {
+      size_blas_threads_once();
       for (int64_t bi = 0; bi < batch; ++bi) {
         const T* A = ap + bi * sab;
         const T* B = bp + bi * sbb;

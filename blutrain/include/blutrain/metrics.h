@@ -67,4 +67,20 @@ struct LossPoint {
 std::string write_loss_curve(const std::string& path, const std::vector<LossPoint>& train,
                              const std::vector<LossPoint>& val, const std::string& title);
 
+// The loss curve drawn by gnuplot (Note [Loss plot through gnuplot] in loss_plot_gnuplot.cpp):
+// writes <png minus extension>.dat and .gp beside `png_path`, runs gnuplot (env BLU_GNUPLOT names
+// it; "none" skips it) and, where gnuplot is missing or fails, draws write_loss_curve's built-in
+// plot instead, saying why in `note`.
+struct LossPlot {
+  std::string path;    // the image written (loss.png; .svg from the built-in plot without libpng)
+  std::string tool;    // "gnuplot" or "built-in"
+  std::string script;  // the gnuplot script (kept either way: `gnuplot <script>` redraws)
+  std::string note;    // empty when gnuplot drew it, else why not
+};
+LossPlot plot_loss_curve(const std::string& png_path, const std::vector<LossPoint>& train,
+                         const std::vector<LossPoint>& val, const std::string& title);
+// The gnuplot script of plot_loss_curve (exposed for tests).
+std::string loss_plot_script(const std::string& png_path, const std::string& data_path, bool have_val,
+                             const std::string& title);
+
 }  // namespace blu::train

@@ -361,9 +361,16 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     print_sample(step);
     checkpoint();
     if (cfg.plot && !state.train_losses.empty()) {
-      const std::string png = write_loss_curve(cfg.out_dir + "/loss.png", state.train_losses, state.val_losses,
-                                               "blutrain " + mcfg.name + " " + cfg.precision);
-      out << "loss curve " << png << "\n";
+      // The title carries the run's configuration, so a PNG passed around explains itself.
+      char title[320];
+      std::snprintf(title, sizeof(title), "blutrain %s (%.2fM params, %d layers, %d channels), %s on %s\n"
+                    "data %s, B=%d T=%d, %lld tokens/step, lr %g, %lld steps",
+                    mcfg.name.c_str(), static_cast<double>(n_params) / 1e6, mcfg.n_layer, mcfg.n_embd,
+                    cfg.precision.c_str(), device.str().c_str(), cfg.data.c_str(), B, T,
+                    static_cast<long long>(cfg.total_batch_tokens), cfg.lr, static_cast<long long>(step));
+      const LossPlot plot = plot_loss_curve(cfg.out_dir + "/loss.png", state.train_losses, state.val_losses, title);
+      out << "loss curve " << plot.path << " (" << plot.tool << ")\n";
+      if (!plot.note.empty()) out << "loss curve: " << plot.note << "\n";
     }
   }
   if (!tok_rates.empty()) {
