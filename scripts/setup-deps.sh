@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ googletest libgtest-dev libbenchmark-dev libpng-dev pkg-config libgloo-dev \
-         libopenblas-dev; do
+         libopenblas-dev gnuplot-nox; do
   have_pkg "$p" || need+=("$p")
 done
 command -v node >/dev/null 2>&1 || need+=(nodejs)
