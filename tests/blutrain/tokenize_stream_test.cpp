@@ -1,0 +1,247 @@
+// tokenize_stream_test.cpp: Note [Streaming tokenize]: the streamed tokenize equals the whole-text
+// encode wherever the input is cut (every chunk size from 1 byte: cuts inside multi-byte UTF-8
+// characters, invalid sequences, contractions, whitespace runs and words), the shard layout and
+// val split equal the in-memory reference, and tokenizing 256 MiB grows the peak RSS (VmHWM) by
+// less than kTokenizeMemoryBoundBytes. Uses a small hand-made vocabulary (always available) and
+// GPT-2's when installed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blutensor/error.h"
+#include "blutrain/data.h"
+#include "blutrain/files.h"
+#include "blutrain/tokenizer.h"
+
+using namespace blu::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+// GPT-2's byte -> character alphabet (printable bytes stand for themselves, the rest U+0100..).
+std::string spelled(const std::string& bytes) {
+  std::vector<int> cp(256, -1);
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    cp[b] = printable ? b : 256 + n++;
+  }
+  std::string out;
+  for (unsigned char c : bytes) {
+    const int u = cp[c];
+    if (u < 0x80) {
+      out += static_cast<char>(u);
+    } else {
+      out += static_cast<char>(0xC0 | (u >> 6));
+      out += static_cast<char>(0x80 | (u & 0x3F));
+    }
+  }
+  return out;
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+// 256 byte tokens plus the merges below, in order.
+Tokenizer small_tokenizer(const fs::path& dir) {
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"t", "h"}, {"th", "e"}, {" ", "t"}, {" t", "he"}, {"a", "n"}, {"an", "d"}, {" ", "a"}, {" a", "nd"},
+      {"'", "s"}, {"'", "l"}, {"'l", "l"}, {"\xc3", "\xa9"}, {"\xe4\xb8", "\xad"}, {"\xe4", "\xb8"},
+      {"1", "2"}, {" ", "1"}, {"\n", "\n"}, {" ", " "}, {"\xef\xbf", "\xbd"}, {"\xef", "\xbf"}};
+  fs::create_directories(dir);
+  std::ofstream enc(dir / "encoder.json");
+  enc << "{";
+  int id = 0;
+  for (int b = 0; b < 256; ++b) enc << (b ? "," : "") << json_string(spelled(std::string(1, static_cast<char>(b)))) << ":" << id++;
+  for (const auto& [a, b] : merges) enc << "," << json_string(spelled(a + b)) << ":" << id++;
+  enc << "}";
+  enc.close();
+  std::ofstream bpe(dir / "vocab.bpe");
+  bpe << "#version: 0.2\n";
+  for (const auto& [a, b] : merges) bpe << spelled(a) << " " << spelled(b) << "\n";
+  bpe.close();
+  return Tokenizer::from_dir(dir.string());
+}
+
+// Text that exercises every boundary the stream must get right.
+std::string tricky_text(uint32_t seed, size_t approx_bytes) {
+  static const std::vector<std::string> parts = {
+      "the", " the", " and", "and", "'s", "'ll", "'l", "'", " ", "  ", "   ", "\n", "\n\n", " \n ", "\t",
+      "12", " 123", "4567", "é", "café", " 中文", "中", "😀", " 😀!", "!!", "?", ".", ",\"", "\xff", "\xe2\x82",
+      "\xed\xa0\x80", "\xc3", "\xf0\x9f\x98", "x", " word", "Word", "\xc2\xa0", "\xe3\x80\x80"};
+  std::mt19937 rng(seed);
+  std::string s;
+  while (s.size() < approx_bytes) s += parts[rng() % parts.size()];
+  return s;
+}
+
+std::vector<uint16_t> read_split(const std::vector<std::string>& paths, std::vector<int64_t>* sizes = nullptr) {
+  std::vector<uint16_t> out;
+  for (const std::string& p : paths) {
+    TokenShard s = TokenShard::open(p);
+    out.insert(out.end(), s.tokens().begin(), s.tokens().end());
+    if (sizes) sizes->push_back(s.size());
+  }
+  return out;
+}
+
+// The reference: each document encoded whole, split as Note [Streaming tokenize] says.
+void reference_split(const Tokenizer& tok, const std::vector<TextDocument>& docs, const TokenizeOptions& opt,
+                     std::vector<uint16_t>& train, std::vector<uint16_t>& val) {
+  const int64_t every = opt.val_fraction > 0 ? std::max<int64_t>(1, std::llround(1.0 / opt.val_fraction)) : 0;
+  const bool by_doc = every > 0 && static_cast<int64_t>(docs.size()) >= every;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    auto& dst = by_doc && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1 ? val : train;
+    dst.push_back(Tokenizer::kEndOfText);
+    for (int32_t id : tok.encode(docs[i].text)) dst.push_back(static_cast<uint16_t>(id));
+  }
+  if (every > 0 && !by_doc) {
+    const auto n_val = static_cast<size_t>(std::llround(opt.val_fraction * static_cast<double>(train.size())));
+    val.assign(train.end() - static_cast<std::ptrdiff_t>(n_val), train.end());
+    train.resize(train.size() - n_val);
+  }
+}
+
+class TokenizeStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("blu_tokstream_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+}  // namespace
+
+TEST_F(TokenizeStreamTest, EveryChunkSizeGivesTheWholeTextIds) {
+  std::vector<std::unique_ptr<Tokenizer>> toks;
+  toks.push_back(std::make_unique<Tokenizer>(small_tokenizer(root_ / "vocab")));
+  const std::string gpt2 = Tokenizer::default_dir();
+  if (file_exists(gpt2 + "/encoder.json")) {
+    toks.push_back(std::make_unique<Tokenizer>(Tokenizer::from_dir(gpt2)));
+  } else {
+    std::printf("note: GPT-2 vocabulary not at %s; the hand-made vocabulary only\n", gpt2.c_str());
+  }
+  for (size_t t = 0; t < toks.size(); ++t) {
+    const Tokenizer& tok = *toks[t];
+    std::vector<TextDocument> docs = {{"a", tricky_text(1, 3000)}, {"b", tricky_text(2, 2000)}, {"c", ""},
+                                      {"d", std::string(20000, 'a') + " the end"},  // a long pre-token
+                                      {"e", tricky_text(3, 1500) + "\xe2\x82"}};  // ends mid-character
+    TokenizeOptions opt;
+    opt.val_fraction = 0.4;  // every round(2.5) = 3rd document to val
+    opt.shard_tokens = 777;
+    std::vector<uint16_t> ref_train, ref_val;
+    reference_split(tok, docs, opt, ref_train, ref_val);
+    for (int64_t chunk : {1, 2, 3, 4, 5, 7, 13, 16, 17, 31, 64, 100, 4096, 1 << 20}) {
+      SCOPED_TRACE("tokenizer " + std::to_string(t) + " chunk " + std::to_string(chunk));
+      opt.chunk_bytes = chunk;
+      opt.out_dir = (root_ / ("out_" + std::to_string(t) + "_" + std::to_string(chunk))).string();
+      TokenizeResult r = tokenize_documents(tok, docs, opt);
+      std::vector<int64_t> sizes;
+      const std::vector<uint16_t> train = read_split(r.train_shards, &sizes);
+      ASSERT_EQ(train.size(), ref_train.size());
+      for (size_t i = 0; i < train.size(); ++i) ASSERT_EQ(train[i], ref_train[i]) << "train token " << i;
+      EXPECT_EQ(read_split(r.val_shards), ref_val);
+      EXPECT_EQ(r.train_tokens, static_cast<int64_t>(ref_train.size()));
+      EXPECT_EQ(r.val_tokens, static_cast<int64_t>(ref_val.size()));
+      for (size_t i = 0; i + 1 < sizes.size(); ++i) EXPECT_EQ(sizes[i], opt.shard_tokens);
+      fs::remove_all(opt.out_dir);
+    }
+  }
+}
+
+TEST_F(TokenizeStreamTest, FilesEqualTheReferenceIncludingTheMovedValTail) {
+  const Tokenizer tok = small_tokenizer(root_ / "vocab");
+  // One document: val is the tail of the stream, moved out of the train shards at the end.
+  for (int64_t shard_tokens : {50, 333, 100000}) {
+    std::vector<TextDocument> docs = {{(root_ / "one.txt").string(), tricky_text(9, 20000)}};
+    std::ofstream(docs[0].name, std::ios::binary) << docs[0].text;
+    TokenizeOptions opt;
+    opt.shard_tokens = shard_tokens;
+    opt.chunk_bytes = 1000;
+    opt.out_dir = (root_ / ("files_" + std::to_string(shard_tokens))).string();
+    TokenizeResult r = tokenize_files(tok, {docs[0].name}, opt);
+    std::vector<uint16_t> ref_train, ref_val;
+    reference_split(tok, docs, opt, ref_train, ref_val);
+    SCOPED_TRACE("shard_tokens " + std::to_string(shard_tokens));
+    EXPECT_EQ(read_split(r.train_shards), ref_train);
+    EXPECT_EQ(read_split(r.val_shards), ref_val);
+    EXPECT_EQ(r.train_shards.size(), (ref_train.size() + shard_tokens - 1) / shard_tokens);
+    EXPECT_EQ(r.val_shards.size(), (ref_val.size() + shard_tokens - 1) / shard_tokens);
+    size_t bins = 0;
+    for (const auto& e : fs::directory_iterator(opt.out_dir)) bins += e.path().extension() == ".bin";
+    EXPECT_EQ(bins, r.train_shards.size() + r.val_shards.size()) << "no stale or temp shards";
+  }
+  // A directory or a missing file as input is an error naming it.
+  TokenizeOptions opt;
+  opt.out_dir = (root_ / "bad").string();
+  try {
+    tokenize_files(tok, {root_.string()}, opt);
+    ADD_FAILURE() << "a directory was accepted";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(tokenize_files(tok, {(root_ / "missing.txt").string()}, opt), blu::Error);
+}
+
+namespace {
+int64_t status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::string(field).size()));
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_F(TokenizeStreamTest, PeakMemoryStaysWithinTheBoundOn256MiB) {
+  const Tokenizer tok = small_tokenizer(root_ / "vocab");
+  // 256 MiB of varied text: a 256-byte phrase after each of ~1M distinct words, so the BPE cache
+  // fills and is emptied many times over (Note [Bounded BPE cache]).
+  const fs::path input = root_ / "big.txt";
+  const int64_t input_bytes = int64_t{256} << 20;
+  {
+    std::ofstream out(input, std::ios::binary);
+    const std::string phrase = tricky_text(5, 256);
+    std::string block;
+    for (int64_t written = 0, i = 0; written < input_bytes; ++i) {
+      block += " w" + std::to_string(i * 7919) + "q ";
+      block += phrase;
+      if (block.size() >= (1u << 20)) {
+        out << block;
+        written += static_cast<int64_t>(block.size());
+        block.clear();
+      }
+    }
+  }
+  ASSERT_GE(static_cast<int64_t>(fs::file_size(input)), input_bytes);
+  // Reset the high-water mark to the current RSS (Linux: "5" > /proc/self/clear_refs).
+  const bool reset = static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5");
+  const int64_t base_kib = reset ? status_kib("VmHWM:") : status_kib("VmRSS:");
+  TokenizeOptions opt;
+  opt.out_dir = (root_ / "big_out").string();
+  opt.shard_tokens = 20'000'000;
+  TokenizeResult r = tokenize_files(tok, {input.string()}, opt);
+  const int64_t peak_kib = status_kib("VmHWM:");
+  const int64_t growth = (peak_kib - base_kib) * 1024;
+  std::printf("tokenized %lld MiB -> %lld + %lld tokens; peak RSS %lld KiB, growth %.1f MiB (bound %lld MiB)%s\n",
+              static_cast<long long>(fs::file_size(input) >> 20), static_cast<long long>(r.train_tokens),
+              static_cast<long long>(r.val_tokens), static_cast<long long>(peak_kib), growth / 1048576.0,
+              static_cast<long long>(kTokenizeMemoryBoundBytes >> 20), reset ? "" : " (VmHWM not resettable)");
+  EXPECT_GT(r.train_tokens, input_bytes / 8);
+  EXPECT_LT(growth, kTokenizeMemoryBoundBytes);
+}
