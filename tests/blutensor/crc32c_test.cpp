@@ -40,14 +40,17 @@ TEST(Crc32c, PathsAgreeAtEveryLengthAndAlignmentAndExtend) {
   std::mt19937 rng(1234);
   std::vector<unsigned char> buf(4096 + 16);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
-  if (!blu::detail::crc32c_hardware_available()) std::printf("note: no SSE4.2 crc32; portable path only\n");
+  if (!blu::detail::crc32c_hardware_available())
+    std::printf("note: no SSE4.2 crc32; portable path only\n");
   for (size_t off = 0; off < 9; ++off) {
     for (size_t n = 0; n <= 300; ++n) {
       const uint32_t a = blu::detail::crc32c_portable(buf.data() + off, n, 0);
       ASSERT_EQ(a, crc32c(buf.data() + off, n)) << "off " << off << " n " << n;
-      ASSERT_EQ(a, blu::detail::crc32c_hardware(buf.data() + off, n, 0)) << "off " << off << " n " << n;
+      ASSERT_EQ(a, blu::detail::crc32c_hardware(buf.data() + off, n, 0))
+          << "off " << off << " n " << n;
       const size_t cut = n / 3;
-      ASSERT_EQ(a, crc32c(buf.data() + off + cut, n - cut, crc32c(buf.data() + off, cut))) << "extend at " << cut;
+      ASSERT_EQ(a, crc32c(buf.data() + off + cut, n - cut, crc32c(buf.data() + off, cut)))
+          << "extend at " << cut;
     }
   }
 }
@@ -82,8 +85,10 @@ TEST(Crc32c, Throughput) {
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(i * 131 + (i >> 9));
   for (int path = 0; path < 2; ++path) {
     auto t0 = std::chrono::steady_clock::now();
-    uint32_t c = path == 0 ? crc32c(buf.data(), buf.size()) : blu::detail::crc32c_portable(buf.data(), buf.size(), 0);
+    uint32_t c = path == 0 ? crc32c(buf.data(), buf.size())
+                           : blu::detail::crc32c_portable(buf.data(), buf.size(), 0);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("crc32c %s: %.0f MB/s (crc %08x)\n", path == 0 ? "dispatched" : "portable", buf.size() / s / 1e6, c);
+    std::printf("crc32c %s: %.0f MB/s (crc %08x)\n", path == 0 ? "dispatched" : "portable",
+                buf.size() / s / 1e6, c);
   }
 }

@@ -39,7 +39,8 @@ bool same(const SafetensorsData& a, const SafetensorsData& b) {
   if (a.metadata != b.metadata || a.tensors.size() != b.tensors.size()) return false;
   for (const auto& [name, t] : a.tensors) {
     auto it = b.tensors.find(name);
-    if (it == b.tensors.end() || it->second.dtype() != t.dtype() || it->second.sizes() != t.sizes() ||
+    if (it == b.tensors.end() || it->second.dtype() != t.dtype() ||
+        it->second.sizes() != t.sizes() ||
         std::memcmp(it->second.data_ptr(), t.data_ptr(), t.nbytes()) != 0) {
       return false;
     }
@@ -61,27 +62,32 @@ TEST(SafetensorsChecksums, WrittenAsMetadataVerifiedAndStripped) {
   const std::string header = bytes.substr(8, header_len(bytes));
   // Plain string metadata: what any safetensors reader accepts.
   const Tensor& w = in.at("h.0.attn.c_attn.weight");
-  EXPECT_NE(header.find("\"blu.crc32c.h.0.attn.c_attn.weight\":\"" + crc32c_hex(crc32c(w.data_ptr(), w.nbytes())) + "\""),
+  EXPECT_NE(header.find("\"blu.crc32c.h.0.attn.c_attn.weight\":\"" +
+                        crc32c_hex(crc32c(w.data_ptr(), w.nbytes())) + "\""),
             std::string::npos)
       << header;
   EXPECT_NE(header.find("\"blu.header_crc32c\":\""), std::string::npos) << header;
   SafetensorsData out = parse_safetensors(bytes, "mem");
   EXPECT_EQ(out.checksummed_tensors, 4);
   EXPECT_TRUE(out.header_checksummed);
-  EXPECT_EQ(out.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));  // checksum keys stripped
+  EXPECT_EQ(out.metadata,
+            (std::map<std::string, std::string>{{"format", "pt"}}));  // checksum keys stripped
   // Without checksums: the old format, still loadable, and says so.
   SafetensorsData plain = parse_safetensors(serialize_safetensors(in, {{"format", "pt"}}), "mem");
   EXPECT_FALSE(plain.has_checksums());
   EXPECT_TRUE(same(out, plain));
   // The keys are reserved.
-  EXPECT_NE(error_of([&] { serialize_safetensors(in, {{"blu.crc32c.x", "00000000"}}); }).find("reserved"),
+  EXPECT_NE(error_of([&] {
+              serialize_safetensors(in, {{"blu.crc32c.x", "00000000"}});
+            }).find("reserved"),
             std::string::npos);
 }
 
 TEST(SafetensorsChecksums, OverwrittenBytesNameFileTensorAndBothChecksums) {
   const auto in = sample_tensors();
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("blu_st_ck_" + std::to_string(::getpid()) + ".safetensors")).string();
+                            ("blu_st_ck_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
   save_safetensors(path, in, {}, Checksums::kCrc32c);
   std::string bytes;
   {
@@ -105,7 +111,8 @@ TEST(SafetensorsChecksums, OverwrittenBytesNameFileTensorAndBothChecksums) {
 }
 
 TEST(SafetensorsChecksums, NoSingleBitFlipLoadsSilently) {
-  const std::string bytes = serialize_safetensors(sample_tensors(), {{"format", "pt"}}, Checksums::kCrc32c);
+  const std::string bytes =
+      serialize_safetensors(sample_tensors(), {{"format", "pt"}}, Checksums::kCrc32c);
   const SafetensorsData good = parse_safetensors(bytes, "mem");
   int detected = 0, harmless = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -115,16 +122,17 @@ TEST(SafetensorsChecksums, NoSingleBitFlipLoadsSilently) {
       try {
         SafetensorsData r = parse_safetensors(b, "mem");
         // Loading is allowed only if nothing that was loaded changed (e.g. JSON whitespace).
-        ASSERT_TRUE(same(r, good)) << "a flip of bit " << bit << " of byte " << i << " loaded different content: ..."
-                                 << b.substr(i < 30 ? 0 : i - 30, 60) << "...";
+        ASSERT_TRUE(same(r, good))
+            << "a flip of bit " << bit << " of byte " << i << " loaded different content: ..."
+            << b.substr(i < 30 ? 0 : i - 30, 60) << "...";
         ++harmless;
       } catch (const blu::Error&) {
         ++detected;
       }
     }
   }
-  std::printf("%d of %zu single-bit flips detected, %d harmless (e.g. whitespace)\n", detected, bytes.size() * 8,
-              harmless);
+  std::printf("%d of %zu single-bit flips detected, %d harmless (e.g. whitespace)\n", detected,
+              bytes.size() * 8, harmless);
   // Every flip in the data section is detected.
   EXPECT_GE(detected, static_cast<int>((bytes.size() - 8 - header_len(bytes)) * 8));
 }
@@ -148,14 +156,16 @@ TEST(SafetensorsChecksums, DamagedChecksumEntriesAreErrors) {
     return b;
   };
   // A checksum key whose tensor name changed: one tensor without, one name the file lacks.
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header_edit("blu.crc32c.ids", "blu.crc32c.idz"), "mem"); })
-                .find("does not hold"),
+  EXPECT_NE(error_of([&] {
+              parse_safetensors(with_header_edit("blu.crc32c.ids", "blu.crc32c.idz"), "mem");
+            }).find("does not hold"),
             std::string::npos);
   // A checksum value that is not hex.
   const std::string key = "\"blu.crc32c.ids\":\"";
   const size_t at = bytes.find(key) + key.size();
-  EXPECT_NE(error_of([&] { parse_safetensors(with_header_edit(bytes.substr(at, 8), "zzzzzzzz"), "mem"); })
-                .find("not an 8-digit hex"),
+  EXPECT_NE(error_of([&] {
+              parse_safetensors(with_header_edit(bytes.substr(at, 8), "zzzzzzzz"), "mem");
+            }).find("not an 8-digit hex"),
             std::string::npos);
   // A changed shape of the same size (the header checksum catches what the layout checks cannot).
   std::string b = serialize_safetensors({{"m", zeros({2, 3})}}, {}, Checksums::kCrc32c);

@@ -57,14 +57,17 @@ std::string json_string(const std::string& s) {
 // 256 byte tokens plus the merges below, in order.
 Tokenizer small_tokenizer(const fs::path& dir) {
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"t", "h"}, {"th", "e"}, {" ", "t"}, {" t", "he"}, {"a", "n"}, {"an", "d"}, {" ", "a"}, {" a", "nd"},
-      {"'", "s"}, {"'", "l"}, {"'l", "l"}, {"\xc3", "\xa9"}, {"\xe4\xb8", "\xad"}, {"\xe4", "\xb8"},
-      {"1", "2"}, {" ", "1"}, {"\n", "\n"}, {" ", " "}, {"\xef\xbf", "\xbd"}, {"\xef", "\xbf"}};
+      {"t", "h"},  {"th", "e"},      {" ", "t"},           {" t", "he"},         {"a", "n"},
+      {"an", "d"}, {" ", "a"},       {" a", "nd"},         {"'", "s"},           {"'", "l"},
+      {"'l", "l"}, {"\xc3", "\xa9"}, {"\xe4\xb8", "\xad"}, {"\xe4", "\xb8"},     {"1", "2"},
+      {" ", "1"},  {"\n", "\n"},     {" ", " "},           {"\xef\xbf", "\xbd"}, {"\xef", "\xbf"}};
   fs::create_directories(dir);
   std::ofstream enc(dir / "encoder.json");
   enc << "{";
   int id = 0;
-  for (int b = 0; b < 256; ++b) enc << (b ? "," : "") << json_string(spelled(std::string(1, static_cast<char>(b)))) << ":" << id++;
+  for (int b = 0; b < 256; ++b)
+    enc << (b ? "," : "") << json_string(spelled(std::string(1, static_cast<char>(b)))) << ":"
+        << id++;
   for (const auto& [a, b] : merges) enc << "," << json_string(spelled(a + b)) << ":" << id++;
   enc << "}";
   enc.close();
@@ -77,17 +80,52 @@ Tokenizer small_tokenizer(const fs::path& dir) {
 
 // Text that exercises every boundary the stream must get right.
 std::string tricky_text(uint32_t seed, size_t approx_bytes) {
-  static const std::vector<std::string> parts = {
-      "the", " the", " and", "and", "'s", "'ll", "'l", "'", " ", "  ", "   ", "\n", "\n\n", " \n ", "\t",
-      "12", " 123", "4567", "é", "café", " 中文", "中", "😀", " 😀!", "!!", "?", ".", ",\"", "\xff", "\xe2\x82",
-      "\xed\xa0\x80", "\xc3", "\xf0\x9f\x98", "x", " word", "Word", "\xc2\xa0", "\xe3\x80\x80"};
+  static const std::vector<std::string> parts = {"the",
+                                                 " the",
+                                                 " and",
+                                                 "and",
+                                                 "'s",
+                                                 "'ll",
+                                                 "'l",
+                                                 "'",
+                                                 " ",
+                                                 "  ",
+                                                 "   ",
+                                                 "\n",
+                                                 "\n\n",
+                                                 " \n ",
+                                                 "\t",
+                                                 "12",
+                                                 " 123",
+                                                 "4567",
+                                                 "é",
+                                                 "café",
+                                                 " 中文",
+                                                 "中",
+                                                 "😀",
+                                                 " 😀!",
+                                                 "!!",
+                                                 "?",
+                                                 ".",
+                                                 ",\"",
+                                                 "\xff",
+                                                 "\xe2\x82",
+                                                 "\xed\xa0\x80",
+                                                 "\xc3",
+                                                 "\xf0\x9f\x98",
+                                                 "x",
+                                                 " word",
+                                                 "Word",
+                                                 "\xc2\xa0",
+                                                 "\xe3\x80\x80"};
   std::mt19937 rng(seed);
   std::string s;
   while (s.size() < approx_bytes) s += parts[rng() % parts.size()];
   return s;
 }
 
-std::vector<uint16_t> read_split(const std::vector<std::string>& paths, std::vector<int64_t>* sizes = nullptr) {
+std::vector<uint16_t> read_split(const std::vector<std::string>& paths,
+                                 std::vector<int64_t>* sizes = nullptr) {
   std::vector<uint16_t> out;
   for (const std::string& p : paths) {
     TokenShard s = TokenShard::open(p);
@@ -98,17 +136,21 @@ std::vector<uint16_t> read_split(const std::vector<std::string>& paths, std::vec
 }
 
 // The reference: each document encoded whole, split as Note [Streaming tokenize] says.
-void reference_split(const Tokenizer& tok, const std::vector<TextDocument>& docs, const TokenizeOptions& opt,
-                     std::vector<uint16_t>& train, std::vector<uint16_t>& val) {
-  const int64_t every = opt.val_fraction > 0 ? std::max<int64_t>(1, std::llround(1.0 / opt.val_fraction)) : 0;
+void reference_split(const Tokenizer& tok, const std::vector<TextDocument>& docs,
+                     const TokenizeOptions& opt, std::vector<uint16_t>& train,
+                     std::vector<uint16_t>& val) {
+  const int64_t every =
+      opt.val_fraction > 0 ? std::max<int64_t>(1, std::llround(1.0 / opt.val_fraction)) : 0;
   const bool by_doc = every > 0 && static_cast<int64_t>(docs.size()) >= every;
   for (size_t i = 0; i < docs.size(); ++i) {
-    auto& dst = by_doc && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1 ? val : train;
+    auto& dst =
+        by_doc && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1 ? val : train;
     dst.push_back(Tokenizer::kEndOfText);
     for (int32_t id : tok.encode(docs[i].text)) dst.push_back(static_cast<uint16_t>(id));
   }
   if (every > 0 && !by_doc) {
-    const auto n_val = static_cast<size_t>(std::llround(opt.val_fraction * static_cast<double>(train.size())));
+    const auto n_val =
+        static_cast<size_t>(std::llround(opt.val_fraction * static_cast<double>(train.size())));
     val.assign(train.end() - static_cast<std::ptrdiff_t>(n_val), train.end());
     train.resize(train.size() - n_val);
   }
@@ -138,9 +180,12 @@ TEST_F(TokenizeStreamTest, EveryChunkSizeGivesTheWholeTextIds) {
   }
   for (size_t t = 0; t < toks.size(); ++t) {
     const Tokenizer& tok = *toks[t];
-    std::vector<TextDocument> docs = {{"a", tricky_text(1, 3000)}, {"b", tricky_text(2, 2000)}, {"c", ""},
-                                      {"d", std::string(20000, 'a') + " the end"},  // a long pre-token
-                                      {"e", tricky_text(3, 1500) + "\xe2\x82"}};  // ends mid-character
+    std::vector<TextDocument> docs = {
+        {"a", tricky_text(1, 3000)},
+        {"b", tricky_text(2, 2000)},
+        {"c", ""},
+        {"d", std::string(20000, 'a') + " the end"},  // a long pre-token
+        {"e", tricky_text(3, 1500) + "\xe2\x82"}};    // ends mid-character
     TokenizeOptions opt;
     opt.val_fraction = 0.4;  // every round(2.5) = 3rd document to val
     opt.shard_tokens = 777;
@@ -154,7 +199,8 @@ TEST_F(TokenizeStreamTest, EveryChunkSizeGivesTheWholeTextIds) {
       std::vector<int64_t> sizes;
       const std::vector<uint16_t> train = read_split(r.train_shards, &sizes);
       ASSERT_EQ(train.size(), ref_train.size());
-      for (size_t i = 0; i < train.size(); ++i) ASSERT_EQ(train[i], ref_train[i]) << "train token " << i;
+      for (size_t i = 0; i < train.size(); ++i)
+        ASSERT_EQ(train[i], ref_train[i]) << "train token " << i;
       EXPECT_EQ(read_split(r.val_shards), ref_val);
       EXPECT_EQ(r.train_tokens, static_cast<int64_t>(ref_train.size()));
       EXPECT_EQ(r.val_tokens, static_cast<int64_t>(ref_val.size()));
@@ -183,7 +229,8 @@ TEST_F(TokenizeStreamTest, FilesEqualTheReferenceIncludingTheMovedValTail) {
     EXPECT_EQ(r.train_shards.size(), (ref_train.size() + shard_tokens - 1) / shard_tokens);
     EXPECT_EQ(r.val_shards.size(), (ref_val.size() + shard_tokens - 1) / shard_tokens);
     size_t bins = 0;
-    for (const auto& e : fs::directory_iterator(opt.out_dir)) bins += e.path().extension() == ".bin";
+    for (const auto& e : fs::directory_iterator(opt.out_dir))
+      bins += e.path().extension() == ".bin";
     EXPECT_EQ(bins, r.train_shards.size() + r.val_shards.size()) << "no stale or temp shards";
   }
   // A directory or a missing file as input is an error naming it.
@@ -238,10 +285,13 @@ TEST_F(TokenizeStreamTest, PeakMemoryStaysWithinTheBoundOn256MiB) {
   TokenizeResult r = tokenize_files(tok, {input.string()}, opt);
   const int64_t peak_kib = status_kib("VmHWM:");
   const int64_t growth = (peak_kib - base_kib) * 1024;
-  std::printf("tokenized %lld MiB -> %lld + %lld tokens; peak RSS %lld KiB, growth %.1f MiB (bound %lld MiB)%s\n",
-              static_cast<long long>(fs::file_size(input) >> 20), static_cast<long long>(r.train_tokens),
-              static_cast<long long>(r.val_tokens), static_cast<long long>(peak_kib), growth / 1048576.0,
-              static_cast<long long>(kTokenizeMemoryBoundBytes >> 20), reset ? "" : " (VmHWM not resettable)");
+  std::printf(
+      "tokenized %lld MiB -> %lld + %lld tokens; peak RSS %lld KiB, growth %.1f MiB (bound %lld "
+      "MiB)%s\n",
+      static_cast<long long>(fs::file_size(input) >> 20), static_cast<long long>(r.train_tokens),
+      static_cast<long long>(r.val_tokens), static_cast<long long>(peak_kib), growth / 1048576.0,
+      static_cast<long long>(kTokenizeMemoryBoundBytes >> 20),
+      reset ? "" : " (VmHWM not resettable)");
   EXPECT_GT(r.train_tokens, input_bytes / 8);
   EXPECT_LT(growth, kTokenizeMemoryBoundBytes);
 }

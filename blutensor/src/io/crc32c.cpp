@@ -50,7 +50,8 @@ uint32_t portable_raw(const unsigned char* p, std::size_t n, uint32_t c) {
 }
 
 #ifdef BLU_CRC32C_X86
-__attribute__((target("sse4.2"))) uint32_t hardware_raw(const unsigned char* p, std::size_t n, uint32_t c) {
+__attribute__((target("sse4.2"))) uint32_t hardware_raw(const unsigned char* p, std::size_t n,
+                                                        uint32_t c) {
   uint64_t c64 = c;
   while (n >= 8) {
     uint64_t v;
@@ -118,7 +119,10 @@ bool crc32c_from_hex(const std::string& hex, uint32_t& out) {
   if (hex.size() != 8) return false;
   uint32_t v = 0;
   for (char ch : hex) {
-    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    int d = ch >= '0' && ch <= '9'   ? ch - '0'
+            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                     : -1;
     if (d < 0) return false;
     v = (v << 4) | static_cast<uint32_t>(d);
   }

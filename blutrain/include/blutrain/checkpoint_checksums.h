@@ -32,6 +32,7 @@ void write_checksum_manifest(const std::string& dir);
 bool has_checksum_manifest(const std::string& dir);
 
 // The bytes of <dir>/<name>; verified against the manifest when the checkpoint has one.
-std::string read_checkpoint_file(const std::string& dir, const std::string& name, std::string_view what);
+std::string read_checkpoint_file(const std::string& dir, const std::string& name,
+                                 std::string_view what);
 
 }  // namespace blu::train

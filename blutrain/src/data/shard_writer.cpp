@@ -36,10 +36,14 @@ void write_count(int fd, int64_t count, const std::string& path) {
 
 }  // namespace
 
-ShardSplitWriter::ShardSplitWriter(std::string out_dir, std::string name, std::string split, int64_t shard_tokens)
-    : out_dir_(std::move(out_dir)), name_(std::move(name)), split_(std::move(split)), shard_tokens_(shard_tokens) {
-  BLU_CHECK(shard_tokens_ > 0 && shard_tokens_ < (int64_t{1} << 31), "tokenize: shard size ", shard_tokens_,
-            " must be in (0, 2^31)");
+ShardSplitWriter::ShardSplitWriter(std::string out_dir, std::string name, std::string split,
+                                   int64_t shard_tokens)
+    : out_dir_(std::move(out_dir)),
+      name_(std::move(name)),
+      split_(std::move(split)),
+      shard_tokens_(shard_tokens) {
+  BLU_CHECK(shard_tokens_ > 0 && shard_tokens_ < (int64_t{1} << 31), "tokenize: shard size ",
+            shard_tokens_, " must be in (0, 2^31)");
   buf_.reserve(kBlockTokens);
 }
 
@@ -75,8 +79,8 @@ void ShardSplitWriter::close_shard() {
   ::close(fd_);
   fd_ = -1;
   BLU_CHECK(ok, "tokenize: fsync '", tmp_path_, "' failed: ", std::strerror(e));
-  BLU_CHECK(::rename(tmp_path_.c_str(), path_.c_str()) == 0, "tokenize: cannot rename '", tmp_path_, "' to '", path_,
-            "': ", std::strerror(errno));
+  BLU_CHECK(::rename(tmp_path_.c_str(), path_.c_str()) == 0, "tokenize: cannot rename '", tmp_path_,
+            "' to '", path_, "': ", std::strerror(errno));
   paths_.push_back(path_);
 }
 
@@ -120,21 +124,24 @@ void move_tail_tokens(std::vector<std::string>& paths, int64_t n, ShardSplitWrit
       start = end;
       continue;
     }
-    const int64_t from = std::max<int64_t>(boundary - start, 0);  // first token of this shard to move
+    const int64_t from =
+        std::max<int64_t>(boundary - start, 0);  // first token of this shard to move
     const int fd = ::open(paths[k].c_str(), O_RDWR);
     BLU_CHECK(fd >= 0, "tokenize: cannot open '", paths[k], "': ", std::strerror(errno));
     for (int64_t i = from; i < counts[k];) {
-      const size_t m = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBlockTokens), counts[k] - i));
+      const size_t m =
+          static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBlockTokens), counts[k] - i));
       const ssize_t got = ::pread(fd, block.data(), m * 2, kShardHeaderBytes + 2 * i);
-      BLU_CHECK(got == static_cast<ssize_t>(m * 2), "tokenize: reading '", paths[k], "' back failed");
+      BLU_CHECK(got == static_cast<ssize_t>(m * 2), "tokenize: reading '", paths[k],
+                "' back failed");
       ids.assign(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(m));
       to.append(ids);
       i += static_cast<int64_t>(m);
     }
     if (from > 0) {
       write_count(fd, from, paths[k]);
-      BLU_CHECK(::ftruncate(fd, kShardHeaderBytes + 2 * from) == 0 && ::fsync(fd) == 0, "tokenize: cannot shorten '",
-                paths[k], "': ", std::strerror(errno));
+      BLU_CHECK(::ftruncate(fd, kShardHeaderBytes + 2 * from) == 0 && ::fsync(fd) == 0,
+                "tokenize: cannot shorten '", paths[k], "': ", std::strerror(errno));
       kept.push_back(paths[k]);
     }
     ::close(fd);

@@ -42,7 +42,9 @@ void TextStreamEncoder::feed(std::string_view bytes, std::vector<int32_t>& out) 
   // pre-tokens is final (each followed by kLookaheadBytes of text, which the decision of its match
   // cannot reach past) the rest can be pre-tokenized again later from the first non-final one.
   const std::vector<std::string_view> pieces = pretokenize(carry_);
-  auto end_of = [&](size_t i) { return static_cast<size_t>(pieces[i].data() + pieces[i].size() - carry_.data()); };
+  auto end_of = [&](size_t i) {
+    return static_cast<size_t>(pieces[i].data() + pieces[i].size() - carry_.data());
+  };
   size_t n_final = 0;
   while (n_final < pieces.size() && end_of(n_final) + kLookaheadBytes <= carry_.size()) ++n_final;
   tok_.encode_pretokens(std::span<const std::string_view>(pieces.data(), n_final), out);
