@@ -6,7 +6,9 @@
 # (halt_on_error=1), so a finding is a failing test. Prints the wall time of the build and of the
 # tests.
 #   scripts/sanitize.sh [ctest args...]     e.g. scripts/sanitize.sh -R checkpoint
-# Environment: BLU_SANITIZE_BUILD (build dir, default <repo>/build-sanitize), JOBS (default nproc).
+# Environment: BLU_SANITIZE_BUILD (build dir, default <repo>/build-sanitize), JOBS (default nproc),
+# BLU_SANITIZE_CMAKE_ARGS (extra configure arguments, e.g. "-DBLU_TEST_PATTERN=checkpoint" to build
+# only some tests; sticky in that build directory's cache).
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BLU_SANITIZE_BUILD:-$SRC/build-sanitize}"
@@ -16,7 +18,7 @@ SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 t0=$(date +%s)
 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBLU_WITH_CUDA=OFF \
   -DBLU_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="$SAN" -DCMAKE_EXE_LINKER_FLAGS="$SAN" \
-  -DCMAKE_SHARED_LINKER_FLAGS="$SAN" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+  -DCMAKE_SHARED_LINKER_FLAGS="$SAN" ${BLU_SANITIZE_CMAKE_ARGS:-} >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
 cmake --build "$BUILD" -j "$JOBS"
 t1=$(date +%s)
 

@@ -4,6 +4,7 @@
 // a corrupt checkpoint in a training run is tested in train_loop_test.cpp).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -152,9 +153,10 @@ TEST_F(CheckpointTest, CheckpointWithoutManifestStillReads) {
   EXPECT_EQ(read_checkpoint_file(dir, "state.json", "t"), "{\"step\": 1}\n");
 }
 
-// A process killed (SIGKILL: no destructors, no cleanup) in the middle of writing a checkpoint
-// leaves the previous one as `latest`, complete and verifiable; the next commit removes the debris.
-TEST_F(CheckpointTest, KilledMidWriteLeavesThePreviousCheckpointLoadable) {
+// A process killed (SIGKILL: no destructors, no cleanup) in the middle of writing a checkpoint, or
+// one whose disk fills up, leaves the previous one as `latest`, complete and verifiable; the next
+// commit removes the debris.
+TEST_F(CheckpointTest, KilledOrDiskFullMidWriteLeavesThePreviousCheckpointLoadable) {
   const std::string out = path("run");
   {
     CheckpointStaging s(out, 10);
@@ -182,6 +184,33 @@ TEST_F(CheckpointTest, KilledMidWriteLeavesThePreviousCheckpointLoadable) {
     ASSERT_EQ(dir, (fs::path(out) / "step_00000010").string()) << "phase " << phase;
     EXPECT_EQ(read_checkpoint_file(dir, "state.json", "t"), "{\"step\": 10}\n");
     EXPECT_EQ(read_checkpoint_file(dir, "model.safetensors", "t"), std::string(1 << 16, 'm'));
+  }
+  {
+    // A full disk (simulated with RLIMIT_FSIZE: write() fails with EFBIG) is an error; nothing changes.
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit limit {4096, 4096};
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      try {
+        CheckpointStaging s(out, 30);
+        write_file_atomic(s.file("model.safetensors"), std::string(1 << 16, 'f'));
+        write_state(s, "{\"step\": 30}\n");
+        s.commit(1);
+      } catch (const blu::Error& e) {
+        ::_exit(std::string(e.what()).find("write failed") != std::string::npos ? 3 : 4);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), 3) << "the full-disk write must fail with a write error";
+    const std::string dir = latest_checkpoint(out);
+    ASSERT_EQ(dir, (fs::path(out) / "step_00000010").string());
+    EXPECT_EQ(read_checkpoint_file(dir, "model.safetensors", "t"), std::string(1 << 16, 'm'));
+    EXPECT_FALSE(fs::exists(fs::path(out) / "step_00000030"));
   }
   {
     CheckpointStaging s(out, 11);
