@@ -1,9 +1,10 @@
 // gemm_simt_gpu_test.cu: the strict fp32 SIMT GEMM kernels one by one (BLUBLAS_SIMT_VARIANT forces
-// each: the lean l88 / l816 / l88n64 kernels, the warp w816 / w168, the legacy kernel and the
-// default choice) against the float64 reference (support/gemm_reference.h), on problems big enough
-// for the 128 x 128 tile plans (and the split-K plan): every op pair and layout, K with and without
-// a tail slab (K % 8 != 0, K < 8), M / N not multiples of the tile (and not multiples of 4, where
-// the lean kernels hand over to the older ones), padded leading dimensions, strided batches, alpha
+// each: the lean l88 / l816 / l168 / l88n64 and wide l816w / l168w kernels, the warp w816 / w168,
+// the legacy kernel and the default choice) against the float64 reference
+// (support/gemm_reference.h), on problems big enough for the 128 x 128 tile plans (and the
+// split-K plan): every op pair and layout, K with and without a tail slab (K % 8 != 0, K < 8),
+// M / N not multiples of the tile (and not multiples of 4, where the lean kernels hand over to the
+// older ones), padded leading dimensions, strided batches, alpha
 // and beta with D aliasing C, the epilogues, poisoned outputs and padding, run-to-run bit
 // equality, and exactness on data where any tf32 rounding would show.
 // Bound per element (Note [GEMM test bound] in gemm_gpu_test.cu): |d - ref| <= 2e-6 * scale +
@@ -213,8 +214,8 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
 }
 
 // Every kernel a user can force, and the default choice (nullptr).
-const char* const kVariants[] = {nullptr, "l88",  "l816",   "l168", "l88n64",
-                                 "w816",  "w168", "legacy", "old"};
+const char* const kVariants[] = {nullptr, "l88",  "l816",   "l168", "l88n64", "l816w",
+                                 "l168w", "w816", "w168",   "legacy", "old"};
 
 // Op pairs x layouts on a problem with more 128 x 128 tiles than SMs (M, N multiples of 4 so the
 // lean kernels take it; K with a tail slab), per variant.
@@ -292,7 +293,7 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 // K not a multiple of the split (a tail slab in the last split).
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w", "l168w"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;

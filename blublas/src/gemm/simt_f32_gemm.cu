@@ -255,9 +255,11 @@ enum class Variant : int {
   kL168,           // simt_f32_lean_kernel, SimtLeanVariant::k168
   kL88n64,         // simt_f32_lean_kernel, SimtLeanVariant::k88n64
   kOld,            // the choice before the lean kernels (legacy / w168 / w816 by majors)
+  kL816w,          // simt_f32_lean_kernel, SimtLeanVariant::k816w (128 x 256 CTA)
+  kL168w,          // simt_f32_lean_kernel, SimtLeanVariant::k168w (256 x 128 CTA)
 };
-constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816", "w168", "l88",
-                                         "l816",   "l168",     "l88n64", "old"};
+constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816",   "w168", "l88",  "l816",
+                                         "l168",   "l88n64",   "old",    "l816w", "l168w"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
 
 int env_variant() {
@@ -289,6 +291,8 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
       case Variant::kL816:
       case Variant::kL168:
       case Variant::kL88n64:
+      case Variant::kL816w:
+      case Variant::kL168w:
         if (lean) return v;
         break;
       case Variant::kOld: return old_variant(p, vec);
@@ -356,6 +360,14 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     case Variant::kL88n64:
       BLUBLAS_RETURN_IF_ERROR(
           simt_f32_lean_launch(p, SimtLeanVariant::k88n64, split, splits, vec, stream));
+      break;
+    case Variant::kL816w:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k816w, split, splits, vec, stream));
+      break;
+    case Variant::kL168w:
+      BLUBLAS_RETURN_IF_ERROR(
+          simt_f32_lean_launch(p, SimtLeanVariant::k168w, split, splits, vec, stream));
       break;
   }
   if (splits > 1) {

@@ -2,7 +2,7 @@
 // tensor-core instruction), a family of tile configurations of one kernel template whose main loop
 // holds nothing but the outer products, the fragment reads, one float4 global load per operand
 // slab quarter and its shared-memory store: no bounds checks. Chosen by simt_f32_gemm.cu (Note
-// [SIMT fp32 variant choice]); BLUBLAS_SIMT_VARIANT=l88|l816|l168|l88n64 forces one.
+// [SIMT fp32 variant choice]); BLUBLAS_SIMT_VARIANT=l88|l816|l168|l88n64|l816w|l168w forces one.
 //
 // Note [SIMT fp32 lean kernel]
 // Tiles. The CTA tile BM x BN is cut into warp tiles (LM*TM) x (LN*TN); the 32 lanes form an
@@ -341,6 +341,14 @@ using Lean88 = LeanTile<128, 128, 8, 8, 4, 8, 2>;     // 256 thr, warp tiles 32 
 using Lean816 = LeanTile<128, 128, 8, 16, 8, 4, 2>;   // 128 thr, warp tiles 64 x 64
 using Lean168 = LeanTile<128, 128, 16, 8, 4, 8, 2>;   // 128 thr, warp tiles 64 x 64
 using Lean88n64 = LeanTile<128, 64, 8, 8, 8, 4, 4>;   // 128 thr, warp tiles 64 x 32
+// Note [SIMT fp32 wide tiles]: cuBLAS's fastest fp32 kernels on the GPT-2 step (H100, session 4
+// profile: cutlass_80_simt_sgemm_128x256_8x4 / 256x128_8x4, ~52 TFLOP/s against our 128 x 128
+// lean kernels' 42-47) use 256-thread CTAs of 128 x 256 with 8 x 16 per thread, one CTA per SM.
+// The same shape in this template: 43 FLOP per staged byte instead of 32 (fewer L2 reads per
+// FFMA), 128 FFMA per 6 LDS.128, 8 warps per SM. Forced by name for measurement (not chosen by
+// default until a sweep says so).
+using Lean816w = LeanTile<128, 256, 8, 16, 8, 4, 1>;  // 256 thr, warp tiles 64 x 64, 2 x 4 warps
+using Lean168w = LeanTile<256, 128, 16, 8, 4, 8, 1>;  // 256 thr, warp tiles 64 x 64, 4 x 2 warps
 
 }  // namespace
 
@@ -359,6 +367,8 @@ Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const Split
     case SimtLeanVariant::k816: return launch_lean_majors<Lean816>(p, split, splits, stream);
     case SimtLeanVariant::k168: return launch_lean_majors<Lean168>(p, split, splits, stream);
     case SimtLeanVariant::k88n64: return launch_lean_majors<Lean88n64>(p, split, splits, stream);
+    case SimtLeanVariant::k816w: return launch_lean_majors<Lean816w>(p, split, splits, stream);
+    case SimtLeanVariant::k168w: return launch_lean_majors<Lean168w>(p, split, splits, stream);
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 lean kernel: unknown variant");
 }

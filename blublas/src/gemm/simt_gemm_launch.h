@@ -37,7 +37,7 @@ Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const Split
 // per lane; k816 (k168): 128 x 128, 128 threads, 8 x 16 (16 x 8); k88n64: 128 x 64, 128 threads,
 // 8 x 8. Same SplitArgs contract. Accepts a problem when simt_f32_lean_ok(p, vec): vec, and M (N) a multiple
 // of 4 when A (B) is m- (n-) contiguous.
-enum class SimtLeanVariant : int { k88 = 0, k816, k168, k88n64 };
+enum class SimtLeanVariant : int { k88 = 0, k816, k168, k88n64, k816w, k168w };
 bool simt_f32_lean_ok(const GemmProblem& p, bool vec);
 Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
                             int splits, bool vec, cudaStream_t stream);
