@@ -23,7 +23,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 #define SKIP_IN_CUDA_BUILD() \
-  if (BLU_WITH_CUDA) GTEST_SKIP() << "a CUDA build (BLU_WITH_CUDA=1): the CPU-only stubs are not linked"
+  if (BLU_WITH_CUDA)         \
+  GTEST_SKIP() << "a CUDA build (BLU_WITH_CUDA=1): the CPU-only stubs are not linked"
 
 TEST(CpuOnlyBuild, ReportsNoDevice) {
   SKIP_IN_CUDA_BUILD();

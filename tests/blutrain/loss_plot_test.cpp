@@ -26,7 +26,8 @@ struct Curves {
 };
 
 fs::path fresh_dir(const std::string& tag) {
-  fs::path d = fs::temp_directory_path() / ("blu_lossplot_" + tag + "_" + std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("blu_lossplot_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
 }
@@ -57,15 +58,18 @@ TEST(LossPlot, ScriptHasTitlesAxesAndBothCurves) {
   const std::string gp = loss_plot_script("/o/loss.png", "/o/loss.dat", true, "run \"x\" lr 2e-3");
   EXPECT_NE(gp.find("set terminal pngcairo"), std::string::npos);
   EXPECT_NE(gp.find("set output \"/o/loss.png\""), std::string::npos);
-  EXPECT_NE(gp.find("set title \"run \\\"x\\\" lr 2e-3\""), std::string::npos) << gp;  // quotes escaped
+  EXPECT_NE(gp.find("set title \"run \\\"x\\\" lr 2e-3\""), std::string::npos)
+      << gp;  // quotes escaped
   EXPECT_NE(gp.find("set xlabel \"step"), std::string::npos);
   EXPECT_NE(gp.find("set ylabel \"cross-entropy loss"), std::string::npos);
   EXPECT_NE(gp.find("index 0 using 1:2 with lines"), std::string::npos);
   EXPECT_NE(gp.find("index 1 using 1:2 with linespoints"), std::string::npos);
-  EXPECT_EQ(loss_plot_script("/o/loss.png", "/o/loss.dat", false, "t").find("index 1"), std::string::npos);
-  // A two-line title keeps its line break as gnuplot's \n escape, inside the one quoted string.
-  EXPECT_NE(loss_plot_script("/o/loss.png", "/o/loss.dat", false, "a\nb").find("set title \"a\\nb\"\n"),
+  EXPECT_EQ(loss_plot_script("/o/loss.png", "/o/loss.dat", false, "t").find("index 1"),
             std::string::npos);
+  // A two-line title keeps its line break as gnuplot's \n escape, inside the one quoted string.
+  EXPECT_NE(
+      loss_plot_script("/o/loss.png", "/o/loss.dat", false, "a\nb").find("set title \"a\\nb\"\n"),
+      std::string::npos);
 }
 
 TEST(LossPlot, GnuplotDrawsThePngWhereInstalled) {
@@ -94,8 +98,8 @@ TEST(LossPlot, MissingGnuplotFallsBackToTheBuiltInPlotAndSaysWhy) {
   EXPECT_EQ(p.tool, "built-in");
   EXPECT_NE(p.note.find("not found"), std::string::npos) << p.note;
   EXPECT_NE(p.note.find("gnuplot-nox"), std::string::npos) << p.note;
-  EXPECT_TRUE(fs::exists(p.path)) << p.path;   // loss.png (or .svg without libpng)
-  EXPECT_TRUE(fs::exists(dir / "loss.gp"));    // kept: redraw later with gnuplot
+  EXPECT_TRUE(fs::exists(p.path)) << p.path;  // loss.png (or .svg without libpng)
+  EXPECT_TRUE(fs::exists(dir / "loss.gp"));   // kept: redraw later with gnuplot
   EXPECT_FALSE(fs::exists(dir / "loss.png.tmp.png"));
   fs::remove_all(dir);
 }

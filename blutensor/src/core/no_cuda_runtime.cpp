@@ -14,24 +14,43 @@
 namespace blu::cuda {
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
-  BLU_THROW(what, ": this build of BluTrain was built without CUDA (BLU_WITH_CUDA=OFF); "
-                  "use the CPU (--device cpu) or rebuild with the CUDA toolkit");
+  BLU_THROW(what,
+            ": this build of BluTrain was built without CUDA (BLU_WITH_CUDA=OFF); "
+            "use the CPU (--device cpu) or rebuild with the CUDA toolkit");
 }
 }  // namespace
 
-int device_count() noexcept { return 0; }
-bool is_available() noexcept { return false; }
-int current_device() { no_cuda("blu::cuda::current_device"); }
-void set_device(int) { no_cuda("blu::cuda::set_device"); }
-cudaStream_t current_stream(int) { no_cuda("blu::cuda::current_stream"); }
-void set_current_stream(int, cudaStream_t) { no_cuda("blu::cuda::set_current_stream"); }
+int device_count() noexcept {
+  return 0;
+}
+bool is_available() noexcept {
+  return false;
+}
+int current_device() {
+  no_cuda("blu::cuda::current_device");
+}
+void set_device(int) {
+  no_cuda("blu::cuda::set_device");
+}
+cudaStream_t current_stream(int) {
+  no_cuda("blu::cuda::current_stream");
+}
+void set_current_stream(int, cudaStream_t) {
+  no_cuda("blu::cuda::set_current_stream");
+}
 
-StreamGuard::StreamGuard(cudaStream_t, int) { no_cuda("blu::cuda::StreamGuard"); }
+StreamGuard::StreamGuard(cudaStream_t, int) {
+  no_cuda("blu::cuda::StreamGuard");
+}
 StreamGuard::~StreamGuard() = default;
-DeviceGuard::DeviceGuard(int) { no_cuda("blu::cuda::DeviceGuard"); }
+DeviceGuard::DeviceGuard(int) {
+  no_cuda("blu::cuda::DeviceGuard");
+}
 DeviceGuard::~DeviceGuard() = default;
 
-Stream Stream::create(int, bool, int) { no_cuda("blu::cuda::Stream::create"); }
+Stream Stream::create(int, bool, int) {
+  no_cuda("blu::cuda::Stream::create");
+}
 Stream::~Stream() = default;
 Stream::Stream(Stream&& other) noexcept : stream_(other.stream_), device_(other.device_) {}
 Stream& Stream::operator=(Stream&& other) noexcept {
@@ -39,10 +58,18 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   device_ = other.device_;
   return *this;
 }
-void Stream::synchronize() const { no_cuda("blu::cuda::Stream::synchronize"); }
+void Stream::synchronize() const {
+  no_cuda("blu::cuda::Stream::synchronize");
+}
 
-void synchronize_current_stream(int) { no_cuda("blu::cuda::synchronize_current_stream"); }
-void synchronize_device(int) { no_cuda("blu::cuda::synchronize_device"); }
-void stream_wait_stream(cudaStream_t, cudaStream_t) { no_cuda("blu::cuda::stream_wait_stream"); }
+void synchronize_current_stream(int) {
+  no_cuda("blu::cuda::synchronize_current_stream");
+}
+void synchronize_device(int) {
+  no_cuda("blu::cuda::synchronize_device");
+}
+void stream_wait_stream(cudaStream_t, cudaStream_t) {
+  no_cuda("blu::cuda::stream_wait_stream");
+}
 
 }  // namespace blu::cuda

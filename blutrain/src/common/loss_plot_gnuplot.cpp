@@ -56,12 +56,14 @@ std::string data_block(const std::vector<LossPoint>& pts) {
 }
 
 // Runs `program script` and waits; false (and why) when it cannot start or fails.
-bool run_gnuplot(const std::string& program, const std::string& script, const std::string& log, std::string& why) {
+bool run_gnuplot(const std::string& program, const std::string& script, const std::string& log,
+                 std::string& why) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>(script.c_str()), nullptr};
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>(script.c_str()),
+                             nullptr};
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -72,8 +74,9 @@ bool run_gnuplot(const std::string& program, const std::string& script, const st
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     // posix_spawnp may report a missing program as exit status 127 of the child.
-    why = (WIFEXITED(status) && WEXITSTATUS(status) == 127) ? program + " not found (Debian: apt-get install gnuplot-nox)"
-                                                            : program + " failed (see " + log + ")";
+    why = (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+              ? program + " not found (Debian: apt-get install gnuplot-nox)"
+              : program + " failed (see " + log + ")";
     return false;
   }
   return true;
@@ -81,10 +84,11 @@ bool run_gnuplot(const std::string& program, const std::string& script, const st
 
 }  // namespace
 
-std::string loss_plot_script(const std::string& png_path, const std::string& data_path, bool have_val,
-                             const std::string& title) {
+std::string loss_plot_script(const std::string& png_path, const std::string& data_path,
+                             bool have_val, const std::string& title) {
   std::ostringstream gp;
-  gp << "# The loss curve of a blutrain run (Note [Loss plot through gnuplot]); redraw: gnuplot <this file>\n"
+  gp << "# The loss curve of a blutrain run (Note [Loss plot through gnuplot]); redraw: gnuplot "
+        "<this file>\n"
      << "set terminal pngcairo size 960,600 font \"DejaVu Sans,11\" noenhanced\n"
      << "set output " << gp_quote(png_path) << "\n"
      << "set title " << gp_quote(title) << "\n"
@@ -96,7 +100,9 @@ std::string loss_plot_script(const std::string& png_path, const std::string& dat
      << "set style line 1 lw 2 lc rgb \"#1f77b4\"\n"
      << "set style line 2 lw 2 lc rgb \"#ff7f0e\" pt 7 ps 0.8\n"
      << "plot " << gp_quote(data_path) << " index 0 using 1:2 with lines ls 1 title \"train\"";
-  if (have_val) gp << ", \\\n     " << gp_quote(data_path) << " index 1 using 1:2 with linespoints ls 2 title \"val\"";
+  if (have_val)
+    gp << ", \\\n     " << gp_quote(data_path)
+       << " index 1 using 1:2 with linespoints ls 2 title \"val\"";
   gp << "\n";
   return gp.str();
 }
@@ -111,7 +117,8 @@ LossPlot plot_loss_curve(const std::string& png_path, const std::vector<LossPoin
   const std::string script = fs::path(png).replace_extension(".gp").string();
   // Two data blocks separated by two blank lines: gnuplot's `index 0` (train) and `index 1` (val).
   const std::string val_block = data_block(val);
-  write_file_atomic(data, "# step loss (train)\n" + data_block(train) + "\n\n# step loss (val)\n" + val_block);
+  write_file_atomic(
+      data, "# step loss (train)\n" + data_block(train) + "\n\n# step loss (val)\n" + val_block);
   write_file_atomic(script, loss_plot_script(png.string(), data, !val_block.empty(), title));
 
   LossPlot result;

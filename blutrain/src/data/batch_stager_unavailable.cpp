@@ -7,17 +7,24 @@
 
 namespace blu::train {
 
-bool cuda_device_present() { return false; }
+bool cuda_device_present() {
+  return false;
+}
 
 struct BatchStager::Impl {};
 
 BatchStager::BatchStager(int64_t) {
-  BLU_THROW("BatchStager: this build of BluTrain was built without CUDA (BLU_WITH_CUDA=OFF); "
-            "the CPU path reads batches directly");
+  BLU_THROW(
+      "BatchStager: this build of BluTrain was built without CUDA (BLU_WITH_CUDA=OFF); "
+      "the CPU path reads batches directly");
 }
 BatchStager::~BatchStager() = default;
-std::span<int32_t> BatchStager::host_inputs() { return {}; }
-std::span<int32_t> BatchStager::host_targets() { return {}; }
+std::span<int32_t> BatchStager::host_inputs() {
+  return {};
+}
+std::span<int32_t> BatchStager::host_targets() {
+  return {};
+}
 void BatchStager::stage(int32_t*, int32_t*, void*) {
   BLU_THROW("BatchStager::stage: built without CUDA (BLU_WITH_CUDA=OFF)");
 }
