@@ -3,19 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "blutensor/blutensor.h"
+#include "support/error_of.h"
 
 namespace {
 
 using namespace blu;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const blu::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using blu::test::error_of;
 
 Tensor vec(std::vector<double> v) { return from_vector(v, {}, kFloat64); }
 

@@ -8,19 +8,13 @@
 
 #include "blutensor/blutensor.h"
 #include "blutensor/cuda_stream.h"
+#include "support/error_of.h"
 
 namespace {
 
 using namespace blu;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const blu::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using blu::test::error_of;
 
 #define SKIP_IN_CUDA_BUILD() \
   if (BLU_WITH_CUDA)         \

@@ -6,19 +6,13 @@
 #include <filesystem>
 
 #include "blutensor/blutensor.h"
+#include "support/error_of.h"
 
 namespace {
 
 using namespace blu;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const blu::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using blu::test::error_of;
 
 class Block : public nn::Module {
  public:

@@ -11,19 +11,13 @@
 
 #include "blutensor/blutensor.h"
 #include "blutensor/crc32c.h"
+#include "support/error_of.h"
 
 namespace {
 
 using namespace blu;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const blu::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using blu::test::error_of;
 
 std::map<std::string, Tensor> sample_tensors() {
   Generator gen(11);

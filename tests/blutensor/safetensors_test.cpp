@@ -8,19 +8,13 @@
 #include <filesystem>
 
 #include "blutensor/blutensor.h"
+#include "support/error_of.h"
 
 namespace {
 
 using namespace blu;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const blu::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using blu::test::error_of;
 
 // A file from a header text and data bytes.
 std::string make_file(const std::string& header, const std::string& data, int64_t length_override = -1) {
