@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The strict fp32 SIMT GEMM study in one device call (issue 10's fp32 gap, Note [SIMT fp32 wide
+# tiles]): builds the SIMT GPU test, gemm_bench and blublas-profiler (sm_90a), runs the test (every
+# variant against float64), sweeps gemm_bench's fp32 GPT-2 set per BLUBLAS_SIMT_VARIANT (ours and
+# cuBLAS in the same process: ratio_vs_cublas per shape), then Nsight Compute on the fc fwd / dX / dW
+# shapes for the default choice and each wide tile. Everything lands under $OUT/simt_sweep/.
+#   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-simt-sweep.sh [build-dir (default /tmp/bd)] [variants]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-/tmp/bd}; variants=${2:-"default l816w l168w old"}
+OUT=${OUT:-/tmp/blu-out}; out=$OUT/simt_sweep; mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
+  -DBLU_WARNINGS_AS_ERRORS=OFF > "$out/configure.txt" 2>&1
+timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
+  --target blublas_gemm_simt_gpu_test gemm_bench blublas-profiler -- -k 0 > "$out/build.txt" 2>&1
+stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
+timeout 240 "$build/tests/blublas_gemm_simt_gpu_test" > "$out/gemm_simt_gpu_test.txt" 2>&1
+stamp "gemm_simt_gpu_test rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/gemm_simt_gpu_test.txt" | head -12
+for v in $variants; do
+  mkdir -p "$out/bench_$v"
+  if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi
+  BLU_GEMM_BENCH_SWEEP=fp32 timeout 120 "$build/bench/gemm_bench" --blu_out="$out/bench_$v" > "$out/bench_$v.txt" 2>&1
+  stamp "gemm_bench fp32 $v rc=$?"
+done
+unset BLUBLAS_SIMT_VARIANT
+python3 - "$out" $variants <<'PY'
+import json, os, sys
+out, variants = sys.argv[1], sys.argv[2:]
+rows = {}
+for v in variants:
+    try:
+        d = json.load(open(os.path.join(out, f"bench_{v}", "gemm_bench.json")))
+    except (OSError, ValueError):
+        continue
+    for r in d.get("rows", []):
+        if r.get("dtype") == "fp32" and isinstance(r.get("ratio"), (int, float)):
+            rows.setdefault(f"{r['case']} {r['shape']} {r['op']}", {})[v] = r["ratio"]
+    for k, x in d.get("metrics", {}).items():
+        if k.startswith("gemm.fp32.") and k.endswith("ratio_vs_cublas"):
+            rows.setdefault(k, {})[v] = x
+print("fp32 ratio to cuBLAS (same process):", " | ".join(variants))
+for k in sorted(rows):
+    print(f"{k:48s}", "  ".join(f"{rows[k].get(v, float('nan')):.3f}" for v in variants))
+json.dump(rows, open(os.path.join(out, "sweep.json"), "w"), indent=1)
+PY
+for v in default l816w l168w; do
+  [[ " $variants " == *" $v "* ]] || continue
+  if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi
+  timeout 200 scripts/ncu-hot.sh "$build" "$out/ncu_$v" gemm_simt_f32_fc_fwd gemm_simt_f32_fc_dx gemm_simt_f32_fc_dw \
+    > "$out/ncu_$v.txt" 2>&1
+  stamp "ncu $v rc=$?"
+done
