@@ -66,6 +66,14 @@ class TrainLoopTest : public ::testing::Test {
     write_pattern_shards((root_ / "data").string());
   }
   void TearDown() override { fs::remove_all(root_); }
+  // Two steps without a plot into <root>/out; returns its latest checkpoint directory (non-empty).
+  std::string train_two_steps(TrainConfig& cfg, std::ostringstream& log) {
+    cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+    cfg.max_steps = 2;
+    cfg.plot = false;
+    run_training(cfg, log);
+    return latest_checkpoint(cfg.out_dir);
+  }
   fs::path root_;
 };
 
@@ -97,12 +105,9 @@ TEST_F(TrainLoopTest, LossFallsAndOutputsAreWritten) {
 }
 
 TEST_F(TrainLoopTest, CorruptCheckpointIsAClearErrorAndStaysUntouched) {
-  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
-  cfg.max_steps = 2;
-  cfg.plot = false;
+  TrainConfig cfg;
   std::ostringstream log;
-  run_training(cfg, log);
-  const std::string ckpt = latest_checkpoint(cfg.out_dir);
+  const std::string ckpt = train_two_steps(cfg, log);
   ASSERT_FALSE(ckpt.empty());
   const std::string model = ckpt + "/model.safetensors";
   std::string bytes = read_file(model, "test");
@@ -134,12 +139,9 @@ TEST_F(TrainLoopTest, CorruptCheckpointIsAClearErrorAndStaysUntouched) {
 // Note [Checkpoint checksums]: a resume from a damaged checkpoint is an error naming the file, the
 // tensor (or file) and expected vs found; a checkpoint from before checksums loads with a note.
 TEST_F(TrainLoopTest, DamagedCheckpointIsDetectedAndOldCheckpointsStillLoad) {
-  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
-  cfg.max_steps = 2;
-  cfg.plot = false;
+  TrainConfig cfg;
   std::ostringstream log;
-  run_training(cfg, log);
-  const std::string ckpt = latest_checkpoint(cfg.out_dir);
+  const std::string ckpt = train_two_steps(cfg, log);
   ASSERT_FALSE(ckpt.empty());
   cfg.resume = "auto";
   cfg.max_steps = 3;
