@@ -270,6 +270,18 @@ int env_variant() {
   return -1;
 }
 
+// The lean kernel configuration of a lean Variant (kL88 for any other).
+SimtLeanVariant lean_variant(Variant v) {
+  switch (v) {
+    case Variant::kL816: return SimtLeanVariant::k816;
+    case Variant::kL168: return SimtLeanVariant::k168;
+    case Variant::kL88n64: return SimtLeanVariant::k88n64;
+    case Variant::kL816w: return SimtLeanVariant::k816w;
+    case Variant::kL168w: return SimtLeanVariant::k168w;
+    default: return SimtLeanVariant::k88;
+  }
+}
+
 Variant old_variant(const GemmProblem& p, bool vec) {
   if (!vec || p.b_k_major) return Variant::kLegacy128;
   return p.a_k_major ? Variant::kW168 : Variant::kW816;
@@ -346,28 +358,12 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
           simt_f32_warp_launch(p, SimtWarpVariant::k168, split, splits, vec, stream));
       break;
     case Variant::kL88:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k88, split, splits, vec, stream));
-      break;
     case Variant::kL816:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k816, split, splits, vec, stream));
-      break;
     case Variant::kL168:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k168, split, splits, vec, stream));
-      break;
     case Variant::kL88n64:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k88n64, split, splits, vec, stream));
-      break;
     case Variant::kL816w:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k816w, split, splits, vec, stream));
-      break;
     case Variant::kL168w:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_lean_launch(p, SimtLeanVariant::k168w, split, splits, vec, stream));
+      BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
       break;
   }
   if (splits > 1) {
