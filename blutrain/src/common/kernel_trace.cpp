@@ -141,7 +141,8 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
   // Note [Launch shapes]: one kernel template serves every GEMM of the step, so per-name totals
   // cannot say which problem is slow; its grid (tiles x splits) can. Keyed by base name + grid.
   struct Shape {
-    std::string kernel;
+    std::string kernel;  // base name (the short label)
+    std::string name;    // full demangled name: instantiations sharing a base name stay apart
     uint32_t grid[3];
   };
   std::map<std::string, std::pair<Shape, Agg>> per_shape;
@@ -161,11 +162,11 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
     k.count += 1;
     k.family = fam;
     if (r.grid[0] != 0) {
-      const std::string base = kernel_base_name(r.name);
-      const std::string key = base + "|" + std::to_string(r.grid[0]) + "," + std::to_string(r.grid[1]) + "," +
-                              std::to_string(r.grid[2]) + "|" + r.name;
-      auto& [shape, agg] = per_shape[key];
-      shape = Shape{base, {r.grid[0], r.grid[1], r.grid[2]}};
+      const std::string key = r.name + "|" + std::to_string(r.grid[0]) + "," + std::to_string(r.grid[1]) + "," +
+                              std::to_string(r.grid[2]);
+      auto [it, fresh] = per_shape.try_emplace(key);
+      auto& [shape, agg] = it->second;
+      if (fresh) shape = Shape{kernel_base_name(r.name), r.name, {r.grid[0], r.grid[1], r.grid[2]}};
       agg.ns += d;
       agg.count += 1;
       agg.family = fam;
@@ -210,7 +211,7 @@ std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, doub
   for (const auto& [shape, a] : ss) {
     js += std::string(comma ? ", " : "") + "{\"kernel\": " + json::quote(shape.kernel) + ", \"grid\": [" +
           std::to_string(shape.grid[0]) + ", " + std::to_string(shape.grid[1]) + ", " + std::to_string(shape.grid[2]) +
-          "], \"family\": " + json::quote(a.family) + ", \"ms\": " + num(a.ns * 1e-6) + ", \"count\": " +
+          "], \"name\": " + json::quote(shape.name) + ", \"family\": " + json::quote(a.family) + ", \"ms\": " + num(a.ns * 1e-6) + ", \"count\": " +
           std::to_string(a.count) + ", \"avg_us\": " + num(a.ns * 1e-3 / static_cast<double>(a.count)) + "}";
     comma = true;
   }

@@ -38,9 +38,9 @@ const std::vector<std::string>& kernel_families();
 // The breakdown of `records` (any order) as JSON: launches, kernel_sum_ms, busy_ms (union of the
 // intervals), span_ms (first start to last end), host_gap_ms = span - busy, families
 // {name: {ms, count}}, top (the `top` kernels by total time: name, family, ms, count),
-// top_launches (the `top` (base name, grid) pairs by total time: kernel, grid [x, y, z], family,
-// ms, count, avg_us: which GEMM shape is slow, Note [Launch shapes]), and step_wall_ms /
-// wall_minus_busy_ms when step_wall_ms >= 0.
+// top_launches (the `top` (kernel, grid) pairs by total time: kernel (base name), grid [x, y, z],
+// name (full), family, ms, count, avg_us: which GEMM shape is slow, Note [Launch shapes]), and
+// step_wall_ms / wall_minus_busy_ms when step_wall_ms >= 0.
 std::string kernel_breakdown_json(const std::vector<KernelRecord>& records, double step_wall_ms = -1.0,
                                   int top = 20);
 
