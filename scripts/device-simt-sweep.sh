@@ -4,7 +4,12 @@
 # variant against float64), sweeps gemm_bench's fp32 GPT-2 set per BLUBLAS_SIMT_VARIANT (ours and
 # cuBLAS in the same process: ratio_vs_cublas per shape), then Nsight Compute on the fc fwd / dX / dW
 # shapes for the default choice and each wide tile. Everything lands under $OUT/simt_sweep/.
+# From the sweep it writes <build-dir>/simt_choice.env: BLUBLAS_SIMT_VARIANT as a per-majors list
+# (kk = forward, kn = dX, mn = dW) naming the variant with the least GPT-2 step time per pass
+# (layer shapes x 12 + lm head), so a later call on the same warm machine can race with it.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-simt-sweep.sh [build-dir (default /tmp/bd)] [variants]
+# BLU_SWEEP_EXTRA_TARGETS: more targets for the same build (e.g. blutrain-cli for the race);
+# BLU_SWEEP_NCU: the variants profiled (default "default l816w l168w"; empty: none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}; variants=${2:-"default l816w l168w old"}
@@ -14,7 +19,8 @@ t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
   -DBLU_WARNINGS_AS_ERRORS=OFF > "$out/configure.txt" 2>&1
 timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
-  --target blublas_gemm_simt_gpu_test gemm_bench blublas-profiler -- -k 0 > "$out/build.txt" 2>&1
+  --target blublas_gemm_simt_gpu_test gemm_bench blublas-profiler ${BLU_SWEEP_EXTRA_TARGETS:-} \
+  -- -k 0 > "$out/build.txt" 2>&1
 stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
 timeout 240 "$build/tests/blublas_gemm_simt_gpu_test" > "$out/gemm_simt_gpu_test.txt" 2>&1
 stamp "gemm_simt_gpu_test rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/gemm_simt_gpu_test.txt" | head -12
@@ -44,8 +50,44 @@ print("fp32 ratio to cuBLAS (same process):", " | ".join(variants))
 for k in sorted(rows):
     print(f"{k:48s}", "  ".join(f"{rows[k].get(v, float('nan')):.3f}" for v in variants))
 json.dump(rows, open(os.path.join(out, "sweep.json"), "w"), indent=1)
+# Per pass (operand majors), the variant with the least GPT-2 step time: layer shapes count 12
+# times, the lm head once; a variant missing a verified shape of the pass is not a candidate.
+majors = {"fwd": "kk", "dX": "kn", "dW": "mn"}
+step = {}
+for v in variants:
+    try:
+        d = json.load(open(os.path.join(out, f"bench_{v}", "gemm_bench.json")))
+    except (OSError, ValueError):
+        continue
+    for r in d.get("rows", []):
+        if r.get("dtype") != "fp32" or r.get("set") != "gpt2" or "+" in r.get("case", ""):
+            continue
+        layer, _, pas = r["case"].partition(".")
+        ms = r.get("ours_ms")
+        cell = step.setdefault(pas, {}).setdefault(v, [0.0, 0])
+        if isinstance(ms, (int, float)) and ms == ms and "error" not in r:
+            cell[0] += ms * (1 if layer == "lm_head" else 12); cell[1] += 1
+        else:
+            cell[1] -= 1000
+choice, lines = [], []
+for pas, per in sorted(step.items()):
+    n = max(c[1] for c in per.values())
+    ok = {v: c[0] for v, c in per.items() if c[1] == n and n > 0}
+    if not ok:
+        continue
+    best = min(ok, key=ok.get)
+    lines.append(f"{pas}: " + ", ".join(f"{v} {t:.1f} ms" for v, t in sorted(ok.items(), key=lambda x: x[1])))
+    if best != "default" and pas in majors:
+        choice.append(f"{majors[pas]}:{best}")
+print("GPT-2 step time per pass (ms, layer shapes x 12 + lm head):"); print("\n".join(lines))
+spec = ",".join(choice)
+print("choice: BLUBLAS_SIMT_VARIANT=" + (spec or "(default)"))
+json.dump({"step_ms": step, "choice": spec}, open(os.path.join(out, "choice.json"), "w"), indent=1)
+with open(os.path.join(sys.argv[1], "..", "simt_choice.env"), "w") as f:
+    f.write(f"export BLUBLAS_SIMT_VARIANT={spec}\n" if spec else "unset BLUBLAS_SIMT_VARIANT\n")
 PY
-for v in default l816w l168w; do
+cp "$out/../simt_choice.env" "$build/simt_choice.env" 2>/dev/null
+for v in ${BLU_SWEEP_NCU-default l816w l168w}; do
   [[ " $variants " == *" $v "* ]] || continue
   if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi
   timeout 200 scripts/ncu-hot.sh "$build" "$out/ncu_$v" gemm_simt_f32_fc_fwd gemm_simt_f32_fc_dx gemm_simt_f32_fc_dw \

@@ -213,9 +213,11 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
   return hd;
 }
 
-// Every kernel a user can force, and the default choice (nullptr).
+// Every kernel a user can force, the default choice (nullptr), and a per-majors list (each op
+// pair of a layout loop takes a different kernel).
 const char* const kVariants[] = {nullptr, "l88",  "l816",   "l168", "l88n64", "l816w",
-                                 "l168w", "w816", "w168",   "legacy", "old"};
+                                 "l168w", "w816", "w168",   "legacy", "old",
+                                 "kk:l816w,kn:l168w,mn:l88,mk:w816"};
 
 // Op pairs x layouts on a problem with more 128 x 128 tiles than SMs (M, N multiples of 4 so the
 // lean kernels take it; K with a tail slab), per variant.

@@ -242,7 +242,8 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 //   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
-// (kVariantNames) overrides the choice for measurement sweeps ("old": the previous choice above);
+// (kVariantNames), or per operand majors "kk:<name>,kn:<name>,mn:<name>" (env_variant), overrides
+// the choice for measurement sweeps ("old": the previous choice above);
 // a forced kernel that cannot take the problem, or an unknown name, leaves the default. The
 // variable is read at every call (a getenv, negligible next to a GEMM), so tests can switch it.
 enum class Variant : int {
@@ -262,11 +263,30 @@ constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816",   "w168",
                                          "l168",   "l88n64",   "old",    "l816w", "l168w"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
 
-int env_variant() {
+int variant_index(const char* name, std::size_t len) {
+  for (int i = 0; i < kVariantCount; ++i)
+    if (std::strlen(kVariantNames[i]) == len && std::strncmp(name, kVariantNames[i], len) == 0)
+      return i;
+  return -1;
+}
+
+// The forced variant for a problem's operand majors, or -1. BLUBLAS_SIMT_VARIANT is either one
+// name (every problem) or a comma-separated list of MAJORS:NAME entries, MAJORS being A's major
+// (k or m) then B's (k or n): kk = forward (NT), kn = dX (NN), mn = dW (TN), mk = TT; majors not
+// listed keep the default ("kk:l816w,kn:l168w").
+int env_variant(const GemmProblem& p) {
   const char* s = std::getenv("BLUBLAS_SIMT_VARIANT");
   if (s == nullptr) return -1;
-  for (int i = 0; i < kVariantCount; ++i)
-    if (std::strcmp(s, kVariantNames[i]) == 0) return i;
+  if (std::strchr(s, ':') == nullptr) return variant_index(s, std::strlen(s));
+  const char majors[2] = {p.a_k_major ? 'k' : 'm', p.b_k_major ? 'k' : 'n'};
+  for (const char* e = s; *e != '\0';) {
+    const char* end = std::strchr(e, ',');
+    const std::size_t len = end ? static_cast<std::size_t>(end - e) : std::strlen(e);
+    if (len > 3 && e[2] == ':' && e[0] == majors[0] && e[1] == majors[1])
+      return variant_index(e + 3, len - 3);
+    if (end == nullptr) break;
+    e = end + 1;
+  }
   return -1;
 }
 
@@ -288,7 +308,7 @@ Variant old_variant(const GemmProblem& p, bool vec) {
 }
 
 Variant tiled128_variant(const GemmProblem& p, bool vec) {
-  const int forced = env_variant();
+  const int forced = env_variant(p);
   const bool lean = simt_f32_lean_ok(p, vec);
   if (forced >= 0) {
     const Variant v = static_cast<Variant>(forced);
