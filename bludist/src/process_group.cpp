@@ -32,6 +32,9 @@ Milliseconds ProcessGroupOptions::default_timeout() {
 }
 
 // ---------------------------------------------------------------- Work
+// Only NCCL works carry an event; a CPU-only build (Note [CPU-only build]) has none, so every
+// Work there is complete and these are no-ops.
+#if BLU_WITH_CUDA
 void Work::wait(std::optional<cudaStream_t> stream) const {
   if (!state_ || !state_->event) return;
   BLU_CHECK(state_->recorded, "bludist: Work::wait() inside the open group that issued it (call group_end() first)");
@@ -56,6 +59,11 @@ void Work::synchronize() const {
   blu::cuda::DeviceGuard g(state_->device);
   BLU_CUDA_CHECK(cudaEventSynchronize(state_->event));
 }
+#else
+void Work::wait(std::optional<cudaStream_t>) const {}
+bool Work::is_completed() const { return true; }
+void Work::synchronize() const {}
+#endif
 
 // ---------------------------------------------------------------- ProcessGroup
 ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)

@@ -1,9 +1,8 @@
 // Internal: the state behind a bludist::Work (a CUDA completion event, or nothing for the CPU).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include "bludist/process_group.h"
+#include "blutensor/cuda_fwd.h"
 
 namespace bludist {
 
@@ -12,7 +11,9 @@ struct Work::State {
   int device = -1;
   bool recorded = false;        // false while inside an open NCCL group
   ~State() {
+#if BLU_WITH_CUDA  // a CPU-only build never creates an event
     if (event) cudaEventDestroy(event);  // safe while pending: released when it completes
+#endif
   }
 };
 

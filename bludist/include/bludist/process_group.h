@@ -25,8 +25,6 @@
 // launcher (blurun) turns into the end of the whole gang.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -35,6 +33,7 @@
 #include <vector>
 
 #include "bludist/store.h"
+#include "blutensor/cuda_fwd.h"  // cudaStream_t; opaque in a CPU-only build (Note [CPU-only build])
 #include "blutensor/dtype.h"
 #include "blutensor/tensor.h"
 

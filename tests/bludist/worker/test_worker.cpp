@@ -155,6 +155,7 @@ int bench_allreduce(Backend backend) {
     for (int w = 0; w < 3; ++w) pg->all_reduce(t, ReduceOp::kAvg);
     pg->barrier();
     double seconds = 0;
+#if BLU_WITH_CUDA  // a CPU-only build (Note [CPU-only build]) times Gloo groups only
     if (cuda) {
       cudaStream_t s = blu::cuda::current_stream(pg->device().index);
       cudaEvent_t e0, e1;
@@ -169,7 +170,9 @@ int bench_allreduce(Backend backend) {
       seconds = ms / 1e3 / iters;
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
-    } else {
+    } else
+#endif
+    {
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::kAvg);
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
