@@ -11,9 +11,22 @@
 // all-gathered and copied back into the parameters. Same arithmetic as blu::optim::AdamW on the
 // averaged gradient (weight decay on every parameter), so the loss curve matches DDP + AdamW.
 // Communication per step: one reduce-scatter + one all-gather = one all-reduce's volume.
+//
+// Note [ZeRO-1 for a trainer]
+// What blutrain's AdamW does beyond the plain update, done here on the shards:
+//  - decay groups: `decay[i]` says whether parameter i takes weight decay (blutrain: 2-D weights
+//    only). The shard is cut where parameters begin and end; the pieces go to adamw_step_ as two
+//    lists (decayed, not), so every element sees its own parameter's decay.
+//  - global-norm clipping of the averaged gradient: each rank sums the squares of its shard in
+//    f64, one all-reduce (sum) of that scalar gives the global norm on every rank, and each scales
+//    its shard by max_norm / (norm + 1e-6) when the norm is larger (blutrain's clip_grad_norm).
+//  - checkpoints: gather_state() all-gathers the moments into whole flat vectors (a collective,
+//    temporary memory), so a checkpoint holds the one-process optimizer state and loads onto any
+//    number of ranks; load_state() takes this rank's slice of such vectors.
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "bludist/process_group.h"
@@ -23,14 +36,30 @@ namespace bludist {
 
 class ZeroAdamW {
  public:
-  // Broadcasts rank 0's parameter values to every rank (as DDP does).
-  ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg, blu::optim::AdamWOptions options = {});
-  void step();       // parameters without a gradient count as zero gradient
+  // Broadcasts rank 0's parameter values to every rank (as DDP does). decay: one entry per
+  // parameter, whether options.weight_decay applies to it (empty: to every parameter).
+  ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg, blu::optim::AdamWOptions options = {},
+            std::vector<bool> decay = {});
+  void step() { step(0.0, false); }  // parameters without a gradient count as zero gradient
+  // The same update after clipping the averaged gradient to global L2 norm max_grad_norm (> 0;
+  // <= 0: no clipping). Returns that norm before clipping when it was computed (clipping, or
+  // compute_norm), else 0 (Note [ZeRO-1 for a trainer]).
+  double step(double max_grad_norm, bool compute_norm = true);
   void zero_grad();  // sets every .grad undefined
   int64_t total_numel() const { return total_; }
   int64_t shard_numel() const { return shard_; }
   int64_t step_count() const { return step_; }
+  // Host seconds spent inside step()'s collectives so far (as DistributedDataParallel's).
+  double comm_seconds() const { return comm_seconds_; }
   void set_lr(double lr) { options_.lr = lr; }
+  void set_step_count(int64_t step) { step_ = step; }
+  // Where parameter i starts in the flat vector (elements).
+  int64_t offset(std::size_t i) const { return offsets_.at(i); }
+  // Collective: every rank gets the whole moments as flat vectors of total_numel() elements
+  // (parameter i at offset(i)), in new memory.
+  std::pair<Tensor, Tensor> gather_state();
+  // Takes this rank's slice of whole flat moments (total_numel() elements each, any device).
+  void load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq);
   // This rank's moments (shard_numel() elements each).
   const Tensor& exp_avg_shard() const { return exp_avg_; }
   const Tensor& exp_avg_sq_shard() const { return exp_avg_sq_; }
@@ -38,9 +67,11 @@ class ZeroAdamW {
  private:
   std::vector<Tensor> params_;
   std::vector<int64_t> offsets_;
+  std::vector<bool> decay_;
   std::shared_ptr<ProcessGroup> pg_;
   blu::optim::AdamWOptions options_;
   int64_t total_ = 0, shard_ = 0, step_ = 0;
+  double comm_seconds_ = 0;
   Tensor flat_params_, flat_grads_, grad_shard_, exp_avg_, exp_avg_sq_;
 };
 

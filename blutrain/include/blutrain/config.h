@@ -41,7 +41,10 @@ struct TrainConfig {
   // batch
   int batch_size = 0;              // micro-batch B (0 = auto)
   int seq_len = 0;                 // T (0 = auto)
-  int64_t total_batch_tokens = 0;  // tokens per optimizer step (0 = one micro-batch per rank)
+  int64_t total_batch_tokens = 0;  // tokens per optimizer step, all ranks (0 = one micro-batch per rank)
+  // data parallelism (Note [Data-parallel training] in src/train/data_parallel.h)
+  int dp = 1;                      // data-parallel ranks: must equal the launcher's WORLD_SIZE
+  int zero = 0;                    // ZeRO stage: 0 (replicated AdamW state) | 1 (state sharded over --dp)
   // schedule
   int64_t max_steps = 0;           // 0 = auto
   double time_limit_s = 0;         // stop after this many seconds of training (0 = no limit)

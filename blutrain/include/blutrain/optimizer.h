@@ -20,7 +20,10 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(std::vector<NamedParam> params, const AdamWConfig& cfg);
+  // allocate_moments false: no moments are held (ZeRO-1 keeps them sharded elsewhere, Note
+  // [Data-parallel training]); step() then throws until allocate_moments() is called.
+  AdamW(std::vector<NamedParam> params, const AdamWConfig& cfg, bool allocate_moments = true);
+  void allocate_moments();  // zero moments for every parameter that has none
 
   // One update with learning rate `lr` from the parameters' .grad (parameters without a grad
   // are skipped); step_count() + 1 is used for bias correction.

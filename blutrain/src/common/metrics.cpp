@@ -69,6 +69,11 @@ std::string format_progress_line(const ProgressInfo& p) {
     std::snprintf(buf, sizeof(buf), " | dev %.2f GiB", p.device_used_gib);
     line += buf;
   }
+  if (p.dp_ranks > 1) {
+    std::snprintf(buf, sizeof(buf), " | dp %d: rank mem %.2f GiB, comm %.1f ms", p.dp_ranks, p.rank_mem_gib,
+                  p.comm_ms);
+    line += buf;
+  }
   return line;
 }
 

@@ -53,7 +53,9 @@ const std::vector<Flag>& flag_table() {
       {"cache-dir", "DIR", &TrainConfig::cache_dir, "where the tokenized Brown corpus is cached (default: data/cache)"},
       {"batch-size", "B", &TrainConfig::batch_size, "micro-batch size in sequences (0 = auto: 16 on GPU, 4 on CPU)"},
       {"seq-len", "T", &TrainConfig::seq_len, "sequence length in tokens (0 = auto: 1024 on GPU, 64 on CPU)"},
-      {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step; a multiple of B*T; more than B*T accumulates gradients (0 = B*T)"},
+      {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step over all ranks; a multiple of B*T*dp; more accumulates gradients (0 = B*T*dp)"},
+      {"dp", "N", &TrainConfig::dp, "data-parallel ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --dp N): each reads its own B sequences of the global batch, gradients are averaged (Gloo on the CPU, NCCL on GPUs); must equal WORLD_SIZE"},
+      {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
       {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 2e-3 for tiny)"},
@@ -361,10 +363,20 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");
   BLU_CHECK(cfg.dump.empty() || cfg.engine == "fused", "--dump needs the fused CUDA engine (--engine fused)");
   BLU_CHECK(cfg.dump_step >= 1, "--dump-step must be >= 1");
+  // Data parallelism: the flags alone (the launcher's WORLD_SIZE is checked when training starts).
+  BLU_CHECK(cfg.dp >= 1, "--dp ", cfg.dp, ": expected the number of data-parallel ranks (>= 1)");
+  BLU_CHECK(cfg.zero == 0 || cfg.zero == 1, "--zero ", cfg.zero,
+            ": expected 0 or 1 (ZeRO-1 shards the AdamW state; stages 2 and 3 are not implemented)");
+  BLU_CHECK(cfg.zero == 0 || cfg.dp > 1, "--zero ", cfg.zero,
+            " shards the optimizer state across data-parallel ranks: it needs --dp N with N > 1 (got --dp ", cfg.dp,
+            ")");
+  BLU_CHECK(cfg.dp == 1 || cfg.engine == "autograd", "--dp ", cfg.dp, " with --engine ", cfg.engine,
+            ": data parallelism runs on the autograd engine only for now (pass --engine autograd)");
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
-  if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = micro;
-  BLU_CHECK(cfg.total_batch_tokens % micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,
-            " is not a multiple of B*T = ", micro);
+  const int64_t global_micro = micro * cfg.dp;
+  if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = global_micro;
+  BLU_CHECK(cfg.total_batch_tokens % global_micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,
+            " is not a multiple of B*T", cfg.dp > 1 ? "*dp" : "", " = ", global_micro);
   if (cfg.max_steps == 0) cfg.max_steps = on_gpu ? 1000 : 2000;
   if (cfg.time_limit_s == 0 && !on_gpu) cfg.time_limit_s = 180;
   if (cfg.lr == 0) cfg.lr = tiny ? 2e-3 : 6e-4;

@@ -23,10 +23,15 @@
 
 namespace blu::train {
 
-AdamW::AdamW(std::vector<NamedParam> params, const AdamWConfig& cfg) : params_(std::move(params)), cfg_(cfg) {
-  for (const NamedParam& p : params_) {
-    m_.push_back(zeros_like(p.tensor->detach()));
-    v_.push_back(zeros_like(p.tensor->detach()));
+AdamW::AdamW(std::vector<NamedParam> params, const AdamWConfig& cfg, bool allocate)
+    : params_(std::move(params)), cfg_(cfg), m_(params_.size()), v_(params_.size()) {
+  if (allocate) allocate_moments();
+}
+
+void AdamW::allocate_moments() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!m_[i].defined()) m_[i] = zeros_like(params_[i].tensor->detach());
+    if (!v_[i].defined()) v_[i] = zeros_like(params_[i].tensor->detach());
   }
 }
 
@@ -109,6 +114,8 @@ void AdamW::step(double lr) {
     Tensor p = params_[i].tensor->detach();
     Tensor& m = m_[i];
     Tensor& v = v_[i];
+    BLU_CHECK(m.defined() && v.defined(), "AdamW::step: parameter ", params_[i].name,
+              " has no moments (built without them for ZeRO-1; call allocate_moments())");
     const double decay = params_[i].decay ? cfg_.weight_decay : 0.0;
     if (cpu_f32_contiguous(p) && cpu_f32_contiguous(g) && cpu_f32_contiguous(m) && cpu_f32_contiguous(v)) {
       adamw_cpu(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(), lr,

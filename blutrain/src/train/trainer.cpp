@@ -27,6 +27,7 @@
 #include "blutrain/optimizer.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
+#include "train/data_parallel.h"
 #include "train/train_state.h"
 
 namespace blu::train {
@@ -94,10 +95,27 @@ void sync_device(Device d) {
   if (d.is_cuda()) blu::cuda::synchronize_device(d.index);
 }
 
+// What one rank holds (Note [Data-parallel training]): the caching allocator's peak on a GPU,
+// the process's peak resident memory on the CPU.
+double rank_memory_gib(Device d) {
+#if BLU_WITH_CUDA
+  if (d.is_cuda())
+    return static_cast<double>(blu::cuda::CachingAllocator::get().stats(d.index).peak_allocated_bytes) / kGiB;
+#endif
+  (void)d;
+  return process_peak_rss_gib();
+}
+
 }  // namespace
 
-TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
-  const Device device(cfg.device);
+TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
+  // Note [Data-parallel training]: --dp N joins the launcher's gang; only rank 0 reports.
+  std::unique_ptr<DataParallel> dp = DataParallel::create(cfg);
+  const bool is_main = !dp || dp->is_main();
+  std::ostream dropped(nullptr);
+  std::ostream& out = is_main ? progress : dropped;
+  const Device device = dp && dp->device_index() >= 0 ? Device::cuda(dp->device_index()) : Device(cfg.device);
+  const int rank = dp ? dp->rank() : 0, world = dp ? dp->size() : 1;
   const Precision precision = parse_precision(cfg.precision);
   if (device.is_cuda()) {
     blu::cuda::set_device(device.index);
@@ -114,14 +132,16 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   if (cfg.data == "brown" || file_exists(vocab_dir + "/encoder.json")) {
     tok = std::make_unique<Tokenizer>(Tokenizer::from_dir(vocab_dir));
   }
+  if (dp && !is_main) dp->barrier();  // rank 0 fills a first-use data cache alone
   const ShardSet shards = resolve_data(cfg, tok.get());
+  if (dp && is_main) dp->barrier();
   const int B = cfg.batch_size, T = cfg.seq_len;
-  DataLoader train_loader(shards.train, B, T, 0, 1, mcfg.vocab_size);
+  DataLoader train_loader(shards.train, B, T, rank, world, mcfg.vocab_size);
   std::unique_ptr<DataLoader> val_loader;
   if (!shards.val.empty() && cfg.val_batches > 0) {
-    val_loader = std::make_unique<DataLoader>(shards.val, B, T, 0, 1, mcfg.vocab_size);
+    val_loader = std::make_unique<DataLoader>(shards.val, B, T, rank, world, mcfg.vocab_size);
   }
-  const int64_t micro_tokens = int64_t{B} * T;
+  const int64_t micro_tokens = int64_t{B} * T * world;  // one micro-batch of every rank
   const int64_t accum = cfg.total_batch_tokens / micro_tokens;
   BatchFeeder feeder(device, B, T);
 
@@ -136,7 +156,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   acfg.beta2 = cfg.beta2;
   acfg.eps = cfg.adam_eps;
   acfg.weight_decay = cfg.weight_decay;
-  AdamW opt(model.parameters(), acfg);
+  AdamW opt(model.parameters(), acfg, /*allocate_moments=*/cfg.zero == 0);  // ZeRO-1: sharded in dp
 
   TrainResult result;
   TrainState state;
@@ -148,12 +168,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     resume_dir = cfg.resume;
   }
   if (!resume_dir.empty()) {
+    opt.allocate_moments();  // ZeRO-1 takes its slice in attach() and drops the rest
     state = load_checkpoint(resume_dir, model, &opt);
     train_loader.set_cursor(state.cursor);
     result.resumed_from = state.step;
     out << "resumed from " << resume_dir << " at step " << state.step << "\n";
   }
 
+  if (dp) {
+    dp->attach(model, opt, acfg, !resume_dir.empty());  // rank 0's weights everywhere
+    out << dp->describe() << "\n";
+  }
   // The CUDA step (Note [Fused step]); built after a resume so its bf16 copy sees the weights.
   std::unique_ptr<FusedGPT2Step> fused;
   if (cfg.engine == "fused") {
@@ -188,11 +213,12 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
       << ", " << cfg.precision << "\n"
       << "data " << cfg.data << ": " << train_loader.total_tokens() << " train tokens"
       << (val_loader ? ", " + std::to_string(val_loader->total_tokens()) + " val tokens" : std::string(", no val split"))
-      << "; B=" << B << " T=" << T << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens
-      << " tokens per step\n";
+      << "; B=" << B << (world > 1 ? " per rank x " + std::to_string(world) + " ranks" : std::string()) << " T=" << T
+      << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens << " tokens per step\n";
 
-  std::filesystem::create_directories(cfg.out_dir);
-  MetricsLog metrics(cfg.out_dir + "/metrics.jsonl");
+  if (is_main) std::filesystem::create_directories(cfg.out_dir);
+  std::unique_ptr<MetricsLog> metrics =
+      is_main ? std::make_unique<MetricsLog>(cfg.out_dir + "/metrics.jsonl") : std::make_unique<MetricsLog>();
   const double min_lr = cfg.lr * cfg.min_lr_ratio;
   const Clock::time_point t_start = Clock::now();
   std::vector<double> tok_rates;
@@ -201,12 +227,16 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   std::string profile_trace_json;  // the CUPTI breakdown of --profile-step (Note [Step profile])  // device memory in use by the process (context included), max over steps
   auto checkpoint = [&] {
     if (!cfg.save) return;
+    if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     state.cursor = train_loader.cursor();
-    result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, model, opt, state, cfg);
-    out << "checkpoint " << result.checkpoint_dir << "\n";
+    if (is_main) {
+      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, model, opt, state, cfg);
+      out << "checkpoint " << result.checkpoint_dir << "\n";
+    }
+    if (dp) dp->release_moments(opt);
   };
   auto print_sample = [&](int64_t step) {
-    if (cfg.sample_tokens <= 0 || !tok) return;
+    if (cfg.sample_tokens <= 0 || !tok || !is_main) return;
     SampleRng rng{state.sample_rng};
     std::vector<int32_t> prompt = cfg.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.prompt);
     std::vector<int32_t> ids = generate(model, precision, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k, rng);
@@ -216,9 +246,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
   };
   auto validate = [&](int64_t step) {
     if (!val_loader) return;
-    const double v = evaluate(model, precision, *val_loader, feeder, cfg.val_batches);
+    double v = evaluate(model, precision, *val_loader, feeder, cfg.val_batches);
+    if (dp) v = dp->mean(v);  // each rank read its rows of the same val batches
     state.val_losses.push_back({step, v});
-    metrics.write("val", {{"step", static_cast<double>(step)}, {"val_loss", v}});
+    metrics->write("val", {{"step", static_cast<double>(step)}, {"val_loss", v}});
     char buf[96];
     std::snprintf(buf, sizeof(buf), "val loss %.4f at step %lld", v, static_cast<long long>(step));
     out << buf << "\n";
@@ -226,8 +257,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
 
   int64_t step = state.step;
   while (step < cfg.max_steps) {
-    if (cfg.time_limit_s > 0 &&
-        std::chrono::duration<double>(Clock::now() - t_start).count() > cfg.time_limit_s) {
+    bool out_of_time =
+        cfg.time_limit_s > 0 && std::chrono::duration<double>(Clock::now() - t_start).count() > cfg.time_limit_s;
+    if (dp && cfg.time_limit_s > 0) out_of_time = dp->mean(out_of_time ? 1.0 : 0.0) > 0;  // all ranks stop together
+    if (out_of_time) {
       out << "time limit of " << cfg.time_limit_s << " s reached at step " << step << "\n";
       break;
     }
@@ -266,6 +299,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     } else {
       double loss_sum = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
+        if (dp) dp->set_gradient_sync(micro + 1 == accum);  // DDP buckets reduce in the last backward
         auto [x, y] = feeder.next(train_loader);
         Tensor micro_loss;
         {
@@ -279,12 +313,21 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
         loss_sum += micro_loss.item();
       }
       loss = loss_sum / static_cast<double>(accum);
-      norm = clip_grad_norm(opt.params(), cfg.grad_clip);
-      opt.step(lr);
-      opt.zero_grad();
+      if (dp) {
+        norm = dp->clip_and_step(opt, cfg.grad_clip, lr);
+      } else {
+        norm = clip_grad_norm(opt.params(), cfg.grad_clip);
+        opt.step(lr);
+        opt.zero_grad();
+      }
     }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    DataParallel::StepReport dp_report;
+    if (dp) {
+      dp_report = dp->report_step(loss, rank_memory_gib(device));
+      loss = dp_report.loss;  // the global-batch mean
+    }
     if (fused && !cfg.dump.empty() && step + 1 == cfg.dump_step) {
       std::vector<std::string> patterns;
       std::string item;
@@ -329,6 +372,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     p.lr = lr;
     p.grad_norm = norm;
     p.step_ms = ms;
+    if (dp) {
+      p.dp_ranks = world;
+      p.comm_ms = dp_report.max_comm_ms;
+      p.rank_mem_gib = dp_report.max_rank_mem_gib;
+    }
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
     if (steps_this_process > 3 && !profiling) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
@@ -345,9 +393,15 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     }
 #endif
     if (step % cfg.log_every == 0 || step == cfg.max_steps) out << format_progress_line(p) << std::endl;
-    metrics.write("train", {{"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                            {"step_ms", ms}, {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu},
-                            {"mem_peak_gib", p.mem_peak_gib}});
+    std::vector<std::pair<std::string, double>> record = {
+        {"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"step_ms", ms},
+        {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}, {"mem_peak_gib", p.mem_peak_gib}};
+    if (dp) {
+      record.push_back({"dp_ranks", static_cast<double>(world)});
+      record.push_back({"comm_ms", p.comm_ms});
+      record.push_back({"rank_mem_gib", p.rank_mem_gib});
+    }
+    metrics->write("train", record);
     if (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.max_steps) checkpoint();
     if (cfg.stop_after_steps > 0 && steps_this_process >= cfg.stop_after_steps) {
       out << "stopping after " << steps_this_process << " steps (--stop-after-steps)\n";
@@ -360,7 +414,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     if (val_loader && (state.val_losses.empty() || state.val_losses.back().step != step)) validate(step);
     print_sample(step);
     checkpoint();
-    if (cfg.plot && !state.train_losses.empty()) {
+    if (cfg.plot && is_main && !state.train_losses.empty()) {
       // The title carries the run's configuration, so a PNG passed around explains itself.
       char title[320];
       std::snprintf(title, sizeof(title), "blutrain %s (%.2fM params, %d layers, %d channels), %s on %s\n"
@@ -378,7 +432,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& out) {
     std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
     result.median_tokens_per_s = r[r.size() / 2];
   }
-  if (!cfg.summary_json.empty()) {
+  if (!cfg.summary_json.empty() && is_main) {
     const char* m = cfg.precision.c_str();
     char buf[512];
     std::snprintf(buf, sizeof(buf),

@@ -1,0 +1,191 @@
+// data_parallel.cpp: --dp / --zero through bludist (Note [Data-parallel training] in
+// data_parallel.h): the launch checks, DDP or ZeRO-1 around blutrain's AdamW, the per-step report.
+#include "train/data_parallel.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "bludist/ddp.h"
+#include "bludist/env.h"
+#include "bludist/process_group.h"
+#include "bludist/zero.h"
+#include "blutensor/autograd.h"
+#include "blutensor/error.h"
+#include "blutensor/ops.h"
+
+namespace blu::train {
+
+LaunchInfo launch_info_from_environment() {
+  const bludist::DistEnv e = bludist::DistEnv::from_environment();
+  LaunchInfo l;
+  l.rank = e.rank;
+  l.world_size = e.world_size;
+  l.local_rank = e.local_rank;
+  l.launched = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+  return l;
+}
+
+void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch) {
+  if (cfg.dp > 1) {
+    BLU_CHECK(launch.launched, "--dp ", cfg.dp, " needs one process per rank, but this process was not started by a "
+              "launcher (WORLD_SIZE is not set): run blurun --nproc-per-node ", cfg.dp, " -- blutrain train --dp ",
+              cfg.dp, " ...");
+    BLU_CHECK(launch.world_size == cfg.dp, "--dp ", cfg.dp, " does not match WORLD_SIZE=", launch.world_size,
+              " from the launcher: start as many processes as --dp says (blurun --nproc-per-node ", cfg.dp,
+              ") or pass --dp ", launch.world_size);
+  } else {
+    BLU_CHECK(launch.world_size == 1, "this process is rank ", launch.rank, " of WORLD_SIZE=", launch.world_size,
+              " but --dp is ", cfg.dp, ": pass --dp ", launch.world_size,
+              " for data-parallel training (or start a single process)");
+  }
+  const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
+  BLU_CHECK(cfg.dp == 1 || !on_gpu || cfg.device == "cuda", "--device ", cfg.device, " with --dp ", cfg.dp,
+            ": each rank trains on cuda:LOCAL_RANK; pass --device cuda");
+}
+
+std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg) {
+  const LaunchInfo launch = launch_info_from_environment();
+  check_data_parallel_launch(cfg, launch);
+  if (cfg.dp == 1) return nullptr;
+  std::unique_ptr<DataParallel> dp(new DataParallel());
+  dp->cfg_ = &cfg;
+  const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
+  if (on_gpu) {
+    BLU_CHECK(bludist::nccl_available(), "--dp ", cfg.dp, " on --device ", cfg.device,
+              ": this build has no NCCL (bludist's GPU process groups); train on the CPU ranks (--device cpu) "
+              "or rebuild with NCCL");
+    dp->device_index_ = launch.local_rank;
+    dp->pg_ = bludist::init_process_group(bludist::Backend::kNccl);
+  } else {
+    BLU_CHECK(bludist::gloo_available(), "--dp ", cfg.dp, " on the CPU: this build has no Gloo (libgloo-dev), which "
+              "bludist's CPU process groups need");
+    dp->pg_ = bludist::init_process_group(bludist::Backend::kGloo);
+  }
+  return dp;
+}
+
+DataParallel::~DataParallel() = default;
+
+int DataParallel::rank() const { return pg_->rank(); }
+int DataParallel::size() const { return pg_->size(); }
+void DataParallel::barrier() { pg_->barrier(); }
+
+std::string DataParallel::describe() const {
+  return blu::detail::str_cat("data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()),
+                              "), ", cfg_->zero == 1 ? "ZeRO-1 (AdamW state sharded)" : "DDP buckets in backward");
+}
+
+namespace {
+std::vector<Tensor> tensors_of(const std::vector<NamedParam>& params) {
+  std::vector<Tensor> out;
+  for (const NamedParam& p : params) out.push_back(*p.tensor);
+  return out;
+}
+// Whole moments of `opt` as one flat vector in parameter order (ZeroAdamW's layout).
+Tensor flatten(const std::vector<Tensor>& parts, Device device) {
+  std::vector<Tensor> flat;
+  for (const Tensor& t : parts) flat.push_back(t.reshape({-1}));
+  return cat(flat, 0).to(device);
+}
+}  // namespace
+
+void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments) {
+  std::vector<Tensor> params = tensors_of(opt.params());
+  if (cfg_->zero == 0) {
+    ddp_ = std::make_unique<bludist::DistributedDataParallel>(params, pg_);  // broadcasts rank 0's weights
+    return;
+  }
+  blu::optim::AdamWOptions o;
+  o.beta1 = acfg.beta1;
+  o.beta2 = acfg.beta2;
+  o.eps = acfg.eps;
+  o.weight_decay = acfg.weight_decay;
+  std::vector<bool> decay;
+  for (const NamedParam& p : opt.params()) decay.push_back(p.decay);
+  zero_ = std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay);  // broadcasts rank 0's weights
+  zero_->set_step_count(opt.step_count());
+  if (opt_has_moments) {
+    NoGradGuard no_grad;
+    zero_->load_state(flatten(opt.exp_avg(), model.device()), flatten(opt.exp_avg_sq(), model.device()));
+  }
+  release_moments(opt);
+}
+
+void DataParallel::set_gradient_sync(bool on) {
+  if (ddp_) ddp_->set_gradient_sync(on);
+}
+
+double DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {
+  if (zero_) {
+    zero_->set_lr(lr);
+    const double norm = zero_->step(grad_clip, true);
+    opt.set_step_count(zero_->step_count());
+    opt.zero_grad();
+    return norm;
+  }
+  ddp_->finish_gradient_sync();
+  const double norm = clip_grad_norm(opt.params(), grad_clip);
+  opt.step(lr);
+  opt.zero_grad();
+  return norm;
+}
+
+void DataParallel::gather_moments(AdamW& opt) {
+  if (!zero_) return;
+  auto [m, v] = zero_->gather_state();
+  const auto& params = opt.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = *params[i].tensor;
+    opt.exp_avg()[i] = m.narrow(0, zero_->offset(i), p.numel()).view(p.sizes());
+    opt.exp_avg_sq()[i] = v.narrow(0, zero_->offset(i), p.numel()).view(p.sizes());
+  }
+}
+
+void DataParallel::release_moments(AdamW& opt) {
+  if (!zero_) return;
+  for (Tensor& t : opt.exp_avg()) t = Tensor();
+  for (Tensor& t : opt.exp_avg_sq()) t = Tensor();
+}
+
+double DataParallel::comm_seconds() const {
+  return ddp_ ? ddp_->comm_seconds() : zero_ ? zero_->comm_seconds() : 0.0;
+}
+
+DataParallel::StepReport DataParallel::report_step(double local_loss, double rank_mem_gib) {
+  const double comm_ms = (comm_seconds() - comm_seconds_reported_) * 1e3;
+  comm_seconds_reported_ = comm_seconds();
+  const int n = size();
+  const TensorOptions opts(kFloat64);
+  Tensor mine = from_vector(std::vector<double>{local_loss, rank_mem_gib, comm_ms}, {3}, opts).to(pg_->device());
+  Tensor all = zeros({3 * n}, TensorOptions(kFloat64).device(pg_->device()));
+  pg_->all_gather(all, mine);
+  const std::vector<double> v = all.to_double_vector();
+  StepReport r;
+  for (int k = 0; k < n; ++k) {  // rank order: the same sum on every rank
+    r.loss += v[static_cast<size_t>(3 * k)];
+    r.max_rank_mem_gib = std::max(r.max_rank_mem_gib, v[static_cast<size_t>(3 * k + 1)]);
+    r.max_comm_ms = std::max(r.max_comm_ms, v[static_cast<size_t>(3 * k + 2)]);
+  }
+  r.loss /= n;
+  return r;
+}
+
+double DataParallel::mean(double local_value) {
+  Tensor t = from_vector(std::vector<double>{local_value}, {1}, TensorOptions(kFloat64)).to(pg_->device());
+  pg_->all_reduce(t, bludist::ReduceOp::kAvg);
+  return t.item();
+}
+
+double process_peak_rss_gib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / (1024.0 * 1024.0);  // kB
+  }
+  return 0;
+}
+
+}  // namespace blu::train

@@ -1,0 +1,123 @@
+// data_parallel.h (internal): the trainer's data parallelism (--dp N, --zero 0|1) through
+// bludist: the launch check against the launcher's environment, the process group, DDP or ZeRO-1
+// over the model's parameters, and the per-step figures rank 0 reports.
+//
+// Note [Data-parallel training]
+// One process per rank, started by blurun (or torchrun / Slurm: the same variables). --dp must
+// equal WORLD_SIZE. CPU ranks talk through Gloo, GPU ranks through NCCL (one GPU per rank, cuda:
+// LOCAL_RANK). Every rank builds the model from the same seed and rank 0's weights are broadcast
+// anyway (DDP's constructor, ZeroAdamW's), so a resumed or --init-from start agrees too.
+//  - Data: DataLoader strides by rank (Note [Rank-strided cursors]): with B per rank, rank r
+//    reads rows r*B .. r*B+B-1 of the global batch of B*dp rows, so the ranks together see exactly
+//    the tokens, in the same rows, of a one-process run with --batch-size B*dp. Validation reads
+//    the val split the same way and averages.
+//  - Gradients, --zero 0: DistributedDataParallel hooks every parameter's grad-ready hook
+//    (blutensor's AccumulateGrad fires it once the gradient of this backward is final), so the
+//    buckets are all-reduced (average) while the autograd engine is still producing the earlier
+//    layers' gradients: communication inside backward, not after it. Accumulation micro-steps
+//    run with gradient sync off; the last one reduces the sums. finish_gradient_sync() after the
+//    last backward covers parameters that got no gradient. Then clipping and AdamW run as in one
+//    process, on identical averaged gradients, so every rank takes the same step.
+//  - Gradients, --zero 1: no DDP (ZeroAdamW reduce-scatters the raw local gradients itself, after
+//    backward: it needs all of them at once); clipping and decay groups happen on the shards
+//    (Note [ZeRO-1 for a trainer] in bludist/zero.h); the AdamW moments of only 1/dp of the
+//    parameters live on each rank. blutrain's AdamW object holds no moments then: checkpoints
+//    gather them for the save and drop them after, and a resume loads them and keeps this rank's
+//    slice, so a ZeRO checkpoint is an ordinary one and loads onto any number of ranks.
+//  - Losses: every micro-batch loss is a mean over the rank's B*T tokens; the mean over ranks is
+//    the global-batch mean (equal token counts), the number a one-process run prints.
+//  - Output: only rank 0 prints, writes metrics, checkpoints, samples and the plot; the other
+//    ranks' progress output is dropped. Per step, one all-gather of [loss, memory, comm time]
+//    gives rank 0 the global loss, the largest per-rank memory (GPU: caching allocator peak; CPU:
+//    peak RSS) and the largest per-rank communication time (host time inside collectives: the
+//    communication itself on Gloo; the host's share on NCCL).
+// The fused CUDA engine keeps its gradients in one flat buffer inside a CUDA graph; it needs
+// bludist::all_reduce_gradients on that buffer before its clip + AdamW and is not wired yet:
+// --dp > 1 requires --engine autograd.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blutensor/device.h"
+#include "blutrain/config.h"
+#include "blutrain/gpt2.h"
+#include "blutrain/optimizer.h"
+
+namespace bludist {
+class ProcessGroup;
+class DistributedDataParallel;
+class ZeroAdamW;
+}  // namespace bludist
+
+namespace blu::train {
+
+// The launcher's view of this process: RANK, WORLD_SIZE, LOCAL_RANK (0, 1, 0 when not launched).
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  bool launched = false;  // RANK (or Slurm's SLURM_PROCID) was set
+};
+LaunchInfo launch_info_from_environment();
+
+// Checks --dp against the launch (clear errors naming the flag and both values).
+void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch);
+
+class DataParallel {
+ public:
+  // nullptr for --dp 1 (after checking that this is not one of several launched ranks). Joins
+  // the world group: Gloo for --device cpu, NCCL for CUDA (this rank's GPU becomes current).
+  static std::unique_ptr<DataParallel> create(const TrainConfig& cfg);
+  ~DataParallel();
+
+  int rank() const;
+  int size() const;
+  bool is_main() const { return rank() == 0; }
+  // The CUDA device index of this rank (LOCAL_RANK) for --device cuda; -1 on the CPU.
+  int device_index() const { return device_index_; }
+  std::string describe() const;  // "data parallel over 2 ranks (gloo), ZeRO-1"
+  void barrier();
+
+  // Wraps the model after any resume: DDP hooks (zero 0) or ZeroAdamW (zero 1, taking the
+  // moments `opt` loaded, if any, and then dropping them). Broadcasts rank 0's weights.
+  void attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments);
+  // Gradient sync for the coming backward (off on all but the last micro-step).
+  void set_gradient_sync(bool on);
+  // After the last backward: completes the reduction, clips to grad_clip and updates with lr;
+  // returns the global norm before clipping (Note [Data-parallel training]).
+  double clip_and_step(AdamW& opt, double grad_clip, double lr);
+  // ZeRO-1: fills opt's moments (whole tensors) for a checkpoint (collective: every rank calls
+  // it); release_moments() drops them again. No-ops with --zero 0.
+  void gather_moments(AdamW& opt);
+  void release_moments(AdamW& opt);
+
+  // Collective. Returns on rank 0 the mean of `local_loss` over ranks and sets the step's
+  // largest per-rank memory (GiB) and communication time (ms); other ranks get their own loss.
+  struct StepReport {
+    double loss = 0;
+    double max_rank_mem_gib = 0;
+    double max_comm_ms = 0;
+  };
+  StepReport report_step(double local_loss, double rank_mem_gib);
+  // Collective: the mean over ranks (validation losses).
+  double mean(double local_value);
+
+ private:
+  DataParallel() = default;
+  double comm_seconds() const;
+
+  const TrainConfig* cfg_ = nullptr;
+  int device_index_ = -1;
+  std::shared_ptr<bludist::ProcessGroup> pg_;
+  std::unique_ptr<bludist::DistributedDataParallel> ddp_;
+  std::unique_ptr<bludist::ZeroAdamW> zero_;
+  double comm_seconds_reported_ = 0;
+};
+
+// This process's peak resident memory (VmHWM), GiB; 0 when unknown.
+double process_peak_rss_gib();
+
+}  // namespace blu::train
