@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "bludist/ddp.h"
+#include "common/loss_curves.h"
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "support/mlp_ddp.h"
@@ -29,18 +30,6 @@ std::vector<double> read_losses(const std::string& path) {
   return v;
 }
 
-void expect_same_curve(const std::vector<double>& ddp, const std::vector<double>& ref, double rel) {
-  ASSERT_EQ(ddp.size(), ref.size());
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_LE(std::fabs(ddp[i] - ref[i]), rel * std::fabs(ref[i])) << "step " << i << ": ddp " << ddp[i]
-                                                                   << " one process " << ref[i];
-  }
-  std::printf("loss %.6f -> %.6f over %zu steps; max rel diff ", ref.front(), ref.back(), ref.size());
-  double m = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::fabs(ddp[i] - ref[i]) / std::fabs(ref[i]));
-  std::printf("%.3g\n", m);
-}
-
 void run_ddp_case(int nproc, int accum, bool skip_unused) {
   std::string out = ::testing::TempDir() + "bludist_ddp_" + std::to_string(nproc) + "_" + std::to_string(accum) +
                     (skip_unused ? "_u" : "") + ".txt";
@@ -54,7 +43,7 @@ void run_ddp_case(int nproc, int accum, bool skip_unused) {
   o.skip_unused = skip_unused;
   std::vector<double> ref = test::train_mlp(nullptr, o);
   EXPECT_GT(ref.front(), ref.back() + 0.05) << "the reference run does not learn";
-  expect_same_curve(read_losses(out), ref, 1e-5);
+  blu::test::expect_same_loss_curve(read_losses(out), ref, 1e-5, "ddp on " + std::to_string(nproc) + " ranks");
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 add_executable(bludist_test_worker ${CMAKE_CURRENT_LIST_DIR}/worker/test_worker.cpp
                ${CMAKE_CURRENT_LIST_DIR}/support/mlp_ddp.cpp)
 target_link_libraries(bludist_test_worker PRIVATE blu::dist)
-target_include_directories(bludist_test_worker PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_include_directories(bludist_test_worker PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_CURRENT_LIST_DIR}/..)  # tests/common
 blu_set_warnings(bludist_test_worker)
 file(GLOB _bludist_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*_test.cpp)
 foreach(_src ${_bludist_tests})

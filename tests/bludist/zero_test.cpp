@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "bludist/zero.h"
+#include "common/loss_curves.h"
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
@@ -23,13 +24,8 @@ void run_case(int n, int accum) {
   o.zero1 = true;
   std::vector<std::vector<double>> got(n);
   test::run_gloo_ranks(n, [&](ProcessGroup& pg) { got[pg.rank()] = test::train_mlp(pg.shared_from_this(), o); });
-  double m = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_LE(std::fabs(got[0][i] - ref[i]), 1e-5 * std::fabs(ref[i])) << "step " << i;
-    m = std::max(m, std::fabs(got[0][i] - ref[i]) / std::fabs(ref[i]));
-  }
-  std::printf("zero1 on %d ranks (accum %d): loss %.6f -> %.6f, max rel diff %.3g\n", n, accum, ref.front(),
-              ref.back(), m);
+  blu::test::expect_same_loss_curve(got[0], ref, 1e-5,
+                                    "zero1 on " + std::to_string(n) + " ranks (accum " + std::to_string(accum) + ")");
 }
 }  // namespace
 

@@ -1,9 +1,6 @@
-// train_mlp and run_command (support/mlp_ddp.h).
+// train_mlp (support/mlp_ddp.h).
 #include "support/mlp_ddp.h"
 
-#include <sys/wait.h>
-
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -134,20 +131,6 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   }
   if (buckets_reduced && ddp) *buckets_reduced = ddp->buckets_reduced();
   return losses;
-}
-
-CommandResult run_command(const std::string& cmd) {
-  CommandResult r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) r.output.append(buf, n);
-  int st = ::pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
 }
 
 }  // namespace bludist::test

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bludist/process_group.h"
+#include "common/run_command.h"
 
 namespace bludist::test {
 
@@ -30,13 +31,8 @@ struct MlpRunOptions {
 std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const MlpRunOptions& o,
                               int64_t* buckets_reduced = nullptr);
 
-// Runs a shell command; returns its exit status (-1 if it did not exit) and its output
-// (stdout and stderr merged) and the seconds it took.
-struct CommandResult {
-  int status = -1;
-  std::string output;
-  double seconds = 0;
-};
-CommandResult run_command(const std::string& cmd);
+// Shell commands (blurun and its programs): tests/common/run_command.h.
+using blu::test::CommandResult;
+using blu::test::run_command;
 
 }  // namespace bludist::test

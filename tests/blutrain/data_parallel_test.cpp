@@ -1,0 +1,160 @@
+// data_parallel_test.cpp: `blutrain train --dp 2` as two CPU ranks under blurun (Gloo), with DDP
+// (and accumulation micro-steps) and with --zero 1, reproduces the per-step train and val losses
+// of the one-process run of the same global batch within 1e-5 relative; a ZeRO-1 checkpoint
+// (moments gathered from the shards) resumes in one process onto the uninterrupted curve; only
+// rank 0 writes; bad --dp / --zero flags and launches are clear errors naming the values
+// (Note [Data-parallel training] in blutrain/src/train/data_parallel.h).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "blutensor/error.h"
+#include "blutrain/config.h"
+#include "common/loss_curves.h"
+#include "common/run_command.h"
+#include "support/pattern_shards.h"
+
+namespace fs = std::filesystem;
+using blu::test::run_command;
+
+namespace {
+
+// The loss of every record of `event` ("train" or "val") in a metrics.jsonl, in order.
+std::vector<double> losses_in(const std::string& metrics_path, const std::string& event) {
+  std::vector<double> out;
+  std::ifstream f(metrics_path);
+  std::string line;
+  const std::string tag = "{\"event\":\"" + event + "\"";
+  const std::string key = event == "val" ? "\"val_loss\":" : "\"loss\":";
+  while (std::getline(f, line)) {
+    if (line.rfind(tag, 0) != 0) continue;
+    const size_t at = line.find(key);
+    if (at != std::string::npos) out.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
+  }
+  return out;
+}
+
+class DataParallelTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("blu_dp_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    blu::train::test::write_pattern_shards((root_ / "data").string());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // The program with the flags every run here shares: tiny model, fp32 on the CPU, one thread per
+  // process (2 cores, 2 ranks), T=32, 12 steps, validation at 0, 6 and the end.
+  std::string blutrain(const std::string& out, const std::string& flags) const {
+    return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " + (root_ / "data").string() +
+           " --seq-len 32 --max-steps 12 --lr 2e-3 --warmup-steps 3 --val-every 6 --val-batches 1 "
+           "--sample-tokens 0 --no-plot --threads 1 --resume none --out-dir " + (root_ / out).string() + " " + flags;
+  }
+  static std::string blurun(int ranks, const std::string& program) {
+    return std::string(BLURUN_EXE) + " --nproc-per-node " + std::to_string(ranks) + " -- " + program;
+  }
+  std::string metrics(const std::string& out) const { return (root_ / out / "metrics.jsonl").string(); }
+
+  // Runs `dp_flags` on 2 ranks of B=2 and the one-process run of B=4 (same global batch and
+  // tokens per step); compares train and val curves.
+  void expect_two_ranks_match_one_process(const std::string& dp_flags, const std::string& common_flags) {
+    auto one = run_command(blutrain("one", "--batch-size 4 " + common_flags));
+    ASSERT_EQ(one.status, 0) << one.output;
+    auto two = run_command(blurun(2, blutrain("two", "--batch-size 2 " + dp_flags + " " + common_flags)));
+    ASSERT_EQ(two.status, 0) << two.output;
+    std::printf("one process %.1f s, two ranks %.1f s\n", one.seconds, two.seconds);
+    const std::vector<double> ref = losses_in(metrics("one"), "train");
+    ASSERT_EQ(ref.size(), 12u) << one.output;
+    EXPECT_GT(ref.front(), ref.back() + 0.5) << "the one-process run does not learn";
+    // Only rank 0 writes metrics: 12 train records, not 24.
+    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "train"), ref, 1e-5, dp_flags + " train");
+    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "val"), losses_in(metrics("one"), "val"), 1e-5,
+                                      dp_flags + " val");
+    // The progress line carries the data-parallel figures, from rank 0 only.
+    EXPECT_NE(two.output.find("[rank 0] step 12/12 | loss"), std::string::npos) << two.output;
+    EXPECT_NE(two.output.find("| dp 2: rank mem "), std::string::npos) << two.output;
+    EXPECT_EQ(two.output.find("[rank 1] step"), std::string::npos) << two.output;
+  }
+
+  fs::path root_;
+};
+
+}  // namespace
+
+TEST_F(DataParallelTrain, DdpTwoRanksWithAccumulationMatchOneProcess) {
+  // 2 micro-steps per step: the first under no_sync, buckets reduced in the second backward.
+  expect_two_ranks_match_one_process("--dp 2", "--total-batch-tokens 256");
+}
+
+TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInOne) {
+  expect_two_ranks_match_one_process("--dp 2 --zero 1", "--ckpt-every 6");
+  // The ZeRO-1 checkpoint of step 6 holds the moments gathered from both shards: one process
+  // resuming from it continues on the one-process curve.
+  const std::string ckpt = (root_ / "two" / "step_00000006").string();
+  ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
+  auto resumed = run_command(blutrain("resumed", "--batch-size 4 --resume " + ckpt));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const std::vector<double> all = losses_in(metrics("one"), "train");
+  blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
+                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5, "resumed from ZeRO-1");
+}
+
+TEST_F(DataParallelTrain, LaunchMismatchesAreClearErrors) {
+  auto r = run_command(blutrain("e1", "--dp 2"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--dp 2 needs one process per rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("blurun --nproc-per-node 2"), std::string::npos) << r.output;
+
+  r = run_command(blurun(2, blutrain("e2", "--dp 3")));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--dp 3 does not match WORLD_SIZE=2"), std::string::npos) << r.output;
+
+  r = run_command(blurun(2, blutrain("e3", "")));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("of WORLD_SIZE=2 but --dp is 1: pass --dp 2"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(root_ / "e3" / "metrics.jsonl")) << "a mismatched launch must not start training";
+}
+
+TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
+  auto err = [](const std::string& flags, bool gpu = false) {
+    std::vector<std::string> args = {"blutrain"};
+    std::string word;
+    for (char c : flags + " ") {
+      if (c == ' ') {
+        if (!word.empty()) args.push_back(word);
+        word.clear();
+      } else {
+        word += c;
+      }
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    try {
+      blu::train::TrainConfig c = blu::train::parse_train_flags(static_cast<int>(argv.size()), argv.data(), 1);
+      blu::train::resolve_auto(c, gpu);
+    } catch (const blu::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(err("--zero 1").find("--zero 1 shards the optimizer state across data-parallel ranks: it needs --dp N "
+                                 "with N > 1 (got --dp 1)"),
+            std::string::npos);
+  EXPECT_NE(err("--dp 2 --zero 2").find("--zero 2: expected 0 or 1"), std::string::npos);
+  EXPECT_NE(err("--dp 0").find("--dp 0: expected the number of data-parallel ranks"), std::string::npos);
+  EXPECT_NE(err("--dp two").find("option --dp: 'two' is not a valid integer"), std::string::npos);
+  EXPECT_NE(err("--dp 2 --device cuda", true).find("--dp 2 with --engine fused: data parallelism runs on the "
+                                                   "autograd engine only for now (pass --engine autograd)"),
+            std::string::npos);
+  EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128").find(
+                "--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),
+            std::string::npos);
+  EXPECT_EQ(err("--dp 2 --zero 1"), "no error");
+  EXPECT_EQ(err("--dp 2 --device cuda --engine autograd", true), "no error");
+}
