@@ -23,6 +23,15 @@
 namespace fs = std::filesystem;
 using blu::test::run_command;
 
+// CPU ranks talk through bludist's Gloo backend (Debian's libgloo-dev).
+#if BLUTRAIN_TEST_HAVE_GLOO
+#define REQUIRE_GLOO() \
+  do {                 \
+  } while (0)
+#else
+#define REQUIRE_GLOO() GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU ranks"
+#endif
+
 namespace {
 
 // The loss of every record of `event` ("train" or "val") in a metrics.jsonl, in order.
@@ -35,7 +44,8 @@ std::vector<double> losses_in(const std::string& metrics_path, const std::string
   while (std::getline(f, line)) {
     if (line.rfind(tag, 0) != 0) continue;
     const size_t at = line.find(key);
-    if (at != std::string::npos) out.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
+    if (at != std::string::npos)
+      out.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
   }
   return out;
 }
@@ -52,30 +62,38 @@ class DataParallelTrain : public ::testing::Test {
   // The program with the flags every run here shares: tiny model, fp32 on the CPU, one thread per
   // process (2 cores, 2 ranks), T=32, 12 steps, validation at 0, 6 and the end.
   std::string blutrain(const std::string& out, const std::string& flags) const {
-    return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " + (root_ / "data").string() +
+    return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " +
+           (root_ / "data").string() +
            " --seq-len 32 --max-steps 12 --lr 2e-3 --warmup-steps 3 --val-every 6 --val-batches 1 "
-           "--sample-tokens 0 --no-plot --threads 1 --resume none --out-dir " + (root_ / out).string() + " " + flags;
+           "--sample-tokens 0 --no-plot --threads 1 --resume none --out-dir " +
+           (root_ / out).string() + " " + flags;
   }
   static std::string blurun(int ranks, const std::string& program) {
-    return std::string(BLURUN_EXE) + " --nproc-per-node " + std::to_string(ranks) + " -- " + program;
+    return std::string(BLURUN_EXE) + " --nproc-per-node " + std::to_string(ranks) + " -- " +
+           program;
   }
-  std::string metrics(const std::string& out) const { return (root_ / out / "metrics.jsonl").string(); }
+  std::string metrics(const std::string& out) const {
+    return (root_ / out / "metrics.jsonl").string();
+  }
 
   // Runs `dp_flags` on 2 ranks of B=2 and the one-process run of B=4 (same global batch and
   // tokens per step); compares train and val curves.
-  void expect_two_ranks_match_one_process(const std::string& dp_flags, const std::string& common_flags) {
+  void expect_two_ranks_match_one_process(const std::string& dp_flags,
+                                          const std::string& common_flags) {
     auto one = run_command(blutrain("one", "--batch-size 4 " + common_flags));
     ASSERT_EQ(one.status, 0) << one.output;
-    auto two = run_command(blurun(2, blutrain("two", "--batch-size 2 " + dp_flags + " " + common_flags)));
+    auto two =
+        run_command(blurun(2, blutrain("two", "--batch-size 2 " + dp_flags + " " + common_flags)));
     ASSERT_EQ(two.status, 0) << two.output;
     std::printf("one process %.1f s, two ranks %.1f s\n", one.seconds, two.seconds);
     const std::vector<double> ref = losses_in(metrics("one"), "train");
     ASSERT_EQ(ref.size(), 12u) << one.output;
     EXPECT_GT(ref.front(), ref.back() + 0.5) << "the one-process run does not learn";
     // Only rank 0 writes metrics: 12 train records, not 24.
-    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "train"), ref, 1e-5, dp_flags + " train");
-    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "val"), losses_in(metrics("one"), "val"), 1e-5,
-                                      dp_flags + " val");
+    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "train"), ref, 1e-5,
+                                      dp_flags + " train");
+    blu::test::expect_same_loss_curve(losses_in(metrics("two"), "val"),
+                                      losses_in(metrics("one"), "val"), 1e-5, dp_flags + " val");
     // The progress line carries the data-parallel figures, from rank 0 only.
     EXPECT_NE(two.output.find("[rank 0] step 12/12 | loss"), std::string::npos) << two.output;
     EXPECT_NE(two.output.find("| dp 2: rank mem "), std::string::npos) << two.output;
@@ -88,11 +106,13 @@ class DataParallelTrain : public ::testing::Test {
 }  // namespace
 
 TEST_F(DataParallelTrain, DdpTwoRanksWithAccumulationMatchOneProcess) {
+  REQUIRE_GLOO();
   // 2 micro-steps per step: the first under no_sync, buckets reduced in the second backward.
   expect_two_ranks_match_one_process("--dp 2", "--total-batch-tokens 256");
 }
 
 TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInOne) {
+  REQUIRE_GLOO();
   expect_two_ranks_match_one_process("--dp 2 --zero 1", "--ckpt-every 6");
   // The ZeRO-1 checkpoint of step 6 holds the moments gathered from both shards: one process
   // resuming from it continues on the one-process curve.
@@ -102,10 +122,12 @@ TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInO
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   const std::vector<double> all = losses_in(metrics("one"), "train");
   blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
-                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5, "resumed from ZeRO-1");
+                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5,
+                                    "resumed from ZeRO-1");
 }
 
 TEST_F(DataParallelTrain, LaunchMismatchesAreClearErrors) {
+  // Every case fails before a process group is made: no Gloo needed.
   auto r = run_command(blutrain("e1", "--dp 2"));
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("--dp 2 needs one process per rank"), std::string::npos) << r.output;
@@ -117,8 +139,10 @@ TEST_F(DataParallelTrain, LaunchMismatchesAreClearErrors) {
 
   r = run_command(blurun(2, blutrain("e3", "")));
   EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("of WORLD_SIZE=2 but --dp is 1: pass --dp 2"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(root_ / "e3" / "metrics.jsonl")) << "a mismatched launch must not start training";
+  EXPECT_NE(r.output.find("of WORLD_SIZE=2 but --dp is 1: pass --dp 2"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(root_ / "e3" / "metrics.jsonl"))
+      << "a mismatched launch must not start training";
 }
 
 TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
@@ -136,24 +160,29 @@ TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     try {
-      blu::train::TrainConfig c = blu::train::parse_train_flags(static_cast<int>(argv.size()), argv.data(), 1);
+      blu::train::TrainConfig c =
+          blu::train::parse_train_flags(static_cast<int>(argv.size()), argv.data(), 1);
       blu::train::resolve_auto(c, gpu);
     } catch (const blu::Error& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
-  EXPECT_NE(err("--zero 1").find("--zero 1 shards the optimizer state across data-parallel ranks: it needs --dp N "
-                                 "with N > 1 (got --dp 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      err("--zero 1")
+          .find("--zero 1 shards the optimizer state across data-parallel ranks: it needs --dp N "
+                "with N > 1 (got --dp 1)"),
+      std::string::npos);
   EXPECT_NE(err("--dp 2 --zero 2").find("--zero 2: expected 0 or 1"), std::string::npos);
-  EXPECT_NE(err("--dp 0").find("--dp 0: expected the number of data-parallel ranks"), std::string::npos);
-  EXPECT_NE(err("--dp two").find("option --dp: 'two' is not a valid integer"), std::string::npos);
-  EXPECT_NE(err("--dp 2 --device cuda", true).find("--dp 2 with --engine fused: data parallelism runs on the "
-                                                   "autograd engine only for now (pass --engine autograd)"),
+  EXPECT_NE(err("--dp 0").find("--dp 0: expected the number of data-parallel ranks"),
             std::string::npos);
-  EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128").find(
-                "--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),
+  EXPECT_NE(err("--dp two").find("option --dp: 'two' is not a valid integer"), std::string::npos);
+  EXPECT_NE(err("--dp 2 --device cuda", true)
+                .find("--dp 2 with --engine fused: data parallelism runs on the "
+                      "autograd engine only for now (pass --engine autograd)"),
+            std::string::npos);
+  EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128")
+                .find("--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),
             std::string::npos);
   EXPECT_EQ(err("--dp 2 --zero 1"), "no error");
   EXPECT_EQ(err("--dp 2 --device cuda --engine autograd", true), "no error");

@@ -4,4 +4,9 @@ if(TARGET blutrain_data_parallel_test AND TARGET blutrain-cli AND TARGET blurun)
   add_dependencies(blutrain_data_parallel_test blutrain-cli blurun)
   target_compile_definitions(blutrain_data_parallel_test PRIVATE
     BLUTRAIN_EXE="$<TARGET_FILE:blutrain-cli>" BLURUN_EXE="$<TARGET_FILE:blurun>")
+  # CPU ranks need bludist's Gloo backend (its PUBLIC BLUDIST_HAVE_GLOO=1); without it they skip.
+  get_target_property(_bludist_defs bludist INTERFACE_COMPILE_DEFINITIONS)
+  if("BLUDIST_HAVE_GLOO=1" IN_LIST _bludist_defs)
+    target_compile_definitions(blutrain_data_parallel_test PRIVATE BLUTRAIN_TEST_HAVE_GLOO=1)
+  endif()
 endif()

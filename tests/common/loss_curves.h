@@ -13,8 +13,8 @@
 namespace blu::test {
 
 // Returns the largest relative difference; a failed EXPECT names the first steps that differ.
-inline double expect_same_loss_curve(const std::vector<double>& got, const std::vector<double>& ref, double rel,
-                                     const std::string& label) {
+inline double expect_same_loss_curve(const std::vector<double>& got, const std::vector<double>& ref,
+                                     double rel, const std::string& label) {
   EXPECT_EQ(got.size(), ref.size()) << label;
   const std::size_t n = std::min(got.size(), ref.size());
   double worst = 0;
@@ -24,8 +24,8 @@ inline double expect_same_loss_curve(const std::vector<double>& got, const std::
     worst = std::max(worst, std::fabs(got[i] - ref[i]) / std::fabs(ref[i]));
   }
   if (n > 0)
-    std::printf("%s: loss %.6f -> %.6f over %zu steps; max rel diff %.3g\n", label.c_str(), ref.front(), ref.back(),
-                n, worst);
+    std::printf("%s: loss %.6f -> %.6f over %zu steps; max rel diff %.3g\n", label.c_str(),
+                ref.front(), ref.back(), n, worst);
   return worst;
 }
 

@@ -11,7 +11,7 @@
 namespace blu::test {
 
 struct CommandResult {
-  int status = -1;  // the exit status; -1 when it did not exit normally
+  int status = -1;     // the exit status; -1 when it did not exit normally
   std::string output;  // stdout and stderr merged
   double seconds = 0;
 };

@@ -30,20 +30,22 @@ LaunchInfo launch_info_from_environment() {
 
 void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch) {
   if (cfg.dp > 1) {
-    BLU_CHECK(launch.launched, "--dp ", cfg.dp, " needs one process per rank, but this process was not started by a "
-              "launcher (WORLD_SIZE is not set): run blurun --nproc-per-node ", cfg.dp, " -- blutrain train --dp ",
-              cfg.dp, " ...");
-    BLU_CHECK(launch.world_size == cfg.dp, "--dp ", cfg.dp, " does not match WORLD_SIZE=", launch.world_size,
-              " from the launcher: start as many processes as --dp says (blurun --nproc-per-node ", cfg.dp,
-              ") or pass --dp ", launch.world_size);
+    BLU_CHECK(launch.launched, "--dp ", cfg.dp,
+              " needs one process per rank, but this process was not started by a "
+              "launcher (WORLD_SIZE is not set): run blurun --nproc-per-node ",
+              cfg.dp, " -- blutrain train --dp ", cfg.dp, " ...");
+    BLU_CHECK(launch.world_size == cfg.dp, "--dp ", cfg.dp,
+              " does not match WORLD_SIZE=", launch.world_size,
+              " from the launcher: start as many processes as --dp says (blurun --nproc-per-node ",
+              cfg.dp, ") or pass --dp ", launch.world_size);
   } else {
-    BLU_CHECK(launch.world_size == 1, "this process is rank ", launch.rank, " of WORLD_SIZE=", launch.world_size,
-              " but --dp is ", cfg.dp, ": pass --dp ", launch.world_size,
-              " for data-parallel training (or start a single process)");
+    BLU_CHECK(launch.world_size == 1, "this process is rank ", launch.rank,
+              " of WORLD_SIZE=", launch.world_size, " but --dp is ", cfg.dp, ": pass --dp ",
+              launch.world_size, " for data-parallel training (or start a single process)");
   }
   const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
-  BLU_CHECK(cfg.dp == 1 || !on_gpu || cfg.device == "cuda", "--device ", cfg.device, " with --dp ", cfg.dp,
-            ": each rank trains on cuda:LOCAL_RANK; pass --device cuda");
+  BLU_CHECK(cfg.dp == 1 || !on_gpu || cfg.device == "cuda", "--device ", cfg.device, " with --dp ",
+            cfg.dp, ": each rank trains on cuda:LOCAL_RANK; pass --device cuda");
 }
 
 std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg) {
@@ -55,12 +57,14 @@ std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg) {
   const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
   if (on_gpu) {
     BLU_CHECK(bludist::nccl_available(), "--dp ", cfg.dp, " on --device ", cfg.device,
-              ": this build has no NCCL (bludist's GPU process groups); train on the CPU ranks (--device cpu) "
+              ": this build has no NCCL (bludist's GPU process groups); train on the CPU ranks "
+              "(--device cpu) "
               "or rebuild with NCCL");
     dp->device_index_ = launch.local_rank;
     dp->pg_ = bludist::init_process_group(bludist::Backend::kNccl);
   } else {
-    BLU_CHECK(bludist::gloo_available(), "--dp ", cfg.dp, " on the CPU: this build has no Gloo (libgloo-dev), which "
+    BLU_CHECK(bludist::gloo_available(), "--dp ", cfg.dp,
+              " on the CPU: this build has no Gloo (libgloo-dev), which "
               "bludist's CPU process groups need");
     dp->pg_ = bludist::init_process_group(bludist::Backend::kGloo);
   }
@@ -69,13 +73,20 @@ std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg) {
 
 DataParallel::~DataParallel() = default;
 
-int DataParallel::rank() const { return pg_->rank(); }
-int DataParallel::size() const { return pg_->size(); }
-void DataParallel::barrier() { pg_->barrier(); }
+int DataParallel::rank() const {
+  return pg_->rank();
+}
+int DataParallel::size() const {
+  return pg_->size();
+}
+void DataParallel::barrier() {
+  pg_->barrier();
+}
 
 std::string DataParallel::describe() const {
-  return blu::detail::str_cat("data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()),
-                              "), ", cfg_->zero == 1 ? "ZeRO-1 (AdamW state sharded)" : "DDP buckets in backward");
+  return blu::detail::str_cat(
+      "data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()), "), ",
+      cfg_->zero == 1 ? "ZeRO-1 (AdamW state sharded)" : "DDP buckets in backward");
 }
 
 namespace {
@@ -95,7 +106,8 @@ Tensor flatten(const std::vector<Tensor>& parts, Device device) {
 void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments) {
   std::vector<Tensor> params = tensors_of(opt.params());
   if (cfg_->zero == 0) {
-    ddp_ = std::make_unique<bludist::DistributedDataParallel>(params, pg_);  // broadcasts rank 0's weights
+    ddp_ = std::make_unique<bludist::DistributedDataParallel>(params,
+                                                              pg_);  // broadcasts rank 0's weights
     return;
   }
   blu::optim::AdamWOptions o;
@@ -105,11 +117,13 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
   o.weight_decay = acfg.weight_decay;
   std::vector<bool> decay;
   for (const NamedParam& p : opt.params()) decay.push_back(p.decay);
-  zero_ = std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay);  // broadcasts rank 0's weights
+  zero_ =
+      std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay);  // broadcasts rank 0's weights
   zero_->set_step_count(opt.step_count());
   if (opt_has_moments) {
     NoGradGuard no_grad;
-    zero_->load_state(flatten(opt.exp_avg(), model.device()), flatten(opt.exp_avg_sq(), model.device()));
+    zero_->load_state(flatten(opt.exp_avg(), model.device()),
+                      flatten(opt.exp_avg_sq(), model.device()));
   }
   release_moments(opt);
 }
@@ -159,7 +173,8 @@ DataParallel::StepReport DataParallel::report_step(double local_loss, double ran
   comm_seconds_reported_ = comm_seconds();
   const int n = size();
   const TensorOptions opts(kFloat64);
-  Tensor mine = from_vector(std::vector<double>{local_loss, rank_mem_gib, comm_ms}, {3}, opts).to(pg_->device());
+  Tensor mine = from_vector(std::vector<double>{local_loss, rank_mem_gib, comm_ms}, {3}, opts)
+                    .to(pg_->device());
   Tensor all = zeros({3 * n}, TensorOptions(kFloat64).device(pg_->device()));
   pg_->all_gather(all, mine);
   const std::vector<double> v = all.to_double_vector();
@@ -174,7 +189,8 @@ DataParallel::StepReport DataParallel::report_step(double local_loss, double ran
 }
 
 double DataParallel::mean(double local_value) {
-  Tensor t = from_vector(std::vector<double>{local_value}, {1}, TensorOptions(kFloat64)).to(pg_->device());
+  Tensor t =
+      from_vector(std::vector<double>{local_value}, {1}, TensorOptions(kFloat64)).to(pg_->device());
   pg_->all_reduce(t, bludist::ReduceOp::kAvg);
   return t.item();
 }
@@ -183,7 +199,8 @@ double process_peak_rss_gib() {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / (1024.0 * 1024.0);  // kB
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::strtod(line.c_str() + 6, nullptr) / (1024.0 * 1024.0);  // kB
   }
   return 0;
 }
