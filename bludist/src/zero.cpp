@@ -32,19 +32,19 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
   const int n = pg_->size();
   shard_ = (total_ + n - 1) / n;
   auto opts = blu::TensorOptions(dtype).device(pg_->device());
-  flat_params_ = blu::zeros({shard_ * n}, opts);
-  flat_grads_ = blu::zeros({shard_ * n}, opts);
+  flat_ = blu::zeros({shard_ * n}, opts);  // Note [ZeRO-1 memory]
+  param_shard_ = blu::zeros({shard_}, opts);
   grad_shard_ = blu::zeros({shard_}, opts);
   exp_avg_ = blu::zeros({shard_}, opts);
   exp_avg_sq_ = blu::zeros({shard_}, opts);
   // Rank 0's values everywhere.
   blu::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i)
-    flat_params_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
-  pg_->broadcast(flat_params_, 0);
+    flat_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
+  pg_->broadcast(flat_, 0);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].detach();
-    p.copy_(flat_params_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    p.copy_(flat_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
   }
 }
 
@@ -52,22 +52,23 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
   blu::NoGradGuard no_grad;
   ++step_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    Tensor dst = flat_grads_.narrow(0, offsets_[i], params_[i].numel());
+    Tensor dst = flat_.narrow(0, offsets_[i], params_[i].numel());
     const Tensor& g = params_[i].grad();
     if (g.defined()) dst.copy_(g.reshape({-1}));
     else dst.zero_();
-    flat_params_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
   }
   auto timed = [this](auto&& collective) {
     const auto t0 = std::chrono::steady_clock::now();
     collective();
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  timed([&] { pg_->reduce_scatter(grad_shard_, flat_grads_, ReduceOp::kAvg); });
+  timed([&] { pg_->reduce_scatter(grad_shard_, flat_, ReduceOp::kAvg); });
   double norm = 0;
   if (max_grad_norm > 0 || compute_norm) {  // Note [ZeRO-1 for a trainer]: clipping on the shards
-    Tensor g64 = grad_shard_.to(DType::F64);
-    Tensor sum_sq = blu::sum(g64 * g64).reshape({1});
+    // global_norm: f64 partials on the CPU, f32 partials + an f64 sum on CUDA; no shard-sized temporary.
+    const double shard_norm = blu::optim::global_norm({grad_shard_}).norm.item();
+    Tensor sum_sq = blu::from_vector(std::vector<double>{shard_norm * shard_norm}, {1}, blu::TensorOptions(DType::F64))
+                        .to(pg_->device());
     timed([&] { pg_->all_reduce(sum_sq, ReduceOp::kSum); });
     norm = std::sqrt(sum_sq.item());
     if (max_grad_norm > 0 && norm > max_grad_norm) {
@@ -76,12 +77,14 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
     }
   }
   // The shard cut at parameter boundaries, grouped by weight decay (Note [ZeRO-1 for a trainer]).
-  Tensor param_shard = flat_params_.narrow(0, pg_->rank() * shard_, shard_);
+  // This rank's slice of the parameters, copied from them (Note [ZeRO-1 memory]).
+  const Tensor& param_shard = param_shard_;
   const int64_t lo = pg_->rank() * shard_, hi = lo + shard_;
   std::vector<Tensor> lists[2][4];
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
     if (a >= b) continue;
+    param_shard_.narrow(0, a - lo, b - a).copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
     auto& l = lists[decay_[i] ? 1 : 0];
     for (int k = 0; k < 4; ++k) {
       const Tensor& whole = k == 0 ? param_shard : k == 1 ? grad_shard_ : k == 2 ? exp_avg_ : exp_avg_sq_;
@@ -94,10 +97,10 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
     if (d == 0) o.weight_decay = 0;
     blu::optim::adamw_step_(lists[d][0], lists[d][1], lists[d][2], lists[d][3], o, step_);
   }
-  timed([&] { pg_->all_gather(flat_params_, param_shard); });
+  timed([&] { pg_->all_gather(flat_, param_shard_); });
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor p = params_[i].detach();
-    p.copy_(flat_params_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    p.copy_(flat_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
   }
   return norm;
 }

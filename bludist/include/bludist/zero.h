@@ -17,13 +17,20 @@
 //  - decay groups: `decay[i]` says whether parameter i takes weight decay (blutrain: 2-D weights
 //    only). The shard is cut where parameters begin and end; the pieces go to adamw_step_ as two
 //    lists (decayed, not), so every element sees its own parameter's decay.
-//  - global-norm clipping of the averaged gradient: each rank sums the squares of its shard in
-//    f64, one all-reduce (sum) of that scalar gives the global norm on every rank, and each scales
+//  - global-norm clipping of the averaged gradient: each rank takes the L2 norm of its shard
+//    (blutensor's global_norm), one all-reduce (sum) of its square in f64 gives the global norm on
+//    every rank (agreeing with one process's norm to f32 rounding), and each scales
 //    its shard by max_norm / (norm + 1e-6) when the norm is larger (blutrain's clip_grad_norm).
 //  - checkpoints: gather_state() all-gathers the moments into whole flat vectors (a collective,
 //    temporary memory), so a checkpoint holds the one-process optimizer state and loads onto any
 //    number of ranks; load_state() takes this rank's slice of such vectors.
-#pragma once
+//
+// Note [ZeRO-1 memory]
+// Besides the parameters and their .grad, a rank holds one flat vector of `total` elements (the
+// packed gradients until the reduce-scatter has read them, then the all-gathered parameters) and
+// four shards (parameters, averaged gradient, two moments): total + 4 total / size, against DDP +
+// AdamW's 3 total (bucket buffers, two moments). So per rank 3 + 4/size vs 5 units of the
+// parameter count with parameters and gradients counted: equal on 2 ranks, 3.5 vs 5 on 8.
 
 #include <memory>
 #include <utility>
@@ -72,7 +79,8 @@ class ZeroAdamW {
   blu::optim::AdamWOptions options_;
   int64_t total_ = 0, shard_ = 0, step_ = 0;
   double comm_seconds_ = 0;
-  Tensor flat_params_, flat_grads_, grad_shard_, exp_avg_, exp_avg_sq_;
+  Tensor flat_;  // gradients before the reduce-scatter, parameters after the all-gather
+  Tensor param_shard_, grad_shard_, exp_avg_, exp_avg_sq_;
 };
 
 }  // namespace bludist
