@@ -1,9 +1,10 @@
 // data_parallel_test.cpp: `blutrain train --dp 2` as two CPU ranks under blurun (Gloo), with DDP
 // (and accumulation micro-steps) and with --zero 1, reproduces the per-step train and val losses
 // of the one-process run of the same global batch within 1e-5 relative; a ZeRO-1 checkpoint
-// (moments gathered from the shards) resumes in one process onto the uninterrupted curve; only
-// rank 0 writes; bad --dp / --zero flags and launches are clear errors naming the values
-// (Note [Data-parallel training] in blutrain/src/train/data_parallel.h).
+// (moments gathered from the shards) resumes in one process, and a gang restarted by blurun
+// --max-restarts resumes on 2 ranks, onto the uninterrupted curve; only rank 0 writes; bad --dp /
+// --zero flags and launches are clear errors naming the values (Note [Data-parallel training] in
+// blutrain/src/train/data_parallel.h).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -124,6 +125,34 @@ TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInO
   blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
                                     std::vector<double>(all.begin() + 6, all.end()), 1e-5,
                                     "resumed from ZeRO-1");
+}
+
+TEST_F(DataParallelTrain, Zero1GangRestartResumesOntoTheUninterruptedCurve) {
+  REQUIRE_GLOO();
+  // 10 steps, a checkpoint at 4; the first attempt stops abruptly after 7 steps (status 3 on both
+  // ranks), blurun restarts the gang, which resumes from step 4 (both ranks load their ZeRO-1
+  // slices of the moments) and finishes 5..10 (6 steps: below the stop) on the one-process curve.
+  const std::string common = "--max-steps 10 --val-batches -1 --ckpt-every 4 ";
+  auto one = run_command(blutrain("one", "--batch-size 4 " + common));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = run_command(
+      std::string(BLURUN_EXE) + " --nproc-per-node 2 --max-restarts 1 -- " +
+      blutrain("two",
+               "--batch-size 2 --dp 2 --zero 1 --stop-after-steps 7 --resume auto " + common));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("restarting the gang (restart 1 of 1)"), std::string::npos)
+      << two.output;
+  EXPECT_NE(two.output.find("[rank 0] resumed from"), std::string::npos) << two.output;
+  const std::vector<double> ref = losses_in(metrics("one"), "train");
+  const std::vector<double> got = losses_in(metrics("two"), "train");  // 1..7, then 5..10
+  ASSERT_EQ(ref.size(), 10u);
+  ASSERT_EQ(got.size(), 13u) << two.output;
+  blu::test::expect_same_loss_curve(std::vector<double>(got.begin(), got.begin() + 7),
+                                    std::vector<double>(ref.begin(), ref.begin() + 7), 1e-5,
+                                    "first attempt");
+  blu::test::expect_same_loss_curve(std::vector<double>(got.begin() + 7, got.end()),
+                                    std::vector<double>(ref.begin() + 4, ref.end()), 1e-5,
+                                    "after the restart");
 }
 
 TEST_F(DataParallelTrain, LaunchMismatchesAreClearErrors) {
