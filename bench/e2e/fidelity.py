@@ -12,7 +12,8 @@ model). Writes RESULTS/fidelity_train.json:
   fidelity.<mode>.train_pass_<N>          1 when within issue 10's bound (fp32 1e-4, bf16 1e-2)
   fidelity.<mode>.max_rel_at_step, .last10_mean_rel   where the divergence sits
   fidelity.<mode>.torch_compile_vs_eager_max_rel_<N>  the noise floor: PyTorch compiled vs eager, same
-                                          weights and batches (Note [Fidelity noise floor]; --no-noise-floor)
+                                          weights and batches (Note [Fidelity noise floor]; --no-noise-floor);
+                                          with --floor sdpa-math|sdpa-auto: ...torch_sdpa_<x>_vs_eager...
 and RESULTS/fidelity_train.md (the table); the per-step losses go in both JSONs.
   python3 bench/e2e/fidelity.py --blutrain build/blutrain/blutrain --out /tmp/fid --results RES
 """
@@ -65,6 +66,11 @@ def main():
     ap.add_argument("--data", default="", help="llm.c shard directory (default: a generated random shard set)")
     ap.add_argument("--extra-blutrain-args", default="")
     ap.add_argument("--torch-program", default=os.path.join(HERE, "torch_gpt2_train.py"))
+    ap.add_argument("--floor", default="compile", choices=["compile", "sdpa-math", "sdpa-auto"],
+                    help="the noise-floor run: torch.compile, or eager with SDPA's strict math attention / "
+                         "its default backend (a second faithful attention, as blutrain's is; "
+                         "Note [Fidelity noise floor])")
+    ap.add_argument("--extra-torch-args", default="", help='every PyTorch run, e.g. "--sdpa math"')
     ap.add_argument("--no-noise-floor", action="store_true",
                     help="skip the torch.compile-vs-eager run (the yardstick: two faithful fp32 programs)")
     ap.add_argument("--timeout-blutrain", type=int, default=240)
@@ -101,6 +107,13 @@ def main():
 
     metrics, rows, errors, losses = {}, [], {}, {}
     n = a.steps
+    floor_name = "torch_compile" if a.floor == "compile" else "torch_" + a.floor.replace("-", "_")
+    meta["noise_floor"] = {"compile": "torch.compile vs eager", "sdpa-math": "eager with SDPA math vs eager",
+                           "sdpa-auto": "eager with SDPA's default backend vs eager"}[a.floor]
+    if a.extra_torch_args:
+        meta["extra_torch_args"] = a.extra_torch_args
+    if a.extra_blutrain_args:
+        meta["extra_blutrain_args"] = a.extra_blutrain_args
     for mode in [m for m in a.modes.split(",") if m]:
         print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: blutrain ...", flush=True)
         b = run_blutrain(a, mode, profile_step=0, steps=n, data=a.data, init_from=a.init_from, tag="fidelity")
@@ -111,21 +124,28 @@ def main():
         # steps is set by the training dynamics, not only by the kernels: torch.compile (other
         # fusions and summation orders, same model) against eager from the same weights and
         # batches measures it, so blutrain's divergence is read against PyTorch's own.
+        # Eager and compiled share SDPA's kernel and cuBLAS's GEMMs, so that floor leaves out what a
+        # second attention kernel adds (blutrain's fp32 attention is its own 3xTF32 or strict
+        # kernel): --floor sdpa-math runs eager with SDPA's strict composite instead.
         tc = {}
         if not a.no_noise_floor:
-            print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: torch.compile (noise floor) ...", flush=True)
-            tc = run_torch(a, mode, True, profile_step=0, steps=n, data=a.data, init_from=a.init_from,
-                           tag="fidelity_torch_compile")
+            print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: {floor_name} (noise floor) ...", flush=True)
+            extra = a.extra_torch_args
+            if a.floor.startswith("sdpa-"):  # the last --sdpa wins
+                a.extra_torch_args = (extra + " --sdpa " + a.floor[5:]).strip()
+            tc = run_torch(a, mode, a.floor == "compile", profile_step=0, steps=n, data=a.data,
+                           init_from=a.init_from, tag="fidelity_torch_floor")
+            a.extra_torch_args = extra
             if "error" in tc:
-                errors[f"{mode}.torch_compile"] = tc["error"]
-        losses[mode] = {"blutrain": b.get("losses"), "torch": t.get("losses"), "torch_compile": tc.get("losses")}
+                errors[f"{mode}.{floor_name}"] = tc["error"]
+        losses[mode] = {"blutrain": b.get("losses"), "torch": t.get("losses"), floor_name: tc.get("losses")}
         json.dump(losses[mode], open(os.path.join(a.out, f"losses.{mode}.json"), "w"))
         if tc.get("losses") and t.get("losses"):
             fl = rel_diffs(tc["losses"], t["losses"])
             at, tail = shape_of(fl)
-            metrics.update({f"fidelity.{mode}.torch_compile_vs_eager_max_rel_{n}": max(fl),
-                            f"fidelity.{mode}.torch_compile_vs_eager_max_at_step": at,
-                            f"fidelity.{mode}.torch_compile_vs_eager_last10_mean_rel": tail})
+            metrics.update({f"fidelity.{mode}.{floor_name}_vs_eager_max_rel_{n}": max(fl),
+                            f"fidelity.{mode}.{floor_name}_vs_eager_max_at_step": at,
+                            f"fidelity.{mode}.{floor_name}_vs_eager_last10_mean_rel": tail})
         for who, r in (("blutrain", b), ("torch", t)):
             if "error" in r:
                 errors[f"{mode}.{who}"] = r["error"]
@@ -144,7 +164,7 @@ def main():
                         f"fidelity.{mode}.final_loss_blutrain_{n}": b["losses"][k - 1],
                         f"fidelity.{mode}.final_loss_torch_{n}": t["losses"][k - 1],
                         f"fidelity.{mode}.train_pass_{n}": int(rel <= BOUND[mode] and k == n)})
-        floor = metrics.get(f"fidelity.{mode}.torch_compile_vs_eager_max_rel_{n}")
+        floor = metrics.get(f"fidelity.{mode}.{floor_name}_vs_eager_max_rel_{n}")
         rows.append(f"| {mode} | {k}/{n} | {rel1:.2e} | {rel:.2e} (step {at}) | {ab:.2e} | {tail:.2e} | "
                     f"{'-' if floor is None else f'{floor:.2e}'} | {b['losses'][k - 1]:.5f} | "
                     f"{t['losses'][k - 1]:.5f} | {BOUND[mode]:g} | {'pass' if rel <= BOUND[mode] and k == n else 'FAIL'} |")
@@ -153,7 +173,7 @@ def main():
               open(os.path.join(a.results, "fidelity_train.json"), "w"), indent=1)
     md = ["# Training fidelity: blutrain vs PyTorch (eager), identical weights and batches", "",
           f"{a.model} B{a.batch} T{a.seq}, {n} steps, data {meta['data']}, init {meta['init_from']}", "",
-          "| mode | steps | step-1 rel diff | max rel loss diff | max abs | last-10 mean rel | torch.compile vs eager "
+          f"| mode | steps | step-1 rel diff | max rel loss diff | max abs | last-10 mean rel | {meta['noise_floor']} "
           "max rel (noise floor) | final blutrain | final torch | bound | |",
           "|---|---|---|---|---|---|---|---|---|---|---|"] + rows
     if errors:

@@ -105,6 +105,16 @@ def main():
         check(f["fidelity.fp32.train_pass_6"] == 1 and f["fidelity.bf16.train_pass_6"] == 0, "bounds")
         check(os.path.getsize(os.path.join(d, "fid", "shards", "rand_train_000000.bin")) == 1024 + 2 * (6 * 128 + 1),
               "fidelity shard size")
+        # --floor sdpa-math: the floor run is eager with --sdpa math (the fake ignores it: floor 0).
+        r = subprocess.run([sys.executable, os.path.join(HERE, "fidelity.py"), "--blutrain", fb, "--out",
+                            os.path.join(d, "fid2"), "--results", os.path.join(d, "res2"), "--steps", "6",
+                            "--batch", "2", "--seq", "64", "--modes", "fp32", "--floor", "sdpa-math",
+                            "--torch-program", ft], capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, "fidelity.py --floor sdpa-math: " + r.stdout[-500:] + r.stderr[-500:])
+        f2 = json.load(open(os.path.join(d, "res2", "fidelity_train.json")))
+        check(f2["metrics"].get("fidelity.fp32.torch_sdpa_math_vs_eager_max_rel_6") == 0.0, "sdpa-math floor metric")
+        check("--sdpa math" in open(os.path.join(d, "fid2", "fp32.fidelity_torch_floor.log")).readline(),
+              "the floor run asks for SDPA's math backend")
         # Shards: written, read back in blutrain's order.
         sd = os.path.join(d, "shards")
         p = write_random_shards(sd, 10001, seed=5)[0]

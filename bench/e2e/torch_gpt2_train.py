@@ -205,6 +205,9 @@ def main():
     ap.add_argument("--profile-json", default="")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--head", default="slice", choices=["slice", "weight"], help="Note [Padded vocabulary, PyTorch side]")
+    ap.add_argument("--sdpa", default="auto", choices=["auto", "math"],
+                    help="math: SDPA's strict composite (T x T scores in the compute dtype) instead of the "
+                         "backend PyTorch picks (fp32 on sm80+: the 3xTF32 memory-efficient kernel)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
 
@@ -215,6 +218,10 @@ def main():
     torch.backends.cudnn.allow_tf32 = tf32
     # Only the allow_tf32 switches (PyTorch >= 2.9 refuses a mix of these and the fp32_precision API).
     torch.manual_seed(a.seed)
+    if a.sdpa == "math":  # held for the whole run (main's lifetime)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        sdpa_ctx = sdpa_kernel(SDPBackend.MATH)
+        sdpa_ctx.__enter__()
 
     L, H, C, ctx = MODELS[a.model]
     if a.block_size:

@@ -233,9 +233,16 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 // kernel (Note [SIMT fp32 lean kernel]) whenever it accepts the problem (float4 operands, M / N
 // multiples of 4 on an m- / n-contiguous operand): with a k-major operand (NT forwards, NN dX)
 // l88 (8 x 8 per lane, 4 warps per scheduler: the k-major loads are the latency-bound ones, where
-// 2 warps per scheduler lost 10%), with both operands m/n-major (TN dW) l816 (8 x 16, the best
-// FFMA share). SASS of the main loops (sm_90a, 2 slabs = 16 k): l88 1024 FFMA of ~1140
-// instructions (~90%), l816 2048 of ~2220 (~92%), against ~86% for legacy and w816.
+// 2 warps per scheduler lost 10%), with both operands m/n-major (TN dW) l168w (256 x 128 CTA,
+// 16 x 8 per lane, one CTA per SM; Note [SIMT fp32 wide tiles]). SASS of the main loops (sm_90a,
+// 2 slabs = 16 k): l88 1024 FFMA of ~1140 instructions (~90%), l816 2048 of ~2220 (~92%), against
+// ~86% for legacy and w816.
+// Sweep of 2026-11-25 (H100, gemm_bench fp32 GPT-2 set, ratio to cuBLAS in the same process):
+//   dW:  l168w 0.845-0.901 vs l816 0.829-0.886 (+2% on every shape; 89.4 vs 91.5 ms a step)
+//   dX:  l88 0.93-0.96 vs l168w 0.65-0.91, l816w 0.62-0.85
+//   fwd: l88 0.87-0.90 vs both wide tiles 0.54-0.75
+// The wide tiles lose with a k-major operand: one CTA (8 warps) per SM leaves 2 warps per
+// scheduler to hide the k-major loads' latency (the effect l88's 4 warps per scheduler fixed).
 // Otherwise, by the normalized operand majors (run3 sweep, H200, ratio to cuBLAS), the previous
 // choice ("old"):
 //   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
@@ -330,7 +337,7 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
       case Variant::kOld: return old_variant(p, vec);
     }
   }
-  if (lean) return p.a_k_major || p.b_k_major ? Variant::kL88 : Variant::kL816;
+  if (lean) return p.a_k_major || p.b_k_major ? Variant::kL88 : Variant::kL168w;
   return old_variant(p, vec);
 }
 

@@ -346,8 +346,9 @@ using Lean88n64 = LeanTile<128, 64, 8, 8, 8, 4, 4>;   // 128 thr, warp tiles 64 
 // lean kernels' 42-47) use 256-thread CTAs of 128 x 256 with 8 x 16 per thread, one CTA per SM.
 // The same shape in this template: 43 FLOP per staged byte instead of 32 (fewer L2 reads per
 // FFMA), 128 FFMA per 6 LDS.128, 8 warps per SM. ptxas (CUDA 13, sm_90a): 221-231 registers, no
-// spills, 25088 bytes of shared memory. Forced by name for measurement (not chosen by default
-// until a sweep says so).
+// spills, 25088 bytes of shared memory. Measured (2026-11-25 sweep, Note [SIMT fp32 variant
+// choice]): 256 x 128 is the default for dW (both operands m/n-major, +2% over l816); with a
+// k-major operand both wide tiles lose 10-45% (2 warps per scheduler cannot hide those loads).
 using Lean816w = LeanTile<128, 256, 8, 16, 8, 4, 1>;  // 256 thr, warp tiles 64 x 64, 2 x 4 warps
 using Lean168w = LeanTile<256, 128, 16, 8, 4, 8, 1>;  // 256 thr, warp tiles 64 x 64, 4 x 2 warps
 

@@ -4,7 +4,8 @@
 //   test_worker restart <fail_rank>       fails (status 5) on the first attempt, succeeds after
 //   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
-//   test_worker leave_early <backend>     rank 1 exits 0 right after rendezvous; rank 0 all-reduces
+//   test_worker leave_early <backend>     rank 1 leaves (_Exit(0), no teardown) right after rendezvous;
+//                                         rank 0 all-reduces
 //   test_worker zero1 <backend> <out>     the same MLP with ZeroAdamW (ZeRO-1) instead of DDP
 //   test_worker ddp_restart <out> <ckpt> <fail_rank> <fail_step>  DDP MLP with a checkpoint per step;
 //                                         the first attempt's <fail_rank> crashes at <fail_step>
@@ -243,7 +244,11 @@ int main(int argc, char** argv) {
     if (mode == "leave_early" && argc == 3) {
       auto pg = init_process_group(parse_backend(argv[2]));
       pg->barrier();
-      if (pg->rank() == 1) return 0;
+      // No destructors: a clean return would tear the communicator down, and ncclCommDestroy
+      // then waits on the peer's pending all-reduce until rank 1's own bounded destroy gives up
+      // (2026-11-25, 2x H100: rank 1 exited 124 after 10 s and blurun stopped rank 0 before its
+      // watchdog spoke). This test is about the rank left behind, as after a crash or a kill.
+      if (pg->rank() == 1) std::_Exit(0);
       Tensor t = blu::ones({1000}, blu::TensorOptions().device(pg->device()));
       pg->all_reduce(t);
       (void)t.to_double_vector();  // waits on CUDA (the watchdog must fire first)
