@@ -119,7 +119,7 @@ fi
 if ((do_bench)); then
   qflag=""; ((quick)) && qflag="--blu_quick"
   # PyTorch references first: the attention bench prints its ratio from torch_attention.json.
-  pys=""; { [ "$suite" = kernels ] || [ "$suite" = all ]; } && pys="torch_kernels torch_attention"
+  pys=""; { [ "$suite" = kernels ] || [ "$suite" = all ]; } && pys="torch_kernels torch_attention torch_attn_precision"
   for py in $pys; do
     if [ -f bench/$py.py ]; then
       stamp "python $py"
@@ -212,7 +212,7 @@ gzip -c "$logs/ctest.txt" > "$OUT/ctest.txt.gz" 2>/dev/null
 for f in build_errors spills test_failures bench_failures; do
   if [ -s "$logs/$f.txt" ]; then echo "== $f"; head -25 "$logs/$f.txt"; fi
 done
-for b in $benches torch_kernels torch_attention profiler fidelity interop e2e fidelity_train; do
+for b in $benches torch_kernels torch_attention torch_attn_precision profiler fidelity interop e2e fidelity_train; do
   [ -f "$logs/$b.txt" ] && { echo "== $b (tail)"; tail -25 "$logs/$b.txt"; }
 done
 [ -f "$logs/sass_check.txt" ] && { echo "== sass"; tail -15 "$logs/sass_check.txt"; }

@@ -317,6 +317,7 @@ struct CaseResult {
   Host mo, mdq, mdk, mdv;
   std::vector<float> lse;
   std::vector<double> mlse;
+  Host ro, rdq, rdk, rdv;  // the float64 reference
 };
 
 void run_case(const Case& c, CaseResult* result = nullptr) {
@@ -476,7 +477,8 @@ void run_case(const Case& c, CaseResult* result = nullptr) {
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0)
       << "backward is not bitwise deterministic";
   if (result != nullptr) {
-    *result = CaseResult{go, gdq, gdk, gdv, ref.mo, ref.mdq, ref.mdk, ref.mdv, glse, ref.mlse};
+    *result = CaseResult{go,     gdq,    gdk,    gdv,    ref.mo, ref.mdq, ref.mdk,
+                         ref.mdv, glse,  ref.mlse, ref.o, ref.dq, ref.dk, ref.dv};
   }
 }
 
@@ -604,6 +606,62 @@ TEST(AttentionGpu, F32Split3Tf32LongOdd) {
   run_case(Case{1, 1000, 2, 64, true, AttnPrecision::kF32Split3TF32, AttnPath::kAuto, true});
   run_case(Case{1, 1000, 1, 64, false, AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma, false});
   run_case(Case{1, 1000, 1, 128, true, AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma, false});
+}
+
+// Note [fp32 attention error profile]
+// The element bounds above catch a wrong element; they do not see a small *systematic* error,
+// which training amplifies far more than rounding noise (session 5: blutrain's 3xTF32 attention
+// drifted ~50x more from strict fp32 over 80 GPT-2 steps than PyTorch's 3xTF32 SDPA does, while
+// passing every bound here). On the GPT-2 shape (T = 1024, d = 64, causal) this measures, per
+// output, the relative RMS error against float64 and the bias: the mean error along sign(ref)
+// over the mean |ref| (> 0: magnitudes inflated, < 0: shrunk, e.g. by an accumulation that
+// truncates). Unbiased rounding gives |bias| ~ rms / sqrt(N); the test wants |bias| <= rms / 4
+// and 3xTF32 within 8x the strict kernel's RMS. bench/torch_attn_precision.py prints the same
+// statistics for PyTorch's SDPA backends on the device, for comparison.
+struct ErrStats {
+  double rms = 0, bias = 0;
+};
+ErrStats err_stats(const Host& got, const Host& ref) {
+  double se = 0, sr = 0, sb = 0, sa = 0;
+  for (size_t i = 0; i < ref.x.size(); ++i) {
+    const double e = got.x[i] - ref.x[i], r = ref.x[i];
+    se += e * e;
+    sr += r * r;
+    sb += r > 0 ? e : (r < 0 ? -e : 0.0);
+    sa += std::fabs(r);
+  }
+  return {sr > 0 ? std::sqrt(se / sr) : 0.0, sa > 0 ? sb / sa : 0.0};
+}
+
+TEST(AttentionGpu, F32ErrorProfileGpt2Shape) {
+  BLU_REQUIRE_GPU();
+  struct Run {
+    const char* name;
+    AttnPrecision prec;
+    AttnPath path;
+  };
+  const Run runs[] = {{"strict", AttnPrecision::kF32Strict, AttnPath::kAuto},
+                      {"3xtf32", AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma}};
+  const char* outs[] = {"O", "dQ", "dK", "dV"};
+  ErrStats st[2][4];
+  for (int i = 0; i < 2; ++i) {
+    CaseResult r;
+    run_case(Case{1, 1024, 2, 64, true, runs[i].prec, runs[i].path, true}, &r);
+    if (::testing::Test::HasFailure()) return;
+    st[i][0] = err_stats(r.o, r.ro);
+    st[i][1] = err_stats(r.dq, r.rdq);
+    st[i][2] = err_stats(r.dk, r.rdk);
+    st[i][3] = err_stats(r.dv, r.rdv);
+    for (int j = 0; j < 4; ++j)
+      std::printf("fp32 attention error profile (B1 T1024 H2 d64 causal): %-6s %-2s rel rms %.3e  bias %+.3e\n",
+                  runs[i].name, outs[j], st[i][j].rms, st[i][j].bias);
+  }
+  for (int j = 0; j < 4; ++j) {
+    SCOPED_TRACE(outs[j]);
+    for (int i = 0; i < 2; ++i)
+      EXPECT_LE(std::fabs(st[i][j].bias), 0.25 * st[i][j].rms + 1e-12) << runs[i].name << " is biased";
+    EXPECT_LE(st[1][j].rms, 8.0 * st[0][j].rms + 1e-12) << "3xTF32 far less precise than strict fp32";
+  }
 }
 
 TEST(AttentionGpu, F32StrictSimt) {
