@@ -251,6 +251,8 @@ int main(int argc, char** argv) {
       if (pg->rank() == 1) std::_Exit(0);
       Tensor t = blu::ones({1000}, blu::TensorOptions().device(pg->device()));
       pg->all_reduce(t);
+      std::fprintf(stderr, "leave_early: rank 0 issued its all_reduce; waiting on it\n");
+      std::fflush(stderr);
       (void)t.to_double_vector();  // waits on CUDA (the watchdog must fire first)
       std::fprintf(stderr, "leave_early: all_reduce with a departed peer returned\n");
       return 1;
