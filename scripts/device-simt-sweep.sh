@@ -13,7 +13,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}; variants=${2:-"default l816w l168w old"}
-OUT=${OUT:-/tmp/blu-out}; out=$OUT/simt_sweep; mkdir -p "$out"
+# The device tool brings back at most 8 files: everything is written under /tmp/blu-sweep and
+# packed into $OUT/simt_sweep.tar.gz at the end (choice.json and the ncu probe also alone).
+OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sweep/simt_sweep; rm -rf "$out"; mkdir -p "$out" "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
@@ -94,3 +96,7 @@ for v in ${BLU_SWEEP_NCU-default l816w l168w}; do
     > "$out/ncu_$v.txt" 2>&1
   stamp "ncu $v rc=$?"
 done
+tar -C /tmp/blu-sweep -czf "$OUT/simt_sweep.tar.gz" simt_sweep
+cp "$out/choice.json" "$out/../simt_choice.env" "$OUT/" 2>/dev/null
+[ -f "$out/ncu_default/probe.txt" ] && tail -5 "$out/ncu_default/probe.txt"
+stamp "packed $OUT/simt_sweep.tar.gz"
