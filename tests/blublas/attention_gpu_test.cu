@@ -618,6 +618,13 @@ TEST(AttentionGpu, F32Split3Tf32LongOdd) {
 // truncates). Unbiased rounding gives |bias| ~ rms / sqrt(N); the test wants |bias| <= rms / 4
 // and 3xTF32 within 8x the strict kernel's RMS. bench/torch_attn_precision.py prints the same
 // statistics for PyTorch's SDPA backends on the device, for comparison.
+// The suspect if 3xTF32 shows a bias: mma.sync's fp32 accumulation truncates (reported for
+// Volta..Ampere tensor cores), so the T/8 x 3 accumulations of P V and of the backward's long
+// reductions all round toward zero. A fix tried on paper (session 5): sum each k-step's three
+// products from zero and add that partial with an FADD; per mma that raised the forward from 177
+// to 255 registers with spills (the independent partials let the scheduler hoist every chain),
+// so it must be done per key block (one fresh O-sized accumulator folded in with the existing
+// o = o * corr + P V rescale: +32 registers at d64, too many at d128) or per pair of blocks.
 struct ErrStats {
   double rms = 0, bias = 0;
 };
@@ -658,11 +665,13 @@ TEST(AttentionGpu, F32ErrorProfileGpt2Shape) {
   }
   for (int j = 0; j < 4; ++j) {
     SCOPED_TRACE(outs[j]);
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < 2; ++i) {
       EXPECT_LE(std::fabs(st[i][j].bias), 0.25 * st[i][j].rms + 1e-12) << runs[i].name << " is biased";
-    EXPECT_LE(st[1][j].rms, 8.0 * st[0][j].rms + 1e-12) << "3xTF32 far less precise than strict fp32";
+      EXPECT_LE(st[i][j].rms, 8.0 * st[0][j].rms + 1e-12) << runs[i].name << " far less precise than strict";
+    }
   }
 }
+
 
 TEST(AttentionGpu, F32StrictSimt) {
   BLU_REQUIRE_GPU();
