@@ -36,12 +36,14 @@ unset BLUBLAS_SIMT_VARIANT
 python3 - "$out" $variants <<'PY'
 import json, os, sys
 out, variants = sys.argv[1], sys.argv[2:]
-rows = {}
+benches = {}
 for v in variants:
     try:
-        d = json.load(open(os.path.join(out, f"bench_{v}", "gemm_bench.json")))
+        benches[v] = json.load(open(os.path.join(out, f"bench_{v}", "gemm_bench.json")))
     except (OSError, ValueError):
-        continue
+        pass
+rows = {}
+for v, d in benches.items():
     for r in d.get("rows", []):
         if r.get("dtype") == "fp32" and isinstance(r.get("ratio"), (int, float)):
             rows.setdefault(f"{r['case']} {r['shape']} {r['op']}", {})[v] = r["ratio"]
@@ -56,11 +58,7 @@ json.dump(rows, open(os.path.join(out, "sweep.json"), "w"), indent=1)
 # times, the lm head once; a variant missing a verified shape of the pass is not a candidate.
 majors = {"fwd": "kk", "dX": "kn", "dW": "mn"}
 step = {}
-for v in variants:
-    try:
-        d = json.load(open(os.path.join(out, f"bench_{v}", "gemm_bench.json")))
-    except (OSError, ValueError):
-        continue
+for v, d in benches.items():
     for r in d.get("rows", []):
         if r.get("dtype") != "fp32" or r.get("set") != "gpt2" or "+" in r.get("case", ""):
             continue
