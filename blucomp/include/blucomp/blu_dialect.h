@@ -1,0 +1,17 @@
+// The `blu` dialect's C++ declarations: the dialect, the elementwise interface and the ops, all
+// generated from blu_dialect.td / blu_ops.td by mlir-tblgen.
+#pragma once
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "blucomp/blu_dialect.h.inc"
+#include "blucomp/blu_interfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "blucomp/blu_ops.h.inc"

@@ -1,0 +1,111 @@
+// The ops of the `blu` dialect (first slice): elementwise add/mul/bias_add/gelu_tanh(+grad),
+// layernorm forward, matmul (an opaque blublas call) and the `blu.fused` region with its yield.
+#ifndef BLUCOMP_BLU_OPS_TD
+#define BLUCOMP_BLU_OPS_TD
+
+include "blucomp/blu_dialect.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+class Blu_ElementwiseOp<string mnemonic, list<Trait> traits = []>
+    : Blu_Op<mnemonic, traits # [Pure, DeclareOpInterfaceMethods<Blu_ElementwiseOpInterface>]>;
+
+// --- elementwise, same shapes ------------------------------------------------------------------
+
+def Blu_AddOp : Blu_ElementwiseOp<"add", [SameOperandsAndResultType, Commutative]> {
+  let summary = "elementwise sum of two tensors of one type (also the residual add)";
+  let arguments = (ins Blu_Tensor:$lhs, Blu_Tensor:$rhs);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Blu_MulOp : Blu_ElementwiseOp<"mul", [SameOperandsAndResultType, Commutative]> {
+  let summary = "elementwise product of two tensors of one type";
+  let arguments = (ins Blu_Tensor:$lhs, Blu_Tensor:$rhs);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Blu_GeluTanhOp : Blu_ElementwiseOp<"gelu_tanh", [SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))";
+  let arguments = (ins Blu_Tensor:$input);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Blu_GeluTanhGradOp : Blu_ElementwiseOp<"gelu_tanh_grad", [SameOperandsAndResultType]> {
+  let summary = "backward of gelu_tanh: grad * d gelu_tanh(x) / dx";
+  let arguments = (ins Blu_Tensor:$grad, Blu_Tensor:$input);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
+}
+
+// --- elementwise with a broadcast operand ------------------------------------------------------
+
+def Blu_BiasAddOp : Blu_ElementwiseOp<"bias_add", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "input + bias, the rank-1 bias broadcast along the input's last dimension";
+  let arguments = (ins Blu_Tensor:$input, Blu_Tensor:$bias);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
+  let hasVerifier = 1;
+}
+
+// --- not elementwise ---------------------------------------------------------------------------
+
+def Blu_LayerNormOp : Blu_Op<"layernorm", [Pure]> {
+  let summary = "layer normalisation over the last dimension, with the saved mean and rstd";
+  let description = [{
+    `y = (x - mean) * rstd * weight + bias` per row of the last dimension; `mean` and `rstd`
+    (f32, the input's shape without its last dimension) are kept for the backward.
+  }];
+  let arguments = (ins Blu_Tensor:$input, Blu_Tensor:$weight, Blu_Tensor:$bias,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs Blu_Tensor:$result, Blu_Tensor:$mean, Blu_Tensor:$rstd);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight) `,` type($bias)
+    `->` type($result) `,` type($mean) `,` type($rstd)
+  }];
+  let hasVerifier = 1;
+}
+
+def Blu_MatmulOp : Blu_Op<"matmul", [Pure]> {
+  let summary = "GEMM, an opaque call into blublas (never fused)";
+  let description = [{
+    `result = op(lhs) * op(rhs)` on rank-2 tensors, where op transposes when the matching
+    `transpose_*` attribute is set. The compiler never looks inside: the runtime calls the
+    blublas launcher for it, and fusion treats it as a boundary.
+  }];
+  let arguments = (ins Blu_Tensor:$lhs, Blu_Tensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+// --- fusion ------------------------------------------------------------------------------------
+
+def Blu_FusedOp : Blu_Op<"fused", [IsolatedFromAbove, SingleBlock]> {
+  let summary = "a group of elementwise blu ops that becomes one kernel";
+  let description = [{
+    The region's block arguments are the group's inputs (one per operand, same types); its ops
+    are elementwise blu ops; `blu.yield` returns the group's one result. Each input has the
+    result's shape or is a rank-1 tensor of the result's last dimension (a bias).
+  }];
+  let arguments = (ins Variadic<Blu_Tensor>:$inputs);
+  let results = (outs Blu_Tensor:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, $result) $body";
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+}
+
+def Blu_YieldOp : Blu_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "returns the value of a blu.fused region";
+  let arguments = (ins Blu_Tensor:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+}
+
+#endif  // BLUCOMP_BLU_OPS_TD

@@ -1,0 +1,44 @@
+// blucomp's passes and pipelines: registration for blu-opt and constructors for C++ pipelines.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "blucomp/blu_dialect.h"
+
+namespace blu::comp {
+
+#define GEN_PASS_DECL
+#include "blucomp/passes.h.inc"
+
+// Options of the blu-to-nvvm pipeline (Note [GPU pipeline] in pipelines.cpp).
+struct GpuPipelineOptions {
+  std::string chip = "sm_90";
+  std::string features = "+ptx80";
+  int threads_per_block = 256;  // the tile of the last dimension one block covers
+};
+
+// Fills `pm` with: canonicalize, CSE, fusion, blu -> linalg, bufferize, parallel loops -> gpu,
+// kernel outlining, NVVM, gpu-module-to-binary (PTX text, format=isa).
+void buildBluToNvvmPipeline(mlir::OpPassManager& pm, const GpuPipelineOptions& options);
+
+// The front half only (canonicalize, CSE, fusion): what `blu-opt --blu-fuse-pipeline` runs.
+void buildBluFusePipeline(mlir::OpPassManager& pm);
+
+// Registers the passes and the `blu-fuse-pipeline` / `blu-to-nvvm` pipelines with mlir-opt's
+// command line.
+void registerBluPasses();
+
+#define GEN_PASS_REGISTRATION
+#include "blucomp/passes.h.inc"
+
+}  // namespace blu::comp

@@ -1,0 +1,124 @@
+// The blu ops' generated definitions and their verifiers. Note [Verifier messages]: every error
+// names the operand and prints the types involved and the type that was expected, so a bad
+// trace is found from the message alone (ODS's type constraints already reject dynamic shapes,
+// unranked tensors and element types other than f32/bf16).
+#include "blucomp/blu_dialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace blu::comp;
+
+#define GET_OP_CLASSES
+#include "blucomp/blu_ops.cpp.inc"
+
+namespace {
+
+RankedTensorType rankedType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+// A rank-1 tensor<N x elem> of the last dimension of `like`, with `elem` given.
+RankedTensorType lastDimVectorType(RankedTensorType like, Type elem) {
+  return RankedTensorType::get({like.getShape().back()}, elem);
+}
+
+// The shape of `like` without its last dimension, as a tensor of `elem`.
+RankedTensorType rowsType(RankedTensorType like, Type elem) {
+  return RankedTensorType::get(like.getShape().drop_back(), elem);
+}
+
+}  // namespace
+
+LogicalResult BiasAddOp::verify() {
+  RankedTensorType input = rankedType(getInput());
+  RankedTensorType bias = rankedType(getBias());
+  if (input.getRank() < 1) return emitOpError("input must have rank >= 1, got ") << input;
+  if (bias.getElementType() != input.getElementType())
+    return emitOpError("bias element type ")
+           << bias.getElementType() << " differs from the input's " << input.getElementType();
+  RankedTensorType expected = lastDimVectorType(input, input.getElementType());
+  if (bias != expected)
+    return emitOpError("bias ") << bias << " does not match the last dimension of input " << input
+                                << ": expected " << expected;
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  RankedTensorType input = rankedType(getInput());
+  if (input.getRank() < 1) return emitOpError("input must have rank >= 1, got ") << input;
+  RankedTensorType param = lastDimVectorType(input, input.getElementType());
+  if (rankedType(getWeight()) != param)
+    return emitOpError("weight ") << getWeight().getType() << " does not match input " << input
+                                  << ": expected " << param;
+  if (rankedType(getBias()) != param)
+    return emitOpError("bias ") << getBias().getType() << " does not match input " << input
+                                << ": expected " << param;
+  if (getResult().getType() != input)
+    return emitOpError("result ") << getResult().getType() << " must have the input's type "
+                                  << input;
+  RankedTensorType stats = rowsType(input, Float32Type::get(getContext()));
+  if (rankedType(getMean()) != stats || rankedType(getRstd()) != stats)
+    return emitOpError("mean ") << getMean().getType() << " and rstd " << getRstd().getType()
+                                << " must both be " << stats << " (f32, one per row)";
+  if (!(getEpsilon().convertToFloat() > 0.0f))
+    return emitOpError("epsilon must be > 0, got ") << getEpsilon().convertToFloat();
+  return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  RankedTensorType lhs = rankedType(getLhs());
+  RankedTensorType rhs = rankedType(getRhs());
+  RankedTensorType result = rankedType(getResult());
+  if (lhs.getRank() != 2 || rhs.getRank() != 2 || result.getRank() != 2)
+    return emitOpError("operands and result must be rank 2, got ")
+           << lhs << ", " << rhs << " -> " << result;
+  if (lhs.getElementType() != rhs.getElementType())
+    return emitOpError("lhs ") << lhs << " and rhs " << rhs << " must have one element type";
+  const int64_t m = getTransposeLhs() ? lhs.getDimSize(1) : lhs.getDimSize(0);
+  const int64_t k_lhs = getTransposeLhs() ? lhs.getDimSize(0) : lhs.getDimSize(1);
+  const int64_t k_rhs = getTransposeRhs() ? rhs.getDimSize(1) : rhs.getDimSize(0);
+  const int64_t n = getTransposeRhs() ? rhs.getDimSize(0) : rhs.getDimSize(1);
+  if (k_lhs != k_rhs)
+    return emitOpError("contraction sizes differ: lhs ")
+           << lhs << (getTransposeLhs() ? " (transposed)" : "") << " has K = " << k_lhs << ", rhs "
+           << rhs << (getTransposeRhs() ? " (transposed)" : "") << " has K = " << k_rhs;
+  if (result.getDimSize(0) != m || result.getDimSize(1) != n)
+    return emitOpError("result ") << result << " must be " << m << "x" << n;
+  return success();
+}
+
+LogicalResult FusedOp::verify() {
+  RankedTensorType result = rankedType(getResult());
+  RankedTensorType bias_shape = lastDimVectorType(result, result.getElementType());
+  for (auto [index, input] : llvm::enumerate(getInputs())) {
+    RankedTensorType type = rankedType(input);
+    if (type.getShape() != result.getShape() && type.getShape() != bias_shape.getShape())
+      return emitOpError("input #") << index << " " << type << " is neither of the result's shape "
+                                    << result << " nor a rank-1 tensor of its last dimension";
+  }
+  return success();
+}
+
+LogicalResult FusedOp::verifyRegions() {
+  Block& body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("region has ")
+           << body.getNumArguments() << " arguments for " << getInputs().size() << " inputs";
+  for (auto [index, pair] : llvm::enumerate(llvm::zip(body.getArguments(), getInputs()))) {
+    auto [arg, input] = pair;
+    if (arg.getType() != input.getType())
+      return emitOpError("region argument #")
+             << index << " " << arg.getType() << " differs from input " << input.getType();
+  }
+  for (Operation& op : body.without_terminator())
+    if (!isa<ElementwiseOpInterface>(&op))
+      return op.emitOpError("is not elementwise and may not be inside blu.fused");
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield) return emitOpError("region must end with blu.yield");
+  if (yield.getValue().getType() != getResult().getType())
+    return emitOpError("yields ") << yield.getValue().getType() << " but the result is "
+                                  << getResult().getType();
+  return success();
+}

@@ -1,0 +1,48 @@
+// blu-expand-math: replaces math.tanh (and friends) with MLIR's f32 polynomial approximations,
+// and math.absf with a sign-bit mask, so the PTX calls no libdevice function (Note [GPU
+// pipeline] in pipelines.cpp).
+#include "blucomp/passes.h"
+
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace blu::comp {
+#define GEN_PASS_DEF_BLUEXPANDMATH
+#include "blucomp/passes.h.inc"
+}  // namespace blu::comp
+
+using namespace mlir;
+
+namespace {
+
+// Note [fabs without libdevice]
+// convert-gpu-to-nvvm (MLIR 19) turns math.absf and even llvm.intr.fabs into calls to libdevice's
+// __nv_fabsf, which gpu-module-to-binary can only resolve by linking libdevice.10.bc from a CUDA
+// toolkit. |x| for f32 is clearing the sign bit: an integer and on the bit pattern, which the
+// NVPTX backend emits as one and.b32 (what __nv_fabsf compiles to anyway).
+struct AbsFAsSignMask : OpRewritePattern<math::AbsFOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::AbsFOp op, PatternRewriter& rewriter) const override {
+    if (!op.getType().isF32()) return failure();
+    Location loc = op.getLoc();
+    Type i32 = rewriter.getI32Type();
+    Value bits = rewriter.create<arith::BitcastOp>(loc, i32, op.getOperand());
+    Value mask = rewriter.create<arith::ConstantOp>(loc, rewriter.getI32IntegerAttr(0x7fffffff));
+    Value cleared = rewriter.create<arith::AndIOp>(loc, bits, mask);
+    rewriter.replaceOpWithNewOp<arith::BitcastOp>(op, op.getType(), cleared);
+    return success();
+  }
+};
+
+struct ExpandMathPass : blu::comp::impl::BluExpandMathBase<ExpandMathPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateMathPolynomialApproximationPatterns(patterns);
+    patterns.add<AbsFAsSignMask>(&getContext());
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+}  // namespace

@@ -1,0 +1,150 @@
+// blu-lower-to-linalg: each blu.fused (and each elementwise blu op left alone by fusion) becomes
+// one linalg.generic on a 2-D (rows, last dimension) view, its body built from the ops' scalar
+// bodies (Note [Elementwise interface]).
+#include "blucomp/passes.h"
+
+#include <functional>
+
+#include "mlir/Dialect/Utils/StructuredOpsUtils.h"
+#include "mlir/IR/AffineMap.h"
+
+namespace blu::comp {
+#define GEN_PASS_DEF_BLULOWERTOLINALG
+#include "blucomp/passes.h.inc"
+}  // namespace blu::comp
+
+using namespace mlir;
+using namespace blu::comp;
+
+namespace {
+
+// Note [2-D iteration space]
+// Every group is iterated as (rows, cols): cols is the result's last dimension, rows the product
+// of the others. Inputs of the result's shape are reshaped to that view (collapse_shape for rank
+// > 2, expand_shape for rank 1: both free views after bufferization), a rank-1 bias is indexed
+// by the column alone. One rank for every group keeps the GPU mapping uniform (tile 1 x
+// threads_per_block, blocks over rows and column tiles) whatever the tensor rank was.
+using ScalarBody = std::function<Value(OpBuilder&, Location, ValueRange)>;
+
+llvm::SmallVector<ReassociationIndices> to2dReassociation(int64_t rank) {
+  if (rank == 1) return {{0, 1}};
+  ReassociationIndices leading;
+  for (int64_t d = 0; d + 1 < rank; ++d) leading.push_back(d);
+  return {leading, {rank - 1}};
+}
+
+Value to2d(OpBuilder& b, Location loc, Value value, RankedTensorType view) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() == 2) return value;
+  auto reassociation = to2dReassociation(type.getRank());
+  if (type.getRank() == 1) return b.create<tensor::ExpandShapeOp>(loc, view, value, reassociation);
+  return b.create<tensor::CollapseShapeOp>(loc, view, value, reassociation);
+}
+
+Value from2d(OpBuilder& b, Location loc, Value value, RankedTensorType type) {
+  if (type.getRank() == 2) return value;
+  auto reassociation = to2dReassociation(type.getRank());
+  if (type.getRank() == 1)
+    return b.create<tensor::CollapseShapeOp>(loc, type, value, reassociation);
+  return b.create<tensor::ExpandShapeOp>(loc, type, value, reassociation);
+}
+
+// One linalg.generic computing `body` elementwise over `inputs`, result of `result_type`.
+Value buildGeneric(OpBuilder& b, Location loc, RankedTensorType result_type, ValueRange inputs,
+                   const ScalarBody& body) {
+  MLIRContext* ctx = b.getContext();
+  const int64_t cols = result_type.getShape().back();
+  const int64_t rows = result_type.getNumElements() / std::max<int64_t>(cols, 1);
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(2, ctx);
+  AffineMap by_column = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+
+  llvm::SmallVector<Value> views;
+  llvm::SmallVector<AffineMap> maps;
+  for (Value input : inputs) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (type.getShape() == result_type.getShape()) {
+      views.push_back(
+          to2d(b, loc, input, RankedTensorType::get({rows, cols}, type.getElementType())));
+      maps.push_back(identity);
+    } else {  // a bias: rank 1, the last dimension (blu.fused's verifier)
+      views.push_back(input);
+      maps.push_back(by_column);
+    }
+  }
+  maps.push_back(identity);
+  Type out_elem = result_type.getElementType();
+  Value init = b.create<tensor::EmptyOp>(loc, llvm::ArrayRef<int64_t>{rows, cols}, out_elem);
+  llvm::SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
+  auto generic = b.create<linalg::GenericOp>(
+      loc, TypeRange{init.getType()}, views, ValueRange{init}, maps, iterators,
+      [&](OpBuilder& nb, Location nloc, ValueRange args) {
+        // Note [bf16 compute]: the body runs in f32; bf16 is widened on load, narrowed on store.
+        Type f32 = nb.getF32Type();
+        llvm::SmallVector<Value> scalars;
+        for (Value arg : args.drop_back())
+          scalars.push_back(arg.getType() == f32 ? arg : nb.create<arith::ExtFOp>(nloc, f32, arg));
+        Value result = body(nb, nloc, scalars);
+        if (out_elem != f32) result = nb.create<arith::TruncFOp>(nloc, out_elem, result);
+        nb.create<linalg::YieldOp>(nloc, result);
+      });
+  return from2d(b, loc, generic.getResult(0), result_type);
+}
+
+// The scalar body of a blu.fused region: its ops' scalar bodies chained in order.
+Value fusedScalarBody(FusedOp fused, OpBuilder& b, Location loc, ValueRange scalars) {
+  Block& block = fused.getBody().front();
+  IRMapping scalar_of;
+  for (auto [arg, scalar] : llvm::zip(block.getArguments(), scalars)) scalar_of.map(arg, scalar);
+  for (Operation& op : block.without_terminator()) {
+    llvm::SmallVector<Value> operands;
+    for (Value operand : op.getOperands()) operands.push_back(scalar_of.lookup(operand));
+    Value result = cast<ElementwiseOpInterface>(&op).buildScalar(b, op.getLoc(), operands);
+    scalar_of.map(op.getResult(0), result);
+  }
+  return scalar_of.lookup(cast<YieldOp>(block.getTerminator()).getValue());
+}
+
+struct LowerToLinalgPass : blu::comp::impl::BluLowerToLinalgBase<LowerToLinalgPass> {
+  void runOnOperation() override {
+    llvm::SmallVector<Operation*> work;
+    bool unsupported = false;
+    getOperation().walk<WalkOrder::PreOrder>([&](Operation* op) {
+      if (isa<FusedOp>(op)) {
+        work.push_back(op);
+        return WalkResult::skip();  // its body is lowered with it
+      }
+      if (isa<ElementwiseOpInterface>(op)) work.push_back(op);
+      if (isa<MatmulOp, LayerNormOp>(op)) {
+        op->emitOpError(
+            "has no lowering to linalg yet (blu.matmul becomes a blublas call in "
+            "the runtime; blu.layernorm a reduction kernel: blucomp/README.md)");
+        unsupported = true;
+      }
+      return WalkResult::advance();
+    });
+    if (unsupported) return signalPassFailure();
+
+    for (Operation* op : work) {
+      OpBuilder b(op);
+      auto result_type = cast<RankedTensorType>(op->getResult(0).getType());
+      Value lowered;
+      if (auto fused = dyn_cast<FusedOp>(op)) {
+        lowered = buildGeneric(b, op->getLoc(), result_type, fused.getInputs(),
+                               [fused](OpBuilder& nb, Location loc, ValueRange scalars) {
+                                 return fusedScalarBody(fused, nb, loc, scalars);
+                               });
+      } else {
+        auto elementwise = cast<ElementwiseOpInterface>(op);
+        lowered =
+            buildGeneric(b, op->getLoc(), result_type, op->getOperands(),
+                         [elementwise](OpBuilder& nb, Location loc, ValueRange scalars) mutable {
+                           return elementwise.buildScalar(nb, loc, scalars);
+                         });
+      }
+      op->getResult(0).replaceAllUsesWith(lowered);
+      op->erase();
+    }
+  }
+};
+
+}  // namespace
