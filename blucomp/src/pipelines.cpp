@@ -2,6 +2,7 @@
 // of passes and pipelines with the mlir-opt command line.
 #include "blucomp/passes.h"
 
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
@@ -41,10 +42,10 @@ void buildBluFusePipeline(OpPassManager& pm) {
 //     kernel arguments), gpu-kernel-outlining, blu-expand-math (polynomial tanh) then
 //     convert-math-to-llvm (fabs/fma as LLVM intrinsics, not __nv_* calls): no libdevice is
 //     needed, none is on the device, and the PTX does not depend on where a CUDA toolkit
-//     happens to be; convert-scf-to-cf (the partial-tile guard), nvvm-attach-
-//     target (chip/features), convert-gpu-to-nvvm with the bare-pointer calling convention (a
-//     kernel takes one pointer per buffer: what the runtime binds to arena offsets), and
-//     gpu-module-to-binary format=isa: PTX text in each gpu.binary, read by collectPtx().
+//     happens to be; lower-affine (tile offsets) and convert-scf-to-cf (the partial-tile guard),
+//     nvvm-attach- target (chip/features), convert-gpu-to-nvvm with the bare-pointer calling
+//     convention (a kernel takes one pointer per buffer: what the runtime binds to arena offsets),
+//     and gpu-module-to-binary format=isa: PTX text in each gpu.binary, read by collectPtx().
 //  The host side (func.func with gpu.launch_func) stays at the memref level: the runtime, not
 //  MLIR's CUDA wrappers, launches the kernels.
 void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options) {
@@ -70,6 +71,7 @@ void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options
 
   pm.addNestedPass<gpu::GPUModuleOp>(createBluExpandMath());
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertMathToLLVMPass());
+  pm.addNestedPass<gpu::GPUModuleOp>(createLowerAffinePass());
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertSCFToCFPass());
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;

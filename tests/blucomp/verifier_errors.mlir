@@ -1,0 +1,124 @@
+// The verifiers reject malformed blu IR with messages that name the operand, the types and the
+// expected type (Note [Verifier messages] in blucomp/src/blu_ops.cpp).
+// RUN: blu-opt %s -split-input-file -verify-diagnostics
+
+func.func @bias_wrong_length(%x: tensor<4x8xf32>, %b: tensor<6xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{bias 'tensor<6xf32>' does not match the last dimension of input 'tensor<4x8xf32>': expected 'tensor<8xf32>'}}
+  %0 = blu.bias_add %x, %b : tensor<4x8xf32>, tensor<6xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @bias_wrong_dtype(%x: tensor<4x8xf32>, %b: tensor<8xbf16>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{bias element type 'bf16' differs from the input's 'f32'}}
+  %0 = blu.bias_add %x, %b : tensor<4x8xf32>, tensor<8xbf16>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// expected-note @+1 {{prior use here}}
+func.func @add_shapes_differ(%a: tensor<4x8xf32>, %b: tensor<4x9xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{use of value '%b' expects different type than prior uses: 'tensor<4x8xf32>' vs 'tensor<4x9xf32>'}}
+  %0 = blu.add %a, %b : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @f16_rejected(%a: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or bfloat16 type values}}
+  %0 = blu.gelu_tanh %a : tensor<4x8xf16>
+  return %0 : tensor<4x8xf16>
+}
+
+// -----
+
+func.func @dynamic_shape_rejected(%a: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or bfloat16 type values}}
+  %0 = blu.gelu_tanh %a : tensor<?x8xf32>
+  return %0 : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @matmul_k_mismatch(%a: tensor<4x8xf32>, %b: tensor<7x16xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{contraction sizes differ: lhs 'tensor<4x8xf32>' has K = 8, rhs 'tensor<7x16xf32>' has K = 7}}
+  %0 = blu.matmul %a, %b : tensor<4x8xf32>, tensor<7x16xf32> -> tensor<4x16xf32>
+  return %0 : tensor<4x16xf32>
+}
+
+// -----
+
+func.func @matmul_transposed_k_mismatch(%a: tensor<4x8xf32>, %b: tensor<16x4xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{rhs 'tensor<16x4xf32>' (transposed) has K = 4}}
+  %0 = blu.matmul %a, %b {transpose_rhs = true} : tensor<4x8xf32>, tensor<16x4xf32> -> tensor<4x16xf32>
+  return %0 : tensor<4x16xf32>
+}
+
+// -----
+
+func.func @matmul_result_shape(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> tensor<4x15xf32> {
+  // expected-error @+1 {{result 'tensor<4x15xf32>' must be 4x16}}
+  %0 = blu.matmul %a, %b : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x15xf32>
+  return %0 : tensor<4x15xf32>
+}
+
+// -----
+
+func.func @layernorm_weight(%x: tensor<4x8xf32>, %w: tensor<4xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{weight 'tensor<4xf32>' does not match input 'tensor<4x8xf32>': expected 'tensor<8xf32>'}}
+  %y, %m, %r = blu.layernorm %x, %w, %b : tensor<4x8xf32>, tensor<4xf32>, tensor<8xf32> -> tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @layernorm_stats(%x: tensor<4x8xbf16>, %w: tensor<8xbf16>) -> tensor<4x8xbf16> {
+  // expected-error @+1 {{mean 'tensor<4xbf16>' and rstd 'tensor<4xbf16>' must both be 'tensor<4xf32>' (f32, one per row)}}
+  %y, %m, %r = blu.layernorm %x, %w, %w : tensor<4x8xbf16>, tensor<8xbf16>, tensor<8xbf16> -> tensor<4x8xbf16>, tensor<4xbf16>, tensor<4xbf16>
+  return %y : tensor<4x8xbf16>
+}
+
+// -----
+
+func.func @layernorm_epsilon(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{epsilon must be > 0, got 0}}
+  %y, %m, %r = blu.layernorm %x, %w, %w {epsilon = 0.0 : f32} : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @fused_input_not_broadcastable(%x: tensor<4x8xf32>, %c: tensor<4xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{input #1 'tensor<4xf32>' is neither of the result's shape 'tensor<4x8xf32>' nor a rank-1 tensor of its last dimension}}
+  %0 = blu.fused(%x, %c) : (tensor<4x8xf32>, tensor<4xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<4xf32>):
+    blu.yield %a : tensor<4x8xf32>
+  }
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @fused_holds_matmul(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = blu.fused(%x) : (tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%a: tensor<8x8xf32>):
+    // expected-error @+1 {{is not elementwise and may not be inside blu.fused}}
+    %1 = blu.matmul %a, %a : tensor<8x8xf32>, tensor<8x8xf32> -> tensor<8x8xf32>
+    blu.yield %1 : tensor<8x8xf32>
+  }
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+func.func @fused_yield_type(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{yields 'tensor<8xf32>' but the result is 'tensor<4x8xf32>'}}
+  %0 = blu.fused(%x, %b) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %c: tensor<8xf32>):
+    blu.yield %c : tensor<8xf32>
+  }
+  return %0 : tensor<4x8xf32>
+}
