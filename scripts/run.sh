@@ -5,7 +5,7 @@
 # Arguments are passed to `blutrain train` (see `build/blutrain/blutrain --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup-deps.sh
+BLU_SETUP_MLIR=0 scripts/setup-deps.sh  # blucomp (MLIR) is not part of the training run
 # Without a GPU nothing of CUDA can run: the CPU-only configuration (Note [CPU-only build] in
 # CMakeLists.txt) compiles no CUDA at all, in its own build directory so that a CUDA build in
 # ./build is left as it is. BLU_WITH_CUDA=ON|OFF overrides the choice.
