@@ -14,6 +14,8 @@ model). Writes RESULTS/fidelity_train.json:
   fidelity.<mode>.torch_compile_vs_eager_max_rel_<N>  the noise floor: PyTorch compiled vs eager, same
                                           weights and batches (Note [Fidelity noise floor]; --no-noise-floor);
                                           with --floor sdpa-math|sdpa-auto: ...torch_sdpa_<x>_vs_eager...
+  fidelity.<mode>.step1_grad_max_rel_l2, .step1_grad_median_rel_l2  per-tensor gradients of step 1
+                                          vs PyTorch eager (Note [Step-1 gradients]; the floor run's too)
 and RESULTS/fidelity_train.md (the table); the per-step losses go in both JSONs.
   python3 bench/e2e/fidelity.py --blutrain build/blutrain/blutrain --out /tmp/fid --results RES
 """
@@ -48,6 +50,31 @@ def shape_of(rel):
         return None, None
     tail = rel[-10:]
     return 1 + max(range(len(rel)), key=rel.__getitem__), sum(tail) / len(tail)
+
+
+# Note [Step-1 gradients]: from identical weights and the same first batch, the gradients of step 1
+# carry no training dynamics, only each implementation's rounding: per tensor, the relative L2
+# distance ||g - g_torch|| / ||g_torch|| and the max abs difference, for blutrain and for the floor
+# run (torch.compile or the other SDPA backend) against PyTorch eager. A kernel with a systematic
+# error shows here as the tensors it feeds standing out (e.g. the attention's c_attn gradients).
+def compare_grads(path, ref_path):
+    """{name: {"rel_l2", "max_abs"}} for the tensors both files hold; {} when either is missing."""
+    if not (os.path.exists(path) and os.path.exists(ref_path)):
+        return {}
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        return {}
+    a, r = load_file(path), load_file(ref_path)
+    out = {}
+    for k in sorted(set(a) & set(r)):
+        x, y = a[k].double().flatten(), r[k].double().flatten()
+        if x.numel() != y.numel():
+            continue
+        d = x - y
+        n = float(y.norm())
+        out[k] = {"rel_l2": float(d.norm()) / n if n > 0 else float(d.norm()), "max_abs": float(d.abs().max())}
+    return out
 
 
 def main():
@@ -105,7 +132,7 @@ def main():
     else:
         meta["init_from"] = a.init_from
 
-    metrics, rows, errors, losses = {}, [], {}, {}
+    metrics, rows, errors, losses, grad_reports = {}, [], {}, {}, {}
     n = a.steps
     floor_name = "torch_compile" if a.floor == "compile" else "torch_" + a.floor.replace("-", "_")
     meta["noise_floor"] = {"compile": "torch.compile vs eager", "sdpa-math": "eager with SDPA math vs eager",
@@ -115,11 +142,21 @@ def main():
     if a.extra_blutrain_args:
         meta["extra_blutrain_args"] = a.extra_blutrain_args
     for mode in [m for m in a.modes.split(",") if m]:
+        # Step-1 gradients of every tensor (Note [Step-1 gradients]): each run dumps them.
+        grads = {w: os.path.join(a.out, f"{mode}.grads_{w}.safetensors") for w in ("blutrain", "torch", "floor")}
+        for f in grads.values():
+            if os.path.exists(f):
+                os.remove(f)
         print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: blutrain ...", flush=True)
+        extra_b, extra_t = a.extra_blutrain_args, a.extra_torch_args
+        a.extra_blutrain_args = f"{extra_b} --dump grad.* --dump-step 1 --dump-file {grads['blutrain']}".strip()
         b = run_blutrain(a, mode, profile_step=0, steps=n, data=a.data, init_from=a.init_from, tag="fidelity")
+        a.extra_blutrain_args = extra_b
         print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: torch ...", flush=True)
+        a.extra_torch_args = f"{extra_t} --dump-grads {grads['torch']}".strip()
         t = run_torch(a, mode, False, profile_step=0, steps=n, data=a.data, init_from=a.init_from,
                       tag="fidelity_torch")
+        a.extra_torch_args = extra_t
         # Note [Fidelity noise floor]: how far two faithful implementations drift apart over N
         # steps is set by the training dynamics, not only by the kernels: torch.compile (other
         # fusions and summation orders, same model) against eager from the same weights and
@@ -131,8 +168,9 @@ def main():
         if not a.no_noise_floor:
             print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: {floor_name} (noise floor) ...", flush=True)
             extra = a.extra_torch_args
+            a.extra_torch_args = f"{extra} --dump-grads {grads['floor']}".strip()
             if a.floor.startswith("sdpa-"):  # the last --sdpa wins
-                a.extra_torch_args = (extra + " --sdpa " + a.floor[5:]).strip()
+                a.extra_torch_args += " --sdpa " + a.floor[5:]
             tc = run_torch(a, mode, a.floor == "compile", profile_step=0, steps=n, data=a.data,
                            init_from=a.init_from, tag="fidelity_torch_floor")
             a.extra_torch_args = extra
@@ -146,6 +184,17 @@ def main():
             metrics.update({f"fidelity.{mode}.{floor_name}_vs_eager_max_rel_{n}": max(fl),
                             f"fidelity.{mode}.{floor_name}_vs_eager_max_at_step": at,
                             f"fidelity.{mode}.{floor_name}_vs_eager_last10_mean_rel": tail})
+        g = compare_grads(grads["blutrain"], grads["torch"])
+        gf = compare_grads(grads["floor"], grads["torch"])
+        if g:
+            grad_reports[mode] = {"blutrain_vs_torch": g, f"{floor_name}_vs_eager": gf}
+            worst = max(g, key=lambda k: g[k]["rel_l2"])
+            metrics.update({f"fidelity.{mode}.step1_grad_max_rel_l2": g[worst]["rel_l2"],
+                            f"fidelity.{mode}.step1_grad_median_rel_l2": sorted(v["rel_l2"] for v in g.values())[len(g) // 2]})
+            if gf:
+                metrics[f"fidelity.{mode}.{floor_name}_step1_grad_max_rel_l2"] = max(v["rel_l2"] for v in gf.values())
+            print(f"step-1 gradients ({mode}): {len(g)} tensors, worst {worst} rel L2 {g[worst]['rel_l2']:.2e}"
+                  + (f"; floor worst {max(v['rel_l2'] for v in gf.values()):.2e}" if gf else ""), flush=True)
         for who, r in (("blutrain", b), ("torch", t)):
             if "error" in r:
                 errors[f"{mode}.{who}"] = r["error"]
@@ -169,7 +218,8 @@ def main():
                     f"{'-' if floor is None else f'{floor:.2e}'} | {b['losses'][k - 1]:.5f} | "
                     f"{t['losses'][k - 1]:.5f} | {BOUND[mode]:g} | {'pass' if rel <= BOUND[mode] and k == n else 'FAIL'} |")
         print(rows[-1], flush=True)
-    json.dump({"metrics": metrics, "config": meta, "errors": errors, "seconds": time.time() - t0, "losses": losses},
+    json.dump({"metrics": metrics, "config": meta, "errors": errors, "seconds": time.time() - t0, "losses": losses,
+               "step1_grads": grad_reports},
               open(os.path.join(a.results, "fidelity_train.json"), "w"), indent=1)
     md = ["# Training fidelity: blutrain vs PyTorch (eager), identical weights and batches", "",
           f"{a.model} B{a.batch} T{a.seq}, {n} steps, data {meta['data']}, init {meta['init_from']}", "",
@@ -179,6 +229,14 @@ def main():
     if errors:
         md += ["", "Errors:"] + [f"- {k}: {([ln for ln in e.splitlines() if ln.strip()] or [''])[-1][:300]}"
                                  for k, e in errors.items()]
+    for mode, rep in grad_reports.items():
+        g = rep["blutrain_vs_torch"]
+        gf = next((v for k, v in rep.items() if k != "blutrain_vs_torch"), {})
+        md += ["", f"Step-1 gradients, {mode} (relative L2 vs PyTorch eager; the floor run beside it), worst 8 of "
+               f"{len(g)}:", "", "| tensor | blutrain | floor |", "|---|---|---|"]
+        for k in sorted(g, key=lambda k: -g[k]["rel_l2"])[:8]:
+            md.append(f"| {k} | {g[k]['rel_l2']:.2e} | {gf[k]['rel_l2']:.2e} |" if k in gf else
+                      f"| {k} | {g[k]['rel_l2']:.2e} | - |")
     open(os.path.join(a.results, "fidelity_train.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
     return 0

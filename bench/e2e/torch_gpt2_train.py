@@ -177,6 +177,23 @@ def profile_one_step(run_step, wall_ms_out):
     return recs
 
 
+def dump_grads(model, path):
+    """The raw (unclipped) gradients under blutrain's names: "grad." + the Hugging Face GPT-2 name,
+    linear weights [out, in] and wte with its 50304 padded rows, as blutrain's fused engine dumps
+    them (--dump 'grad.*'), so fidelity.py compares step-1 gradients tensor by tensor."""
+    from safetensors.torch import save_file
+    hf = {"c_attn": "attn.c_attn", "attn_proj": "attn.c_proj", "c_fc": "mlp.c_fc", "mlp_proj": "mlp.c_proj"}
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        parts = name.split(".")
+        if parts[0] == "h" and parts[2] in hf:
+            parts = parts[:2] + hf[parts[2]].split(".") + parts[3:]
+        out["grad." + ".".join(parts)] = p.grad.detach().float().cpu().contiguous()
+    save_file(out, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="d12", choices=sorted(MODELS))
@@ -205,6 +222,9 @@ def main():
     ap.add_argument("--profile-json", default="")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--head", default="slice", choices=["slice", "weight"], help="Note [Padded vocabulary, PyTorch side]")
+    ap.add_argument("--dump-grads", default="", help="write the gradients of --dump-step (before clipping) to this "
+                    "safetensors file, as blutrain --dump 'grad.*' names and lays them out")
+    ap.add_argument("--dump-step", type=int, default=1)
     ap.add_argument("--sdpa", default="auto", choices=["auto", "math"],
                     help="math: SDPA's strict composite (T x T scores in the compute dtype) instead of the "
                          "backend PyTorch picks (fp32 on sm80+: the 3xTF32 memory-efficient kernel)")
@@ -269,6 +289,8 @@ def main():
         with amp:
             loss = fwd(x.long(), y.long())
         loss.backward()
+        if a.dump_grads and step + 1 == a.dump_step:
+            dump_grads(model, a.dump_grads)
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         opt.step()
