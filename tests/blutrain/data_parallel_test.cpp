@@ -206,9 +206,15 @@ TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
   EXPECT_NE(err("--dp 0").find("--dp 0: expected the number of data-parallel ranks"),
             std::string::npos);
   EXPECT_NE(err("--dp two").find("option --dp: 'two' is not a valid integer"), std::string::npos);
-  EXPECT_NE(err("--dp 2 --device cuda", true)
-                .find("--dp 2 with --engine fused: data parallelism runs on the "
-                      "autograd engine only for now (pass --engine autograd)"),
+  // The fused engine takes --dp (its step averages the gradients itself); ZeRO-1 there is not built.
+  EXPECT_EQ(err("--dp 2 --device cuda", true), "no error");
+  EXPECT_EQ(err("--dp 2 --device cuda --engine fused --total-batch-tokens 65536", true), "no error");
+  EXPECT_NE(err("--dp 2 --zero 1 --device cuda", true)
+                .find("--zero 1 with --engine fused: ZeRO-1 runs on the autograd engine only for now"),
+            std::string::npos);
+  EXPECT_EQ(err("--dp 2 --zero 1 --device cuda --engine autograd", true), "no error");
+  EXPECT_NE(err("--dp 2 --device cuda --dp-bucket-mb 0", true)
+                .find("--dp-bucket-mb 0: expected the size of a gradient bucket in MiB"),
             std::string::npos);
   EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128")
                 .find("--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),

@@ -10,3 +10,9 @@ if(TARGET blutrain_data_parallel_test AND TARGET blutrain-cli AND TARGET blurun)
     target_compile_definitions(blutrain_data_parallel_test PRIVATE BLUTRAIN_TEST_HAVE_GLOO=1)
   endif()
 endif()
+# The fused engine's data parallelism on two GPUs (blutrain --engine fused --dp 2 under blurun).
+if(TARGET blutrain_fused_dp_gpu_test AND TARGET blutrain-cli AND TARGET blurun)
+  add_dependencies(blutrain_fused_dp_gpu_test blutrain-cli blurun)
+  target_compile_definitions(blutrain_fused_dp_gpu_test PRIVATE
+    BLUTRAIN_EXE="$<TARGET_FILE:blutrain-cli>" BLURUN_EXE="$<TARGET_FILE:blurun>")
+endif()

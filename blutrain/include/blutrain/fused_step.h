@@ -24,6 +24,7 @@
 
 #include "blutensor/cuda_fwd.h"  // cudaStream_t (an opaque handle in a CPU-only build)
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,6 +34,10 @@
 
 #include "blutrain/gpt2.h"
 #include "blutrain/optimizer.h"
+
+namespace bludist {
+class ProcessGroup;
+}  // namespace bludist
 
 namespace blu::train {
 
@@ -47,11 +52,18 @@ struct FusedStepOptions {
   int64_t logits_chunk_rows = 0;     // 0 = auto (~800 MiB of logits: 8192 rows bf16, 4096 f32)
   double grad_clip = 1.0;            // global-norm clipping (0 = off)
   AdamWConfig adamw;
+  // Data parallelism (--dp N, Note [Data-parallel fused step: streams and events under capture] in
+  // src/engine/grad_sync.h): with a group of more than one rank, the last micro-batch's backward
+  // averages the gradients across it in buckets of about dp_bucket_bytes, overlapped with the
+  // backward and captured in the step's graph; clipping and AdamW then see the averaged gradients.
+  // The weights must already agree on every rank (the trainer broadcasts rank 0's).
+  std::shared_ptr<bludist::ProcessGroup> process_group;
+  std::size_t dp_bucket_bytes = std::size_t(25) << 20;
 };
 
 struct FusedStepResult {
-  double loss = 0;       // mean loss over the step's micro-batches
-  double grad_norm = 0;  // global gradient norm before clipping
+  double loss = 0;       // mean loss over the step's micro-batches (this rank's rows)
+  double grad_norm = 0;  // global gradient norm before clipping (of the averaged gradients)
 };
 
 class FusedGPT2Step {

@@ -10,14 +10,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <thread>
 #include <vector>
 
+#include "bludist/process_group.h"
 #include "blublas/adamw.h"
 #include "blutensor/autograd.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
 #include "blutrain/activation_plan.h"
+#include "engine/grad_buckets.h"
+#include "engine/grad_sync.h"
 #include "engine/step_launcher.h"
 
 namespace blu::train {
@@ -111,9 +115,22 @@ struct FusedGPT2Step::Impl {
   Readback* h_readback = nullptr;
 
   // CUDA graphs: first micro-batch (overwriting gradients; with the optimizer when accum == 1),
-  // later micro-batches (accumulating), optimizer alone (accum > 1).
-  enum Part { kFirst, kRest, kOptim, kNumParts };
-  cudaGraphExec_t graphs[kNumParts] = {nullptr, nullptr, nullptr};
+  // later micro-batches (accumulating), optimizer alone (accum > 1), and with data parallelism
+  // and accum > 1 the last micro-batch with the gradient all-reduce and the optimizer (kLast
+  // replaces kOptim: the collectives belong in the last backward, not in every kRest replay).
+  enum Part { kFirst, kRest, kOptim, kLast, kNumParts };
+  cudaGraphExec_t graphs[kNumParts] = {};
+  // Data parallelism (Note [Data-parallel fused step: streams and events under capture]):
+  // null with one rank. sync_now: this pass is the step's last backward, so it all-reduces.
+  std::unique_ptr<FusedGradSync> sync;
+  bool sync_now = false;
+  void unit_ready(int unit) {
+    if (sync && sync_now && !L.sizing) sync->unit_ready(unit, stream.get());
+  }
+  void setup_data_parallel();
+  void broadcast_weights();
+  void wait_for_step_with_deadline();
+  cudaEvent_t step_done = nullptr;  // data parallelism: polled with a deadline
   int64_t steps_done = 0;
   int64_t launches_per_step = 0;
   bool time_next = false;
@@ -247,6 +264,10 @@ void FusedGPT2Step::Impl::setup() {
   bind_params();
   const std::size_t es = L.act_size();
   grads = device_bytes(grad_elems * 4, device);
+  // The padding between slices is never written by a kernel; zeroed once so that it is 0 (and
+  // identical on every rank) where a gradient bucket carries it through an all-reduce.
+  cuda_check(cudaMemsetAsync(grads.data_ptr(), 0, grad_elems * 4, stream.get()), "clearing the gradients");
+  setup_data_parallel();
   if (o.precision == Precision::kBf16) wcopy = device_bytes(grad_elems * 2, device);
 
   ActivationPlanInput pin;
@@ -319,6 +340,88 @@ void FusedGPT2Step::Impl::setup() {
   side_enabled = true;
   if (const char* v = std::getenv("BLUTRAIN_SIDE_STREAM")) side_enabled = std::string(v) != "0";
   cuda_check(cudaStreamSynchronize(stream.get()), "setup");
+}
+
+// The ready units of the backward over the flat gradient buffer and the buckets over them
+// (Note [Gradient buckets of the fused step] in grad_buckets.h); each parameter is checked to lie
+// in the unit whose ready point finalises it, so a different parameter order is an error, not a
+// silently wrong reduction.
+void FusedGPT2Step::Impl::setup_data_parallel() {
+  if (o.process_group == nullptr || o.process_group->size() <= 1) return;
+  BLU_CHECK(o.process_group->device() == Device::cuda(device), "fused GPT-2 step: the process group is on ",
+            o.process_group->device().str(), ", the model on cuda:", device);
+  const int nl = cfg.n_layer;
+  auto start = [&](int i) { return params[static_cast<size_t>(i)].offset; };
+  std::vector<GradRange> units;
+  units.push_back({start(lnf_w), grad_elems});  // 0: ln_f
+  for (int l = nl - 1; l >= 0; --l) {           // 1 .. L: block L-1 .. 0
+    units.push_back({start(P(l, kLn1W)), l + 1 < nl ? start(P(l + 1, kLn1W)) : start(lnf_w)});
+  }
+  units.push_back({0, start(P(0, kLn1W))});  // L+1: wte, wpe
+  auto inside = [&](int param, int unit, const char* what) {
+    const Param& p = params[static_cast<size_t>(param)];
+    const GradRange& u = units[static_cast<size_t>(unit)];
+    BLU_CHECK(p.offset >= u.begin && p.offset + static_cast<std::size_t>(p.numel) <= u.end,
+              "fused data-parallel step: the gradient of ", what, " is not where the bucket plan expects it",
+              " (the optimizer's parameter order is not wte, wpe, h.0 .. h.L-1, ln_f)");
+  };
+  inside(lnf_w, 0, "ln_f.weight");
+  inside(lnf_b, 0, "ln_f.bias");
+  for (int l = 0; l < nl; ++l) {
+    for (int q = 0; q < kNumLayerParams; ++q) inside(P(l, static_cast<LayerParam>(q)), nl - l, kLayerParamNames[q]);
+  }
+  inside(wte, nl + 1, "wte.weight");
+  inside(wpe, nl + 1, "wpe.weight");
+  const std::size_t target = std::max<std::size_t>(1, o.dp_bucket_bytes / sizeof(float));
+  sync = std::make_unique<FusedGradSync>(o.process_group, static_cast<float*>(grads.data_ptr()),
+                                         plan_grad_buckets(units, target));
+}
+
+// Note [Deadline of a data-parallel step]
+// The step's collectives run inside a CUDA graph, where bludist's watchdog cannot see them (its
+// events would be graph nodes). A dead or hung peer would leave the host in cudaStreamSynchronize
+// forever; instead the host polls an event after the step, and past the group's timeout it prints
+// a clear error and ends the process with bludist's watchdog status, which blurun turns into the
+// end of the gang (Note [Collective timeouts] in bludist/process_group.h). The polling costs tens
+// of microseconds per step.
+void FusedGPT2Step::Impl::wait_for_step_with_deadline() {
+  if (step_done == nullptr) {
+    cuda_check(cudaEventCreateWithFlags(&step_done, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  cuda_check(cudaEventRecord(step_done, stream.get()), "cudaEventRecord");
+  const auto start = std::chrono::steady_clock::now();
+  const auto limit = o.process_group->timeout();
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(step_done);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cuda_check(e, "the training step");
+    if (std::chrono::steady_clock::now() - start > limit) {
+      std::fprintf(stderr,
+                   "blutrain: the data-parallel training step did not finish within %.0f s (a peer rank died or "
+                   "hangs in a gradient all-reduce, %s); exiting with status %d\n",
+                   std::chrono::duration<double>(limit).count(), o.process_group->describe().c_str(),
+                   bludist::kWatchdogExitCode);
+      std::fflush(stderr);
+      std::_Exit(bludist::kWatchdogExitCode);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// Rank 0's master weights into every rank, once before the first step (one grouped NCCL call);
+// the bf16 copy is derived from them afterwards (sync_weights_from_model).
+void FusedGPT2Step::Impl::broadcast_weights() {
+  if (!sync) return;
+  blu::cuda::stream_wait_stream(stream.get(), nullptr);  // the initialisation / checkpoint load first
+  bludist::ProcessGroup& pg = *o.process_group;
+  bludist::CommOptions co;
+  co.stream = stream.get();
+  pg.group_start();
+  for (const Param& p : params) {
+    pg.broadcast(p.master, static_cast<std::size_t>(p.numel), bludist::DType::F32, 0, co);
+  }
+  pg.group_end();
+  cuda_check(cudaStreamSynchronize(stream.get()), "broadcasting rank 0's weights");
 }
 
 void FusedGPT2Step::Impl::forward() {
@@ -401,10 +504,18 @@ void FusedGPT2Step::Impl::backward(bool first) {
   classifier(first);
   L.layernorm_backward(act(plan.dres), g(lnf_w), g(lnf_b), act(plan.tmp), act(plan.x_final), f32(plan.lnf_mean),
                        f32(plan.lnf_rstd), w(lnf_w), false, !first);
+  unit_ready(0);  // ln_f
   ev_qkv_dw = nullptr;
-  for (int l = cfg.n_layer - 1; l >= 0; --l) block_backward(l, first);
+  for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    block_backward(l, first);
+    if (sync && sync_now) {
+      main_wait(ev_qkv_dw);  // the block's last weight gradient (the next block waits for it anyway)
+      unit_ready(cfg.n_layer - l);
+    }
+  }
   main_wait(side_mark());  // join: every weight gradient is done (dwte is added to next)
   L.embedding_backward(g(wte), g(wpe), act(plan.dres), inputs(), cfg.vocab_size, &d_readback()->token_error);
+  unit_ready(cfg.n_layer + 1);  // wte, wpe
 }
 
 // Note [Weight gradients on a side stream]
@@ -474,7 +585,14 @@ void FusedGPT2Step::Impl::block_backward(int l, bool first) {
                        w(P(l, kLn1W)), true, !first);
 }
 
+// Note [Clip after the all-reduce]
+// With data parallelism the global norm is taken over the averaged gradients, after the main
+// stream waited for every bucket: each rank then computes the same norm from bitwise the same
+// values (an all-reduce hands every rank the same result), so the clip factor and the AdamW
+// update agree on every rank and the replicas never drift apart. Clipping each rank's local
+// gradients before averaging would be a different (and rank-dependent) step.
 void FusedGPT2Step::Impl::optimizer() {
+  if (sync && sync_now && !L.sizing) sync->wait_all(stream.get());
   cuda_check(cudaMemcpyAsync(d_scalars(), h_scalars, sizeof(*h_scalars), cudaMemcpyHostToDevice, stream.get()),
              "copying the AdamW step scalars");
   const int n = static_cast<int>(adam_list.size());
@@ -499,8 +617,10 @@ void FusedGPT2Step::Impl::run_part(Part part) {
   W.stream = side_on ? side.get() : stream.get();
   W.timing = L.timing;
   next_event = 0;
+  sync_now = false;
   switch (part) {
     case kFirst:
+      sync_now = o.accum_steps == 1;  // only the last micro-batch communicates
       forward();
       backward(true);
       if (o.accum_steps == 1) optimizer();
@@ -512,8 +632,15 @@ void FusedGPT2Step::Impl::run_part(Part part) {
     case kOptim:
       optimizer();
       break;
+    case kLast:
+      sync_now = true;
+      forward();
+      backward(false);
+      optimizer();
+      break;
     case kNumParts: break;
   }
+  sync_now = false;
 }
 
 // Note [Graph capture of the step]
@@ -551,6 +678,7 @@ void FusedGPT2Step::Impl::launch(Part part) {
 FusedGPT2Step::FusedGPT2Step(GPT2& model, AdamW& optimizer, const FusedStepOptions& options)
     : impl_(std::make_unique<Impl>(model, optimizer, options)) {
   impl_->setup();
+  impl_->broadcast_weights();
   sync_weights_from_model();
 }
 
@@ -559,6 +687,7 @@ FusedGPT2Step::~FusedGPT2Step() {
   if (s.stream.get() != nullptr) (void)cudaStreamSynchronize(s.stream.get());
   if (s.side.get() != nullptr) (void)cudaStreamSynchronize(s.side.get());
   for (cudaEvent_t e : s.events) (void)cudaEventDestroy(e);
+  if (s.step_done != nullptr) (void)cudaEventDestroy(s.step_done);
   for (cudaGraphExec_t& e : s.graphs) {
     if (e != nullptr) (void)cudaGraphExecDestroy(e);
   }
@@ -597,15 +726,22 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
     cuda_check(cudaEventRecord(timing_start, s.stream.get()), "cudaEventRecord");
   }
   const auto wall_start = std::chrono::steady_clock::now();
+  // With data parallelism and accumulation the last micro-batch is its own part (kLast): it
+  // all-reduces and runs the optimizer; the others never communicate.
+  const bool last_part = s.sync != nullptr && s.o.accum_steps > 1;
   for (int64_t micro = 0; micro < s.o.accum_steps; ++micro) {
     stage(s.inputs(), s.targets(), s.stream.get());
-    s.launch(micro == 0 ? Impl::kFirst : Impl::kRest);
+    s.launch(micro == 0 ? Impl::kFirst : last_part && micro + 1 == s.o.accum_steps ? Impl::kLast : Impl::kRest);
   }
-  if (s.o.accum_steps > 1) s.launch(Impl::kOptim);
+  if (s.o.accum_steps > 1 && !last_part) s.launch(Impl::kOptim);
   if (s.steps_done == 0) s.launches_per_step = s.L.launches + s.W.launches - launches_before;
   cuda_check(cudaMemcpyAsync(s.h_readback, s.d_readback(), sizeof(Readback), cudaMemcpyDeviceToHost, s.stream.get()),
              "reading the loss");
-  cuda_check(cudaStreamSynchronize(s.stream.get()), "the training step");
+  if (s.sync) {
+    s.wait_for_step_with_deadline();
+  } else {
+    cuda_check(cudaStreamSynchronize(s.stream.get()), "the training step");
+  }
   if (timing_start != nullptr) {
     s.finish_timing(timing_start,
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count());
@@ -792,6 +928,7 @@ std::string FusedGPT2Step::describe() const {
                     : "",
                 (s.L.workspace_bytes + s.W.workspace_bytes) / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
                 s.o.use_graph ? "CUDA graph" : "eager launches");
+  if (s.sync) return std::string(buf) + "; " + s.sync->describe();
   return buf;
 }
 

@@ -55,6 +55,7 @@ const std::vector<Flag>& flag_table() {
       {"seq-len", "T", &TrainConfig::seq_len, "sequence length in tokens (0 = auto: 1024 on GPU, 64 on CPU)"},
       {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step over all ranks; a multiple of B*T*dp; more accumulates gradients (0 = B*T*dp)"},
       {"dp", "N", &TrainConfig::dp, "data-parallel ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --dp N): each reads its own B sequences of the global batch, gradients are averaged (Gloo on the CPU, NCCL on GPUs); must equal WORLD_SIZE"},
+      {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "fused engine with --dp > 1: gradients are averaged in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
       {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
@@ -115,7 +116,7 @@ T parse_number(const std::string& key, const std::string& text) {
     value = std::strtod(s, &end);
     ok = ok && std::isfinite(value);
   } else if constexpr (std::is_same_v<T, uint64_t>) {
-    ok = ok && text[0] != '-';
+    ok = ok && text.find('-') == std::string::npos;  // strtoull wraps "-1" (and " -1")
     value = std::strtoull(s, &end, 10);
   } else {
     long long v = std::strtoll(s, &end, 10);
@@ -370,10 +371,17 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.zero == 0 || cfg.dp > 1, "--zero ", cfg.zero,
             " shards the optimizer state across data-parallel ranks: it needs --dp N with N > 1 (got --dp ", cfg.dp,
             ")");
-  BLU_CHECK(cfg.dp == 1 || cfg.engine == "autograd", "--dp ", cfg.dp, " with --engine ", cfg.engine,
-            ": data parallelism runs on the autograd engine only for now (pass --engine autograd)");
+  BLU_CHECK(cfg.dp == 1 || cfg.zero == 0 || cfg.engine == "autograd", "--zero ", cfg.zero, " with --engine ",
+            cfg.engine, ": ZeRO-1 runs on the autograd engine only for now (the fused step keeps the whole AdamW "
+            "state on every rank); pass --engine autograd, or --zero 0 for data parallelism on the fused engine");
+  BLU_CHECK(cfg.dp_bucket_mb > 0, "--dp-bucket-mb ", cfg.dp_bucket_mb,
+            ": expected the size of a gradient bucket in MiB (> 0)");
+  // B*T*dp from flags or a config file can exceed int64 (B and dp up to 2^31 each): an error, not
+  // signed overflow (found by tests/fuzz/config_file_fuzz.cpp).
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
-  const int64_t global_micro = micro * cfg.dp;
+  int64_t global_micro = 0;
+  BLU_CHECK(!__builtin_mul_overflow(micro, static_cast<int64_t>(cfg.dp), &global_micro), "--batch-size ",
+            cfg.batch_size, " x --seq-len ", cfg.seq_len, " x --dp ", cfg.dp, " tokens per step overflow int64");
   if (cfg.total_batch_tokens == 0) cfg.total_batch_tokens = global_micro;
   BLU_CHECK(cfg.total_batch_tokens % global_micro == 0, "--total-batch-tokens ", cfg.total_batch_tokens,
             " is not a multiple of B*T", cfg.dp > 1 ? "*dp" : "", " = ", global_micro);

@@ -86,7 +86,9 @@ void DataParallel::barrier() {
 std::string DataParallel::describe() const {
   return blu::detail::str_cat(
       "data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()), "), ",
-      cfg_->zero == 1 ? "ZeRO-1 (AdamW state sharded)" : "DDP buckets in backward");
+      cfg_->zero == 1           ? "ZeRO-1 (AdamW state sharded)"
+      : cfg_->engine == "fused" ? "gradient buckets all-reduced inside the fused step's backward"
+                                : "DDP buckets in backward");
 }
 
 namespace {
@@ -104,6 +106,7 @@ Tensor flatten(const std::vector<Tensor>& parts, Device device) {
 }  // namespace
 
 void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments) {
+  if (cfg_->engine == "fused") return;  // the fused step broadcasts and reduces itself
   std::vector<Tensor> params = tensors_of(opt.params());
   if (cfg_->zero == 0) {
     ddp_ = std::make_unique<bludist::DistributedDataParallel>(params,
@@ -140,6 +143,7 @@ double DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {
     opt.zero_grad();
     return norm;
   }
+  BLU_CHECK(ddp_ != nullptr, "DataParallel::clip_and_step: the fused engine clips and steps inside its step");
   ddp_->finish_gradient_sync();
   const double norm = clip_grad_norm(opt.params(), grad_clip);
   opt.step(lr);

@@ -31,9 +31,13 @@
 //    gives rank 0 the global loss, the largest per-rank memory (GPU: caching allocator peak; CPU:
 //    peak RSS) and the largest per-rank communication time (host time inside collectives: the
 //    communication itself on Gloo; the host's share on NCCL).
-// The fused CUDA engine keeps its gradients in one flat buffer inside a CUDA graph; it needs
-// bludist::all_reduce_gradients on that buffer before its clip + AdamW and is not wired yet:
-// --dp > 1 requires --engine autograd.
+//  - The fused CUDA engine (--engine fused, --zero 0): no DDP object. The fused step gets the
+//    process group (process_group()) and averages its flat gradient buffer itself, bucket by
+//    bucket inside the last micro-batch's backward and inside its CUDA graph, then clips and
+//    updates as one process would (Note [Data-parallel fused step: streams and events under
+//    capture] in src/engine/grad_sync.h); it broadcasts rank 0's weights when it is built. Its
+//    communication is on the device only, so the reported comm time is 0. --zero 1 with the
+//    fused engine is refused (config.cpp): ZeRO-1 there is not built.
 #pragma once
 
 #include <iosfwd>
@@ -82,7 +86,8 @@ class DataParallel {
   void barrier();
 
   // Wraps the model after any resume: DDP hooks (zero 0) or ZeroAdamW (zero 1, taking the
-  // moments `opt` loaded, if any, and then dropping them). Broadcasts rank 0's weights.
+  // moments `opt` loaded, if any, and then dropping them). Broadcasts rank 0's weights. With the
+  // fused engine it does nothing: the fused step does both (give it process_group()).
   void attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments);
   // Gradient sync for the coming backward (off on all but the last micro-step).
   void set_gradient_sync(bool on);
@@ -104,6 +109,8 @@ class DataParallel {
   StepReport report_step(double local_loss, double rank_mem_gib);
   // Collective: the mean over ranks (validation losses).
   double mean(double local_value);
+  // The world group (the fused step's gradient all-reduce).
+  std::shared_ptr<bludist::ProcessGroup> process_group() const { return pg_; }
 
  private:
   DataParallel() = default;

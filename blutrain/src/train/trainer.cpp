@@ -194,6 +194,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     fo.logits_chunk_rows = cfg.logits_chunk;
     fo.grad_clip = cfg.grad_clip;
     fo.adamw = acfg;
+    if (dp) {  // Note [Data-parallel training]: the step averages its gradients over the group
+      fo.process_group = dp->process_group();
+      fo.dp_bucket_bytes = static_cast<std::size_t>(cfg.dp_bucket_mb * 1024.0 * 1024.0);
+    }
     fused = std::make_unique<FusedGPT2Step>(model, opt, fo);
     out << fused->describe() << "\n";
   }
