@@ -1,5 +1,6 @@
 // The TCP rendezvous store (Note [Store protocol] in bludist/store.h): a threaded server holding a
-// map of byte strings, and a blocking client with timeouts.
+// map of byte strings, and a blocking client with timeouts. The wire format itself (encoding,
+// decoding, counter arithmetic) is in store_protocol.cpp.
 #include "bludist/store.h"
 
 #include <poll.h>
@@ -15,56 +16,22 @@
 
 #include "blutensor/error.h"
 #include "socket_util.h"
+#include "store_protocol.h"
 
 namespace bludist {
 
 namespace {
 
-enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kCheck = 5, kErase = 6 };
-
+using namespace store_wire;
 using net::Clock;
 
-struct Writer {
-  std::vector<char> buf;
-  void u8(uint8_t v) { buf.push_back(static_cast<char>(v)); }
-  void i64(int64_t v) {
-    const char* p = reinterpret_cast<const char*>(&v);
-    buf.insert(buf.end(), p, p + 8);
-  }
-  void bytes(const char* p, std::size_t n) {
-    i64(static_cast<int64_t>(n));
-    buf.insert(buf.end(), p, p + n);
-  }
-  void str(const std::string& s) { bytes(s.data(), s.size()); }
-  void send(int fd, Clock::time_point deadline) { net::write_exact(fd, buf.data(), buf.size(), deadline); }
-};
+void send(const Writer& w, int fd, Clock::time_point deadline) {
+  net::write_exact(fd, w.buf.data(), w.buf.size(), deadline);
+}
 
-struct Reader {
-  int fd;
-  Clock::time_point deadline;
-  bool eof = false;
-  uint8_t u8() {
-    uint8_t v = 0;
-    if (!net::read_exact(fd, &v, 1, deadline)) eof = true;
-    return v;
-  }
-  int64_t i64() {
-    int64_t v = 0;
-    BLU_CHECK(net::read_exact(fd, &v, 8, deadline), "bludist store: connection closed");
-    return v;
-  }
-  std::vector<char> bytes() {
-    int64_t n = i64();
-    BLU_CHECK(n >= 0 && n < (int64_t(1) << 32), "bludist store: bad message length ", n);
-    std::vector<char> v(static_cast<std::size_t>(n));
-    if (n > 0) BLU_CHECK(net::read_exact(fd, v.data(), v.size(), deadline), "bludist store: connection closed");
-    return v;
-  }
-  std::string str() {
-    std::vector<char> v = bytes();
-    return std::string(v.begin(), v.end());
-  }
-};
+Reader socket_reader(int fd, Clock::time_point deadline) {
+  return Reader{[fd, deadline](void* data, std::size_t n) { return net::read_exact(fd, data, n, deadline); }};
+}
 
 }  // namespace
 
@@ -99,45 +66,39 @@ struct TcpStoreServer::Impl {
   void serve(int fd) {
     try {
       while (!stop) {
-        Reader r{fd, Clock::time_point::max()};
-        uint8_t cmd = r.u8();
-        if (r.eof) break;
+        // The whole request is read before the lock is taken (Note [Lengths from the wire]).
+        Reader r = socket_reader(fd, Clock::time_point::max());
+        Request req;
+        if (!read_request(r, req)) break;
         Writer w;
-        switch (cmd) {
+        switch (req.cmd) {
           case kSet: {
-            std::string key = r.str();
-            std::vector<char> value = r.bytes();
             {
               std::lock_guard<std::mutex> lock(mu);
-              data[key] = std::move(value);
+              data[req.key] = std::move(req.value);
             }
             cv.notify_all();
             w.u8(0);
             break;
           }
           case kGet: {
-            std::string key = r.str();
-            int64_t timeout_ms = r.i64();
             std::unique_lock<std::mutex> lock(mu);
-            if (wait_keys(lock, {key}, timeout_ms)) {
+            if (wait_keys(lock, {req.key}, req.number)) {
               w.u8(0);
-              w.bytes(data[key].data(), data[key].size());
+              w.bytes(data[req.key].data(), data[req.key].size());
             } else {
               w.u8(1);
             }
             break;
           }
           case kAdd: {
-            std::string key = r.str();
-            int64_t delta = r.i64();
             int64_t value;
             {
               std::lock_guard<std::mutex> lock(mu);
-              auto it = data.find(key);
-              value = it == data.end() ? 0 : std::stoll(std::string(it->second.begin(), it->second.end()));
-              value += delta;
+              auto it = data.find(req.key);
+              value = add_to_counter(it == data.end() ? nullptr : &it->second, req.number, req.key);
               std::string s = std::to_string(value);
-              data[key] = std::vector<char>(s.begin(), s.end());
+              data[req.key] = std::vector<char>(s.begin(), s.end());
             }
             cv.notify_all();
             w.i64(value);
@@ -145,31 +106,25 @@ struct TcpStoreServer::Impl {
           }
           case kWait:
           case kCheck: {
-            int64_t n = r.i64();
-            std::vector<std::string> keys;
-            for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
             std::unique_lock<std::mutex> lock(mu);
-            if (cmd == kWait) {
-              int64_t timeout_ms = r.i64();
-              w.u8(wait_keys(lock, keys, timeout_ms) ? 0 : 1);
+            if (req.cmd == kWait) {
+              w.u8(wait_keys(lock, req.keys, req.number) ? 0 : 1);
             } else {
-              w.u8(has_all(keys) ? 1 : 0);
+              w.u8(has_all(req.keys) ? 1 : 0);
             }
             break;
           }
           case kErase: {
-            std::string key = r.str();
             std::lock_guard<std::mutex> lock(mu);
-            w.u8(data.erase(key) ? 1 : 0);
+            w.u8(data.erase(req.key) ? 1 : 0);
             break;
           }
-          default:
-            BLU_THROW("bludist store server: unknown command ", int(cmd));
         }
-        w.send(fd, Clock::now() + std::chrono::seconds(60));
+        send(w, fd, Clock::now() + std::chrono::seconds(60));
       }
     } catch (const std::exception&) {
-      // A client that vanished mid-request: drop its connection, keep serving the others.
+      // A client that vanished mid-request or sent a malformed one: drop its connection, keep
+      // serving the others.
     }
     ::shutdown(fd, SHUT_RDWR);
   }
@@ -230,8 +185,8 @@ void TcpStore::set(const std::string& key, const std::vector<char>& value) {
   w.u8(kSet);
   w.str(key);
   w.bytes(value.data(), value.size());
-  w.send(fd_, reply_deadline(timeout_));
-  Reader r{fd_, reply_deadline(timeout_)};
+  send(w, fd_, reply_deadline(timeout_));
+  Reader r = socket_reader(fd_, reply_deadline(timeout_));
   r.u8();
   BLU_CHECK(!r.eof, "bludist store: set(\"", key, "\"): the store at ", address(), " closed the connection (rank 0 gone?)");
 }
@@ -242,8 +197,8 @@ std::vector<char> TcpStore::get(const std::string& key) {
   w.u8(kGet);
   w.str(key);
   w.i64(timeout_.count());
-  w.send(fd_, reply_deadline(timeout_));
-  Reader r{fd_, reply_deadline(timeout_)};
+  send(w, fd_, reply_deadline(timeout_));
+  Reader r = socket_reader(fd_, reply_deadline(timeout_));
   uint8_t status = r.u8();
   BLU_CHECK(!r.eof, "bludist store: get(\"", key, "\"): the store at ", address(), " closed the connection (rank 0 gone?)");
   BLU_CHECK(status == 0, "bludist store: get(\"", key, "\") timed out after ", timeout_.count(),
@@ -257,8 +212,8 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   w.u8(kAdd);
   w.str(key);
   w.i64(delta);
-  w.send(fd_, reply_deadline(timeout_));
-  Reader r{fd_, reply_deadline(timeout_)};
+  send(w, fd_, reply_deadline(timeout_));
+  Reader r = socket_reader(fd_, reply_deadline(timeout_));
   return r.i64();
 }
 
@@ -269,8 +224,8 @@ void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) 
   w.i64(static_cast<int64_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   w.i64(timeout.count());
-  w.send(fd_, reply_deadline(timeout));
-  Reader r{fd_, reply_deadline(timeout)};
+  send(w, fd_, reply_deadline(timeout));
+  Reader r = socket_reader(fd_, reply_deadline(timeout));
   uint8_t status = r.u8();
   BLU_CHECK(!r.eof, "bludist store: wait(): the store at ", address(), " closed the connection (rank 0 gone?)");
   if (status != 0) {
@@ -287,8 +242,8 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   w.u8(kCheck);
   w.i64(static_cast<int64_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
-  w.send(fd_, reply_deadline(timeout_));
-  Reader r{fd_, reply_deadline(timeout_)};
+  send(w, fd_, reply_deadline(timeout_));
+  Reader r = socket_reader(fd_, reply_deadline(timeout_));
   return r.u8() == 1;
 }
 
@@ -297,8 +252,8 @@ bool TcpStore::erase(const std::string& key) {
   Writer w;
   w.u8(kErase);
   w.str(key);
-  w.send(fd_, reply_deadline(timeout_));
-  Reader r{fd_, reply_deadline(timeout_)};
+  send(w, fd_, reply_deadline(timeout_));
+  Reader r = socket_reader(fd_, reply_deadline(timeout_));
   return r.u8() == 1;
 }
 
