@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "blutensor/error.h"
+#include "blutrain/checkpoint_checksums.h"
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/config.h"
 #include "blutrain/data.h"
+#include "blutrain/files.h"
 #include "blutrain/trainer.h"
 
 using namespace blu::train;
@@ -79,6 +82,63 @@ TEST(Resume, KillAndResumeIsBitwiseEqual) {
   ASSERT_EQ(full.val_losses.size(), resumed.val_losses.size());
   for (size_t i = 0; i < full.val_losses.size(); ++i) {
     EXPECT_EQ(full.val_losses[i].loss, resumed.val_losses[i].loss);
+  }
+  fs::remove_all(root);
+}
+
+// Note [state.json is input] (train_state.cpp), found by tests/fuzz/checkpoint_fuzz.cpp: a
+// damaged state.json is a blu::Error naming the file and the field, never another exception
+// (a non-numeric "sample_rng" escaped as std::invalid_argument "stoull") nor a negative cursor
+// handed to the data loader. The damaged files get a fresh manifest, as hand edits would.
+TEST(Resume, DamagedStateJsonIsAClearError) {
+  const fs::path root = fs::temp_directory_path() / ("blu_resume_state_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7919) % 2000);
+  write_shard((root / "data" / "s_train_000000.bin").string(), tokens);
+  TrainConfig c;
+  c.model = "tiny";
+  c.device = "cpu";
+  c.data = (root / "data").string();
+  c.batch_size = 1;
+  c.seq_len = 16;
+  c.max_steps = 1;
+  c.val_batches = -1;
+  c.sample_tokens = 0;
+  c.plot = false;
+  c.out_dir = (root / "out").string();
+  resolve_auto(c, false);
+  c.time_limit_s = 0;
+  std::ostringstream log;
+  const TrainResult first = run_training(c, log);
+  ASSERT_FALSE(first.checkpoint_dir.empty());
+  const std::string state_path = first.checkpoint_dir + "/state.json";
+  const std::string good = read_file(state_path, "test");
+  struct Damage {
+    std::string from, to, expect;
+  };
+  const std::vector<Damage> damages = {
+      {"\"sample_rng\": \"", "\"sample_rng\": \"x", "\"sample_rng\" is \"x"},
+      {"\"shard\": 0", "\"shard\": -1", "\"shard\" is -1, not a non-negative integer"},
+      {"\"step\": 1", "\"step\": \"1\"", "\"step\" is \"1\""},
+      {"\"model\": \"tiny\"", "\"model\": 7", "\"model\" is not a string"},
+  };
+  c.max_steps = 2;
+  for (const Damage& d : damages) {
+    std::string bad = good;
+    const size_t at = bad.find(d.from);
+    ASSERT_NE(at, std::string::npos) << d.from << " not in " << good;
+    bad.replace(at, d.from.size(), d.to);
+    write_file_atomic(state_path, bad);
+    write_checksum_manifest(first.checkpoint_dir);
+    try {
+      run_training(c, log);
+      ADD_FAILURE() << "resumed from a state.json with " << d.to;
+    } catch (const blu::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(d.expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("state.json"), std::string::npos) << e.what();
+    }
   }
   fs::remove_all(root);
 }

@@ -3,6 +3,9 @@
 // config) written last, so its presence marks a complete checkpoint.
 #include "train/train_state.h"
 
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -71,8 +74,52 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
 std::string checkpoint_model_name(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  json::Value s = parse_json(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
-  return json_member(s, "model", state_path).as_string();
+  return parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path).model;
+}
+
+// Note [state.json is input]
+//   state.json is read back from disk, where it may be damaged or hand-edited, so each field is
+//   checked for its type and range and every error names the file and the field: a non-numeric
+//   "sample_rng" used to escape as std::invalid_argument ("stoull") from std::stoull, and a
+//   negative cursor reached the data loader (found by tests/fuzz/checkpoint_fuzz.cpp).
+CheckpointState parse_checkpoint_state(const std::string& text, const std::string& path) {
+  json::Value s = parse_json(text, path);
+  BLU_CHECK(s.is_object(), path, ": expected a JSON object");
+  auto member = [&](const json::Value& obj, const std::string& key) -> const json::Value& {
+    return json_member(obj, key, path);
+  };
+  auto count = [&](const json::Value& obj, const std::string& key) {
+    const json::Value& v = member(obj, key);
+    BLU_CHECK(v.is_integer() && v.as_integer() >= 0, path, ": \"", key, "\" is ", v.dump(),
+              ", not a non-negative integer");
+    return v.as_integer();
+  };
+  auto string = [&](const json::Value& obj, const std::string& key) -> const std::string& {
+    const json::Value& v = member(obj, key);
+    BLU_CHECK(v.is_string(), path, ": \"", key, "\" is not a string");
+    return v.as_string();
+  };
+  CheckpointState out;
+  out.model = string(s, "model");
+  TrainState& st = out.state;
+  st.step = count(s, "step");
+  const json::Value& c = member(s, "data_cursor");
+  BLU_CHECK(c.is_object(), path, ": \"data_cursor\" is not an object");
+  st.cursor.shard = count(c, "shard");
+  st.cursor.position = count(c, "position");
+  st.cursor.epoch = count(c, "epoch");
+  const std::string& rng = string(s, "sample_rng");
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long seed = std::strtoull(rng.c_str(), &end, 10);
+  BLU_CHECK(!rng.empty() && rng.size() <= 20 && std::isdigit(static_cast<unsigned char>(rng[0])) && errno == 0 &&
+                end == rng.c_str() + rng.size(),
+            path, ": \"sample_rng\" is ", json::quote(rng.substr(0, 40)), ", not a decimal uint64");
+  st.sample_rng = seed;
+  st.train_losses = losses_from(member(s, "train_losses"), path + " \"train_losses\"");
+  st.val_losses = losses_from(member(s, "val_losses"), path + " \"val_losses\"");
+  if (s.find("adamw_step") != nullptr) out.adamw_step = count(s, "adamw_step");
+  return out;
 }
 
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
@@ -82,28 +129,10 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
     std::cerr << "note: checkpoint '" << dir << "' has no " << kChecksumManifest
               << " (written before checkpoints carried checksums): loading it unverified\n";
   }
-  json::Value s = parse_json(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
-  auto member = [&](const json::Value& obj, const std::string& key) -> const json::Value& {
-    return json_member(obj, key, state_path);
-  };
-  auto integer = [&](const json::Value& obj, const std::string& key) {
-    const json::Value& v = member(obj, key);
-    BLU_CHECK(v.is_integer(), state_path, ": \"", key, "\" is not an integer");
-    return v.as_integer();
-  };
-  const std::string model_name = member(s, "model").as_string();
-  BLU_CHECK(model_name == model.config().name, "checkpoint '", dir, "' is of model '", model_name,
-            "', not '", model.config().name, "' (pass --model ", model_name, " or another --out-dir)");
+  CheckpointState cs = parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
+  BLU_CHECK(cs.model == model.config().name, "checkpoint '", dir, "' is of model '", cs.model,
+            "', not '", model.config().name, "' (pass --model ", cs.model, " or another --out-dir)");
   load_hf_weights(model, dir);
-  TrainState st;
-  st.step = integer(s, "step");
-  const json::Value& c = member(s, "data_cursor");
-  st.cursor.shard = integer(c, "shard");
-  st.cursor.position = integer(c, "position");
-  st.cursor.epoch = integer(c, "epoch");
-  st.sample_rng = std::stoull(member(s, "sample_rng").as_string());
-  st.train_losses = losses_from(member(s, "train_losses"), state_path);
-  st.val_losses = losses_from(member(s, "val_losses"), state_path);
   if (opt != nullptr) {
     const std::string path = dir + "/optimizer.safetensors";
     SafetensorsData data =
@@ -121,9 +150,10 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
         dst.copy_(it->second);
       }
     }
-    opt->set_step_count(integer(s, "adamw_step"));
+    BLU_CHECK(cs.adamw_step >= 0, state_path, ": missing key \"adamw_step\"");
+    opt->set_step_count(cs.adamw_step);
   }
-  return st;
+  return cs.state;
 }
 
 }  // namespace blu::train

@@ -23,6 +23,17 @@ struct TrainState {
   std::vector<LossPoint> val_losses;
 };
 
+// What state.json holds (besides the informational config text).
+struct CheckpointState {
+  std::string model;        // "tiny", "d12", ...
+  int64_t adamw_step = -1;  // -1 when absent (only needed with an optimizer)
+  TrainState state;
+};
+// Parses state.json's text; every error is a blu::Error naming `path` and the field. The values
+// are checked for what they are (types; non-negative step, adamw_step and cursor), not against a
+// data set (DataLoader::set_cursor does that).
+CheckpointState parse_checkpoint_state(const std::string& text, const std::string& path);
+
 // Writes a complete checkpoint for `state.step` atomically; returns its directory.
 std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
                             const TrainConfig& cfg);
