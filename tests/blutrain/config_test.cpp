@@ -161,3 +161,21 @@ TEST(Config, ConfigsThatDoNotFitAreRejected) {
   c.seq_len = 2048;
   EXPECT_NE(err(c, true).find("exceeds the model's context"), std::string::npos);
 }
+
+// Found by tests/fuzz/config_file_fuzz.cpp: B*T*dp from a config file overflowed int64 in
+// resolve_auto (signed overflow, then a garbage total batch); it is now an error naming the flags.
+TEST(Config, TokensPerStepOverflowIsAnError) {
+  TrainConfig c;
+  c.batch_size = 2147483647;
+  c.seq_len = 256;
+  c.dp = 2147483647;
+  c.engine = "autograd";
+  try {
+    resolve_auto(c, false);
+    FAIL() << "B*T*dp beyond int64 was accepted";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overflow int64"), std::string::npos) << e.what();
+  }
+  // Unsigned flags refuse a sign after leading white space too (strtoull wraps "-1").
+  EXPECT_NE(error_of({"--seed=\v-1"}).find("not a valid integer"), std::string::npos);
+}
