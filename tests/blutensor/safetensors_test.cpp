@@ -102,6 +102,10 @@ TEST(Safetensors, MalformedFilesGiveErrors) {
        "bad dimension"},
       {"huge shape", make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
                                "\"data_offsets\":[0,8]}}", data8), "overflows"},
+      // Note [Empty tensors with huge dims] (found by the safetensors fuzzer): numel 0, but the
+      // strides of the other dims overflow int64.
+      {"empty with huge dims", make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,4],"
+                                         "\"data_offsets\":[0,0]}}", ""), "overflows int64 strides"},
       {"overlap", make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                             std::string(12, '\1')), "overlap"},

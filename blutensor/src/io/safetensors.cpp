@@ -181,11 +181,18 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& w
     BLU_CHECK(st_dtype_from_name(dt->as_string(), e.dtype), ctx, "entry '", name, "' has unsupported dtype '",
               dt->as_string(), "' (F64 F32 BF16 F16 I64 I32 U16)");
     uint64_t numel = 1;
+    // Note [Empty tensors with huge dims]: a 0 in the shape makes numel 0 whatever the other dims,
+    // but the tensor's contiguous strides are products of the other dims (each at least 1) and
+    // must fit int64 too: [0, 2^62, 4] passed the numel check and then overflowed in
+    // contiguous_strides (found by tests/fuzz/safetensors_fuzz.cpp).
+    int64_t span = 1;
     BLU_CHECK(shape->as_array().size() <= 16, ctx, "entry '", name, "' has more than 16 dims");
     for (const json::Value& d : shape->as_array()) {
       BLU_CHECK(d.is_integer() && d.as_integer() >= 0, ctx, "entry '", name, "' has a bad dimension ", d.dump());
       uint64_t dim = static_cast<uint64_t>(d.as_integer());
       BLU_CHECK(!__builtin_mul_overflow(numel, dim, &numel), ctx, "entry '", name, "': shape overflows");
+      BLU_CHECK(!__builtin_mul_overflow(span, std::max<int64_t>(d.as_integer(), 1), &span), ctx, "entry '", name,
+                "': shape ", shape->dump(), " overflows int64 strides");
       e.shape.push_back(d.as_integer());
     }
     uint64_t nbytes = 0;
