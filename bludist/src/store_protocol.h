@@ -22,7 +22,7 @@ namespace bludist::store_wire {
 enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kCheck = 5, kErase = 6 };
 
 inline constexpr int64_t kMaxWireBytes = int64_t(1) << 32;   // one key or value, exclusive
-inline constexpr std::size_t kWireChunkBytes = std::size_t(1) << 20;
+inline constexpr std::size_t kWireChunkBytes = std::size_t(64) << 10;
 
 // Reads exactly n bytes into data. Returns false on a clean end of stream before the first byte;
 // throws blu::Error when the stream ends inside the n bytes or fails.
