@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ googletest libgtest-dev libbenchmark-dev libpng-dev pkg-config libgloo-dev \
-         libopenblas-dev gnuplot-nox; do
+         libopenblas-dev gnuplot-nox clang libclang-rt-14-dev; do
   have_pkg "$p" || need+=("$p")
 done
+# clang and libclang-rt-14-dev (its libFuzzer and sanitizer runtimes; Debian 12 names)
+# builds the fuzz targets (scripts/fuzz.sh, Note [Fuzz build] in cmake/BluFuzz.cmake).
 # MLIR 19 for blucomp (Note [MLIR build] in CMakeLists.txt): ~1.2 GB installed, ~25 s to install
 # and ~2 min to build blucomp on 2 cores. BLU_SETUP_MLIR=0 skips it (scripts/run.sh does: it builds
 # only blutrain); without it CMake leaves blucomp out.
