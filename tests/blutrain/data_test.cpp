@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -176,6 +177,8 @@ TEST_F(DataTest, RankStridedCursorsPartitionTheData) {
   EXPECT_EQ(y, y2);
   EXPECT_THROW(resumed.set_cursor(DataCursor{5, 0, 0}), blu::Error);
   EXPECT_THROW(resumed.set_cursor(DataCursor{0, 399, 0}), blu::Error);
+  // A position from a damaged state.json near INT64_MAX: an error, not position + batch overflow.
+  EXPECT_THROW(resumed.set_cursor(DataCursor{0, std::numeric_limits<int64_t>::max() - 2, 0}), blu::Error);
   EXPECT_THROW(DataLoader(shards, B, T, 3, world, 50257), blu::Error);
 }
 

@@ -61,7 +61,9 @@ void DataLoader::set_cursor(const DataCursor& c) {
                 c.epoch >= 0,
             "DataLoader: cursor (shard ", c.shard, ", position ", c.position, ", epoch ", c.epoch,
             ") outside the ", paths_.size(), " shards");
-  BLU_CHECK(c.position + global_batch_tokens() + 1 <= shard_sizes_[static_cast<size_t>(c.shard)],
+  // Written as a bound on position: a cursor from a damaged state.json may hold any int64, and
+  // position + batch would overflow (Note [state.json is input] in train_state.cpp).
+  BLU_CHECK(c.position <= shard_sizes_[static_cast<size_t>(c.shard)] - global_batch_tokens() - 1,
             "DataLoader: cursor position ", c.position, " does not leave a batch in shard '",
             paths_[static_cast<size_t>(c.shard)], "' of ", shard_sizes_[static_cast<size_t>(c.shard)],
             " tokens");
