@@ -19,7 +19,7 @@ model). Writes RESULTS/fidelity_train.json:
 and RESULTS/fidelity_train.md (the table); the per-step losses go in both JSONs.
   python3 bench/e2e/fidelity.py --blutrain build/blutrain/blutrain --out /tmp/fid --results RES
 """
-import argparse, json, os, sys, time
+import argparse, copy, json, os, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -50,6 +50,13 @@ def shape_of(rel):
         return None, None
     tail = rel[-10:]
     return 1 + max(range(len(rel)), key=rel.__getitem__), sum(tail) / len(tail)
+
+
+def with_extra(a, field, more):
+    """A copy of the arguments with `more` appended to the flag string `field` (one run's extras)."""
+    b = copy.copy(a)
+    setattr(b, field, f"{getattr(a, field, '') or ''} {more}".strip())
+    return b
 
 
 # Note [Step-1 gradients]: from identical weights and the same first batch, the gradients of step 1
@@ -148,15 +155,11 @@ def main():
             if os.path.exists(f):
                 os.remove(f)
         print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: blutrain ...", flush=True)
-        extra_b, extra_t = a.extra_blutrain_args, a.extra_torch_args
-        a.extra_blutrain_args = f"{extra_b} --dump grad.* --dump-step 1 --dump-file {grads['blutrain']}".strip()
-        b = run_blutrain(a, mode, profile_step=0, steps=n, data=a.data, init_from=a.init_from, tag="fidelity")
-        a.extra_blutrain_args = extra_b
+        b = run_blutrain(with_extra(a, "extra_blutrain_args", f"--dump grad.* --dump-step 1 --dump-file {grads['blutrain']}"),
+                         mode, profile_step=0, steps=n, data=a.data, init_from=a.init_from, tag="fidelity")
         print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: torch ...", flush=True)
-        a.extra_torch_args = f"{extra_t} --dump-grads {grads['torch']}".strip()
-        t = run_torch(a, mode, False, profile_step=0, steps=n, data=a.data, init_from=a.init_from,
-                      tag="fidelity_torch")
-        a.extra_torch_args = extra_t
+        t = run_torch(with_extra(a, "extra_torch_args", f"--dump-grads {grads['torch']}"), mode, False, profile_step=0,
+                      steps=n, data=a.data, init_from=a.init_from, tag="fidelity_torch")
         # Note [Fidelity noise floor]: how far two faithful implementations drift apart over N
         # steps is set by the training dynamics, not only by the kernels: torch.compile (other
         # fusions and summation orders, same model) against eager from the same weights and
@@ -167,13 +170,11 @@ def main():
         tc = {}
         if not a.no_noise_floor:
             print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: {floor_name} (noise floor) ...", flush=True)
-            extra = a.extra_torch_args
-            a.extra_torch_args = f"{extra} --dump-grads {grads['floor']}".strip()
+            more = f"--dump-grads {grads['floor']}"
             if a.floor.startswith("sdpa-"):  # the last --sdpa wins
-                a.extra_torch_args += " --sdpa " + a.floor[5:]
-            tc = run_torch(a, mode, a.floor == "compile", profile_step=0, steps=n, data=a.data,
-                           init_from=a.init_from, tag="fidelity_torch_floor")
-            a.extra_torch_args = extra
+                more += " --sdpa " + a.floor[5:]
+            tc = run_torch(with_extra(a, "extra_torch_args", more), mode, a.floor == "compile", profile_step=0,
+                           steps=n, data=a.data, init_from=a.init_from, tag="fidelity_torch_floor")
             if "error" in tc:
                 errors[f"{mode}.{floor_name}"] = tc["error"]
         losses[mode] = {"blutrain": b.get("losses"), "torch": t.get("losses"), floor_name: tc.get("losses")}
