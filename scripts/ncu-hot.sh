@@ -24,6 +24,9 @@ table=(
   "embedding_bwd_f32;regex:embed|wte|wpe;embedding --dtype=f32 --reps=2"
   "attn_fwd_bf16;regex:flash_attn_fwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
+  "attn_fwd_f32x3;regex:flash_attn_fwd;attention --d=64 --mode=f32x3 --reps=2"
+  "attn_bwd_dkdv_f32x3;regex:flash_attn_bwd_dkdv|flash_attn_bwd_merged;attention --d=64 --mode=f32x3 --reps=2"
+  "attn_bwd_dq_f32x3;regex:flash_attn_bwd_dq;attention --d=64 --mode=f32x3 --reps=2"
 )
 # Probe first: a tiny command with one metric, so a machine whose ncu cannot read counters (or
 # hangs) costs 45 s, not the whole call.

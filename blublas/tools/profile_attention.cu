@@ -216,8 +216,11 @@ int run_attention(const blublas::profiler::Args& args) {
     pr.prec = AttnPrecision::kF32TF32;
   else if (mode == "f32" || mode == "fp32")
     pr.prec = AttnPrecision::kF32Strict;
+  else if (mode == "f32x3")  // fp32 in and out, 3xTF32 products (the fp32 race's attention)
+    pr.prec = AttnPrecision::kF32Split3TF32;
   else {
-    std::fprintf(stderr, "attention: --mode must be bf16, tf32 or f32 (got %s)\n", mode.c_str());
+    std::fprintf(stderr, "attention: --mode must be bf16, tf32, f32 or f32x3 (got %s)\n",
+                 mode.c_str());
     return 2;
   }
   if (path == "auto")
@@ -297,6 +300,6 @@ int run_attention(const blublas::profiler::Args& args) {
 }  // namespace
 
 BLUBLAS_PROFILER_COMMAND("attention", "flash attention forward/backward TFLOP/s and error",
-                         "--B=16 --T=1024 --H=12 --d=64|128 --mode=bf16|tf32|f32 --causal=1|0 "
+                         "--B=16 --T=1024 --H=12 --d=64|128 --mode=bf16|tf32|f32|f32x3 --causal=1|0 "
                          "--path=auto|simt|sm80|sm90 --reps=20 --json",
                          run_attention);
