@@ -31,7 +31,7 @@ table=(
 # Probe first: a tiny command with one metric, so a machine whose ncu cannot read counters (or
 # hangs) costs 45 s, not the whole call.
 echo "== probe (uname -r: $(uname -r))"
-timeout 45 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:layernorm --launch-count 1 \
+timeout 45 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"ln_|layernorm" --launch-count 1 \
   "$bin" layernorm --rows=1024 --reps=1 > "$out/probe.txt" 2>&1
 probe_rc=$?; tail -15 "$out/probe.txt"
 if [ $probe_rc -ne 0 ] || ! grep -q "gpu__time_duration" "$out/probe.txt"; then
