@@ -28,6 +28,24 @@ weights). --compile wraps the model in torch.compile. Writes --json: per-step lo
 time after --warmup steps, tok/s, max_memory_allocated, device memory in use (total - free), and
 the warm-up (compile) time kept apart from tok/s. --profile-step K: torch.profiler trace of step
 K (1-based, as blutrain's --profile-step) grouped into kernel families (kernel_families.py).
+
+Note [DDP reference]
+--ddp runs the same model, optimizer and step under torch.nn.parallel.DistributedDataParallel, one
+process per GPU, launched by torchrun (torch.distributed.run), whose environment (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR/PORT) it reads:
+  python3 -m torch.distributed.run --standalone --nproc_per_node 2 torch_gpt2_train.py --ddp ...
+NCCL on GPUs (Gloo with --device cpu), 25 MB buckets (--ddp-bucket-mb), gradient_as_bucket_view,
+static_graph in eager (off under --compile: TorchDynamo's DDPOptimizer splits the graph at bucket
+boundaries and static_graph is not reliably supported with it; --ddp-static-graph on|off forces
+it). DDP wraps the model first and torch.compile wraps DDP (the order PyTorch documents). --batch
+stays per rank: rank r reads sequences [r*B, (r+1)*B) of a global batch of WORLD*B sequences
+(synthetic: the same seeded stream cut into WORLD*B*T + 1 tokens; shards: blutrain's DataLoader
+striding, its window at cursor + r*B*T), so --ddp on one process equals the run without it. A step
+is timed on every rank (synchronize, step, synchronize) and the step time is the slowest rank's;
+tok/s = WORLD*B*T / the median of those after --warmup (the rule of the one-GPU run). Losses are
+the mean over ranks. Rank 0 writes the JSON, plus world_size, tok_s_per_gpu, the per-rank peaks
+(peak_gib is their maximum) and the DDP settings. NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 unless the caller set them).
 """
 import argparse, glob, json, math, os, statistics, sys, tempfile, time
 
@@ -194,6 +212,29 @@ def dump_grads(model, path):
     save_file(out, path)
 
 
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def ddp_setup(a, ap):
+    """torchrun's environment -> (rank, world, device); joins the process group (Note [DDP reference])."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        ap.error(f"--ddp needs torchrun's environment ({', '.join(missing)} unset): python3 -m torch.distributed.run "
+                 "--standalone --nproc_per_node N torch_gpt2_train.py --ddp ...")
+    for k, v in NO_MULTICAST.items():
+        os.environ.setdefault(k, v)
+    import torch.distributed as dist
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    if a.device == "cuda":
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device(a.device)
+    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    assert dist.get_world_size() == world and dist.get_rank() == rank
+    return rank, world, dev
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="d12", choices=sorted(MODELS))
@@ -229,10 +270,21 @@ def main():
                     help="math: SDPA's strict composite (T x T scores in the compute dtype) instead of the "
                          "backend PyTorch picks (fp32 on sm80+: the 3xTF32 memory-efficient kernel)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel under torchrun (Note [DDP reference])")
+    ap.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (PyTorch's default 25)")
+    ap.add_argument("--ddp-static-graph", default="auto", choices=["auto", "on", "off"],
+                    help="auto: on in eager, off under --compile")
     a = ap.parse_args()
 
-    dev = torch.device(a.device)
+    rank, world = 0, 1
+    if a.ddp:
+        if a.save_init:
+            ap.error("--save-init writes one file: run it without --ddp")
+        rank, world, dev = ddp_setup(a, ap)
+    else:
+        dev = torch.device(a.device)
     cuda = dev.type == "cuda"
+    lead = rank == 0  # the rank that prints, writes the JSON and dumps
     tf32 = a.mode == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -262,21 +314,29 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, **({"fused": True} if cuda else {}))
-    fwd = torch.compile(model) if a.compile else model
+    net = model
+    static_graph = None
+    if a.ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        static_graph = a.ddp_static_graph == "on" or (a.ddp_static_graph == "auto" and not a.compile)
+        net = DDP(model, device_ids=[dev.index] if cuda else None, bucket_cap_mb=a.ddp_bucket_mb,
+                  gradient_as_bucket_view=True, static_graph=static_graph)
+    fwd = torch.compile(net) if a.compile else net
     min_lr = a.lr * a.min_lr_ratio
 
     B, T = a.batch, a.seq
+    lo, hi = rank * B * T, (rank + 1) * B * T  # this rank's part of the global batch
     if a.data == "synthetic":
         gen = torch.Generator(device=dev).manual_seed(a.seed)
         def next_batch():
-            t = torch.randint(0, VOCAB, (B * T + 1,), device=dev, generator=gen)
-            return t[:-1].view(B, T), t[1:].view(B, T)
+            t = torch.randint(0, VOCAB, (world * B * T + 1,), device=dev, generator=gen)
+            return t[lo:hi].view(B, T), t[lo + 1:hi + 1].view(B, T)
     else:
-        loader = ShardLoader(a.data, a.data_name, B, T, VOCAB)
+        loader = ShardLoader(a.data, a.data_name, world * B, T, VOCAB)
         def next_batch():
             x, y = loader.next_batch()
-            return (torch.from_numpy(x).view(B, T).to(dev, non_blocking=True),
-                    torch.from_numpy(y).view(B, T).to(dev, non_blocking=True))
+            return (torch.from_numpy(x[lo:hi]).view(B, T).to(dev, non_blocking=True),
+                    torch.from_numpy(y[lo:hi]).view(B, T).to(dev, non_blocking=True))
 
     amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.mode == "bf16")
     state = {"loss": None}
@@ -289,7 +349,7 @@ def main():
         with amp:
             loss = fwd(x.long(), y.long())
         loss.backward()
-        if a.dump_grads and step + 1 == a.dump_step:
+        if a.dump_grads and step + 1 == a.dump_step and lead:  # DDP: the averaged (global) gradients
             dump_grads(model, a.dump_grads)
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
@@ -303,7 +363,7 @@ def main():
         torch.cuda.reset_peak_memory_stats()
     t_start = time.perf_counter()
     for step in range(a.steps):
-        if a.profile_step > 0 and step + 1 == a.profile_step and cuda:
+        if a.profile_step > 0 and step + 1 == a.profile_step and cuda and lead:
             wall = []
             recs = profile_one_step(lambda: run_step(step), wall)
             profile = breakdown(recs, wall[0])
@@ -314,17 +374,34 @@ def main():
             run_step(step)
             sync()
             ms = (time.perf_counter() - t0) * 1e3
-        losses.append(float(state["loss"].item()))
+        loss = state["loss"]
+        if world > 1:  # outside the timed window: the global loss, the mean over ranks
+            loss = loss.float().clone()
+            torch.distributed.all_reduce(loss)
+            loss = loss / world
+        losses.append(float(loss.item()))
         step_ms.append(ms)
         if cuda:
             free, total = torch.cuda.mem_get_info(dev)
             used_max = max(used_max, total - free)
-        print(f"step {step + 1}/{a.steps} loss {losses[-1]:.6f} {ms:.1f} ms", flush=True)
+        if lead:
+            print(f"step {step + 1}/{a.steps} loss {losses[-1]:.6f} {ms:.1f} ms", flush=True)
     total_s = time.perf_counter() - t_start
 
+    gib = 1024.0 ** 3
+    peak = torch.cuda.max_memory_allocated(dev) / gib if cuda else None
+    used = used_max / gib if cuda else None
+    own_step_ms = step_ms
+    per_rank = [per_rank_record(peak, used, step_ms)]
+    if world > 1:
+        # A step ends when its slowest rank does; the per-rank peaks go to rank 0.
+        t = torch.tensor(step_ms, dtype=torch.float64, device=dev)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        step_ms = [float(v) for v in t.tolist()]
+        per_rank = [None] * world
+        torch.distributed.all_gather_object(per_rank, per_rank_record(peak, used, own_step_ms))
     timed = [ms for i, ms in enumerate(step_ms) if i >= a.warmup and i + 1 != a.profile_step]
     med = statistics.median(timed) if timed else float("nan")
-    gib = 1024.0 ** 3
     fw = "torch_compile" if a.compile else "torch_eager"
     out = {
         "framework": fw, "mode": a.mode, "model": a.model, "batch": B, "seq": T, "steps": a.steps,
@@ -333,21 +410,48 @@ def main():
                   "weight_decay": a.weight_decay, "betas": [a.beta1, a.beta2], "eps": a.eps,
                   "grad_clip": a.grad_clip, "seed": a.seed},
         "losses": losses, "step_ms": step_ms, "median_step_ms": med,
-        "tok_s": B * T / (med / 1e3) if timed else None,
+        "tok_s": world * B * T / (med / 1e3) if timed else None,
         "warmup_s": sum(step_ms[: a.warmup]) / 1e3, "total_s": total_s,
-        "peak_gib": torch.cuda.max_memory_allocated(dev) / gib if cuda else None,
-        "device_used_gib": used_max / gib if cuda else None,
+        "peak_gib": max_or_none(r["peak_gib"] for r in per_rank),
+        "device_used_gib": max_or_none(r["device_used_gib"] for r in per_rank),
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "world_size": world,
     }
+    if a.ddp:
+        out.update({
+            "global_batch": world * B, "tok_s_per_gpu": out["tok_s"] / world if out["tok_s"] else None,
+            "step_ms_rule": "max over ranks of each step's time (synchronize, step, synchronize)",
+            "peak_gib_per_rank": [r["peak_gib"] for r in per_rank],
+            "device_used_gib_per_rank": [r["device_used_gib"] for r in per_rank],
+            "step_ms_per_rank": [r["step_ms"] for r in per_rank],
+            "ddp": {"backend": torch.distributed.get_backend(), "bucket_cap_mb": a.ddp_bucket_mb,
+                    "gradient_as_bucket_view": True, "static_graph": static_graph,
+                    "compile_wraps_ddp": bool(a.compile),
+                    "optimize_ddp": str(getattr(torch._dynamo.config, "optimize_ddp", None)) if a.compile else None,
+                    "env": {k: os.environ.get(k) for k in NO_MULTICAST}},
+        })
     if profile is not None:
         profile.update({"framework": fw, "mode": a.mode, "step": a.profile_step})
         out["profile"] = profile
         if a.profile_json:
             json.dump(profile, open(a.profile_json, "w"), indent=1)
-    if a.json:
+    if a.json and lead:
         json.dump(out, open(a.json, "w"), indent=1)
-    print(json.dumps({k: out[k] for k in ("framework", "mode", "tok_s", "median_step_ms", "peak_gib",
-                                          "device_used_gib", "warmup_s")}))
+    if lead:
+        print(json.dumps({k: out[k] for k in ("framework", "mode", "tok_s", "median_step_ms", "peak_gib",
+                                              "device_used_gib", "warmup_s", "world_size")}))
+    if a.ddp:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+def per_rank_record(peak, used, step_ms):
+    return {"peak_gib": peak, "device_used_gib": used, "step_ms": step_ms}
+
+
+def max_or_none(values):
+    v = [x for x in values if x is not None]
+    return max(v) if v else None
 
 
 if __name__ == "__main__":
