@@ -47,7 +47,7 @@ the mean over ranks. Rank 0 writes the JSON, plus world_size, tok_s_per_gpu, the
 (peak_gib is their maximum) and the DDP settings. NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 unless the caller set them).
 """
-import argparse, glob, json, math, os, statistics, sys, tempfile, time
+import argparse, glob, inspect, json, math, os, statistics, sys, tempfile, time
 
 import torch
 import torch.nn as nn
@@ -230,7 +230,10 @@ def ddp_setup(a, ap):
         torch.cuda.set_device(dev)
     else:
         dev = torch.device(a.device)
-    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    kw = {}
+    if dev.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+        kw["device_id"] = dev  # torch >= 2.3: the communicator is bound to this rank's GPU at once
+    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", **kw)
     assert dist.get_world_size() == world and dist.get_rank() == rank
     return rank, world, dev
 
