@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Unpacks what a device-check run brought back (summary.json + device-results.tar.gz under the
-# device tool's files_at folder) into bench/results/<gpu>/: summary.json, the raw JSON of every
-# benchmark, and a short markdown table (summary.md). Usage: import-device-results.sh <dir> <gpu-tag>
+# Unpacks what a device-check or device-dist run brought back (summary.json + device-results.tar.gz
+# or dist-results.tar.gz under the device tool's files_at folder) into bench/results/<gpu>/:
+# summary.json, the raw JSON of every benchmark, and a short markdown table (summary.md).
+# Usage: import-device-results.sh <dir> <gpu-tag>   (BLU_RESULTS_ROOT replaces bench/results)
 set -euo pipefail
-src=$1; tag=$2
+src=$(cd "$1" && pwd); tag=$2
 cd "$(dirname "$0")/.."
-dst=bench/results/$tag
+dst=${BLU_RESULTS_ROOT:-bench/results}/$tag
+tarball=$src/device-results.tar.gz
+[ -f "$tarball" ] || tarball=$src/dist-results.tar.gz
 mkdir -p "$dst/raw"
 tmp=$(mktemp -d)
-tar -C "$tmp" -xzf "$src/device-results.tar.gz"
+tar -C "$tmp" -xzf "$tarball"
 # A suite measures only part of the metrics: merge over the committed summary, keeping for each
 # carried-over metric the commit it was measured at (metric_commits), so nothing is presented as
 # measured at a commit where it was not.

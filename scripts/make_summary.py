@@ -2,7 +2,10 @@
 """Builds bench/results/<gpu>/summary.json (the results contract of ARCHITECTURE.md) from the JSON
 files a device run wrote, derives the ratio metrics that need two files (ours vs PyTorch), compares
 with the last committed summary (regressions > 5% flagged) and prints a short table last."""
-import argparse, datetime, glob, json, os, subprocess
+import argparse, datetime, glob, json, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dist_report import derive as derive_dist  # noqa: E402
 
 def git(*args):
     try:
@@ -61,6 +64,11 @@ def main():
             ratio(f"e2e.{mode}.ratio_vs_{fw}", f"e2e.{mode}.tok_s", f"e2e.{mode}.{fw}.tok_s")
             ratio(f"e2e.{mode}.peak_ratio_vs_{fw}", f"e2e.{mode}.peak_gib", f"e2e.{mode}.{fw}.peak_gib")
 
+    # Data parallel (scripts/dist_report.py writes these itself; derived again here over the merged
+    # files): dist.ddp.<mode>.scaling_2gpu, .torch_ddp_tok_s (the faster PyTorch DDP variant),
+    # .ratio_vs_torch_ddp, .peak_ratio_vs_torch_ddp, .meets_goal.
+    derive_dist(metrics)
+
     commit = os.environ.get("BLU_COMMIT") or git("rev-parse", "HEAD") or "unknown"
     dirty_env = os.environ.get("BLU_DIRTY")
     if dirty_env is not None:
@@ -91,7 +99,7 @@ def main():
             continue
         before = old.get(k)
         flag = ""
-        higher_better = any(s in k for s in ("ratio", "tflops", "tok_s", "fraction", "GBs", "agree")) \
+        higher_better = any(s in k for s in ("ratio", "tflops", "tok_s", "fraction", "GBs", "agree", "scaling")) \
             and not any(s in k for s in ("peak_ratio", "used_ratio", "loss_diff"))
         if before and higher_better and v < 0.95 * before:
             flag = "  REGRESSION"
