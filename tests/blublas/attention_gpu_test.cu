@@ -615,16 +615,15 @@ TEST(AttentionGpu, F32Split3Tf32LongOdd) {
 // passing every bound here). On the GPT-2 shape (T = 1024, d = 64, causal) this measures, per
 // output, the relative RMS error against float64 and the bias: the mean error along sign(ref)
 // over the mean |ref| (> 0: magnitudes inflated, < 0: shrunk, e.g. by an accumulation that
-// truncates). Unbiased rounding gives |bias| ~ rms / sqrt(N); the test wants |bias| <= rms / 4
-// and 3xTF32 within 8x the strict kernel's RMS. bench/torch_attn_precision.py prints the same
-// statistics for PyTorch's SDPA backends on the device, for comparison.
-// The suspect if 3xTF32 shows a bias: mma.sync's fp32 accumulation truncates (reported for
-// Volta..Ampere tensor cores), so the T/8 x 3 accumulations of P V and of the backward's long
-// reductions all round toward zero. A fix tried on paper (session 5): sum each k-step's three
-// products from zero and add that partial with an FADD; per mma that raised the forward from 177
-// to 255 registers with spills (the independent partials let the scheduler hoist every chain),
-// so it must be done per key block (one fresh O-sized accumulator folded in with the existing
-// o = o * corr + P V rescale: +32 registers at d64, too many at d128) or per pair of blocks.
+// truncates). bench/torch_attn_precision.py prints the same statistics for PyTorch's SDPA
+// backends on the device.
+// Measured (H200, 2026-11-26, before the fix): strict bias ~+1e-8 at RMS 6e-7 .. 9e-7; 3xTF32
+// bias -3.2e-6 (O), -3.8e-6 (dQ), -6.9e-6 (dK, dV) at RMS 3.8e-6 .. 9.2e-6, i.e. almost all of its
+// error was the bias; PyTorch's fp32 efficient SDPA (CUTLASS 3xTF32, 4 seeds): bias -5.2e-7 (O),
+// -6.6e-7 (dQ, dK), -5.5e-7 (dV) at RMS 7.2e-7 .. 9.7e-7; PyTorch's math path bias -4e-8 .. -9e-8.
+// The cause and the fix: Note [3xTF32 accumulation bias] in sm80_mma_tiles.cuh. The bounds: the
+// 3xTF32 kernel within 2.5x the strict kernel's RMS and its |bias| at most max(RMS/4, 1e-6), i.e.
+// no worse than PyTorch's reference kernel for the same contract; the strict kernel |bias| <= RMS/4.
 struct ErrStats {
   double rms = 0, bias = 0;
 };
@@ -666,8 +665,9 @@ TEST(AttentionGpu, F32ErrorProfileGpt2Shape) {
   for (int j = 0; j < 4; ++j) {
     SCOPED_TRACE(outs[j]);
     for (int i = 0; i < 2; ++i) {
-      EXPECT_LE(std::fabs(st[i][j].bias), 0.25 * st[i][j].rms + 1e-12) << runs[i].name << " is biased";
-      EXPECT_LE(st[i][j].rms, 8.0 * st[0][j].rms + 1e-12) << runs[i].name << " far less precise than strict";
+      const double bias_bound = i == 0 ? 0.25 * st[i][j].rms : std::max(0.25 * st[i][j].rms, 1e-6);
+      EXPECT_LE(std::fabs(st[i][j].bias), bias_bound + 1e-12) << runs[i].name << " is biased";
+      EXPECT_LE(st[i][j].rms, 2.5 * st[0][j].rms + 1e-12) << runs[i].name << " far less precise than strict";
     }
   }
 }

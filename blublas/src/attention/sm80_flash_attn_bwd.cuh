@@ -34,10 +34,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // dK/dV pass tiles: head dim, warps (16 keys each), queries per block, K/V A-fragments held in
 // registers for the whole CTA, minimum CTAs per SM for __launch_bounds__.
-template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_>
+template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_, bool kRollK_ = false>
 struct DkDvTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kBr = kBr_;
   static constexpr bool kKVRegs = kKVRegs_;
+  static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBc = 16 * kWarps;  // keys per CTA, 16 per warp
@@ -102,14 +103,16 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   cp_async_commit();
 
   float dk[1][kDT][4], dv[1][kDT][4];
+  // Note [3xTF32 accumulation bias] (sm80_mma_tiles.cuh): fresh per-block accumulators up to d64.
+  constexpr bool kFreshDkDv = kFreshBlockAcc<Elem> && kD <= 64;
   zero_acc(dk);
   zero_acc(dv);
   const int wk0 = warp * 16;  // first key of this warp inside the block
   const int g = lane >> 2, t = lane & 3;
   const float sl2 = p.scale_log2;
   constexpr int kKS = kD / Mma<Elem>::kK;
-  [[maybe_unused]] uint32_t kf[1][Cfg::kKVRegs ? kKS : 1][4];
-  [[maybe_unused]] uint32_t vf[1][Cfg::kKVRegs ? kKS : 1][4];
+  [[maybe_unused]] uint32_t kf[1][Cfg::kKVRegs ? kKS : 1][Mma<Elem>::kAW];
+  [[maybe_unused]] uint32_t vf[1][Cfg::kKVRegs ? kKS : 1][Mma<Elem>::kAW];
   if constexpr (Cfg::kKVRegs) {
     cp_async_wait<0>();
     __syncthreads();
@@ -139,7 +142,7 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
     if constexpr (Cfg::kKVRegs) {
       warp_gemm_nt_ra<Elem, kD, 1, kQT>(s, kf, cQ, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, 1, kQT>(s, sK, wk0, cQ, 0, lane);
+      warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(s, sK, wk0, cQ, 0, lane);
     }
     const bool need_mask = (qs + kBr > T) || (k0 + kBc > T) || (p.causal && k0 + wk0 + 15 > qs);
 #pragma unroll
@@ -155,14 +158,14 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
         }
         s[0][nt][e] = pv;
       }
-    warp_gemm_cA_tB<Elem, kD, 1, kQT>(dv, s, cdO, 0, lane);  // dV += P^T dO
+    warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dv, s, cdO, 0, lane);  // dV += P^T dO
 
     float dp[1][kQT][4];
     zero_acc(dp);
     if constexpr (Cfg::kKVRegs) {  // dP^T = V dO^T
       warp_gemm_nt_ra<Elem, kD, 1, kQT>(dp, vf, cdO, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, 1, kQT>(dp, sV, wk0, cdO, 0, lane);
+      warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(dp, sV, wk0, cdO, 0, lane);
     }
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt)
@@ -171,7 +174,7 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
         const int qi = 8 * nt + 2 * t + (e & 1);
         s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - cD[qi]);  // dS^T
       }
-    warp_gemm_cA_tB<Elem, kD, 1, kQT>(dk, s, cQ, 0, lane);  // dK += dS^T Q
+    warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dk, s, cQ, 0, lane);  // dK += dS^T Q
   }
 
   Store<Elem>* gdK = static_cast<Store<Elem>*>(p.dk) + b * p.sdk.b + h * p.sdk.h + k0 * p.sdk.t;
@@ -182,10 +185,11 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
 
 // dQ pass tiles: head dim, warps (16 query rows each), keys per block, Q/dO A-fragments held in
 // registers, minimum CTAs per SM for __launch_bounds__.
-template <int kD_, int kWarps_, int kBc_, bool kQRegs_, int kMinBlocks_>
+template <int kD_, int kWarps_, int kBc_, bool kQRegs_, int kMinBlocks_, bool kRollK_ = false>
 struct DqTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kBc = kBc_;
   static constexpr bool kQRegs = kQRegs_;
+  static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBr = 16 * kWarps;
@@ -244,8 +248,8 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
   }
 
   constexpr int kKS = kD / Mma<Elem>::kK;
-  [[maybe_unused]] uint32_t qf[1][Cfg::kQRegs ? kKS : 1][4];
-  [[maybe_unused]] uint32_t of[1][Cfg::kQRegs ? kKS : 1][4];
+  [[maybe_unused]] uint32_t qf[1][Cfg::kQRegs ? kKS : 1][Mma<Elem>::kAW];
+  [[maybe_unused]] uint32_t of[1][Cfg::kQRegs ? kKS : 1][Mma<Elem>::kAW];
   if constexpr (Cfg::kQRegs) {
     cp_async_wait<0>();
     __syncthreads();
@@ -276,7 +280,7 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
     if constexpr (Cfg::kQRegs) {  // S = Q K^T
       warp_gemm_nt_ra<Elem, kD, 1, kNT>(s, qf, cK, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, 1, kNT>(s, sQ, wr0, cK, 0, lane);
+      warp_gemm_nt<Elem, kD, 1, kNT, Cfg::kRollK>(s, sQ, wr0, cK, 0, lane);
     }
     const bool need_mask = (k0 + kBc > T) || (p.causal && k0 + kBc - 1 > q0 + wr0);
 #pragma unroll
@@ -296,13 +300,13 @@ __device__ __forceinline__ void dq_block(const Params& p, int block) {
     if constexpr (Cfg::kQRegs) {  // dP = dO V^T
       warp_gemm_nt_ra<Elem, kD, 1, kNT>(dp, of, cV, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, 1, kNT>(dp, sdO, wr0, cV, 0, lane);
+      warp_gemm_nt<Elem, kD, 1, kNT, Cfg::kRollK>(dp, sdO, wr0, cV, 0, lane);
     }
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - dl[e >> 1]);
-    warp_gemm_cA_tB<Elem, kD, 1, kNT>(dq, s, cK, 0, lane);  // dQ += dS K
+    warp_gemm_cA_tB_add<Elem, kD, 1, kNT>(dq, s, cK, 0, lane);  // dQ += dS K
   }
 
   Store<Elem>* gdQ = static_cast<Store<Elem>*>(p.dq) + b * p.sdq.b + h * p.sdq.h + q0 * p.sdq.t;

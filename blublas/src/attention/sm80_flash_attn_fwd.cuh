@@ -26,10 +26,12 @@ namespace blublas::attn::sm80 {
 // Tile configuration of the forward: head dim, warps, m-tiles (16 rows) per warp, keys per block,
 // Q fragments held in registers for the whole CTA (else re-read from shared memory per key block),
 // and the minimum CTAs per SM handed to __launch_bounds__ (caps registers at 64K / (threads*min)).
-template <int kD_, int kWarps_, int kMT_, int kBc_, bool kQRegs_, int kMinBlocks_>
+template <int kD_, int kWarps_, int kMT_, int kBc_, bool kQRegs_, int kMinBlocks_,
+          bool kRollK_ = false>
 struct FwdTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kMT = kMT_, kBc = kBc_;
   static constexpr bool kQRegs = kQRegs_;
+  static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBr = 16 * kMT * kWarps;
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int g = lane >> 2, t = lane & 3;
   const float sl2 = p.scale_log2;
   constexpr int kKS = kD / Mma<Elem>::kK;
-  [[maybe_unused]] uint32_t qf[Cfg::kQRegs ? kMT : 1][Cfg::kQRegs ? kKS : 1][4];
+  [[maybe_unused]] uint32_t qf[Cfg::kQRegs ? kMT : 1][Cfg::kQRegs ? kKS : 1][Mma<Elem>::kAW];
   if constexpr (Cfg::kQRegs) {
     cp_async_wait<0>();
     __syncthreads();
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if constexpr (Cfg::kQRegs) {
       warp_gemm_nt_ra<Elem, kD, kMT, kNT>(s, qf, cK, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, kMT, kNT>(s, sQ, wr0, cK, 0, lane);
+      warp_gemm_nt<Elem, kD, kMT, kNT, Cfg::kRollK>(s, sQ, wr0, cK, 0, lane);
     }
 
     const bool need_mask = (k0 + kBc > T) || (p.causal && k0 + kBc - 1 > q0 + wr0);
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
       }
     }
-    warp_gemm_cA_tB<Elem, kD, kMT, kNT>(o, s, cV, 0, lane);
+    warp_gemm_cA_tB_add<Elem, kD, kMT, kNT>(o, s, cV, 0, lane);
   }
 
   // Finalize: O /= l, L = scale*m + ln(l) (natural log, as the backward expects).

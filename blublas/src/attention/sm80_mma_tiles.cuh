@@ -16,9 +16,12 @@
 // form (ldmatrix.trans moves 16-bit elements) and is read with scalar loads (2-way conflicts).
 #pragma once
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/arch.cuh"
 
@@ -125,9 +128,18 @@ __device__ __forceinline__ void load_tile_async(Store<Elem>* s, const Store<Elem
 template <typename Elem>
 struct Mma;
 
+// Every Mma<E> gives: kK (k per mma), kAW / kBW (32-bit words in an A fragment / in the B
+// fragments of a pair of n-tiles), the fragment loads and mma_b<kHalf>(c, a, b), the product with
+// n-tile kHalf of a B pair.
 template <>
 struct Mma<bf16> {
   static constexpr int kK = 16;
+  static constexpr int kAW = 4, kBW = 4;
+  template <int kHalf>
+  __device__ __forceinline__ static void mma_b(float (&c)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[4]) {
+    mma(c, a, b[2 * kHalf], b[2 * kHalf + 1]);
+  }
   __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
@@ -165,16 +177,21 @@ struct Mma<bf16> {
   }
 };
 
-// Note [3xTF32 split]: with kSplit the fragments keep raw fp32 bits and mma() splits each operand
-// x = big + small (big = tf32(x), small = tf32(x - big), x - big exact in fp32) and accumulates
-// small_a*big_b + big_a*small_b + big_a*big_b (small terms first); the dropped small*small term
-// and the tf32 rounding of `small` leave ~2^-21 relative error per product: fp32 level.
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
+// Note [3xTF32 split]: with kSplit every fragment is split once, where it is loaded, into
+// x = big + small (big = tf32(x), small = tf32(x - big), x - big exact in fp32): words [0, 4) of
+// an 8-word fragment hold big, [4, 8) small. mma_b() accumulates small_a*big_b + big_a*small_b +
+// big_a*big_b (small terms first); the dropped small*small term and the tf32 rounding of `small`
+// leave ~2^-21 relative error per product: fp32 level. Splitting at the load, not inside every
+// mma (session 6), takes the forward from 1536 cvt + 768 sub per key block (each A fragment
+// re-split for each of the 8 n-tiles) to ~640 + 320, and shrinks the loop the instruction cache
+// must hold: Nsight Compute (H200) showed the 3xTF32 kernels issuing in 44% of cycles, ~42% of
+// the warps' stall cycles waiting for an instruction fetch.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
       "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void split_tf32(uint32_t x, uint32_t& big, uint32_t& small) {
@@ -185,57 +202,68 @@ __device__ __forceinline__ void split_tf32(uint32_t x, uint32_t& big, uint32_t& 
 template <bool kSplit>
 struct MmaF32 {
   static constexpr int kK = 8;
-  __device__ __forceinline__ static uint32_t cvt(uint32_t x) { return kSplit ? x : to_tf32(x); }
-  __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    if constexpr (kSplit) {
-      uint32_t ab[4], as[4], b0b, b0s, b1b, b1s;
+  static constexpr int kAW = kSplit ? 8 : 4, kBW = kSplit ? 8 : 4;
+  // Raw fp32 words -> a fragment of kW words (tf32, or big/small halves).
+  template <int kW>
+  __device__ __forceinline__ static void from_raw(uint32_t (&f)[kW], const uint32_t (&raw)[4]) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) split_tf32(a[i], ab[i], as[i]);
-      split_tf32(b0, b0b, b0s);
-      split_tf32(b1, b1b, b1s);
-      mma_tf32(c, as, b0b, b1b);
-      mma_tf32(c, ab, b0s, b1s);
-      mma_tf32(c, ab, b0b, b1b);
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kSplit) {
+        split_tf32(raw[i], f[i], f[4 + i]);
+      } else {
+        f[i] = to_tf32(raw[i]);
+      }
+    }
+  }
+  template <int kHalf>
+  __device__ __forceinline__ static void mma_b(float (&c)[4], const uint32_t (&a)[kAW],
+                                               const uint32_t (&b)[kBW]) {
+    constexpr int j = 2 * kHalf;
+    if constexpr (kSplit) {
+      mma_tf32(c, a[4], a[5], a[6], a[7], b[j], b[j + 1]);      // small_a * big_b
+      mma_tf32(c, a[0], a[1], a[2], a[3], b[4 + j], b[5 + j]);  // big_a * small_b
+      mma_tf32(c, a[0], a[1], a[2], a[3], b[j], b[j + 1]);      // big_a * big_b
     } else {
-      mma_tf32(c, a, b0, b1);
+      mma_tf32(c, a[0], a[1], a[2], a[3], b[j], b[j + 1]);
     }
   }
   // ldmatrix on 32-bit data: an 8x8 b16 matrix is an 8x4 fp32 block, thread l gets (l/4, l%4),
   // which is exactly the tf32 A/B fragment element.
   template <int kD>
-  __device__ __forceinline__ static void load_a(uint32_t (&a)[4], const float* s, int r0, int ks,
+  __device__ __forceinline__ static void load_a(uint32_t (&a)[kAW], const float* s, int r0, int ks,
                                                 int lane) {
-    ldsm_x4(a, s + Tile<float, kD>::offset(r0 + (lane & 15), 2 * ks + (lane >> 4)));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = cvt(a[i]);
+    uint32_t raw[4];
+    ldsm_x4(raw, s + Tile<float, kD>::offset(r0 + (lane & 15), 2 * ks + (lane >> 4)));
+    from_raw(a, raw);
   }
   template <int kD>
-  __device__ __forceinline__ static void load_b_pair(uint32_t (&b)[4], const float* s, int n0,
+  __device__ __forceinline__ static void load_b_pair(uint32_t (&b)[kBW], const float* s, int n0,
                                                      int ks, int lane) {
-    ldsm_x4(b, s + Tile<float, kD>::offset(n0 + (lane & 7) + ((lane >> 4) << 3),
-                                           2 * ks + ((lane >> 3) & 1)));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b[i] = cvt(b[i]);
+    uint32_t raw[4];
+    ldsm_x4(raw, s + Tile<float, kD>::offset(n0 + (lane & 7) + ((lane >> 4) << 3),
+                                             2 * ks + ((lane >> 3) & 1)));
+    from_raw(b, raw);
   }
-  // b0 = B[k0 + t][n + g], b1 = B[k0 + t + 4][n + g] for n = n0 and n0 + 8 (scalar loads).
+  // raw[2h] = B[k0 + t][n + g], raw[2h+1] = B[k0 + t + 4][n + g] for n = n0 + 8h (scalar loads).
   template <int kD>
-  __device__ __forceinline__ static void load_bt_pair(uint32_t (&b)[4], const float* s, int k0,
+  __device__ __forceinline__ static void load_bt_pair(uint32_t (&b)[kBW], const float* s, int k0,
                                                       int n0, int lane) {
     using T = Tile<float, kD>;
     const int g = lane >> 2, t = lane & 3;
+    uint32_t raw[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int n = n0 + 8 * half + g;
       const int ch = n >> 2, w = n & 3;
-      b[2 * half + 0] = cvt(__float_as_uint(s[T::offset(k0 + t, ch) + w]));
-      b[2 * half + 1] = cvt(__float_as_uint(s[T::offset(k0 + t + 4, ch) + w]));
+      raw[2 * half + 0] = __float_as_uint(s[T::offset(k0 + t, ch) + w]);
+      raw[2 * half + 1] = __float_as_uint(s[T::offset(k0 + t + 4, ch) + w]);
     }
+    from_raw(b, raw);
   }
   // tf32 A (m16n8k8): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; the
   // accumulator holds (g, 2t'), (g, 2t'+1), (g+8, 2t'), (g+8, 2t'+1): re-distributed in the quad.
   template <int kPN>
-  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4], int kk,
+  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[kAW], const float (&c)[kPN][4], int kk,
                                                 int lane) {
     const int t = lane & 3;
     const int src0 = (lane & ~3) | (t >> 1);
@@ -250,10 +278,9 @@ struct MmaF32 {
     const float z1 = __shfl_sync(0xffffffffu, cc[1], src1);
     const float w0 = __shfl_sync(0xffffffffu, cc[2], src1);
     const float w1 = __shfl_sync(0xffffffffu, cc[3], src1);
-    a[0] = cvt(__float_as_uint(odd ? x1 : x0));
-    a[1] = cvt(__float_as_uint(odd ? y1 : y0));
-    a[2] = cvt(__float_as_uint(odd ? z1 : z0));
-    a[3] = cvt(__float_as_uint(odd ? w1 : w0));
+    const uint32_t raw[4] = {__float_as_uint(odd ? x1 : x0), __float_as_uint(odd ? y1 : y0),
+                             __float_as_uint(odd ? z1 : z0), __float_as_uint(odd ? w1 : w0)};
+    from_raw(a, raw);
   }
 };
 template <>
@@ -263,34 +290,41 @@ struct Mma<tf32x3> : MmaF32<true> {};
 
 // ---- warp GEMMs ------------------------------------------------------------------------------
 // acc[mt][nt] += A[a_row0 + 16 mt + (0..15)][:] . B[b_row0 + 8 nt + (0..7)][:]  over k = 0..kD.
-template <typename Elem, int kD, int kMT, int kNT>
+// kRoll keeps the k loop rolled (Note [Rolled k loop]).
+template <typename Elem, int kD, int kMT, int kNT, bool kRoll = false>
 __device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const Store<Elem>* sA,
                                              int a_row0, const Store<Elem>* sB, int b_row0,
                                              int lane) {
   using M = Mma<Elem>;
   static_assert(kNT % 2 == 0, "n-tiles come in pairs");
-#pragma unroll
-  for (int ks = 0; ks < kD / M::kK; ++ks) {
-    uint32_t a[kMT][4];
+  auto k_step = [&](int ks) {
+    uint32_t a[kMT][M::kAW];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) M::template load_a<kD>(a[mt], sA, a_row0 + 16 * mt, ks, lane);
 #pragma unroll
     for (int np = 0; np < kNT / 2; ++np) {
-      uint32_t b[4];
+      uint32_t b[M::kBW];
       M::template load_b_pair<kD>(b, sB, b_row0 + 16 * np, ks, lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        M::mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        M::mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
+        M::template mma_b<1>(acc[mt][2 * np + 1], a[mt], b);
       }
     }
+  };
+  if constexpr (kRoll) {
+#pragma unroll 1
+    for (int ks = 0; ks < kD / M::kK; ++ks) k_step(ks);
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < kD / M::kK; ++ks) k_step(ks);
   }
 }
 
 // All A fragments of rows [a_row0, a_row0 + 16*kMT) of a [row][kD] tile, for operands that stay
 // in registers across many products (Q in the forward, K and V in the dK/dV pass).
 template <typename Elem, int kD, int kMT>
-__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][kD / Mma<Elem>::kK][4],
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][kD / Mma<Elem>::kK][Mma<Elem>::kAW],
                                              const Store<Elem>* sA, int a_row0, int lane) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -302,7 +336,7 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][kD / Mma<Elem>::
 // As warp_gemm_nt with the A operand already in registers (load_a_frags).
 template <typename Elem, int kD, int kMT, int kNT>
 __device__ __forceinline__ void warp_gemm_nt_ra(float (&acc)[kMT][kNT][4],
-                                                const uint32_t (&a)[kMT][kD / Mma<Elem>::kK][4],
+                                                const uint32_t (&a)[kMT][kD / Mma<Elem>::kK][Mma<Elem>::kAW],
                                                 const Store<Elem>* sB, int b_row0, int lane) {
   using M = Mma<Elem>;
   static_assert(kNT % 2 == 0, "n-tiles come in pairs");
@@ -310,40 +344,114 @@ __device__ __forceinline__ void warp_gemm_nt_ra(float (&acc)[kMT][kNT][4],
   for (int ks = 0; ks < kD / M::kK; ++ks) {
 #pragma unroll
     for (int np = 0; np < kNT / 2; ++np) {
-      uint32_t b[4];
+      uint32_t b[M::kBW];
       M::template load_b_pair<kD>(b, sB, b_row0 + 16 * np, ks, lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        M::mma(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
-        M::mma(acc[mt][2 * np + 1], a[mt][ks], b[2], b[3]);
+        M::template mma_b<0>(acc[mt][2 * np], a[mt][ks], b);
+        M::template mma_b<1>(acc[mt][2 * np + 1], a[mt][ks], b);
       }
     }
   }
 }
 
 // acc[mt][nt] (16 x kD per mt) += P[mt] (16 x 8*kPN, accumulator layout) . B[b_row0 + k][:]
-// where B is a [k][kD] tile (the output column index is B's contiguous index).
-template <typename Elem, int kD, int kMT, int kPN>
-__device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
-                                                const float (&pc)[kMT][kPN][4],
-                                                const Store<Elem>* sB, int b_row0, int lane) {
+// where B is a [k][kD] tile (the output column index is B's contiguous index). The _cols form
+// computes only output columns [16*np0, 16*(np0 + kNP)) into acc[mt][0 .. 2*kNP).
+template <typename Elem, int kD, int kMT, int kPN, int kNP>
+__device__ __forceinline__ void warp_gemm_cA_tB_cols(float (&acc)[kMT][2 * kNP][4],
+                                                     const float (&pc)[kMT][kPN][4],
+                                                     const Store<Elem>* sB, int b_row0, int np0,
+                                                     int lane) {
   using M = Mma<Elem>;
   constexpr int kKSteps = kPN * 8 / M::kK;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
-    uint32_t a[kMT][4];
+    uint32_t a[kMT][M::kAW];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) M::template c_to_a<kPN>(a[mt], pc[mt], kk, lane);
 #pragma unroll
-    for (int np = 0; np < kD / 16; ++np) {
-      uint32_t b[4];
-      M::template load_bt_pair<kD>(b, sB, b_row0 + kk * M::kK, 16 * np, lane);
+    for (int np = 0; np < kNP; ++np) {
+      uint32_t b[M::kBW];
+      M::template load_bt_pair<kD>(b, sB, b_row0 + kk * M::kK, 16 * (np0 + np), lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        M::mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        M::mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
+        M::template mma_b<1>(acc[mt][2 * np + 1], a[mt], b);
       }
     }
+  }
+}
+template <typename Elem, int kD, int kMT, int kPN>
+__device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
+                                                const float (&pc)[kMT][kPN][4],
+                                                const Store<Elem>* sB, int b_row0, int lane) {
+  warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kD / 16>(acc, pc, sB, b_row0, 0, lane);
+}
+
+// Note [Rolled k loop]
+// The 3xTF32 kernels are large (d64 forward ~4.6K SASS instructions, ~73 KB, the key-block loop
+// fully unrolled) and run 2 warps per scheduler (~180-240 registers): Nsight Compute (H200,
+// 2026-11-26) put ~42% of their stall cycles on instruction fetch ("no instruction") at ~45%
+// issue-slot use. With the A operand read from shared memory, S = Q K^T (and dP) can keep its
+// k loop rolled: one copy of a k-step instead of kD/8, the accumulators indexed only by unrolled
+// n-tiles. FwdTiles / DkDvTiles / DqTiles::kRollK selects it; BLUBLAS_ATTN_ROLL_K=1 picks the
+// rolled 3xTF32 configurations at run time (an A/B switch until the device says which wins).
+
+// BLUBLAS_ATTN_ROLL_K=1: the 3xTF32 launchers take the kRollK tiles (read once per process).
+inline bool roll_k_requested() {
+  static const bool on = [] {
+    const char* v = std::getenv("BLUBLAS_ATTN_ROLL_K");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
+// Note [3xTF32 accumulation bias]
+// The tensor cores add each mma's products into the fp32 accumulator C with truncation (toward
+// zero), not round-to-nearest. A flash kernel that chains every key (or query) block's products
+// into one running accumulator truncates ~3 x T/8 times per output, each time at the running sum's
+// ulp: a systematic shrink. Measured on the GPT-2 shape (B1 T1024 H2 d64 causal, attention_gpu_test
+// F32ErrorProfileGpt2Shape, H200, 2026-11-26): 3xTF32 O / dQ / dK / dV rel bias -3.2e-6 / -3.8e-6 /
+// -6.9e-6 / -6.9e-6 at rel RMS 3.8e-6 .. 9.2e-6 (strict SIMT: bias ~+1e-8, RMS 6e-7 .. 9e-7;
+// PyTorch's fp32 efficient SDPA: bias -5e-7 .. -7e-7, RMS 7e-7 .. 1e-6). Over a 200-step GPT-2
+// run that drift was ~30x PyTorch's own compile-vs-eager floor. So with 3xTF32 the block product
+// goes into a fresh zeroed accumulator (its truncations are at the one block's scale) which is
+// then added to the running sum with round-to-nearest FADDs. Cost: up to kMT x 32 registers
+// (measured ptxas, sm_90a, d64: fwd 177 -> 227, dK/dV 190 -> 238, dQ 163 -> 187; no spills).
+template <typename Elem>
+inline constexpr bool kFreshBlockAcc = std::is_same_v<Elem, tf32x3>;
+
+// acc += P . B as warp_gemm_cA_tB, through a fresh accumulator for 3xTF32 (Note above), in
+// chunks of 64 output columns (d64) or 32 (d128). kFresh = false keeps the running accumulator:
+// the d128 dK/dV pass (two 16 x 128 accumulators) spills with even a 32-column fresh one.
+template <typename Elem, int kD, int kMT, int kPN, bool kFresh = kFreshBlockAcc<Elem>>
+__device__ __forceinline__ void warp_gemm_cA_tB_add(float (&acc)[kMT][kD / 8][4],
+                                                    const float (&pc)[kMT][kPN][4],
+                                                    const Store<Elem>* sB, int b_row0, int lane) {
+  if constexpr (kFresh) {
+    constexpr int kNP = kD >= 128 ? 2 : kD / 16;  // n-tile pairs per chunk (d128: 32 columns)
+    static_assert((kD / 16) % kNP == 0, "head dim splits into whole chunks");
+#pragma unroll
+    for (int c = 0; c < kD / 16 / kNP; ++c) {
+      float part[kMT][2 * kNP][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2 * kNP; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[mt][nt][e] = 0.0f;
+      warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kNP>(part, pc, sB, b_row0, c * kNP, lane);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2 * kNP; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[mt][2 * c * kNP + nt][e] = __fadd_rn(acc[mt][2 * c * kNP + nt][e], part[mt][nt][e]);
+    }
+  } else {
+    warp_gemm_cA_tB<Elem, kD, kMT, kPN>(acc, pc, sB, b_row0, lane);
   }
 }
 

@@ -7,21 +7,26 @@
 namespace blublas::attn {
 namespace {
 
-template <typename Elem>
+template <typename Elem, bool kRoll = false>
 Status run(const Params& p, int head_dim, const DeviceInfo& dev, cudaStream_t stream,
            const char* n64, const char* n128) {
   if (head_dim == 64) {
-    return sm80::launch_flash_attn_bwd<Elem, sm80::DkDvTiles<64, 4, 32, false, 1>,
-                                       sm80::DqTiles<64, 4, 32, false, 1>>(p, dev, stream, n64);
+    return sm80::launch_flash_attn_bwd<Elem, sm80::DkDvTiles<64, 4, 32, false, 1, kRoll>,
+                                       sm80::DqTiles<64, 4, 32, false, 1, kRoll>>(p, dev, stream, n64);
   }
+  // d128's rolled dK/dV pass spilled (255 registers + 16 bytes): only its dQ pass rolls.
   return sm80::launch_flash_attn_bwd<Elem, sm80::DkDvTiles<128, 4, 16, false, 1>,
-                                     sm80::DqTiles<128, 4, 16, false, 1>>(p, dev, stream, n128);
+                                     sm80::DqTiles<128, 4, 16, false, 1, kRoll>>(p, dev, stream, n128);
 }
 
 }  // namespace
 
 Status sm80_tf32_flash_attn_bwd(const Params& p, int head_dim, bool split3, const DeviceInfo& dev,
                                 cudaStream_t stream) {
+  if (split3 && sm80::roll_k_requested()) {  // Note [Rolled k loop]
+    return run<sm80::tf32x3, true>(p, head_dim, dev, stream, "sm80_tf32x3_flash_attn_bwd_d64_rolled",
+                                   "sm80_tf32x3_flash_attn_bwd_d128_rolled");
+  }
   if (split3) {
     return run<sm80::tf32x3>(p, head_dim, dev, stream, "sm80_tf32x3_flash_attn_bwd_d64",
                              "sm80_tf32x3_flash_attn_bwd_d128");

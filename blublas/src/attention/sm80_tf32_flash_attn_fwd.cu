@@ -9,21 +9,25 @@
 namespace blublas::attn {
 namespace {
 
-template <typename Elem>
+template <typename Elem, bool kRoll = false>
 Status run(const Params& p, int head_dim, const DeviceInfo& dev, cudaStream_t stream,
            const char* n64, const char* n128) {
   if (head_dim == 64) {
-    return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<64, 4, 1, 64, false, 1>>(p, dev, stream,
-                                                                                     n64);
+    return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<64, 4, 1, 64, false, 1, kRoll>>(
+        p, dev, stream, n64);
   }
-  return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<128, 4, 1, 32, false, 1>>(p, dev, stream,
-                                                                                    n128);
+  return sm80::launch_flash_attn_fwd<Elem, sm80::FwdTiles<128, 4, 1, 32, false, 1, kRoll>>(
+      p, dev, stream, n128);
 }
 
 }  // namespace
 
 Status sm80_tf32_flash_attn_fwd(const Params& p, int head_dim, bool split3, const DeviceInfo& dev,
                                 cudaStream_t stream) {
+  if (split3 && sm80::roll_k_requested()) {  // Note [Rolled k loop]
+    return run<sm80::tf32x3, true>(p, head_dim, dev, stream, "sm80_tf32x3_flash_attn_fwd_d64_rolled",
+                                   "sm80_tf32x3_flash_attn_fwd_d128_rolled");
+  }
   if (split3) {
     return run<sm80::tf32x3>(p, head_dim, dev, stream, "sm80_tf32x3_flash_attn_fwd_d64",
                              "sm80_tf32x3_flash_attn_fwd_d128");
