@@ -57,11 +57,20 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 // Polls completion events and the communicator's async error; fires (prints, aborts the
 // communicator, ends the process) when a collective outlives the timeout or NCCL reports an error.
+//
+// Note [Watchdog threads]: two threads. The poller makes the CUDA/NCCL calls (cudaEventQuery,
+// ncclCommGetAsyncError) outside the lock; the timer makes none: it only compares the oldest
+// pending collective's (or host call's) age with the timeout. 2026-11-26 (2x H200): with one
+// thread doing both, rank 0 blocked in a cudaStreamSynchronize behind an all-reduce whose peer
+// had left never heard from its watchdog in 45 s (no message, no exit): a CUDA call made while
+// another thread waits on the hung stream can itself block, and with it every later check. The
+// timer cannot be held up that way, so the deadline holds whatever the driver does.
 class Watchdog {
  public:
   Watchdog(ncclComm_t comm, int device, int rank, int size, Milliseconds timeout)
       : comm_(comm), device_(device), rank_(rank), size_(size), timeout_(timeout) {
-    thread_ = std::thread([this] { loop(); });
+    poller_ = std::thread([this] { poll_loop(); });
+    timer_ = std::thread([this] { timer_loop(); });
   }
   ~Watchdog() {
     {
@@ -69,7 +78,8 @@ class Watchdog {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    poller_.join();
+    timer_.join();
   }
   void watch(std::shared_ptr<Work::State> w, std::string what) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,7 +89,7 @@ class Watchdog {
   // Note [Host-side deadline of an NCCL call]: an NCCL entry point can block on the host before
   // anything reaches a stream (lazy connection set-up with a peer, NCCL_RUNTIME_CONNECT, a
   // grouped call's ncclGroupEnd): no event to poll exists yet. A HostCall marks such a call; the
-  // loop fires when one outlives the timeout, so a departed peer ends this rank there too.
+  // timer fires when one outlives the timeout, so a departed peer ends this rank there too.
   class HostCall {
    public:
     HostCall(Watchdog& w, const std::string& what) : w_(w) {
@@ -107,6 +117,9 @@ class Watchdog {
   };
 
   [[noreturn]] void fire(const std::string& why) {
+    if (fired_.exchange(true)) {  // the other thread is already ending the process
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     std::fprintf(stderr, "[rank %d] bludist watchdog: %s on the nccl group (rank %d of %d, cuda:%d); aborting the "
                  "communicator and exiting with status %d\n", rank_, why.c_str(), rank_, size_, device_,
                  kWatchdogExitCode);
@@ -121,35 +134,57 @@ class Watchdog {
     std::_Exit(kWatchdogExitCode);
   }
 
-  void loop() {
+  // No CUDA or NCCL call here (Note [Watchdog threads]).
+  void timer_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (stop_) break;
+      const auto now = std::chrono::steady_clock::now();
+      std::string why;
+      if (host_active_ && now - host_since_ > timeout_) {
+        why = host_what_ + " blocked in NCCL on the host for more than " + std::to_string(timeout_.count() / 1000.0) +
+              " s (a peer rank died or hung)";
+      } else if (!items_.empty() && now - items_.front().issued > timeout_) {
+        why = items_.front().what + " did not complete within " + std::to_string(timeout_.count() / 1000.0) +
+              " s (a peer rank died or hung)";
+      }
+      if (!why.empty()) {
+        lock.unlock();
+        fire(why);
+      }
+    }
+  }
+
+  void poll_loop() {
     cudaSetDevice(device_);
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
-      if (host_active_ && std::chrono::steady_clock::now() - host_since_ > timeout_) {
-        fire(host_what_ + " blocked in NCCL on the host for more than " + std::to_string(timeout_.count() / 1000.0) +
-             " s (a peer rank died or hung)");
-      }
-      while (!items_.empty()) {
-        Item& it = items_.front();
-        cudaError_t e = cudaEventQuery(it.work->event);
+      while (!stop_ && !items_.empty()) {
+        std::shared_ptr<Work::State> work = items_.front().work;
+        std::string what = items_.front().what;
+        lock.unlock();
+        const cudaError_t e = cudaEventQuery(work->event);
+        lock.lock();
         if (e == cudaSuccess) {
-          items_.pop_front();
+          if (!items_.empty() && items_.front().work == work) items_.pop_front();
           continue;
         }
-        if (e != cudaErrorNotReady) fire(it.what + ": CUDA error " + cudaGetErrorString(e));
-        auto age = std::chrono::steady_clock::now() - it.issued;
-        if (age > timeout_) {
-          fire(it.what + " did not complete within " + std::to_string(timeout_.count() / 1000.0) +
-               " s (a peer rank died or hung)");
+        if (e != cudaErrorNotReady) {
+          lock.unlock();
+          fire(what + ": CUDA error " + cudaGetErrorString(e));
         }
         break;
       }
+      lock.unlock();
       ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+      const bool got = ncclCommGetAsyncError(comm_, &async) == ncclSuccess;
+      if (got && async != ncclSuccess && async != ncclInProgress) {
         fire(std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) + " (" +
              ncclGetLastError(comm_) + ")");
       }
+      lock.lock();
     }
   }
 
@@ -163,7 +198,8 @@ class Watchdog {
   std::string host_what_;
   std::chrono::steady_clock::time_point host_since_;
   bool stop_ = false;
-  std::thread thread_;
+  std::atomic<bool> fired_{false};
+  std::thread poller_, timer_;
 };
 
 // Ends the process with a clear message when a blocking call (communicator creation) outlives
