@@ -9,6 +9,12 @@
 #      the fc fwd SIMT GEMM (BLU_DIAG_SOURCE=0 skips it),
 # and packs everything into ONE tarball, $OUT/diag.tar.gz (the device tool returns at most 8 files).
 #   scripts/device-fp32-diag.sh [build-dir (default /tmp/bd)]
+# BLU_DIAG_STAGES (default "profile,torch_precision,ncu") picks and orders the stages; more:
+#   attn_tests   the whole AttentionGpu suite, then its fp32 cases again with BLUBLAS_ATTN_ROLL_K=1
+#   attn_ab      blublas-profiler attention f32x3 (GPT-2 shape) default vs BLUBLAS_ATTN_ROLL_K=1,
+#                and bench/torch_attention.py (PyTorch's SDPA, same shape) in the same call
+#   dist_tests   the NCCL watchdog test and the fused --dp 2 equivalence test (2 GPUs)
+#   e2e_ab       blutrain fp32 B16 T1024 (20 steps, synthetic) default vs BLUBLAS_ATTN_ROLL_K=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}
@@ -34,16 +40,57 @@ if [ "${BLU_DIAG_BUILD:-1}" = 1 ]; then
   ((rc == 0)) || exit 1
 fi
 
+stages=${BLU_DIAG_STAGES:-profile,torch_precision,ncu}
+for stage in ${stages//,/ }; do
+case $stage in
+profile)
 stamp "attention error profile"
 CUDA_VISIBLE_DEVICES=0 timeout 240 "$build/tests/blublas_attention_gpu_test" \
   --gtest_filter='*ErrorProfile*:*Split3*' > "$work/attn_profile.txt" 2>&1
 echo "rc=$?" >> "$work/attn_profile.txt"
-grep -E "^\[ +(OK|FAILED) |rms|bias|rc=" "$work/attn_profile.txt" | head -40
-
+grep -E "^\[ +(OK|FAILED) |rms|bias|rc=" "$work/attn_profile.txt" | head -40 ;;
+torch_precision)
 stamp "PyTorch fp32 SDPA error profile"
 CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/torch_attn_precision.py "$work" > "$work/torch_attn_precision.txt" 2>&1
-tail -20 "$work/torch_attn_precision.txt"
-
+tail -12 "$work/torch_attn_precision.txt" ;;
+attn_tests)
+stamp "AttentionGpu suite"
+CUDA_VISIBLE_DEVICES=0 timeout 300 "$build/tests/blublas_attention_gpu_test" > "$work/attn_tests.txt" 2>&1
+echo "rc=$?" >> "$work/attn_tests.txt"
+grep -E "^\[ +(FAILED|PASSED) |rms|rc=" "$work/attn_tests.txt" | head -30
+stamp "AttentionGpu fp32 cases, BLUBLAS_ATTN_ROLL_K=1"
+BLUBLAS_ATTN_ROLL_K=1 CUDA_VISIBLE_DEVICES=0 timeout 200 "$build/tests/blublas_attention_gpu_test" \
+  --gtest_filter='*F32*' > "$work/attn_tests_roll.txt" 2>&1
+echo "rc=$?" >> "$work/attn_tests_roll.txt"
+grep -E "^\[ +(FAILED|PASSED) |rms|rc=" "$work/attn_tests_roll.txt" | head -30 ;;
+attn_ab)
+for v in 0 1 0 1; do
+  stamp "profiler attention f32x3, BLUBLAS_ATTN_ROLL_K=$v"
+  BLUBLAS_ATTN_ROLL_K=$v CUDA_VISIBLE_DEVICES=0 timeout 60 "$build/blublas/blublas-profiler" attention \
+    --B=16 --T=1024 --H=12 --d=64 --mode=f32x3 --reps=30 2>&1 | tee -a "$work/attn_ab_roll$v.txt" | grep -E "ms|err"
+done
+stamp "PyTorch SDPA (same shapes)"
+CUDA_VISIBLE_DEVICES=0 timeout 150 python3 bench/torch_attention.py "$work" > "$work/torch_attention.txt" 2>&1
+grep -iE "fp32|3xtf32|efficient" "$work/torch_attention.txt" | head -12 ;;
+dist_tests)
+stamp "NCCL watchdog test"
+BLU_REQUIRE_MULTI_GPU=1 timeout -k 10 120 "$build/tests/bludist_nccl_gpu_test" --gtest_filter='*Watchdog*' \
+  > "$work/nccl_watchdog.txt" 2>&1
+echo "rc=$?" >> "$work/nccl_watchdog.txt"; tail -12 "$work/nccl_watchdog.txt"
+stamp "fused --dp 2 equivalence"
+BLU_REQUIRE_MULTI_GPU=1 timeout -k 10 240 "$build/tests/blutrain_fused_dp_gpu_test" > "$work/fused_dp.txt" 2>&1
+echo "rc=$?" >> "$work/fused_dp.txt"; grep -E "^\[ +(OK|FAILED|PASSED) |max rel|Failure|rc=" "$work/fused_dp.txt" | head -20 ;;
+e2e_ab)
+for v in 0 1; do
+  stamp "blutrain fp32, BLUBLAS_ATTN_ROLL_K=$v"
+  mkdir -p "$work/e2e_roll$v"
+  BLUBLAS_ATTN_ROLL_K=$v CUDA_VISIBLE_DEVICES=0 timeout 150 "$build/blutrain/blutrain" train --model d12 --device cuda \
+    --precision fp32 --batch-size 16 --seq-len 1024 --data synthetic --cache-dir "$work/cache" \
+    --out-dir "$work/e2e_roll$v" --resume none --no-save --no-plot --sample-tokens 0 --val-every -1 \
+    --val-batches -1 --max-steps 20 --warmup-steps 5 > "$work/e2e_roll$v/log.txt" 2>&1
+  grep -E "fused step:|step 20/20" "$work/e2e_roll$v/log.txt" | cut -c1-200
+done ;;
+ncu)
 stamp "ncu"
 CUDA_VISIBLE_DEVICES=0 timeout 300 scripts/ncu-hot.sh "$build" "$work/ncu" gemm_simt_f32_fc_fwd \
   gemm_simt_f32_fc_dx gemm_simt_f32_fc_dw attn_fwd_f32x3 attn_bwd_dkdv_f32x3 attn_bwd_dq_f32x3
@@ -57,4 +104,8 @@ if ((ncu_rc == 0)) && [ "${BLU_DIAG_SOURCE:-1}" = 1 ]; then
     > "$work/ncu/simt_fc_fwd_sass.csv" 2> "$work/ncu/simt_fc_fwd_sass.err"
   wc -l "$work/ncu/simt_fc_fwd_sass.csv"; head -3 "$work/ncu/simt_fc_fwd_sass.err"
 fi
+ ;;
+*) echo "unknown stage $stage" ;;
+esac
+done
 stamp "done"
