@@ -24,7 +24,7 @@ export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-pack() { tar -C "$work" -czf "$OUT/diag.tar.gz" . 2>/dev/null; }
+pack() { tar -C "$work" --exclude=./cache --exclude='*.bin' --exclude='*.safetensors' -czf "$OUT/diag.tar.gz" . 2>/dev/null; }
 trap pack EXIT
 { uname -r; nvidia-smi; nvcc --version; } > "$work/env.txt" 2>&1
 stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l); kernel $(uname -r)"
@@ -76,7 +76,7 @@ dist_tests)
 stamp "NCCL watchdog test"
 BLU_REQUIRE_MULTI_GPU=1 timeout -k 10 120 "$build/tests/bludist_nccl_gpu_test" --gtest_filter='*Watchdog*' \
   > "$work/nccl_watchdog.txt" 2>&1
-echo "rc=$?" >> "$work/nccl_watchdog.txt"; tail -12 "$work/nccl_watchdog.txt"
+echo "rc=$?" >> "$work/nccl_watchdog.txt"; grep -vE "^\[(-|=)" "$work/nccl_watchdog.txt" | head -30
 stamp "fused --dp 2 equivalence"
 BLU_REQUIRE_MULTI_GPU=1 timeout -k 10 240 "$build/tests/blutrain_fused_dp_gpu_test" > "$work/fused_dp.txt" 2>&1
 echo "rc=$?" >> "$work/fused_dp.txt"; grep -E "^\[ +(OK|FAILED|PASSED) |max rel|Failure|rc=" "$work/fused_dp.txt" | head -20 ;;
