@@ -5,7 +5,7 @@
 
 #include "blublas/device_info.h"
 #include "blublas/gemm.h"
-#include "gemm/gemm_problem.h"
+#include "gemm_problem.h"  // relative: tests include this header without src/ on the path
 
 namespace blublas::gemm_detail {
 

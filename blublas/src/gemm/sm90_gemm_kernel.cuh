@@ -53,7 +53,8 @@
 // rows (column-major inside a group) so CTAs running at once share A rows and B columns in L2.
 // Split s covers k-blocks [s*kb/S, (s+1)*kb/S). With S > 1 the epilogue writes raw fp32 partial
 // sums to the workspace and a separate kernel (sm90_splitk_reduce.cu) adds the S partials in
-// split order and applies the epilogue: deterministic, the same bits every run.
+// split order and applies the epilogue: deterministic, the same bits every run. decode_unit lives
+// in sm90_work_units.h (host and device) so the CPU tests check this numbering.
 
 #pragma once
 
@@ -68,6 +69,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/sm90_primitives.cuh"
 #include "gemm/sm90_wgmma_ops.cuh"
+#include "gemm/sm90_work_units.h"
 
 namespace blublas::gemm_detail::sm90 {
 
@@ -137,30 +139,6 @@ struct KernelConfig {
   static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
                 "cluster multicast splits B into two halves of whole 64-wide boxes");
 };
-
-struct WorkUnit {
-  int batch, tm, tn, split, kb0, kb1;
-};
-
-__device__ __forceinline__ WorkUnit decode_unit(const KernelParams& p, int u) {
-  WorkUnit w;
-  const int tiles = p.tiles_m * p.tiles_n;
-  const int per_split = tiles * p.batch;
-  w.split = u / per_split;
-  const int r = u - w.split * per_split;
-  w.batch = r / tiles;
-  const int t = r - w.batch * tiles;
-  const int per_group = p.group_m * p.tiles_n;
-  const int g = t / per_group;
-  const int first_m = g * p.group_m;
-  const int rows_in_group = min(p.tiles_m - first_m, p.group_m);
-  const int in_group = t - g * per_group;
-  w.tm = first_m + in_group % rows_in_group;
-  w.tn = in_group / rows_in_group;
-  w.kb0 = static_cast<int>(static_cast<int64_t>(w.split) * p.kblocks / p.splits);
-  w.kb1 = static_cast<int>(static_cast<int64_t>(w.split + 1) * p.kblocks / p.splits);
-  return w;
-}
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
                                          int rank3, int c0, int c1, int batch) {
