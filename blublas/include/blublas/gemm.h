@@ -80,8 +80,21 @@ struct GemmDesc {
 };
 
 // Bytes of workspace gemm() needs for this problem on the current device (0 is a valid answer).
-// The same desc (sizes, types, path) must be passed to gemm() with at least this many bytes.
+// The same desc (sizes, types, path) must be passed to gemm() with at least this many bytes; the
+// pointer may have any alignment (the size includes the slack to align it).
 Status gemm_workspace_size(const GemmDesc& desc, std::size_t* bytes);
+
+// Accuracy (what the tests hold every path to: tests/blublas/support/gemm_bound.h): every element
+// of D (and of aux) satisfies, with exact = the float64 result of the same formula on the stored
+// inputs and scale = |alpha| sum_k |op(A)_ik op(B)_kj| + |beta C_ij| + |bias|,
+//   |D_ij - exact_ij| <= tol * scale + u * |exact_ij| + floor
+// tol: 2e-6 strict fp32, 2e-3 tf32, 1e-4 bf16/f16 inputs; u: D's unit roundoff (f32 2^-24, bf16
+// 2^-8, f16 2^-11); floor: the spacing of D's subnormals (f16 2^-24; f32/bf16 negligible). The
+// floor matters for f16 outputs below 6.1e-5, which are subnormal: there a correctly rounded result
+// can differ from the exact one by up to 2^-25 whatever its size, so a purely relative check flags
+// correct elements (issue 11; Note [GEMM bound near underflow]). GELU epilogues add their slope (<
+// 1.13) to the factor of tol, and with 16-bit D the hardware tanh (Note [Fast GELU for 16-bit
+// outputs]: relative error up to 2^-10.99 on tanh) up to 2.5e-4 * |pre| (pre = the GELU's input).
 
 // Runs the GEMM on `stream`. Asynchronous; argument errors are reported before any launch.
 Status gemm(const GemmDesc& desc, void* workspace, std::size_t workspace_bytes,

@@ -221,6 +221,13 @@ struct Plan {
   std::size_t path_offset = 0, path_bytes = 0, total_bytes = 0;
 };
 
+// Note [Workspace alignment]
+// gemm.h asks nothing of the workspace pointer's alignment, but the sm_90a path needs its
+// workspace (split-K partials, tf32 transposes) 256-byte aligned and used to return kMisaligned
+// from gemm() (after gemm_workspace_size() had accepted the problem) for a pointer from a
+// sub-allocator, e.g. cudaMalloc'd base + 16. The dispatcher therefore adds kWorkspaceAlign bytes
+// of slack to every non-zero workspace size and hands each path a 256-byte aligned pointer, with
+// or without repacked operands (tests/blublas/gemm_property_gpu_test.cu passes offset pointers).
 constexpr std::size_t kWorkspaceAlign = 256;
 std::size_t align_up(std::size_t v) { return (v + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
@@ -241,7 +248,8 @@ Status plan_path(GemmPath path, const GemmProblem& p, const DeviceInfo& dev, boo
     plan->path = path;
     plan->problem = p;
     plan->path_bytes = path_workspace(path, p, dev);
-    plan->total_bytes = plan->path_bytes;
+    // Note [Workspace alignment]: the slack that lets execute() align the path's workspace.
+    plan->total_bytes = plan->path_bytes > 0 ? kWorkspaceAlign + plan->path_bytes : 0;
     return st;
   }
   if (!allow_repack || path == GemmPath::kSimt || st.code() != StatusCode::kMisaligned) return st;
@@ -310,11 +318,13 @@ Status execute(const Plan& plan, const DeviceInfo& dev, void* workspace, std::si
   GemmProblem p = plan.problem;
   char* base = static_cast<char*>(workspace);
   std::size_t avail = workspace_bytes;
-  if (plan.repack[0] || plan.repack[1]) {
+  if (plan.total_bytes > 0) {  // Note [Workspace alignment]
     const std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(workspace);
     const std::size_t skip = (kWorkspaceAlign - addr % kWorkspaceAlign) % kWorkspaceAlign;
     base += skip;
     avail -= skip;
+  }
+  if (plan.repack[0] || plan.repack[1]) {
     for (int which = 0; which < 2; ++which) {
       if (!plan.repack[which]) continue;
       void* dst = base + plan.offset[which];
