@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -134,13 +135,32 @@ class Watchdog {
     std::_Exit(kWatchdogExitCode);
   }
 
+  // BLUDIST_WATCHDOG_TRACE=1: both threads report what they are doing about once a second (the
+  // 2-GPU watchdog test sets it: Note [Watchdog threads], the hang not yet explained).
+  static bool trace_on() {
+    static const bool on = [] {
+      const char* v = std::getenv("BLUDIST_WATCHDOG_TRACE");
+      return v != nullptr && v[0] == '1';
+    }();
+    return on;
+  }
+
   // No CUDA or NCCL call here (Note [Watchdog threads]).
   void timer_loop() {
     std::unique_lock<std::mutex> lock(mu_);
+    auto last_trace = std::chrono::steady_clock::now();
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
       if (stop_) break;
       const auto now = std::chrono::steady_clock::now();
+      if (trace_on() && now - last_trace > std::chrono::seconds(1)) {
+        last_trace = now;
+        const double age = items_.empty() ? 0.0 : std::chrono::duration<double>(now - items_.front().issued).count();
+        std::fprintf(stderr, "[rank %d] bludist watchdog trace: %zu pending (oldest %s, %.1f s), host call %s, "
+                     "poller %s\n", rank_, items_.size(), items_.empty() ? "-" : items_.front().what.c_str(), age,
+                     host_active_ ? host_what_.c_str() : "none", poller_state_.load());
+        std::fflush(stderr);
+      }
       std::string why;
       if (host_active_ && now - host_since_ > timeout_) {
         why = host_what_ + " blocked in NCCL on the host for more than " + std::to_string(timeout_.count() / 1000.0) +
@@ -165,7 +185,9 @@ class Watchdog {
         std::shared_ptr<Work::State> work = items_.front().work;
         std::string what = items_.front().what;
         lock.unlock();
+        poller_state_ = "in cudaEventQuery";
         const cudaError_t e = cudaEventQuery(work->event);
+        poller_state_ = "idle";
         lock.lock();
         if (e == cudaSuccess) {
           if (!items_.empty() && items_.front().work == work) items_.pop_front();
@@ -179,7 +201,9 @@ class Watchdog {
       }
       lock.unlock();
       ncclResult_t async = ncclSuccess;
+      poller_state_ = "in ncclCommGetAsyncError";
       const bool got = ncclCommGetAsyncError(comm_, &async) == ncclSuccess;
+      poller_state_ = "idle";
       if (got && async != ncclSuccess && async != ncclInProgress) {
         fire(std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) + " (" +
              ncclGetLastError(comm_) + ")");
@@ -199,6 +223,7 @@ class Watchdog {
   std::chrono::steady_clock::time_point host_since_;
   bool stop_ = false;
   std::atomic<bool> fired_{false};
+  std::atomic<const char*> poller_state_{"starting"};
   std::thread poller_, timer_;
 };
 

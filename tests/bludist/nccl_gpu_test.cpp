@@ -108,7 +108,10 @@ TEST(Nccl, WatchdogEndsACollectiveWhosePeerLeft) {
   // 2026-11-25 (2x H100, second run, rank 1 leaving with _Exit): the test binary was killed from
   // outside at 90 s before this inner timeout, so nothing of the ranks' output came back; the
   // inner bound is now well under any outer one (45 s: the watchdog fires at 10 s).
-  auto r = run_command("NCCL_DEBUG=WARN BLUDIST_TIMEOUT_S=10 timeout -k 5 45 " + std::string(BLURUN_EXE) +
+  // 2026-11-26 (2x H200): still no watchdog message in 45 s, also with the deadline kept by a
+  // thread that makes no CUDA call (Note [Watchdog threads]); BLUDIST_WATCHDOG_TRACE=1 makes both
+  // watchdog threads report once a second, so the next run shows which one is stuck, and where.
+  auto r = run_command("NCCL_DEBUG=WARN BLUDIST_TIMEOUT_S=10 BLUDIST_WATCHDOG_TRACE=1 timeout -k 5 45 " + std::string(BLURUN_EXE) +
                        " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " leave_early nccl");
   std::printf("%s(%.1f s)\n", r.output.c_str(), r.seconds);
   EXPECT_NE(r.status, 0) << r.output;
