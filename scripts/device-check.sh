@@ -45,6 +45,9 @@ export PATH=/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export BLU_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 export BLU_TENSOR_REPORT=$res/tensor_ops.json   # written by the CPU-vs-CUDA op registry test
+# Written by tests/blublas/gemm_property_gpu_test (gemm and all suites): problems run / failed per
+# precision, which make_summary.py reports as gemm.<fp32|tf32|bf16|f16>.cases_failed.
+export BLU_GEMM_PROPERTY_REPORT=$res/gemm_property.json
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 # Packs what exists so far into $OUT: if the call is cut off at its time limit, the finished

@@ -103,6 +103,8 @@ def main():
             and not any(s in k for s in ("peak_ratio", "used_ratio", "loss_diff"))
         if before and higher_better and v < 0.95 * before:
             flag = "  REGRESSION"
+        if k.endswith(".cases_failed") and v > 0:   # the GEMM property test: any wrong problem
+            flag = "  FAILING"
         b = f"{before:10.4g}" if isinstance(before, (int, float)) else f"{'-':>10s}"
         print(f"{k:58s} {v:10.4g} {b}{flag}")
 
