@@ -216,6 +216,10 @@ TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
   EXPECT_NE(err("--dp 2 --device cuda --dp-bucket-mb 0", true)
                 .find("--dp-bucket-mb 0: expected the size of a gradient bucket in MiB"),
             std::string::npos);
+  EXPECT_NE(err("--dp 2 --device cuda --dp-embedding-grad scatter", true)
+                .find("--dp-embedding-grad 'scatter': expected allreduce or gather"),
+            std::string::npos);
+  EXPECT_EQ(err("--dp 2 --device cuda --dp-embedding-grad gather", true), "no error");
   EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128")
                 .find("--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),
             std::string::npos);

@@ -122,6 +122,16 @@ TEST_F(FusedDataParallel, AccumulationOnTwoGpusMatchesOneGpu) {
   expect_two_gpus_match_one("accum", "", "--total-batch-tokens 1024", 1024);
 }
 
+// Note [Embedding gradient by all-gather] (fused_step.cpp): the tied embedding's gradient from an
+// early all-reduce plus all-gathered embedding rows, with and without accumulation micro-steps.
+TEST_F(FusedDataParallel, EmbeddingGradByAllGatherMatchesOneGpu) {
+  expect_two_gpus_match_one("gather", "", "--dp-embedding-grad gather", 512);
+}
+
+TEST_F(FusedDataParallel, EmbeddingGradByAllGatherWithAccumulationMatchesOneGpu) {
+  expect_two_gpus_match_one("gather_accum", "", "--dp-embedding-grad gather --total-batch-tokens 1024", 1024);
+}
+
 TEST_F(FusedDataParallel, EagerStepOnTwoGpusMatchesOneGpu) {
   expect_two_gpus_match_one("eager", "--no-graph", "", 512);
 }

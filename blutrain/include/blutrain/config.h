@@ -45,6 +45,7 @@ struct TrainConfig {
   // data parallelism (Note [Data-parallel training] in src/train/data_parallel.h)
   int dp = 1;                      // data-parallel ranks: must equal the launcher's WORLD_SIZE
   double dp_bucket_mb = 25;         // fused engine, --dp > 1: gradient bucket size (MiB)
+  std::string dp_embedding_grad = "allreduce";  // fused engine, --dp > 1: allreduce | gather (Note [Embedding gradient by all-gather])
   int zero = 0;                    // ZeRO stage: 0 (replicated AdamW state) | 1 (state sharded over --dp)
   // schedule
   int64_t max_steps = 0;           // 0 = auto

@@ -59,6 +59,8 @@ struct FusedStepOptions {
   // The weights must already agree on every rank (the trainer broadcasts rank 0's).
   std::shared_ptr<bludist::ProcessGroup> process_group;
   std::size_t dp_bucket_bytes = std::size_t(25) << 20;
+  // Note [Embedding gradient by all-gather] in src/engine/fused_step.cpp (--dp-embedding-grad).
+  bool dp_embedding_gather = false;
 };
 
 struct FusedStepResult {

@@ -124,10 +124,15 @@ struct FusedGPT2Step::Impl {
   // null with one rank. sync_now: this pass is the step's last backward, so it all-reduces.
   std::unique_ptr<FusedGradSync> sync;
   bool sync_now = false;
+  // Note [Embedding gradient by all-gather]: world > 1 with --dp-embedding-grad gather.
+  bool embed_gather = false;
+  int world = 1;
+  Tensor gathered_rows, gathered_tokens;  // world x B*T rows of d x[0] and their token ids
   void unit_ready(int unit) {
     if (sync && sync_now && !L.sizing) sync->unit_ready(unit, stream.get());
   }
   void setup_data_parallel();
+  void gathered_embedding_backward();
   void broadcast_weights();
   void wait_for_step_with_deadline();
   cudaEvent_t step_done = nullptr;  // data parallelism: polled with a deadline
@@ -287,6 +292,10 @@ void FusedGPT2Step::Impl::setup() {
   plan = plan_activations(pin);
   arena = device_bytes(plan.total_bytes, device);
   tokens = device_bytes(static_cast<std::size_t>(L.rows) * 2 * sizeof(int32_t), device);
+  if (embed_gather) {
+    gathered_rows = device_bytes(static_cast<std::size_t>(world) * L.rows * cfg.n_embd * es, device);
+    gathered_tokens = device_bytes(static_cast<std::size_t>(world) * L.rows * sizeof(int32_t), device);
+  }
   misc = device_bytes(512, device);
   cuda_check(cudaMemsetAsync(misc.data_ptr(), 0, 512, stream.get()), "clearing the step's flags");
   cuda_check(cudaMallocHost(&h_scalars, sizeof(blublas::AdamWStepScalars)), "cudaMallocHost");
@@ -357,7 +366,11 @@ void FusedGPT2Step::Impl::setup_data_parallel() {
   for (int l = nl - 1; l >= 0; --l) {           // 1 .. L: block L-1 .. 0
     units.push_back({start(P(l, kLn1W)), l + 1 < nl ? start(P(l + 1, kLn1W)) : start(lnf_w)});
   }
-  units.push_back({0, start(P(0, kLn1W))});  // L+1: wte, wpe
+  world = o.process_group->size();
+  embed_gather = o.dp_embedding_gather;
+  // L+1: wte and wpe; with the embedding gradient by all-gather, wpe alone (wte is reduced early
+  // and completed from the gathered rows: Note [Embedding gradient by all-gather]).
+  units.push_back({embed_gather ? start(wpe) : 0, start(P(0, kLn1W))});
   auto inside = [&](int param, int unit, const char* what) {
     const Param& p = params[static_cast<size_t>(param)];
     const GradRange& u = units[static_cast<size_t>(unit)];
@@ -370,11 +383,16 @@ void FusedGPT2Step::Impl::setup_data_parallel() {
   for (int l = 0; l < nl; ++l) {
     for (int q = 0; q < kNumLayerParams; ++q) inside(P(l, static_cast<LayerParam>(q)), nl - l, kLayerParamNames[q]);
   }
-  inside(wte, nl + 1, "wte.weight");
+  if (embed_gather) {
+    BLU_CHECK(params[static_cast<size_t>(wte)].offset == 0 && start(wpe) >= static_cast<std::size_t>(params[wte].numel),
+              "fused data-parallel step: --dp-embedding-grad gather expects wte first in the gradient buffer");
+  } else {
+    inside(wte, nl + 1, "wte.weight");
+  }
   inside(wpe, nl + 1, "wpe.weight");
   const std::size_t target = std::max<std::size_t>(1, o.dp_bucket_bytes / sizeof(float));
   sync = std::make_unique<FusedGradSync>(o.process_group, static_cast<float*>(grads.data_ptr()),
-                                         plan_grad_buckets(units, target));
+                                         plan_grad_buckets(units, target), /*sum=*/embed_gather);
 }
 
 // Note [Deadline of a data-parallel step]
@@ -472,7 +490,10 @@ void FusedGPT2Step::Impl::block_forward(int l, bool recomputing) {
 void FusedGPT2Step::Impl::classifier(bool first) {
   const int C = cfg.n_embd, V = cfg.padded_vocab;
   const int64_t R = plan.in.logits_chunk_rows;
-  const double total_rows = static_cast<double>(L.rows) * static_cast<double>(o.accum_steps);
+  // With the embedding gradient by all-gather the gradients are of the global batch's mean
+  // (scaled by 1/world here) and the collectives sum (Note [Embedding gradient by all-gather]).
+  const double total_rows = static_cast<double>(L.rows) * static_cast<double>(o.accum_steps) *
+                            static_cast<double>(embed_gather ? world : 1);
   const std::size_t es = L.act_size();
   cudaEvent_t ev_lm_dw = nullptr;  // the previous chunk's weight gradient reads the logits buffer
   for (int64_t r0 = 0; r0 < L.rows; r0 += R) {
@@ -490,6 +511,11 @@ void FusedGPT2Step::Impl::classifier(bool first) {
               first && r0 == 0 ? 0.0f : 1.0f);
     ev_lm_dw = side_mark();
     L.gemm("lm head dx", n, C, V, logits, false, V, w(wte), false, C, dx, C, false, 0.0f);
+  }
+  // Every lm-head part of dwte (all micro-batches) and the earlier micro-batches' embedding parts
+  // are in: reduce dwte now, overlapping the whole backward (Note [Embedding gradient by all-gather]).
+  if (embed_gather && sync && sync_now && !L.sizing) {
+    sync->reduce_early(g(wte), static_cast<std::size_t>(params[wte].numel), WL().stream);
   }
   L.column_sum(&d_readback()->loss_sum, f32(plan.row_losses), L.rows, 1, blublas::Dtype::kF32, !first);
 }
@@ -514,8 +540,46 @@ void FusedGPT2Step::Impl::backward(bool first) {
     }
   }
   main_wait(side_mark());  // join: every weight gradient is done (dwte is added to next)
+  if (embed_gather && (sync_now || L.sizing)) {
+    // The sizing pass sizes both embedding backwards (this rank's rows, all ranks' rows).
+    if (L.sizing) L.embedding_backward(g(wte), g(wpe), act(plan.dres), inputs(), cfg.vocab_size, nullptr);
+    gathered_embedding_backward();
+    return;
+  }
   L.embedding_backward(g(wte), g(wpe), act(plan.dres), inputs(), cfg.vocab_size, &d_readback()->token_error);
   unit_ready(cfg.n_layer + 1);  // wte, wpe
+}
+
+// Note [Embedding gradient by all-gather]
+// The tied embedding's gradient is the largest bucket (wte + wpe, 157.7 MB for GPT-2 124M) and
+// the last: dwte is final only after the embedding backward at the very end of the backward, so
+// with --dp-embedding-grad allreduce its all-reduce has nothing left to overlap (2x H200,
+// 2026-11-26: bf16 --dp 2 scaled 1.907x against fp32's 1.997x). With `gather`:
+//  - the collectives sum instead of averaging, and each rank's gradients are of the global
+//    batch's mean loss: the cross-entropy's dloss divides by world * B * T * accum (so the sum of
+//    the ranks' gradients is the average the `allreduce` mode computes);
+//  - dwte is reduced right after the last micro-batch's lm-head weight gradient (the first thing
+//    of its backward), overlapping all of the backward; it then holds every micro-batch's lm-head
+//    part and the earlier micro-batches' embedding parts;
+//  - the last micro-batch's embedding part is not reduced as a 154 MB dense matrix: every rank
+//    all-gathers the B*T rows of d x[0] (25 MB in bf16 at B16 T1024) and their token ids, waits
+//    for the early reduction, and adds all ranks' rows into dwte with the deterministic embedding
+//    backward over world*B sequences: the same rows in the same order on every rank, so dwte stays
+//    bitwise identical across ranks;
+//  - wpe keeps its own last bucket (3 MB): its last micro-batch part is this rank's column sum.
+// Not yet measured on the device (as of its commit): an A/B switch, `allreduce` stays the default.
+void FusedGPT2Step::Impl::gathered_embedding_backward() {
+  const int C = cfg.n_embd;
+  L.column_sum(g(wpe), act(plan.dres), L.batch, static_cast<int64_t>(L.seq_len) * C, L.act, /*accumulate=*/true);
+  unit_ready(cfg.n_layer + 1);  // wpe
+  if (!L.sizing) {
+    sync->all_gather(gathered_rows.data_ptr(), act(plan.dres), static_cast<std::size_t>(L.rows) * C,
+                     L.act_size() == 2 ? DType::BF16 : DType::F32, stream.get());
+    sync->all_gather(gathered_tokens.data_ptr(), inputs(), static_cast<std::size_t>(L.rows), DType::I32, stream.get());
+    sync->wait_early(stream.get());
+  }
+  L.embedding_backward(g(wte), nullptr, gathered_rows.data_ptr(), static_cast<const int32_t*>(gathered_tokens.data_ptr()),
+                       cfg.vocab_size, &d_readback()->token_error, world * L.batch);
 }
 
 // Note [Weight gradients on a side stream]

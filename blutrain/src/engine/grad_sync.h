@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "blutensor/dtype.h"
 #include "engine/grad_buckets.h"
 
 namespace bludist {
@@ -48,7 +49,10 @@ namespace blu::train {
 class FusedGradSync {
  public:
   // flat: the step's flat fp32 gradient buffer (on the group's device); buckets: the plan over it.
-  FusedGradSync(std::shared_ptr<bludist::ProcessGroup> pg, float* flat, std::vector<GradBucket> buckets);
+  // sum: the collectives add (the caller already scaled each rank's gradients by 1/ranks: Note
+  // [Embedding gradient by all-gather] in fused_step.cpp); else they average.
+  FusedGradSync(std::shared_ptr<bludist::ProcessGroup> pg, float* flat, std::vector<GradBucket> buckets,
+                bool sum = false);
   ~FusedGradSync();
   FusedGradSync(const FusedGradSync&) = delete;
   FusedGradSync& operator=(const FusedGradSync&) = delete;
@@ -59,17 +63,26 @@ class FusedGradSync {
   // `stream` waits (on the device) for every bucket of this backward; the next backward starts
   // over. Throws if a bucket was never launched (a unit's ready point was skipped).
   void wait_all(cudaStream_t stream);
+  // A range outside the bucket plan, reduced (as the buckets are) after the work issued so far on
+  // `stream`, asynchronously; wait_early() makes a stream wait for it. One at a time.
+  void reduce_early(float* begin, std::size_t n, cudaStream_t stream);
+  void wait_early(cudaStream_t stream);
+  // out[rank r's n values] = every rank's `in`, ordered after `stream`; `stream` waits for it.
+  void all_gather(void* out, const void* in, std::size_t n, blu::DType dtype, cudaStream_t stream);
 
   int ranks() const;
   std::size_t num_buckets() const { return buckets_.size(); }
   std::string describe() const;  // "all-reduce over 2 ranks (nccl): 13 gradient bucket(s) of ..."
 
  private:
+  bludist::Work reduce(float* begin, std::size_t n, cudaStream_t stream);
   std::shared_ptr<bludist::ProcessGroup> pg_;
   float* flat_;
   std::vector<GradBucket> buckets_;
   std::size_t next_bucket_ = 0;
   std::vector<bludist::Work> pending_;
+  bool sum_ = false;
+  std::vector<bludist::Work> early_;
 };
 
 }  // namespace blu::train

@@ -222,14 +222,15 @@ void StepLauncher::embedding(void* out, const int32_t* tokens, const void* wte, 
 }
 
 void StepLauncher::embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
-                                      int64_t vocab, int* error_flag) {
+                                      int64_t vocab, int* error_flag, int batch_rows) {
+  const int64_t nb = batch_rows > 0 ? batch_rows : batch;
   if (sizing) {
     std::size_t bytes = 0;
-    check(blublas::embedding_backward_workspace_size(batch, seq_len, vocab, &bytes), "embedding_backward");
+    check(blublas::embedding_backward_workspace_size(nb, seq_len, vocab, &bytes), "embedding_backward");
     need(bytes);
     return;
   }
-  check(blublas::embedding_backward(dwte, dwpe, dout, tokens, batch, seq_len, channels, vocab, error_flag, act,
+  check(blublas::embedding_backward(dwte, dwpe, dout, tokens, nb, seq_len, channels, vocab, error_flag, act,
                                     workspace, workspace_bytes, stream),
         "embedding_backward");
   mark("embedding bwd");

@@ -69,8 +69,9 @@ struct StepLauncher {
   void column_sum(float* out, const void* in, int64_t n_rows, int64_t cols, blublas::Dtype dtype, bool accumulate);
   void embedding(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t vocab,
                  int* error_flag);
+  // batch_rows > 0: dout / tokens hold that many sequences of seq_len (default: batch).
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int64_t vocab,
-                          int* error_flag);
+                          int* error_flag, int batch_rows = 0);
   void memset_async(void* p, std::size_t bytes);
 
  private:

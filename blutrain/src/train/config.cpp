@@ -56,6 +56,7 @@ const std::vector<Flag>& flag_table() {
       {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step over all ranks; a multiple of B*T*dp; more accumulates gradients (0 = B*T*dp)"},
       {"dp", "N", &TrainConfig::dp, "data-parallel ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --dp N): each reads its own B sequences of the global batch, gradients are averaged (Gloo on the CPU, NCCL on GPUs); must equal WORLD_SIZE"},
       {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "fused engine with --dp > 1: gradients are averaged in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
+      {"dp-embedding-grad", "HOW", &TrainConfig::dp_embedding_grad, "fused engine with --dp > 1: how the tied embedding's gradient is combined: allreduce (one 154 MB bucket after the backward) | gather (the lm-head part all-reduced early in the backward, the embedding backward's rows all-gathered and added on every rank)"},
       {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
@@ -376,6 +377,8 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "state on every rank); pass --engine autograd, or --zero 0 for data parallelism on the fused engine");
   BLU_CHECK(cfg.dp_bucket_mb > 0, "--dp-bucket-mb ", cfg.dp_bucket_mb,
             ": expected the size of a gradient bucket in MiB (> 0)");
+  BLU_CHECK(cfg.dp_embedding_grad == "allreduce" || cfg.dp_embedding_grad == "gather", "--dp-embedding-grad '",
+            cfg.dp_embedding_grad, "': expected allreduce or gather");
   // B*T*dp from flags or a config file can exceed int64 (B and dp up to 2^31 each): an error, not
   // signed overflow (found by tests/fuzz/config_file_fuzz.cpp).
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;

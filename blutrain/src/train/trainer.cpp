@@ -197,6 +197,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (dp) {  // Note [Data-parallel training]: the step averages its gradients over the group
       fo.process_group = dp->process_group();
       fo.dp_bucket_bytes = static_cast<std::size_t>(cfg.dp_bucket_mb * 1024.0 * 1024.0);
+      fo.dp_embedding_gather = cfg.dp_embedding_grad == "gather";
     }
     fused = std::make_unique<FusedGPT2Step>(model, opt, fo);
     out << fused->describe() << "\n";
