@@ -220,6 +220,9 @@ TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
                 .find("--dp-embedding-grad 'scatter': expected allreduce or gather"),
             std::string::npos);
   EXPECT_EQ(err("--dp 2 --device cuda --dp-embedding-grad gather", true), "no error");
+  EXPECT_NE(err("--dp 2 --device cuda --engine autograd --dp-embedding-grad gather", true)
+                .find("--dp-embedding-grad gather is a fused-engine option"),
+            std::string::npos);
   EXPECT_NE(err("--dp 2 --batch-size 4 --seq-len 32 --total-batch-tokens 128")
                 .find("--total-batch-tokens 128 is not a multiple of B*T*dp = 256"),
             std::string::npos);

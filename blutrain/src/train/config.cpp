@@ -379,6 +379,9 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             ": expected the size of a gradient bucket in MiB (> 0)");
   BLU_CHECK(cfg.dp_embedding_grad == "allreduce" || cfg.dp_embedding_grad == "gather", "--dp-embedding-grad '",
             cfg.dp_embedding_grad, "': expected allreduce or gather");
+  BLU_CHECK(cfg.dp_embedding_grad == "allreduce" || cfg.engine != "autograd",
+            "--dp-embedding-grad gather is a fused-engine option (the autograd engine's DDP buckets reduce the "
+            "embedding gradient as one bucket): drop it or use --engine fused");
   // B*T*dp from flags or a config file can exceed int64 (B and dp up to 2^31 each): an error, not
   // signed overflow (found by tests/fuzz/config_file_fuzz.cpp).
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;
