@@ -1,5 +1,6 @@
-// data_test.cpp: token shards (round trip, header validation errors), the rank-strided loader
-// (cursors, strides, wrap-around, resume), the train/val split and Brown detagging.
+// data_test.cpp: token shards (round trip, header validation errors, checksums), the
+// rank-strided loader (cursors, strides, wrap-around, resume), the train/val split and Brown
+// detagging.
 #include <gtest/gtest.h>
 
 #if BLU_WITH_CUDA  // the staging test's device half (Note [CPU-only build])
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "blutensor/crc32c.h"
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
@@ -73,10 +75,16 @@ TEST_F(DataTest, ShardRoundTripAndLlmcLayout) {
   EXPECT_EQ(header[0], 20240520);
   EXPECT_EQ(header[1], 1);
   EXPECT_EQ(header[2], 12345);
-  for (int i = 3; i < 256; ++i) {
+  // Note [Shard checksums]: words 3 and 4 hold the tag and the tokens' CRC-32C; the rest stay 0.
+  EXPECT_EQ(header[3], kShardChecksumTag);
+  EXPECT_EQ(std::memcmp(&header[3], "C32C", 4), 0);
+  EXPECT_EQ(static_cast<uint32_t>(header[4]), blu::crc32c(bytes.data() + 1024, 2 * tokens.size()));
+  for (int i = 5; i < 256; ++i) {
     EXPECT_EQ(header[i], 0);
   }
   TokenShard s = TokenShard::open(path("a.bin"));
+  EXPECT_TRUE(s.has_checksum());
+  EXPECT_NO_THROW(s.verify_checksum());
   ASSERT_EQ(s.size(), 12345);
   for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(s.tokens()[i], tokens[i]) << "token " << i;
   EXPECT_NO_THROW(s.validate_ids(50257));
@@ -118,6 +126,64 @@ TEST_F(DataTest, HeaderValidationErrors) {
     ADD_FAILURE() << "expected an out-of-vocabulary error";
   } catch (const blu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("outside the model's vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+// Note [Shard checksums]: a flipped bit or overwritten bytes anywhere in the tokens is an error
+// naming the shard and both checksums, from verify_checksum and from the loader on first use of
+// the shard; a truncated file fails open(); an llm.c shard (header words 3.. zero) loads
+// unverified.
+TEST_F(DataTest, DamagedShardsAreDetectedAndLlmcShardsStillLoad) {
+  make_shard("d_train_000000.bin", 5000, 3, 50000);
+  make_shard("d_train_000001.bin", 5000, 7, 50000);
+  const std::string second = path("d_train_000001.bin");
+  const std::string good = read_file(second, "test");
+  auto loader_error = [&]() -> std::string {
+    try {
+      DataLoader l({path("d_train_000000.bin"), second}, 4, 64, 0, 1, 50257);
+      std::vector<int32_t> x(4 * 64), y(4 * 64);
+      for (int i = 0; i < 40; ++i) l.next_batch(x, y);  // 19 batches per shard: reaches the second
+    } catch (const blu::Error& e) {
+      return e.what();
+    }
+    return "(loaded silently)";
+  };
+  ASSERT_EQ(loader_error(), "(loaded silently)");
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {  // a single bit anywhere in the tokens
+    std::string bad = good;
+    const size_t byte = 1024 + rng() % (bad.size() - 1024);
+    bad[byte] = static_cast<char>(bad[byte] ^ (1 << (rng() % 8)));
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << bad;
+    const TokenShard s = TokenShard::open(second);
+    try {
+      s.verify_checksum();
+      ADD_FAILURE() << "bit flip at byte " << byte << " not detected";
+    } catch (const blu::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("token shard '" + second + "': checksum mismatch"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("expected " + blu::crc32c_hex(s.checksum()) + ", found "), std::string::npos) << msg;
+    }
+  }
+  {  // 64 bytes overwritten, found by the loader when it reaches the shard
+    std::string bad = good;
+    std::memset(bad.data() + 4096, 0x41, 64);
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << bad;
+    const std::string err = loader_error();
+    EXPECT_NE(err.find("token shard '" + second + "': checksum mismatch"), std::string::npos) << err;
+  }
+  {  // truncated by one token
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() - 2);
+    const std::string err = loader_error();
+    EXPECT_NE(err.find(second), std::string::npos) << err;
+    EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  }
+  {  // as llm.c writes it: words 3.. zero. Loads (unverified), and so does damage to it.
+    std::string llmc = good;
+    std::memset(llmc.data() + 12, 0, 8);
+    std::ofstream(second, std::ios::binary | std::ios::trunc) << llmc;
+    EXPECT_FALSE(TokenShard::open(second).has_checksum());
+    EXPECT_EQ(loader_error(), "(loaded silently)");
   }
 }
 
@@ -223,6 +289,16 @@ TEST_F(DataTest, TokenizeSplitsDocumentsDeterministically) {
   TokenizeResult r2 = tokenize_documents(tok, {docs[0], docs[1]}, opt);
   EXPECT_GT(r2.val_tokens, 0);
   EXPECT_EQ(r2.val_tokens + r2.train_tokens, 2 * per_doc);
+  // Every shard written, the one shortened by the moved tail too, carries a valid checksum.
+  for (const TokenizeResult* res : {&r, &r2}) {
+    for (const auto* list : {&res->train_shards, &res->val_shards}) {
+      for (const std::string& p : *list) {
+        const TokenShard sh = TokenShard::open(p);
+        EXPECT_TRUE(sh.has_checksum()) << p;
+        EXPECT_NO_THROW(sh.verify_checksum()) << p;
+      }
+    }
+  }
 }
 
 TEST(Brown, DetagStripsTagsAndReattachesPunctuation) {

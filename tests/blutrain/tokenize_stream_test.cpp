@@ -129,6 +129,8 @@ std::vector<uint16_t> read_split(const std::vector<std::string>& paths,
   std::vector<uint16_t> out;
   for (const std::string& p : paths) {
     TokenShard s = TokenShard::open(p);
+    EXPECT_TRUE(s.has_checksum()) << p;  // Note [Shard checksums], also after the moved val tail
+    s.verify_checksum();
     out.insert(out.end(), s.tokens().begin(), s.tokens().end());
     if (sizes) sizes->push_back(s.size());
   }

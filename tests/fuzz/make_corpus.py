@@ -91,6 +91,17 @@ good = head + "%08x %d state.json\n" % (crc32c(state.encode()), len(state))
 put("checkpoint_fuzz", "verified_state", good + "\0" + state)
 put("checkpoint_fuzz", "no_manifest_entry", head + "00000000 3 model.safetensors\n" + "\0" + state)
 
+# --- token shards with a checksum (Note [Shard checksums]): word 3 "C32C", word 4 the tokens' CRC-32C
+def shard_crc(tokens, crc=None):
+    body = struct.pack("<%dH" % len(tokens), *tokens)
+    hdr = [0] * 256
+    hdr[0], hdr[1], hdr[2] = 20240520, 1, len(tokens)
+    hdr[3] = struct.unpack("<i", b"C32C")[0]
+    hdr[4] = struct.unpack("<i", struct.pack("<I", crc32c(body) if crc is None else crc))[0]
+    return struct.pack("<256i", *hdr) + body
+put("token_shard_fuzz", "checksummed", shard_crc([50256, 15496, 11, 995, 0]))
+put("token_shard_fuzz", "checksum_mismatch", shard_crc([50256, 15496, 11, 995, 0], crc=0xdeadbeef))
+
 # --- store requests: command byte, int64 lengths, bytes (Note [Store protocol])
 def s(b):
     b = b.encode() if isinstance(b, str) else b

@@ -1,6 +1,7 @@
 // token_shard_fuzz.cpp: libFuzzer target for blu::train::TokenShard::open (llm.c shard header:
-// magic, version, token count against the file size) and validate_ids, through a memfd so the
-// real open/fstat/mmap path runs (Note [Fuzzing parsers that read paths] in fuzz_util.h).
+// magic, version, token count against the file size), verify_checksum and validate_ids, through a
+// memfd so the real open/fstat/mmap path runs (Note [Fuzzing parsers that read paths] in
+// fuzz_util.h).
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "fuzz_util.h"
@@ -15,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (uint16_t t : shard.tokens()) sum += t;
     volatile uint32_t sink = sum;
     (void)sink;
+    shard.verify_checksum();
     shard.validate_ids(50257);
   } catch (const blu::Error&) {
   }

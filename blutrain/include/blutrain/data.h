@@ -6,6 +6,19 @@
 // [2] token count -- then `count` uint16 token ids. It is llm.c's format, so shards written by
 // llm.c / nanoGPT pipelines load here and ours load there. Every check (size, magic, version,
 // count vs. file size, ids < vocab) happens on the host before a token reaches a device.
+//
+// Note [Shard checksums]
+// llm.c writes header words 3..255 as zeros and its reader looks at words 0..2 only, so a
+// checksum fits in the header without changing the format: word 3 = kShardChecksumTag ("C32C"
+// in the file's bytes), word 4 = CRC-32C (blutensor/crc32c.h) of the 2 * count token bytes.
+// Every shard blutrain writes (write_shard, `blutrain tokenize`, the Brown and synthetic caches)
+// carries it; llm.c and nanoGPT still read these shards, and theirs (word 3 zero, or anything but
+// the tag) load here unverified, as before, with no warning: that is the format's norm.
+// A truncated or extended file is caught by the size check of open(); damage inside the tokens
+// by verify_checksum(), which reads the whole shard (~8 GB/s with the crc32 instruction) and so
+// runs where the ids are validated: once per shard, when the loader first uses it (and for the
+// Brown cache, before the cache is trusted). A flipped bit in the tag itself leaves the shard
+// unverified (4 bytes of the file), never refused wrongly.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +35,10 @@ constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion = 1;
 constexpr int kShardHeaderInts = 256;
 constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+constexpr int32_t kShardChecksumTag = 0x43323343;  // header word 3: "C32C" (Note [Shard checksums])
 
-// Writes a shard atomically (temp file + rename). Throws blu::Error if a token does not fit uint16.
+// Writes a shard atomically (temp file + rename), with its checksum (Note [Shard checksums]).
+// Throws blu::Error if a token does not fit uint16.
 void write_shard(const std::string& path, std::span<const int32_t> tokens);
 
 // A read-only memory-mapped shard; open() validates the header against the file size.
@@ -39,6 +54,12 @@ class TokenShard {
   const std::string& path() const { return path_; }
   // Throws blu::Error naming the shard, index and id when some id is >= vocab_size.
   void validate_ids(int32_t vocab_size) const;
+  // Whether the header carries a CRC-32C of the tokens (Note [Shard checksums]).
+  bool has_checksum() const { return has_checksum_; }
+  uint32_t checksum() const { return checksum_; }
+  // Recomputes the tokens' CRC-32C and throws blu::Error naming the shard, expected and found
+  // when it differs from the header's; does nothing for a shard without a checksum.
+  void verify_checksum() const;
 
  private:
   TokenShard() = default;
@@ -47,6 +68,8 @@ class TokenShard {
   size_t map_bytes_ = 0;
   const uint16_t* tokens_ = nullptr;
   int64_t count_ = 0;
+  bool has_checksum_ = false;
+  uint32_t checksum_ = 0;
 };
 
 // Shard files <dir>/<name>_<split>_NNNNNN.bin, sorted; throws when there are none.

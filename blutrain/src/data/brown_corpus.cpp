@@ -108,8 +108,8 @@ ShardSet ensure_brown_shards(const Tokenizer& tok, const std::string& corpus_dir
       if (json_member(m, "version", manifest_path).as_string() == kBrownCacheVersion &&
           json_member(m, "vocab_size", manifest_path).as_integer() == tok.vocab_size()) {
         ShardSet s{find_shards(dir, "brown", "train"), find_shards(dir, "brown", "val")};
-        for (const auto& p : s.train) (void)TokenShard::open(p);
-        for (const auto& p : s.val) (void)TokenShard::open(p);
+        for (const auto& p : s.train) TokenShard::open(p).verify_checksum();  // a damaged cache is rebuilt
+        for (const auto& p : s.val) TokenShard::open(p).verify_checksum();
         return s;
       }
     } catch (const blu::Error& e) {

@@ -1,5 +1,6 @@
 // data_loader.cpp: the memory-mapped batch loader (Note [Rank-strided cursors] in data.h).
-// Shards are opened lazily and their ids validated once, on the host, when first used.
+// Shards are opened lazily and their checksums and ids validated once, on the host, when first
+// used (Note [Shard checksums] in blutrain/data.h).
 #include <algorithm>
 #include <utility>
 
@@ -27,6 +28,7 @@ DataLoader::DataLoader(std::vector<std::string> shard_paths, int batch_size, int
     shard_sizes_.push_back(s.size());
     largest = std::max(largest, s.size());
     if (i == 0) {
+      s.verify_checksum();
       s.validate_ids(vocab_size_);
       shards_[0] = std::make_unique<TokenShard>(std::move(s));
     }
@@ -50,6 +52,7 @@ const TokenShard& DataLoader::shard(int64_t i) {
     TokenShard s = TokenShard::open(paths_[static_cast<size_t>(i)]);
     BLU_CHECK(s.size() == shard_sizes_[static_cast<size_t>(i)], "DataLoader: shard '", s.path(),
               "' changed size while training");
+    s.verify_checksum();
     s.validate_ids(vocab_size_);
     slot = std::make_unique<TokenShard>(std::move(s));
   }

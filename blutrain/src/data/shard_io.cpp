@@ -1,5 +1,6 @@
-// shard_io.cpp: writing llm.c-format token shards (atomically) and opening them memory-mapped
-// with every header field checked against the file (Note [Shard format] in blutrain/data.h).
+// shard_io.cpp: writing llm.c-format token shards (atomically, with a CRC-32C of the tokens in
+// the header's spare words) and opening them memory-mapped with every header field checked
+// against the file (Note [Shard format], Note [Shard checksums] in blutrain/data.h).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,9 +12,11 @@
 #include <filesystem>
 #include <string>
 
+#include "blutensor/crc32c.h"
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
+#include "data/shard_writer.h"
 
 namespace blu::train {
 
@@ -21,17 +24,15 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens) {
   BLU_CHECK(tokens.size() < (size_t{1} << 31), "write_shard '", path, "': ", tokens.size(),
             " tokens do not fit one shard (the header count is int32)");
   std::string bytes(static_cast<size_t>(kShardHeaderBytes) + 2 * tokens.size(), '\0');
-  int32_t header[kShardHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::memcpy(bytes.data(), header, sizeof(header));
   uint16_t* out = reinterpret_cast<uint16_t*>(bytes.data() + kShardHeaderBytes);
   for (size_t i = 0; i < tokens.size(); ++i) {
     BLU_CHECK(tokens[i] >= 0 && tokens[i] <= 0xFFFF, "write_shard '", path, "': token ", i, " = ",
               tokens[i], " does not fit uint16");
     out[i] = static_cast<uint16_t>(tokens[i]);
   }
+  const ShardHeaderWords header =
+      shard_header_words(static_cast<int64_t>(tokens.size()), crc32c(out, 2 * tokens.size()));
+  std::memcpy(bytes.data(), header.data(), sizeof(header));
   write_file_atomic(path, bytes);
 }
 
@@ -58,7 +59,7 @@ TokenShard TokenShard::open(const std::string& path) {
   s.path_ = path;
   s.map_ = map;
   s.map_bytes_ = static_cast<size_t>(file_bytes);
-  int32_t header[3];
+  int32_t header[5];
   std::memcpy(header, map, sizeof(header));
   // From here on `s` owns the mapping: a throw unmaps it.
   BLU_CHECK(header[0] == kShardMagic, "token shard '", path, "': corrupt: bad magic ", header[0],
@@ -72,12 +73,14 @@ TokenShard TokenShard::open(const std::string& path) {
             file_bytes < expected ? " (truncated)" : "");
   s.count_ = header[2];
   s.tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+  s.has_checksum_ = header[3] == kShardChecksumTag;
+  s.checksum_ = static_cast<uint32_t>(header[4]);
   return s;
 }
 
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), tokens_(o.tokens_),
-      count_(o.count_) {
+      count_(o.count_), has_checksum_(o.has_checksum_), checksum_(o.checksum_) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
 }
@@ -90,6 +93,8 @@ TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
     map_bytes_ = o.map_bytes_;
     tokens_ = o.tokens_;
     count_ = o.count_;
+    has_checksum_ = o.has_checksum_;
+    checksum_ = o.checksum_;
     o.map_ = nullptr;
     o.map_bytes_ = 0;
   }
@@ -109,6 +114,14 @@ void TokenShard::validate_ids(int32_t vocab_size) const {
     BLU_CHECK(t[i] < vocab_size, "token shard '", path_, "': token ", i, " has id ", t[i],
               ", outside the model's vocabulary [0, ", vocab_size, ")");
   }
+}
+
+void TokenShard::verify_checksum() const {
+  if (!has_checksum_) return;
+  const uint32_t found = crc32c(tokens_, 2 * static_cast<size_t>(count_));
+  BLU_CHECK(found == checksum_, "token shard '", path_, "': checksum mismatch in the tokens (",
+            count_, " tokens, CRC-32C): expected ", crc32c_hex(checksum_), ", found ",
+            crc32c_hex(found), " (the file is damaged; re-create or restore it)");
 }
 
 std::vector<std::string> find_shards(const std::string& dir, const std::string& name,

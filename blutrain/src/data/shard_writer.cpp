@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "blutensor/crc32c.h"
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 
@@ -29,12 +30,17 @@ void write_all(int fd, const void* data, size_t bytes, int64_t offset, const std
   }
 }
 
-void write_count(int fd, int64_t count, const std::string& path) {
-  int32_t header[3] = {kShardMagic, kShardVersion, static_cast<int32_t>(count)};
-  write_all(fd, header, sizeof(header), 0, path);
+void write_header(int fd, int64_t count, uint32_t crc, const std::string& path) {
+  const ShardHeaderWords header = shard_header_words(count, crc);
+  write_all(fd, header.data(), sizeof(header), 0, path);
 }
 
 }  // namespace
+
+ShardHeaderWords shard_header_words(int64_t count, uint32_t crc) {
+  return {kShardMagic, kShardVersion, static_cast<int32_t>(count), kShardChecksumTag,
+          static_cast<int32_t>(crc)};
+}
 
 ShardSplitWriter::ShardSplitWriter(std::string out_dir, std::string name, std::string split,
                                    int64_t shard_tokens)
@@ -64,16 +70,19 @@ void ShardSplitWriter::open_shard() {
   const std::vector<char> header(static_cast<size_t>(kShardHeaderBytes), '\0');
   write_all(fd_, header.data(), header.size(), -1, tmp_path_);
   in_shard_ = 0;
+  crc_ = 0;
 }
 
 void ShardSplitWriter::flush() {
-  if (!buf_.empty()) write_all(fd_, buf_.data(), buf_.size() * 2, -1, tmp_path_);
+  if (buf_.empty()) return;
+  write_all(fd_, buf_.data(), buf_.size() * 2, -1, tmp_path_);
+  crc_ = crc32c(buf_.data(), buf_.size() * 2, crc_);
   buf_.clear();
 }
 
 void ShardSplitWriter::close_shard() {
   flush();
-  write_count(fd_, in_shard_, tmp_path_);
+  write_header(fd_, in_shard_, crc_, tmp_path_);
   const bool ok = ::fsync(fd_) == 0;
   const int e = errno;
   ::close(fd_);
@@ -139,7 +148,17 @@ void move_tail_tokens(std::vector<std::string>& paths, int64_t n, ShardSplitWrit
       i += static_cast<int64_t>(m);
     }
     if (from > 0) {
-      write_count(fd, from, paths[k]);
+      uint32_t crc = 0;  // of the tokens the shard keeps, read back
+      for (int64_t i = 0; i < from;) {
+        const size_t m =
+            static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kBlockTokens), from - i));
+        const ssize_t got = ::pread(fd, block.data(), m * 2, kShardHeaderBytes + 2 * i);
+        BLU_CHECK(got == static_cast<ssize_t>(m * 2), "tokenize: reading '", paths[k],
+                  "' back failed");
+        crc = crc32c(block.data(), m * 2, crc);
+        i += static_cast<int64_t>(m);
+      }
+      write_header(fd, from, crc, paths[k]);
       BLU_CHECK(::ftruncate(fd, kShardHeaderBytes + 2 * from) == 0 && ::fsync(fd) == 0,
                 "tokenize: cannot shorten '", paths[k], "': ", std::strerror(errno));
       kept.push_back(paths[k]);
