@@ -48,9 +48,8 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
   }
 }
 
-double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
+double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfinite) {
   blu::NoGradGuard no_grad;
-  ++step_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor dst = flat_.narrow(0, offsets_[i], params_[i].numel());
     const Tensor& g = params_[i].grad();
@@ -64,7 +63,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
   };
   timed([&] { pg_->reduce_scatter(grad_shard_, flat_, ReduceOp::kAvg); });
   double norm = 0;
-  if (max_grad_norm > 0 || compute_norm) {  // Note [ZeRO-1 for a trainer]: clipping on the shards
+  if (max_grad_norm > 0 || compute_norm || skip_nonfinite) {  // Note [ZeRO-1 for a trainer]: clipping on the shards
     // global_norm: f64 partials on the CPU, f32 partials + an f64 sum on CUDA; no shard-sized temporary.
     const double shard_norm = blu::optim::global_norm({grad_shard_}).norm.item();
     Tensor sum_sq = blu::from_vector(std::vector<double>{shard_norm * shard_norm}, {1}, blu::TensorOptions(DType::F64))
@@ -76,6 +75,8 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm) {
       blu::optim::scale_tensors_({grad_shard_}, blu::scalar_tensor(scale, blu::kFloat32).to(pg_->device()));
     }
   }
+  if (skip_nonfinite && !std::isfinite(norm)) return norm;  // every rank has this norm: all skip
+  ++step_;
   // The shard cut at parameter boundaries, grouped by weight decay (Note [ZeRO-1 for a trainer]).
   // This rank's slice of the parameters, copied from them (Note [ZeRO-1 memory]).
   const Tensor& param_shard = param_shard_;

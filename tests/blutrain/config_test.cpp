@@ -160,6 +160,18 @@ TEST(Config, ConfigsThatDoNotFitAreRejected) {
   c = TrainConfig();
   c.seq_len = 2048;
   EXPECT_NE(err(c, true).find("exceeds the model's context"), std::string::npos);
+  // Note [Non-finite steps]: the policy names, the streak bound, and skip needing the autograd engine.
+  c = parse({"--nonfinite", "ignore"});
+  EXPECT_NE(err(c, false).find("--nonfinite 'ignore': expected stop or skip"), std::string::npos) << err(c, false);
+  c = parse({"--nonfinite=skip", "--nonfinite-max-skips=0"});
+  EXPECT_NE(err(c, false).find("--nonfinite-max-skips 0 must be at least 1"), std::string::npos);
+  c = parse({"--nonfinite=skip"});
+  EXPECT_EQ(err(c, false), "");  // the CPU's engine is autograd
+  EXPECT_NE(err(c, true).find("--nonfinite skip with --engine fused"), std::string::npos) << err(c, true);
+  c = parse({"--nonfinite=skip", "--engine=autograd"});
+  EXPECT_EQ(err(c, true), "");
+  EXPECT_EQ(TrainConfig().nonfinite, "stop");
+  EXPECT_EQ(TrainConfig().nonfinite_max_skips, 10);
 }
 
 // Found by tests/fuzz/config_file_fuzz.cpp: B*T*dp from a config file overflowed int64 in

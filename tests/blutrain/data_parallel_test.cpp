@@ -2,8 +2,10 @@
 // (and accumulation micro-steps) and with --zero 1, reproduces the per-step train and val losses
 // of the one-process run of the same global batch within 1e-5 relative; a ZeRO-1 checkpoint
 // (moments gathered from the shards) resumes in one process, and a gang restarted by blurun
-// --max-restarts resumes on 2 ranks, onto the uninterrupted curve; only rank 0 writes; bad --dp /
-// --zero flags and launches are clear errors naming the values (Note [Data-parallel training] in
+// --max-restarts resumes on 2 ranks, onto the uninterrupted curve; only rank 0 writes; a
+// non-finite gradient makes every rank skip the same step (DDP and ZeRO-1 stay on the one-process
+// curve) or stop with the report (Note [Non-finite steps]); bad --dp / --zero flags and launches
+// are clear errors naming the values (Note [Data-parallel training] in
 // blutrain/src/train/data_parallel.h).
 #include <gtest/gtest.h>
 
@@ -153,6 +155,34 @@ TEST_F(DataParallelTrain, Zero1GangRestartResumesOntoTheUninterruptedCurve) {
   blu::test::expect_same_loss_curve(std::vector<double>(got.begin() + 7, got.end()),
                                     std::vector<double>(ref.begin() + 4, ref.end()), 1e-5,
                                     "after the restart");
+}
+
+// Note [Non-finite steps] with --dp: the hook puts a NaN into one gradient at step 4 on every
+// rank (after DDP's reduction; before ZeRO-1's reduce-scatter); the verdict is the global norm, so
+// both ranks skip step 4 and the curves (DDP, ZeRO-1) stay on the one-process run's, which skipped
+// it too. Under --nonfinite stop both ranks stop with the report and blurun ends in failure.
+TEST_F(DataParallelTrain, NonfiniteStepIsSkippedOrStoppedByEveryRankTogether) {
+  REQUIRE_GLOO();
+  const std::string inject = "BLUTRAIN_TEST_INJECT_NONFINITE=4@h.2.attn.c_proj.weight ";
+  const std::string common = "--max-steps 8 --val-batches -1 --nonfinite skip ";
+  auto one = run_command(inject + blutrain("one", "--batch-size 4 " + common));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const std::vector<double> ref = losses_in(metrics("one"), "train");
+  ASSERT_EQ(ref.size(), 7u) << one.output;  // step 4 has a "nonfinite" event instead
+  for (const std::string dp : {"--dp 2", "--dp 2 --zero 1"}) {
+    const std::string out = dp.size() > 6 ? "zero" : "ddp";
+    auto two = run_command(inject + blurun(2, blutrain(out, "--batch-size 2 " + dp + " " + common)));
+    ASSERT_EQ(two.status, 0) << two.output;
+    EXPECT_NE(two.output.find("[rank 0] warning: non-finite step 4: "), std::string::npos) << two.output;
+    EXPECT_NE(two.output.find("h.2.attn.c_proj.weight: update skipped"), std::string::npos) << two.output;
+    blu::test::expect_same_loss_curve(losses_in(metrics(out), "train"), ref, 1e-5, dp + " --nonfinite skip");
+  }
+  auto stop = run_command(inject + blurun(2, blutrain("stop", "--batch-size 2 --dp 2 --max-steps 8 --val-batches -1")));
+  EXPECT_NE(stop.status, 0) << stop.output;
+  EXPECT_NE(stop.output.find("non-finite step 4: "), std::string::npos) << stop.output;
+  EXPECT_NE(stop.output.find("first non-finite gradient (optimizer order): h.2.attn.c_proj.weight"), std::string::npos)
+      << stop.output;
+  EXPECT_EQ(losses_in(metrics("stop"), "train").size(), 3u) << stop.output;
 }
 
 TEST_F(DataParallelTrain, LaunchMismatchesAreClearErrors) {

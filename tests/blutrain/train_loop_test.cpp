@@ -1,8 +1,11 @@
 // train_loop_test.cpp: a short CPU training run of the tiny model whose loss falls, writing a
 // checkpoint, metrics and a loss curve; a corrupt checkpoint (truncated, overwritten, bit-flipped:
-// the checksums) is a clear error and is left alone; a checkpoint without checksums still loads.
+// the checksums) is a clear error and is left alone; a checkpoint without checksums still loads;
+// the --nonfinite policies end to end (a NaN put in by the test hook: stop reports, skip leaves
+// the weights and AdamW state alone and stops after a run of skips).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -192,4 +195,159 @@ TEST_F(TrainLoopTest, DamagedCheckpointIsDetectedAndOldCheckpointsStillLoad) {
   EXPECT_EQ(r.resumed_from, 2);
   EXPECT_NE(note.find("note: checkpoint '" + ckpt + "'"), std::string::npos) << note;
   EXPECT_NE(note.find("unverified"), std::string::npos) << note;
+}
+
+namespace {
+
+// Sets BLUTRAIN_TEST_INJECT_NONFINITE (Note [Non-finite steps]) for one scope.
+struct InjectNonfinite {
+  explicit InjectNonfinite(const char* spec) { ::setenv("BLUTRAIN_TEST_INJECT_NONFINITE", spec, 1); }
+  ~InjectNonfinite() { ::unsetenv("BLUTRAIN_TEST_INJECT_NONFINITE"); }
+};
+
+std::vector<std::string> metrics_lines(const std::string& out_dir, const std::string& event) {
+  std::ifstream f(out_dir + "/metrics.jsonl");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("{\"event\":\"" + event + "\"", 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Note [Non-finite steps], --nonfinite stop (the default): a NaN in one gradient at step 3 ends
+// the run with a report naming the step and that parameter (the first bad one in the optimizer's
+// order), nothing is saved after step 2, and the run resumes from there once the data is fine.
+// A non-finite loss alone stops too.
+TEST_F(TrainLoopTest, NonfiniteStepStopsWithAReportNamingStepAndParameter) {
+  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+  cfg.max_steps = 5;
+  cfg.ckpt_every = 2;
+  cfg.plot = false;
+  cfg.val_batches = -1;
+  std::ostringstream log;
+  std::string err = "(no error)";
+  {
+    InjectNonfinite inject("3@h.1.mlp.c_fc.weight");
+    try {
+      run_training(cfg, log);
+    } catch (const blu::Error& e) {
+      err = e.what();
+    }
+  }
+  const std::string step2 = cfg.out_dir + "/" + checkpoint_dir_name(2);
+  for (const std::string& want :
+       {std::string("non-finite step 3: loss "), std::string("gradient norm nan"),
+        std::string("first non-finite gradient (optimizer order): h.1.mlp.c_fc.weight"),
+        std::string("Training stopped (--nonfinite stop): the update was not applied; nothing is saved after step 2"),
+        "Last checkpoint: " + step2}) {
+    EXPECT_NE(err.find(want), std::string::npos) << "missing '" << want << "' in: " << err;
+  }
+  EXPECT_EQ(latest_checkpoint(cfg.out_dir), step2);
+  const std::vector<std::string> events = metrics_lines(cfg.out_dir, "nonfinite");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].find("\"step\":3,"), std::string::npos) << events[0];
+  EXPECT_NE(events[0].find("\"grad_norm\":null"), std::string::npos) << events[0];
+  EXPECT_NE(events[0].find("\"action\":\"stop\",\"first_nonfinite_gradient\":\"h.1.mlp.c_fc.weight\""),
+            std::string::npos)
+      << events[0];
+  EXPECT_EQ(metrics_lines(cfg.out_dir, "train").size(), 2u);
+  // Resumes from step 2 and finishes.
+  cfg.resume = "auto";
+  TrainResult r = run_training(cfg, log);
+  EXPECT_EQ(r.resumed_from, 2);
+  EXPECT_EQ(r.final_step, 5);
+  // A non-finite loss with finite gradients (one process): stops, naming no parameter.
+  TrainConfig c2 = tiny_config((root_ / "data").string(), (root_ / "out_loss").string());
+  c2.max_steps = 3;
+  c2.plot = false;
+  c2.val_batches = -1;
+  InjectNonfinite inject("2@loss:inf");
+  try {
+    run_training(c2, log);
+    ADD_FAILURE() << "an infinite loss did not stop the run";
+  } catch (const blu::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("non-finite step 2: loss inf, gradient norm "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("every gradient finite"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Last checkpoint: none"), std::string::npos) << msg;
+  }
+}
+
+// --nonfinite skip: the step with a NaN gradient changes nothing (its checkpoint's weights and
+// AdamW moments are bitwise the previous step's, adamw_step one behind the step), the run goes on
+// and learns, warns once and logs the event; resuming from the skipped step's checkpoint follows
+// the uninterrupted run exactly. A run of --nonfinite-max-skips non-finite steps stops it.
+TEST_F(TrainLoopTest, NonfiniteSkipLeavesWeightsAndAdamWStateAndStopsAfterARunOfSkips) {
+  TrainConfig cfg = tiny_config((root_ / "data").string(), (root_ / "out").string());
+  cfg.max_steps = 4;
+  cfg.ckpt_every = 1;
+  cfg.keep_checkpoints = 10;
+  cfg.plot = false;
+  cfg.val_batches = -1;
+  cfg.nonfinite = "skip";
+  std::ostringstream log;
+  TrainResult full;
+  {
+    InjectNonfinite inject("3@h.0.attn.c_attn.weight:-inf");
+    full = run_training(cfg, log);
+  }
+  EXPECT_EQ(full.final_step, 4);
+  EXPECT_NE(log.str().find("warning: non-finite step 3: loss "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("first non-finite gradient (optimizer order): h.0.attn.c_attn.weight: update skipped "
+                           "(1 in a row; --nonfinite skip stops at 10)"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(log.str().find("step 3/4 |"), std::string::npos) << "a skipped step has no progress line";
+  EXPECT_NE(log.str().find("step 4/4 |"), std::string::npos) << log.str();
+  ASSERT_EQ(full.train_losses.size(), 4u);  // the skipped step's loss was finite (the gradient was not)
+  EXPECT_LT(full.train_losses.back().loss, full.train_losses.front().loss);
+  const std::vector<std::string> events = metrics_lines(cfg.out_dir, "nonfinite");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].find("\"action\":\"skip\""), std::string::npos) << events[0];
+  EXPECT_EQ(metrics_lines(cfg.out_dir, "train").size(), 3u);
+  const std::string c2 = cfg.out_dir + "/" + checkpoint_dir_name(2), c3 = cfg.out_dir + "/" + checkpoint_dir_name(3);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const blu::SafetensorsData a = blu::load_safetensors(c2 + "/" + file), b = blu::load_safetensors(c3 + "/" + file);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << file;
+    for (const auto& [name, t] : a.tensors) {
+      ASSERT_TRUE(b.tensors.count(name)) << file << " " << name;
+      const std::vector<double> x = t.to_double_vector(), y = b.tensors.at(name).to_double_vector();
+      ASSERT_EQ(x.size(), y.size()) << name;
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)), 0) << file << " " << name;
+    }
+  }
+  const std::string state3 = read_file(c3 + "/state.json", "test");
+  EXPECT_NE(state3.find("\"step\": 3,"), std::string::npos) << state3;
+  EXPECT_NE(state3.find("\"adamw_step\": 2,"), std::string::npos) << state3;
+  // Resumed from the skipped step's checkpoint: the same later losses, bit for bit.
+  TrainConfig resumed = cfg;
+  resumed.out_dir = (root_ / "resumed").string();
+  resumed.resume = c3;
+  const TrainResult r = run_training(resumed, log);
+  ASSERT_EQ(r.train_losses.size(), full.train_losses.size());
+  for (size_t i = 3; i < r.train_losses.size(); ++i) {
+    EXPECT_EQ(r.train_losses[i].loss, full.train_losses[i].loss) << "step " << r.train_losses[i].step;
+  }
+  // Non-finite from step 2 on, at most 3 in a row: the run stops at step 4.
+  TrainConfig c = tiny_config((root_ / "data").string(), (root_ / "out_streak").string());
+  c.max_steps = 6;
+  c.plot = false;
+  c.val_batches = -1;
+  c.nonfinite = "skip";
+  c.nonfinite_max_skips = 3;
+  InjectNonfinite inject("2-6");
+  std::ostringstream log2;
+  try {
+    run_training(c, log2);
+    ADD_FAILURE() << "a run of non-finite steps did not stop the run";
+  } catch (const blu::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("non-finite step 4: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("3 non-finite steps in a row, the limit of --nonfinite-max-skips"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(--nonfinite skip)"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(metrics_lines(c.out_dir, "nonfinite").size(), 3u);
+  EXPECT_NE(log2.str().find("warning: non-finite step 3:"), std::string::npos) << log2.str();
 }

@@ -50,8 +50,10 @@ class ZeroAdamW {
   void step() { step(0.0, false); }  // parameters without a gradient count as zero gradient
   // The same update after clipping the averaged gradient to global L2 norm max_grad_norm (> 0;
   // <= 0: no clipping). Returns that norm before clipping when it was computed (clipping, or
-  // compute_norm), else 0 (Note [ZeRO-1 for a trainer]).
-  double step(double max_grad_norm, bool compute_norm = true);
+  // compute_norm), else 0 (Note [ZeRO-1 for a trainer]). skip_nonfinite: the norm is computed and,
+  // when it is NaN or infinite (the same verdict on every rank: one all-reduced value), nothing is
+  // updated, parameters, moments and step count alike (blutrain's --nonfinite policy).
+  double step(double max_grad_norm, bool compute_norm = true, bool skip_nonfinite = false);
   void zero_grad();  // sets every .grad undefined
   int64_t total_numel() const { return total_; }
   int64_t shard_numel() const { return shard_; }

@@ -58,6 +58,8 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   double grad_clip = 1.0;          // global L2 norm; 0 = off
+  std::string nonfinite = "stop";  // NaN/inf loss or gradient norm: stop | skip (Note [Non-finite steps])
+  int nonfinite_max_skips = 10;    // skip: stop at this many non-finite steps in a row
   uint64_t seed = 1337;
   // evaluation, sampling, output
   int64_t val_every = 0;           // 0 = auto

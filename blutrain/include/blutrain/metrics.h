@@ -54,8 +54,9 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   bool is_open() const { return file_ != nullptr; }
-  // {"event": <event>, <key>: <number>, ...}
-  void write(const std::string& event, const std::vector<std::pair<std::string, double>>& values);
+  // {"event": <event>, <key>: <number>, ..., <key>: <string>, ...}; a non-finite number is null.
+  void write(const std::string& event, const std::vector<std::pair<std::string, double>>& values,
+             const std::vector<std::pair<std::string, std::string>>& strings = {});
 
  private:
   std::FILE* file_ = nullptr;

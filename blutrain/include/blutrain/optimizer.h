@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "blutensor/tensor.h"
@@ -46,6 +47,22 @@ class AdamW {
 // The global L2 norm of all gradients (computed in one reduction, read with one sync); scales
 // them by max_norm / norm when larger (max_norm <= 0: no clipping). Returns the norm before.
 double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
+
+// Whether every element of `t` is finite (one pass on the CPU; a reduction and one sync elsewhere).
+bool all_finite(const Tensor& t);
+// The name of the first parameter, in the optimizer's order, whose gradient holds a NaN or an
+// infinity; "" when all are finite (Note [Non-finite steps] in src/train/nonfinite.h).
+std::string first_nonfinite_gradient(const std::vector<NamedParam>& params);
+
+// What one optimizer update did (Note [Non-finite steps]).
+struct UpdateResult {
+  double grad_norm = 0;         // global gradient norm before clipping
+  bool applied = true;          // false: not finite, so weights and AdamW state were left alone
+  std::string first_nonfinite;  // when not applied: first_nonfinite_gradient ("" if none)
+};
+// clip_grad_norm then opt.step(lr), unless the norm is not finite or loss_finite is false: then
+// no update at all (the AdamW step count stays too). Gradients are left for the caller to zero.
+UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite = true);
 
 // Linear warmup over `warmup` steps to max_lr, then cosine decay to min_lr at max_steps
 // (0-based step).

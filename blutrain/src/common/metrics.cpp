@@ -88,7 +88,8 @@ MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsLog::write(const std::string& event, const std::vector<std::pair<std::string, double>>& values) {
+void MetricsLog::write(const std::string& event, const std::vector<std::pair<std::string, double>>& values,
+                       const std::vector<std::pair<std::string, std::string>>& strings) {
   if (file_ == nullptr) return;
   std::string line = "{\"event\":";
   line += json::quote(event);
@@ -103,6 +104,12 @@ void MetricsLog::write(const std::string& event, const std::vector<std::pair<std
     line += json::quote(key);
     line += ':';
     line += num;
+  }
+  for (const auto& [key, text] : strings) {
+    line += ',';
+    line += json::quote(key);
+    line += ':';
+    line += json::quote(text);
   }
   line += "}\n";
   std::fputs(line.c_str(), file_);

@@ -68,6 +68,8 @@ const std::vector<Flag>& flag_table() {
       {"beta2", "X", &TrainConfig::beta2, "AdamW beta2"},
       {"adam-eps", "X", &TrainConfig::adam_eps, "AdamW epsilon"},
       {"grad-clip", "X", &TrainConfig::grad_clip, "clip the global gradient L2 norm to X (0 = off)"},
+      {"nonfinite", "POLICY", &TrainConfig::nonfinite, "a step whose loss or gradient norm is NaN or infinite: stop (end the run with a report naming the step and the first parameter whose gradient is not finite; nothing saved after it) | skip (no update: weights and AdamW state unchanged, the step counted, a warning and a metrics.jsonl event; autograd engine only)"},
+      {"nonfinite-max-skips", "N", &TrainConfig::nonfinite_max_skips, "--nonfinite skip: stop as 'stop' does when N steps in a row were non-finite"},
       {"seed", "N", &TrainConfig::seed, "random seed (initialisation, sampling); runs are deterministic for a seed"},
       {"val-every", "N", &TrainConfig::val_every, "validation loss every N steps (0 = auto: 100 on GPU, 25 on CPU; -1 = never)"},
       {"val-batches", "N", &TrainConfig::val_batches, "micro-batches per validation (0 = auto: 20 on GPU, 4 on CPU; -1 = no validation at all)"},
@@ -365,6 +367,13 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");
   BLU_CHECK(cfg.dump.empty() || cfg.engine == "fused", "--dump needs the fused CUDA engine (--engine fused)");
   BLU_CHECK(cfg.dump_step >= 1, "--dump-step must be >= 1");
+  BLU_CHECK(cfg.nonfinite == "stop" || cfg.nonfinite == "skip", "--nonfinite '", cfg.nonfinite,
+            "': expected stop or skip");
+  BLU_CHECK(cfg.nonfinite_max_skips >= 1, "--nonfinite-max-skips ", cfg.nonfinite_max_skips, " must be at least 1");
+  // Note [Non-finite steps]: the fused step's AdamW runs in its CUDA graph before the host sees the norm.
+  BLU_CHECK(cfg.nonfinite == "stop" || cfg.engine == "autograd", "--nonfinite skip with --engine ", cfg.engine,
+            ": the fused step applies AdamW inside its CUDA graph before the host reads the gradient norm, so it "
+            "cannot skip an update yet; pass --engine autograd, or --nonfinite stop");
   // Data parallelism: the flags alone (the launcher's WORLD_SIZE is checked when training starts).
   BLU_CHECK(cfg.dp >= 1, "--dp ", cfg.dp, ": expected the number of data-parallel ranks (>= 1)");
   BLU_CHECK(cfg.zero == 0 || cfg.zero == 1, "--zero ", cfg.zero,

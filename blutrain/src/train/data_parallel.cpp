@@ -3,6 +3,7 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -135,20 +136,25 @@ void DataParallel::set_gradient_sync(bool on) {
   if (ddp_) ddp_->set_gradient_sync(on);
 }
 
-double DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {
+void DataParallel::finish_gradients() {
+  if (ddp_) ddp_->finish_gradient_sync();
+}
+
+UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {
+  UpdateResult r;
   if (zero_) {
     zero_->set_lr(lr);
-    const double norm = zero_->step(grad_clip, true);
+    r.grad_norm = zero_->step(grad_clip, true, /*skip_nonfinite=*/true);
+    r.applied = std::isfinite(r.grad_norm);
+    if (!r.applied) r.first_nonfinite = first_nonfinite_gradient(opt.params());  // this rank's
     opt.set_step_count(zero_->step_count());
     opt.zero_grad();
-    return norm;
+    return r;
   }
   BLU_CHECK(ddp_ != nullptr, "DataParallel::clip_and_step: the fused engine clips and steps inside its step");
-  ddp_->finish_gradient_sync();
-  const double norm = clip_grad_norm(opt.params(), grad_clip);
-  opt.step(lr);
+  r = clip_and_update(opt, grad_clip, lr);  // averaged gradients: the same norm on every rank
   opt.zero_grad();
-  return norm;
+  return r;
 }
 
 void DataParallel::gather_moments(AdamW& opt) {

@@ -91,9 +91,13 @@ class DataParallel {
   void attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments);
   // Gradient sync for the coming backward (off on all but the last micro-step).
   void set_gradient_sync(bool on);
-  // After the last backward: completes the reduction, clips to grad_clip and updates with lr;
-  // returns the global norm before clipping (Note [Data-parallel training]).
-  double clip_and_step(AdamW& opt, double grad_clip, double lr);
+  // After the last backward: completes DDP's gradient reduction (nothing for ZeRO-1).
+  void finish_gradients();
+  // Then: clips to grad_clip and updates with lr (Note [Data-parallel training]), or, when the
+  // global norm is not finite (the same on every rank, so every rank skips together), leaves
+  // weights and AdamW state alone and names the first non-finite gradient (Note [Non-finite
+  // steps]; with ZeRO-1 from this rank's own gradients, before averaging). Zeroes the gradients.
+  UpdateResult clip_and_step(AdamW& opt, double grad_clip, double lr);
   // ZeRO-1: fills opt's moments (whole tensors) for a checkpoint (collective: every rank calls
   // it); release_moments() drops them again. No-ops with --zero 0.
   void gather_moments(AdamW& opt);

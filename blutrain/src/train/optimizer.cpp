@@ -1,6 +1,6 @@
 // optimizer.cpp: AdamW (fused loops on the CPU, blutensor's multi-tensor primitives elsewhere:
-// Note [Fused optimizer step on CUDA]; no graph: NoGradGuard), gradient clipping and the
-// learning-rate schedule. Deterministic: the same operations in the same order every step,
+// Note [Fused optimizer step on CUDA]; no graph: NoGradGuard), gradient clipping, the update
+// that refuses non-finite gradients (Note [Non-finite steps]) and the learning-rate schedule. Deterministic: the same operations in the same order every step,
 // whatever the thread count.
 #include "blutrain/optimizer.h"
 
@@ -183,6 +183,42 @@ BLU_OMP_FOR
     }
   }
   return norm;
+}
+
+bool all_finite(const Tensor& t) {
+  NoGradGuard no_grad;
+  if (cpu_f32_contiguous(t)) {
+    const float* d = t.data_ptr<float>();
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(d[i])) return false;
+    }
+    return true;
+  }
+  // 0 * x is 0 for every finite x and NaN for NaN and +-inf, so the sum is finite iff all are.
+  return std::isfinite(sum(mul(t, 0.0)).item());
+}
+
+std::string first_nonfinite_gradient(const std::vector<NamedParam>& params) {
+  for (const NamedParam& p : params) {
+    const Tensor& g = p.tensor->grad();
+    if (g.defined() && !all_finite(g)) return p.name;
+  }
+  return "";
+}
+
+UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite) {
+  UpdateResult r;
+  r.grad_norm = clip_grad_norm(opt.params(), max_norm);
+  if (loss_finite && std::isfinite(r.grad_norm)) {
+    opt.step(lr);
+    return r;
+  }
+  // An infinite norm scaled the gradients by 0: the finite ones became 0, the infinite ones NaN,
+  // so the first non-finite gradient is still the first that was.
+  r.applied = false;
+  r.first_nonfinite = first_nonfinite_gradient(opt.params());
+  return r;
 }
 
 double learning_rate(int64_t step, double max_lr, double min_lr, int64_t warmup, int64_t max_steps) {

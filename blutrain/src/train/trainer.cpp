@@ -1,8 +1,10 @@
 // trainer.cpp: the training loop: data, model, AdamW, gradient accumulation to the target
-// tokens per step, warmup + cosine LR, clipping, validation, sampling, progress line, JSONL
-// metrics, checkpoints and resume (Note [Deterministic resume] in blutrain/trainer.h).
+// tokens per step, warmup + cosine LR, clipping, the non-finite step policy (Note [Non-finite
+// steps] in nonfinite.h), validation, sampling, progress line, JSONL metrics, checkpoints and
+// resume (Note [Deterministic resume] in blutrain/trainer.h).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
 #include "train/data_parallel.h"
+#include "train/nonfinite.h"
 #include "train/train_state.h"
 
 namespace blu::train {
@@ -203,6 +206,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << fused->describe() << "\n";
   }
 
+  // Note [Non-finite steps]: the policy, and the test hook (autograd engine only).
+  NonfinitePolicy nonfinite(cfg.nonfinite, cfg.nonfinite_max_skips);
+  const NonfiniteInjection inject = NonfiniteInjection::from_environment(opt.params());
+  BLU_CHECK(!inject.enabled() || !fused, kInjectNonfiniteEnv, " needs --engine autograd");
+
   const int64_t n_params = model.num_params();
   const double flops_tok = flops_per_token(n_params, mcfg.n_layer, mcfg.n_embd, T);
   std::string gpu_name;
@@ -260,6 +268,31 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << buf << "\n";
   };
 
+  // Note [Non-finite steps]: the metrics event, then the report (a throw) or the warning line.
+  auto report_nonfinite = [&](NonfinitePolicy::Action verdict, int64_t at_step, double loss, double norm,
+                              const std::string& first_nonfinite) {
+    const bool stop = verdict == NonfinitePolicy::Action::kStop;
+    const std::string what = describe_nonfinite_step(at_step, loss, norm, first_nonfinite);
+    metrics->write("nonfinite",
+                   {{"step", static_cast<double>(at_step)}, {"loss", loss}, {"grad_norm", norm},
+                    {"consecutive", static_cast<double>(nonfinite.consecutive())}},
+                   {{"action", stop ? "stop" : "skip"}, {"first_nonfinite_gradient", first_nonfinite}});
+    if (!stop) {
+      out << "warning: non-finite " << what << ": update skipped (" << nonfinite.consecutive()
+          << " in a row; --nonfinite skip stops at " << nonfinite.max_skips() << ")" << std::endl;
+      return;
+    }
+    const std::string last = latest_checkpoint(cfg.out_dir);
+    const std::string streak = nonfinite.skips() ? "; " + std::to_string(nonfinite.consecutive()) +
+                                                       " non-finite steps in a row, the limit of --nonfinite-max-skips"
+                                                 : std::string();
+    BLU_THROW("non-finite ", what, streak, ". Training stopped (--nonfinite ", cfg.nonfinite, "): ",
+              fused ? "the fused step had applied the update; " : "the update was not applied; ",
+              "nothing is saved after step ", at_step - 1,
+              ". Last checkpoint: ", last.empty() ? std::string("none") : last,
+              " (resume from it with a lower --lr or other data, or use --nonfinite skip)");
+  };
+
   int64_t step = state.step;
   while (step < cfg.max_steps) {
     bool out_of_time =
@@ -276,6 +309,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     const Clock::time_point t0 = Clock::now();
     const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
     double loss = 0, norm = 0;
+    bool step_nonfinite = false;    // Note [Non-finite steps]
+    std::string first_nonfinite;    // then: the first parameter whose gradient is not finite
     // Note [Step profile]: step N is traced as it runs (CUPTI: every kernel, graph replays too);
     // with the fused engine step N+1 runs eagerly with an event after every op (its op timing).
     const bool tracing = cfg.profile_step > 0 && step + 1 == cfg.profile_step;
@@ -301,6 +336,13 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
       loss = r.loss;
       norm = r.grad_norm;
+      // The update is already applied (inside the graph): only --nonfinite stop reaches here.
+      step_nonfinite = !std::isfinite(norm) || (!dp && !std::isfinite(loss));
+      if (step_nonfinite) {
+        for (size_t i = 0; i < opt.params().size() && first_nonfinite.empty(); ++i) {
+          if (!all_finite(fused->gradient(static_cast<int>(i)))) first_nonfinite = opt.params()[i].name;
+        }
+      }
     } else {
       double loss_sum = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
@@ -318,13 +360,18 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
         loss_sum += micro_loss.item();
       }
       loss = loss_sum / static_cast<double>(accum);
+      if (dp) dp->finish_gradients();
+      if (inject.active(step + 1)) inject.apply(opt.params(), loss);
+      UpdateResult u;
       if (dp) {
-        norm = dp->clip_and_step(opt, cfg.grad_clip, lr);
+        u = dp->clip_and_step(opt, cfg.grad_clip, lr);  // the verdict is the shared norm's
       } else {
-        norm = clip_grad_norm(opt.params(), cfg.grad_clip);
-        opt.step(lr);
+        u = clip_and_update(opt, cfg.grad_clip, lr, std::isfinite(loss));
         opt.zero_grad();
       }
+      norm = u.grad_norm;
+      step_nonfinite = !u.applied;
+      first_nonfinite = u.first_nonfinite;
     }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -368,7 +415,12 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     ++step;
     ++steps_this_process;
     state.step = step;
-    state.train_losses.push_back({step, loss});
+    const NonfinitePolicy::Action verdict = nonfinite.on_step(step_nonfinite);
+    const bool skipped = verdict == NonfinitePolicy::Action::kSkip;
+    if (verdict != NonfinitePolicy::Action::kContinue) {
+      report_nonfinite(verdict, step, loss, norm, first_nonfinite);  // throws for a stop
+    }
+    if (std::isfinite(loss)) state.train_losses.push_back({step, loss});  // skipped steps' too, when finite
 
     ProgressInfo p;
     p.step = step;
@@ -383,7 +435,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       p.rank_mem_gib = dp_report.max_rank_mem_gib;
     }
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
-    if (steps_this_process > 3 && !profiling) tok_rates.push_back(p.tokens_per_s);
+    if (steps_this_process > 3 && !profiling && !skipped) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
 #if BLU_WITH_CUDA
     if (device.is_cuda()) {
@@ -397,7 +449,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       device_used_max_gib = std::max(device_used_max_gib, p.device_used_gib);
     }
 #endif
-    if (step % cfg.log_every == 0 || step == cfg.max_steps) out << format_progress_line(p) << std::endl;
+    if (!skipped && (step % cfg.log_every == 0 || step == cfg.max_steps)) out << format_progress_line(p) << std::endl;
     std::vector<std::pair<std::string, double>> record = {
         {"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"step_ms", ms},
         {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}, {"mem_peak_gib", p.mem_peak_gib}};
@@ -406,7 +458,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       record.push_back({"comm_ms", p.comm_ms});
       record.push_back({"rank_mem_gib", p.rank_mem_gib});
     }
-    metrics->write("train", record);
+    if (!skipped) metrics->write("train", record);  // a skipped step has its "nonfinite" event
     if (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.max_steps) checkpoint();
     if (cfg.stop_after_steps > 0 && steps_this_process >= cfg.stop_after_steps) {
       out << "stopping after " << steps_this_process << " steps (--stop-after-steps)\n";
