@@ -125,18 +125,7 @@ std::string sm90_unavailable(blublas::DeviceInfo* dev) {
   } while (0)
 
 const char* dname(Dtype t) { return blublas::dtype_name(t); }
-const char* ename(Epilogue e) {
-  switch (e) {
-    case Epilogue::kNone: return "none";
-    case Epilogue::kBias: return "bias";
-    case Epilogue::kBiasGelu: return "bias_gelu";
-    case Epilogue::kGelu: return "gelu";
-    case Epilogue::kBiasGradA: return "bias_grad_a";
-    case Epilogue::kBiasGradB: return "bias_grad_b";
-    case Epilogue::kGeluGrad: return "gelu_grad";
-  }
-  return "?";
-}
+const char* ename(Epilogue e) { return blublas::epilogue_name(e); }
 
 double gelu_ref(double x) {
   const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);

@@ -97,6 +97,10 @@ Status gemm_workspace_size(const GemmDesc& desc, std::size_t* bytes);
 // outputs]: relative error up to 2^-10.99 on tanh) up to 2.5e-4 * |pre| (pre = the GELU's input).
 
 // Runs the GEMM on `stream`. Asynchronous; argument errors are reported before any launch.
+// "bias_gelu", "strict_f32", ...: the names the library's error messages use ("invalid" otherwise).
+const char* epilogue_name(Epilogue e);
+const char* compute_mode_name(ComputeMode c);
+
 Status gemm(const GemmDesc& desc, void* workspace, std::size_t workspace_bytes,
             cudaStream_t stream);
 

@@ -19,6 +19,29 @@
 #include "gemm/operand_repack.h"
 
 namespace blublas {
+
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return "none";
+    case Epilogue::kBias: return "bias";
+    case Epilogue::kBiasGelu: return "bias_gelu";
+    case Epilogue::kGelu: return "gelu";
+    case Epilogue::kBiasGradA: return "bias_grad_a";
+    case Epilogue::kBiasGradB: return "bias_grad_b";
+    case Epilogue::kGeluGrad: return "gelu_grad";
+  }
+  return "invalid";
+}
+const char* compute_mode_name(ComputeMode c) {
+  switch (c) {
+    case ComputeMode::kDefault: return "default";
+    case ComputeMode::kStrictF32: return "strict_f32";
+    case ComputeMode::kTF32: return "tf32";
+  }
+  return "invalid";
+}
+
+
 namespace gemm_detail {
 namespace {
 
@@ -33,27 +56,6 @@ bool valid_epilogue(Epilogue e) {
   const int v = static_cast<int>(e);
   return v >= static_cast<int>(Epilogue::kNone) && v <= static_cast<int>(Epilogue::kGeluGrad);
 }
-const char* epilogue_name(Epilogue e) {
-  switch (e) {
-    case Epilogue::kNone: return "none";
-    case Epilogue::kBias: return "bias";
-    case Epilogue::kBiasGelu: return "bias_gelu";
-    case Epilogue::kGelu: return "gelu";
-    case Epilogue::kBiasGradA: return "bias_grad_a";
-    case Epilogue::kBiasGradB: return "bias_grad_b";
-    case Epilogue::kGeluGrad: return "gelu_grad";
-  }
-  return "invalid";
-}
-const char* compute_name(ComputeMode c) {
-  switch (c) {
-    case ComputeMode::kDefault: return "default";
-    case ComputeMode::kStrictF32: return "strict_f32";
-    case ComputeMode::kTF32: return "tf32";
-  }
-  return "invalid";
-}
-
 // "gemm(M=17, N=33, K=9, batch=1, NT, row-major, ab=bf16, cd=f32, compute=default, epilogue=none,
 //  path=auto)": the prefix of every message, so each names the op, sizes, dtypes and path.
 std::string describe(const GemmDesc& d) {
@@ -62,7 +64,7 @@ std::string describe(const GemmDesc& d) {
      << (d.op_a == Op::kT ? 'T' : 'N') << (d.op_b == Op::kT ? 'T' : 'N') << ", "
      << (d.layout == Layout::kColMajor ? "col-major" : "row-major")
      << ", ab=" << dtype_name(d.ab_type) << ", cd=" << dtype_name(d.cd_type)
-     << ", compute=" << compute_name(d.compute) << ", epilogue=" << epilogue_name(d.epilogue)
+     << ", compute=" << compute_mode_name(d.compute) << ", epilogue=" << epilogue_name(d.epilogue)
      << ", path=" << gemm_path_name(d.path) << ")";
   return os.str();
 }
@@ -121,7 +123,7 @@ Status validate(const GemmDesc& d) {
   BLUBLAS_CHECK_ARG(d.batch >= 1, what, ": batch must be >= 1");
   if (d.ab_type != Dtype::kF32) {
     BLUBLAS_CHECK_ARG(d.compute == ComputeMode::kDefault, what, ": compute=",
-                      compute_name(d.compute), " needs f32 inputs (ab=", dtype_name(d.ab_type),
+                      compute_mode_name(d.compute), " needs f32 inputs (ab=", dtype_name(d.ab_type),
                       " always accumulates in fp32: use compute=default)");
   } else {
     BLUBLAS_CHECK(d.cd_type == Dtype::kF32, StatusCode::kNotSupported, what,

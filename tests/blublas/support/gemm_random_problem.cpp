@@ -48,25 +48,6 @@ constexpr int kEdgeK[] = {1,  2,  3,  4,  5,  7,   8,   9,   15,  16,  17,  31, 
 const char* op_name(Op o) {
   return o == Op::kT ? "T" : "N";
 }
-const char* epi_name(Epilogue e) {
-  switch (e) {
-    case Epilogue::kNone:
-      return "none";
-    case Epilogue::kBias:
-      return "bias";
-    case Epilogue::kBiasGelu:
-      return "bias_gelu";
-    case Epilogue::kGelu:
-      return "gelu";
-    case Epilogue::kBiasGradA:
-      return "bias_grad_a";
-    case Epilogue::kBiasGradB:
-      return "bias_grad_b";
-    case Epilogue::kGeluGrad:
-      return "gelu_grad";
-  }
-  return "?";
-}
 
 // A matrix stored rows x cols in `layout`, batch copies. Inputs may be broadcast (stride 0) and
 // take the tightest non-overlapping stride; outputs never overlap (validate() demands it).
@@ -360,7 +341,7 @@ std::string RandomGemm::describe() const {
      << (gd.layout == Layout::kColMajor ? "col-major" : "row-major")
      << " ab=" << blublas::dtype_name(gd.ab_type) << " cd=" << blublas::dtype_name(gd.cd_type)
      << " precision=" << gemm_precision_name(gd.ab_type, gd.compute)
-     << " compute=" << static_cast<int>(gd.compute) << " epilogue=" << epi_name(gd.epilogue)
+     << " compute=" << blublas::compute_mode_name(gd.compute) << " epilogue=" << blublas::epilogue_name(gd.epilogue)
      << (aux_written ? " (aux written)" : "") << (aux_read ? " (aux read)" : "")
      << " alpha=" << gd.alpha << " beta=" << gd.beta << " input_scale=" << input_scale;
   place("a", a);
