@@ -249,8 +249,9 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 //   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
-// (kVariantNames), or per operand majors "kk:<name>,kn:<name>,mn:<name>" (env_variant), overrides
-// the choice for measurement sweeps ("old": the previous choice above);
+// (kVariantNames; the lean tiles also with 16-deep slabs, "l88k16" etc., Note [Deep slabs] in
+// simt_f32_lean_gemm.cu, unmeasured), or per operand majors "kk:<name>,kn:<name>,mn:<name>"
+// (env_variant), overrides the choice for measurement sweeps ("old": the previous choice above);
 // a forced kernel that cannot take the problem, or an unknown name, leaves the default. The
 // variable is read at every call (a getenv, negligible next to a GEMM), so tests can switch it.
 enum class Variant : int {
@@ -265,10 +266,19 @@ enum class Variant : int {
   kOld,            // the choice before the lean kernels (legacy / w168 / w816 by majors)
   kL816w,          // simt_f32_lean_kernel, SimtLeanVariant::k816w (128 x 256 CTA)
   kL168w,          // simt_f32_lean_kernel, SimtLeanVariant::k168w (256 x 128 CTA)
+  kL88k16,         // the lean tiles with 16-deep slabs (Note [Deep slabs]): SimtLeanVariant::k88k16
+  kL816k16,        // ... k816k16
+  kL168k16,        // ... k168k16
+  kL88n64k16,      // ... k88n64k16
+  kL816wk16,       // ... k816wk16
+  kL168wk16,       // ... k168wk16
 };
-constexpr const char* kVariantNames[] = {"legacy", "legacy64", "w816",   "w168", "l88",  "l816",
-                                         "l168",   "l88n64",   "old",    "l816w", "l168w"};
+constexpr const char* kVariantNames[] = {"legacy", "legacy64",  "w816",     "w168",    "l88",
+                                         "l816",   "l168",      "l88n64",   "old",     "l816w",
+                                         "l168w",  "l88k16",    "l816k16",  "l168k16", "l88n64k16",
+                                         "l816wk16", "l168wk16"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
+static_assert(kVariantCount == static_cast<int>(Variant::kL168wk16) + 1, "a name per Variant");
 
 int variant_index(const char* name, std::size_t len) {
   for (int i = 0; i < kVariantCount; ++i)
@@ -305,6 +315,12 @@ SimtLeanVariant lean_variant(Variant v) {
     case Variant::kL88n64: return SimtLeanVariant::k88n64;
     case Variant::kL816w: return SimtLeanVariant::k816w;
     case Variant::kL168w: return SimtLeanVariant::k168w;
+    case Variant::kL88k16: return SimtLeanVariant::k88k16;
+    case Variant::kL816k16: return SimtLeanVariant::k816k16;
+    case Variant::kL168k16: return SimtLeanVariant::k168k16;
+    case Variant::kL88n64k16: return SimtLeanVariant::k88n64k16;
+    case Variant::kL816wk16: return SimtLeanVariant::k816wk16;
+    case Variant::kL168wk16: return SimtLeanVariant::k168wk16;
     default: return SimtLeanVariant::k88;
   }
 }
@@ -332,6 +348,12 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
       case Variant::kL88n64:
       case Variant::kL816w:
       case Variant::kL168w:
+      case Variant::kL88k16:
+      case Variant::kL816k16:
+      case Variant::kL168k16:
+      case Variant::kL88n64k16:
+      case Variant::kL816wk16:
+      case Variant::kL168wk16:
         if (lean) return v;
         break;
       case Variant::kOld: return old_variant(p, vec);
@@ -390,6 +412,12 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     case Variant::kL88n64:
     case Variant::kL816w:
     case Variant::kL168w:
+    case Variant::kL88k16:
+    case Variant::kL816k16:
+    case Variant::kL168k16:
+    case Variant::kL88n64k16:
+    case Variant::kL816wk16:
+    case Variant::kL168wk16:
       BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
       break;
   }

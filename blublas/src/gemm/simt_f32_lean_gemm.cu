@@ -2,7 +2,9 @@
 // tensor-core instruction), a family of tile configurations of one kernel template whose main loop
 // holds nothing but the outer products, the fragment reads, one float4 global load per operand
 // slab quarter and its shared-memory store: no bounds checks. Chosen by simt_f32_gemm.cu (Note
-// [SIMT fp32 variant choice]); BLUBLAS_SIMT_VARIANT=l88|l816|l168|l88n64|l816w|l168w forces one.
+// [SIMT fp32 variant choice]); BLUBLAS_SIMT_VARIANT=l88|l816|l168|l88n64|l816w|l168w forces one,
+// and the same tiles with 16-deep slabs (l88k16 ..., simt_f32_lean_k16_gemm.cu; Note [Deep slabs]).
+// The kernel template itself is in simt_f32_lean_kernel.cuh.
 //
 // Note [SIMT fp32 lean kernel]
 // Tiles. The CTA tile BM x BN is cut into warp tiles (LM*TM) x (LN*TN); the 32 lanes form an
@@ -20,9 +22,10 @@
 //    operand; needs n_rows % 4 == 0 there, so the float4 never leaves the allocation). Output
 //    (i, j) depends on row i of A and column j of B only, and rows/columns >= M/N are never
 //    stored, so the clamped values are never seen.
-//  - K is cut into whole 8-deep slabs plus one tail slab (K % 8 != 0). Whole slabs take one
-//    unguarded LDG.128 per float4; the tail slab, once per CTA after the loop, uses guarded scalar
-//    loads with zeros past K in both operands (0 * 0 adds +0: the sums are unchanged and finite).
+//  - K is cut into whole BK-deep slabs (BK = 8, or 16: Note [Deep slabs]) plus one tail slab
+//    (K % BK != 0). Whole slabs take one unguarded LDG.128 per float4; the tail slab, once per CTA
+//    after the loop, uses guarded scalar loads with zeros past K in both operands (0 * 0 adds +0:
+//    the sums are unchanged and finite).
 // The main loop per 8-deep slab per thread: TM*TN*8 FFMA, (TM+TN)/4*8 LDS.128, 2 LDG.128 per 256
 // threads' worth of slab (l88: 1 per operand), 4 STS.32 per float4 of a k-major operand (1 STS.128
 // otherwise), one barrier, pointer increments and the loop branch.
@@ -39,302 +42,55 @@
 // 128 FFMA per 6 LDS.128; l88n64 16 warps in 4 CTAs (barriers of 4 warps instead of 8).
 // ptxas (CUDA 13, sm_90a): l88 124-128 registers, l88n64 125-128, l816 / l168 228-231, no spills.
 // On sm_80 l88 spills 8-16 bytes outside the main loop (tail slab), l88n64 a few inside it.
-// SASS main loop (two slabs = 16 k, sm_90a): l88 NT 1024 FFMA, 64 LDS.128, 16 STS, 4 LDG, 2 BAR,
-// ~30 others (~90% FFMA); l88 TN ~89%; l816 NT 2048 FFMA of ~2220 (~92%).
-#include <cstdint>
-
-#include "blublas/check.h"
-#include "gemm/epilogue.cuh"
-#include "gemm/simt_gemm_launch.h"
+// SASS main loop body (two slabs = 16 k, sm_90a, CUDA 13; counted in the cubin between markers at
+// the body's ends, loop counter and branch not included): l88 NT (kk) 1114 instructions = 1024
+// FFMA, 64 LDS.128, 16 STS.32, 4 LDG.128, 2 BAR, 4 others (91.9% FFMA; TN/mn 91.9%, 4 STS.128 and
+// 16 others); l88n64 kk 90.9%; l816 / l168 kk 2194 = 2048 FFMA + 96 LDS + 32 STS + 8 LDG + 2 BAR + 8
+// (93.3%); l816w / l168w 93.9-94.1%. (The older estimate, "~30 others", counted the loop control.)
+//
+// Note [Deep slabs]
+// LeanTile<..., BK, KC>: BK is the slab depth (k per shared-memory buffer: one barrier per slab),
+// KC the register staging depth (k of the next slab held in registers at once); 8 / 8 is the kernel
+// above. The k16 variants (simt_f32_lean_k16_gemm.cu) take BK = 16, KC = 8: the next slab comes in
+// two 8-deep chunks, chunk 0 loaded by the caller at the top of the slab, stored to the other buffer
+// at k step 8 where chunk 1 is loaded, chunk 1 stored before step 15's FFMAs, then the barrier. So
+// the registers and the load-to-store distance (8 k steps) are those of BK = 8, and each chunk keeps
+// the 8-deep lane mapping (conflict-free transposed stores; a 16-deep row of 4 lanes would make
+// them 2-way). Correct because the other buffer is free from the previous slab's barrier on (every
+// read of it precedes that barrier), so its chunks may be stored anywhere in the current slab.
+// The tail slab (K % 16 != 0, split-K ranges too: k_split is a multiple of 8 only) is loaded
+// chunk by chunk with the guarded loads; a chunk wholly past K is all zeros.
+// What it buys (predicted, unmeasured): half the barriers and half the slab starts whose first
+// FFMAs wait on LDS (ncu on l88 fc fwd: barrier 6.8%, short_scoreboard 5.2% of stall samples), and
+// half the loop control; the instruction mix barely moves (the loop is already 92% FFMA; LDS, STS,
+// LDG and pointer increments per 8 k stay): l88k16 kk 2226 instructions per 32 k = 2048 FFMA, 128
+// LDS, 32 STS, 8 LDG, 2 BAR, 8 others (92.0% vs 91.9%; kn / mk 92.3%, mn 92.5%); l816k16 / l168k16
+// 93.3-93.8%, l816wk16 / l168wk16 93.9-94.2%, l88n64k16 91.3-91.8%.
+// Shared memory 2 x 16 x (BM + 4 + BN + 4) floats: 33792 bytes at 128 x 128, 25600 at 128 x 64,
+// 50176 for the wide tiles: over the 48 KiB of a static allocation, so those take dynamic shared
+// memory (LeanTile::kDynSmem; the limit raised at each launch, as the attention kernels do).
+// ptxas (CUDA 13) registers, spill bytes stores/loads, per majors kk / kn / mk / mn:
+//              sm_90a                       sm_80
+//   l88k16     127 / 127 / 123 / 128, none  125 / 128 / 128 / 128, none (l88 spills there)
+//   l816k16    237 / 243 / 243 / 235, none  228 / 240 / 240 / 230, none
+//   l168k16    228 / 231 / 232 / 223, none  231 / 240 / 241 / 232, none
+//   l88n64k16  128 / 128 / 127 / 128, none  128, spills 8/12, 16/24, 16/24, 36/52 (l88n64: 8/20..24/40)
+//   l816wk16   227 / 247 / 243 / 239, none  218 / 225 / 220 / 223, none
+//   l168wk16   227 / 255 / 220 / 255, none  254 / 234 / 248 / 236, none
+// .text per kernel (sm_90a): l88k16 279-280 KB (l88 234-235), l816k16 540-542 KB (l816 452-453),
+// l168wk16 547-548 KB (l168w 460-462); the epilogue, not the loop, is most of it.
+// Not kept: KC = 16 (the whole next slab in registers): l88 spills 16-32 bytes on sm_90a at its
+// 128-register cap; l816 / l168 fit on sm_90a (235-255 registers) but spill 32-48 bytes on sm_80.
+// The default variants' SASS is unchanged by the BK / KC parameters: .text sizes, registers and
+// spills of all 24 existing kernels equal before / after on sm_90a and sm_80, the bytes too except
+// l88 mk on sm_90a (259 of 14680 instruction words differ after the main loop: same opcodes, a
+// different register assignment; it comes and goes with unrelated edits of the translation unit,
+// e.g. moving the kernel into its header). An `extern __shared__` inside the kernel body, even
+// unused, changed the register allocation of others (hence lean_dyn_smem at namespace scope).
+#include "gemm/simt_f32_lean_kernel.cuh"
 
 namespace blublas::gemm_detail {
 namespace {
-
-constexpr int kLeanBK = 8;
-
-template <int BM_, int BN_, int TM_, int TN_, int LM_, int LN_, int MIN_BLOCKS_>
-struct LeanTile {
-  static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, LM = LM_, LN = LN_;
-  static constexpr int kMinBlocks = MIN_BLOCKS_;
-  static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;
-  static constexpr int kWarpsM = BM / kWarpM, kWarpsN = BN / kWarpN;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kALoads = BM * kLeanBK / 4 / kThreads;  // float4 per thread per slab
-  static constexpr int kBLoads = BN * kLeanBK / 4 / kThreads;
-  static_assert(LM * LN == 32, "lane grid must be one warp");
-  static_assert(LM <= 8 && LN <= 8, "one wavefront per fragment read");
-  static_assert(TM % 4 == 0 && TN % 4 == 0, "lane tiles are 4 x 4 blocks");
-  static_assert(BM % kWarpM == 0 && BN % kWarpN == 0, "CTA tile must be whole warp tiles");
-  static_assert(kALoads >= 1 && kBLoads >= 1, "every thread loads at least one float4 per slab");
-  static_assert(BM * kLeanBK / 4 % kThreads == 0 && BN * kLeanBK / 4 % kThreads == 0,
-                "even slab split");
-};
-
-// Slab coordinates of float4 number g (= thread + l * THREADS) of an operand slab.
-//  k-major (ROWS x 8, k contiguous): pairs of lanes cover the 8 k of one row -> (row, kq)
-//  m/n-major (8 x ROWS, rows contiguous): g walks a k row in float4         -> (kq, row)
-template <int ROWS, bool KMAJ>
-__device__ __forceinline__ void lean_coords(int g, int* row, int* kq) {
-  if (KMAJ) {
-    *row = g / 2;
-    *kq = (g % 2) * 4;
-  } else {
-    *kq = g / (ROWS / 4);
-    *row = (g % (ROWS / 4)) * 4;
-  }
-}
-
-// One operand's slab loads. ptr[l] points at load l's float4 of the next whole slab; rows are
-// clamped at construction (Note [SIMT fp32 lean kernel]).
-template <int ROWS, int LOADS, int THREADS, bool KMAJ>
-struct LeanLoader {
-  const float* ptr[LOADS];
-  int64_t step;  // floats from one slab to the next
-
-  __device__ __forceinline__ LeanLoader(const float* x, int64_t ld, int r0, int k_lo, int n_rows) {
-    step = KMAJ ? kLeanBK : kLeanBK * ld;
-#pragma unroll
-    for (int l = 0; l < LOADS; ++l) {
-      int row, kq;
-      lean_coords<ROWS, KMAJ>(static_cast<int>(threadIdx.x) + l * THREADS, &row, &kq);
-      if (KMAJ) {
-        const int r = min(r0 + row, n_rows - 1);
-        ptr[l] = x + static_cast<int64_t>(r) * ld + (k_lo + kq);
-      } else {
-        const int r = min(r0 + row, n_rows - 4);  // n_rows % 4 == 0: stays 16-byte aligned
-        ptr[l] = x + static_cast<int64_t>(k_lo + kq) * ld + r;
-      }
-    }
-  }
-
-  // A whole slab (every k inside the range): unguarded float4 loads, then advance.
-  __device__ __forceinline__ void load(float4 (&reg)[LOADS]) {
-#pragma unroll
-    for (int l = 0; l < LOADS; ++l) {
-      reg[l] = __ldg(reinterpret_cast<const float4*>(ptr[l]));
-      ptr[l] += step;
-    }
-  }
-
-  // The tail slab: k0 = its first k, n_k = the end of this split's k range; zeros past n_k.
-  __device__ __forceinline__ void load_tail(float4 (&reg)[LOADS], int k0, int n_k) {
-#pragma unroll
-    for (int l = 0; l < LOADS; ++l) {
-      int row, kq;
-      lean_coords<ROWS, KMAJ>(static_cast<int>(threadIdx.x) + l * THREADS, &row, &kq);
-      if (KMAJ) {
-        float v[4];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) v[t] = k0 + kq + t < n_k ? __ldg(ptr[l] + t) : 0.0f;
-        reg[l] = make_float4(v[0], v[1], v[2], v[3]);
-      } else {
-        reg[l] = k0 + kq < n_k ? __ldg(reinterpret_cast<const float4*>(ptr[l]))
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-  }
-};
-
-template <int ROWS, int LOADS, int THREADS, bool KMAJ>
-__device__ __forceinline__ void lean_store(float* s, const float4 (&reg)[LOADS]) {
-  constexpr int kLd = ROWS + 4;
-#pragma unroll
-  for (int l = 0; l < LOADS; ++l) {
-    int row, kq;
-    lean_coords<ROWS, KMAJ>(static_cast<int>(threadIdx.x) + l * THREADS, &row, &kq);
-    if (KMAJ) {
-      s[(kq + 0) * kLd + row] = reg[l].x;
-      s[(kq + 1) * kLd + row] = reg[l].y;
-      s[(kq + 2) * kLd + row] = reg[l].z;
-      s[(kq + 3) * kLd + row] = reg[l].w;
-    } else {
-      *reinterpret_cast<float4*>(&s[kq * kLd + row]) = reg[l];
-    }
-  }
-}
-
-// A compile-time shared-memory buffer index (an int where the buffer is known at run time only).
-template <int V>
-struct LeanBuf {
-  __device__ __forceinline__ constexpr operator int() const { return V; }
-};
-
-template <class T, bool A_KMAJ, bool B_KMAJ>
-__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
-    simt_f32_lean_kernel(const float* __restrict__ a, int64_t lda, int64_t stride_a,
-                         const float* __restrict__ b, int64_t ldb, int64_t stride_b, int m, int n,
-                         int k_total, SplitArgs split, EpilogueArgs e) {
-  constexpr int BM = T::BM, BN = T::BN, TM = T::TM, TN = T::TN, BK = kLeanBK;
-  constexpr int kThreads = T::kThreads;
-  constexpr int kLdA = BM + 4, kLdB = BN + 4;
-  constexpr int kStageA = BK * kLdA, kStageB = BK * kLdB;  // floats per buffer
-  __shared__ __align__(16) float as[2 * kStageA];
-  __shared__ __align__(16) float bs[2 * kStageB];
-
-  const int batch = blockIdx.z % split.batches;
-  const int split_index = blockIdx.z / split.batches;
-  a += batch * stride_a;
-  b += batch * stride_b;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm0 = (warp / T::kWarpsN) * T::kWarpM, wn0 = (warp % T::kWarpsN) * T::kWarpN;
-  const int row_base = wm0 + (lane / T::LN) * 4, col_base = wn0 + (lane % T::LN) * 4;
-  const int k_lo = split.k_split > 0 ? split_index * split.k_split : 0;
-  const int k_hi = split.k_split > 0 ? min(k_total, k_lo + split.k_split) : k_total;
-  const int whole = (k_hi - k_lo) / BK;          // unguarded slabs
-  const bool tail = (k_hi - k_lo) % BK != 0;     // one guarded slab after them
-  const int slabs = whole + (tail ? 1 : 0);
-
-  float acc[TM][TN];
-#pragma unroll
-  for (int r = 0; r < TM; ++r) {
-#pragma unroll
-    for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
-  }
-
-  LeanLoader<BM, T::kALoads, kThreads, A_KMAJ> load_a(a, lda, m0, k_lo, m);
-  LeanLoader<BN, T::kBLoads, kThreads, B_KMAJ> load_b(b, ldb, n0, k_lo, n);
-  float4 ra[T::kALoads], rb[T::kBLoads];
-  if (slabs > 0) {
-    if (whole > 0) {
-      load_a.load(ra);
-      load_b.load(rb);
-    } else {
-      load_a.load_tail(ra, k_lo, k_hi);
-      load_b.load_tail(rb, k_lo, k_hi);
-    }
-    lean_store<BM, T::kALoads, kThreads, A_KMAJ>(as, ra);
-    lean_store<BN, T::kBLoads, kThreads, B_KMAJ>(bs, rb);
-  }
-  __syncthreads();
-
-  float fa[2][TM], fb[2][TN];
-  // Fragments of step kk of the buffer at (sa, sb).
-  auto read_frags = [&](const float* sa, const float* sb, int kk, float(&fa_)[TM], float(&fb_)[TN]) {
-#pragma unroll
-    for (int i = 0; i < TM / 4; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(&sa[kk * kLdA + row_base + i * T::LM * 4]);
-      fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
-    }
-#pragma unroll
-    for (int j = 0; j < TN / 4; ++j) {
-      const float4 v = *reinterpret_cast<const float4*>(&sb[kk * kLdB + col_base + j * T::LN * 4]);
-      fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
-    }
-  };
-  auto outer = [&](const float(&fa_)[TM], const float(&fb_)[TN]) {
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-#pragma unroll
-      for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(fa_[r], fb_[c], acc[r][c]);
-    }
-  };
-  // One slab from the buffer `cur_c` (0 or 1; a LeanBuf in the main loop, so the
-  // shared-memory addresses are fixed offsets). With `next`, ra/rb (already loaded) are stored to
-  // the other buffer and the barrier taken before step BK-1's FFMAs (Note [Early barrier]).
-  auto slab = [&](auto cur_c, bool next) {
-    const int cur = cur_c;
-    const float* sa = as + cur * kStageA;
-    const float* sb = bs + cur * kStageB;
-#pragma unroll
-    for (int kk = 0; kk < BK - 1; ++kk) {
-      read_frags(sa, sb, kk + 1, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);
-      outer(fa[kk % 2], fb[kk % 2]);
-    }
-    if (next) {
-      lean_store<BM, T::kALoads, kThreads, A_KMAJ>(as + (cur ^ 1) * kStageA, ra);
-      lean_store<BN, T::kBLoads, kThreads, B_KMAJ>(bs + (cur ^ 1) * kStageB, rb);
-      __syncthreads();
-      read_frags(as + (cur ^ 1) * kStageA, bs + (cur ^ 1) * kStageB, 0, fa[0], fb[0]);
-    }
-    outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
-  };
-
-  if (slabs > 0) read_frags(as, bs, 0, fa[0], fb[0]);
-  // Whole slabs followed by another whole slab: the lean main loop, two slabs (one per buffer)
-  // per iteration.
-  int s = 0;
-  for (; s + 2 < whole; s += 2) {
-    load_a.load(ra);
-    load_b.load(rb);
-    slab(LeanBuf<0>{}, true);
-    load_a.load(ra);
-    load_b.load(rb);
-    slab(LeanBuf<1>{}, true);
-  }
-  if (s + 1 < whole) {
-    load_a.load(ra);
-    load_b.load(rb);
-    slab(LeanBuf<0>{}, true);
-    ++s;
-  }
-  // The last whole slab (its successor, if any, is the tail), then the tail slab.
-  if (whole > 0) {
-    if (tail) {
-      const int k0 = k_lo + whole * BK;
-      load_a.load_tail(ra, k0, k_hi);
-      load_b.load_tail(rb, k0, k_hi);
-    }
-    slab(s & 1, tail);
-  }
-  if (tail) slab(whole & 1, false);
-
-  if (split.partial != nullptr) {
-    float* out = split.partial + static_cast<int64_t>(split_index * split.batches + batch) * m * n;
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-      const int i = m0 + row_base + (r / 4) * T::LM * 4 + r % 4;
-      if (i >= m) continue;
-#pragma unroll
-      for (int c4 = 0; c4 < TN / 4; ++c4) {
-        const int j = n0 + col_base + c4 * T::LN * 4;
-        float* o = out + static_cast<int64_t>(i) * n + j;
-        if (n % 4 == 0 && j < n) {  // j % 4 == 0 and the workspace is 256-byte aligned
-          *reinterpret_cast<float4*>(o) = make_float4(acc[r][c4 * 4 + 0], acc[r][c4 * 4 + 1],
-                                                      acc[r][c4 * 4 + 2], acc[r][c4 * 4 + 3]);
-        } else {
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (j + c < n) o[c] = acc[r][c4 * 4 + c];
-        }
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < TM; ++r) {
-    const int i = m0 + row_base + (r / 4) * T::LM * 4 + r % 4;
-    if (i >= m) continue;
-#pragma unroll
-    for (int c4 = 0; c4 < TN / 4; ++c4) {
-      const int j = n0 + col_base + c4 * T::LN * 4;
-      epilogue_store2<float>(e, batch, i, j, acc[r][c4 * 4 + 0], acc[r][c4 * 4 + 1]);
-      epilogue_store2<float>(e, batch, i, j + 2, acc[r][c4 * 4 + 2], acc[r][c4 * 4 + 3]);
-    }
-  }
-}
-
-template <class T, bool A_KMAJ, bool B_KMAJ>
-Status launch_lean_tile(const GemmProblem& p, const SplitArgs& split, int splits,
-                        cudaStream_t stream) {
-  const dim3 grid((p.n + T::BN - 1) / T::BN, (p.m + T::BM - 1) / T::BM, p.batch * splits);
-  simt_f32_lean_kernel<T, A_KMAJ, B_KMAJ><<<grid, T::kThreads, 0, stream>>>(
-      static_cast<const float*>(p.a), p.lda, p.stride_a, static_cast<const float*>(p.b), p.ldb,
-      p.stride_b, p.m, p.n, p.k, split, make_epilogue_args(p));
-  BLUBLAS_KERNEL_LAUNCH_CHECK("simt_f32_lean_kernel");
-  return Status::success();
-}
-
-template <class T>
-Status launch_lean_majors(const GemmProblem& p, const SplitArgs& split, int splits,
-                          cudaStream_t stream) {
-  if (p.a_k_major) {
-    return p.b_k_major ? launch_lean_tile<T, true, true>(p, split, splits, stream)
-                       : launch_lean_tile<T, true, false>(p, split, splits, stream);
-  }
-  return p.b_k_major ? launch_lean_tile<T, false, true>(p, split, splits, stream)
-                     : launch_lean_tile<T, false, false>(p, split, splits, stream);
-}
 
 //                        BM   BN TM  TN LM LN blocks/SM
 using Lean88 = LeanTile<128, 128, 8, 8, 4, 8, 2>;     // 256 thr, warp tiles 32 x 64
@@ -351,7 +107,6 @@ using Lean88n64 = LeanTile<128, 64, 8, 8, 8, 4, 4>;   // 128 thr, warp tiles 64 
 // k-major operand both wide tiles lose 10-45% (2 warps per scheduler cannot hide those loads).
 using Lean816w = LeanTile<128, 256, 8, 16, 8, 4, 1>;  // 256 thr, warp tiles 64 x 64, 2 x 4 warps
 using Lean168w = LeanTile<256, 128, 16, 8, 4, 8, 1>;  // 256 thr, warp tiles 64 x 64, 4 x 2 warps
-
 }  // namespace
 
 bool simt_f32_lean_ok(const GemmProblem& p, bool vec) {
@@ -371,6 +126,12 @@ Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const Split
     case SimtLeanVariant::k88n64: return launch_lean_majors<Lean88n64>(p, split, splits, stream);
     case SimtLeanVariant::k816w: return launch_lean_majors<Lean816w>(p, split, splits, stream);
     case SimtLeanVariant::k168w: return launch_lean_majors<Lean168w>(p, split, splits, stream);
+    case SimtLeanVariant::k88k16:
+    case SimtLeanVariant::k816k16:
+    case SimtLeanVariant::k168k16:
+    case SimtLeanVariant::k88n64k16:
+    case SimtLeanVariant::k816wk16:
+    case SimtLeanVariant::k168wk16: return simt_f32_lean_k16_launch(p, v, split, splits, stream);
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 lean kernel: unknown variant");
 }

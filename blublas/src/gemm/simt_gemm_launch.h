@@ -37,10 +37,17 @@ Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const Split
 // per lane; k816 (k168): 128 x 128, 128 threads, 8 x 16 (16 x 8); k88n64: 128 x 64, 128 threads,
 // 8 x 8. Same SplitArgs contract. Accepts a problem when simt_f32_lean_ok(p, vec): vec, and M (N) a multiple
 // of 4 when A (B) is m- (n-) contiguous.
-enum class SimtLeanVariant : int { k88 = 0, k816, k168, k88n64, k816w, k168w };
+// The k16 variants: the same tiles with 16-deep slabs (Note [Deep slabs]).
+enum class SimtLeanVariant : int {
+  k88 = 0, k816, k168, k88n64, k816w, k168w,
+  k88k16, k816k16, k168k16, k88n64k16, k816wk16, k168wk16,
+};
 bool simt_f32_lean_ok(const GemmProblem& p, bool vec);
 Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
                             int splits, bool vec, cudaStream_t stream);
+// The k16 variants (simt_f32_lean_k16_gemm.cu), called by simt_f32_lean_launch once it accepted p.
+Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
+                                int splits, cudaStream_t stream);
 
 // Any input dtype, any alignment: element loads converted to fp32 in shared memory, fp32 FMA.
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.
