@@ -1,8 +1,10 @@
 // gemm_simt_gpu_test.cu: the strict fp32 SIMT GEMM kernels one by one (BLUBLAS_SIMT_VARIANT forces
-// each: the lean l88 / l816 / l168 / l88n64 and wide l816w / l168w kernels, the warp w816 / w168,
-// the legacy kernel and the default choice) against the float64 reference
-// (support/gemm_reference.h), on problems big enough for the 128 x 128 tile plans (and the
-// split-K plan): every op pair and layout, K with and without a tail slab (K % 8 != 0, K < 8),
+// each: the lean l88 / l816 / l168 / l88n64 and wide l816w / l168w kernels, the same with 16-deep
+// slabs (l88k16 ...), the warp w816 / w168, the legacy kernel and the default choice) against the
+// float64 reference (support/gemm_reference.h), on problems big enough for the 128 x 128 tile plans
+// (and the split-K plan): every op pair and layout, K with and without a tail slab (K % 8 != 0,
+// K < 8; for the 16-deep slabs also K % 16 in 1..15, the tail's second 8-deep chunk partly or
+// wholly past K),
 // M / N not multiples of the tile (and not multiples of 4, where the lean kernels hand over to the
 // older ones), padded leading dimensions, strided batches, alpha
 // and beta with D aliasing C, the epilogues, poisoned outputs and padding, run-to-run bit
@@ -215,12 +217,15 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
 
 // Every kernel a user can force, the default choice (nullptr), and a per-majors list (each op
 // pair of a layout loop takes a different kernel).
-const char* const kVariants[] = {nullptr, "l88",  "l816",   "l168", "l88n64", "l816w",
-                                 "l168w", "w816", "w168",   "legacy", "old",
-                                 "kk:l816w,kn:l168w,mn:l88,mk:w816"};
+const char* const kVariants[] = {nullptr,     "l88",       "l816",     "l168",
+                                 "l88n64",    "l816w",     "l168w",    "l88k16",
+                                 "l816k16",   "l168k16",   "l88n64k16", "l816wk16",
+                                 "l168wk16",  "w816",      "w168",     "legacy",
+                                 "old",       "kk:l816w,kn:l168w,mn:l88,mk:w816",
+                                 "kk:l88k16,kn:l816wk16,mn:l168wk16,mk:l88n64k16"};
 
 // Op pairs x layouts on a problem with more 128 x 128 tiles than SMs (M, N multiples of 4 so the
-// lean kernels take it; K with a tail slab), per variant.
+// lean kernels take it; K with a tail slab: K % 16 = 3, 7, 11, 15), per variant.
 TEST(GemmSimtGpu, OpPairsLayoutsPerVariant) {
   BLU_REQUIRE_GPU();
   for (const char* v : kVariants) {
@@ -231,7 +236,7 @@ TEST(GemmSimtGpu, OpPairsLayoutsPerVariant) {
       for (Op oa : {Op::kN, Op::kT}) {
         for (Op ob : {Op::kN, Op::kT}) {
           Case c;
-          c.m = 2052 + 4 * (idx % 3); c.n = 1796 + 8 * (idx % 2); c.k = 131 + 16 * idx;
+          c.m = 2052 + 4 * (idx % 3); c.n = 1796 + 8 * (idx % 2); c.k = 131 + 20 * idx;
           c.oa = oa; c.ob = ob; c.layout = l;
           c.ld_pad = 4 * (idx % 2);
           c.seed = 100 + idx++;
@@ -242,7 +247,8 @@ TEST(GemmSimtGpu, OpPairsLayoutsPerVariant) {
   }
 }
 
-// K of 1..16 (tail-only slabs, one whole slab, whole + tail), odd M / N (the lean kernels hand
+// K of 1..16 (tail-only slabs, one whole slab, whole + tail; 24 / 29 / 44: 16-deep slabs + a tail
+// of 8 / 13 / 12), odd M / N (the lean kernels hand
 // over to the older ones where an m/n-contiguous operand is not a multiple of 4), alpha and beta
 // with D aliasing C, padded lds and strided batches, per variant.
 TEST(GemmSimtGpu, EdgesPerVariant) {
@@ -251,7 +257,7 @@ TEST(GemmSimtGpu, EdgesPerVariant) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;
-    for (int k : {1, 5, 8, 13, 16, 257}) {
+    for (int k : {1, 5, 8, 13, 16, 257, 24, 29, 44}) {
       Case c;
       c.m = idx % 2 ? 2049 : 2048; c.n = idx % 3 == 1 ? 1795 : 1792; c.k = k;
       c.oa = idx % 2 ? Op::kT : Op::kN; c.ob = idx % 4 < 2 ? Op::kT : Op::kN;
@@ -295,7 +301,8 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 // K not a multiple of the split (a tail slab in the last split).
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w", "l168w"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w", "l168w",
+                        "l88k16", "l816k16", "l168wk16"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;
@@ -335,7 +342,7 @@ TEST(GemmSimtGpu, ExactWhereTf32WouldRound) {
 // Bitwise determinism: the same call twice gives the same bytes (split-K reduce included).
 TEST(GemmSimtGpu, RunToRunBitwise) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88k16"}) {
     VariantScope scope(v);
     for (int k : {300, 6000}) {
       Case c;
