@@ -301,8 +301,8 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 // K not a multiple of the split (a tail slab in the last split).
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w", "l168w",
-                        "l88k16", "l816k16", "l168wk16"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w",
+                        "l168w", "l88k16", "l816k16", "l168wk16"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;

@@ -45,19 +45,21 @@
 // SASS main loop body (two slabs = 16 k, sm_90a, CUDA 13; counted in the cubin between markers at
 // the body's ends, loop counter and branch not included): l88 NT (kk) 1114 instructions = 1024
 // FFMA, 64 LDS.128, 16 STS.32, 4 LDG.128, 2 BAR, 4 others (91.9% FFMA; TN/mn 91.9%, 4 STS.128 and
-// 16 others); l88n64 kk 90.9%; l816 / l168 kk 2194 = 2048 FFMA + 96 LDS + 32 STS + 8 LDG + 2 BAR + 8
-// (93.3%); l816w / l168w 93.9-94.1%. (The older estimate, "~30 others", counted the loop control.)
+// 16 others); l88n64 kk 90.9%; l816 / l168 kk 2194 = 2048 FFMA + 96 LDS + 32 STS + 8 LDG + 2 BAR
+// + 8 (93.3%); l816w / l168w 93.9-94.1%. (The older estimate, "~30 others", counted the loop
+// control.)
 //
 // Note [Deep slabs]
 // LeanTile<..., BK, KC>: BK is the slab depth (k per shared-memory buffer: one barrier per slab),
 // KC the register staging depth (k of the next slab held in registers at once); 8 / 8 is the kernel
-// above. The k16 variants (simt_f32_lean_k16_gemm.cu) take BK = 16, KC = 8: the next slab comes in
-// two 8-deep chunks, chunk 0 loaded by the caller at the top of the slab, stored to the other buffer
-// at k step 8 where chunk 1 is loaded, chunk 1 stored before step 15's FFMAs, then the barrier. So
-// the registers and the load-to-store distance (8 k steps) are those of BK = 8, and each chunk keeps
-// the 8-deep lane mapping (conflict-free transposed stores; a 16-deep row of 4 lanes would make
-// them 2-way). Correct because the other buffer is free from the previous slab's barrier on (every
-// read of it precedes that barrier), so its chunks may be stored anywhere in the current slab.
+// above. The k16 variants (simt_f32_lean_k16_gemm.cu) take BK = 16, KC = 8: the next slab comes
+// in two 8-deep chunks, chunk 0 loaded by the caller at the top of the slab, stored to the other
+// buffer at k step 8 where chunk 1 is loaded, chunk 1 stored before step 15's FFMAs, then the
+// barrier. So the registers and the load-to-store distance (8 k steps) are those of BK = 8, and
+// each chunk keeps the 8-deep lane mapping (conflict-free transposed stores; a 16-deep row of 4
+// lanes would make them 2-way). Correct because the other buffer is free from the previous slab's
+// barrier on (every read of it precedes that barrier), so its chunks may be stored anywhere in the
+// current slab.
 // The tail slab (K % 16 != 0, split-K ranges too: k_split is a multiple of 8 only) is loaded
 // chunk by chunk with the guarded loads; a chunk wholly past K is all zeros.
 // What it buys (predicted, unmeasured): half the barriers and half the slab starts whose first
@@ -74,7 +76,8 @@
 //   l88k16     127 / 127 / 123 / 128, none  125 / 128 / 128 / 128, none (l88 spills there)
 //   l816k16    237 / 243 / 243 / 235, none  228 / 240 / 240 / 230, none
 //   l168k16    228 / 231 / 232 / 223, none  231 / 240 / 241 / 232, none
-//   l88n64k16  128 / 128 / 127 / 128, none  128, spills 8/12, 16/24, 16/24, 36/52 (l88n64: 8/20..24/40)
+//   l88n64k16  128 / 128 / 127 / 128, none  128, spills 8/12, 16/24, 16/24, 36/52
+//                                            (l88n64 spills 8/20 .. 24/40 there)
 //   l816wk16   227 / 247 / 243 / 239, none  218 / 225 / 220 / 223, none
 //   l168wk16   227 / 255 / 220 / 255, none  254 / 234 / 248 / 236, none
 // .text per kernel (sm_90a): l88k16 279-280 KB (l88 234-235), l816k16 540-542 KB (l816 452-453),

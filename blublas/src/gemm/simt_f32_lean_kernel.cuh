@@ -37,7 +37,7 @@ struct LeanTile {
   static_assert(LM <= 8 && LN <= 8, "one wavefront per fragment read");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "lane tiles are 4 x 4 blocks");
   static_assert(BM % kWarpM == 0 && BN % kWarpN == 0, "CTA tile must be whole warp tiles");
-  static_assert(KC % 8 == 0 && BK % KC == 0, "chunks of whole 8-deep sub-slabs, whole chunks per slab");
+  static_assert(KC % 8 == 0 && BK % KC == 0, "whole 8-deep sub-chunks, whole chunks per slab");
   static_assert(kALoads >= 1 && kBLoads >= 1, "every thread loads at least one float4 per chunk");
   static_assert(BM * KC / 4 % kThreads == 0 && BN * KC / 4 % kThreads == 0, "even chunk split");
 };
