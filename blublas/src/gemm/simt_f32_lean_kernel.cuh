@@ -11,6 +11,7 @@
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/simt_gemm_launch.h"
+#include "gemm/simt_lane_store.cuh"
 
 namespace blublas::gemm_detail {
 namespace {
@@ -292,39 +293,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   if (tail) slab(whole & 1, false);
 
-  if (split.partial != nullptr) {
-    float* out = split.partial + static_cast<int64_t>(split_index * split.batches + batch) * m * n;
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-      const int i = m0 + row_base + (r / 4) * T::LM * 4 + r % 4;
-      if (i >= m) continue;
-#pragma unroll
-      for (int c4 = 0; c4 < TN / 4; ++c4) {
-        const int j = n0 + col_base + c4 * T::LN * 4;
-        float* o = out + static_cast<int64_t>(i) * n + j;
-        if (n % 4 == 0 && j < n) {  // j % 4 == 0 and the workspace is 256-byte aligned
-          *reinterpret_cast<float4*>(o) = make_float4(acc[r][c4 * 4 + 0], acc[r][c4 * 4 + 1],
-                                                      acc[r][c4 * 4 + 2], acc[r][c4 * 4 + 3]);
-        } else {
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (j + c < n) o[c] = acc[r][c4 * 4 + c];
-        }
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < TM; ++r) {
-    const int i = m0 + row_base + (r / 4) * T::LM * 4 + r % 4;
-    if (i >= m) continue;
-#pragma unroll
-    for (int c4 = 0; c4 < TN / 4; ++c4) {
-      const int j = n0 + col_base + c4 * T::LN * 4;
-      epilogue_store2<float>(e, batch, i, j, acc[r][c4 * 4 + 0], acc[r][c4 * 4 + 1]);
-      epilogue_store2<float>(e, batch, i, j + 2, acc[r][c4 * 4 + 2], acc[r][c4 * 4 + 3]);
-    }
-  }
+  simt_store_lane_tile<TM, TN, T::LM, T::LN>(acc, split, split_index, batch, m, n, m0, n0, row_base, col_base,
+                                          e);
 }
 
 template <class T, bool A_KMAJ, bool B_KMAJ>
