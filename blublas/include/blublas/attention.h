@@ -11,8 +11,9 @@
 // Paths: sm_90a wgmma + TMA (bf16 on Hopper), sm_80 mma.sync (also forcible on Hopper), SIMT.
 // Precision is a named mode: bf16 (tensor cores, fp32 accumulation and softmax), strict fp32
 // (SIMT FMA, no tf32 anywhere) and tf32 (tensor cores on tf32-rounded fp32 operands).
-// Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass, so
-// there are no float atomics at all. No hidden allocation, no host synchronisation.
+// Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass (or
+// from per-key-block partials summed in a fixed order, AttnDqMode), so there are no float atomics
+// at all. No hidden allocation, no host synchronisation.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,17 @@ enum class AttnPath : int {
                    // there when views are 16-byte aligned)
 };
 
+// How the backward computes dQ (Note [dQ partials] in sm80_flash_attn_bwd.cuh). Both are
+// deterministic (no atomics). kPartials is a request: it applies to 3xTF32 at head_dim 64 on the
+// sm80 path when its workspace (B*H*ceil(T/64)*T*64 floats) is at most 2 GiB; everything else
+// runs two passes. kAuto reads BLUBLAS_ATTN_DQ=partials|twopass once per process (default
+// twopass).
+enum class AttnDqMode : int {
+  kAuto = 0,
+  kTwoPass = 1,   // a dK/dV pass and a dQ pass that recomputes S and dP
+  kPartials = 2,  // the dK/dV pass also writes per-key-block dQ partials; a reduce sums them
+};
+
 // A read-only [B, T, H, d] view; element (b, t, h, i) is ptr[b*batch + t*seq + h*head + i].
 struct AttnInput {
   const void* ptr = nullptr;
@@ -58,6 +70,7 @@ struct AttentionDesc {
   bool causal = true;
   AttnPrecision precision = AttnPrecision::kBF16;
   AttnPath path = AttnPath::kAuto;
+  AttnDqMode dq_mode = AttnDqMode::kAuto;  // backward only; sizes the workspace too
 
   AttnInput q, k, v;
   AttnOutput o;          // forward: written; backward: read
@@ -92,7 +105,9 @@ inline AttnInput attn_qkv_view(const void* qkv, int which, int seq_len, int head
 // launch.
 Status attention_forward(const AttentionDesc& desc, cudaStream_t stream);
 
-// Bytes of workspace attention_backward needs for this desc (B*H*T floats, rounded up).
+// Bytes of workspace attention_backward needs for this desc: B*H*T floats (rounded up), plus the
+// dQ partials when this desc runs in AttnDqMode::kPartials. Size it with the desc (precision,
+// head_dim, dq_mode) the backward will get, after BLUBLAS_ATTN_DQ is set.
 Status attention_backward_workspace_size(const AttentionDesc& desc, std::size_t* bytes);
 
 // Backward: reads q, k, v, o, lse, d_o; writes dq, dk, dv (fully overwritten, never accumulated).

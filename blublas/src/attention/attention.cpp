@@ -18,6 +18,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "attention/attention_params.h"
 #include "blublas/check.h"
@@ -71,6 +73,8 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   BLUBLAS_CHECK_ARG(prec >= 0 && prec <= 3, op, ": unknown precision ", prec);
   const int path = static_cast<int>(d.path);
   BLUBLAS_CHECK_ARG(path >= 0 && path <= 3, op, ": unknown path ", path);
+  const int dq_mode = static_cast<int>(d.dq_mode);
+  BLUBLAS_CHECK_ARG(dq_mode >= 0 && dq_mode <= 2, op, ": unknown dq_mode ", dq_mode);
   BLUBLAS_CHECK(!(d.path == AttnPath::kSm90Wgmma && d.precision != AttnPrecision::kBF16),
                 StatusCode::kNotSupported, op, ": the sm90 wgmma path takes bf16 only (precision ",
                 attn_precision_name(d.precision), "; use kSm80Mma or kAuto)");
@@ -157,10 +161,25 @@ std::size_t round_up(std::size_t n) {
   return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
 
-// The backward workspace is D = rowsum(dO * O), B*H*T fp32. The dQ pass recomputes S and dP
-// instead of accumulating dQ across key blocks, so there is no fp32 dQ buffer.
-std::size_t workspace_bytes(const AttentionDesc& d) {
+std::size_t delta_bytes(const AttentionDesc& d) {
   return round_up(static_cast<std::size_t>(d.batch) * d.heads * d.seq_len * sizeof(float));
+}
+
+// The backward workspace is D = rowsum(dO * O), B*H*T fp32. In two-pass mode the dQ pass
+// recomputes S and dP instead of accumulating dQ across key blocks, so there is no dQ buffer; in
+// dQ-partials mode the per-key-block partials follow D (Note [dQ partials]).
+std::size_t workspace_bytes(const AttentionDesc& d) {
+  const std::size_t part = attn::dq_partials_mode(d) ? round_up(attn::dq_partials_bytes(d)) : 0;
+  return delta_bytes(d) + part;
+}
+
+// BLUBLAS_ATTN_DQ=partials|twopass, read once per process; unset or anything else: two passes.
+bool dq_partials_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("BLUBLAS_ATTN_DQ");
+    return v != nullptr && std::strcmp(v, "partials") == 0;
+  }();
+  return on;
 }
 
 bool empty(const AttentionDesc& d) {
@@ -173,6 +192,20 @@ namespace attn {
 
 std::size_t backward_workspace_bytes(const AttentionDesc& desc) {
   return workspace_bytes(desc);
+}
+
+std::size_t dq_partials_bytes(const AttentionDesc& d) {
+  if (d.batch <= 0 || d.heads <= 0 || d.seq_len <= 0) return 0;
+  const std::size_t nkb =
+      (static_cast<std::size_t>(d.seq_len) + kDqPartialsKeyBlock - 1) / kDqPartialsKeyBlock;
+  return static_cast<std::size_t>(d.batch) * d.heads * nkb * d.seq_len * 64 * sizeof(float);
+}
+
+bool dq_partials_mode(const AttentionDesc& d) {
+  const bool requested =
+      d.dq_mode == AttnDqMode::kPartials || (d.dq_mode == AttnDqMode::kAuto && dq_partials_env());
+  return requested && d.precision == AttnPrecision::kF32Split3TF32 && d.head_dim == 64 &&
+         dq_partials_bytes(d) <= kDqPartialsMaxBytes;
 }
 
 Params make_params(const AttentionDesc& d, void* workspace) {
@@ -201,6 +234,9 @@ Params make_params(const AttentionDesc& d, void* workspace) {
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.causal = d.causal ? 1 : 0;
   p.delta = static_cast<float*>(workspace);
+  if (workspace != nullptr && dq_partials_mode(d)) {
+    p.dq_part = reinterpret_cast<float*>(static_cast<char*>(workspace) + delta_bytes(d));
+  }
   return p;
 }
 

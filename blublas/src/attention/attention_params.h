@@ -34,12 +34,23 @@ struct Params {
   float scale = 0.0f;       // softmax scale
   float scale_log2 = 0.0f;  // scale * log2(e): scores go to base 2 before exp2
   int causal = 1;
+  // Backward workspace in dQ-partials mode, else null (Note [dQ partials]):
+  // [B*H][ceil(T/64) key blocks][T][64] fp32.
+  float* dq_part = nullptr;
 };
 
 // The parameter block of a desc; `workspace` (attention_backward_workspace_size bytes, or null for
-// the forward) holds delta.
+// the forward) holds delta, then the dQ partials when dq_partials_mode(desc).
 Params make_params(const AttentionDesc& desc, void* workspace);
 std::size_t backward_workspace_bytes(const AttentionDesc& desc);
+
+// Note [dQ partials]: whether the backward of `desc` runs in dQ-partials mode (requested by
+// desc.dq_mode or BLUBLAS_ATTN_DQ, 3xTF32, head_dim 64, partials <= kDqPartialsMaxBytes). The
+// workspace size and the launcher both decide through this one function.
+constexpr int kDqPartialsKeyBlock = 64;  // keys per dK/dV CTA (sm80 tf32 d64 DkDvTiles::kBc)
+constexpr std::size_t kDqPartialsMaxBytes = std::size_t{2} << 30;
+std::size_t dq_partials_bytes(const AttentionDesc& desc);
+bool dq_partials_mode(const AttentionDesc& desc);
 
 // mma.sync families (bf16: m16n8k16; tf32: m16n8k8 on tf32-rounded fp32 storage). Each returns
 // kNotSupported when the device's opt-in shared memory is too small for its tiles.

@@ -18,6 +18,33 @@
 // kernel in a fixed key-block order (per-query-block turn counters, acquire/release, fp32
 // accumulator) ran the backward in 0.83-0.85 ms against 0.47 ms for the two passes: the ordered
 // hand-offs serialize the CTAs of one head.
+//
+// Note [dQ partials]
+// A third deterministic mode, for 3xTF32 at d64 (where the dq pass costs 1.11 ms of a 2.65 ms
+// backward per GPT-2 layer, H200): the dkdv kernel, having dS^T of a query block in registers,
+// also computes that key block's share of dQ, dQpart = dS K (kBr queries x kD), and writes it to
+// a workspace; no CTA waits for another (unlike the dropped ordered variant above). Then a small
+// kernel sums, per query row q, the partials of key blocks kb = 0 .. last(q) (causal: q / kBc)
+// in that fixed order and scales by `scale`: bitwise reproducible, no atomics.
+//   - In the dkdv loop each warp stashes its dS^T (16 keys x kBr queries) into a [kBr][kBc]
+//     swizzled shared tile sdS (conflict-free stores: the chunk index XOR row spreads the quad),
+//     a __syncthreads, then warp w computes output columns [16w, 16w + 16) for all kBr rows
+//     (kMT 2 x one n-tile pair: 16 fp32 accumulators, fresh per query block, so the tensor-core
+//     truncation stays at one block's scale, Note [3xTF32 accumulation bias]); A = dS by
+//     ldmatrix from sdS, B = K from the resident sK (scalar transposed reads). Warps whose keys
+//     all follow the query block (causal) stash zeros instead of skipping. Partials are stored
+//     unscaled; the reduce multiplies by scale once.
+//   - Workspace (after D): [B*H][nkb = ceil(T/64)][T][64] fp32 = B*H*nkb*T*256 bytes; at B16 H12
+//     T1024: 768 MiB (805,306,368 bytes) + 0.75 MiB of D. Causal key block kb writes only rows
+//     q >= 64 kb (the reduce never reads the others, which stay uninitialised).
+//   - Predicted cost (unmeasured): the dq pass (S, dP, dQ: 3 block products) is gone and the dkdv
+//     pass gains one (5 -> 6 of the old 7); causal B16 H12 T1024 writes ~428 MB of partials and
+//     the reduce reads them back (~0.2-0.25 ms at H200 bandwidth): 2.65 -> ~2.1 ms per layer.
+//   - Selection: attn::dq_partials_mode (attention.cpp) decides for both the workspace size and
+//     the launch: AttentionDesc::dq_mode, or BLUBLAS_ATTN_DQ=partials|twopass under kAuto (read
+//     once, default twopass until a device A/B); only 3xTF32 d64 and only while the partials fit
+//     2 GiB (B16 H12: up to T = 1664; longer contexts fall back to two passes); bf16, plain tf32
+//     and d128 always run two passes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,21 +60,56 @@ namespace blublas::attn::sm80 {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // dK/dV pass tiles: head dim, warps (16 keys each), queries per block, K/V A-fragments held in
-// registers for the whole CTA, minimum CTAs per SM for __launch_bounds__.
-template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_, bool kRollK_ = false>
+// registers for the whole CTA, minimum CTAs per SM for __launch_bounds__, rolled k loops, dQ
+// partials (Note [dQ partials]).
+template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_, bool kRollK_ = false,
+          bool kDqPart_ = false>
 struct DkDvTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kBr = kBr_;
   static constexpr bool kKVRegs = kKVRegs_;
   static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
+  static constexpr bool kDqPart = kDqPart_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBc = 16 * kWarps;  // keys per CTA, 16 per warp
   template <typename Elem>
   static constexpr size_t smem_bytes() {
     return static_cast<size_t>(2 * kBc + 4 * kBr) * kD * sizeof(Store<Elem>) +
-           4 * kBr * sizeof(float);
+           4 * kBr * sizeof(float) + (kDqPart ? kBr * kBc * sizeof(float) : 0);
   }
 };
+
+// Note [dQ partials]: this warp's dS^T (keys wk0 + 0..15 x kBr queries, accumulator layout) into
+// the [kBr query][kBc key] swizzled tile sdS.
+template <int kBc, int kQT>
+__device__ __forceinline__ void stash_ds(float* sdS, const float (&s)[1][kQT][4], int wk0,
+                                         int lane) {
+  using Tl = Tile<float, kBc>;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int q = 8 * nt + 2 * t + (e & 1);
+      const int key = wk0 + g + ((e >> 1) << 3);
+      sdS[Tl::offset(q, key >> 2) + (key & 3)] = s[0][nt][e];
+    }
+}
+
+// Note [dQ partials]: rows [0, rows_valid) of dQpart = dS (kBr x kBc, sdS) . K (kBc x kD, sK)
+// to gpart ([kBr][kD], unscaled); warp w computes output columns [w, w + 1) * kD / kWarps.
+template <typename Elem, typename Cfg>
+__device__ __forceinline__ void dq_partial(const Store<Elem>* sdS, const Store<Elem>* sK,
+                                           float* gpart, int rows_valid, int warp, int lane) {
+  static_assert(sizeof(Store<Elem>) == 4, "dQ partials take fp32 tiles");
+  constexpr int kMT = Cfg::kBr / 16, kNP = Cfg::kD / 16 / Cfg::kWarps;
+  static_assert(kMT * 16 == Cfg::kBr && kNP * 16 * Cfg::kWarps == Cfg::kD, "whole tiles per warp");
+  float acc[kMT][2 * kNP][4];
+  zero_acc(acc);
+  warp_gemm_tB_cols<Elem, Cfg::kBc, Cfg::kD, kMT, kNP, Cfg::kRollK>(acc, sdS, 0, sK, warp * kNP,
+                                                                    lane);
+  store_acc<float, kMT, 2 * kNP>(acc, gpart + 16 * kNP * warp, Cfg::kD, 0, rows_valid, 1.0f, lane);
+}
 
 // The dK/dV pass for key block `block` (launched heaviest first: key block 0 has the most query
 // blocks under causal masking).
@@ -64,6 +126,7 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   Store<Elem>* sdO = sQ + 2 * kBr * kD;                      // [2][kBr][kD]
   float* sL = reinterpret_cast<float*>(sdO + 2 * kBr * kD);  // [2][kBr], L * log2(e)
   float* sDl = sL + 2 * kBr;                                 // [2][kBr], D
+  [[maybe_unused]] Store<Elem>* sdS = reinterpret_cast<Store<Elem>*>(sDl + 2 * kBr);  // kDqPart
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
@@ -128,53 +191,69 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
       cp_async_commit();
     }
     const int qs = i * kBr;
-    // Every key of this warp after every query: nothing to add.
-    if (p.causal && k0 + wk0 > qs + kBr - 1) continue;
+    // Every key of this warp after every query: nothing to add (dQ partials still need the warp).
+    const bool warp_live = !(p.causal && k0 + wk0 > qs + kBr - 1);
+    if constexpr (!Cfg::kDqPart) {
+      if (!warp_live) continue;
+    }
     const int buf = (i - i0) & 1;
     const Store<Elem>* cQ = sQ + buf * kBr * kD;
     const Store<Elem>* cdO = sdO + buf * kBr * kD;
     const float* cL = sL + buf * kBr;
     const float* cD = sDl + buf * kBr;
 
-    // P^T = exp2(S^T * scale*log2e - L*log2e), masked.
-    float s[1][kQT][4];
-    zero_acc(s);
-    if constexpr (Cfg::kKVRegs) {
-      warp_gemm_nt_ra<Elem, kD, 1, kQT>(s, kf, cQ, 0, lane);
-    } else {
-      warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(s, sK, wk0, cQ, 0, lane);
-    }
-    const bool need_mask = (qs + kBr > T) || (k0 + kBc > T) || (p.causal && k0 + wk0 + 15 > qs);
+    if (warp_live) {
+      // P^T = exp2(S^T * scale*log2e - L*log2e), masked.
+      float s[1][kQT][4];
+      zero_acc(s);
+      if constexpr (Cfg::kKVRegs) {
+        warp_gemm_nt_ra<Elem, kD, 1, kQT>(s, kf, cQ, 0, lane);
+      } else {
+        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(s, sK, wk0, cQ, 0, lane);
+      }
+      const bool need_mask = (qs + kBr > T) || (k0 + kBc > T) || (p.causal && k0 + wk0 + 15 > qs);
 #pragma unroll
-    for (int nt = 0; nt < kQT; ++nt)
+      for (int nt = 0; nt < kQT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = 8 * nt + 2 * t + (e & 1);
-        float pv = fast_exp2(fmaf(s[0][nt][e], sl2, -cL[qi]));
-        if (need_mask) {
-          const int key = k0 + wk0 + g + ((e >> 1) << 3);
-          const int q = qs + qi;
-          if (q >= T || key >= T || (p.causal && key > q)) pv = 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int qi = 8 * nt + 2 * t + (e & 1);
+          float pv = fast_exp2(fmaf(s[0][nt][e], sl2, -cL[qi]));
+          if (need_mask) {
+            const int key = k0 + wk0 + g + ((e >> 1) << 3);
+            const int q = qs + qi;
+            if (q >= T || key >= T || (p.causal && key > q)) pv = 0.0f;
+          }
+          s[0][nt][e] = pv;
         }
-        s[0][nt][e] = pv;
-      }
-    warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dv, s, cdO, 0, lane);  // dV += P^T dO
+      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dv, s, cdO, 0, lane);  // dV += P^T dO
 
-    float dp[1][kQT][4];
-    zero_acc(dp);
-    if constexpr (Cfg::kKVRegs) {  // dP^T = V dO^T
-      warp_gemm_nt_ra<Elem, kD, 1, kQT>(dp, vf, cdO, 0, lane);
-    } else {
-      warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(dp, sV, wk0, cdO, 0, lane);
-    }
-#pragma unroll
-    for (int nt = 0; nt < kQT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = 8 * nt + 2 * t + (e & 1);
-        s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - cD[qi]);  // dS^T
+      float dp[1][kQT][4];
+      zero_acc(dp);
+      if constexpr (Cfg::kKVRegs) {  // dP^T = V dO^T
+        warp_gemm_nt_ra<Elem, kD, 1, kQT>(dp, vf, cdO, 0, lane);
+      } else {
+        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(dp, sV, wk0, cdO, 0, lane);
       }
-    warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dk, s, cQ, 0, lane);  // dK += dS^T Q
+#pragma unroll
+      for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = 8 * nt + 2 * t + (e & 1);
+          s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - cD[qi]);  // dS^T
+        }
+      if constexpr (Cfg::kDqPart) stash_ds<kBc, kQT>(sdS, s, wk0, lane);
+      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dk, s, cQ, 0, lane);  // dK += dS^T Q
+    } else if constexpr (Cfg::kDqPart) {
+      float zero[1][kQT][4];
+      zero_acc(zero);
+      stash_ds<kBc, kQT>(sdS, zero, wk0, lane);
+    }
+    if constexpr (Cfg::kDqPart) {  // Note [dQ partials]: this key block's share of dQ rows qs..
+      __syncthreads();
+      const int nkb = (T + kBc - 1) / kBc;
+      float* gpart = p.dq_part + ((bh * nkb + kb) * T + qs) * kD;
+      dq_partial<Elem, Cfg>(sdS, sK, gpart, T - qs, warp, lane);
+    }
   }
 
   Store<Elem>* gdK = static_cast<Store<Elem>*>(p.dk) + b * p.sdk.b + h * p.sdk.h + k0 * p.sdk.t;
@@ -339,6 +418,67 @@ __global__ void __launch_bounds__(C1::kThreads, C1::kMinBlocks)
   }
 }
 
+// Note [dQ partials]: dQ[q][:] = scale * (sum over key blocks kb = 0 .. last(q), in that order,
+// of part[bh][kb][q][:]), one thread per 4 columns of a row (float4 loads and stores).
+template <int kD, int kBc>
+__global__ void __launch_bounds__(256) dq_partials_reduce_kernel(const Params p) {
+  constexpr int kV = kD / 4;
+  const int T = p.seq_len;
+  const int i = static_cast<int>(blockIdx.x) * 256 + static_cast<int>(threadIdx.x);
+  if (i >= T * kV) return;
+  const int q = i / kV, c = 4 * (i % kV);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int nkb = (T + kBc - 1) / kBc;
+  const int last = p.causal ? q / kBc : nkb - 1;
+  const int64_t kb_stride = static_cast<int64_t>(T) * kD;
+  const float* src = p.dq_part + (static_cast<int64_t>(b) * p.heads + h) * nkb * kb_stride +
+                     static_cast<int64_t>(q) * kD + c;
+  float4 acc = __ldcs(reinterpret_cast<const float4*>(src));
+#pragma unroll 4
+  for (int kb = 1; kb <= last; ++kb) {
+    const float4 x = __ldcs(reinterpret_cast<const float4*>(src + kb * kb_stride));
+    acc.x = __fadd_rn(acc.x, x.x);
+    acc.y = __fadd_rn(acc.y, x.y);
+    acc.z = __fadd_rn(acc.z, x.z);
+    acc.w = __fadd_rn(acc.w, x.w);
+  }
+  float* dst = static_cast<float*>(p.dq) + b * p.sdq.b + h * p.sdq.h + q * p.sdq.t + c;
+  *reinterpret_cast<float4*>(dst) =
+      make_float4(acc.x * p.scale, acc.y * p.scale, acc.z * p.scale, acc.w * p.scale);
+}
+
+template <typename Elem, typename C1>
+Status launch_dkdv(const Params& p, cudaStream_t stream, const char* name) {
+  constexpr size_t smem1 = C1::template smem_bytes<Elem>();
+  auto k1 = flash_attn_bwd_dkdv_kernel<Elem, C1>;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem1)));
+  const dim3 grid1((p.seq_len + C1::kBc - 1) / C1::kBc, p.heads, p.batch);
+  k1<<<grid1, C1::kThreads, smem1, stream>>>(p);
+  BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+  return Status::success();
+}
+
+// Note [dQ partials]: the dK/dV pass with dQ partials (C1::kDqPart), then the ordered reduce.
+template <typename Elem, typename C1>
+Status launch_flash_attn_bwd_dq_partials(const Params& p, const DeviceInfo& dev,
+                                         cudaStream_t stream, const char* name) {
+  static_assert(C1::kDqPart && C1::kD == 64 && C1::kBc == kDqPartialsKeyBlock,
+                "the partials workspace is sized for d64 and 64-key blocks (attention.cpp)");
+  constexpr size_t smem1 = C1::template smem_bytes<Elem>();
+  const size_t optin = static_cast<size_t>(dev.max_smem_per_block_optin);
+  BLUBLAS_CHECK(smem1 <= optin, StatusCode::kNotSupported, name, ": needs ", smem1,
+                " bytes of shared memory per block, device allows ", optin);
+  BLUBLAS_CHECK(p.dq_part != nullptr, StatusCode::kInvalidArgument, name,
+                ": dQ partials without their workspace");
+  BLUBLAS_RETURN_IF_ERROR((launch_dkdv<Elem, C1>(p, stream, name)));
+  const int rows_x4 = p.seq_len * (C1::kD / 4);
+  const dim3 grid((rows_x4 + 255) / 256, p.heads, p.batch);
+  dq_partials_reduce_kernel<C1::kD, C1::kBc><<<grid, 256, 0, stream>>>(p);
+  BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+  return Status::success();
+}
+
 template <typename Elem, typename C1, typename C2, bool kMerged = false>
 Status launch_flash_attn_bwd(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
                              const char* name) {
@@ -361,12 +501,7 @@ Status launch_flash_attn_bwd(const Params& p, const DeviceInfo& dev, cudaStream_
     BLUBLAS_KERNEL_LAUNCH_CHECK(name);
     return Status::success();
   }
-  auto k1 = flash_attn_bwd_dkdv_kernel<Elem, C1>;
-  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem1)));
-  const dim3 grid1((p.seq_len + C1::kBc - 1) / C1::kBc, p.heads, p.batch);
-  k1<<<grid1, C1::kThreads, smem1, stream>>>(p);
-  BLUBLAS_KERNEL_LAUNCH_CHECK(name);
+  BLUBLAS_RETURN_IF_ERROR((launch_dkdv<Elem, C1>(p, stream, name)));
   auto k2 = flash_attn_bwd_dq_kernel<Elem, C2>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem2)));

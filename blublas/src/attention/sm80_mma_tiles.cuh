@@ -389,6 +389,38 @@ __device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
   warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kD / 16>(acc, pc, sB, b_row0, 0, lane);
 }
 
+// acc[mt][2 np + j] += A[a_row0 + 16 mt + (0..15)][0, kKA) . B[0, kKA)[16 (np0 + np) + 8 j ..]
+// with A a [row][kKA] tile in shared memory and B a [k][kDB] tile (the output column index is B's
+// contiguous index), for products whose A operand is not an accumulator (the dQ partials).
+template <typename Elem, int kKA, int kDB, int kMT, int kNP, bool kRoll = false>
+__device__ __forceinline__ void warp_gemm_tB_cols(float (&acc)[kMT][2 * kNP][4],
+                                                  const Store<Elem>* sA, int a_row0,
+                                                  const Store<Elem>* sB, int np0, int lane) {
+  using M = Mma<Elem>;
+  auto k_step = [&](int ks) {
+    uint32_t a[kMT][M::kAW];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) M::template load_a<kKA>(a[mt], sA, a_row0 + 16 * mt, ks, lane);
+#pragma unroll
+    for (int np = 0; np < kNP; ++np) {
+      uint32_t b[M::kBW];
+      M::template load_bt_pair<kDB>(b, sB, ks * M::kK, 16 * (np0 + np), lane);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
+        M::template mma_b<1>(acc[mt][2 * np + 1], a[mt], b);
+      }
+    }
+  };
+  if constexpr (kRoll) {
+#pragma unroll 1
+    for (int ks = 0; ks < kKA / M::kK; ++ks) k_step(ks);
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < kKA / M::kK; ++ks) k_step(ks);
+  }
+}
+
 // Note [Rolled k loop]
 // The 3xTF32 kernels are large (d64 forward ~4.6K SASS instructions, ~73 KB, the key-block loop
 // fully unrolled) and run 2 warps per scheduler (~180-240 registers): Nsight Compute (H200,
