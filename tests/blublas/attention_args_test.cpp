@@ -177,6 +177,49 @@ TEST(AttentionArgs, Workspace) {
             StatusCode::kInvalidArgument);
 }
 
+// Note [dQ partials]: the workspace grows by B*H*ceil(T/64)*T*64 floats only where the partials
+// mode applies (3xTF32, d64, partials <= 2 GiB); every other request sizes as two passes.
+TEST(AttentionArgs, DqPartialsWorkspace) {
+  auto ws = [](const AttentionDesc& d) {
+    std::size_t bytes = 0;
+    EXPECT_TRUE(blublas::attention_backward_workspace_size(d, &bytes).ok());
+    return bytes;
+  };
+  auto with = [](AttentionDesc d, blublas::AttnDqMode m) {
+    d.dq_mode = m;
+    return d;
+  };
+  using blublas::AttnDqMode;
+  AttentionDesc d = valid_desc();  // B2 T17 H3 d64
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));  // bf16
+  d.precision = AttnPrecision::kF32TF32;
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  d.precision = AttnPrecision::kF32Split3TF32;
+  const std::size_t two = ws(with(d, AttnDqMode::kTwoPass));
+  const std::size_t part = 2 * 3 * 1 * 17 * 64 * sizeof(float);  // one key block
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), two + (part + 255) / 256 * 256);
+  // GPT-2 124M: B16 H12 T1024 -> D (768 KiB) + 16 key blocks of partials (768 MiB).
+  d.batch = 16;
+  d.heads = 12;
+  d.seq_len = 1024;
+  EXPECT_EQ(ws(with(d, AttnDqMode::kTwoPass)), std::size_t{786432});
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), std::size_t{786432} + std::size_t{805306368});
+  d.seq_len = 1664;  // 2,126,512,128 bytes of partials: still <= 2 GiB
+  EXPECT_GT(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  d.seq_len = 1665;  // 2,209,628,160 bytes: falls back to two passes
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  d = valid_desc();
+  d.precision = AttnPrecision::kF32Split3TF32;
+  d.head_dim = 128;
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  // A partials-sized request is checked against the partials size.
+  d.head_dim = 64;
+  d.dq_mode = AttnDqMode::kPartials;
+  EXPECT_EQ(bwd(d, ws(d) - 1), StatusCode::kWorkspaceTooSmall);
+  d.dq_mode = static_cast<AttnDqMode>(7);
+  EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument);
+}
+
 TEST(AttentionArgs, EmptyProblemIsANoOp) {
   AttentionDesc d = valid_desc();
   d.seq_len = 0;

@@ -41,6 +41,7 @@ struct Case {
   int bwd_cfg = -1;
   int o_pad = 8;  // O's sequence stride is H*d + o_pad (1: not 16-byte aligned -> SIMT fallback)
   bool sm90_table = false;  // fwd_cfg/bwd_cfg index the sm90 tables (else the sm80 ones)
+  blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;  // Note [dQ partials]
 };
 
 std::string name(const Case& c) {
@@ -51,6 +52,7 @@ std::string name(const Case& c) {
   if (c.fwd_cfg >= 0) os << (c.sm90_table ? " sm90" : " sm80") << " fwd_cfg=" << c.fwd_cfg;
   if (c.bwd_cfg >= 0) os << " bwd_cfg=" << c.bwd_cfg;
   os << " o_pad=" << c.o_pad;
+  if (c.dq_mode != blublas::AttnDqMode::kAuto) os << " dq_mode=" << static_cast<int>(c.dq_mode);
   return os.str();
 }
 
@@ -402,6 +404,7 @@ void run_case(const Case& c, CaseResult* result = nullptr) {
   desc.causal = c.causal;
   desc.precision = p;
   desc.path = c.path;
+  desc.dq_mode = c.dq_mode;
   desc.q = in(vq);
   desc.k = in(vk);
   desc.v = in(vv);
@@ -608,6 +611,60 @@ TEST(AttentionGpu, F32Split3Tf32LongOdd) {
   run_case(Case{1, 1000, 1, 128, true, AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma, false});
 }
 
+// Note [dQ partials]: the 3xTF32 d64 backward with per-key-block dQ partials and the ordered
+// reduce, forced through AttentionDesc::dq_mode, under the strict fp32 bound and run-to-run
+// bitwise (run_case), at odd T (one partial key block, a partial last block of several, a long
+// sequence), causal and not, several B*H; bf16, plain tf32 and d128 requests run two passes.
+Case partials_case(int B, int T, int H, int d, bool causal, AttnPrecision prec) {
+  Case c{B, T, H, d, causal, prec, AttnPath::kSm80Mma, T % 2 == 1};
+  c.dq_mode = blublas::AttnDqMode::kPartials;
+  return c;
+}
+
+TEST(AttentionGpu, F32Split3Tf32DqPartials) {
+  BLU_REQUIRE_GPU();
+  struct Shape {
+    int B, H;
+  };
+  for (int T : {1, 63, 64, 65, 200})
+    for (bool causal : {true, false})
+      for (Shape bh : {Shape{1, 1}, Shape{2, 3}, Shape{3, 5}}) {
+        run_case(partials_case(bh.B, T, bh.H, 64, causal, AttnPrecision::kF32Split3TF32));
+        if (::testing::Test::HasFailure()) return;
+      }
+  run_case(partials_case(1, 1024, 2, 64, true, AttnPrecision::kF32Split3TF32));
+  run_case(partials_case(1, 1024, 1, 64, false, AttnPrecision::kF32Split3TF32));
+  run_case(partials_case(2, 1000, 1, 64, true, AttnPrecision::kF32Split3TF32));
+}
+
+TEST(AttentionGpu, DqPartialsRequestFallsBackToTwoPasses) {
+  BLU_REQUIRE_GPU();
+  run_case(partials_case(2, 100, 3, 128, true, AttnPrecision::kF32Split3TF32));
+  run_case(partials_case(2, 100, 3, 64, true, AttnPrecision::kF32TF32));
+  run_case(partials_case(2, 100, 3, 64, false, AttnPrecision::kBF16));
+}
+
+// The two dQ modes on the same inputs: dK and dV come from the same dK/dV arithmetic (bitwise
+// equal), dQ within the sum of both modes' bounds.
+TEST(AttentionGpu, F32Split3Tf32DqPartialsMatchesTwoPasses) {
+  BLU_REQUIRE_GPU();
+  for (bool causal : {true, false}) {
+    Case c = partials_case(2, 301, 3, 64, causal, AttnPrecision::kF32Split3TF32);
+    CaseResult a, b;
+    run_case(c, &a);
+    c.dq_mode = blublas::AttnDqMode::kTwoPass;
+    run_case(c, &b);
+    if (::testing::Test::HasFailure()) return;
+    SCOPED_TRACE("dQ partials vs two passes: " + name(c));
+    EXPECT_TRUE(a.dk.x == b.dk.x) << "dK differs between the dQ modes";
+    EXPECT_TRUE(a.dv.x == b.dv.x) << "dV differs between the dQ modes";
+    Tol tol = tol_for(AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma);
+    tol.rel *= 2;
+    tol.abs *= 2;
+    compare("dQ partials vs two passes", a.dq, b.dq, b.mdq, tol);
+  }
+}
+
 // Note [fp32 attention error profile]
 // The element bounds above catch a wrong element; they do not see a small *systematic* error,
 // which training amplifies far more than rounding noise (session 5: blutrain's 3xTF32 attention
@@ -627,7 +684,8 @@ TEST(AttentionGpu, F32Split3Tf32LongOdd) {
 // k-steps would take it under, but ptxas then hoists the independent chains: 255 registers and
 // spills in the dK/dV pass). The bounds: the 3xTF32 kernel within 2.5x the strict kernel's RMS and
 // |bias| <= max(RMS/4, 1.5e-6) (~2x PyTorch's kernel; the unfixed kernel's 3e-6 .. 7e-6 fails);
-// the strict kernel |bias| <= RMS/4.
+// the strict kernel |bias| <= RMS/4. The 3xTF32 kernel is measured in both dQ modes (two passes
+// and Note [dQ partials]: fresh accumulators per 64-key block, summed with round-to-nearest).
 struct ErrStats {
   double rms = 0, bias = 0;
 };
@@ -649,14 +707,21 @@ TEST(AttentionGpu, F32ErrorProfileGpt2Shape) {
     const char* name;
     AttnPrecision prec;
     AttnPath path;
+    blublas::AttnDqMode dq_mode;
   };
-  const Run runs[] = {{"strict", AttnPrecision::kF32Strict, AttnPath::kAuto},
-                      {"3xtf32", AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma}};
+  constexpr int kRuns = 3;  // strict, 3xTF32 two passes, 3xTF32 dQ partials
+  const Run runs[kRuns] = {
+      {"strict", AttnPrecision::kF32Strict, AttnPath::kAuto, blublas::AttnDqMode::kAuto},
+      {"3xtf32", AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma, blublas::AttnDqMode::kTwoPass},
+      {"3xtf32p", AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma,
+       blublas::AttnDqMode::kPartials}};
   const char* outs[] = {"O", "dQ", "dK", "dV"};
-  ErrStats st[2][4];
-  for (int i = 0; i < 2; ++i) {
+  ErrStats st[kRuns][4];
+  for (int i = 0; i < kRuns; ++i) {
     CaseResult r;
-    run_case(Case{1, 1024, 2, 64, true, runs[i].prec, runs[i].path, true}, &r);
+    Case c{1, 1024, 2, 64, true, runs[i].prec, runs[i].path, true};
+    c.dq_mode = runs[i].dq_mode;
+    run_case(c, &r);
     if (::testing::Test::HasFailure()) return;
     st[i][0] = err_stats(r.o, r.ro);
     st[i][1] = err_stats(r.dq, r.rdq);
@@ -668,7 +733,7 @@ TEST(AttentionGpu, F32ErrorProfileGpt2Shape) {
   }
   for (int j = 0; j < 4; ++j) {
     SCOPED_TRACE(outs[j]);
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRuns; ++i) {
       const double bias_bound = i == 0 ? 0.25 * st[i][j].rms : std::max(0.25 * st[i][j].rms, 1.5e-6);
       EXPECT_LE(std::fabs(st[i][j].bias), bias_bound + 1e-12) << runs[i].name << " is biased";
       EXPECT_LE(st[i][j].rms, 2.5 * st[0][j].rms + 1e-12) << runs[i].name << " far less precise than strict";
