@@ -574,6 +574,32 @@ TEST(GemmProperty, SimtAndSm80Plans) {
   EXPECT_GT(splits_seen, 10) << "deep-K strict fp32 problems should take SIMT split-K";
 }
 
+// Note [SIMT NT via a transposed B]: only strict-fp32 NT problems with a large M and a B of at
+// most 512 MiB run on a transposed copy (GPT-2's forwards, the lm head included), never dX / dW.
+TEST(GemmProperty, SimtTransposeBChoice) {
+  const DeviceInfo dev = device(9, 0, 132);
+  auto problem = [](int m, int n, int k, bool a_k, bool b_k) {
+    gd::GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    p.ab_type = p.cd_type = Dtype::kF32;
+    p.a_k_major = a_k, p.b_k_major = b_k;
+    return p;
+  };
+  EXPECT_TRUE(gd::choose_simt_plan(problem(16384, 2304, 768, true, true), dev).transpose_b);
+  EXPECT_TRUE(gd::choose_simt_plan(problem(4096, 50304, 768, true, true), dev).transpose_b);
+  EXPECT_FALSE(gd::choose_simt_plan(problem(16384, 768, 3072, true, false), dev).transpose_b);
+  EXPECT_FALSE(gd::choose_simt_plan(problem(768, 3072, 16384, false, false), dev).transpose_b);
+  EXPECT_FALSE(gd::choose_simt_plan(problem(1024, 2304, 768, true, true), dev).transpose_b);
+  EXPECT_FALSE(gd::choose_simt_plan(problem(16384, 65536, 4096, true, true), dev).transpose_b)
+      << "1 GiB of B is over the cap";
+  gd::GemmProblem batched = problem(16384, 768, 768, true, true);
+  batched.batch = 2;
+  EXPECT_FALSE(gd::choose_simt_plan(batched, dev).transpose_b);
+  gd::GemmProblem bf16 = problem(16384, 768, 768, true, true);
+  bf16.ab_type = bf16.cd_type = Dtype::kBF16;
+  EXPECT_FALSE(gd::choose_simt_plan(bf16, dev).transpose_b);
+}
+
 // ---- tile math ----------------------------------------------------------------------------------
 struct UnitParams {  // the fields of the kernel's KernelParams that decode_unit reads
   int tiles_m, tiles_n, batch, group_m, splits, kblocks;

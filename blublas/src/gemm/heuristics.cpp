@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace blublas::gemm_detail {
 namespace {
@@ -40,6 +42,29 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
   *n = count;
 }
 
+// Note [SIMT NT via a transposed B]
+// The strict-fp32 kernels stage both operands through registers into k-major shared slabs; an
+// operand that is K-contiguous in memory (A of every GEMM here, B of an NT product) needs a
+// transposing scatter into shared memory, a B that is N-contiguous does not. On an H200 (session 7
+// sweep, same process as cuBLAS) the NT forwards ran at 0.86-0.93 of cuBLAS where the same shapes
+// as NN products (the dX pass: A K-contiguous, B N-contiguous, 16-deep slabs) ran at 0.93-1.01:
+// fc_proj.dX NN 16384x3072x768 0.969 against fc.fwd NT 16384x3072x768 0.901. So an NT problem
+// whose B is small next to the product (the weight of x W^T: N x K against M x N x K FMAs, M >=
+// 2048) first copies B N-major into the workspace (N * K floats; 2 * N * K * 4 bytes of traffic,
+// ~0.07 ms for GPT-2's 154 MB tied embedding, nothing next to its 30 ms product) and runs the NN
+// kernel. BLUBLAS_SIMT_TRANSPOSE_B=0 turns it off (A/B runs). Each output is still one FMA chain
+// over k ascending, but which kernel runs may differ in tiling and split-K, so the tests hold it
+// to the strict float64 bound, not to the NT kernel's bits. Deterministic either way.
+bool simt_transpose_b(const GemmProblem& p) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("BLUBLAS_SIMT_TRANSPOSE_B");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  constexpr std::size_t kMaxBytes = std::size_t{512} << 20;
+  return enabled && p.ab_type == Dtype::kF32 && p.a_k_major && p.b_k_major && p.batch == 1 &&
+         p.m >= 2048 && static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * 4 <= kMaxBytes;
+}
+
 // Note [SIMT split-K]
 // The weight-gradient shapes (M x N = 768 x 768 .. 3072 x 768, K = 16384) have 36-144 tiles of
 // 128 x 128: far fewer than the 2 CTAs per SM the SIMT kernel runs. With K >= 2048 we cut K into
@@ -54,6 +79,7 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
     plan.kernel = SimtKernel::kGeneric;
     return plan;
   }
+  plan.transpose_b = simt_transpose_b(p);
   const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const int64_t tiles = ctas(p, 128, 128);
   if (tiles >= 2 * sms) return plan;

@@ -23,8 +23,11 @@ struct SimtPlan {
   SimtKernel kernel = SimtKernel::kTiled128;
   int splits = 1;   // split-K factor (1: none); partial tiles go to the workspace
   int k_split = 0;  // k per split (multiple of 8) when splits > 1
+  bool transpose_b = false;  // NT: run on an N-major copy of B (Note [SIMT NT via a transposed B])
 };
 SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev);
+// Whether the SIMT path runs NT problem p on an N-major copy of B (Note [SIMT NT via a transposed B]).
+bool simt_transpose_b(const GemmProblem& p);
 
 // mma.sync tile shapes (CTA tile M x N; warps; pipeline stages).
 enum class Sm80Tile : int { k128x128 = 0, k128x64 = 1, k64x64 = 2 };

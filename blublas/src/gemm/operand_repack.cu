@@ -1,4 +1,6 @@
-// operand_repack.cu: the misaligned-operand repack of the GEMM dispatcher (operand_repack.h).
+// operand_repack.cu: the operand copies of the GEMM paths (operand_repack.h): the misaligned-
+// operand repack of the dispatcher, and transpose_f32 (the sm90 tf32 pre-pass for MN-major
+// operands; the SIMT path's B transpose for NT problems, Note [SIMT NT via a transposed B]).
 // Each thread writes one aligned 16-byte chunk of the destination (8 16-bit or 4 fp32 elements)
 // from element-wise loads of the source, whose rows may start at any element offset; loads of a
 // warp are consecutive in memory, so the copy runs near memory bandwidth. Padding elements of the
@@ -40,6 +42,31 @@ __global__ void repack_kernel(const T* __restrict__ src, T* __restrict__ dst, in
   }
 }
 
+constexpr int kTransposeTile = 32;
+constexpr int kTransposeRows = 8;  // threads per block: 32 x 8
+
+// dst[r * ld_dst + c] = src[c * ld_src + r] for r < rows, c < cols (per batch, blockIdx.z).
+__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
+    transpose_f32_kernel(float* __restrict__ dst, int64_t ld_dst, int64_t stride_dst,
+                         const float* __restrict__ src, int64_t ld_src, int64_t stride_src,
+                         int rows, int cols) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+  const float* s = src + static_cast<int64_t>(blockIdx.z) * stride_src;
+  float* d = dst + static_cast<int64_t>(blockIdx.z) * stride_dst;
+  const int r0 = blockIdx.x * kTransposeTile, c0 = blockIdx.y * kTransposeTile;
+  // Read: consecutive threads walk r (contiguous in src).
+  for (int i = threadIdx.y; i < kTransposeTile; i += kTransposeRows) {
+    const int c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) tile[i][threadIdx.x] = s[static_cast<int64_t>(c) * ld_src + r];
+  }
+  __syncthreads();
+  // Write: consecutive threads walk c (contiguous in dst).
+  for (int i = threadIdx.y; i < kTransposeTile; i += kTransposeRows) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) d[static_cast<int64_t>(r) * ld_dst + c] = tile[threadIdx.x][i];
+  }
+}
+
 }  // namespace
 
 int64_t RepackSpec::ld_dst() const {
@@ -71,6 +98,22 @@ Status repack_operand(const RepackSpec& s, const void* src, void* dst, cudaStrea
         s.ld_src, s.stride_src, s.ld_dst(), s.stride_dst());
   }
   BLUBLAS_KERNEL_LAUNCH_CHECK("gemm operand repack_kernel");
+  return Status::success();
+}
+
+Status transpose_f32(float* dst, int64_t ld_dst, int64_t stride_dst, const float* src,
+                     int64_t ld_src, int64_t stride_src, int rows, int cols, int batch,
+                     cudaStream_t stream) {
+  BLUBLAS_CHECK(batch <= 65535, StatusCode::kNotSupported, "gemm operand transpose: batch=", batch,
+                " > 65535");
+  const dim3 block(kTransposeTile, kTransposeRows);
+  const dim3 grid((rows + kTransposeTile - 1) / kTransposeTile,
+                  (cols + kTransposeTile - 1) / kTransposeTile, batch);
+  BLUBLAS_CHECK(grid.y <= 65535, StatusCode::kNotSupported, "gemm operand transpose: cols=", cols,
+                " too large");
+  transpose_f32_kernel<<<grid, block, 0, stream>>>(dst, ld_dst, stride_dst, src, ld_src,
+                                                   stride_src, rows, cols);
+  BLUBLAS_KERNEL_LAUNCH_CHECK("gemm transpose_f32_kernel");
   return Status::success();
 }
 

@@ -29,4 +29,11 @@ struct RepackSpec {
 
 Status repack_operand(const RepackSpec& spec, const void* src, void* dst, cudaStream_t stream);
 
+// dst (rows x cols, row-major, ld_dst) = transpose of src (cols x rows, row-major, ld_src), per
+// batch (element strides); f32. Used by the sm90 tf32 pre-pass (tf32 wgmma reads K-major operands
+// only) and the SIMT path's NT problems (Note [SIMT NT via a transposed B], simt_gemm.cu).
+Status transpose_f32(float* dst, int64_t ld_dst, int64_t stride_dst, const float* src,
+                     int64_t ld_src, int64_t stride_src, int rows, int cols, int batch,
+                     cudaStream_t stream);
+
 }  // namespace blublas::gemm_detail

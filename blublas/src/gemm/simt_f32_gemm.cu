@@ -307,6 +307,12 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 //   fwd: l88 0.87-0.90 vs both wide tiles 0.54-0.75
 // The wide tiles lose with a k-major operand: one CTA (8 warps) per SM leaves 2 warps per
 // scheduler to hide the k-major loads' latency (the effect l88's 4 warps per scheduler fixed).
+// Session 7 sweep (2026-11-26, H200, bench/results/h200/raw/session7/simt_sweep): the 16-deep
+// slabs of l88k16 (Note [Deep slabs]) win with B n-major: dW 84.8 ms a GPT-2 step vs l88 /
+// l168w 89.8 / 89.9 (0.885-0.947 of cuBLAS), dX 84.4 vs 87.9 (0.925-1.009); with B k-major
+// (forwards) l88 and l88k16 tie (91.5 / 91.7 ms) and the other deep tiles lose (0.51-0.80). So
+// the default is l88 when B is k-major and l88k16 otherwise; the SIMT path runs most NT
+// forwards on a transposed B anyway (Note [SIMT NT via a transposed B], heuristics.cpp).
 // Otherwise, by the normalized operand majors (run3 sweep, H200, ratio to cuBLAS), the previous
 // choice ("old"):
 //   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
@@ -314,7 +320,7 @@ Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cuda
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
 // (kVariantNames; the lean tiles also with 16-deep slabs, "l88k16" etc., Note [Deep slabs] in
-// simt_f32_lean_gemm.cu, unmeasured), or per operand majors "kk:<name>,kn:<name>,mn:<name>"
+// simt_f32_lean_gemm.cu), or per operand majors "kk:<name>,kn:<name>,mn:<name>"
 // (env_variant), overrides the choice for measurement sweeps ("old": the previous choice above);
 // a forced kernel that cannot take the problem, or an unknown name, leaves the default. The
 // variable is read at every call (a getenv, negligible next to a GEMM), so tests can switch it.
@@ -436,7 +442,7 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
         return old_variant(p, vec);
     }
   }
-  if (lean) return p.a_k_major || p.b_k_major ? Variant::kL88 : Variant::kL168w;
+  if (lean) return p.b_k_major ? Variant::kL88 : Variant::kL88k16;
   return old_variant(p, vec);
 }
 

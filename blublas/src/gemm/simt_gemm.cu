@@ -1,12 +1,13 @@
 // simt_gemm.cu: the SIMT path's entry points for the dispatcher (gemm_problem.h): what it accepts
-// (every dtype, layout, alignment and epilogue, on sm_80 and newer), its workspace (only the
-// bias-gradient partials) and the choice between the tiled strict-fp32 kernel and the generic
-// kernel (heuristics.cpp).
+// (every dtype, layout, alignment and epilogue, on sm_80 and newer), its workspace (an N-major
+// copy of B for NT problems, split-K and bias-gradient partials) and the choice between the tiled
+// strict-fp32 kernel and the generic kernel (heuristics.cpp).
 #include <cstdint>
 
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/heuristics.h"
+#include "gemm/operand_repack.h"
 #include "gemm/simt_gemm_launch.h"
 
 namespace blublas::gemm_detail {
@@ -23,15 +24,26 @@ Status simt_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   return Status::success();
 }
 
-// Workspace: [split-K partials][bias-gradient partials], each 256-byte aligned.
+// Workspace: [N-major copy of B][split-K partials][bias-gradient partials], each 256-byte aligned.
 namespace {
 std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
+
+int64_t transposed_ldb(const GemmProblem& p) { return (static_cast<int64_t>(p.n) + 3) / 4 * 4; }
+
+std::size_t transposed_b_bytes(const GemmProblem& p, const SimtPlan& plan) {
+  if (!plan.transpose_b) return 0;
+  return align256(static_cast<std::size_t>(p.k) * static_cast<std::size_t>(transposed_ldb(p)) *
+                  sizeof(float));
+}
 }  // namespace
 
 std::size_t simt_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
-  const std::size_t split = align256(simt_split_bytes(p, choose_simt_plan(p, dev)));
+  const SimtPlan plan = choose_simt_plan(p, dev);
+  const std::size_t bt = transposed_b_bytes(p, plan);
+  const std::size_t split = align256(simt_split_bytes(p, plan));
   const std::size_t grad = bias_grad_workspace_bytes(p, dev);
-  return split + grad + (split + grad > 0 ? 256 : 0);  // + alignment slack for the caller's pointer
+  const std::size_t all = bt + split + grad;
+  return all + (all > 0 ? 256 : 0);  // + alignment slack for the caller's pointer
 }
 
 Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
@@ -43,15 +55,28 @@ Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
                 workspace_bytes);
   char* base = static_cast<char*>(workspace);
   if (need > 0) base += (256 - reinterpret_cast<std::uintptr_t>(workspace) % 256) % 256;
+  const std::size_t bt = transposed_b_bytes(p, plan);
   const std::size_t split = align256(simt_split_bytes(p, plan));
   if (plan.kernel == SimtKernel::kGeneric) {
     BLUBLAS_RETURN_IF_ERROR(simt_generic_launch(p, stream));
   } else {
-    BLUBLAS_RETURN_IF_ERROR(
-        simt_f32_tiled_launch(p, plan, reinterpret_cast<float*>(split ? base : nullptr), stream));
+    GemmProblem q = p;
+    if (plan.transpose_b) {  // Note [SIMT NT via a transposed B]: B' (K x N) N-major in base
+      float* b_t = reinterpret_cast<float*>(base);
+      BLUBLAS_RETURN_IF_ERROR(transpose_f32(b_t, transposed_ldb(p), 0,
+                                            static_cast<const float*>(p.b), p.ldb, 0, p.k, p.n,
+                                            1, stream));
+      q.b = b_t;
+      q.ldb = transposed_ldb(p);
+      q.stride_b = 0;
+      q.b_k_major = false;
+    }
+    BLUBLAS_RETURN_IF_ERROR(simt_f32_tiled_launch(
+        q, plan, reinterpret_cast<float*>(split ? base + bt : nullptr), stream));
   }
+  // The bias gradient reads the caller's operands (p, not the transposed copy).
   const std::size_t grad = bias_grad_workspace_bytes(p, dev);
-  return bias_grad_run(p, dev, grad ? base + split : nullptr, grad, stream);
+  return bias_grad_run(p, dev, grad ? base + bt + split : nullptr, grad, stream);
 }
 
 }  // namespace blublas::gemm_detail

@@ -32,6 +32,7 @@
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemm_problem.h"
+#include "gemm/operand_repack.h"
 #include "gemm/sm90_gemm_launch.h"
 #include "gemm/sm90_heuristics.h"
 

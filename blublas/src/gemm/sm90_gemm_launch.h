@@ -64,12 +64,8 @@ LaunchFn launcher_bf16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_64x256_pp(bool a_k_major, bool b_k_major);
 
-// Host support kernels (sm90_gemm_support.cu, plain CUDA, any arch):
-// dst (rows x cols, row-major, ld_dst) = transpose of src (cols x rows, row-major, ld_src), per
-// batch (element strides); f32 only (the tf32 pre-pass for MN-major operands).
-Status transpose_f32(float* dst, int64_t ld_dst, int64_t stride_dst, const float* src,
-                     int64_t ld_src, int64_t stride_src, int rows, int cols, int batch,
-                     cudaStream_t stream);
+// Host support kernel (sm90_gemm_support.cu, plain CUDA, any arch); the tf32 transpose pre-pass
+// is gemm_detail::transpose_f32 (operand_repack.h).
 // D = epilogue(sum over splits of partial[s]) in split order (deterministic).
 Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial_ld, int splits,
                      cudaStream_t stream);

@@ -1,6 +1,5 @@
-// sm90_gemm_support.cu: the plain-CUDA helpers of the sm_90a GEMM path (any arch):
-//  - transpose_f32: the tf32 pre-pass. tf32 wgmma reads K-major operands only, so an MN-major
-//    f32 operand is first copied K-major (rows padded to 16 bytes for TMA) into the workspace.
+// sm90_gemm_support.cu: the plain-CUDA helper of the sm_90a GEMM path (any arch); its tf32
+// transpose pre-pass is transpose_f32 in operand_repack.cu:
 //  - splitk_reduce: D = epilogue(sum of the split-K fp32 partials), splits added in order 0..S-1
 //    (one thread per output pair, no atomics: the same bits every run).
 #include <cuda_bf16.h>
@@ -15,31 +14,6 @@
 
 namespace blublas::gemm_detail::sm90 {
 namespace {
-
-constexpr int kTransposeTile = 32;
-constexpr int kTransposeRows = 8;  // threads per block: 32 x 8
-
-// dst[r * ld_dst + c] = src[c * ld_src + r] for r < rows, c < cols (per batch, blockIdx.z).
-__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
-    transpose_f32_kernel(float* __restrict__ dst, int64_t ld_dst, int64_t stride_dst,
-                         const float* __restrict__ src, int64_t ld_src, int64_t stride_src,
-                         int rows, int cols) {
-  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
-  const float* s = src + static_cast<int64_t>(blockIdx.z) * stride_src;
-  float* d = dst + static_cast<int64_t>(blockIdx.z) * stride_dst;
-  const int r0 = blockIdx.x * kTransposeTile, c0 = blockIdx.y * kTransposeTile;
-  // Read: consecutive threads walk r (contiguous in src).
-  for (int i = threadIdx.y; i < kTransposeTile; i += kTransposeRows) {
-    const int c = c0 + i, r = r0 + threadIdx.x;
-    if (c < cols && r < rows) tile[i][threadIdx.x] = s[static_cast<int64_t>(c) * ld_src + r];
-  }
-  __syncthreads();
-  // Write: consecutive threads walk c (contiguous in dst).
-  for (int i = threadIdx.y; i < kTransposeTile; i += kTransposeRows) {
-    const int r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) d[static_cast<int64_t>(r) * ld_dst + c] = tile[threadIdx.x][i];
-  }
-}
 
 template <class OutT>
 __global__ void __launch_bounds__(256)
@@ -70,22 +44,6 @@ __global__ void __launch_bounds__(256)
 }
 
 }  // namespace
-
-Status transpose_f32(float* dst, int64_t ld_dst, int64_t stride_dst, const float* src,
-                     int64_t ld_src, int64_t stride_src, int rows, int cols, int batch,
-                     cudaStream_t stream) {
-  BLUBLAS_CHECK(batch <= 65535, StatusCode::kNotSupported, "sm90 tf32 transpose: batch=", batch,
-                " > 65535");
-  const dim3 block(kTransposeTile, kTransposeRows);
-  const dim3 grid((rows + kTransposeTile - 1) / kTransposeTile,
-                  (cols + kTransposeTile - 1) / kTransposeTile, batch);
-  BLUBLAS_CHECK(grid.y <= 65535, StatusCode::kNotSupported, "sm90 tf32 transpose: K=", cols,
-                " too large");
-  transpose_f32_kernel<<<grid, block, 0, stream>>>(dst, ld_dst, stride_dst, src, ld_src,
-                                                   stride_src, rows, cols);
-  BLUBLAS_KERNEL_LAUNCH_CHECK("sm90 transpose_f32_kernel");
-  return Status::success();
-}
 
 Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial_ld, int splits,
                      cudaStream_t stream) {
