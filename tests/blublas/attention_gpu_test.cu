@@ -685,7 +685,7 @@ TEST(AttentionGpu, F32Split3Tf32DqPartialsMatchesTwoPasses) {
 // spills in the dK/dV pass). The bounds: the 3xTF32 kernel within 2.5x the strict kernel's RMS and
 // |bias| <= max(RMS/4, 1.5e-6) (~2x PyTorch's kernel; the unfixed kernel's 3e-6 .. 7e-6 fails);
 // the strict kernel |bias| <= RMS/4. The 3xTF32 kernel is measured in both dQ modes (two passes
-// and Note [dQ partials]: fresh accumulators per 64-key block, summed with round-to-nearest).
+// and Note [dQ partials]: fresh accumulators per 32 keys, summed with round-to-nearest).
 struct ErrStats {
   double rms = 0, bias = 0;
 };

@@ -29,17 +29,24 @@
 //   - In the dkdv loop each warp stashes its dS^T (16 keys x kBr queries) into a [kBr][kBc]
 //     swizzled shared tile sdS (conflict-free stores: the chunk index XOR row spreads the quad),
 //     a __syncthreads, then warp w computes output columns [16w, 16w + 16) for all kBr rows
-//     (kMT 2 x one n-tile pair: 16 fp32 accumulators, fresh per query block, so the tensor-core
-//     truncation stays at one block's scale, Note [3xTF32 accumulation bias]); A = dS by
-//     ldmatrix from sdS, B = K from the resident sK (scalar transposed reads). Warps whose keys
-//     all follow the query block (causal) stash zeros instead of skipping. Partials are stored
-//     unscaled; the reduce multiplies by scale once.
+//     (kMT 2 x one n-tile pair: 16 fp32 accumulators), A = dS by ldmatrix from sdS, B = K from
+//     the resident sK (scalar transposed reads). Each 32 keys go into a fresh accumulator added
+//     with round-to-nearest, the dq pass's grain (Note [3xTF32 accumulation bias]): one fresh
+//     accumulator per 64 keys measured dQ bias -1.33e-6 against -1.15e-6 (F32ErrorProfileGpt2Shape,
+//     H200), the 32-key grain -1.15e-6 (RMS 1.65e-6, as two passes) for ~1% of the time. Warps
+//     whose keys all follow the query block (causal) stash zeros instead of skipping. Partials are
+//     stored unscaled; the reduce multiplies by scale once. dK and dV are bitwise those of the
+//     two-pass mode (same code); dQ differs in rounding only (rel RMS 6e-8 at the GPT-2 shape).
 //   - Workspace (after D): [B*H][nkb = ceil(T/64)][T][64] fp32 = B*H*nkb*T*256 bytes; at B16 H12
 //     T1024: 768 MiB (805,306,368 bytes) + 0.75 MiB of D. Causal key block kb writes only rows
 //     q >= 64 kb (the reduce never reads the others, which stay uninitialised).
-//   - Predicted cost (unmeasured): the dq pass (S, dP, dQ: 3 block products) is gone and the dkdv
-//     pass gains one (5 -> 6 of the old 7); causal B16 H12 T1024 writes ~428 MB of partials and
-//     the reduce reads them back (~0.2-0.25 ms at H200 bandwidth): 2.65 -> ~2.1 ms per layer.
+//   - Cost: the dq pass (S, dP, dQ: 3 block products) is gone and the dkdv pass gains one (5 ->
+//     6 of the old 7); causal B16 H12 T1024 writes ~428 MB of partials and the reduce reads them
+//     back (~0.2-0.25 ms at H200 bandwidth): predicted 2.65 -> ~2.1 ms per layer. Measured (H200,
+//     2026-11-26, one scratch A/B binary, cudaEvent median of 7 x 10 backwards, D precompute
+//     included, causal B16 H12 d64): T1024 rolled 2.703 -> 2.152 ms, unrolled (ROLL_K=0) 3.116 ->
+//     2.850 ms; T1664 6.68 -> 5.30 ms; T1665 falls back (7.02 / 6.97 ms). Not yet in the default:
+//     blutrain's step and the benchmark scripts have not been A/B'd with it.
 //   - Selection: attn::dq_partials_mode (attention.cpp) decides for both the workspace size and
 //     the launch: AttentionDesc::dq_mode, or BLUBLAS_ATTN_DQ=partials|twopass under kAuto (read
 //     once, default twopass until a device A/B); only 3xTF32 d64 and only while the partials fit
@@ -96,6 +103,8 @@ __device__ __forceinline__ void stash_ds(float* sdS, const float (&s)[1][kQT][4]
     }
 }
 
+constexpr int kDqPartKeys = 32;  // keys per fresh dQ-partial accumulator (Note [dQ partials])
+
 // Note [dQ partials]: rows [0, rows_valid) of dQpart = dS (kBr x kBc, sdS) . K (kBc x kD, sK)
 // to gpart ([kBr][kD], unscaled); warp w computes output columns [w, w + 1) * kD / kWarps.
 template <typename Elem, typename Cfg>
@@ -104,10 +113,23 @@ __device__ __forceinline__ void dq_partial(const Store<Elem>* sdS, const Store<E
   static_assert(sizeof(Store<Elem>) == 4, "dQ partials take fp32 tiles");
   constexpr int kMT = Cfg::kBr / 16, kNP = Cfg::kD / 16 / Cfg::kWarps;
   static_assert(kMT * 16 == Cfg::kBr && kNP * 16 * Cfg::kWarps == Cfg::kD, "whole tiles per warp");
+  // A fresh accumulator per kDqPartKeys keys, added with round-to-nearest (the dq pass's grain).
+  constexpr int kSteps = kDqPartKeys / Mma<Elem>::kK;
   float acc[kMT][2 * kNP][4];
-  zero_acc(acc);
-  warp_gemm_tB_cols<Elem, Cfg::kBc, Cfg::kD, kMT, kNP, Cfg::kRollK>(acc, sdS, 0, sK, warp * kNP,
-                                                                    lane);
+#pragma unroll
+  for (int c = 0; c < Cfg::kBc / kDqPartKeys; ++c) {
+    float part[kMT][2 * kNP][4];
+    zero_acc(part);
+    warp_gemm_tB_cols<Elem, Cfg::kBc, Cfg::kD, kMT, kNP, kSteps, Cfg::kRollK>(
+        part, sdS, 0, sK, warp * kNP, c * kSteps, lane);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2 * kNP; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc[mt][nt][e] = c == 0 ? part[mt][nt][e] : __fadd_rn(acc[mt][nt][e], part[mt][nt][e]);
+  }
   store_acc<float, kMT, 2 * kNP>(acc, gpart + 16 * kNP * warp, Cfg::kD, 0, rows_valid, 1.0f, lane);
 }
 

@@ -389,14 +389,17 @@ __device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
   warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kD / 16>(acc, pc, sB, b_row0, 0, lane);
 }
 
-// acc[mt][2 np + j] += A[a_row0 + 16 mt + (0..15)][0, kKA) . B[0, kKA)[16 (np0 + np) + 8 j ..]
-// with A a [row][kKA] tile in shared memory and B a [k][kDB] tile (the output column index is B's
-// contiguous index), for products whose A operand is not an accumulator (the dQ partials).
-template <typename Elem, int kKA, int kDB, int kMT, int kNP, bool kRoll = false>
+// acc[mt][2 np + j] += A[a_row0 + 16 mt + (0..15)][k] . B[k][16 (np0 + np) + 8 j + (0..7)] over
+// k in [kK ks0, kK (ks0 + kKSteps)), with A a [row][kKA] tile in shared memory and B a [k][kDB]
+// tile (the output column index is B's contiguous index), for products whose A operand is not an
+// accumulator (the dQ partials).
+template <typename Elem, int kKA, int kDB, int kMT, int kNP, int kKSteps, bool kRoll = false>
 __device__ __forceinline__ void warp_gemm_tB_cols(float (&acc)[kMT][2 * kNP][4],
                                                   const Store<Elem>* sA, int a_row0,
-                                                  const Store<Elem>* sB, int np0, int lane) {
+                                                  const Store<Elem>* sB, int np0, int ks0,
+                                                  int lane) {
   using M = Mma<Elem>;
+  static_assert(kKSteps * M::kK <= kKA, "k range inside the A tile");
   auto k_step = [&](int ks) {
     uint32_t a[kMT][M::kAW];
 #pragma unroll
@@ -414,10 +417,10 @@ __device__ __forceinline__ void warp_gemm_tB_cols(float (&acc)[kMT][2 * kNP][4],
   };
   if constexpr (kRoll) {
 #pragma unroll 1
-    for (int ks = 0; ks < kKA / M::kK; ++ks) k_step(ks);
+    for (int ks = ks0; ks < ks0 + kKSteps; ++ks) k_step(ks);
   } else {
 #pragma unroll
-    for (int ks = 0; ks < kKA / M::kK; ++ks) k_step(ks);
+    for (int ks = 0; ks < kKSteps; ++ks) k_step(ks0 + ks);
   }
 }
 
