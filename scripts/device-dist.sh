@@ -18,6 +18,8 @@
 #                          [--torch-variants eager,compile] [--torch-1gpu] [--budget 570]
 # BLU_DIST_BUCKETS="25 100": extra bf16 --dp 2 runs at these --dp-bucket-mb values (default none).
 # BLU_DIST_EXTRA="...": more blutrain flags for every throughput run.
+# BLU_DIST_GATHER=1: one more --dp 2 run per mode with --dp-embedding-grad gather (A/B against the
+# default all-reduce; Note [Embedding gradient by all-gather]): dist.ddp.<mode>.gather.*.
 #
 # Time (estimates for 2x H100, 16 cores; the first call will tell): build ~3-4 min, tests ~1-2 min,
 # blutrain ~10-15 s a run, PyTorch DDP eager ~35-45 s a mode (startup + NCCL + 20 steps), DDP
@@ -181,6 +183,7 @@ if ((do_tp)); then
   for mode in ${modes//,/ }; do
     tp_run "$mode.1gpu" "$mode" 1
     tp_run "$mode.2gpu" "$mode" 2
+    [ "${BLU_DIST_GATHER:-0}" = 1 ] && tp_run "$mode.2gpu.gather" "$mode" 2 "--dp-embedding-grad gather"
     if ((do_torch)); then
       for v in ${torch_variants//,/ }; do torch_run "$mode" "$v" 2; done
       if ((torch_1gpu)); then
