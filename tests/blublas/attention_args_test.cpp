@@ -1,6 +1,7 @@
 // attention_args_test.cpp: bad arguments to the attention launchers come back as the right
 // blublas::Status (never a launch, never a fault); runs on machines without a GPU because every
 // argument check happens before the first CUDA call.
+#include <cstdlib>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -204,6 +205,9 @@ TEST(AttentionArgs, DqPartialsWorkspace) {
   d.seq_len = 1024;
   EXPECT_EQ(ws(with(d, AttnDqMode::kTwoPass)), std::size_t{786432});
   EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), std::size_t{786432} + std::size_t{805306368});
+  if (std::getenv("BLUBLAS_ATTN_DQ") == nullptr) {  // kAuto: partials by default
+    EXPECT_EQ(ws(with(d, AttnDqMode::kAuto)), ws(with(d, AttnDqMode::kPartials)));
+  }
   d.seq_len = 1664;  // 2,126,512,128 bytes of partials: still <= 2 GiB
   EXPECT_GT(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
   d.seq_len = 1665;  // 2,209,628,160 bytes: falls back to two passes

@@ -46,7 +46,7 @@ enum class AttnPath : int {
 // deterministic (no atomics). kPartials is a request: it applies to 3xTF32 at head_dim 64 on the
 // sm80 path when its workspace (B*H*ceil(T/64)*T*64 floats) is at most 2 GiB; everything else
 // runs two passes. kAuto reads BLUBLAS_ATTN_DQ=partials|twopass once per process (default
-// twopass).
+// partials).
 enum class AttnDqMode : int {
   kAuto = 0,
   kTwoPass = 1,   // a dK/dV pass and a dQ pass that recomputes S and dP

@@ -173,11 +173,12 @@ std::size_t workspace_bytes(const AttentionDesc& d) {
   return delta_bytes(d) + part;
 }
 
-// BLUBLAS_ATTN_DQ=partials|twopass, read once per process; unset or anything else: two passes.
+// BLUBLAS_ATTN_DQ=partials|twopass, read once per process; unset or anything but "twopass":
+// partials (the default since session 7's measurement, Note [dQ partials]).
 bool dq_partials_env() {
   static const bool on = [] {
     const char* v = std::getenv("BLUBLAS_ATTN_DQ");
-    return v != nullptr && std::strcmp(v, "partials") == 0;
+    return v == nullptr || std::strcmp(v, "twopass") != 0;
   }();
   return on;
 }

@@ -45,11 +45,11 @@
 //     back (~0.2-0.25 ms at H200 bandwidth): predicted 2.65 -> ~2.1 ms per layer. Measured (H200,
 //     2026-11-26, one scratch A/B binary, cudaEvent median of 7 x 10 backwards, D precompute
 //     included, causal B16 H12 d64): T1024 rolled 2.703 -> 2.152 ms, unrolled (ROLL_K=0) 3.116 ->
-//     2.850 ms; T1664 6.68 -> 5.30 ms; T1665 falls back (7.02 / 6.97 ms). Not yet in the default:
-//     blutrain's step and the benchmark scripts have not been A/B'd with it.
+//     2.850 ms; T1664 6.68 -> 5.30 ms; T1665 falls back (7.02 / 6.97 ms). The default since then
+//     (kAuto with BLUBLAS_ATTN_DQ unset); the trainer's step A/B is in bench/NOTES.md.
 //   - Selection: attn::dq_partials_mode (attention.cpp) decides for both the workspace size and
 //     the launch: AttentionDesc::dq_mode, or BLUBLAS_ATTN_DQ=partials|twopass under kAuto (read
-//     once, default twopass until a device A/B); only 3xTF32 d64 and only while the partials fit
+//     once, default partials); only 3xTF32 d64 and only while the partials fit
 //     2 GiB (B16 H12: up to T = 1664; longer contexts fall back to two passes); bf16, plain tf32
 //     and d128 always run two passes.
 #pragma once
