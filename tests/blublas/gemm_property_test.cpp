@@ -595,6 +595,13 @@ TEST(GemmProperty, SimtTransposeBChoice) {
   gd::GemmProblem batched = problem(16384, 768, 768, true, true);
   batched.batch = 2;
   EXPECT_FALSE(gd::choose_simt_plan(batched, dev).transpose_b);
+  // Note [SIMT split-K for wave fill]: the lm head's dX at 8192 rows (1.45 waves) takes 2
+  // splits; at 16384 rows (2.9 waves, 97%) and with a shallow K it takes none.
+  const gd::SimtPlan lm8k = gd::choose_simt_plan(problem(8192, 768, 50304, true, false), dev);
+  EXPECT_EQ(lm8k.splits, 2);
+  EXPECT_EQ(lm8k.k_split, 25152);
+  EXPECT_EQ(gd::choose_simt_plan(problem(16384, 768, 50304, true, false), dev).splits, 1);
+  EXPECT_EQ(gd::choose_simt_plan(problem(8192, 768, 4096, true, false), dev).splits, 1);
   gd::GemmProblem bf16 = problem(16384, 768, 768, true, true);
   bf16.ab_type = bf16.cd_type = Dtype::kBF16;
   EXPECT_FALSE(gd::choose_simt_plan(bf16, dev).transpose_b);

@@ -65,6 +65,35 @@ bool simt_transpose_b(const GemmProblem& p) {
          p.m >= 2048 && static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * 4 <= kMaxBytes;
 }
 
+// Note [SIMT split-K for wave fill]
+// A problem of one to four waves of 128 x 128 tiles (2 CTAs per SM) can lose a quarter of the
+// GPU to its last wave: the lm head's dX with 8192-row logits chunks (M 8192, N 768, K 50304) is
+// 384 tiles = 1.45 waves of 264 slots, 73% filled. With K >= 8192 the partial tiles cost nothing
+// next to the product (2 x M x N floats written and read against M x N x K FMAs), so such a
+// problem takes the fewest splits (2..4, each >= 2048 deep) that fill its waves to >= 90% (384 x 2
+// = 768 tiles: 97%). BLUBLAS_SIMT_WAVE_SPLIT=0 turns it off (A/B runs).
+void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, SimtPlan* plan) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("BLUBLAS_SIMT_WAVE_SPLIT");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  auto fill = [slots](int64_t t) {
+    return static_cast<double>(t) / static_cast<double>((t + slots - 1) / slots * slots);
+  };
+  if (!enabled || p.k < 8192 || tiles >= 4 * slots || fill(tiles) >= 0.9) return;
+  for (int64_t want = 2; want <= 4; ++want) {
+    const int64_t per = (p.k + want - 1) / want;
+    const int64_t k_split = (per + 7) / 8 * 8;
+    const int64_t splits = (p.k + k_split - 1) / k_split;
+    if (k_split < 2048 || splits * p.batch > 65535) return;
+    if (fill(tiles * splits) >= 0.9) {
+      plan->splits = static_cast<int>(splits);
+      plan->k_split = static_cast<int>(k_split);
+      return;
+    }
+  }
+}
+
 // Note [SIMT split-K]
 // The weight-gradient shapes (M x N = 768 x 768 .. 3072 x 768, K = 16384) have 36-144 tiles of
 // 128 x 128: far fewer than the 2 CTAs per SM the SIMT kernel runs. With K >= 2048 we cut K into
@@ -82,7 +111,10 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
   plan.transpose_b = simt_transpose_b(p);
   const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const int64_t tiles = ctas(p, 128, 128);
-  if (tiles >= 2 * sms) return plan;
+  if (tiles >= 2 * sms) {
+    split_for_wave_fill(p, tiles, 2 * sms, &plan);
+    return plan;
+  }
   if (p.k >= 2048) {
     // The fewest splits whose CTAs fill their last wave of 2-per-SM slots to >= 90% (else the
     // best fill), each split at least 512 deep.

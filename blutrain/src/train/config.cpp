@@ -40,7 +40,7 @@ const std::vector<Flag>& flag_table() {
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
       {"attention", "MODE", &TrainConfig::attention, "fp32 attention on the fused engine: strict (SIMT FMA) | 3xtf32 (split-TF32 tensor cores, PyTorch's fp32 SDPA contract) | auto"},
-      {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: about 800 MiB of logits, 8192 rows in bf16, 4096 in f32)"},
+      {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: 8192 rows at GPT-2's vocabulary, about 800 MiB of bf16 or 1.6 GiB of f32 logits)"},
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
       {"profile-step", "N", &TrainConfig::profile_step, "trace every kernel of step N (CUPTI) and write a per-family breakdown to --profile-json"},
       {"profile-json", "FILE", &TrainConfig::profile_json, "where --profile-step writes its breakdown (default: <out-dir>/profile.json)"},
