@@ -18,6 +18,7 @@
 #include "blutensor/cuda_allocator.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/error.h"
+#include "watchdog_timer.h"
 #include "work_state.h"
 
 #define BLU_NCCL_CHECK(expr, ...)                                                                  \
@@ -56,22 +57,23 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// Polls completion events and the communicator's async error; fires (prints, aborts the
-// communicator, ends the process) when a collective outlives the timeout or NCCL reports an error.
+// Polls completion events and the communicator's async error; the deadlines are a
+// DeadlineTimer's, which fires (prints, aborts the communicator, ends the process) when a
+// collective or a blocking NCCL call outlives the timeout.
 //
 // Note [Watchdog threads]: two threads. The poller makes the CUDA/NCCL calls (cudaEventQuery,
-// ncclCommGetAsyncError) outside the lock; the timer makes none: it only compares the oldest
-// pending collective's (or host call's) age with the timeout. 2026-11-26 (2x H200): with one
-// thread doing both, rank 0 blocked in a cudaStreamSynchronize behind an all-reduce whose peer
-// had left never heard from its watchdog in 45 s (no message, no exit): a CUDA call made while
-// another thread waits on the hung stream can itself block, and with it every later check. The
-// timer cannot be held up that way, so the deadline holds whatever the driver does.
+// ncclCommGetAsyncError); the DeadlineTimer's thread makes none and shares no lock with them
+// (Note [Watchdog deadlines] in watchdog_timer.h: the cause of the silent 2-GPU test was a
+// cudaEventDestroy under the lock the timer needed). The poller's own lock guards its queue
+// only; it never destroys a Work::State: completed ones wait in finished_ until the issuing
+// thread takes them (take_finished), so every cudaEventDestroy happens on a thread that makes
+// CUDA calls anyway.
 class Watchdog {
  public:
+  using Timer = detail::DeadlineTimer;
   Watchdog(ncclComm_t comm, int device, int rank, int size, Milliseconds timeout)
-      : comm_(comm), device_(device), rank_(rank), size_(size), timeout_(timeout) {
+      : comm_(comm), device_(device), timer_(timer_options(comm, device, rank, size, timeout)) {
     poller_ = std::thread([this] { poll_loop(); });
-    timer_ = std::thread([this] { timer_loop(); });
   }
   ~Watchdog() {
     {
@@ -80,191 +82,113 @@ class Watchdog {
     }
     cv_.notify_all();
     poller_.join();
-    timer_.join();
   }
+  Timer& timer() { return timer_; }
   void watch(std::shared_ptr<Work::State> w, std::string what) {
+    const uint64_t id = timer_.begin(what, Timer::Kind::kCompletion);
     std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back({std::move(w), std::move(what), std::chrono::steady_clock::now()});
+    items_.push_back({std::move(w), id, std::move(what)});
   }
-
-  // Note [Host-side deadline of an NCCL call]: an NCCL entry point can block on the host before
-  // anything reaches a stream (lazy connection set-up with a peer, NCCL_RUNTIME_CONNECT, a
-  // grouped call's ncclGroupEnd): no event to poll exists yet. A HostCall marks such a call; the
-  // timer fires when one outlives the timeout, so a departed peer ends this rank there too.
-  class HostCall {
-   public:
-    HostCall(Watchdog& w, const std::string& what) : w_(w) {
-      std::lock_guard<std::mutex> lock(w_.mu_);
-      w_.host_what_ = what;
-      w_.host_since_ = std::chrono::steady_clock::now();
-      w_.host_active_ = true;
-    }
-    ~HostCall() {
-      std::lock_guard<std::mutex> lock(w_.mu_);
-      w_.host_active_ = false;
-    }
-    HostCall(const HostCall&) = delete;
-    HostCall& operator=(const HostCall&) = delete;
-
-   private:
-    Watchdog& w_;
-  };
+  // Completed work for the caller to release (outside any watchdog lock).
+  std::vector<std::shared_ptr<Work::State>> take_finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(finished_);
+  }
 
  private:
   struct Item {
     std::shared_ptr<Work::State> work;
+    uint64_t id;
     std::string what;
-    std::chrono::steady_clock::time_point issued;
   };
 
-  [[noreturn]] void fire(const std::string& why) {
-    if (fired_.exchange(true)) {  // the other thread is already ending the process
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
-    std::fprintf(stderr, "[rank %d] bludist watchdog: %s on the nccl group (rank %d of %d, cuda:%d); aborting the "
-                 "communicator and exiting with status %d\n", rank_, why.c_str(), rank_, size_, device_,
-                 kWatchdogExitCode);
-    std::fflush(stderr);
-    // ncclCommAbort may itself wait on a stuck kernel: the process ends within 5 s regardless
-    // (exiting tears down the CUDA context and its kernels).
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::seconds(5));
-      std::_Exit(kWatchdogExitCode);
-    }).detach();
-    ncclCommAbort(comm_);
-    std::_Exit(kWatchdogExitCode);
-  }
-
-  // BLUDIST_WATCHDOG_TRACE=1: both threads report what they are doing about once a second (the
-  // 2-GPU watchdog test sets it: Note [Watchdog threads], the hang not yet explained).
-  static bool trace_on() {
-    static const bool on = [] {
-      const char* v = std::getenv("BLUDIST_WATCHDOG_TRACE");
-      return v != nullptr && v[0] == '1';
-    }();
-    return on;
-  }
-
-  // No CUDA or NCCL call here (Note [Watchdog threads]).
-  void timer_loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto last_trace = std::chrono::steady_clock::now();
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-      if (stop_) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (trace_on() && now - last_trace > std::chrono::seconds(1)) {
-        last_trace = now;
-        const double age = items_.empty() ? 0.0 : std::chrono::duration<double>(now - items_.front().issued).count();
-        std::fprintf(stderr, "[rank %d] bludist watchdog trace: %zu pending (oldest %s, %.1f s), host call %s, "
-                     "poller %s\n", rank_, items_.size(), items_.empty() ? "-" : items_.front().what.c_str(), age,
-                     host_active_ ? host_what_.c_str() : "none", poller_state_.load());
-        std::fflush(stderr);
-      }
-      std::string why;
-      if (host_active_ && now - host_since_ > timeout_) {
-        why = host_what_ + " blocked in NCCL on the host for more than " + std::to_string(timeout_.count() / 1000.0) +
-              " s (a peer rank died or hung)";
-      } else if (!items_.empty() && now - items_.front().issued > timeout_) {
-        why = items_.front().what + " did not complete within " + std::to_string(timeout_.count() / 1000.0) +
-              " s (a peer rank died or hung)";
-      }
-      if (!why.empty()) {
-        lock.unlock();
-        fire(why);
-      }
-    }
+  static Timer::Options timer_options(ncclComm_t comm, int device, int rank, int size,
+                                      Milliseconds timeout) {
+    Timer::Options o;
+    o.timeout = timeout;
+    o.where = blu::detail::str_cat(" on the nccl group (rank ", rank, " of ", size,
+                                   ", cuda:", device, ")");
+    o.action = "aborting the communicator and ";
+    o.abort = [comm] { ncclCommAbort(comm); };
+    o.trace = detail::watchdog_trace_from_env();
+    return o;
   }
 
   void poll_loop() {
     cudaSetDevice(device_);
+    timer_.set_note("poller idle");
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
       while (!stop_ && !items_.empty()) {
-        std::shared_ptr<Work::State> work = items_.front().work;
-        std::string what = items_.front().what;
+        // Only this thread pops, so the front item (and its event) stays alive unlocked.
+        const cudaEvent_t event = items_.front().work->event;
+        const uint64_t id = items_.front().id;
+        const std::string what = items_.front().what;
         lock.unlock();
-        poller_state_ = "in cudaEventQuery";
-        const cudaError_t e = cudaEventQuery(work->event);
-        poller_state_ = "idle";
+        timer_.set_note("poller in cudaEventQuery");
+        const cudaError_t e = cudaEventQuery(event);
+        timer_.set_note("poller idle");
+        if (e != cudaSuccess && e != cudaErrorNotReady) {
+          timer_.fire(what + ": CUDA error " + cudaGetErrorString(e));
+        }
         lock.lock();
-        if (e == cudaSuccess) {
-          if (!items_.empty() && items_.front().work == work) items_.pop_front();
-          continue;
-        }
-        if (e != cudaErrorNotReady) {
-          lock.unlock();
-          fire(what + ": CUDA error " + cudaGetErrorString(e));
-        }
-        break;
+        if (e == cudaErrorNotReady) break;
+        finished_.push_back(std::move(items_.front().work));
+        items_.pop_front();
+        timer_.end(id);
       }
       lock.unlock();
       ncclResult_t async = ncclSuccess;
-      poller_state_ = "in ncclCommGetAsyncError";
+      timer_.set_note("poller in ncclCommGetAsyncError");
       const bool got = ncclCommGetAsyncError(comm_, &async) == ncclSuccess;
-      poller_state_ = "idle";
+      timer_.set_note("poller idle");
       if (got && async != ncclSuccess && async != ncclInProgress) {
-        fire(std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) + " (" +
-             ncclGetLastError(comm_) + ")");
+        timer_.fire(std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) + " (" +
+                    ncclGetLastError(comm_) + ")");
       }
       lock.lock();
     }
   }
 
   ncclComm_t comm_;
-  int device_, rank_, size_;
-  Milliseconds timeout_;
-  std::mutex mu_;
+  int device_;
+  Timer timer_;
+  std::mutex mu_;  // items_, finished_, stop_; never held across a CUDA or NCCL call
   std::condition_variable cv_;
   std::deque<Item> items_;
-  bool host_active_ = false;
-  std::string host_what_;
-  std::chrono::steady_clock::time_point host_since_;
+  std::vector<std::shared_ptr<Work::State>> finished_;
   bool stop_ = false;
-  std::atomic<bool> fired_{false};
-  std::atomic<const char*> poller_state_{"starting"};
-  std::thread poller_, timer_;
+  std::thread poller_;
 };
 
-// Ends the process with a clear message when a blocking call (communicator creation) outlives
-// the timeout: NCCL's init blocks while a peer never arrives.
+// Ends the process with a clear message when a blocking call (communicator creation or
+// teardown) outlives the timeout: NCCL's init blocks while a peer never arrives.
 class Deadline {
  public:
-  Deadline(Milliseconds timeout, std::string what) : what_(std::move(what)) {
-    thread_ = std::thread([this, timeout] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
-        std::fprintf(stderr, "bludist watchdog: %s did not complete within %.1f s (a peer rank died or never "
-                     "started); exiting with status %d\n", what_.c_str(), timeout.count() / 1000.0, kWatchdogExitCode);
-        std::fflush(stderr);
-        std::_Exit(kWatchdogExitCode);
-      }
-    });
-  }
-  ~Deadline() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+  Deadline(Milliseconds timeout, std::string what)
+      : timer_(options(timeout)),
+        scope_(timer_, std::move(what), detail::DeadlineTimer::Kind::kSetUp) {}
 
  private:
-  std::string what_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
+  static detail::DeadlineTimer::Options options(Milliseconds timeout) {
+    detail::DeadlineTimer::Options o;
+    o.timeout = timeout;
+    o.trace = detail::watchdog_trace_from_env();
+    return o;
+  }
+  detail::DeadlineTimer timer_;
+  detail::DeadlineTimer::Scope scope_;
 };
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, int device, ProcessGroupOptions options)
+  NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, int device,
+                   ProcessGroupOptions options)
       : ProcessGroup(std::move(store), rank, size, std::move(options)), device_(device) {
-    BLU_CHECK(device >= 0 && device < blu::cuda::device_count(), "bludist nccl: rank ", rank, " asks for cuda:",
-              device, " but ", blu::cuda::device_count(), " CUDA device(s) are visible");
+    BLU_CHECK(device >= 0 && device < blu::cuda::device_count(), "bludist nccl: rank ", rank,
+              " asks for cuda:", device, " but ", blu::cuda::device_count(),
+              " CUDA device(s) are visible");
     blu::cuda::DeviceGuard g(device_);
     ncclUniqueId id;
     if (rank_ == 0) {
@@ -360,7 +284,8 @@ class NcclProcessGroup final : public ProcessGroup {
     if (--group_depth_ > 0) return;
     blu::cuda::DeviceGuard g(device_);
     {
-      Watchdog::HostCall h(*watchdog_, "ncclGroupEnd of " + std::to_string(pending_.size()) + " grouped operation(s)");
+      Watchdog::Timer::Scope h(watchdog_->timer(), "ncclGroupEnd of " + std::to_string(pending_.size()) +
+                               " grouped operation(s)", Watchdog::Timer::Kind::kHostCall);
       BLU_NCCL_CHECK(ncclGroupEnd(), "(grouped operations on rank ", rank_, ")");
     }
     std::vector<Pending> pending = std::move(pending_);
@@ -401,8 +326,9 @@ class NcclProcessGroup final : public ProcessGroup {
       BLU_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_, 0));
     }
     std::string what = blu::detail::str_cat(op, " of ", count, " ", blu::dtype_name(dtype), " (#", seq_++, ")");
+    watchdog_->take_finished();  // releases completed work here, on the issuing thread
     {
-      Watchdog::HostCall h(*watchdog_, what);
+      Watchdog::Timer::Scope h(watchdog_->timer(), what, Watchdog::Timer::Kind::kHostCall);
       BLU_NCCL_CHECK(call(comm_stream_), "in ", what, " on rank ", rank_, " of ", size_);
     }
     auto w = std::make_shared<Work::State>();

@@ -48,8 +48,11 @@ const char* reduce_op_name(ReduceOp op) noexcept;
 enum class Backend { kGloo, kNccl };
 const char* backend_name(Backend b) noexcept;
 
-// Exit status of a process whose NCCL watchdog fired (Note [Collective timeouts]).
+// Exit status of a process whose NCCL watchdog fired (Note [Collective timeouts]), and of one
+// whose communicator abort then did not return within the grace period (Note [Watchdog
+// deadlines] in src/watchdog_timer.h).
 inline constexpr int kWatchdogExitCode = 124;
+inline constexpr int kWatchdogAbortHungExitCode = 125;
 
 // Per-call options. stream: the compute stream to order against (CUDA only; unset: the calling
 // thread's current stream of the group's device). async_op: see Note [Collective ordering on CUDA].
