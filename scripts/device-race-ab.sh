@@ -4,11 +4,11 @@
 # SIMT GEMM test and the 3xTF32 attention cases (the dQ-partials ones included); gemm_bench's fp32
 # GPT-2 set with and without BLUBLAS_SIMT_TRANSPOSE_B (ours and cuBLAS in the same process); the
 # race (scripts/device-check.sh --suite e2e --no-build: blutrain vs PyTorch eager and torch.compile,
-# BLU_E2E_MODES, default fp32, with the per-kernel profile); then blutrain alone, same flags as the
-# race, once per A/B switch, each a one-line tok/s:
-#   BLUBLAS_SIMT_TRANSPOSE_B=0   NT forwards on the NT kernels (Note [SIMT NT via a transposed B])
-#   BLUBLAS_ATTN_DQ=twopass      the two-pass attention backward (Note [dQ partials])
-#   --logits-chunk 8192          twice the fp32 default classifier chunk (Note [Chunked classifier])
+# BLU_E2E_MODES, default fp32, with the per-kernel profile); then blutrain fp32 alone, same flags as
+# the race, by default and once per A/B run of BLU_RACE_AB_RUNS ("tag:ENV=1:--flag=value ..."; the
+# default runs BLUBLAS_SIMT_WAVE_SPLIT=0, BLUTRAIN_SIDE_STREAM=0 and --logits-chunk 4096; session
+# 7's first call ran BLUBLAS_SIMT_TRANSPOSE_B=0, BLUBLAS_ATTN_DQ=twopass, --logits-chunk 8192),
+# each a one-line tok/s.
 # device-check.sh leaves $OUT/summary.json + device-results.tar.gz (import-device-results.sh); the
 # rest goes to $OUT/race_ab.tar.gz. BLU_RACE_AB_STAGES (default "tests,gemm,race,ab") picks stages.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-race-ab.sh [build-dir (default /tmp/bd)]
@@ -80,9 +80,15 @@ for stage in "${stages[@]}"; do
   ab)
     stamp "blutrain alone: default and each A/B switch"
     ab_run default
-    ab_run transpose_b0 BLUBLAS_SIMT_TRANSPOSE_B=0
-    ab_run dq_twopass BLUBLAS_ATTN_DQ=twopass
-    ab_run chunk8192 --logits-chunk 8192 ;;
+    for spec in ${BLU_RACE_AB_RUNS:-wave_split0:BLUBLAS_SIMT_WAVE_SPLIT=0 side_stream0:BLUTRAIN_SIDE_STREAM=0 chunk4096:--logits-chunk=4096}; do
+      # tag:arg[:arg...]; an arg "--flag=value" is passed as "--flag value"
+      IFS=: read -r -a parts <<< "$spec"
+      args=()
+      for a in "${parts[@]:1}"; do
+        if [[ $a == --*=* ]]; then args+=("${a%%=*}" "${a#*=}"); else args+=("$a"); fi
+      done
+      ab_run "${parts[0]}" "${args[@]}"
+    done ;;
   *) echo "unknown stage $stage" ;;
   esac
 done
