@@ -168,7 +168,9 @@ class Deadline {
  public:
   Deadline(Milliseconds timeout, std::string what)
       : timer_(options(timeout)),
-        scope_(timer_, std::move(what), detail::DeadlineTimer::Kind::kSetUp) {}
+        scope_(timer_, std::move(what), detail::DeadlineTimer::Kind::kSetUp) {
+    timer_.set_note("the calling thread in the call");
+  }
 
  private:
   static detail::DeadlineTimer::Options options(Milliseconds timeout) {

@@ -2,7 +2,7 @@
 // output with the rank, and ends the whole gang when one rank fails.
 //
 //   blurun --nproc-per-node N [--nnodes K --node-rank R --master-addr A --master-port P]
-//          [--max-restarts M] [--kill-grace-s S] [--no-prefix] -- prog args...
+//          [--max-restarts M] [--kill-grace-s S] [--exit-grace-s S] [--no-prefix] -- prog args...
 //
 // Note [Gang semantics]
 // Every child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK,
@@ -16,6 +16,17 @@
 // its pid and status, sends SIGTERM to every other child's process group, SIGKILL after the grace
 // period (default 5 s), and then either restarts the whole gang (--max-restarts) or exits with
 // that child's status (128 + signal for a signal). Children die with blurun (PR_SET_PDEATHSIG).
+//
+// Note [A rank that ends early]
+// A rank that exits 0 while others still run is normal for a moment (ranks finish one after the
+// other) and a hang when it lasts: the others wait on a peer that is gone (2026-11-26, 2x H200:
+// the watchdog test's rank 1 left with status 0, blurun said nothing of it, and rank 0 sat
+// silent until timeout(1) killed blurun). After 5 s blurun names the ranks still running; after
+// --exit-grace-s (default: the collective timeout, $BLUDIST_TIMEOUT_S or 300 s, plus 30 s, so a
+// rank's own watchdog speaks first; 0 waits for ever, like torchrun) it stops them as a failure
+// of the first one still running (a restart, with --max-restarts). On SIGINT/SIGTERM/SIGHUP it
+// says which ranks were still running; every rank that ends while the gang is stopping gets a
+// line with its status. blurun writes its own lines to stderr, flushed at once.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +58,7 @@ struct Options {
   int master_port = 0;
   int max_restarts = 0;
   double kill_grace_s = 5.0;
+  double exit_grace_s = -1;  // unset: collective timeout + 30 s (Note [A rank that ends early])
   bool prefix = true;
   std::vector<std::string> cmd;
 };
@@ -53,7 +66,8 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "blurun: %s\nusage: blurun --nproc-per-node N [--nnodes K --node-rank R --master-addr A "
-               "--master-port P] [--max-restarts M] [--kill-grace-s S] [--no-prefix] -- prog args...\n",
+               "--master-port P] [--max-restarts M] [--kill-grace-s S] [--exit-grace-s S] "
+               "[--no-prefix] -- prog args...\n",
                why.c_str());
   std::exit(2);
 }
@@ -95,6 +109,7 @@ Options parse(int argc, char** argv) {
     else if (is("--master-port") || is("--master_port")) o.master_port = parse_int(a, value("--master-port"), 1, 65535);
     else if (is("--max-restarts") || is("--max_restarts")) o.max_restarts = parse_int(a, value("--max-restarts"), 0, 1000000);
     else if (is("--kill-grace-s")) o.kill_grace_s = std::atof(value("--kill-grace-s"));
+    else if (is("--exit-grace-s")) o.exit_grace_s = std::atof(value("--exit-grace-s"));
     else if (a == "--no-prefix") o.prefix = false;
     else if (a == "-h" || a == "--help") usage("help");
     else if (a.rfind("-", 0) == 0) usage("unknown flag " + a);
@@ -112,6 +127,12 @@ Options parse(int argc, char** argv) {
     o.master_addr = "127.0.0.1";
   }
   if (o.master_port == 0 && o.nnodes > 1) usage("--master-port (or MASTER_PORT) is required with --nnodes > 1");
+  if (o.exit_grace_s < 0) {
+    // As bludist::ProcessGroupOptions::default_timeout() reads it.
+    const char* v = env("BLUDIST_TIMEOUT_S");
+    const double t = v ? std::atof(v) : 0.0;
+    o.exit_grace_s = (t > 0 ? t : 300.0) + 30.0;
+  }
   return o;
 }
 
@@ -220,19 +241,45 @@ pid_t spawn(const Options& o, Child& c, int port, int restart) {
   return pid;
 }
 
+void say(const std::string& line) {
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+std::string who(const Child& c) {
+  return "rank " + std::to_string(c.rank) + " (local rank " + std::to_string(c.local_rank) +
+         ", pid " + std::to_string(static_cast<int>(c.pid)) + ")";
+}
+
+// "rank 0 (pid 12), rank 2 (pid 14)": the ranks still running.
+std::string running_list(const std::vector<Child>& kids) {
+  std::string s;
+  for (const auto& k : kids)
+    if (k.running)
+      s += (s.empty() ? "" : ", ") +
+           ("rank " + std::to_string(k.rank) + " (pid " + std::to_string(k.pid) + ")");
+  return s.empty() ? "none" : s;
+}
+
 // Runs one gang to completion. Returns 0 when every rank exited 0, else the exit code to report.
 int run_gang(const Options& o, int port, int restart) {
+  using Clock = std::chrono::steady_clock;
   std::vector<Child> kids(static_cast<std::size_t>(o.nproc_per_node));
   for (int l = 0; l < o.nproc_per_node; ++l) {
     kids[l].local_rank = l;
     kids[l].rank = o.node_rank * o.nproc_per_node + l;
     spawn(o, kids[l], port, restart);
   }
-  auto prefix = [&](const Child& c) { return o.prefix ? "[rank " + std::to_string(c.rank) + "] " : std::string(); };
+  auto prefix = [&](const Child& c) {
+    return o.prefix ? "[rank " + std::to_string(c.rank) + "] " : std::string();
+  };
   int failed = -1;  // index of the first failed child
   bool stopping = false;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto stop_deadline = Clock::time_point::max();
   bool killed = false;
+  int early = -1;  // the first child that exited 0 while others ran (Note [A rank that ends early])
+  Clock::time_point early_at;
+  bool early_noticed = false;
   auto terminate_all = [&](int sig) {
     for (auto& c : kids)
       if (c.running) ::kill(-c.pid, sig);
@@ -243,8 +290,10 @@ int run_gang(const Options& o, int port, int restart) {
       if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
       if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
     }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
-    else ::usleep(20000);
+    if (!fds.empty())
+      ::poll(fds.data(), fds.size(), 50);
+    else
+      ::usleep(20000);
     for (auto& c : kids) {
       pump(c.out_fd, c.out_buf, stdout, prefix(c), false);
       pump(c.err_fd, c.err_buf, stderr, prefix(c), false);
@@ -258,35 +307,64 @@ int run_gang(const Options& o, int port, int restart) {
       c.running = false;
       c.status = status;
       ::kill(-c.pid, SIGKILL);  // anything the rank left behind in its process group
+      // Its last lines first: the pipes hold what it wrote before it ended.
+      pump(c.out_fd, c.out_buf, stdout, prefix(c), false);
+      pump(c.err_fd, c.err_buf, stderr, prefix(c), false);
       bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && failed < 0 && !stopping) {
+      int others = 0;
+      for (auto& k : kids) others += k.running ? 1 : 0;
+      if (stopping) {
+        say("blurun: " + who(c) + " ended with " + describe_status(status) +
+            " while the gang was stopping\n");
+      } else if (!ok && failed < 0) {
         failed = static_cast<int>(&c - kids.data());
-        int others = 0;
-        for (auto& k : kids) others += k.running ? 1 : 0;
-        std::fprintf(stderr, "blurun: rank %d (local rank %d, pid %d) failed with %s; stopping the other %d local rank(s)\n",
-                     c.rank, c.local_rank, static_cast<int>(c.pid), describe_status(status).c_str(), others);
-        std::fflush(stderr);
+        say("blurun: " + who(c) + " failed with " + describe_status(status) +
+            "; stopping the other " + std::to_string(others) + " local rank(s)\n");
+      } else if (ok && others > 0 && early < 0) {
+        early = static_cast<int>(&c - kids.data());
+        early_at = Clock::now();
+      }
+    }
+    const auto now = Clock::now();
+    if (early >= 0 && failed < 0 && !stopping) {
+      bool any = false;
+      for (auto& c : kids) any = any || c.running;
+      const auto since = std::chrono::duration<double>(now - early_at).count();
+      const std::string left = "rank " + std::to_string(kids[early].rank) + " exited with status 0";
+      if (any && !early_noticed &&
+          since >= std::min(5.0, o.exit_grace_s > 0 ? o.exit_grace_s : 5.0)) {
+        early_noticed = true;
+        char grace[64] = "for ever (--exit-grace-s 0)";
+        if (o.exit_grace_s > 0)
+          std::snprintf(grace, sizeof(grace), "%.0f s (--exit-grace-s)", o.exit_grace_s);
+        say("blurun: " + left + " " + std::to_string(static_cast<int>(since)) +
+            " s ago; still running: " + running_list(kids) + "; waiting " + grace + " after it\n");
+      }
+      if (any && o.exit_grace_s > 0 && since >= o.exit_grace_s) {
+        for (auto& c : kids) {
+          if (!c.running) continue;
+          if (failed < 0) failed = static_cast<int>(&c - kids.data());
+          char line[160];
+          std::snprintf(line, sizeof(line), " still running %.0f s after ", since);
+          say("blurun: " + who(c) + line + left + "; stopping it\n");
+        }
       }
     }
     if (g_signal && !stopping) {
-      std::fprintf(stderr, "blurun: received signal %d; stopping all ranks\n", static_cast<int>(g_signal));
-      std::fflush(stderr);
+      say("blurun: received signal " + std::to_string(static_cast<int>(g_signal)) +
+          "; stopping all ranks (still running: " + running_list(kids) + ")\n");
     }
     if ((failed >= 0 || g_signal) && !stopping) {
       stopping = true;
       terminate_all(SIGTERM);
-      stop_deadline = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(static_cast<int64_t>(o.kill_grace_s * 1000));
+      stop_deadline = now + std::chrono::milliseconds(static_cast<int64_t>(o.kill_grace_s * 1000));
     }
-    if (stopping && !killed && std::chrono::steady_clock::now() >= stop_deadline) {
+    if (stopping && !killed && now >= stop_deadline) {
       terminate_all(SIGKILL);
       killed = true;
     }
-    bool any_running = false, any_pipe = false;
-    for (auto& c : kids) {
-      any_running = any_running || c.running;
-      any_pipe = any_pipe || c.out_fd >= 0 || c.err_fd >= 0;
-    }
+    bool any_running = false;
+    for (auto& c : kids) any_running = any_running || c.running;
     // Pipes stay open while a grandchild holds them: do not wait for them once all ranks ended.
     if (!any_running) {
       for (auto& c : kids) {
@@ -295,15 +373,15 @@ int run_gang(const Options& o, int port, int restart) {
         if (c.out_fd >= 0) ::close(c.out_fd);
         if (c.err_fd >= 0) ::close(c.err_fd);
       }
-      (void)any_pipe;
       break;
     }
   }
   if (g_signal) return 128 + g_signal;
   if (failed < 0) return 0;
   const Child& f = kids[failed];
-  std::fprintf(stderr, "blurun: rank %d (local rank %d, node %d) failed with %s; all ranks stopped\n", f.rank,
-               f.local_rank, o.node_rank, describe_status(f.status).c_str());
+  std::fprintf(stderr,
+               "blurun: rank %d (local rank %d, node %d) failed with %s; all ranks stopped\n",
+               f.rank, f.local_rank, o.node_rank, describe_status(f.status).c_str());
   std::fflush(stderr);
   return exit_code_of(f.status);
 }

@@ -74,6 +74,84 @@ TEST(Blurun, PeerLeavingMidJobIsAClearErrorNotAHang) {
   EXPECT_NE(r.output.find("blurun: rank 0"), std::string::npos) << r.output;
 }
 
+// The whole path of the NCCL watchdog test, on CPU ranks: rank 1 leaves with status 0, rank 0 is
+// stuck under the watchdog's deadline timer; its message (written with write(2)), the trace and
+// blurun's lines all reach the log, and the gang ends with the watchdog's status.
+TEST(Blurun, WatchdogEndsARankWhosePeerLeft) {
+  BLUDIST_REQUIRE_GLOO();
+  auto r = run_command("BLUDIST_TIMEOUT_S=2 BLUDIST_WATCHDOG_TRACE=1 timeout -k 5 45 " +
+                       blurun("--nproc-per-node 2 -- " + worker("leave_early_watchdog returns")));
+  std::printf("%s(%.1f s)\n", r.output.c_str(), r.seconds);
+  EXPECT_EQ(r.status, 124) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  for (const char* want : {"[rank 0] leave_early_watchdog: rank 0 waits on a peer that left",
+                           "[rank 0] bludist watchdog trace: 1 pending (oldest stand-in all_reduce "
+                           "of 1000 f32 (#1), 1.",
+                           "[rank 0] bludist watchdog: stand-in all_reduce of 1000 f32 (#1) did "
+                           "not complete within 2.0 s (a peer "
+                           "rank died or hung) on the gloo group (rank 0 of 2); aborting the "
+                           "stand-in communicator and exiting with "
+                           "status 124",
+                           "blurun: rank 0 (local rank 0, pid ",
+                           "blurun: rank 0 (local rank 0, node 0) failed with exit status 124"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  // An abort that never returns: the process still ends, with the other status.
+  r = run_command("BLUDIST_TIMEOUT_S=2 timeout -k 5 45 " +
+                  blurun("--nproc-per-node 2 -- " + worker("leave_early_watchdog hangs")));
+  EXPECT_EQ(r.status, 125) << r.output;
+  EXPECT_NE(
+      r.output.find(
+          "[rank 0] bludist watchdog: the abort did not return within 5.0 s; exiting with status "
+          "125"),
+      std::string::npos)
+      << r.output;
+}
+
+// Note [A rank that ends early]: a rank exits 0 while the others hang (no watchdog here).
+TEST(Blurun, RanksLeftRunningAfterOneExitedAreNamedThenStopped) {
+  auto r = run_command("timeout -k 5 45 " +
+                       blurun("--nproc-per-node 3 --exit-grace-s 2 -- sh -c 'echo started; "
+                              "if [ \"$RANK\" = 1 ]; then exit 0; fi; exec sleep 60'"));
+  EXPECT_EQ(r.status, 128 + 15) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+  for (const char* want :
+       {"[rank 1] started",
+        "blurun: rank 1 exited with status 0 2 s ago; still running: rank 0 (pid ", "rank 2 (pid ",
+        "; waiting 2 s (--exit-grace-s) after it",
+        "still running 2 s after rank 1 exited with status 0; stopping it",
+        "ended with signal 15 (Terminated) while the gang was stopping",
+        "blurun: rank 0 (local rank 0, node 0) failed with signal 15 (Terminated); all ranks "
+        "stopped"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
+TEST(Blurun, SignalNamesTheRanksStillRunning) {
+  auto r = run_command("sh -c '" + blurun("--nproc-per-node 2 -- sh -c \"exec sleep 60\"") +
+                       " & p=$!; sleep 1; kill -TERM $p; wait $p'");
+  EXPECT_EQ(r.status, 128 + 15) << r.output;
+  EXPECT_NE(
+      r.output.find("blurun: received signal 15; stopping all ranks (still running: rank 0 (pid "),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("), rank 1 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ended with signal 15 (Terminated) while the gang was stopping"),
+            std::string::npos)
+      << r.output;
+}
+
+// A rank's last words come before blurun's line about its end, also without a final newline.
+TEST(Blurun, LastOutputOfAFailedRankComesFirst) {
+  auto r = run_command(
+      blurun("--nproc-per-node 1 -- sh -c 'echo line; printf \"no newline\" >&2; exit 3'"));
+  EXPECT_EQ(r.status, 3) << r.output;
+  const auto last = r.output.find("[rank 0] no newline\n");
+  const auto failed = r.output.find("blurun: rank 0 (local rank 0, pid ");
+  EXPECT_NE(r.output.find("[rank 0] line\n"), std::string::npos) << r.output;
+  ASSERT_NE(last, std::string::npos) << r.output;
+  ASSERT_NE(failed, std::string::npos) << r.output;
+  EXPECT_LT(last, failed) << r.output;
+}
+
 TEST(Blurun, BadUsageIsExplained) {
   auto r = run_command(blurun("--nproc-per-node 2"));
   EXPECT_EQ(r.status, 2);

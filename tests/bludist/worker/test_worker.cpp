@@ -6,6 +6,9 @@
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
 //   test_worker leave_early <backend>     rank 1 leaves (_Exit(0), no teardown) right after rendezvous;
 //                                         rank 0 all-reduces
+//   test_worker leave_early_watchdog <returns|hangs>  the same on CPU ranks (Gloo), rank 0 then
+//                                         blocked for ever under the NCCL watchdog's deadline timer
+//                                         (a stand-in collective; its abort returns or hangs)
 //   test_worker zero1 <backend> <out>     the same MLP with ZeroAdamW (ZeRO-1) instead of DDP
 //   test_worker ddp_restart <out> <ckpt> <fail_rank> <fail_step>  DDP MLP with a checkpoint per step;
 //                                         the first attempt's <fail_rank> crashes at <fail_step>
@@ -22,6 +25,7 @@
 #include <thread>
 
 #include "bludist/env.h"
+#include "watchdog_timer.h"  // bludist/src: the deadline half of the NCCL watchdog
 #include "blutensor/cuda_stream.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
@@ -190,6 +194,8 @@ int bench_allreduce(Backend backend) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered stdout: a rank that the launcher or a watchdog ends still leaves its lines.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string mode = argc > 1 ? argv[1] : "";
   try {
     if (mode == "env") {
@@ -255,6 +261,26 @@ int main(int argc, char** argv) {
       std::fflush(stderr);
       (void)t.to_double_vector();  // waits on CUDA (the watchdog must fire first)
       std::fprintf(stderr, "leave_early: all_reduce with a departed peer returned\n");
+      return 1;
+    }
+    if (mode == "leave_early_watchdog" && argc == 3) {
+      auto pg = init_process_group(Backend::kGloo);
+      pg->barrier();
+      if (pg->rank() == 1) std::_Exit(0);
+      const bool hangs = std::string(argv[2]) == "hangs";
+      detail::DeadlineTimer::Options o;
+      o.timeout = pg->timeout();
+      o.where = " on the " + pg->describe();
+      o.action = "aborting the stand-in communicator and ";
+      o.abort = [hangs] {
+        while (hangs) std::this_thread::sleep_for(std::chrono::seconds(1));
+      };
+      o.trace = detail::watchdog_trace_from_env();
+      detail::DeadlineTimer timer(o);
+      timer.set_note("main thread blocked for ever");
+      timer.begin("stand-in all_reduce of 1000 f32 (#1)", detail::DeadlineTimer::Kind::kCompletion);
+      std::printf("leave_early_watchdog: rank 0 waits on a peer that left\n");
+      std::this_thread::sleep_for(std::chrono::seconds(600));
       return 1;
     }
   } catch (const std::exception& e) {
