@@ -114,8 +114,9 @@ std::string DeadlineTimer::describe(const Entry& e) const {
 }
 
 void DeadlineTimer::fire(const std::string& why) const {
+  // The note says where the poller was (a query stuck behind the hang shows here).
   end_process("bludist watchdog: " + why + o_.where + "; " + o_.action + "exiting with status " +
-                  std::to_string(kWatchdogExitCode) + "\n",
+                  std::to_string(kWatchdogExitCode) + " (" + note_.load() + ")\n",
               o_.abort, o_.abort_grace);
 }
 

@@ -112,7 +112,7 @@ class DeadlineTimer {
   std::timed_mutex mu_;  // guards pending_ and next_id_ only
   std::map<uint64_t, Entry> pending_;
   uint64_t next_id_ = 0;
-  std::atomic<const char*> note_{"poller not started"};
+  std::atomic<const char*> note_{"no poller"};
   std::mutex stop_mu_;  // for stop_ and the timer's sleep only
   std::condition_variable stop_cv_;
   bool stop_ = false;

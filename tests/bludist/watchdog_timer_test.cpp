@@ -47,7 +47,7 @@ TEST_F(WatchdogTimer, FiresWhenACollectiveOutlivesTheTimeout) {
       ::testing::ExitedWithCode(kWatchdogExitCode),
       "bludist watchdog: all_reduce of 1000 f32 \\(#3\\) did not complete within 0\\.2 s \\(a peer "
       "rank died or "
-      "hung\\) on the test group \\(rank 0 of 2\\); exiting with status 124");
+      "hung\\) on the test group \\(rank 0 of 2\\); exiting with status 124 \\(no poller\\)");
 }
 
 TEST_F(WatchdogTimer, FiresWhileOtherThreadsHoldTheStdioLocks) {
