@@ -91,8 +91,10 @@ class Watchdog {
   }
   // Completed work for the caller to release (outside any watchdog lock).
   std::vector<std::shared_ptr<Work::State>> take_finished() {
+    std::vector<std::shared_ptr<Work::State>> out;
     std::lock_guard<std::mutex> lock(mu_);
-    return std::move(finished_);
+    out.swap(finished_);
+    return out;
   }
 
  private:
