@@ -18,6 +18,8 @@
 #                          [--torch-variants eager,compile] [--torch-1gpu] [--budget 570]
 # BLU_DIST_BUCKETS="25 100": extra bf16 --dp 2 runs at these --dp-bucket-mb values (default none).
 # BLU_DIST_EXTRA="...": more blutrain flags for every throughput run.
+# BLU_DIST_NCCL_CHANNELS="4 8": extra bf16 --dp 2 runs with NCCL_MAX_NCHANNELS at these values (fewer
+# NCCL channels = fewer SMs taken from the backward the all-reduces overlap; dist.ddp.bf16.nch<N>.*).
 # BLU_DIST_GATHER=1: one more --dp 2 run per mode with --dp-embedding-grad gather (A/B against the
 # default all-reduce; Note [Embedding gradient by all-gather]): dist.ddp.<mode>.gather.*.
 #
@@ -193,6 +195,9 @@ if ((do_tp)); then
     pack
   done
   for mb in ${BLU_DIST_BUCKETS:-}; do tp_run "bf16.2gpu.bucket$mb" bf16 2 "--dp-bucket-mb $mb"; done
+  for ch in ${BLU_DIST_NCCL_CHANNELS:-}; do
+    NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=$ch tp_run "bf16.2gpu.nch$ch" bf16 2
+  done
   config=$(printf '{"model": "d12", "batch_per_gpu": 16, "seq": 1024, "steps": %s, "timed_after_warmup": 5, "data": "synthetic", "torch_variants": "%s", "torch_1gpu": %s, "budget_s": %s, "blutrain_extra": "%s"}' \
     "$steps" "$torch_variants" "$torch_1gpu" "$budget" "${BLU_DIST_EXTRA:-}")
   python3 scripts/dist_report.py "$runs" "$modes" "$res/dist_${modes//,/_}.json" "${gpu_count}x $gpu_name" \

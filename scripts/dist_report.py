@@ -162,17 +162,18 @@ def collect(runs, modes, warmup):
                 for k in ("tok_s", "peak_gib", "warmup_s"):  # torch.json is written after the last step
                     if num(r.get(k)):
                         metrics[f"{p}torch_{kind}_{v}.{k}"] = r[k]
-    # Extra blutrain runs: <mode>.2gpu.bucket<MB> (BLU_DIST_BUCKETS), <mode>.2gpu.gather
+    # Extra blutrain runs: <mode>.2gpu.bucket<MB> (BLU_DIST_BUCKETS), <mode>.2gpu.nch<N>
+    # (BLU_DIST_NCCL_CHANNELS), <mode>.2gpu.gather
     # (BLU_DIST_GATHER=1: --dp-embedding-grad gather, with its scaling over the one-GPU run).
     for tag in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
-        mb = re.match(r"([^.]+)\.2gpu\.(bucket\d+|gather)$", tag)
+        mb = re.match(r"([^.]+)\.2gpu\.(bucket\d+|nch\d+|gather)$", tag)
         if mb:
             r = records[tag] = blutrain_record(runs, tag, warmup)
             if num(r["tok_s"]):
                 p = f"dist.ddp.{mb.group(1)}.{mb.group(2)}."
                 metrics[p + "tok_s"] = r["tok_s"]
                 one = metrics.get(f"dist.ddp.{mb.group(1)}.tok_s_1gpu")
-                if mb.group(2) == "gather" and num(one) and one > 0:
+                if not mb.group(2).startswith("bucket") and num(one) and one > 0:
                     metrics[p + "scaling_2gpu"] = r["tok_s"] / one
     return derive(metrics), records
 
@@ -209,7 +210,7 @@ def table(metrics, records, modes):
             f"{m} {v} {k(m, f'torch_1gpu_{v}.tok_s'):.0f} ({fmt(k(m, f'torch_scaling_2gpu_{v}'), '%.3fx')})"
             for m, v in one))
     for tag, r in sorted(records.items()):
-        if ".bucket" in tag or tag.endswith(".gather"):
+        if ".bucket" in tag or ".nch" in tag or tag.endswith(".gather"):
             lines.append(f"{tag}: {fmt(r['tok_s'], '%.0f')} tok/s (rc {status(r)})")
     verdicts = [f"{m} {'MET' if k(m, 'meets_goal') == 1 else 'not met' if k(m, 'meets_goal') == 0 else 'n/a'}"
                 for m in modes]

@@ -86,6 +86,7 @@ def main():
         torch_run(runs, "tf32.torch_ddp_compile", 0, 0, 2, True, skipped="skipped: 30s of the 570s budget left")
         blutrain_run(runs, "bf16.2gpu.bucket100", 780000.0, 7.6, 2)
         blutrain_run(runs, "bf16.2gpu.gather", 790000.0, 7.7, 2)
+        blutrain_run(runs, "bf16.2gpu.nch4", 800000.0, 7.6, 2)
 
         res = os.path.join(tmp, "logs", "results")
         out = os.path.join(res, "dist_fp32_tf32_bf16.json")
@@ -118,6 +119,9 @@ def main():
               and close(m["dist.ddp.bf16.gather.scaling_2gpu"], 790000.0 / m["dist.ddp.bf16.tok_s_1gpu"])
               and "dist.ddp.bf16.bucket100.scaling_2gpu" not in m, "the gather A/B run and its scaling")
         check("bf16.2gpu.gather: 790000 tok/s" in p.stdout, "the gather run in the table")
+        check(close(m["dist.ddp.bf16.nch4.tok_s"], 800000.0)
+              and close(m["dist.ddp.bf16.nch4.scaling_2gpu"], 800000.0 / m["dist.ddp.bf16.tok_s_1gpu"])
+              and "bf16.2gpu.nch4: 800000 tok/s" in p.stdout, "the NCCL channel A/B runs")
         check(doc["runs"]["tf32.torch_ddp_compile"]["skipped"].startswith("skipped")
               and doc["runs"]["tf32.torch_ddp_eager"]["rc"] == 124, "skipped and timed-out runs recorded")
         check("124/skip" in p.stdout and "bf16 MET" in p.stdout and "fp32 not met" in p.stdout,
