@@ -23,4 +23,13 @@ build_dir=$(scripts/configure.sh "${cfg_args[@]}")
 cmake --build "$build_dir" -j "$(nproc)" --target blutrain-cli
 # Idle OpenMP threads spin at barriers by default: on a small CPU that costs 1.5-5x per step.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# Note [OpenBLAS core on AVX-512]: Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not know Zen 4/5
+# and runs its AVX2 "Haswell" kernels there; its AVX-512 "SkylakeX" kernels ran the tiny model's
+# GEMMs 1.6-1.7x faster on the 2-core Zen 5 developer machine (idle, 2 threads: lm head 280 vs 169
+# GFLOP/s) and its training step 1.24x (2179 vs 1752 tok/s; bench/NOTES.md "CPU first run"). The
+# library picks its kernels when it loads, before main, so the choice is made here: SkylakeX on a
+# CPU with avx512f unless OPENBLAS_CORETYPE is already set.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
 exec "$build_dir/blutrain/blutrain" train "$@"
