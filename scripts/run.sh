@@ -32,4 +32,9 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
   export OPENBLAS_CORETYPE=SkylakeX
 fi
+# Note [OpenBLAS idle workers]: after a GEMM, OpenBLAS's worker threads spin on sched_yield for
+# 2^28 cycles (~0.1 s) before they sleep, so between GEMMs they hold the cores the OpenMP ops of
+# the step need (perf on the tiny CPU run: 25% of all samples in sched_yield and the kernel's
+# return from it). 2^10 cycles: 3021 vs 2090-2179 tok/s (40-s runs, same machine and binary).
+export OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-10}
 exec "$build_dir/blutrain/blutrain" train "$@"
