@@ -7,8 +7,8 @@
 # BLU_E2E_MODES, default fp32, with the per-kernel profile); then blutrain fp32 alone, same flags as
 # the race, by default and once per A/B run of BLU_RACE_AB_RUNS ("tag:ENV=1:--flag=value ..."; the
 # default runs BLUBLAS_SIMT_WAVE_SPLIT=0, BLUTRAIN_SIDE_STREAM=0 and --logits-chunk 4096; session
-# 7's first call ran BLUBLAS_SIMT_TRANSPOSE_B=0, BLUBLAS_ATTN_DQ=twopass, --logits-chunk 8192),
-# each a one-line tok/s.
+# 7's first call ran BLUBLAS_SIMT_TRANSPOSE_B=0, BLUBLAS_ATTN_DQ=twopass, --logits-chunk 8192;
+# BLUBLAS_SIMT_SPLIT_MAX=<n> caps the dW split-K, heuristics.cpp), each a one-line tok/s.
 # device-check.sh leaves $OUT/summary.json + device-results.tar.gz (import-device-results.sh); the
 # rest goes to $OUT/race_ab.tar.gz. BLU_RACE_AB_STAGES (default "tests,gemm,race,ab") picks stages.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-race-ab.sh [build-dir (default /tmp/bd)]

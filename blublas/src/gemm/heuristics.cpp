@@ -65,6 +65,19 @@ bool simt_transpose_b(const GemmProblem& p) {
          p.m >= 2048 && static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * 4 <= kMaxBytes;
 }
 
+// BLUBLAS_SIMT_SPLIT_MAX=<n> caps the split-K factor of the SIMT plans (read once; default: no
+// cap). For A/B runs of the weight-gradient splits, which fill the GPU alone but share it with the
+// data-gradient GEMMs in the trainer's step (Note [Weight gradients on a side stream]: the dW
+// kernels ran ~10% slower there than alone, session 7).
+int64_t simt_split_cap() {
+  static const int64_t cap = [] {
+    const char* env = std::getenv("BLUBLAS_SIMT_SPLIT_MAX");
+    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{64};
+  }();
+  return cap;
+}
+
 // Note [SIMT split-K for wave fill]
 // A problem of one to four waves of 128 x 128 tiles (2 CTAs per SM) can lose a quarter of the
 // GPU to its last wave: the lm head's dX with 8192-row logits chunks (M 8192, N 768, K 50304) is
@@ -81,7 +94,7 @@ void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, Sim
     return static_cast<double>(t) / static_cast<double>((t + slots - 1) / slots * slots);
   };
   if (!enabled || p.k < 8192 || tiles >= 4 * slots || fill(tiles) >= 0.9) return;
-  for (int64_t want = 2; want <= 4; ++want) {
+  for (int64_t want = 2; want <= std::min<int64_t>(4, simt_split_cap()); ++want) {
     const int64_t per = (p.k + want - 1) / want;
     const int64_t k_split = (per + 7) / 8 * 8;
     const int64_t splits = (p.k + k_split - 1) / k_split;
@@ -119,7 +132,7 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
     // The fewest splits whose CTAs fill their last wave of 2-per-SM slots to >= 90% (else the
     // best fill), each split at least 512 deep.
     const int64_t slots = 2 * sms;
-    const int64_t max_splits = std::min<int64_t>(p.k / 512, 64);
+    const int64_t max_splits = std::min<int64_t>({p.k / 512, 64, simt_split_cap()});
     int best_splits = 0, best_k = 0;
     double best_fill = 0.0;
     for (int64_t want = 2; want <= max_splits; ++want) {

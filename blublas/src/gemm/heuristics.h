@@ -26,6 +26,8 @@ struct SimtPlan {
   bool transpose_b = false;  // NT: run on an N-major copy of B (Note [SIMT NT via a transposed B])
 };
 SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev);
+// The cap on SIMT split-K factors (BLUBLAS_SIMT_SPLIT_MAX, read once; 64 when unset).
+int64_t simt_split_cap();
 // Split-K for a problem of one to four waves whose last wave is mostly empty (Note [SIMT split-K
 // for wave fill]); leaves *plan alone otherwise.
 void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, SimtPlan* plan);
