@@ -23,15 +23,23 @@ build_dir=$(scripts/configure.sh "${cfg_args[@]}")
 cmake --build "$build_dir" -j "$(nproc)" --target blutrain-cli
 # Idle OpenMP threads spin at barriers by default: on a small CPU that costs 1.5-5x per step.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-# Note [OpenBLAS core on AVX-512]: Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not know Zen 4/5
-# and runs its AVX2 "Haswell" kernels there; its AVX-512 "SkylakeX" kernels ran the tiny model's
-# GEMMs 1.6-1.7x faster on the 2-core Zen 5 developer machine (idle, 2 threads: lm head 280 vs 169
-# GFLOP/s) and its training step 1.24x (2179 vs 1752 tok/s; bench/NOTES.md "CPU first run"). The
-# library picks its kernels when it loads, before main, so the choice is made here: SkylakeX on a
-# CPU with avx512f unless OPENBLAS_CORETYPE is already set.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+# Note [OpenBLAS core on AVX-512]: OpenBLAS (Debian's 0.3.21, DYNAMIC_ARCH) picks its kernels when
+# it loads, before main, from the CPU or from OPENBLAS_CORETYPE. The 2-core Zen 5 developer machine's
+# environment sets OPENBLAS_CORETYPE=Haswell for every process (the image's choice, not a user's),
+# which forces the AVX2 kernels; left to itself OpenBLAS picks Cooperlake (AVX-512) there, and the
+# tiny model's GEMMs run 1.4-1.7x faster (lm head 274-296 vs 169-180 GFLOP/s, 2 threads,
+# bench/cpu/openblas_core_probe.c; the 40-s training run 2179 vs 1752 tok/s; bench/NOTES.md "CPU
+# first run"). So on a CPU with avx512f a pre-AVX-512 core name is dropped (OpenBLAS detects the
+# CPU itself), saying so; BLU_KEEP_OPENBLAS_CORETYPE=1 keeps whatever is set.
+case "${OPENBLAS_CORETYPE:-}" in
+  Haswell|Zen|Sandybridge|Nehalem|Core2|Penryn|Dunnington|Atom|Prescott|Barcelona|Bulldozer|\
+  Piledriver|Steamroller|Excavator|Opteron|Bobcat|Katmai|Coppermine|Northwood)
+    if [ "${BLU_KEEP_OPENBLAS_CORETYPE:-0}" != 1 ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+      echo "run.sh: this CPU has AVX-512: unsetting OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE so OpenBLAS picks" \
+           "its AVX-512 kernels (BLU_KEEP_OPENBLAS_CORETYPE=1 keeps it)"
+      unset OPENBLAS_CORETYPE
+    fi ;;
+esac
 # Note [OpenBLAS idle workers]: after a GEMM, OpenBLAS's worker threads spin on sched_yield for
 # 2^28 cycles (~0.1 s) before they sleep, so between GEMMs they hold the cores the OpenMP ops of
 # the step need (perf on the tiny CPU run: 25% of all samples in sched_yield and the kernel's
