@@ -329,25 +329,37 @@ enum class Variant : int {
   kLegacy64,       // simt_f32_tiled_kernel<64, 64>: for problems short of one tile per SM
   kW816,           // simt_f32_warp_kernel, SimtWarpVariant::k816
   kW168,           // simt_f32_warp_kernel, SimtWarpVariant::k168
-  kL88,            // simt_f32_lean_kernel, SimtLeanVariant::k88
-  kL816,           // simt_f32_lean_kernel, SimtLeanVariant::k816
-  kL168,           // simt_f32_lean_kernel, SimtLeanVariant::k168
-  kL88n64,         // simt_f32_lean_kernel, SimtLeanVariant::k88n64
   kOld,            // the choice before the lean kernels (legacy / w168 / w816 by majors)
-  kL816w,          // simt_f32_lean_kernel, SimtLeanVariant::k816w (128 x 256 CTA)
-  kL168w,          // simt_f32_lean_kernel, SimtLeanVariant::k168w (256 x 128 CTA)
-  kL88k16,         // the lean tiles with 16-deep slabs (Note [Deep slabs]): SimtLeanVariant::k88k16
-  kL816k16,        // ... k816k16
-  kL168k16,        // ... k168k16
-  kL88n64k16,      // ... k88n64k16
-  kL816wk16,       // ... k816wk16
-  kL168wk16,       // ... k168wk16
+  // The lean kernels, in SimtLeanVariant's order (lean_variant is an offset): kL88 -> k88 ...
+  kL88,            // 128 x 128 CTA, 8 x 8 per lane
+  kL816,           // 8 x 16 per lane
+  kL168,           // 16 x 8 per lane
+  kL88n64,         // 128 x 64 CTA
+  kL816w,          // 128 x 256 CTA
+  kL168w,          // 256 x 128 CTA
+  kL88k16,         // the lean tiles with 16-deep slabs (Note [Deep slabs])
+  kL816k16,
+  kL168k16,
+  kL88n64k16,
+  kL816wk16,
+  kL168wk16,
 };
 constexpr const char* kVariantNames[] = {
-    "legacy", "legacy64", "w816",   "w168",    "l88",     "l816",      "l168",     "l88n64",  "old",
-    "l816w",  "l168w",    "l88k16", "l816k16", "l168k16", "l88n64k16", "l816wk16", "l168wk16"};
+    "legacy", "legacy64", "w816",    "w168",    "old",       "l88",      "l816",    "l168",
+    "l88n64", "l816w",    "l168w",   "l88k16",  "l816k16",   "l168k16",  "l88n64k16",
+    "l816wk16", "l168wk16"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
 static_assert(kVariantCount == static_cast<int>(Variant::kL168wk16) + 1, "a name per Variant");
+static_assert(static_cast<int>(Variant::kL168wk16) - static_cast<int>(Variant::kL88) ==
+                  static_cast<int>(SimtLeanVariant::k168wk16),
+              "the lean Variants mirror SimtLeanVariant");
+
+constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL168wk16; }
+
+// The lean kernel configuration of a lean Variant.
+constexpr SimtLeanVariant lean_variant(Variant v) {
+  return static_cast<SimtLeanVariant>(static_cast<int>(v) - static_cast<int>(Variant::kL88));
+}
 
 int variant_index(const char* name, std::size_t len) {
   for (int i = 0; i < kVariantCount; ++i)
@@ -376,36 +388,6 @@ int env_variant(const GemmProblem& p) {
   return -1;
 }
 
-// The lean kernel configuration of a lean Variant (kL88 for any other).
-SimtLeanVariant lean_variant(Variant v) {
-  switch (v) {
-    case Variant::kL816:
-      return SimtLeanVariant::k816;
-    case Variant::kL168:
-      return SimtLeanVariant::k168;
-    case Variant::kL88n64:
-      return SimtLeanVariant::k88n64;
-    case Variant::kL816w:
-      return SimtLeanVariant::k816w;
-    case Variant::kL168w:
-      return SimtLeanVariant::k168w;
-    case Variant::kL88k16:
-      return SimtLeanVariant::k88k16;
-    case Variant::kL816k16:
-      return SimtLeanVariant::k816k16;
-    case Variant::kL168k16:
-      return SimtLeanVariant::k168k16;
-    case Variant::kL88n64k16:
-      return SimtLeanVariant::k88n64k16;
-    case Variant::kL816wk16:
-      return SimtLeanVariant::k816wk16;
-    case Variant::kL168wk16:
-      return SimtLeanVariant::k168wk16;
-    default:
-      return SimtLeanVariant::k88;
-  }
-}
-
 Variant old_variant(const GemmProblem& p, bool vec) {
   if (!vec || p.b_k_major) return Variant::kLegacy128;
   return p.a_k_major ? Variant::kW168 : Variant::kW816;
@@ -416,30 +398,12 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
   const bool lean = simt_f32_lean_ok(p, vec);
   if (forced >= 0) {
     const Variant v = static_cast<Variant>(forced);
-    switch (v) {
-      case Variant::kLegacy128:
-      case Variant::kLegacy64:
-        return v;
-      case Variant::kW816:
-      case Variant::kW168:
-        if (vec) return v;
-        break;
-      case Variant::kL88:
-      case Variant::kL816:
-      case Variant::kL168:
-      case Variant::kL88n64:
-      case Variant::kL816w:
-      case Variant::kL168w:
-      case Variant::kL88k16:
-      case Variant::kL816k16:
-      case Variant::kL168k16:
-      case Variant::kL88n64k16:
-      case Variant::kL816wk16:
-      case Variant::kL168wk16:
-        if (lean) return v;
-        break;
-      case Variant::kOld:
-        return old_variant(p, vec);
+    if (is_lean(v)) {
+      if (lean) return v;
+    } else if (v == Variant::kOld) {
+      return old_variant(p, vec);
+    } else if (vec || (v != Variant::kW816 && v != Variant::kW168)) {
+      return v;  // the legacy kernels take any problem, the warp tiles float4 operands only
     }
   }
   if (lean) return p.b_k_major ? Variant::kL88 : Variant::kL88k16;
@@ -473,36 +437,15 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
   const Variant v =
       plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
-  switch (v) {
-    case Variant::kOld:  // resolved by tiled128_variant
-    case Variant::kLegacy64:
-      BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
-      break;
-    case Variant::kLegacy128:
-      BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
-      break;
-    case Variant::kW816:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_warp_launch(p, SimtWarpVariant::k816, split, splits, vec, stream));
-      break;
-    case Variant::kW168:
-      BLUBLAS_RETURN_IF_ERROR(
-          simt_f32_warp_launch(p, SimtWarpVariant::k168, split, splits, vec, stream));
-      break;
-    case Variant::kL88:
-    case Variant::kL816:
-    case Variant::kL168:
-    case Variant::kL88n64:
-    case Variant::kL816w:
-    case Variant::kL168w:
-    case Variant::kL88k16:
-    case Variant::kL816k16:
-    case Variant::kL168k16:
-    case Variant::kL88n64k16:
-    case Variant::kL816wk16:
-    case Variant::kL168wk16:
-      BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
-      break;
+  if (is_lean(v)) {
+    BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
+  } else if (v == Variant::kW816 || v == Variant::kW168) {
+    const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;
+    BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(p, w, split, splits, vec, stream));
+  } else if (v == Variant::kLegacy128) {
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
+  } else {  // kLegacy64 (kOld is resolved by tiled128_variant)
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
   }
   if (splits > 1) BLUBLAS_RETURN_IF_ERROR(launch_split_reduce(p, partial, splits, stream));
   return Status::success();
