@@ -270,26 +270,23 @@ Status launch_tile(const GemmProblem& p, const SplitArgs& split, int splits, cud
   return Status::success();
 }
 
-template <int BM, int BN, bool VEC>
-Status launch_majors(const GemmProblem& p, const SplitArgs& split, int splits,
-                     cudaStream_t stream) {
-  if (p.a_k_major) {
-    return p.b_k_major ? launch_tile<BM, BN, true, true, VEC>(p, split, splits, stream)
-                       : launch_tile<BM, BN, true, false, VEC>(p, split, splits, stream);
-  }
-  return p.b_k_major ? launch_tile<BM, BN, false, true, VEC>(p, split, splits, stream)
-                     : launch_tile<BM, BN, false, false, VEC>(p, split, splits, stream);
-}
-
 bool vec4_ok(const void* ptr, int64_t ld, int64_t stride) {
   return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0 && stride % 4 == 0;
 }
 
+template <int BM, int BN, bool VEC>
+Status launch_legacy(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
+  return with_majors(p, [&]<bool A_KMAJ, bool B_KMAJ>() {
+    return launch_tile<BM, BN, A_KMAJ, B_KMAJ, VEC>(p, split, splits, stream);
+  });
+}
+
+// vec: A and B allow float4 loads (vec4_ok).
 template <int BM, int BN>
-Status launch_vec(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
-  const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
-  return vec ? launch_majors<BM, BN, true>(p, split, splits, stream)
-             : launch_majors<BM, BN, false>(p, split, splits, stream);
+Status launch_vec(const GemmProblem& p, bool vec, const SplitArgs& split, int splits,
+                  cudaStream_t stream) {
+  return vec ? launch_legacy<BM, BN, true>(p, split, splits, stream)
+             : launch_legacy<BM, BN, false>(p, split, splits, stream);
 }
 
 // Note [SIMT fp32 variant choice]
@@ -443,9 +440,9 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
     const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;
     BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(p, w, split, splits, vec, stream));
   } else if (v == Variant::kLegacy128) {
-    BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, split, splits, stream)));
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<128, 128>(p, vec, split, splits, stream)));
   } else {  // kLegacy64 (kOld is resolved by tiled128_variant)
-    BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, split, splits, stream)));
+    BLUBLAS_RETURN_IF_ERROR((launch_vec<64, 64>(p, vec, split, splits, stream)));
   }
   if (splits > 1) BLUBLAS_RETURN_IF_ERROR(launch_split_reduce(p, partial, splits, stream));
   return Status::success();

@@ -317,12 +317,9 @@ Status launch_lean_tile(const GemmProblem& p, const SplitArgs& split, int splits
 template <class T>
 Status launch_lean_majors(const GemmProblem& p, const SplitArgs& split, int splits,
                           cudaStream_t stream) {
-  if (p.a_k_major) {
-    return p.b_k_major ? launch_lean_tile<T, true, true>(p, split, splits, stream)
-                       : launch_lean_tile<T, true, false>(p, split, splits, stream);
-  }
-  return p.b_k_major ? launch_lean_tile<T, false, true>(p, split, splits, stream)
-                     : launch_lean_tile<T, false, false>(p, split, splits, stream);
+  return with_majors(p, [&]<bool A_KMAJ, bool B_KMAJ>() {
+    return launch_lean_tile<T, A_KMAJ, B_KMAJ>(p, split, splits, stream);
+  });
 }
 
 }  // namespace

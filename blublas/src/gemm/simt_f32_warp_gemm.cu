@@ -244,12 +244,9 @@ Status launch_warp_tile(const GemmProblem& p, const SplitArgs& split, int splits
 template <class T>
 Status launch_warp_majors(const GemmProblem& p, const SplitArgs& split, int splits,
                           cudaStream_t stream) {
-  if (p.a_k_major) {
-    return p.b_k_major ? launch_warp_tile<T, true, true, true>(p, split, splits, stream)
-                       : launch_warp_tile<T, true, false, true>(p, split, splits, stream);
-  }
-  return p.b_k_major ? launch_warp_tile<T, false, true, true>(p, split, splits, stream)
-                     : launch_warp_tile<T, false, false, true>(p, split, splits, stream);
+  return with_majors(p, [&]<bool A_KMAJ, bool B_KMAJ>() {
+    return launch_warp_tile<T, A_KMAJ, B_KMAJ, true>(p, split, splits, stream);
+  });
 }
 
 //                        BM   BN BK TM  TN LM LN blocks/SM

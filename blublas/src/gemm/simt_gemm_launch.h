@@ -20,6 +20,16 @@ struct SplitArgs {
   float* partial = nullptr;
 };
 
+// Runs f.template operator()<A_KMAJ, B_KMAJ>() with p's operand majors as template arguments: the
+// four-way dispatch of every SIMT launcher (a kernel is instantiated per pair of majors).
+template <class F>
+Status with_majors(const GemmProblem& p, F&& f) {
+  if (p.a_k_major) {
+    return p.b_k_major ? f.template operator()<true, true>() : f.template operator()<true, false>();
+  }
+  return p.b_k_major ? f.template operator()<false, true>() : f.template operator()<false, false>();
+}
+
 // With plan.splits > 1, `partial` holds splits * batch * M * N floats (simt_split_bytes).
 Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
                              cudaStream_t stream);
