@@ -23,6 +23,27 @@ int64_t ctas(const GemmProblem& p, int bm, int bn) {
 
 bool is_16bit(Dtype t) { return t == Dtype::kBF16 || t == Dtype::kF16; }
 
+// An A/B switch that is on unless the variable is "0".
+bool env_on_unless_zero(const char* name) {
+  const char* env = std::getenv(name);
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+// K cut into about `want` ranges, each a multiple of 8 deep (the last one may be shorter).
+struct KSplit {
+  int64_t splits, k_split;
+};
+KSplit k_split_of(int64_t k, int64_t want) {
+  const int64_t per = (k + want - 1) / want;
+  const int64_t k_split = (per + 7) / 8 * 8;
+  return {(k + k_split - 1) / k_split, k_split};
+}
+
+// The share of the CTA slots its waves offer that `ctas` CTAs fill.
+double wave_fill(int64_t ctas, int64_t slots) {
+  return static_cast<double>(ctas) / static_cast<double>((ctas + slots - 1) / slots * slots);
+}
+
 }  // namespace
 
 GemmPath preferred_path(const GemmProblem& p, const DeviceInfo& dev) {
@@ -56,10 +77,7 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
 // over k ascending, but which kernel runs may differ in tiling and split-K, so the tests hold it
 // to the strict float64 bound, not to the NT kernel's bits. Deterministic either way.
 bool simt_transpose_b(const GemmProblem& p) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("BLUBLAS_SIMT_TRANSPOSE_B");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static const bool enabled = env_on_unless_zero("BLUBLAS_SIMT_TRANSPOSE_B");
   constexpr std::size_t kMaxBytes = std::size_t{512} << 20;
   return enabled && p.ab_type == Dtype::kF32 && p.a_k_major && p.b_k_major && p.batch == 1 &&
          p.m >= 2048 && static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * 4 <= kMaxBytes;
@@ -86,22 +104,14 @@ int64_t simt_split_cap() {
 // problem takes the fewest splits (2..4, each >= 2048 deep) that fill its waves to >= 90% (384 x 2
 // = 768 tiles: 97%). BLUBLAS_SIMT_WAVE_SPLIT=0 turns it off (A/B runs).
 void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, SimtPlan* plan) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("BLUBLAS_SIMT_WAVE_SPLIT");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  auto fill = [slots](int64_t t) {
-    return static_cast<double>(t) / static_cast<double>((t + slots - 1) / slots * slots);
-  };
-  if (!enabled || p.k < 8192 || tiles >= 4 * slots || fill(tiles) >= 0.9) return;
+  static const bool enabled = env_on_unless_zero("BLUBLAS_SIMT_WAVE_SPLIT");
+  if (!enabled || p.k < 8192 || tiles >= 4 * slots || wave_fill(tiles, slots) >= 0.9) return;
   for (int64_t want = 2; want <= std::min<int64_t>(4, simt_split_cap()); ++want) {
-    const int64_t per = (p.k + want - 1) / want;
-    const int64_t k_split = (per + 7) / 8 * 8;
-    const int64_t splits = (p.k + k_split - 1) / k_split;
-    if (k_split < 2048 || splits * p.batch > 65535) return;
-    if (fill(tiles * splits) >= 0.9) {
-      plan->splits = static_cast<int>(splits);
-      plan->k_split = static_cast<int>(k_split);
+    const KSplit ks = k_split_of(p.k, want);
+    if (ks.k_split < 2048 || ks.splits * p.batch > 65535) return;
+    if (wave_fill(tiles * ks.splits, slots) >= 0.9) {
+      plan->splits = static_cast<int>(ks.splits);
+      plan->k_split = static_cast<int>(ks.k_split);
       return;
     }
   }
@@ -136,21 +146,19 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
     int best_splits = 0, best_k = 0;
     double best_fill = 0.0;
     for (int64_t want = 2; want <= max_splits; ++want) {
-      const int64_t per = (p.k + want - 1) / want;
-      const int64_t k_split = (per + 7) / 8 * 8;
-      const int64_t splits = (p.k + k_split - 1) / k_split;
-      const int64_t total = tiles * splits;
-      if (splits * p.batch > 65535) break;
-      const double fill = static_cast<double>(total) / (((total + slots - 1) / slots) * slots);
+      const KSplit ks = k_split_of(p.k, want);
+      const int64_t total = tiles * ks.splits;
+      if (ks.splits * p.batch > 65535) break;
+      const double fill = wave_fill(total, slots);
       if (total >= slots && fill >= 0.9) {
-        best_splits = static_cast<int>(splits);
-        best_k = static_cast<int>(k_split);
+        best_splits = static_cast<int>(ks.splits);
+        best_k = static_cast<int>(ks.k_split);
         break;
       }
       if (fill > best_fill + 1e-9) {
         best_fill = fill;
-        best_splits = static_cast<int>(splits);
-        best_k = static_cast<int>(k_split);
+        best_splits = static_cast<int>(ks.splits);
+        best_k = static_cast<int>(ks.k_split);
       }
     }
     if (best_splits >= 2) {
