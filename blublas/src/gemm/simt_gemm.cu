@@ -24,44 +24,54 @@ Status simt_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   return Status::success();
 }
 
-// Workspace: [N-major copy of B][split-K partials][bias-gradient partials], each 256-byte aligned.
+// Workspace: [N-major copy of B][split-K partials][bias-gradient partials], each 256-byte aligned,
+// plus 256 bytes of slack for the caller's pointer; the plan and the layout are worked out once a
+// call.
 namespace {
 std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
 
 int64_t transposed_ldb(const GemmProblem& p) { return (static_cast<int64_t>(p.n) + 3) / 4 * 4; }
 
-std::size_t transposed_b_bytes(const GemmProblem& p, const SimtPlan& plan) {
-  if (!plan.transpose_b) return 0;
-  return align256(static_cast<std::size_t>(p.k) * static_cast<std::size_t>(transposed_ldb(p)) *
-                  sizeof(float));
+struct SimtWorkspace {
+  SimtPlan plan;
+  std::size_t bt = 0, split = 0, grad = 0;  // bytes of each part (bt, split already aligned)
+  std::size_t total() const {
+    const std::size_t all = bt + split + grad;
+    return all + (all > 0 ? 256 : 0);
+  }
+};
+
+SimtWorkspace simt_workspace(const GemmProblem& p, const DeviceInfo& dev) {
+  SimtWorkspace w;
+  w.plan = choose_simt_plan(p, dev);
+  if (w.plan.transpose_b) {
+    w.bt = align256(static_cast<std::size_t>(p.k) * static_cast<std::size_t>(transposed_ldb(p)) *
+                    sizeof(float));
+  }
+  w.split = align256(simt_split_bytes(p, w.plan));
+  w.grad = bias_grad_workspace_bytes(p, dev);
+  return w;
 }
 }  // namespace
 
 std::size_t simt_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
-  const SimtPlan plan = choose_simt_plan(p, dev);
-  const std::size_t bt = transposed_b_bytes(p, plan);
-  const std::size_t split = align256(simt_split_bytes(p, plan));
-  const std::size_t grad = bias_grad_workspace_bytes(p, dev);
-  const std::size_t all = bt + split + grad;
-  return all + (all > 0 ? 256 : 0);  // + alignment slack for the caller's pointer
+  return simt_workspace(p, dev).total();
 }
 
 Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
-  const SimtPlan plan = choose_simt_plan(p, dev);
-  const std::size_t need = simt_gemm_workspace_bytes(p, dev);
+  const SimtWorkspace w = simt_workspace(p, dev);
+  const std::size_t need = w.total();
   BLUBLAS_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
                 StatusCode::kWorkspaceTooSmall, "simt path needs ", need, " workspace bytes, got ",
                 workspace_bytes);
   char* base = static_cast<char*>(workspace);
   if (need > 0) base += (256 - reinterpret_cast<std::uintptr_t>(workspace) % 256) % 256;
-  const std::size_t bt = transposed_b_bytes(p, plan);
-  const std::size_t split = align256(simt_split_bytes(p, plan));
-  if (plan.kernel == SimtKernel::kGeneric) {
+  if (w.plan.kernel == SimtKernel::kGeneric) {
     BLUBLAS_RETURN_IF_ERROR(simt_generic_launch(p, stream));
   } else {
     GemmProblem q = p;
-    if (plan.transpose_b) {  // Note [SIMT NT via a transposed B]: B' (K x N) N-major in base
+    if (w.plan.transpose_b) {  // Note [SIMT NT via a transposed B]: B' (K x N) N-major in base
       float* b_t = reinterpret_cast<float*>(base);
       BLUBLAS_RETURN_IF_ERROR(transpose_f32(b_t, transposed_ldb(p), 0,
                                             static_cast<const float*>(p.b), p.ldb, 0, p.k, p.n,
@@ -72,11 +82,10 @@ Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
       q.b_k_major = false;
     }
     BLUBLAS_RETURN_IF_ERROR(simt_f32_tiled_launch(
-        q, plan, reinterpret_cast<float*>(split ? base + bt : nullptr), stream));
+        q, w.plan, reinterpret_cast<float*>(w.split ? base + w.bt : nullptr), stream));
   }
   // The bias gradient reads the caller's operands (p, not the transposed copy).
-  const std::size_t grad = bias_grad_workspace_bytes(p, dev);
-  return bias_grad_run(p, dev, grad ? base + bt + split : nullptr, grad, stream);
+  return bias_grad_run(p, dev, w.grad ? base + w.bt + w.split : nullptr, w.grad, stream);
 }
 
 }  // namespace blublas::gemm_detail
