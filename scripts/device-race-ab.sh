@@ -81,10 +81,12 @@ for stage in "${stages[@]}"; do
     stamp "blutrain alone: default and each A/B switch"
     ab_run default
     for spec in ${BLU_RACE_AB_RUNS:-wave_split0:BLUBLAS_SIMT_WAVE_SPLIT=0 side_stream0:BLUTRAIN_SIDE_STREAM=0 chunk4096:--logits-chunk=4096}; do
-      # tag:arg[:arg...]; an arg "--flag=value" is passed as "--flag value"
+      # tag:arg[:arg...]; an arg "--flag=value" is passed as "--flag value"; "@" in an arg stands
+      # for ":" (BLUBLAS_SIMT_VARIANT=kn@a816w,mn@a168w)
       IFS=: read -r -a parts <<< "$spec"
       args=()
       for a in "${parts[@]:1}"; do
+        a=${a//@/:}
         if [[ $a == --*=* ]]; then args+=("${a%%=*}" "${a#*=}"); else args+=("$a"); fi
       done
       ab_run "${parts[0]}" "${args[@]}"

@@ -334,28 +334,35 @@ enum class Variant : int {
   kL88n64,         // 128 x 64 CTA
   kL816w,          // 128 x 256 CTA
   kL168w,          // 256 x 128 CTA
-  kL88k16,         // the lean tiles with 16-deep slabs (Note [Deep slabs])
-  kL816k16,
-  kL168k16,
+  kL88k16,         // l88 / l88n64 with 16-deep slabs (Note [Deep slabs])
   kL88n64k16,
-  kL816wk16,
-  kL168wk16,
+  // The cp.async kernels, in SimtAsyncVariant's order (Note [SIMT fp32 async kernel]).
+  kA88,
+  kA816,
+  kA816w,
+  kA168w,
 };
 constexpr const char* kVariantNames[] = {
-    "legacy", "legacy64", "w816",    "w168",    "old",       "l88",      "l816",    "l168",
-    "l88n64", "l816w",    "l168w",   "l88k16",  "l816k16",   "l168k16",  "l88n64k16",
-    "l816wk16", "l168wk16"};
+    "legacy", "legacy64", "w816",  "w168",   "old",       "l88", "l816", "l168", "l88n64",
+    "l816w",  "l168w",    "l88k16", "l88n64k16", "a88",   "a816", "a816w", "a168w"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-static_assert(kVariantCount == static_cast<int>(Variant::kL168wk16) + 1, "a name per Variant");
-static_assert(static_cast<int>(Variant::kL168wk16) - static_cast<int>(Variant::kL88) ==
-                  static_cast<int>(SimtLeanVariant::k168wk16),
+static_assert(kVariantCount == static_cast<int>(Variant::kA168w) + 1, "a name per Variant");
+static_assert(static_cast<int>(Variant::kL88n64k16) - static_cast<int>(Variant::kL88) ==
+                  static_cast<int>(SimtLeanVariant::k88n64k16),
               "the lean Variants mirror SimtLeanVariant");
+static_assert(static_cast<int>(Variant::kA168w) - static_cast<int>(Variant::kA88) ==
+                  static_cast<int>(SimtAsyncVariant::k168w),
+              "the async Variants mirror SimtAsyncVariant");
 
-constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL168wk16; }
+constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88n64k16; }
+constexpr bool is_async(Variant v) { return v >= Variant::kA88 && v <= Variant::kA168w; }
 
-// The lean kernel configuration of a lean Variant.
+// The lean (async) kernel configuration of a lean (async) Variant.
 constexpr SimtLeanVariant lean_variant(Variant v) {
   return static_cast<SimtLeanVariant>(static_cast<int>(v) - static_cast<int>(Variant::kL88));
+}
+constexpr SimtAsyncVariant async_variant(Variant v) {
+  return static_cast<SimtAsyncVariant>(static_cast<int>(v) - static_cast<int>(Variant::kA88));
 }
 
 int variant_index(const char* name, std::size_t len) {
@@ -397,6 +404,8 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
     const Variant v = static_cast<Variant>(forced);
     if (is_lean(v)) {
       if (lean) return v;
+    } else if (is_async(v)) {
+      if (simt_f32_async_ok(p, vec)) return v;
     } else if (v == Variant::kOld) {
       return old_variant(p, vec);
     } else if (vec || (v != Variant::kW816 && v != Variant::kW168)) {
@@ -436,6 +445,9 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
       plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
   if (is_lean(v)) {
     BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
+  } else if (is_async(v)) {
+    BLUBLAS_RETURN_IF_ERROR(
+        simt_f32_async_launch(p, async_variant(v), split, splits, vec, stream));
   } else if (v == Variant::kW816 || v == Variant::kW168) {
     const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;
     BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(p, w, split, splits, vec, stream));

@@ -3,7 +3,8 @@
 // holds nothing but the outer products, the fragment reads, one float4 global load per operand
 // slab quarter and its shared-memory store: no bounds checks. Chosen by simt_f32_gemm.cu (Note
 // [SIMT fp32 variant choice]); BLUBLAS_SIMT_VARIANT=l88|l816|l168|l88n64|l816w|l168w forces one,
-// and the same tiles with 16-deep slabs (l88k16 ..., simt_f32_lean_k16_gemm.cu; Note [Deep slabs]).
+// and l88 / l88n64 with 16-deep slabs (l88k16, l88n64k16: simt_f32_lean_k16_gemm.cu; Note [Deep
+// slabs]).
 // The kernel template itself is in simt_f32_lean_kernel.cuh.
 //
 // Note [SIMT fp32 lean kernel]
@@ -130,11 +131,7 @@ Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const Split
     case SimtLeanVariant::k816w: return launch_lean_majors<Lean816w>(p, split, splits, stream);
     case SimtLeanVariant::k168w: return launch_lean_majors<Lean168w>(p, split, splits, stream);
     case SimtLeanVariant::k88k16:
-    case SimtLeanVariant::k816k16:
-    case SimtLeanVariant::k168k16:
-    case SimtLeanVariant::k88n64k16:
-    case SimtLeanVariant::k816wk16:
-    case SimtLeanVariant::k168wk16: return simt_f32_lean_k16_launch(p, v, split, splits, stream);
+    case SimtLeanVariant::k88n64k16: return simt_f32_lean_k16_launch(p, v, split, splits, stream);
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 lean kernel: unknown variant");
 }

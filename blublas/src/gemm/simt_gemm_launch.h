@@ -47,10 +47,10 @@ Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const Split
 // per lane; k816 (k168): 128 x 128, 128 threads, 8 x 16 (16 x 8); k88n64: 128 x 64, 128 threads,
 // 8 x 8. Same SplitArgs contract. Accepts a problem when simt_f32_lean_ok(p, vec): vec, and M (N) a multiple
 // of 4 when A (B) is m- (n-) contiguous.
-// The k16 variants: the same tiles with 16-deep slabs (Note [Deep slabs]).
+// The k16 variants: the same tiles with 16-deep slabs (Note [Deep slabs]; the other deep tiles lost
+// 0.51-0.80 in the session 7 sweep and were removed).
 enum class SimtLeanVariant : int {
-  k88 = 0, k816, k168, k88n64, k816w, k168w,
-  k88k16, k816k16, k168k16, k88n64k16, k816wk16, k168wk16,
+  k88 = 0, k816, k168, k88n64, k816w, k168w, k88k16, k88n64k16,
 };
 bool simt_f32_lean_ok(const GemmProblem& p, bool vec);
 Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
@@ -62,5 +62,16 @@ Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const S
 // Any input dtype, any alignment: element loads converted to fp32 in shared memory, fp32 FMA.
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.
 Status simt_generic_launch(const GemmProblem& p, cudaStream_t stream);
+
+// Strict fp32 kernels with cp.async-staged operands (Note [SIMT fp32 async kernel],
+// simt_f32_async_gemm.cu): a 3+-stage shared-memory ring filled without registers. k88: 128 x 128,
+// 256 threads, 8 x 8 per lane; k816: 128 x 128, 128 threads, 8 x 16; k816w: 128 x 256, 256 threads,
+// 8 x 16; k168w: 256 x 128, 256 threads, 16 x 8. Same SplitArgs contract. Accepts a problem when
+// simt_f32_async_ok(p, vec): the lean kernels' conditions, B n-major (NN, TN; NT runs on a
+// transposed B) and a device of sm_80 or newer.
+enum class SimtAsyncVariant : int { k88 = 0, k816, k816w, k168w };
+bool simt_f32_async_ok(const GemmProblem& p, bool vec);
+Status simt_f32_async_launch(const GemmProblem& p, SimtAsyncVariant v, const SplitArgs& split,
+                             int splits, bool vec, cudaStream_t stream);
 
 }  // namespace blublas::gemm_detail
