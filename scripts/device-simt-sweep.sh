@@ -8,14 +8,14 @@
 # (kk = forward, kn = dX, mn = dW) naming the variant with the least GPT-2 step time per pass
 # (layer shapes x 12 + lm head), so a later call on the same warm machine can race with it.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-simt-sweep.sh [build-dir (default /tmp/bd)] [variants]
-# The default variants: the default choice, the lean tiles l88 / l88k16 and the cp.async kernels
-# (Note [SIMT fp32 async kernel]: a88 a816 a816w a168w), one gemm_bench each.
+# The default variants: the default choice and the lean tiles l88, l88k16, l816w, l168w, l88n64k16,
+# one gemm_bench each.
 # BLU_SWEEP_EXTRA_TARGETS: more targets for the same build (e.g. blutrain-cli for the race);
 # BLU_SWEEP_NCU: the variants profiled (default "default l816w l168w"; empty: none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}
-variants=${2:-"default l88 l88k16 a88 a816 a816w a168w"}
+variants=${2:-"default l88 l88k16 l816w l168w l88n64k16"}
 # The device tool brings back at most 8 files: everything is written under /tmp/blu-sweep and
 # packed into $OUT/simt_sweep.tar.gz at the end (choice.json and the ncu probe also alone).
 OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sweep/simt_sweep; rm -rf "$out"; mkdir -p "$out" "$OUT"

@@ -218,10 +218,9 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
 // Every kernel a user can force, the default choice (nullptr), and a per-majors list (each op
 // pair of a layout loop takes a different kernel).
 const char* const kVariants[] = {nullptr,  "l88",   "l816",   "l168",      "l88n64",
-                                 "l816w",  "l168w", "l88k16", "l88n64k16", "a88",
-                                 "a816",   "a816w", "a168w",  "w816",      "w168",
-                                 "legacy", "old",   "kk:l816w,kn:l168w,mn:l88,mk:w816",
-                                 "kk:l88k16,kn:a816w,mn:a168w,mk:l88n64k16"};
+                                 "l816w",  "l168w", "l88k16", "l88n64k16", "w816",
+                                 "w168",   "legacy", "old",   "kk:l816w,kn:l168w,mn:l88,mk:w816",
+                                 "kk:l88k16,kn:l816w,mn:l168w,mk:l88n64k16"};
 
 // Op pairs x layouts on a problem with more 128 x 128 tiles than SMs (M, N multiples of 4 so the
 // lean kernels take it; K with a tail slab: K % 16 = 3, 7, 11, 15), per variant.
@@ -276,10 +275,10 @@ TEST(GemmSimtGpu, EdgesPerVariant) {
 }
 
 // The epilogues the SIMT path applies (bias, bias + GELU with aux, GELU, bias gradients) through
-// the lean kernels (default choice, and l816 forced) and the cp.async kernel (a816w).
+// the lean kernels (default choice, and l816 forced).
 TEST(GemmSimtGpu, EpiloguesLean) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l816", "a816w"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l816"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;
@@ -301,7 +300,7 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
   for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w",
-                        "l168w", "l88k16", "a88", "a816", "a816w", "a168w"}) {
+                        "l168w", "l88k16", "l88n64k16"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;

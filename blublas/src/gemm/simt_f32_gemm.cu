@@ -336,33 +336,21 @@ enum class Variant : int {
   kL168w,          // 256 x 128 CTA
   kL88k16,         // l88 / l88n64 with 16-deep slabs (Note [Deep slabs])
   kL88n64k16,
-  // The cp.async kernels, in SimtAsyncVariant's order (Note [SIMT fp32 async kernel]).
-  kA88,
-  kA816,
-  kA816w,
-  kA168w,
 };
 constexpr const char* kVariantNames[] = {
     "legacy", "legacy64", "w816",  "w168",   "old",       "l88", "l816", "l168", "l88n64",
-    "l816w",  "l168w",    "l88k16", "l88n64k16", "a88",   "a816", "a816w", "a168w"};
+    "l816w",  "l168w",    "l88k16", "l88n64k16"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-static_assert(kVariantCount == static_cast<int>(Variant::kA168w) + 1, "a name per Variant");
+static_assert(kVariantCount == static_cast<int>(Variant::kL88n64k16) + 1, "a name per Variant");
 static_assert(static_cast<int>(Variant::kL88n64k16) - static_cast<int>(Variant::kL88) ==
                   static_cast<int>(SimtLeanVariant::k88n64k16),
               "the lean Variants mirror SimtLeanVariant");
-static_assert(static_cast<int>(Variant::kA168w) - static_cast<int>(Variant::kA88) ==
-                  static_cast<int>(SimtAsyncVariant::k168w),
-              "the async Variants mirror SimtAsyncVariant");
 
 constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88n64k16; }
-constexpr bool is_async(Variant v) { return v >= Variant::kA88 && v <= Variant::kA168w; }
 
-// The lean (async) kernel configuration of a lean (async) Variant.
+// The lean kernel configuration of a lean Variant.
 constexpr SimtLeanVariant lean_variant(Variant v) {
   return static_cast<SimtLeanVariant>(static_cast<int>(v) - static_cast<int>(Variant::kL88));
-}
-constexpr SimtAsyncVariant async_variant(Variant v) {
-  return static_cast<SimtAsyncVariant>(static_cast<int>(v) - static_cast<int>(Variant::kA88));
 }
 
 int variant_index(const char* name, std::size_t len) {
@@ -404,8 +392,6 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
     const Variant v = static_cast<Variant>(forced);
     if (is_lean(v)) {
       if (lean) return v;
-    } else if (is_async(v)) {
-      if (simt_f32_async_ok(p, vec)) return v;
     } else if (v == Variant::kOld) {
       return old_variant(p, vec);
     } else if (vec || (v != Variant::kW816 && v != Variant::kW168)) {
@@ -418,8 +404,21 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
 
 }  // namespace
 
+// Note [SIMT fp32 cp.async staging, measured twice]
 // A cp.async-pipelined variant measured slower than this register-staged kernel on an H200 (run 9:
-// NN 0.77 vs 0.85, NT 0.69 vs 0.79 of cuBLAS) and was removed; see bench/NOTES.md.
+// NN 0.77 vs 0.85, NT 0.69 vs 0.79 of cuBLAS) and was removed; see bench/NOTES.md. Session 8 tried
+// it again on the lean tiles (commit 340df02, simt_f32_async_gemm.cu: a 4-stage ring of 8-deep
+// slabs filled by cp.async, 16-byte copies for an m/n-major operand, 4-byte transposing copies for
+// a k-major one, zero-fill past k instead of a tail slab; 128 accumulators per lane as in cuBLAS's
+// sm80_xmma / cutlass simt kernels). H100 sweep, same process as cuBLAS (geomean of the GPT-2 fp32
+// set): l88k16 default 0.936, a88 (128 x 128, 8 x 8, 256 threads) 0.820, a816 (128 x 128, 8 x 16,
+// 128 threads) 0.752, a816w (128 x 256) 0.741, a168w (256 x 128) 0.725; in the trainer's step
+// 298.4 ms by default against 334.8 (a88) .. 379.7 (a168w). ncu, a816w on fc dW: issue slots busy
+// 69.6% (l88k16 75.8%), FMA pipe 62.2% (69.6%), 2 warps per scheduler with 1.37 eligible; on fc fwd
+// 56.4% busy, 41.9% of cycles with no eligible warp. a88 lost too at l88's occupancy (4 warps per
+// scheduler), so it is not only the 128-accumulator tiles' 2 warps per scheduler: the cp.async
+// main loop itself ran slower (untested suspects: the issue branch and the guarded / unguarded
+// split inside the unrolled k loop, run-time stage indices; no SASS was read). Removed again.
 
 std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
   if (plan.kernel == SimtKernel::kGeneric || plan.splits <= 1) return 0;
@@ -445,9 +444,6 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
       plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
   if (is_lean(v)) {
     BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
-  } else if (is_async(v)) {
-    BLUBLAS_RETURN_IF_ERROR(
-        simt_f32_async_launch(p, async_variant(v), split, splits, vec, stream));
   } else if (v == Variant::kW816 || v == Variant::kW168) {
     const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;
     BLUBLAS_RETURN_IF_ERROR(simt_f32_warp_launch(p, w, split, splits, vec, stream));

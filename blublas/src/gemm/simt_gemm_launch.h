@@ -63,15 +63,4 @@ Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const S
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.
 Status simt_generic_launch(const GemmProblem& p, cudaStream_t stream);
 
-// Strict fp32 kernels with cp.async-staged operands (Note [SIMT fp32 async kernel],
-// simt_f32_async_gemm.cu): a 3+-stage shared-memory ring filled without registers. k88: 128 x 128,
-// 256 threads, 8 x 8 per lane; k816: 128 x 128, 128 threads, 8 x 16; k816w: 128 x 256, 256 threads,
-// 8 x 16; k168w: 256 x 128, 256 threads, 16 x 8. Same SplitArgs contract. Accepts a problem when
-// simt_f32_async_ok(p, vec): the lean kernels' conditions, B n-major (NN, TN; NT runs on a
-// transposed B) and a device of sm_80 or newer.
-enum class SimtAsyncVariant : int { k88 = 0, k816, k816w, k168w };
-bool simt_f32_async_ok(const GemmProblem& p, bool vec);
-Status simt_f32_async_launch(const GemmProblem& p, SimtAsyncVariant v, const SplitArgs& split,
-                             int splits, bool vec, cudaStream_t stream);
-
 }  // namespace blublas::gemm_detail
