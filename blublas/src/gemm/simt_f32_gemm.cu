@@ -419,6 +419,8 @@ Variant tiled128_variant(const GemmProblem& p, bool vec) {
 // scheduler), so it is not only the 128-accumulator tiles' 2 warps per scheduler: the cp.async
 // main loop itself ran slower (untested suspects: the issue branch and the guarded / unguarded
 // split inside the unrolled k loop, run-time stage indices; no SASS was read). Removed again.
+// Also tried (session 8, not measured): l88k16 persistent, the next tile's first slab loaded under
+// the epilogue; at the 128-register cap ptxas spilled 276-468 bytes (bench/NOTES.md, Session 8).
 
 std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
   if (plan.kernel == SimtKernel::kGeneric || plan.splits <= 1) return 0;
