@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# device-sanitize.sh: the GPU tests under NVIDIA compute-sanitizer (issue 14): memcheck, racecheck,
+# synccheck and initcheck, each test binary on its small-shape cases (tests/sanitize/cases.txt),
+# in one device call. A report is a failure unless tests/sanitize/allowlist.txt names it with a
+# reason. Runs on the H100 kind (the sanitizer needs a Firecracker machine; it refuses gVisor).
+# Writes $OUT/sanitize.json (per binary and tool: errors/hazards, allowed, seconds, exit status,
+# the first lines of each report) and $OUT/sanitize.tar.gz (the full logs); the table prints last.
+#   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sanitize.sh [--no-build] [--build-dir /tmp/bd-san]
+#     [--tools memcheck,racecheck,synccheck,initcheck] [--only bin1,bin2] [--budget 540]
+# --budget: seconds from the start after which no further run starts (the runs already started are
+# bounded by their own timeout, tests/sanitize/cases.txt); a skipped run is listed as skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+do_build=1; build=/tmp/bd-san; tools="memcheck,racecheck,synccheck,initcheck"; only=""; budget=540
+while (($#)); do
+  case $1 in
+    --no-build) do_build=0 ;;
+    --build-dir) build=$2; shift ;;
+    --tools) tools=$2; shift ;;
+    --only) only=$2; shift ;;
+    --budget) budget=$2; shift ;;
+    *) echo "device-sanitize.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+OUT=${OUT:-/tmp/blu-out}; work=/tmp/blu-sanitize; rm -rf "$work"; mkdir -p "$work/logs" "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+[ -x "$san" ] || { echo "device-sanitize.sh: no compute-sanitizer" >&2; exit 1; }
+
+# The cases: "binary  tools|*  timeout_s  gtest-filter" per line (# comments).
+mapfile -t cases < <(grep -vE '^\s*(#|$)' tests/sanitize/cases.txt)
+bins=()
+for line in "${cases[@]}"; do
+  read -r bin _ <<< "$line"
+  [ -n "$only" ] && [[ ",$only," != *",$bin,"* ]] && continue
+  [[ " ${bins[*]} " == *" $bin "* ]] || bins+=("$bin")
+done
+if ((do_build)); then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
+    -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_WITH_MLIR=OFF -DBLU_BUILD_BENCH=OFF > "$work/configure.txt" 2>&1
+  timeout 330 cmake --build "$build" -j "$(nproc)" --target "${bins[@]}" -- -k 0 > "$work/build.txt" 2>&1
+  stamp "build rc=$? (${bins[*]})"; grep -E "error|FAILED" "$work/build.txt" | head -10
+fi
+
+for line in "${cases[@]}"; do
+  read -r bin case_tools tmo filter <<< "$line"
+  [ -n "$only" ] && [[ ",$only," != *",$bin,"* ]] && continue
+  for tool in ${tools//,/ }; do
+    [[ $case_tools == "*" || ",$case_tools," == *",$tool,"* ]] || continue
+    log="$work/logs/${bin}.${tool}.txt"
+    if (( $(date +%s) - t0 > budget )); then echo "skipped (budget)" > "$log"; continue; fi
+    extra=()
+    [ "$tool" = racecheck ] && extra+=(--racecheck-report all)
+    s0=$(date +%s)
+    timeout -k 5 "$tmo" "$san" --tool "$tool" --error-exitcode 99 --print-limit 40 "${extra[@]}" \
+      "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
+    rc=$?
+    echo "rc=$rc seconds=$(( $(date +%s) - s0 ))" >> "$log"
+    stamp "$bin $tool rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)"
+  done
+done
+
+python3 - "$work" tests/sanitize/allowlist.txt "$OUT/sanitize.json" "${COMMIT:-${BLU_COMMIT:-}}" <<'PY'
+import json, os, re, sys, fnmatch
+work, allow_path, out, commit = sys.argv[1:5]
+allow = []  # (tool, binary glob, report regex, reason)
+for line in open(allow_path):
+    line = line.strip()
+    if not line or line.startswith("#"):
+        continue
+    tool, binary, pattern, reason = [x.strip() for x in line.split("|", 3)]
+    allow.append((tool, binary, re.compile(pattern), reason))
+runs, failed = [], 0
+for name in sorted(os.listdir(os.path.join(work, "logs"))):
+    binary, tool, _ = name.rsplit(".", 2)
+    text = open(os.path.join(work, "logs", name), errors="replace").read()
+    r = {"binary": binary, "tool": tool}
+    if text.startswith("skipped"):
+        r["status"] = "skipped"; runs.append(r); continue
+    m = re.search(r"rc=(-?\d+) seconds=(\d+)", text)
+    r["rc"], r["seconds"] = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+    s = re.search(r"(ERROR|RACECHECK) SUMMARY: (\d+) (error|hazard)", text)
+    r["reports"] = int(s.group(2)) if s else None
+    # Report headers: memcheck/initcheck/synccheck "========= <kind>", racecheck "Error/Warning: Race ..."
+    heads = [l.strip("= ").strip() for l in text.splitlines()
+             if re.match(r"=+ +(Invalid|Uninitialized|Barrier|Race|Error|Warning|Program hit|Malloc|Out-of-range|Misaligned|Address)", l)]
+    r["first_reports"] = heads[:8]
+    allowed = []
+    for (t, b, pat, reason) in allow:
+        if t == tool and fnmatch.fnmatch(binary, b) and any(pat.search(h) for h in heads):
+            allowed.append(reason)
+    r["allowed_reasons"] = sorted(set(allowed))
+    unexplained = [h for h in heads if not any(t == tool and fnmatch.fnmatch(binary, b) and pat.search(h)
+                                               for (t, b, pat, _) in allow)]
+    r["unexplained"] = len(unexplained)
+    gtest_ok = "[  PASSED  ]" in text and "[  FAILED  ]" not in text
+    r["tests_passed"] = gtest_ok
+    if r["rc"] == 124 or r["rc"] == 137:
+        r["status"] = "timeout"
+    elif not gtest_ok:
+        r["status"] = "test failed"
+    elif (r["reports"] or 0) > 0 and unexplained:
+        r["status"] = "reports"
+    elif (r["reports"] or 0) > 0:
+        r["status"] = "allowed"
+    else:
+        r["status"] = "clean"
+    failed += r["status"] not in ("clean", "allowed")
+    runs.append(r)
+json.dump({"commit": commit, "runs": runs, "failed": failed}, open(out, "w"), indent=1)
+print("| binary | tool | status | reports | seconds |")
+print("|---|---|---|---|---|")
+for r in runs:
+    print(f"| {r['binary']} | {r['tool']} | {r['status']} | {r.get('reports')} | {r.get('seconds')} |")
+print(f"failed runs: {failed}")
+sys.exit(1 if failed else 0)
+PY
+status=$?
+tar -C "$work" -czf "$OUT/sanitize.tar.gz" logs build.txt 2>/dev/null
+stamp "done (exit $status: 1 when a run has an unexplained report, a failed test or a timeout)"
+exit $status
