@@ -27,6 +27,16 @@ timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
   --target blublas_gemm_simt_gpu_test gemm_bench blublas-profiler ${BLU_SWEEP_EXTRA_TARGETS:-} \
   -- -k 0 > "$out/build.txt" 2>&1
 stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
+# SASS of the default kernel (l88k16, all four operand majors) for reading offline: this machine
+# has cuobjdump, the developer machine does not. sass_l88k16_ops.txt counts opcodes per kernel.
+obj="$build/blublas/CMakeFiles/blublas.dir/src/gemm/simt_f32_lean_k16_gemm.cu.o"
+if command -v cuobjdump >/dev/null && [ -f "$obj" ]; then
+  cuobjdump -sass "$obj" | awk '/Function : /{keep = ($0 ~ /LeanTileILi128ELi128ELi8ELi8ELi4ELi8ELi2ELi16ELi8E/)} keep' \
+    > "$out/sass_l88k16.txt"
+  awk '/Function : /{f=$3} /\/\*[0-9a-f]+\*\/ /{for(i=1;i<=NF;i++) if($i ~ /^[A-Z][A-Z0-9.]+$/ && $i !~ /^R[0-9]/){split($i,o,"."); n[f" "o[1]]++; break}}
+       END{for(k in n) print n[k], k}' "$out/sass_l88k16.txt" | sort -k2,2 -k1,1nr > "$out/sass_l88k16_ops.txt"
+  stamp "sass: $(wc -l < "$out/sass_l88k16.txt") lines"
+fi
 timeout 240 "$build/tests/blublas_gemm_simt_gpu_test" > "$out/gemm_simt_gpu_test.txt" 2>&1
 stamp "gemm_simt_gpu_test rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/gemm_simt_gpu_test.txt" | head -12
 for v in $variants; do

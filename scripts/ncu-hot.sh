@@ -8,6 +8,15 @@ mkdir -p "$out"
 command -v ncu >/dev/null || { echo "ncu-hot: no ncu on this machine"; exit 1; }
 sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
 --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+# The stall reasons as numbers (warps stalled per issued instruction, by reason): WarpStateStats
+# prints only their sum in text mode. Session 8 had no breakdown for l88k16 without them.
+stalls=""
+for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard \
+  math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected short_scoreboard \
+  sleeping tex_throttle wait; do
+  stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+done
+sections+=" --metrics $stalls"
 # name ; kernel regex ; profiler command
 table=(
   "gemm_bf16_fc_fwd;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
@@ -49,4 +58,7 @@ for row in "${table[@]}"; do
     exit 1
   fi
   grep -E "^\s+[a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible" "$out/$name.txt" | head -14
+  # The three largest stall reasons.
+  grep -E "smsp__average_warps_issue_stalled_" "$out/$name.txt" | awk '{print $NF, $1}' | sort -g -r | head -3 |
+    sed -E 's/smsp__average_warps_issue_stalled_|_per_issue_active.ratio//g; s/^/  stall /'
 done
