@@ -132,6 +132,26 @@ TEST(Config, AutoResolvesForCpuAndGpu) {
   EXPECT_EQ(gpu.seq_len, 1024);
   EXPECT_EQ(gpu.precision, "bf16");
   EXPECT_EQ(gpu.out_dir, "out/d12");
+  // Note [Shuffled windows]: on for the Brown corpus (the default data), off for shard directories
+  // and synthetic data unless asked for; a bad value is a clear error.
+  EXPECT_EQ(cpu.shuffle, "on");
+  TrainConfig shards;
+  shards.data = "/some/llmc/shards";
+  resolve_auto(shards, true);
+  EXPECT_EQ(shards.shuffle, "off");
+  TrainConfig forced;
+  forced.data = "synthetic";
+  forced.shuffle = "on";
+  resolve_auto(forced, true);
+  EXPECT_EQ(forced.shuffle, "on");
+  TrainConfig bad;
+  bad.shuffle = "sometimes";
+  try {
+    resolve_auto(bad, false);
+    ADD_FAILURE() << "--shuffle sometimes accepted";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--shuffle 'sometimes'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Config, ConfigsThatDoNotFitAreRejected) {

@@ -248,6 +248,85 @@ TEST_F(DataTest, RankStridedCursorsPartitionTheData) {
   EXPECT_THROW(DataLoader(shards, B, T, 3, world, 50257), blu::Error);
 }
 
+// Note [Shuffled windows]: each row a contiguous window at its own offset inside the cursor's
+// shard (every offset reachable, none past the end), the cursor advancing as in order; the same
+// seed and cursor give the same windows (resume), ranks and seeds differ, rows are spread over
+// the whole shard.
+TEST_F(DataTest, ShuffledWindowsAreSeededResumableAndCoverTheShard) {
+  const int B = 4, T = 8, world = 2;
+  make_shard("s_train_000000.bin", 3000, 0, 50000);
+  make_shard("s_train_000001.bin", 500, 10000, 50000);
+  std::vector<std::string> shards = find_shards(dir_.string(), "s", "train");
+  auto make = [&](int rank, uint64_t seed) {
+    DataLoader l(shards, B, T, rank, world, 50257);
+    l.set_shuffle(seed);
+    return l;
+  };
+  DataLoader r0 = make(0, 7), r1 = make(1, 7), other_seed = make(0, 8);
+  DataLoader in_order(shards, B, T, 0, world, 50257);
+  EXPECT_TRUE(r0.shuffled());
+  EXPECT_FALSE(in_order.shuffled());
+  std::vector<int32_t> x(B * T), y(B * T), x1(B * T), y1(B * T), xs(B * T), ys(B * T), xo(B * T), yo(B * T);
+  std::set<int32_t> starts;
+  int differs_rank = 0, differs_seed = 0;
+  const int steps = 60;
+  for (int step = 0; step < steps; ++step) {
+    const DataCursor before = r0.cursor();
+    r0.next_batch(x, y);
+    r1.next_batch(x1, y1);
+    other_seed.next_batch(xs, ys);
+    in_order.next_batch(xo, yo);
+    EXPECT_EQ(r0.cursor(), in_order.cursor()) << "the cursor advances as in order, step " << step;
+    // The shard of this batch: tokens of shard 0 are < 3000, of shard 1 in [10000, 10500).
+    const bool second = before.shard == 1;
+    for (int b = 0; b < B; ++b) {
+      const int32_t first = x[static_cast<size_t>(b) * T];
+      if (second) {
+        ASSERT_GE(first, 10000);
+        ASSERT_LE(first, 10500 - T - 1) << "a window must leave room for its last target";
+      } else {
+        ASSERT_LE(first, 3000 - T - 1);
+        starts.insert(first);
+      }
+      for (int t = 0; t < T; ++t) {
+        const size_t i = static_cast<size_t>(b) * T + t;
+        ASSERT_EQ(x[i], first + t) << "row " << b << " is one contiguous window";
+        ASSERT_EQ(y[i], x[i] + 1) << "targets are the next token";
+      }
+    }
+    differs_rank += x != x1;
+    differs_seed += x != xs;
+  }
+  EXPECT_EQ(differs_rank, steps) << "ranks read different windows";
+  EXPECT_EQ(differs_seed, steps) << "another seed gives other windows";
+  // Spread: the starts seen in shard 0 cover most of its 3000 - 8 offsets' range, not a prefix.
+  ASSERT_GT(starts.size(), 100u);
+  EXPECT_LT(*starts.begin(), 300);
+  EXPECT_GT(*starts.rbegin(), 2700);
+  // Two ranks of B rows read the rows of one loader of 2B rows (data parallelism = one process).
+  {
+    DataLoader a = make(0, 11), b = make(1, 11);
+    DataLoader one(shards, 2 * B, T, 0, 1, 50257);
+    one.set_shuffle(11);
+    std::vector<int32_t> xa(B * T), ya(B * T), xb(B * T), yb(B * T), xx(2 * B * T), yx(2 * B * T);
+    for (int step = 0; step < 5; ++step) {
+      a.next_batch(xa, ya);
+      b.next_batch(xb, yb);
+      one.next_batch(xx, yx);
+      xa.insert(xa.end(), xb.begin(), xb.end());
+      EXPECT_EQ(xa, xx) << "step " << step;
+      xa.resize(static_cast<size_t>(B) * T);
+    }
+  }
+  // Resume: a fresh loader with the same seed, set to a saved cursor, reads the same windows.
+  DataLoader resumed = make(0, 7);
+  resumed.set_cursor(r0.cursor());
+  r0.next_batch(x, y);
+  resumed.next_batch(x1, y1);
+  EXPECT_EQ(x, x1);
+  EXPECT_EQ(y, y1);
+}
+
 TEST_F(DataTest, BatchLargerThanDataIsAClearError) {
   make_shard("s_train_000000.bin", 64, 0, 50000);
   try {

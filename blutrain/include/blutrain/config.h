@@ -36,6 +36,7 @@ struct TrainConfig {
   // data
   std::string data = "brown";      // "brown" (embedded corpus), "synthetic", or a shard directory
   std::string data_name = "";      // shard prefix in that directory (<name>_train_*.bin); "" = detect
+  std::string shuffle = "auto";    // train windows at random offsets: on | off | auto (on for brown)
   std::string vocab_dir = "";      // encoder.json + vocab.bpe; "" = default location
   std::string cache_dir = "";      // tokenized-corpus cache; "" = data/cache
   // batch

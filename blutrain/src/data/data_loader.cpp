@@ -2,12 +2,24 @@
 // Shards are opened lazily and their checksums and ids validated once, on the host, when first
 // used (Note [Shard checksums] in blutrain/data.h).
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 
 namespace blu::train {
+namespace {
+
+// SplitMix64's finaliser: a bijective 64-bit mix (Note [Shuffled windows]).
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
 
 DataLoader::DataLoader(std::vector<std::string> shard_paths, int batch_size, int seq_len, int rank,
                        int world_size, int32_t vocab_size)
@@ -78,10 +90,26 @@ void DataLoader::next_batch(std::span<int32_t> inputs, std::span<int32_t> target
   BLU_CHECK(inputs.size() == n && targets.size() == n, "DataLoader::next_batch: buffers of ",
             inputs.size(), " and ", targets.size(), " entries, expected B*T = ", n);
   const TokenShard& s = shard(cursor_.shard);
-  const uint16_t* window = s.tokens().data() + cursor_.position + static_cast<int64_t>(rank_) * B_ * T_;
-  for (size_t i = 0; i < n; ++i) {
-    inputs[i] = window[i];
-    targets[i] = window[i + 1];
+  if (shuffle_) {  // Note [Shuffled windows]
+    const int64_t starts = s.size() - T_;  // a window of T + 1 tokens starts in [0, size - T - 1]
+    for (int b = 0; b < B_; ++b) {
+      uint64_t h = seed_;
+      for (uint64_t v : {static_cast<uint64_t>(cursor_.epoch), static_cast<uint64_t>(cursor_.shard),
+                         static_cast<uint64_t>(cursor_.position),
+                         static_cast<uint64_t>(rank_) * static_cast<uint64_t>(B_) + static_cast<uint64_t>(b)})
+        h = splitmix64(h ^ v);
+      const uint16_t* window = s.tokens().data() + static_cast<int64_t>(h % static_cast<uint64_t>(starts));
+      for (int t = 0; t < T_; ++t) {
+        inputs[static_cast<size_t>(b) * T_ + t] = window[t];
+        targets[static_cast<size_t>(b) * T_ + t] = window[t + 1];
+      }
+    }
+  } else {
+    const uint16_t* window = s.tokens().data() + cursor_.position + static_cast<int64_t>(rank_) * B_ * T_;
+    for (size_t i = 0; i < n; ++i) {
+      inputs[i] = window[i];
+      targets[i] = window[i + 1];
+    }
   }
   cursor_.position += global_batch_tokens();
   if (cursor_.position + global_batch_tokens() + 1 > shard_sizes_[static_cast<size_t>(cursor_.shard)]) {

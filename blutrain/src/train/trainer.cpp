@@ -140,6 +140,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   if (dp && is_main) dp->barrier();
   const int B = cfg.batch_size, T = cfg.seq_len;
   DataLoader train_loader(shards.train, B, T, rank, world, mcfg.vocab_size);
+  if (cfg.shuffle == "on") train_loader.set_shuffle(cfg.seed ^ 0x5348554646ull);  // "SHUFF": Note [Shuffled windows]
   std::unique_ptr<DataLoader> val_loader;
   if (!shards.val.empty() && cfg.val_batches > 0) {
     val_loader = std::make_unique<DataLoader>(shards.val, B, T, rank, world, mcfg.vocab_size);
@@ -227,7 +228,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       << "data " << cfg.data << ": " << train_loader.total_tokens() << " train tokens"
       << (val_loader ? ", " + std::to_string(val_loader->total_tokens()) + " val tokens" : std::string(", no val split"))
       << "; B=" << B << (world > 1 ? " per rank x " + std::to_string(world) + " ranks" : std::string()) << " T=" << T
-      << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens << " tokens per step\n";
+      << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens << " tokens per step"
+      << (train_loader.shuffled() ? ", windows shuffled" : "") << "\n";
 
   if (is_main) std::filesystem::create_directories(cfg.out_dir);
   std::unique_ptr<MetricsLog> metrics =
