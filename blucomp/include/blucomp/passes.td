@@ -34,4 +34,19 @@ def BluExpandMath : Pass<"blu-expand-math"> {
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::vector::VectorDialect"];
 }
 
+def BluPlanMemory : Pass<"blu-plan-memory", "::mlir::func::FuncOp"> {
+  let summary = "Assign every intermediate tensor an offset in one arena from its live range";
+  let description = [{
+    Liveness over the function body's top-level ops (a value lives from its defining op to its
+    last user; function results to the end), then offsets by greedy best fit, largest first, at
+    `alignment` bytes (Note [Arena plan] in plan_memory.cpp). Each op that defines intermediates
+    gets `blu.arena_offsets` (one byte offset per result); the function gets `blu.arena_bytes` (the
+    planned peak) and `blu.unplanned_bytes` (the sum of all intermediates: one allocation each).
+    Function arguments are not in the arena (the caller owns them).
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"256", "byte alignment of every offset">
+  ];
+}
+
 #endif  // BLUCOMP_PASSES_TD
