@@ -37,6 +37,7 @@ struct TrainConfig {
   std::string data = "brown";      // "brown" (embedded corpus), "synthetic", or a shard directory
   std::string data_name = "";      // shard prefix in that directory (<name>_train_*.bin); "" = detect
   std::string shuffle = "auto";    // train windows at random offsets: on | off | auto (on for brown)
+  std::string vocab = "auto";      // gpt2 | corpus (the ids the data uses) | auto (corpus: tiny on brown)
   std::string vocab_dir = "";      // encoder.json + vocab.bpe; "" = default location
   std::string cache_dir = "";      // tokenized-corpus cache; "" = data/cache
   // batch

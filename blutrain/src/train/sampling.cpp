@@ -7,8 +7,10 @@
 #include <ostream>
 
 #include "blutensor/autograd.h"
+#include "blutensor/json.h"
 #include "blutensor/ops.h"
 #include "blutrain/checkpoint_dir.h"
+#include "blutrain/corpus_vocab.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
 #include "train/train_state.h"
@@ -29,7 +31,8 @@ std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vecto
                               double temperature, int top_k, SampleRng& rng) {
   NoGradGuard no_grad;
   const GPT2Config& cfg = model.config();
-  std::vector<int32_t> seq = prompt.empty() ? std::vector<int32_t>{Tokenizer::kEndOfText} : prompt;
+  std::vector<int32_t> seq =
+      prompt.empty() ? std::vector<int32_t>{to_model_id(cfg.vocab_ids, Tokenizer::kEndOfText)} : prompt;
   std::vector<int32_t> out;
   for (int i = 0; i < n_tokens; ++i) {
     const size_t ctx = std::min<size_t>(seq.size(), static_cast<size_t>(cfg.block_size));
@@ -62,17 +65,36 @@ std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vecto
   return out;
 }
 
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const GPT2Config& cfg, const std::string& text) {
+  std::vector<int32_t> ids = text.empty() ? std::vector<int32_t>{} : tok.encode(text);
+  for (int32_t& id : ids) {
+    const int32_t m = to_model_id(cfg.vocab_ids, id);
+    const std::vector<int32_t> one{id};
+    BLU_CHECK(m >= 0, "prompt token ", id, " (", json::quote(tok.decode(one)), ") is not in the model's corpus vocabulary of ",
+              cfg.vocab_ids.size(), " ids (Note [Corpus vocabulary]): rephrase the prompt");
+    id = m;
+  }
+  return ids;
+}
+
+std::string decode_sample(const Tokenizer& tok, const GPT2Config& cfg, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> gpt2(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) gpt2[i] = to_gpt2_id(cfg.vocab_ids, ids[i]);
+  return tok.decode(gpt2);
+}
+
 int run_sample(const TrainConfig& cfg, std::ostream& out) {
   const std::string dir = cfg.checkpoint.empty() ? latest_checkpoint(cfg.out_dir) : cfg.checkpoint;
   BLU_CHECK(!dir.empty(), "sample: no checkpoint in '", cfg.out_dir, "' (train first, or pass --checkpoint DIR)");
-  GPT2 model(gpt2_config(checkpoint_model_name(dir)), Device(cfg.device));  // the checkpoint decides
+  GPT2 model(checkpoint_model_config(dir), Device(cfg.device));  // the checkpoint decides
   TrainState st = load_checkpoint(dir, model, nullptr);
   Tokenizer tok = Tokenizer::from_dir(cfg.vocab_dir.empty() ? Tokenizer::default_dir() : cfg.vocab_dir);
   SampleRng rng{cfg.seed};
-  std::vector<int32_t> prompt = cfg.prompt.empty() ? std::vector<int32_t>{} : tok.encode(cfg.prompt);
+  std::vector<int32_t> prompt = encode_prompt(tok, model.config(), cfg.prompt);
   std::vector<int32_t> ids = generate(model, parse_precision(cfg.precision), prompt, cfg.sample_tokens, cfg.temperature,
                                       cfg.top_k, rng);
-  out << "checkpoint " << dir << " (step " << st.step << ")\n" << cfg.prompt << tok.decode(ids) << "\n";
+  out << "checkpoint " << dir << " (step " << st.step << ")\n" << cfg.prompt << decode_sample(tok, model.config(), ids)
+      << "\n";
   return 0;
 }
 

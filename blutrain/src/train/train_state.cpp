@@ -13,6 +13,7 @@
 #include "blutensor/error.h"
 #include "blutrain/checkpoint_checksums.h"
 #include "blutrain/checkpoint_dir.h"
+#include "blutrain/corpus_vocab.h"
 #include "blutrain/files.h"
 #include "blutensor/autograd.h"
 #include "blutensor/json.h"
@@ -20,6 +21,18 @@
 #include "blutrain/version.h"
 
 namespace blu::train {
+namespace {
+// ",\n  \"vocab_ids\": [...]" for a corpus vocabulary (Note [Corpus vocabulary]); nothing for GPT-2's.
+std::string vocab_json(const std::vector<int32_t>& ids) {
+  if (ids.empty()) return "";
+  std::ostringstream s;
+  s << ",\n  \"vocab_ids\": [";
+  for (size_t i = 0; i < ids.size(); ++i) s << (i ? "," : "") << ids[i];
+  s << "]";
+  return s.str();
+}
+}  // namespace
+
 namespace {
 
 std::string losses_json(const std::vector<LossPoint>& pts) {
@@ -61,7 +74,7 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
                                           Checksums::kCrc32c));
   std::ostringstream js;
   js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
-     << json::quote(model.config().name) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
+     << json::quote(model.config().name) << vocab_json(model.config().vocab_ids) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
      << opt.step_count() << ",\n  \"data_cursor\": {\"shard\": " << state.cursor.shard
      << ", \"position\": " << state.cursor.position << ", \"epoch\": " << state.cursor.epoch
      << "},\n  \"sample_rng\": \"" << state.sample_rng << "\",\n  \"train_losses\": " << losses_json(state.train_losses)
@@ -71,10 +84,21 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
   return staging.commit(keep);
 }
 
-std::string checkpoint_model_name(const std::string& dir) {
+namespace {
+CheckpointState read_checkpoint_state(const std::string& dir) {
   const std::string state_path = dir + "/state.json";
   BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  return parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path).model;
+  return parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
+}
+}  // namespace
+
+std::string checkpoint_model_name(const std::string& dir) { return read_checkpoint_state(dir).model; }
+
+GPT2Config checkpoint_model_config(const std::string& dir) {
+  const CheckpointState cs = read_checkpoint_state(dir);
+  GPT2Config c = gpt2_config(cs.model);
+  set_model_vocab(c, cs.vocab_ids);
+  return c;
 }
 
 // Note [state.json is input]
@@ -119,6 +143,17 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   st.train_losses = losses_from(member(s, "train_losses"), path + " \"train_losses\"");
   st.val_losses = losses_from(member(s, "val_losses"), path + " \"val_losses\"");
   if (s.find("adamw_step") != nullptr) out.adamw_step = count(s, "adamw_step");
+  if (const json::Value* v = s.find("vocab_ids")) {  // Note [Corpus vocabulary]
+    BLU_CHECK(v->is_array(), path, ": \"vocab_ids\" is not an array");
+    BLU_CHECK(v->as_array().size() <= 50257, path, ": \"vocab_ids\" has ", v->as_array().size(),
+              " entries, more than GPT-2's 50257 ids");
+    for (const json::Value& id : v->as_array()) {
+      BLU_CHECK(id.is_integer() && id.as_integer() >= 0 && id.as_integer() < 50257, path,
+                ": \"vocab_ids\" holds ", id.dump(), ", not a GPT-2 id");
+      out.vocab_ids.push_back(static_cast<int32_t>(id.as_integer()));
+    }
+    validate_vocab_ids(out.vocab_ids, path + " \"vocab_ids\"");
+  }
   return out;
 }
 
@@ -132,6 +167,11 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   CheckpointState cs = parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
   BLU_CHECK(cs.model == model.config().name, "checkpoint '", dir, "' is of model '", cs.model,
             "', not '", model.config().name, "' (pass --model ", cs.model, " or another --out-dir)");
+  BLU_CHECK(cs.vocab_ids == model.config().vocab_ids, "checkpoint '", dir, "' has a vocabulary of ",
+            cs.vocab_ids.empty() ? std::string("GPT-2's 50257 ids") : std::to_string(cs.vocab_ids.size()) + " corpus ids",
+            ", this run ", model.config().vocab_ids.empty() ? std::string("GPT-2's 50257 ids")
+                                                             : std::to_string(model.config().vocab_ids.size()) + " corpus ids",
+            " (Note [Corpus vocabulary]: pass the same --vocab and data, or another --out-dir)");
   load_hf_weights(model, dir);
   if (opt != nullptr) {
     const std::string path = dir + "/optimizer.safetensors";

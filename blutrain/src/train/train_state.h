@@ -26,6 +26,7 @@ struct TrainState {
 // What state.json holds (besides the informational config text).
 struct CheckpointState {
   std::string model;        // "tiny", "d12", ...
+  std::vector<int32_t> vocab_ids;  // Note [Corpus vocabulary]; empty: GPT-2's
   int64_t adamw_step = -1;  // -1 when absent (only needed with an optimizer)
   TrainState state;
 };
@@ -39,6 +40,8 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
                             const TrainConfig& cfg);
 // The model size ("tiny", "d12", ...) a checkpoint holds (from its state.json).
 std::string checkpoint_model_name(const std::string& dir);
+// Its model configuration: the size and the vocabulary (Note [Corpus vocabulary]).
+GPT2Config checkpoint_model_config(const std::string& dir);
 // Loads weights, optimizer moments and step; returns the rest. Errors name the file.
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt);
 

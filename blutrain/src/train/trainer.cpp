@@ -27,6 +27,7 @@
 #include "blutrain/fused_step.h"
 #include "blutrain/nvtx.h"
 #include "blutrain/optimizer.h"
+#include "blutrain/corpus_vocab.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
 #include "train/data_parallel.h"
@@ -136,7 +137,16 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     tok = std::make_unique<Tokenizer>(Tokenizer::from_dir(vocab_dir));
   }
   if (dp && !is_main) dp->barrier();  // rank 0 fills a first-use data cache alone
-  const ShardSet shards = resolve_data(cfg, tok.get());
+  ShardSet shards = resolve_data(cfg, tok.get());
+  if (cfg.vocab == "corpus") {  // Note [Corpus vocabulary]
+    const std::string cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
+    const std::string name = cfg.data == "brown" || cfg.data == "synthetic"
+                                 ? cfg.data
+                                 : std::filesystem::path(cfg.data).lexically_normal().filename().string();
+    CorpusVocab cv = ensure_corpus_vocab(shards, cache + "/corpus_vocab/" + name);
+    shards = cv.shards;
+    set_model_vocab(mcfg, cv.ids);
+  }
   if (dp && is_main) dp->barrier();
   const int B = cfg.batch_size, T = cfg.seq_len;
   DataLoader train_loader(shards.train, B, T, rank, world, mcfg.vocab_size);
@@ -253,10 +263,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   auto print_sample = [&](int64_t step) {
     if (cfg.sample_tokens <= 0 || !tok || !is_main) return;
     SampleRng rng{state.sample_rng};
-    std::vector<int32_t> prompt = cfg.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.prompt);
+    std::vector<int32_t> prompt = encode_prompt(*tok, model.config(), cfg.prompt);
     std::vector<int32_t> ids = generate(model, precision, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k, rng);
     state.sample_rng = rng.state;
-    result.sample_text = cfg.prompt + tok->decode(ids);
+    result.sample_text = cfg.prompt + decode_sample(*tok, model.config(), ids);
     out << "--- sample at step " << step << " ---\n" << result.sample_text << "\n---\n";
   };
   auto validate = [&](int64_t step) {

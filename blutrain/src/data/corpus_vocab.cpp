@@ -1,0 +1,137 @@
+// corpus_vocab.cpp: the corpus vocabulary and its compact-id shard cache (Note [Corpus
+// vocabulary] in blutrain/corpus_vocab.h).
+#include "blutrain/corpus_vocab.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <tuple>
+
+#include "blutensor/crc32c.h"
+#include "blutensor/error.h"
+#include "blutrain/files.h"
+#include "blutrain/tokenizer.h"
+
+namespace blu::train {
+namespace {
+
+constexpr const char* kCacheVersion = "corpus-vocab-1";
+constexpr int32_t kGpt2Vocab = 50257;
+
+// "path size crc" of every source shard, in order: the cache key.
+std::string source_key(const ShardSet& source) {
+  std::ostringstream k;
+  for (const auto* split : {&source.train, &source.val}) {
+    for (const std::string& p : *split) {
+      TokenShard s = TokenShard::open(p);
+      k << std::filesystem::path(p).filename().string() << ' ' << s.size() << ' '
+        << crc32c_hex(crc32c(s.tokens().data(), s.tokens().size_bytes())) << '\n';
+    }
+  }
+  return k.str();
+}
+
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::ostringstream o;
+  for (size_t i = 0; i < ids.size(); ++i) o << (i ? "," : "") << ids[i];
+  return o.str();
+}
+
+}  // namespace
+
+void validate_vocab_ids(const std::vector<int32_t>& ids, const std::string& where) {
+  BLU_CHECK(!ids.empty(), where, ": an empty vocabulary");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    BLU_CHECK(ids[i] >= 0 && ids[i] < kGpt2Vocab, where, ": vocabulary id ", ids[i], " at ", i,
+              " is not a GPT-2 id (0..", kGpt2Vocab - 1, ")");
+    BLU_CHECK(i == 0 || ids[i] > ids[i - 1], where, ": vocabulary ids must increase (", ids[i - 1], " then ",
+              ids[i], " at ", i, ")");
+  }
+  BLU_CHECK(std::binary_search(ids.begin(), ids.end(), Tokenizer::kEndOfText), where,
+            ": the vocabulary lacks the end-of-text id ", Tokenizer::kEndOfText);
+}
+
+int32_t to_model_id(const std::vector<int32_t>& ids, int32_t gpt2_id) {
+  if (ids.empty()) return gpt2_id;
+  auto it = std::lower_bound(ids.begin(), ids.end(), gpt2_id);
+  return it != ids.end() && *it == gpt2_id ? static_cast<int32_t>(it - ids.begin()) : -1;
+}
+
+int32_t to_gpt2_id(const std::vector<int32_t>& ids, int32_t model_id) {
+  if (ids.empty()) return model_id;
+  BLU_CHECK(model_id >= 0 && model_id < static_cast<int32_t>(ids.size()), "token id ", model_id,
+            " outside the model's vocabulary of ", ids.size());
+  return ids[static_cast<size_t>(model_id)];
+}
+
+void set_model_vocab(GPT2Config& cfg, const std::vector<int32_t>& ids) {
+  cfg.vocab_ids = ids;
+  cfg.vocab_size = ids.empty() ? kGpt2Vocab : static_cast<int>(ids.size());
+  cfg.padded_vocab = (cfg.vocab_size + 63) / 64 * 64;
+}
+
+CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) {
+  BLU_CHECK(!source.train.empty(), "--vocab corpus: no train shards");
+  const std::string key = source_key(source);
+  const std::string manifest_path = dir + "/manifest.json";
+  auto shard_name = [&](const std::string& split, size_t i) {
+    std::ostringstream n;
+    n << dir << "/corpus_" << split << "_" << std::string(6 - std::min<size_t>(6, std::to_string(i).size()), '0') << i
+      << ".bin";
+    return n.str();
+  };
+  if (file_exists(manifest_path)) {
+    try {
+      json::Value m = parse_json(read_file(manifest_path, "corpus vocabulary manifest"), manifest_path);
+      if (json_member(m, "version", manifest_path).as_string() == kCacheVersion &&
+          json_member(m, "source", manifest_path).as_string() == key) {
+        CorpusVocab v;
+        for (const json::Value& id : json_member(m, "ids", manifest_path).as_array())
+          v.ids.push_back(static_cast<int32_t>(id.as_integer()));
+        validate_vocab_ids(v.ids, manifest_path);
+        for (size_t i = 0; i < source.train.size(); ++i) v.shards.train.push_back(shard_name("train", i));
+        for (size_t i = 0; i < source.val.size(); ++i) v.shards.val.push_back(shard_name("val", i));
+        for (const auto* split : {&v.shards.train, &v.shards.val})
+          for (const std::string& p : *split) TokenShard::open(p).verify_checksum();
+        return v;
+      }
+    } catch (const blu::Error&) {
+      // A stale or damaged cache is rebuilt below.
+    }
+  }
+  std::vector<char> used(kGpt2Vocab, 0);
+  used[Tokenizer::kEndOfText] = 1;
+  for (const auto* split : {&source.train, &source.val}) {
+    for (const std::string& p : *split) {
+      TokenShard s = TokenShard::open(p);
+      s.validate_ids(kGpt2Vocab);
+      for (uint16_t t : s.tokens()) used[t] = 1;
+    }
+  }
+  CorpusVocab v;
+  std::vector<int32_t> compact(kGpt2Vocab, -1);
+  for (int32_t id = 0; id < kGpt2Vocab; ++id) {
+    if (!used[static_cast<size_t>(id)]) continue;
+    compact[static_cast<size_t>(id)] = static_cast<int32_t>(v.ids.size());
+    v.ids.push_back(id);
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& [split, src, dst] : {std::tuple{"train", &source.train, &v.shards.train},
+                                        std::tuple{"val", &source.val, &v.shards.val}}) {
+    for (size_t i = 0; i < src->size(); ++i) {
+      TokenShard s = TokenShard::open((*src)[i]);
+      std::vector<int32_t> out(static_cast<size_t>(s.size()));
+      for (size_t j = 0; j < out.size(); ++j) out[j] = compact[s.tokens()[j]];
+      dst->push_back(shard_name(split, i));
+      write_shard(dst->back(), out);
+    }
+  }
+  std::ostringstream m;
+  m << "{\"version\": " << json::quote(kCacheVersion) << ", \"source\": " << json::quote(key)
+    << ", \"ids\": [" << ids_text(v.ids) << "]}\n";
+  write_file_atomic(manifest_path, m.str());
+  return v;
+}
+
+}  // namespace blu::train
