@@ -21,6 +21,7 @@
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
 #include "support/pattern_shards.h"
+#include "support/tiny_config.h"
 
 namespace fs = std::filesystem;
 using namespace blu::train;
@@ -118,25 +119,11 @@ TEST_F(CorpusVocabTest, MapsConfigAndValidation) {
 
 TEST_F(CorpusVocabTest, TinyModelTrainsResumesAndRefusesAnotherVocabulary) {
   test::write_pattern_shards(p("data"));
-  TrainConfig cfg;
-  cfg.model = "tiny";
-  cfg.device = "cpu";
-  cfg.data = p("data");
+  TrainConfig cfg = test::tiny_config(p("data"), p("out"));
   cfg.cache_dir = p("cache");
   cfg.vocab = "corpus";
-  cfg.batch_size = 4;
-  cfg.seq_len = 32;
   cfg.max_steps = 20;
-  cfg.lr = 3e-3;
-  cfg.warmup_steps = 3;
-  cfg.val_every = 10;
-  cfg.val_batches = 2;
-  cfg.sample_tokens = 0;
   cfg.plot = false;
-  cfg.out_dir = p("out");
-  cfg.resume = "none";
-  resolve_auto(cfg, false);
-  cfg.time_limit_s = 0;
   std::ostringstream log;
   TrainResult r = run_training(cfg, log);
   // 24 pattern ids + end of text: 25 rows, padded to 64 (the log prints the parameter count).
