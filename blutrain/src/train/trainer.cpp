@@ -239,7 +239,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       << (val_loader ? ", " + std::to_string(val_loader->total_tokens()) + " val tokens" : std::string(", no val split"))
       << "; B=" << B << (world > 1 ? " per rank x " + std::to_string(world) + " ranks" : std::string()) << " T=" << T
       << ", " << accum << " micro-batch(es) = " << cfg.total_batch_tokens << " tokens per step"
-      << (train_loader.shuffled() ? ", windows shuffled" : "") << "\n";
+      << (train_loader.shuffled() ? ", windows shuffled" : "")
+      << (mcfg.vocab_ids.empty() ? std::string()
+                                 : ", corpus vocabulary of " + std::to_string(mcfg.vocab_ids.size()) + " GPT-2 ids")
+      << "\n";
 
   if (is_main) std::filesystem::create_directories(cfg.out_dir);
   std::unique_ptr<MetricsLog> metrics =
