@@ -107,7 +107,7 @@ TEST_F(CorpusVocabTest, MapsConfigAndValidation) {
   GPT2Config c = gpt2_config("tiny");
   set_model_vocab(c, ids);
   EXPECT_EQ(c.vocab_size, 3);
-  EXPECT_EQ(c.padded_vocab, 64);
+  EXPECT_EQ(c.padded_vocab, 128);
   set_model_vocab(c, {});
   EXPECT_EQ(c.vocab_size, 50257);
   EXPECT_EQ(c.padded_vocab, 50304);

@@ -16,12 +16,13 @@ namespace blu::train {
 // log-softmax and the AdamW update of the tied embedding all scale with its rows. GPT-2 has
 // 50,257 ids; the Brown corpus uses 32,882 of them. `--vocab corpus` keeps only those: compact id
 // i stands for GPT-2 id ids[i] (increasing; the end-of-text id always included, so sampling can
-// start from it). The shards are rewritten once in compact ids (cached beside the source, keyed
-// by the source shards' sizes and CRC-32C) and the model has ids.size() real rows (padded to a
-// multiple of 64). Text goes through the GPT-2 tokenizer as always and is mapped on the way in and
-// out; a checkpoint stores the ids (state.json "vocab_ids"), so `sample`, resume and fidelity-dump
-// rebuild the same model. Both splits count: an id only in the val split still gets a row (its
-// loss is a real prediction, not an unknown-token shortcut).
+// start from it). The shards are rewritten once in compact ids (cached under the data cache's
+// corpus_vocab/<data name>, keyed by the source shards' sizes and CRC-32C) and the model has
+// ids.size() real rows (padded to a multiple of 128: Note [Padded vocabulary]). Text goes through
+// the GPT-2 tokenizer as always and is mapped on the way in and out; a checkpoint stores the ids
+// (state.json "vocab_ids"), so `sample`, resume and fidelity-dump rebuild the same model. Both
+// splits count: an id only in the val split still gets a row (its loss is a real prediction, not
+// an unknown-token shortcut).
 struct CorpusVocab {
   std::vector<int32_t> ids;  // compact id -> GPT-2 id
   ShardSet shards;           // the corpus in compact ids
@@ -31,8 +32,8 @@ struct CorpusVocab {
 // under `dir` (reused when the cache matches the source). GPT-2 ids only (< 50257).
 CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir);
 
-// Sets cfg's vocabulary to `ids` (empty: GPT-2's): vocab_size, padded_vocab (a multiple of 64),
-// vocab_ids.
+// Sets cfg's vocabulary to `ids` (empty: GPT-2's): vocab_size, padded_vocab (a multiple of 128:
+// Note [Padded vocabulary]), vocab_ids.
 void set_model_vocab(GPT2Config& cfg, const std::vector<int32_t>& ids);
 
 // GPT-2 id -> compact id, or -1 when the vocabulary lacks it; identity for an empty vocabulary.

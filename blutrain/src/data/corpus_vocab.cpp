@@ -67,7 +67,7 @@ int32_t to_gpt2_id(const std::vector<int32_t>& ids, int32_t model_id) {
 void set_model_vocab(GPT2Config& cfg, const std::vector<int32_t>& ids) {
   cfg.vocab_ids = ids;
   cfg.vocab_size = ids.empty() ? kGpt2Vocab : static_cast<int>(ids.size());
-  cfg.padded_vocab = (cfg.vocab_size + 63) / 64 * 64;
+  cfg.padded_vocab = (cfg.vocab_size + 127) / 128 * 128;  // Note [Padded vocabulary]
 }
 
 CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) {
