@@ -66,6 +66,7 @@ struct TrainConfig {
   // evaluation, sampling, output
   int64_t val_every = 0;           // 0 = auto
   int val_batches = 0;             // 0 = auto
+  int final_val_batches = -2;      // after the last step: -1 = the whole val split, 0 = none, -2 = auto (CPU: -1)
   int64_t sample_every = 0;        // 0 = only at the end
   int sample_tokens = 64;
   double temperature = 1.0;

@@ -24,6 +24,7 @@ class Tokenizer;
 struct TrainResult {
   std::vector<LossPoint> train_losses;  // every step of the run (including before a resume)
   std::vector<LossPoint> val_losses;
+  double final_val_loss = -1;  // --final-val-batches' validation after the last step (-1: none)
   int64_t final_step = 0;      // optimizer steps completed
   int64_t resumed_from = -1;   // step of the checkpoint resumed from, -1 if none
   bool stopped_early = false;  // --stop-after-steps fired (no final checkpoint, like a kill)

@@ -75,6 +75,7 @@ const std::vector<Flag>& flag_table() {
       {"seed", "N", &TrainConfig::seed, "random seed (initialisation, sampling); runs are deterministic for a seed"},
       {"val-every", "N", &TrainConfig::val_every, "validation loss every N steps (0 = auto: 100 on GPU, 25 on CPU; -1 = never)"},
       {"val-batches", "N", &TrainConfig::val_batches, "micro-batches per validation (0 = auto: 20 on GPU, 4 on CPU; -1 = no validation at all)"},
+      {"final-val-batches", "N", &TrainConfig::final_val_batches, "after the last step, one more validation over N micro-batches (-1 = the whole val split, 0 = none; -2 = auto: the whole split on CPU, none on GPU): the periodic one reads only the split's first --val-batches"},
       {"sample-every", "N", &TrainConfig::sample_every, "print a text sample every N steps (0 = only at the end)"},
       {"sample-tokens", "N", &TrainConfig::sample_tokens, "tokens per sample"},
       {"temperature", "X", &TrainConfig::temperature, "sampling temperature (0 = greedy)"},
@@ -416,6 +417,9 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   if (cfg.warmup_steps < 0) cfg.warmup_steps = on_gpu ? std::max<int64_t>(1, cfg.max_steps / 20) : std::min<int64_t>(10, cfg.max_steps);
   if (cfg.val_every == 0) cfg.val_every = on_gpu ? 100 : 25;
   if (cfg.val_batches == 0) cfg.val_batches = on_gpu ? 20 : 4;
+  if (cfg.final_val_batches == -2) cfg.final_val_batches = on_gpu ? 0 : -1;
+  BLU_CHECK(cfg.final_val_batches >= -1, "--final-val-batches ", cfg.final_val_batches,
+            ": expected a number of micro-batches, -1 (the whole val split) or 0 (none)");
   if (cfg.out_dir.empty()) cfg.out_dir = "out/" + cfg.model;
   BLU_CHECK(cfg.max_steps > 0, "--max-steps must be positive");
   BLU_CHECK(cfg.lr > 0 && cfg.min_lr_ratio >= 0 && cfg.min_lr_ratio <= 1, "--lr must be > 0 and --min-lr-ratio in [0, 1]");

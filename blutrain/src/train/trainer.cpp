@@ -484,6 +484,18 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
 
   if (!result.stopped_early) {
     if (val_loader && (state.val_losses.empty() || state.val_losses.back().step != step)) validate(step);
+    if (val_loader && cfg.final_val_batches != 0) {  // more of the split than the periodic check reads
+      const int64_t n = cfg.final_val_batches < 0 ? val_loader->batches_per_epoch() : cfg.final_val_batches;
+      double v = evaluate(model, precision, *val_loader, feeder, static_cast<int>(n));
+      if (dp) v = dp->mean(v);
+      result.final_val_loss = v;
+      metrics->write("val_final", {{"step", static_cast<double>(step)}, {"val_loss", v}, {"batches", static_cast<double>(n)}});
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "val loss %.4f at step %lld over %lld batches (%lld tokens%s)", v,
+                    static_cast<long long>(step), static_cast<long long>(n),
+                    static_cast<long long>(n * B * T * world), cfg.final_val_batches < 0 ? ": the whole val split" : "");
+      out << buf << "\n";
+    }
     print_sample(step);
     checkpoint();
     if (cfg.plot && is_main && !state.train_losses.empty()) {
