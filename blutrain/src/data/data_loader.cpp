@@ -2,24 +2,13 @@
 // Shards are opened lazily and their checksums and ids validated once, on the host, when first
 // used (Note [Shard checksums] in blutrain/data.h).
 #include <algorithm>
-#include <cstdint>
 #include <utility>
 
 #include "blutensor/error.h"
 #include "blutrain/data.h"
+#include "common/splitmix64.h"
 
 namespace blu::train {
-namespace {
-
-// SplitMix64's finaliser: a bijective 64-bit mix (Note [Shuffled windows]).
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 DataLoader::DataLoader(std::vector<std::string> shard_paths, int batch_size, int seq_len, int rank,
                        int world_size, int32_t vocab_size)
@@ -96,8 +85,10 @@ void DataLoader::next_batch(std::span<int32_t> inputs, std::span<int32_t> target
       uint64_t h = seed_;
       for (uint64_t v : {static_cast<uint64_t>(cursor_.epoch), static_cast<uint64_t>(cursor_.shard),
                          static_cast<uint64_t>(cursor_.position),
-                         static_cast<uint64_t>(rank_) * static_cast<uint64_t>(B_) + static_cast<uint64_t>(b)})
-        h = splitmix64(h ^ v);
+                         static_cast<uint64_t>(rank_) * static_cast<uint64_t>(B_) + static_cast<uint64_t>(b)}) {
+        uint64_t state = h ^ v;
+        h = splitmix64_next(state);
+      }
       const uint16_t* window = s.tokens().data() + static_cast<int64_t>(h % static_cast<uint64_t>(starts));
       for (int t = 0; t < T_; ++t) {
         inputs[static_cast<size_t>(b) * T_ + t] = window[t];

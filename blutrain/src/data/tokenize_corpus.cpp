@@ -15,6 +15,7 @@
 #include "blutrain/data.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "common/splitmix64.h"
 #include "data/shard_writer.h"
 #include "data/text_stream_encoder.h"
 
@@ -130,12 +131,7 @@ ShardSet ensure_synthetic_shards(const std::string& cache_dir, int64_t train_tok
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   uint64_t state = seed;
-  auto next = [&state] {  // SplitMix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  auto next = [&state] { return splitmix64_next(state); };
   auto make = [&](int64_t n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (auto& v : t) v = static_cast<int32_t>(next() % 50257);

@@ -13,17 +13,12 @@
 #include "blutrain/corpus_vocab.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
+#include "common/splitmix64.h"
 #include "train/train_state.h"
 
 namespace blu::train {
 
-uint64_t SampleRng::next_u64() {
-  // SplitMix64.
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t SampleRng::next_u64() { return splitmix64_next(state); }
 
 double SampleRng::next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
@@ -69,9 +64,9 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const GPT2Config& cfg, 
   std::vector<int32_t> ids = text.empty() ? std::vector<int32_t>{} : tok.encode(text);
   for (int32_t& id : ids) {
     const int32_t m = to_model_id(cfg.vocab_ids, id);
-    const std::vector<int32_t> one{id};
-    BLU_CHECK(m >= 0, "prompt token ", id, " (", json::quote(tok.decode(one)), ") is not in the model's corpus vocabulary of ",
-              cfg.vocab_ids.size(), " ids (Note [Corpus vocabulary]): rephrase the prompt");
+    BLU_CHECK(m >= 0, "prompt token ", id, " (", json::quote(tok.decode(std::vector<int32_t>{id})),
+              ") is not in the model's corpus vocabulary of ", cfg.vocab_ids.size(),
+              " ids (Note [Corpus vocabulary]): rephrase the prompt");
     id = m;
   }
   return ids;
