@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "blutensor/json.h"
 #include "blutrain/data.h"
 #include "blutrain/gpt2.h"
 
@@ -44,5 +45,10 @@ int32_t to_gpt2_id(const std::vector<int32_t>& ids, int32_t model_id);
 // Checks a vocabulary read from outside (a checkpoint): increasing GPT-2 ids with the end of
 // text; errors name `where`.
 void validate_vocab_ids(const std::vector<int32_t>& ids, const std::string& where);
+
+// The ids as a JSON array ("[7,12,...]"), and back: a JSON array of integers, each a GPT-2 id,
+// validated as above (the cache manifest and a checkpoint's state.json hold them this way).
+std::string vocab_ids_json(const std::vector<int32_t>& ids);
+std::vector<int32_t> vocab_ids_from_json(const json::Value& v, const std::string& where);
 
 }  // namespace blu::train

@@ -187,9 +187,10 @@ struct DataCursor {
 // offset in the cursor's shard (a hash of seed, epoch, shard, cursor position and the row's index
 // in the global batch, rank * B + row: no state beyond the cursor, so resuming from a saved cursor
 // replays the same windows, ranks read different ones, and N ranks of B rows read the windows one
-// process of N * B rows reads, so data parallelism still reproduces the one-process run). The cursor advances exactly as in order, so an epoch has the same number
-// of batches and shards are visited in turn; windows are drawn with replacement. Off by default
-// (the e2e race and the fidelity runs read llm.c shards in order, as PyTorch does there).
+// process of N * B rows reads, so data parallelism still reproduces the one-process run). The
+// cursor advances exactly as in order, so an epoch has the same number of batches and shards are
+// visited in turn; windows are drawn with replacement. Off by default (the e2e race and the
+// fidelity runs read llm.c shards in order, as PyTorch does there).
 class DataLoader {
  public:
   DataLoader(std::vector<std::string> shard_paths, int batch_size, int seq_len, int rank,

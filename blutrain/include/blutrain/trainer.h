@@ -51,7 +51,6 @@ std::vector<int32_t> generate(GPT2& model, Precision precision, const std::vecto
 // `blutrain sample`: loads a checkpoint, prints a sample.
 int run_sample(const TrainConfig& cfg, std::ostream& out);
 
-class Tokenizer;
 // A prompt in the model's ids (GPT-2's, or the corpus vocabulary's: Note [Corpus vocabulary]);
 // a token the model's vocabulary lacks is an error naming it. Empty text: no tokens.
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const GPT2Config& cfg, const std::string& text);

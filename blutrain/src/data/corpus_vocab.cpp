@@ -11,6 +11,7 @@
 #include "blutensor/error.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "data/shard_writer.h"
 
 namespace blu::train {
 namespace {
@@ -31,13 +32,27 @@ std::string source_key(const ShardSet& source) {
   return k.str();
 }
 
-std::string ids_text(const std::vector<int32_t>& ids) {
+}  // namespace
+
+std::string vocab_ids_json(const std::vector<int32_t>& ids) {
   std::ostringstream o;
+  o << '[';
   for (size_t i = 0; i < ids.size(); ++i) o << (i ? "," : "") << ids[i];
+  o << ']';
   return o.str();
 }
 
-}  // namespace
+std::vector<int32_t> vocab_ids_from_json(const json::Value& v, const std::string& where) {
+  BLU_CHECK(v.is_array(), where, ": not an array");
+  std::vector<int32_t> ids;
+  for (const json::Value& id : v.as_array()) {
+    BLU_CHECK(id.is_integer() && id.as_integer() >= 0 && id.as_integer() < kGpt2Vocab, where, ": holds ",
+              id.dump(), ", not a GPT-2 id");
+    ids.push_back(static_cast<int32_t>(id.as_integer()));
+  }
+  validate_vocab_ids(ids, where);
+  return ids;
+}
 
 void validate_vocab_ids(const std::vector<int32_t>& ids, const std::string& where) {
   BLU_CHECK(!ids.empty(), where, ": an empty vocabulary");
@@ -74,23 +89,15 @@ CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) 
   BLU_CHECK(!source.train.empty(), "--vocab corpus: no train shards");
   const std::string key = source_key(source);
   const std::string manifest_path = dir + "/manifest.json";
-  auto shard_name = [&](const std::string& split, size_t i) {
-    std::ostringstream n;
-    n << dir << "/corpus_" << split << "_" << std::string(6 - std::min<size_t>(6, std::to_string(i).size()), '0') << i
-      << ".bin";
-    return n.str();
-  };
   if (file_exists(manifest_path)) {
     try {
       json::Value m = parse_json(read_file(manifest_path, "corpus vocabulary manifest"), manifest_path);
       if (json_member(m, "version", manifest_path).as_string() == kCacheVersion &&
           json_member(m, "source", manifest_path).as_string() == key) {
         CorpusVocab v;
-        for (const json::Value& id : json_member(m, "ids", manifest_path).as_array())
-          v.ids.push_back(static_cast<int32_t>(id.as_integer()));
-        validate_vocab_ids(v.ids, manifest_path);
-        for (size_t i = 0; i < source.train.size(); ++i) v.shards.train.push_back(shard_name("train", i));
-        for (size_t i = 0; i < source.val.size(); ++i) v.shards.val.push_back(shard_name("val", i));
+        v.ids = vocab_ids_from_json(json_member(m, "ids", manifest_path), manifest_path + " \"ids\"");
+        v.shards.train = find_shards(dir, "corpus", "train");
+        if (!source.val.empty()) v.shards.val = find_shards(dir, "corpus", "val");
         for (const auto* split : {&v.shards.train, &v.shards.val})
           for (const std::string& p : *split) TokenShard::open(p).verify_checksum();
         return v;
@@ -119,17 +126,18 @@ CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) 
   std::filesystem::create_directories(dir);
   for (const auto& [split, src, dst] : {std::tuple{"train", &source.train, &v.shards.train},
                                         std::tuple{"val", &source.val, &v.shards.val}}) {
-    for (size_t i = 0; i < src->size(); ++i) {
-      TokenShard s = TokenShard::open((*src)[i]);
+    ShardSplitWriter writer(dir, "corpus", split, TokenizeOptions{}.shard_tokens);
+    for (const std::string& path : *src) {
+      TokenShard s = TokenShard::open(path);
       std::vector<int32_t> out(static_cast<size_t>(s.size()));
       for (size_t j = 0; j < out.size(); ++j) out[j] = compact[s.tokens()[j]];
-      dst->push_back(shard_name(split, i));
-      write_shard(dst->back(), out);
+      writer.append(out);
     }
+    *dst = writer.finish();
   }
   std::ostringstream m;
   m << "{\"version\": " << json::quote(kCacheVersion) << ", \"source\": " << json::quote(key)
-    << ", \"ids\": [" << ids_text(v.ids) << "]}\n";
+    << ", \"ids\": " << vocab_ids_json(v.ids) << "}\n";
   write_file_atomic(manifest_path, m.str());
   return v;
 }

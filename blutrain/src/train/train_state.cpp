@@ -22,18 +22,16 @@
 
 namespace blu::train {
 namespace {
-// ",\n  \"vocab_ids\": [...]" for a corpus vocabulary (Note [Corpus vocabulary]); nothing for GPT-2's.
-std::string vocab_json(const std::vector<int32_t>& ids) {
-  if (ids.empty()) return "";
-  std::ostringstream s;
-  s << ",\n  \"vocab_ids\": [";
-  for (size_t i = 0; i < ids.size(); ++i) s << (i ? "," : "") << ids[i];
-  s << "]";
-  return s.str();
-}
-}  // namespace
 
-namespace {
+// ",\n  \"vocab_ids\": [...]" for a corpus vocabulary (Note [Corpus vocabulary]); nothing for GPT-2's.
+std::string vocab_member(const std::vector<int32_t>& ids) {
+  return ids.empty() ? std::string() : ",\n  \"vocab_ids\": " + vocab_ids_json(ids);
+}
+
+// "GPT-2's 50257 ids" or "<n> corpus ids", for messages.
+std::string vocab_name(const std::vector<int32_t>& ids) {
+  return ids.empty() ? std::string("GPT-2's 50257 ids") : std::to_string(ids.size()) + " corpus ids";
+}
 
 std::string losses_json(const std::vector<LossPoint>& pts) {
   std::ostringstream os;
@@ -74,7 +72,7 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
                                           Checksums::kCrc32c));
   std::ostringstream js;
   js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
-     << json::quote(model.config().name) << vocab_json(model.config().vocab_ids) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
+     << json::quote(model.config().name) << vocab_member(model.config().vocab_ids) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
      << opt.step_count() << ",\n  \"data_cursor\": {\"shard\": " << state.cursor.shard
      << ", \"position\": " << state.cursor.position << ", \"epoch\": " << state.cursor.epoch
      << "},\n  \"sample_rng\": \"" << state.sample_rng << "\",\n  \"train_losses\": " << losses_json(state.train_losses)
@@ -143,17 +141,8 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   st.train_losses = losses_from(member(s, "train_losses"), path + " \"train_losses\"");
   st.val_losses = losses_from(member(s, "val_losses"), path + " \"val_losses\"");
   if (s.find("adamw_step") != nullptr) out.adamw_step = count(s, "adamw_step");
-  if (const json::Value* v = s.find("vocab_ids")) {  // Note [Corpus vocabulary]
-    BLU_CHECK(v->is_array(), path, ": \"vocab_ids\" is not an array");
-    BLU_CHECK(v->as_array().size() <= 50257, path, ": \"vocab_ids\" has ", v->as_array().size(),
-              " entries, more than GPT-2's 50257 ids");
-    for (const json::Value& id : v->as_array()) {
-      BLU_CHECK(id.is_integer() && id.as_integer() >= 0 && id.as_integer() < 50257, path,
-                ": \"vocab_ids\" holds ", id.dump(), ", not a GPT-2 id");
-      out.vocab_ids.push_back(static_cast<int32_t>(id.as_integer()));
-    }
-    validate_vocab_ids(out.vocab_ids, path + " \"vocab_ids\"");
-  }
+  if (const json::Value* v = s.find("vocab_ids"))  // Note [Corpus vocabulary]
+    out.vocab_ids = vocab_ids_from_json(*v, path + " \"vocab_ids\"");
   return out;
 }
 
@@ -168,9 +157,7 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
   BLU_CHECK(cs.model == model.config().name, "checkpoint '", dir, "' is of model '", cs.model,
             "', not '", model.config().name, "' (pass --model ", cs.model, " or another --out-dir)");
   BLU_CHECK(cs.vocab_ids == model.config().vocab_ids, "checkpoint '", dir, "' has a vocabulary of ",
-            cs.vocab_ids.empty() ? std::string("GPT-2's 50257 ids") : std::to_string(cs.vocab_ids.size()) + " corpus ids",
-            ", this run ", model.config().vocab_ids.empty() ? std::string("GPT-2's 50257 ids")
-                                                             : std::to_string(model.config().vocab_ids.size()) + " corpus ids",
+            vocab_name(cs.vocab_ids), ", this run ", vocab_name(model.config().vocab_ids),
             " (Note [Corpus vocabulary]: pass the same --vocab and data, or another --out-dir)");
   load_hf_weights(model, dir);
   if (opt != nullptr) {
