@@ -2,6 +2,7 @@
 // (issue 13's static memory plan), reported as attributes for the runtime and the tests.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "blucomp/passes.h"
@@ -84,7 +85,7 @@ struct PlanMemoryPass : blu::comp::impl::BluPlanMemoryBase<PlanMemoryPass> {
 
     // Largest first, then earlier definition (deterministic).
     std::vector<size_t> order(buffers.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (buffers[a].bytes != buffers[b].bytes) return buffers[a].bytes > buffers[b].bytes;
       return buffers[a].first < buffers[b].first;
@@ -92,15 +93,14 @@ struct PlanMemoryPass : blu::comp::impl::BluPlanMemoryBase<PlanMemoryPass> {
     const int64_t align = alignment;
     auto round_up = [align](int64_t x) { return (x + align - 1) / align * align; };
     int64_t arena = 0, unplanned = 0;
-    std::vector<size_t> placed;
     for (size_t i : order) {
       Buffer& b = buffers[i];
       unplanned += round_up(b.bytes);
-      // The placed buffers live at the same time, by offset: take the first gap that fits.
+      // The placed buffers (offset >= 0) live at the same time, by offset: take the first gap that fits.
       std::vector<std::pair<int64_t, int64_t>> busy;
-      for (size_t j : placed) {
-        const Buffer& o = buffers[j];
-        if (o.first <= b.last && b.first <= o.last) busy.push_back({o.offset, o.offset + round_up(o.bytes)});
+      for (const Buffer& o : buffers) {
+        if (o.offset >= 0 && o.first <= b.last && b.first <= o.last)
+          busy.push_back({o.offset, o.offset + round_up(o.bytes)});
       }
       std::sort(busy.begin(), busy.end());
       int64_t at = 0;
@@ -110,7 +110,6 @@ struct PlanMemoryPass : blu::comp::impl::BluPlanMemoryBase<PlanMemoryPass> {
       }
       b.offset = at;
       arena = std::max(arena, at + round_up(b.bytes));
-      placed.push_back(i);
     }
     // The lower bound: the largest sum of live sizes at one op.
     int64_t bound = 0;
