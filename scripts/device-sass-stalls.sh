@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# device-sass-stalls.sh: per-instruction stall sampling of the strict fp32 SIMT GEMM (issue 10's
+# fp32 gap; Note [SIMT fp32 register banks] in simt_f32_lean_kernel.cuh). Builds blublas-profiler
+# (sm_90a), runs Nsight Compute with PC sampling (SourceCounters, WarpStateStats) on the fc fwd and
+# fc dW shapes for each BLUBLAS_SIMT_VARIANT given, and exports the source page (SASS, one row per
+# instruction with its stall samples by reason) as CSV. scripts/sass_stalls.py reads the CSVs here
+# (no ncu needed) and relates each FFMA's dispatch stalls to its register-bank pattern.
+#   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sass-stalls.sh [build-dir] [variants (default: "default l88")]
+# Everything lands in $OUT/sass_stalls.tar.gz (the device tool brings back at most 8 files).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-/tmp/bd}
+variants=${2:-"default l88"}
+OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sass/sass_stalls; rm -rf "$out"; mkdir -p "$out" "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
+  -DBLU_WARNINGS_AS_ERRORS=OFF > "$out/configure.txt" 2>&1
+timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
+  --target blublas-profiler ${BLU_SASS_EXTRA_TARGETS:-} -- -k 0 > "$out/build.txt" 2>&1
+stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
+bin=$build/blublas/blublas-profiler
+command -v ncu >/dev/null || { echo "device-sass-stalls: no ncu"; exit 1; }
+# name ; profiler command (the GPT-2 fc shapes, fp32, as in ncu-hot.sh)
+shapes=(
+  "fc_fwd;gemm --m=16384 --n=3072 --k=768 --dtype=f32 --op_a=n --op_b=t --reps=2"
+  "fc_dw;gemm --m=768 --n=3072 --k=16384 --dtype=f32 --op_a=t --op_b=n --reps=2"
+)
+for v in $variants; do
+  if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi
+  for row in "${shapes[@]}"; do
+    IFS=';' read -r name cmd <<< "$row"
+    rep="$out/${v}_${name}"
+    # shellcheck disable=SC2086
+    timeout 120 ncu --clock-control none -k regex:simt --launch-skip 2 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --section SchedulerStats \
+      --import-source no -f -o "$rep" "$bin" $cmd > "$rep.log" 2>&1
+    stamp "ncu $v $name rc=$?"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.source.csv" 2> "$rep.export.err"
+    ncu -i "$rep.ncu-rep" --page details > "$rep.details.txt" 2>&1
+    stamp "export $v $name: $(wc -l < "$rep.source.csv") rows"
+  done
+done
+unset BLUBLAS_SIMT_VARIANT
+for f in "$out"/*.source.csv; do
+  python3 scripts/sass_stalls.py "$f" 2>&1 | tail -12
+done
+tar -C /tmp/blu-sass -czf "$OUT/sass_stalls.tar.gz" sass_stalls
+stamp "packed $OUT/sass_stalls.tar.gz ($(du -h "$OUT/sass_stalls.tar.gz" | cut -f1))"
