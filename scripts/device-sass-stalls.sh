@@ -6,7 +6,7 @@
 # instruction with its stall samples by reason) as CSV. scripts/sass_stalls.py reads the CSVs here
 # (no ncu needed) and relates each FFMA's dispatch stalls to its register-bank pattern.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sass-stalls.sh [build-dir] [variants (default: "default l88")]
-# Everything lands in $OUT/sass_stalls.tar.gz (the device tool brings back at most 8 files).
+# Everything but the .ncu-rep files lands in $OUT/sass_stalls.tar.xz (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}
@@ -45,5 +45,6 @@ unset BLUBLAS_SIMT_VARIANT
 for f in "$out"/*.source.csv; do
   python3 scripts/sass_stalls.py "$f" 2>&1 | tail -12
 done
-tar -C /tmp/blu-sass -czf "$OUT/sass_stalls.tar.gz" sass_stalls
-stamp "packed $OUT/sass_stalls.tar.gz ($(du -h "$OUT/sass_stalls.tar.gz" | cut -f1))"
+# The reports themselves (~4 MB each) stay behind: the CSVs and details carry what is read here.
+tar -C /tmp/blu-sass --exclude='*.ncu-rep' -cJf "$OUT/sass_stalls.tar.xz" sass_stalls
+stamp "packed $OUT/sass_stalls.tar.xz ($(du -h "$OUT/sass_stalls.tar.xz" | cut -f1))"

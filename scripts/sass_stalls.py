@@ -48,6 +48,9 @@ def main():
     with open(path, newline="") as f:
         lines = [l for l in f if l.strip() and not l.startswith("==")]
     rows = list(csv.reader(lines))
+    # ncu writes a "Kernel Name" line before the header: the header is the first row naming Source.
+    start = next((i for i, r in enumerate(rows) if any(h.strip().lower() == "source" for h in r)), None)
+    rows = rows[start:] if start is not None else []
     if not rows:
         print(f"{path}: empty")
         return 1
