@@ -238,7 +238,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::wgmma_wait<1>();  // S^T (and a deferred dK) ready; dP^T may still run
       g90::fence_accumulators(st);
       if (pending >= 0) {
-        if (lane == 0) g90::mbar_arrive(&empty[pending]);
+        g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
@@ -287,15 +287,15 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     } else if (pending >= 0) {  // a skipped block: retire the deferred product first
       g90::wgmma_wait<0>();
       g90::fence_accumulators(dk);
-      if (lane == 0) g90::mbar_arrive(&empty[pending]);
+      g90::mbar_arrive_warp(&empty[pending], lane);
       pending = -1;
     }
-    if (pending != r.stage && lane == 0) g90::mbar_arrive(&empty[r.stage]);
+    if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
   }
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
-  if (pending >= 0 && lane == 0) g90::mbar_arrive(&empty[pending]);
+  if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
                  T, quad, p.scale);
   store_rows<kD>(dv, static_cast<__nv_bfloat16*>(p.dv) + b * p.sdv.b + h * p.sdv.h, p.sdv.t, key0,
@@ -401,7 +401,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       g90::wgmma_wait<1>();  // S (and a deferred dQ) ready; dP may still run
       g90::fence_accumulators(s);
       if (pending >= 0) {
-        if (lane == 0) g90::mbar_arrive(&empty[pending]);
+        g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
       }
       const bool need_mask = k0 + kKBlk > T || (causal && k0 + kKBlk - 1 > wg_row_min);
@@ -440,15 +440,15 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     } else if (pending >= 0) {  // a skipped block: retire the deferred product first
       g90::wgmma_wait<0>();
       g90::fence_accumulators(dq);
-      if (lane == 0) g90::mbar_arrive(&empty[pending]);
+      g90::mbar_arrive_warp(&empty[pending], lane);
       pending = -1;
     }
-    if (pending != r.stage && lane == 0) g90::mbar_arrive(&empty[r.stage]);
+    if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
   }
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dq);
-  if (pending >= 0 && lane == 0) g90::mbar_arrive(&empty[pending]);
+  if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
   store_rows<kD>(dq, static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h, p.sdq.t, row0,
                  T, quad, p.scale);
 }

@@ -43,6 +43,19 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #endif
 }
 
+// One arrival for the whole warp, made by lane 0 after every lane's earlier shared-memory reads
+// (Note [Warp arrivals on empty barriers]). Call it warp-uniformly.
+// Note [Warp arrivals on empty barriers]: a consumer warp whose lanes read a ring stage with
+// ordinary loads (the attention backward's LSE and delta rows) frees the stage with one arrival
+// from lane 0. Without the __syncwarp the other lanes' reads are not ordered before that arrival,
+// and compute-sanitizer's racecheck reports the producer's next write to the stage as a
+// write-after-read hazard (session 8, sm90_flash_attn_bwd.cuh). Lanes of a warp run together in
+// practice; the barrier makes it so by the memory model, at one warp-sync per stage.
+__device__ __forceinline__ void mbar_arrive_warp(uint64_t* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
 __device__ __forceinline__ void fence_proxy_async_smem() {
 #if BLUBLAS_SM90_ENABLED

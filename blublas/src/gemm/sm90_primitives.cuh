@@ -31,6 +31,7 @@ namespace blublas::gemm_detail::sm90 {
 using sm90_sync::cluster_cta_rank;
 using sm90_sync::fence_proxy_async_smem;
 using sm90_sync::mbar_arrive;
+using sm90_sync::mbar_arrive_warp;
 using sm90_sync::mbar_arrive_expect_tx;
 using sm90_sync::mbar_init;
 using sm90_sync::smem_u32;
