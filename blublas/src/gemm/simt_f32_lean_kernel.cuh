@@ -19,10 +19,12 @@ namespace {
 // BK_: the slab depth (k per shared-memory buffer, one barrier per slab); KC_: the register
 // staging depth (k per chunk of the next slab held in registers at once, BK_ % KC_ == 0; Note
 // [Deep slabs]). Defaults 8 / 8: the kernel as it was before deep slabs (same SASS).
+// VLDS_: fragment reads as volatile shared loads (Note [SIMT fp32 register banks]).
 template <int BM_, int BN_, int TM_, int TN_, int LM_, int LN_, int MIN_BLOCKS_, int BK_ = 8,
-          int KC_ = BK_>
+          int KC_ = BK_, bool VLDS_ = false>
 struct LeanTile {
   static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, LM = LM_, LN = LN_;
+  static constexpr bool kVolatileFrags = VLDS_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int BK = BK_, KC = KC_, kChunks = BK_ / KC_;
   static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;
@@ -60,6 +62,22 @@ __device__ __forceinline__ void lean_coords(int g, int* row, int* kq) {
   } else {
     *kq = g / (ROWS / 4);
     *row = (g % (ROWS / 4)) * 4;
+  }
+}
+
+// A fragment read: a plain float4 load, or with VOLATILE an ld.volatile.shared.v4 that ptxas
+// may not merge or drop (Note [SIMT fp32 register banks]: it changes where ptxas puts the loads).
+template <bool VOLATILE>
+__device__ __forceinline__ float4 lean_frag_load(const float* p) {
+  if constexpr (VOLATILE) {
+    float4 v;
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a));
+    return v;
+  } else {
+    return *reinterpret_cast<const float4*>(p);
   }
 }
 
@@ -206,12 +224,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   auto read_frags = [&](const float* sa, const float* sb, int kk, float(&fa_)[TM], float(&fb_)[TN]) {
 #pragma unroll
     for (int i = 0; i < TM / 4; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(&sa[kk * kLdA + row_base + i * T::LM * 4]);
+      const float4 v = lean_frag_load<T::kVolatileFrags>(&sa[kk * kLdA + row_base + i * T::LM * 4]);
       fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
     }
 #pragma unroll
     for (int j = 0; j < TN / 4; ++j) {
-      const float4 v = *reinterpret_cast<const float4*>(&sb[kk * kLdB + col_base + j * T::LN * 4]);
+      const float4 v = lean_frag_load<T::kVolatileFrags>(&sb[kk * kLdB + col_base + j * T::LN * 4]);
       fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
     }
   };
