@@ -218,7 +218,7 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
 // Every kernel a user can force, the default choice (nullptr), and a per-majors list (each op
 // pair of a layout loop takes a different kernel).
 const char* const kVariants[] = {nullptr,  "l88",   "l816",   "l168",      "l88n64",
-                                 "l816w",  "l168w", "l88k16", "l88n64k16", "l88k16v", "w816",
+                                 "l816w",  "l168w", "l88k16", "l88n64k16", "w816",
                                  "w168",   "legacy", "old",   "kk:l816w,kn:l168w,mn:l88,mk:w816",
                                  "kk:l88k16,kn:l816w,mn:l168w,mk:l88n64k16"};
 
@@ -300,7 +300,7 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
   for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w",
-                        "l168w", "l88k16", "l88n64k16", "l88k16v"}) {
+                        "l168w", "l88k16", "l88n64k16"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;

@@ -336,18 +336,17 @@ enum class Variant : int {
   kL168w,          // 256 x 128 CTA
   kL88k16,         // l88 / l88n64 with 16-deep slabs (Note [Deep slabs])
   kL88n64k16,
-  kL88k16v,        // l88k16 with volatile fragment loads (Note [SIMT fp32 register banks])
 };
 constexpr const char* kVariantNames[] = {
     "legacy", "legacy64", "w816",  "w168",   "old",       "l88", "l816", "l168", "l88n64",
-    "l816w",  "l168w",    "l88k16", "l88n64k16", "l88k16v"};
+    "l816w",  "l168w",    "l88k16", "l88n64k16"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-static_assert(kVariantCount == static_cast<int>(Variant::kL88k16v) + 1, "a name per Variant");
-static_assert(static_cast<int>(Variant::kL88k16v) - static_cast<int>(Variant::kL88) ==
-                  static_cast<int>(SimtLeanVariant::k88k16v),
+static_assert(kVariantCount == static_cast<int>(Variant::kL88n64k16) + 1, "a name per Variant");
+static_assert(static_cast<int>(Variant::kL88n64k16) - static_cast<int>(Variant::kL88) ==
+                  static_cast<int>(SimtLeanVariant::k88n64k16),
               "the lean Variants mirror SimtLeanVariant");
 
-constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88k16v; }
+constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88n64k16; }
 
 // The lean kernel configuration of a lean Variant.
 constexpr SimtLeanVariant lean_variant(Variant v) {

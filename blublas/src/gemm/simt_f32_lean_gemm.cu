@@ -131,8 +131,7 @@ Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const Split
     case SimtLeanVariant::k816w: return launch_lean_majors<Lean816w>(p, split, splits, stream);
     case SimtLeanVariant::k168w: return launch_lean_majors<Lean168w>(p, split, splits, stream);
     case SimtLeanVariant::k88k16:
-    case SimtLeanVariant::k88n64k16:
-    case SimtLeanVariant::k88k16v: return simt_f32_lean_k16_launch(p, v, split, splits, stream);
+    case SimtLeanVariant::k88n64k16: return simt_f32_lean_k16_launch(p, v, split, splits, stream);
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 lean kernel: unknown variant");
 }

@@ -12,8 +12,6 @@ namespace {
 //                          BM   BN TM  TN LM LN blk BK KC
 using Lean88k16 = LeanTile<128, 128, 8, 8, 4, 8, 2, 16, 8>;
 using Lean88n64k16 = LeanTile<128, 64, 8, 8, 8, 4, 4, 16, 8>;
-// l88k16 with volatile fragment loads (Note [SIMT fp32 register banks]): a measured A/B.
-using Lean88k16v = LeanTile<128, 128, 8, 8, 4, 8, 2, 16, 8, true>;
 
 }  // namespace
 
@@ -23,7 +21,6 @@ Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const S
     case SimtLeanVariant::k88k16: return launch_lean_majors<Lean88k16>(p, split, splits, stream);
     case SimtLeanVariant::k88n64k16:
       return launch_lean_majors<Lean88n64k16>(p, split, splits, stream);
-    case SimtLeanVariant::k88k16v: return launch_lean_majors<Lean88k16v>(p, split, splits, stream);
     default: break;
   }
   return Status(StatusCode::kInvalidArgument, "simt f32 lean kernel: not a 16-deep variant");

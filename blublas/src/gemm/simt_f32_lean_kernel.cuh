@@ -13,18 +13,44 @@
 #include "gemm/simt_gemm_launch.h"
 #include "gemm/simt_lane_store.cuh"
 
+// Note [SIMT fp32 register banks] (session 9, H100; raw data bench/results/h100/raw/session9)
+// Where l88k16's issue slots go, read per instruction: scripts/device-sass-stalls.sh samples the
+// stalls of every SASS instruction with Nsight Compute (fc fwd / fc dW), scripts/sass_stalls.py
+// joins them with cuobjdump's SASS (reuse flags) and groups the main loop's FFMAs by the register
+// bank pattern of the operands they read from the register file (bank = register % 2).
+//  - The loop is 2227 instructions per 32 k: 2048 FFMA, 128 LDS.128, 8 STS.128, 8 LDG.128, 2 BAR,
+//    ~33 others. fc dW: issue slots 75.7%, no eligible warp 16.7%, stalls per issue: dispatch
+//    0.54, barrier 0.28, short scoreboard 0.18, wait 0.12 (not_selected 2.26 is the other warps).
+//  - Dispatch stalls: ~42% of them sit on the LDS.128 (3.8 samples per issue; ptxas clusters up
+//    to 8 fragment loads back to back), ~45% on FFMAs (0.2 per issue, 0.8 on the FFMA right after
+//    an LDS).
+//  - Register banks: l88k16's allocation is already good: 28% of the FFMAs read two registers of
+//    one bank (the start of each reuse chain: three fresh operands cannot avoid it), 0.5% all three
+//    (11 of 2048). Every source-level reordering tried gives ptxas a worse allocation: serpentine
+//    or column-major outer products, B fragments first, A/B interleaved, one fragment buffer,
+//    __maxnreg__ 120-124 (112 spills): 58-81% pair and 6-12% triple conflicts. l88 (8-deep slabs)
+//    has 77% / 10%. The one A/B measured, l88k16v (08a3068: the fragment reads as
+//    ld.volatile.shared.v4, which spreads ptxas's LDS: 46 instead of 62 within 3 instructions of
+//    another), moved the conflicts with the majors: mn (dW) 31% / 1% -> 84.5 vs 84.7 ms a GPT-2
+//    step (a tie; ncu fc dW issue 76.8%, dispatch stalls unchanged at 0.56), kk / kn (forward,
+//    dX) 64-69% / 8-9% -> 93.5 vs 88.5 and 90.2 vs 85.4 ms (5-6% slower). So triple-bank
+//    conflicts cost about what they add in cycles, spreading the LDS does not remove the
+//    dispatch stalls, and this loop as ptxas compiles it has no bank slack left; removed.
+// What is left against cuBLAS (~7%): the dispatch stalls that are not bank conflicts, the barrier
+// per 16 k at 4 warps per scheduler, the K = 768 tiles' fill and wave tail. cuBLAS's kernel
+// (128 x 256, 8 x 16 per thread, 2 warps per scheduler) needs an instruction schedule ptxas did
+// not give our 8 x 16 tiles (session 8: 0.74-0.82 of cuBLAS).
+
 namespace blublas::gemm_detail {
 namespace {
 
 // BK_: the slab depth (k per shared-memory buffer, one barrier per slab); KC_: the register
 // staging depth (k per chunk of the next slab held in registers at once, BK_ % KC_ == 0; Note
 // [Deep slabs]). Defaults 8 / 8: the kernel as it was before deep slabs (same SASS).
-// VLDS_: fragment reads as volatile shared loads (Note [SIMT fp32 register banks]).
 template <int BM_, int BN_, int TM_, int TN_, int LM_, int LN_, int MIN_BLOCKS_, int BK_ = 8,
-          int KC_ = BK_, bool VLDS_ = false>
+          int KC_ = BK_>
 struct LeanTile {
   static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, LM = LM_, LN = LN_;
-  static constexpr bool kVolatileFrags = VLDS_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int BK = BK_, KC = KC_, kChunks = BK_ / KC_;
   static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;
@@ -62,22 +88,6 @@ __device__ __forceinline__ void lean_coords(int g, int* row, int* kq) {
   } else {
     *kq = g / (ROWS / 4);
     *row = (g % (ROWS / 4)) * 4;
-  }
-}
-
-// A fragment read: a plain float4 load, or with VOLATILE an ld.volatile.shared.v4 that ptxas
-// may not merge or drop (Note [SIMT fp32 register banks]: it changes where ptxas puts the loads).
-template <bool VOLATILE>
-__device__ __forceinline__ float4 lean_frag_load(const float* p) {
-  if constexpr (VOLATILE) {
-    float4 v;
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a));
-    return v;
-  } else {
-    return *reinterpret_cast<const float4*>(p);
   }
 }
 
@@ -224,12 +234,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   auto read_frags = [&](const float* sa, const float* sb, int kk, float(&fa_)[TM], float(&fb_)[TN]) {
 #pragma unroll
     for (int i = 0; i < TM / 4; ++i) {
-      const float4 v = lean_frag_load<T::kVolatileFrags>(&sa[kk * kLdA + row_base + i * T::LM * 4]);
+      const float4 v = *reinterpret_cast<const float4*>(&sa[kk * kLdA + row_base + i * T::LM * 4]);
       fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
     }
 #pragma unroll
     for (int j = 0; j < TN / 4; ++j) {
-      const float4 v = lean_frag_load<T::kVolatileFrags>(&sb[kk * kLdB + col_base + j * T::LN * 4]);
+      const float4 v = *reinterpret_cast<const float4*>(&sb[kk * kLdB + col_base + j * T::LN * 4]);
       fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
     }
   };

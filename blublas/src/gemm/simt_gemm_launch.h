@@ -50,7 +50,7 @@ Status simt_f32_warp_launch(const GemmProblem& p, SimtWarpVariant v, const Split
 // The k16 variants: the same tiles with 16-deep slabs (Note [Deep slabs]; the other deep tiles lost
 // 0.51-0.80 in the session 7 sweep and were removed).
 enum class SimtLeanVariant : int {
-  k88 = 0, k816, k168, k88n64, k816w, k168w, k88k16, k88n64k16, k88k16v,
+  k88 = 0, k816, k168, k88n64, k816w, k168w, k88k16, k88n64k16,
 };
 bool simt_f32_lean_ok(const GemmProblem& p, bool vec);
 Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
