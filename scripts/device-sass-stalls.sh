@@ -3,8 +3,9 @@
 # fp32 gap; Note [SIMT fp32 register banks] in simt_f32_lean_kernel.cuh). Builds blublas-profiler
 # (sm_90a), runs Nsight Compute with PC sampling (SourceCounters, WarpStateStats) on the fc fwd and
 # fc dW shapes for each BLUBLAS_SIMT_VARIANT given, and exports the source page (SASS, one row per
-# instruction with its stall samples by reason) as CSV. scripts/sass_stalls.py reads the CSVs here
-# (no ncu needed) and relates each FFMA's dispatch stalls to its register-bank pattern.
+# instruction with its stall samples by reason) as CSV, and cuobjdump's SASS of the lean kernels
+# (lean.sass: the reuse flags). scripts/sass_stalls.py reads both, here or on the developer machine,
+# and groups the main loop's stall samples by instruction kind and FFMA register-bank pattern.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sass-stalls.sh [build-dir] [variants (default: "default l88")]
 # Everything but the .ncu-rep files lands in $OUT/sass_stalls.tar.xz (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -42,8 +43,12 @@ for v in $variants; do
   done
 done
 unset BLUBLAS_SIMT_VARIANT
+# The SASS with reuse flags (ncu's listing has none; sass_stalls.py takes them from here).
+for o in "$build"/blublas/CMakeFiles/blublas.dir/src/gemm/simt_f32_lean*_gemm.cu.o; do
+  cuobjdump -sass "$o"
+done > "$out/lean.sass" 2> "$out/lean.sass.err"
 for f in "$out"/*.source.csv; do
-  python3 scripts/sass_stalls.py "$f" 2>&1 | tail -12
+  python3 scripts/sass_stalls.py "$f" --sass "$out/lean.sass" 2>&1 | head -12
 done
 # The reports themselves (~4 MB each) stay behind: the CSVs and details carry what is read here.
 tar -C /tmp/blu-sass --exclude='*.ncu-rep' -cJf "$OUT/sass_stalls.tar.xz" sass_stalls

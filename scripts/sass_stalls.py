@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
 """sass_stalls.py: reads an Nsight Compute source-page CSV (ncu --page source --csv --print-source
 sass, written by scripts/device-sass-stalls.sh) of a SIMT GEMM kernel, finds its main loop (the
-longest backward branch) and relates the stall samples of each FFMA there to the register-bank
-pattern of its source operands (Note [SIMT fp32 register banks] in
-blublas/src/gemm/simt_f32_lean_kernel.cuh):
-  two of the registers the FFMA reads from the register file (operands not served by the reuse
-  cache) have the same parity (bank = register % 2)          -> "pair" conflict
-  all three do                                                -> "triple" conflict
-It prints the loop's stall samples by reason and, for FFMAs with no / pair / triple conflicts, the
-mean samples per instruction of each reason, so the bank model the hardware follows shows in the
-dispatch-stall column. Usage: sass_stalls.py FILE.source.csv [--columns]
+longest backward branch) and relates the stall samples of each instruction there to its kind and,
+for FFMAs, to the register-bank pattern of the operands read from the register file (Note [SIMT
+fp32 register banks] in blublas/src/gemm/simt_f32_lean_kernel.cuh):
+  two of them share a bank (register % 2)  -> "pair";  all three -> "triple";  else "none".
+ncu's SASS text has no reuse flags, so without them every FFMA reads three fresh registers and
+two always share a bank: pass --sass with cuobjdump -sass of the object holding the kernel; the
+function whose instructions match the CSV's (offsets from the kernel's first address) lends its
+reuse flags.
+Usage: sass_stalls.py FILE.source.csv [--sass FILE.sass] [--columns]
 """
 import csv
 import re
 import sys
+from collections import defaultdict
+
+INS = re.compile(r"(@!?U?P\w+\s+)?([A-Z][A-Z0-9._]*)\s*(.*?);?\s*$")
+REASONS = ["stall_dispatch", "stall_not_selected", "stall_selected", "stall_short_sb", "stall_barrier",
+           "stall_wait", "stall_no_inst", "stall_long_sb", "stall_mio", "stall_math"]
 
 
 def bank_pattern(args, prev):
-    """(reads' parities, the reuse slots for the next instruction) of an FFMA's operand list."""
+    """(parities of the registers read from the file, reuse slots for the next instruction)."""
     parities, cur = [], []
     for i, s in enumerate(args[1:4]):
         r = s.replace(".reuse", "").lstrip("-|")
@@ -43,76 +48,98 @@ def number(x):
         return 0.0
 
 
-def main():
-    path = sys.argv[1]
+def read_csv(path):
+    """[(address, sass text, {column: value})] and the column names."""
     with open(path, newline="") as f:
-        lines = [l for l in f if l.strip() and not l.startswith("==")]
-    rows = list(csv.reader(lines))
+        rows = list(csv.reader(l for l in f if l.strip() and not l.startswith("==")))
     # ncu writes a "Kernel Name" line before the header: the header is the first row naming Source.
     start = next((i for i, r in enumerate(rows) if any(h.strip().lower() == "source" for h in r)), None)
-    rows = rows[start:] if start is not None else []
-    if not rows:
-        print(f"{path}: empty")
-        return 1
-    header = rows[0]
-    if "--columns" in sys.argv:
-        print("\n".join(header))
+    if start is None:
+        return [], []
+    header = rows[start]
     col = {h: i for i, h in enumerate(header)}
-    src = next((i for h, i in col.items() if h.strip().lower() == "source"), None)
+    src = next(i for h, i in col.items() if h.strip().lower() == "source")
     addr = next((i for h, i in col.items() if "address" in h.lower()), None)
-    if src is None or addr is None:
-        print(f"{path}: no Source/Address column in {header[:8]}")
-        return 1
-    stall_cols = [(h, i) for h, i in col.items()
-                  if ("stall" in h.lower() or "sampl" in h.lower()) and i not in (src, addr)]
-    ins = []
-    for r in rows[1:]:
-        if len(r) <= max(src, addr):
-            continue
-        m = re.match(r"\s*(@!?U?P\w+\s+)?([A-Z][A-Z0-9._]*)\s*(.*?);?\s*$", r[src])
-        if not m:
+    out = []
+    for r in rows[start + 1:]:
+        if addr is None or len(r) <= max(src, addr):
             continue
         try:
-            pc = int(r[addr], 16)
+            a = int(r[addr], 16)
         except ValueError:
             continue
-        ins.append((pc, m.group(2), m.group(3), {h: number(r[i]) for h, i in stall_cols}))
-    loop = None
-    for pc, op, args, _ in ins:
-        if op.startswith("BRA"):
-            t = re.search(r"0x([0-9a-f]+)", args)
-            if t and int(t.group(1), 16) < pc:
-                lo = int(t.group(1), 16)
-                if loop is None or pc - lo > loop[1] - loop[0]:
-                    loop = (lo, pc)
-    if loop is None:
-        print(f"{path}: no loop found ({len(ins)} instructions)")
+        out.append((a, r[src].strip(), {h: number(r[i]) for h, i in col.items() if i not in (src, addr)}))
+    return out, header
+
+
+def read_sass(path):
+    """{function name: {offset: instruction text}} of cuobjdump -sass output."""
+    funcs = {}
+    for block in open(path).read().split("Function : ")[1:]:
+        name = block.split("\n", 1)[0].strip()
+        ins = {}
+        for l in block.splitlines():
+            m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", l)
+            if m:
+                ins[int(m.group(1), 16)] = m.group(2)
+        funcs[name] = ins
+    return funcs
+
+
+def main():
+    args = sys.argv[1:]
+    path = args[0]
+    rows, header = read_csv(path)
+    if "--columns" in args:
+        print("\n".join(header))
+    if not rows:
+        print(f"{path}: no SASS rows")
         return 1
-    body = [x for x in ins if loop[0] <= x[0] <= loop[1]]
-    total = {h: sum(x[3][h] for x in ins) for h, _ in stall_cols}
-    in_loop = {h: sum(x[3][h] for x in body) for h, _ in stall_cols}
-    groups = {"none": [], "pair": [], "triple": []}
-    by_op = {}
+    base = rows[0][0]
+    text = {a - base: t.rstrip(";").strip() for a, t, _ in rows}
+    if "--sass" in args:
+        funcs = read_sass(args[args.index("--sass") + 1])
+        score = lambda ins: sum(1 for o, t in text.items() if ins.get(o, "").replace(".reuse", "") == t)
+        name, ins = max(funcs.items(), key=lambda kv: score(kv[1]))
+        print(f"reuse flags from {name[-70:]}: {score(ins)} of {len(text)} instructions match")
+        text = {o: ins.get(o, t) for o, t in text.items()}
+    loop = None
+    for o, t in text.items():
+        m = INS.match(t)
+        if m and m.group(2).startswith("BRA"):
+            tgt = re.search(r"0x([0-9a-f]+)", m.group(3))
+            if tgt and int(tgt.group(1), 16) < o:
+                lo = int(tgt.group(1), 16)
+                if loop is None or o - lo > loop[1] - loop[0]:
+                    loop = (lo, o)
+    if loop is None:
+        print(f"{path}: no loop found ({len(rows)} instructions)")
+        return 1
+    body = [(a - base, s) for a, _, s in rows if loop[0] <= a - base <= loop[1]]
+    reasons = [r for r in REASONS if r in header]
+    total = {r: sum(s[r] for _, s in body) for r in reasons}
+    issued = max(total.get("stall_selected", 0.0), 1.0)
+    print(f"== {path}: loop {loop[0]:#x}-{loop[1]:#x}, {len(body)} instructions; stall samples "
+          "per issued instruction: " + ", ".join(f"{r[6:]} {total[r] / issued:.2f}" for r in reasons))
+    groups = defaultdict(list)
     prev = [None] * 3
-    for pc, op, args, s in body:
-        by_op.setdefault(op.split(".")[0], []).append(s)
-        if op != "FFMA":
+    after_lds = 99
+    for o, s in body:
+        m = INS.match(text[o])
+        op = m.group(2) if m else "?"
+        if op == "FFMA":
+            parities, prev = bank_pattern([x.strip() for x in m.group(3).split(",")], prev)
+            groups["FFMA " + classify(parities)].append(s)
+            groups[f"FFMA {min(after_lds, 3)} after LDS" if after_lds < 3 else "FFMA later"].append(s)
+        else:
             prev = [None] * 3
-            continue
-        parities, prev = bank_pattern([a.strip() for a in args.split(",")], prev)
-        groups[classify(parities)].append(s)
-    print(f"== {path}: loop {loop[0]:#x}-{loop[1]:#x}, {len(body)} instructions "
-          f"({len(ins)} in the kernel)")
-    keys = [h for h, _ in stall_cols if total[h] > 0]
-    print("samples in the loop / kernel by column:")
-    for h in sorted(keys, key=lambda h: -in_loop[h])[:14]:
-        print(f"  {in_loop[h]:10.0f} / {total[h]:10.0f}  {h}")
-    show = sorted(keys, key=lambda h: -in_loop[h])[:8]
-    print("mean samples per instruction: group (count) | " + " | ".join(h[:28] for h in show))
-    for g, lst in list(groups.items()) + [(k, v) for k, v in sorted(by_op.items()) if k != "FFMA"]:
-        if lst:
-            print(f"  {g:8s} ({len(lst):4d}) | " +
-                  " | ".join(f"{sum(s[h] for s in lst) / len(lst):8.2f}" for h in show))
+            groups[op.split(".")[0]].append(s)
+        after_lds = 0 if op.startswith("LDS") else after_lds + 1
+    show = [r for r in ("stall_dispatch", "stall_short_sb", "stall_barrier", "stall_wait") if r in reasons]
+    print("per issue (samples / selected samples) by group: " + " | ".join(r[6:] for r in show))
+    for g, lst in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        sel = max(sum(s.get("stall_selected", 0.0) for s in lst), 1.0)
+        print(f"  {g:18s} {len(lst):5d} | " + " | ".join(f"{sum(s[r] for s in lst) / sel:6.2f}" for r in show))
     return 0
 
 
