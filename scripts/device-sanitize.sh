@@ -100,6 +100,13 @@ for name in sorted(os.listdir(os.path.join(work, "logs"))):
             sides = [x.strip("= ").strip() for x in lines[i + 1:i + 3]
                      if re.match(r"=+ +(Read|Write) Thread", x)]
             h = " ; ".join([h] + sides)
+        elif "Race reported" in h:  # the summary form: "... and Read access at ..." lines follow
+            sides = []
+            for x in lines[i + 1:]:
+                if not re.match(r"=+ +and (Read|Write) access", x):
+                    break
+                sides.append(x.strip("= ").strip())
+            h = " ; ".join([h] + sides)
         heads.append(h)
     r["first_reports"] = heads[:8]
     allowed = []
