@@ -13,13 +13,10 @@ cd "$(dirname "$0")/.."
 build=${1:-/tmp/bd}
 variants=${2:-"default l88"}
 OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sass/sass_stalls; rm -rf "$out"; mkdir -p "$out" "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
-  -DBLU_WARNINGS_AS_ERRORS=OFF > "$out/configure.txt" 2>&1
-timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
-  --target blublas-profiler ${BLU_SASS_EXTRA_TARGETS:-} -- -k 0 > "$out/build.txt" 2>&1
-stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
+. scripts/device-build.sh
+# shellcheck disable=SC2086
+blu_device_build "$build" "$out" blublas-profiler ${BLU_SASS_EXTRA_TARGETS:-}
+stamp "build rc=$?"
 bin=$build/blublas/blublas-profiler
 command -v ncu >/dev/null || { echo "device-sass-stalls: no ncu"; exit 1; }
 # name ; profiler command (the GPT-2 fc shapes, fp32, as in ncu-hot.sh)

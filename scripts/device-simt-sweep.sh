@@ -19,16 +19,14 @@ variants=${2:-"default l88 l88k16 l816w l168w l88n64k16"}
 # The device tool brings back at most 8 files: everything is written under /tmp/blu-sweep and
 # packed into $OUT/simt_sweep.tar.gz at the end (choice.json and the ncu probe also alone).
 OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sweep/simt_sweep; rm -rf "$out"; mkdir -p "$out" "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
-  -DBLU_WARNINGS_AS_ERRORS=OFF > "$out/configure.txt" 2>&1
-timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" \
-  --target blublas_gemm_simt_gpu_test gemm_bench blublas-profiler ${BLU_SWEEP_EXTRA_TARGETS:-} \
-  -- -k 0 > "$out/build.txt" 2>&1
-stamp "build rc=$?"; grep -E "error|FAILED" "$out/build.txt" | head -10
+. scripts/device-build.sh
+# shellcheck disable=SC2086
+blu_device_build "$build" "$out" blublas_gemm_simt_gpu_test gemm_bench blublas-profiler \
+  ${BLU_SWEEP_EXTRA_TARGETS:-}
+stamp "build rc=$?"
 # SASS of the default kernel (l88k16, all four operand majors) for reading offline: this machine
-# has cuobjdump, the developer machine does not. sass_l88k16_ops.txt counts opcodes per kernel.
+# has cuobjdump (the developer machine has a copy since session 9). sass_l88k16_ops.txt counts
+# opcodes per kernel.
 obj="$build/blublas/CMakeFiles/blublas.dir/src/gemm/simt_f32_lean_k16_gemm.cu.o"
 if command -v cuobjdump >/dev/null && [ -f "$obj" ]; then
   cuobjdump -sass "$obj" | awk '/Function : /{keep = ($0 ~ /LeanTileILi128ELi128ELi8ELi8ELi4ELi8ELi2ELi16ELi8E/)} keep' \
