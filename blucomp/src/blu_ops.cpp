@@ -89,6 +89,23 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+// Note [Opaque kernels]
+// blu.kernel stands for a blublas launcher the compiler never fuses or lowers: attention, the
+// fused classifier, embedding and its backward, AdamW. The names are the launchers' (the runtime's
+// dispatch table keys); an unknown name is an error here rather than at run time, so a traced step
+// that needs a launcher the runtime lacks fails when it is compiled.
+LogicalResult KernelOp::verify() {
+  static constexpr llvm::StringLiteral kKnown[] = {
+      "attention_forward", "attention_backward", "cross_entropy", "embedding_forward",
+      "embedding_backward", "softmax_forward", "softmax_backward", "layernorm_backward",
+      "column_sum", "adamw_step"};
+  for (llvm::StringRef name : kKnown)
+    if (getCallee() == name) return success();
+  std::string known;
+  for (llvm::StringRef name : kKnown) known += (known.empty() ? "" : ", ") + name.str();
+  return emitOpError("unknown callee '") << getCallee() << "' (known: " << known << ")";
+}
+
 LogicalResult FusedOp::verify() {
   RankedTensorType result = rankedType(getResult());
   RankedTensorType bias_shape = lastDimVectorType(result, result.getElementType());

@@ -122,3 +122,11 @@ func.func @fused_yield_type(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x
   }
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @kernel_unknown_callee(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{unknown callee 'flash_attention' (known: attention_forward, attention_backward}}
+  %0 = blu.kernel "flash_attention"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
