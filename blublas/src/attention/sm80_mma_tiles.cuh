@@ -166,6 +166,12 @@ struct Mma<bf16> {
                                                       int n0, int lane) {
     ldsm_x4_trans(b, s + Tile<bf16, kD>::offset(k0 + (lane & 15), (n0 >> 3) + (lane >> 4)));
   }
+  // load_bt_pair in the k order c_to_a gives (Note [Permuted k8 keys]): for bf16 the natural one.
+  template <int kD>
+  __device__ __forceinline__ static void load_bt_pair_kperm(uint32_t (&b)[4], const bf16* s, int k0,
+                                                            int n0, int lane) {
+    load_bt_pair<kD>(b, s, k0, n0, lane);
+  }
   // A fragment for k-step kk from accumulator n-tiles (2kk, 2kk+1), rounded to bf16.
   template <int kPN>
   __device__ __forceinline__ static void c_to_a(uint32_t (&a)[4], const float (&c)[kPN][4], int kk,
@@ -260,27 +266,41 @@ struct MmaF32 {
     }
     from_raw(b, raw);
   }
-  // tf32 A (m16n8k8): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; the
-  // accumulator holds (g, 2t'), (g, 2t'+1), (g+8, 2t'), (g+8, 2t'+1): re-distributed in the quad.
+  // Note [Permuted k8 keys]
+  // The tf32 A fragment (m16n8k8) is a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 =
+  // A[g+8][t+4], while an accumulator n-tile gives thread (g, t) columns 2t and 2t+1 of rows g
+  // and g+8. Re-distributing them inside the quad took 8 shuffles and 4 selects per k-step. But
+  // the k index of these products (P V, dS K, P^T dO, dS^T Q) is summed over, so its order inside
+  // a k-step is free as long as A and B agree: c_to_a takes logical k = t from column 2t and
+  // k = t + 4 from column 2t + 1 (no shuffle), and load_bt_pair_kperm reads B's rows k0 + 2t and
+  // k0 + 2t + 1 for the same two logical k. The scalar B reads also lose their 2-way bank conflict:
+  // rows k0 + {0, 2, 4, 6} (then {1, 3, 5, 7}) XOR-swizzle the two chunks of a lane's pair into
+  // eight different bank groups. The products equal the unpermuted ones up to the order of the
+  // additions inside one mma.
   template <int kPN>
   __device__ __forceinline__ static void c_to_a(uint32_t (&a)[kAW], const float (&c)[kPN][4], int kk,
-                                                int lane) {
-    const int t = lane & 3;
-    const int src0 = (lane & ~3) | (t >> 1);
-    const int src1 = src0 + 2;
-    const bool odd = (t & 1) != 0;
+                                                int /*lane*/) {
     const float* cc = c[kk];
-    const float x0 = __shfl_sync(0xffffffffu, cc[0], src0);
-    const float x1 = __shfl_sync(0xffffffffu, cc[1], src0);
-    const float y0 = __shfl_sync(0xffffffffu, cc[2], src0);
-    const float y1 = __shfl_sync(0xffffffffu, cc[3], src0);
-    const float z0 = __shfl_sync(0xffffffffu, cc[0], src1);
-    const float z1 = __shfl_sync(0xffffffffu, cc[1], src1);
-    const float w0 = __shfl_sync(0xffffffffu, cc[2], src1);
-    const float w1 = __shfl_sync(0xffffffffu, cc[3], src1);
-    const uint32_t raw[4] = {__float_as_uint(odd ? x1 : x0), __float_as_uint(odd ? y1 : y0),
-                             __float_as_uint(odd ? z1 : z0), __float_as_uint(odd ? w1 : w0)};
+    const uint32_t raw[4] = {__float_as_uint(cc[0]), __float_as_uint(cc[2]), __float_as_uint(cc[1]),
+                             __float_as_uint(cc[3])};
     from_raw(a, raw);
+  }
+  // raw[2h] = B[k0 + 2t][n + g], raw[2h+1] = B[k0 + 2t + 1][n + g] for n = n0 + 8h: the B of
+  // c_to_a's k order (Note [Permuted k8 keys]).
+  template <int kD>
+  __device__ __forceinline__ static void load_bt_pair_kperm(uint32_t (&b)[kBW], const float* s, int k0,
+                                                            int n0, int lane) {
+    using T = Tile<float, kD>;
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t raw[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int n = n0 + 8 * half + g;
+      const int ch = n >> 2, w = n & 3;
+      raw[2 * half + 0] = __float_as_uint(s[T::offset(k0 + 2 * t, ch) + w]);
+      raw[2 * half + 1] = __float_as_uint(s[T::offset(k0 + 2 * t + 1, ch) + w]);
+    }
+    from_raw(b, raw);
   }
 };
 template <>
@@ -373,7 +393,7 @@ __device__ __forceinline__ void warp_gemm_cA_tB_cols(float (&acc)[kMT][2 * kNP][
 #pragma unroll
     for (int np = 0; np < kNP; ++np) {
       uint32_t b[M::kBW];
-      M::template load_bt_pair<kD>(b, sB, b_row0 + kk * M::kK, 16 * (np0 + np), lane);
+      M::template load_bt_pair_kperm<kD>(b, sB, b_row0 + kk * M::kK, 16 * (np0 + np), lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
