@@ -250,19 +250,21 @@ struct MmaF32 {
                                              2 * ks + ((lane >> 3) & 1)));
     from_raw(b, raw);
   }
-  // raw[2h] = B[k0 + t][n + g], raw[2h+1] = B[k0 + t + 4][n + g] for n = n0 + 8h (scalar loads).
-  template <int kD>
+  // raw[2h] = B[k0 + t][n + g], raw[2h+1] = B[k0 + t + 4][n + g] for n = n0 + 8h (scalar loads);
+  // with kPerm rows k0 + 2t and k0 + 2t + 1 instead (Note [Permuted k8 keys]).
+  template <int kD, bool kPerm = false>
   __device__ __forceinline__ static void load_bt_pair(uint32_t (&b)[kBW], const float* s, int k0,
                                                       int n0, int lane) {
     using T = Tile<float, kD>;
     const int g = lane >> 2, t = lane & 3;
+    const int row0 = kPerm ? k0 + 2 * t : k0 + t, row1 = kPerm ? k0 + 2 * t + 1 : k0 + t + 4;
     uint32_t raw[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int n = n0 + 8 * half + g;
       const int ch = n >> 2, w = n & 3;
-      raw[2 * half + 0] = __float_as_uint(s[T::offset(k0 + t, ch) + w]);
-      raw[2 * half + 1] = __float_as_uint(s[T::offset(k0 + t + 4, ch) + w]);
+      raw[2 * half + 0] = __float_as_uint(s[T::offset(row0, ch) + w]);
+      raw[2 * half + 1] = __float_as_uint(s[T::offset(row1, ch) + w]);
     }
     from_raw(b, raw);
   }
@@ -285,22 +287,11 @@ struct MmaF32 {
                              __float_as_uint(cc[3])};
     from_raw(a, raw);
   }
-  // raw[2h] = B[k0 + 2t][n + g], raw[2h+1] = B[k0 + 2t + 1][n + g] for n = n0 + 8h: the B of
-  // c_to_a's k order (Note [Permuted k8 keys]).
+  // The B of c_to_a's k order: rows k0 + 2t and k0 + 2t + 1 (Note [Permuted k8 keys]).
   template <int kD>
   __device__ __forceinline__ static void load_bt_pair_kperm(uint32_t (&b)[kBW], const float* s, int k0,
                                                             int n0, int lane) {
-    using T = Tile<float, kD>;
-    const int g = lane >> 2, t = lane & 3;
-    uint32_t raw[4];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int n = n0 + 8 * half + g;
-      const int ch = n >> 2, w = n & 3;
-      raw[2 * half + 0] = __float_as_uint(s[T::offset(k0 + 2 * t, ch) + w]);
-      raw[2 * half + 1] = __float_as_uint(s[T::offset(k0 + 2 * t + 1, ch) + w]);
-    }
-    from_raw(b, raw);
+    load_bt_pair<kD, true>(b, s, k0, n0, lane);
   }
 };
 template <>
