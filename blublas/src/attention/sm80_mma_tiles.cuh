@@ -24,6 +24,7 @@
 #include <cstdlib>
 
 #include "common/arch.cuh"
+#include "common/tf32_round.h"
 
 namespace blublas::attn::sm80 {
 
@@ -67,11 +68,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-__device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(bits)));
-  return r;
-}
+// cvt.rna.tf32.f32 as two instructions (Note [tf32 rounding by integer add]).
+__device__ __forceinline__ uint32_t to_tf32(uint32_t bits) { return detail::tf32_rna_bits(bits); }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

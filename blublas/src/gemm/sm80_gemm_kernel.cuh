@@ -34,6 +34,7 @@
 
 #include "blublas/check.h"
 #include "common/arch.cuh"
+#include "common/tf32_round.h"
 #include "gemm/epilogue.cuh"
 
 namespace blublas::gemm_detail::sm80 {
@@ -108,13 +109,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 #endif
 }
 
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r = 0;
-#if BLUBLAS_SM80_ENABLED
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-#endif
-  return r;
-}
+// cvt.rna.tf32.f32 as two instructions (Note [tf32 rounding by integer add]).
+__device__ __forceinline__ uint32_t to_tf32(float x) { return detail::tf32_rna_bits(__float_as_uint(x)); }
 
 template <typename T>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
