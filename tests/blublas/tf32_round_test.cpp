@@ -35,7 +35,8 @@ TEST(Tf32Round, RandomNormalValuesMatchTheReference) {
     if (!std::isnormal(x) || std::fabs(x) > 3.0e38f) continue;  // overflow checked below
     const double want = reference(x);
     const uint32_t got = tf32_rna_bits(b);
-    ASSERT_EQ(static_cast<double>(value(got)), want) << "x = " << x << " (bits 0x" << std::hex << b << ")";
+    ASSERT_EQ(static_cast<double>(value(got)), want)
+        << "x = " << x << " (bits 0x" << std::hex << b << ")";
     ASSERT_EQ(got & 0x1fffu, 0u);
     ++checked;
   }
@@ -59,7 +60,8 @@ TEST(Tf32Round, SpecialValues) {
   EXPECT_TRUE(std::isnan(value(tf32_rna_bits(bits(std::numeric_limits<float>::quiet_NaN())))));
   EXPECT_EQ(tf32_rna_bits(bits(0.0f)), bits(0.0f));
   EXPECT_EQ(tf32_rna_bits(bits(-0.0f)), bits(-0.0f));
-  // The largest finite floats round to infinity (past the largest tf32, 0x7f7fe000, by a tie or more).
+  // The largest finite floats round to infinity (past the largest tf32, 0x7f7fe000, by a tie or
+  // more).
   EXPECT_EQ(value(tf32_rna_bits(bits(std::numeric_limits<float>::max()))), inf);
   EXPECT_EQ(tf32_rna_bits(0x7f7fe000u), 0x7f7fe000u);
   // Subnormals round their encoding the same way (cvt.rna.tf32 applies the same add and mask).

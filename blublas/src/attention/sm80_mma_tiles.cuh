@@ -6,7 +6,7 @@
 //   operand)
 //                                        * B (a [k][kD] tile: the n index is contiguous)
 // Two element types share the code: bf16 (mma m16n8k16) and fp32 stored, tf32 computed (mma
-// m16n8k8 on operands rounded with cvt.rna.tf32).
+// m16n8k8 on operands rounded as cvt.rna.tf32 does: Note [tf32 rounding by integer add]).
 //
 // Note [Swizzled attention tiles]
 // Every tile is [rows][kD] with kD in {64, 128}, stored in 16-byte chunks with the chunk index
@@ -278,8 +278,8 @@ struct MmaF32 {
   // eight different bank groups. The products equal the unpermuted ones up to the order of the
   // additions inside one mma.
   template <int kPN>
-  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[kAW], const float (&c)[kPN][4], int kk,
-                                                int /*lane*/) {
+  __device__ __forceinline__ static void c_to_a(uint32_t (&a)[kAW], const float (&c)[kPN][4],
+                                                int kk, int /*lane*/) {
     const float* cc = c[kk];
     const uint32_t raw[4] = {__float_as_uint(cc[0]), __float_as_uint(cc[2]), __float_as_uint(cc[1]),
                              __float_as_uint(cc[3])};
@@ -287,8 +287,8 @@ struct MmaF32 {
   }
   // The B of c_to_a's k order: rows k0 + 2t and k0 + 2t + 1 (Note [Permuted k8 keys]).
   template <int kD>
-  __device__ __forceinline__ static void load_bt_pair_kperm(uint32_t (&b)[kBW], const float* s, int k0,
-                                                            int n0, int lane) {
+  __device__ __forceinline__ static void load_bt_pair_kperm(uint32_t (&b)[kBW], const float* s,
+                                                            int k0, int n0, int lane) {
     load_bt_pair<kD, true>(b, s, k0, n0, lane);
   }
 };

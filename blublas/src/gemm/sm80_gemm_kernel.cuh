@@ -17,7 +17,8 @@
 // - tf32 k-major fragments also come from ldmatrix.x4 (a b16 8 x 8 block is 8 rows x 4 floats and
 //   hands thread l the float at (l/4, l%4), the m16n8k8 layout); there is no 32-bit .trans, so
 //   m/n-major tf32 fragments use 32-bit shared loads (conflict-free: row stride = 8 mod 32
-//   words). Values are rounded with cvt.rna.tf32.f32 (round to nearest, as cuBLAS's tf32 mode).
+//   words). Values are rounded as cvt.rna.tf32.f32 does (nearest, ties away; Note [tf32
+//   rounding by integer add]).
 // - Warp tiles are 64 x 64 in the large configurations: 8 ldmatrix.x4 feed 32 mma per k16 step.
 //   With 64 x 32 warp tiles (6 per 16) the first version ran at 80-200 TFLOP/s on an H200: the
 //   shared-memory instruction queue, not the tensor cores, was the limit.
@@ -110,7 +111,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // cvt.rna.tf32.f32 as two instructions (Note [tf32 rounding by integer add]).
-__device__ __forceinline__ uint32_t to_tf32(float x) { return detail::tf32_rna_bits(__float_as_uint(x)); }
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  return detail::tf32_rna_bits(__float_as_uint(x));
+}
 
 template <typename T>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
