@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device-race-ab.sh: the strict-fp32 race of issue 10 with its A/B switches, in one device call.
 # Builds (Ninja, sm_90a) the trainer, gemm_bench and the GEMM / attention GPU tests; runs the
-# SIMT GEMM test and the 3xTF32 attention cases (the dQ-partials ones included); gemm_bench's fp32
+# SIMT GEMM test and the attention cases of the sm80 mma tiles (3xTF32, tf32, bf16; the dQ-partials
+# ones included); gemm_bench's fp32
 # GPT-2 set with and without BLUBLAS_SIMT_TRANSPOSE_B (ours and cuBLAS in the same process); the
 # race (scripts/device-check.sh --suite e2e --no-build: blutrain vs PyTorch eager and torch.compile,
 # BLU_E2E_MODES, default fp32, with the per-kernel profile); then blutrain fp32 alone, same flags as
@@ -55,9 +56,11 @@ for stage in "${stages[@]}"; do
     for t in blublas_attention_args_test blublas_gemm_property_test; do
       timeout 60 "$build/tests/$t" > "$work/$t.txt" 2>&1; echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/$t.txt" | tr '\n' ' ')"
     done
-    timeout 150 "$build/tests/blublas_attention_gpu_test" --gtest_filter='*F32*:*Dq*:*Split3*' \
+    # Every case of the sm80 mma tiles (Note [Permuted k8 keys]): 3xTF32, tf32 and bf16.
+    timeout 200 "$build/tests/blublas_attention_gpu_test" \
+      --gtest_filter='*F32*:*Dq*:*Split3*:*Tf32*:*Sm80*:*Bf16EveryTileConfig*:*Bf16LongCausal*' \
       > "$work/attention_gpu_test.txt" 2>&1
-    echo "attention_gpu_test (fp32 cases) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/attention_gpu_test.txt" | tr '\n' ' ')"
+    echo "attention_gpu_test (sm80 mma and fp32 cases) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/attention_gpu_test.txt" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \]" "$work/attention_gpu_test.txt" | head -5
     timeout 150 "$build/tests/blublas_gemm_simt_gpu_test" > "$work/gemm_simt_gpu_test.txt" 2>&1
     echo "gemm_simt_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/gemm_simt_gpu_test.txt" | tr '\n' ' ')"
