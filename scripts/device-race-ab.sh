@@ -2,8 +2,8 @@
 # device-race-ab.sh: the strict-fp32 race of issue 10 with its A/B switches, in one device call.
 # Builds (Ninja, sm_90a) the trainer, gemm_bench and the GEMM / attention GPU tests; runs the
 # SIMT GEMM test and the attention cases of the sm80 mma tiles (3xTF32, tf32, bf16; the dQ-partials
-# ones included); gemm_bench's fp32
-# GPT-2 set with and without BLUBLAS_SIMT_TRANSPOSE_B (ours and cuBLAS in the same process); the
+# ones included); gemm_bench's fp32 GPT-2 set with and without BLUBLAS_SIMT_TRANSPOSE_B (ours and
+# cuBLAS in the same process); the
 # race (scripts/device-check.sh --suite e2e --no-build: blutrain vs PyTorch eager and torch.compile,
 # BLU_E2E_MODES, default fp32, with the per-kernel profile); then blutrain fp32 alone, same flags as
 # the race, by default and once per A/B run of BLU_RACE_AB_RUNS ("tag:ENV=1:--flag=value ..."; the
