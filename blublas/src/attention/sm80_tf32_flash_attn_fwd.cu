@@ -1,6 +1,7 @@
 // sm80_tf32_flash_attn_fwd.cu: the tf32 mma.sync flash-attention forward (fp32 storage, operands
 // rounded to tf32 as cvt.rna does: Note [tf32 rounding by integer add]; fp32 accumulation); fp32
-// tiles are twice the bytes of bf16 ones, so the tiles are smaller (kernel template in sm80_flash_attn_fwd.cuh).
+// tiles are twice the bytes of bf16 ones, so the tiles are smaller (kernel template in
+// sm80_flash_attn_fwd.cuh).
 //   d64:  4 warps x 16 rows (Br 64), key blocks of 64: 80 KiB smem.
 //   d128: 4 warps x 16 rows (Br 64), key blocks of 32: 96 KiB smem.
 // The same tiles also run the 3xTF32 split (Elem tag sm80::tf32x3, Note [3xTF32 split]).

@@ -86,12 +86,12 @@ def Blu_MatmulOp : Blu_Op<"matmul", [Pure]> {
 }
 
 def Blu_KernelOp : Blu_Op<"kernel", [Pure]> {
-  let summary = "a named blublas launcher the compiler does not look into (attention, classifier...)";
+  let summary = "a named blublas launcher the compiler does not look into (attention, ...)";
   let description = [{
-    `blu.kernel "attention_forward"(%qkv) : (...) -> (...)`: the runtime calls the blublas launcher
-    named by `callee` with the operands and results as its tensors, in order. Like `blu.matmul` it is
-    a fusion boundary; unlike it, its shapes are the launcher's business, so the verifier checks only
-    that the callee is one the runtime knows (Note [Opaque kernels]).
+    `blu.kernel "attention_forward"(%qkv) : (...) -> (...)`: the runtime calls the blublas
+    launcher named by `callee` with the operands and results as its tensors, in order. Like
+    `blu.matmul` it is a fusion boundary; unlike it, its shapes are the launcher's business, so
+    the verifier checks only that the callee is one the runtime knows (Note [Opaque kernels]).
   }];
   let arguments = (ins StrAttr:$callee, Variadic<Blu_Tensor>:$inputs);
   let results = (outs Variadic<Blu_Tensor>:$results);
