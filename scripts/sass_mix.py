@@ -6,12 +6,11 @@ backward-branch loop and that loop's most frequent opcodes. What the session-9 S
 SIMT GEMM and the 3xTF32 attention used (bench/NOTES.md, "Session 9").
 Usage: sass_mix.py FILE.o|FILE.cubin|FILE.sass [--filter SUBSTR ...] [--top N]
 """
-import re
 import subprocess
 import sys
 from collections import Counter
 
-from sass_stalls import INS, read_sass
+from sass_stalls import INS, longest_loop, read_sass
 
 
 def main():
@@ -29,24 +28,13 @@ def main():
     for name, ins in funcs.items():
         if not all(f in name for f in filters):
             continue
-        parsed = {}
-        for off, t in ins.items():
-            m = INS.match(t)
-            if m:
-                parsed[off] = (m.group(2), m.group(3))
-        loop = None
-        for off, (op, rest) in parsed.items():
-            if op.startswith("BRA"):
-                tgt = re.search(r"0x([0-9a-f]+)", rest)
-                if tgt and int(tgt.group(1), 16) < off:
-                    lo = int(tgt.group(1), 16)
-                    if loop is None or off - lo > loop[1] - loop[0]:
-                        loop = (lo, off)
+        parsed = [(off, m.group(2), m.group(3)) for off, m in ((o, INS.match(t)) for o, t in ins.items()) if m]
+        loop = longest_loop(parsed)
         print(f"{name[:110]}\n  {len(parsed)} instructions", end="")
         if loop is None:
             print(", no loop")
             continue
-        body = [op for off, (op, _) in parsed.items() if loop[0] <= off <= loop[1]]
+        body = [op for off, op, _ in parsed if loop[0] <= off <= loop[1]]
         mix = Counter(op.split(".")[0] for op in body).most_common(top)
         print(f"; main loop {loop[0]:#x}-{loop[1]:#x}: {len(body)}: " + ", ".join(f"{k} {v}" for k, v in mix))
     return 0

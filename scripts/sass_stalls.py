@@ -86,6 +86,20 @@ def read_sass(path):
     return funcs
 
 
+def longest_loop(instructions):
+    """(first, last) offsets of the longest backward branch's body in [(offset, opcode, operands)],
+    or None: the main loop of a kernel."""
+    loop = None
+    for off, op, rest in instructions:
+        if op.startswith("BRA"):
+            tgt = re.search(r"0x([0-9a-f]+)", rest)
+            if tgt and int(tgt.group(1), 16) < off:
+                lo = int(tgt.group(1), 16)
+                if loop is None or off - lo > loop[1] - loop[0]:
+                    loop = (lo, off)
+    return loop
+
+
 def main():
     args = sys.argv[1:]
     path = args[0]
@@ -103,15 +117,8 @@ def main():
         name, ins = max(funcs.items(), key=lambda kv: score(kv[1]))
         print(f"reuse flags from {name[-70:]}: {score(ins)} of {len(text)} instructions match")
         text = {o: ins.get(o, t) for o, t in text.items()}
-    loop = None
-    for o, t in text.items():
-        m = INS.match(t)
-        if m and m.group(2).startswith("BRA"):
-            tgt = re.search(r"0x([0-9a-f]+)", m.group(3))
-            if tgt and int(tgt.group(1), 16) < o:
-                lo = int(tgt.group(1), 16)
-                if loop is None or o - lo > loop[1] - loop[0]:
-                    loop = (lo, o)
+    parsed = [(o, m.group(2), m.group(3)) for o, m in ((o, INS.match(t)) for o, t in text.items()) if m]
+    loop = longest_loop(parsed)
     if loop is None:
         print(f"{path}: no loop found ({len(rows)} instructions)")
         return 1
