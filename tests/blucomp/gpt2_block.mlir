@@ -8,6 +8,11 @@
 // RUN: blu-opt %s --blu-fuse-pipeline | FileCheck %s --check-prefix=FUSED
 // RUN: blu-opt %s --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: blu-opt %s --blu-plan-memory | FileCheck %s --check-prefix=EAGER
+// RUN: blu-opt %s --blu-count-kernels | FileCheck %s --check-prefix=COUNT-BEFORE
+// RUN: blu-opt %s --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=COUNT-AFTER
+
+// COUNT-BEFORE: func.func @gpt2_block{{.*}}blu.kernels = 14 : i64
+// COUNT-AFTER: func.func @gpt2_block{{.*}}blu.kernels = 11 : i64
 
 // ROUND: blu.kernel "attention_forward"(%{{.*}}) : (tensor<8192x2304xf32>) -> (tensor<8192x768xf32>, tensor<96x1024xf32>)
 
