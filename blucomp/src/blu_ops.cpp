@@ -89,6 +89,39 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+LogicalResult MatmulEpilogueOp::verify() {
+  const llvm::StringRef e = getEpilogue();
+  const size_t want_operands = e == "bias_residual" ? 4 : 3;
+  if (e != "bias" && e != "bias_residual" && e != "bias_gelu" && e != "gelu_grad")
+    return emitOpError("unknown epilogue '") << e << "' (bias, bias_residual, bias_gelu, gelu_grad)";
+  if (getOperands().size() != want_operands)
+    return emitOpError("epilogue '") << e << "' takes " << want_operands << " operands, got "
+                                     << getOperands().size();
+  const size_t results = getResults().size();
+  if (results != 1 && !(e == "bias_gelu" && results == 2))
+    return emitOpError("epilogue '") << e << "' has " << (e == "bias_gelu" ? "1 or 2" : "1")
+                                     << " results, got " << results;
+  RankedTensorType lhs = rankedType(getOperands()[0]);
+  RankedTensorType rhs = rankedType(getOperands()[1]);
+  RankedTensorType out = rankedType(getResults()[0]);
+  if (lhs.getRank() != 2 || rhs.getRank() != 2 || out.getRank() != 2)
+    return emitOpError("lhs, rhs and result must be rank 2");
+  const int64_t m = getTransposeLhs() ? lhs.getDimSize(1) : lhs.getDimSize(0);
+  const int64_t k_lhs = getTransposeLhs() ? lhs.getDimSize(0) : lhs.getDimSize(1);
+  const int64_t k_rhs = getTransposeRhs() ? rhs.getDimSize(1) : rhs.getDimSize(0);
+  const int64_t n = getTransposeRhs() ? rhs.getDimSize(0) : rhs.getDimSize(1);
+  if (k_lhs != k_rhs) return emitOpError("contraction sizes differ: ") << k_lhs << " vs " << k_rhs;
+  if (out.getDimSize(0) != m || out.getDimSize(1) != n)
+    return emitOpError("result ") << out << " must be " << m << "x" << n;
+  for (Value extra : getOperands().drop_front(2)) {
+    RankedTensorType t = rankedType(extra);
+    const bool vector = t.getRank() == 1 && t.getDimSize(0) == n;
+    if (!vector && t.getShape() != out.getShape())
+      return emitOpError("operand ") << t << " is neither the result's shape nor a vector of " << n;
+  }
+  return success();
+}
+
 // Note [Opaque kernels]
 // blu.kernel stands for a blublas launcher the compiler never fuses or lowers: attention, the
 // fused classifier, embedding and its backward, AdamW. The names are the launchers' (the runtime's

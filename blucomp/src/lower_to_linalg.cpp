@@ -114,7 +114,7 @@ struct LowerToLinalgPass : blu::comp::impl::BluLowerToLinalgBase<LowerToLinalgPa
         return WalkResult::skip();  // its body is lowered with it
       }
       if (isa<ElementwiseOpInterface>(op)) work.push_back(op);
-      if (isa<MatmulOp, LayerNormOp>(op)) {
+      if (isa<MatmulOp, MatmulEpilogueOp, LayerNormOp>(op)) {
         op->emitOpError(
             "has no lowering to linalg yet (blu.matmul becomes a blublas call in "
             "the runtime; blu.layernorm a reduction kernel: blucomp/README.md)");

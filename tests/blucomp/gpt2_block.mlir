@@ -10,9 +10,14 @@
 // RUN: blu-opt %s --blu-plan-memory | FileCheck %s --check-prefix=EAGER
 // RUN: blu-opt %s --blu-count-kernels | FileCheck %s --check-prefix=COUNT-BEFORE
 // RUN: blu-opt %s --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=COUNT-AFTER
+// RUN: blu-opt %s --blu-fuse-epilogue --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=COUNT-EPI
 
 // COUNT-BEFORE: func.func @gpt2_block{{.*}}blu.kernels = 14 : i64
 // COUNT-AFTER: func.func @gpt2_block{{.*}}blu.kernels = 11 : i64
+// With the GEMM epilogues first (blu-fuse-epilogue): 7, every elementwise op inside a GEMM.
+// COUNT-EPI: func.func @gpt2_block{{.*}}blu.kernels = 7 : i64
+// COUNT-EPI-NOT: blu.fused
+// COUNT-EPI-NOT: blu.bias_add
 
 // ROUND: blu.kernel "attention_forward"(%{{.*}}) : (tensor<8192x2304xf32>) -> (tensor<8192x768xf32>, tensor<96x1024xf32>)
 

@@ -130,3 +130,19 @@ func.func @kernel_unknown_callee(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = blu.kernel "flash_attention"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @epilogue_unknown(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
+  // expected-error @+1 {{unknown epilogue 'bias_relu' (bias, bias_residual, bias_gelu, gelu_grad)}}
+  %0 = blu.matmul_epilogue "bias_relu"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}
+
+// -----
+
+func.func @epilogue_operand_count(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
+  // expected-error @+1 {{epilogue 'bias_residual' takes 4 operands, got 3}}
+  %0 = blu.matmul_epilogue "bias_residual"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}

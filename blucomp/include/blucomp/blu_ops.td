@@ -85,6 +85,27 @@ def Blu_MatmulOp : Blu_Op<"matmul", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Blu_MatmulEpilogueOp : Blu_Op<"matmul_epilogue", [Pure]> {
+  let summary = "GEMM with a blublas epilogue (bias, bias + residual, bias + GELU, GELU gradient)";
+  let description = [{
+    `blu.matmul_epilogue "bias_gelu"(%lhs, %rhs, %bias) {transpose_rhs = true} : ...`: the
+    product of `blu.matmul` followed in the same kernel by its epilogue (blublas::Epilogue):
+      "bias"           (lhs, rhs, bias)           -> op(lhs) op(rhs) + bias
+      "bias_residual"  (lhs, rhs, bias, residual) -> op(lhs) op(rhs) + bias + residual (beta = 1)
+      "bias_gelu"      (lhs, rhs, bias)           -> gelu_tanh(pre) [, pre], pre = product + bias
+      "gelu_grad"      (lhs, rhs, pre)            -> product * gelu_tanh'(pre)
+    Made by blu-fuse-epilogue (Note [Epilogue fusion]); never lowered by blucomp, a launch.
+  }];
+  let arguments = (ins Variadic<Blu_Tensor>:$operands, StrAttr:$epilogue,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Variadic<Blu_Tensor>:$results);
+  let assemblyFormat = [{
+    $epilogue `(` $operands `)` attr-dict `:` functional-type($operands, $results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Blu_KernelOp : Blu_Op<"kernel", [Pure]> {
   let summary = "a named blublas launcher the compiler does not look into (attention, ...)";
   let description = [{

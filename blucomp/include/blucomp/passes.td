@@ -49,6 +49,17 @@ def BluPlanMemory : Pass<"blu-plan-memory", "::mlir::func::FuncOp"> {
   ];
 }
 
+def BluFuseEpilogue : Pass<"blu-fuse-epilogue", "::mlir::func::FuncOp"> {
+  let summary = "Fold a blu.matmul's bias / residual / GELU / GELU-gradient consumers into it";
+  let description = [{
+    Rewrites blu.matmul + blu.bias_add [+ blu.add | + blu.gelu_tanh] and blu.matmul +
+    blu.gelu_tanh_grad into one blu.matmul_epilogue (the blublas GEMM epilogues), when the
+    product's only user is the consumer (Note [Epilogue fusion] in fuse_epilogue.cpp). Run it
+    before blu-fuse-elementwise.
+  }];
+  let dependentDialects = ["::blu::comp::BluDialect"];
+}
+
 def BluCountKernels : Pass<"blu-count-kernels", "::mlir::func::FuncOp"> {
   let summary = "Report the kernel launches a function's blu ops make (before / after fusion)";
   let description = [{

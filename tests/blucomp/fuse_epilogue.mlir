@@ -1,0 +1,68 @@
+// blu-fuse-epilogue (Note [Epilogue fusion] in blucomp/src/fuse_epilogue.cpp): a GEMM's bias,
+// bias + residual, bias + GELU and GELU-gradient consumers folded into blu.matmul_epilogue.
+// RUN: blu-opt %s -split-input-file --blu-fuse-epilogue | FileCheck %s
+
+// CHECK-LABEL: func.func @bias
+// CHECK-NEXT: %[[E:.*]] = blu.matmul_epilogue "bias"(%arg0, %arg1, %arg2) {transpose_rhs = true} : (tensor<4x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+// CHECK-NEXT: return %[[E]]
+func.func @bias(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
+  %0 = blu.matmul %x, %w {transpose_rhs = true} : tensor<4x8xf32>, tensor<6x8xf32> -> tensor<4x6xf32>
+  %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
+  return %1 : tensor<4x6xf32>
+}
+
+// -----
+
+// The residual may be either operand of the add.
+// CHECK-LABEL: func.func @bias_residual
+// CHECK-NEXT: %[[E:.*]] = blu.matmul_epilogue "bias_residual"(%arg0, %arg1, %arg2, %arg3) {transpose_rhs = true}
+// CHECK-NEXT: return %[[E]]
+func.func @bias_residual(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf32>, %r: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  %0 = blu.matmul %x, %w {transpose_rhs = true} : tensor<4x8xf32>, tensor<6x8xf32> -> tensor<4x6xf32>
+  %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
+  %2 = blu.add %r, %1 : tensor<4x6xf32>
+  return %2 : tensor<4x6xf32>
+}
+
+// -----
+
+// GELU whose pre-activation nothing else reads: one result.
+// CHECK-LABEL: func.func @bias_gelu
+// CHECK-NEXT: %[[E:.*]] = blu.matmul_epilogue "bias_gelu"(%arg0, %arg1, %arg2) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+// CHECK-NEXT: return %[[E]]
+func.func @bias_gelu(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
+  %0 = blu.matmul %x, %w : tensor<4x8xf32>, tensor<8x6xf32> -> tensor<4x6xf32>
+  %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
+  %2 = blu.gelu_tanh %1 : tensor<4x6xf32>
+  return %2 : tensor<4x6xf32>
+}
+
+// -----
+
+// The training step's case: the backward reads the pre-activation, so the epilogue also returns it
+// (blublas kBiasGelu's aux), and the GELU gradient's GEMM takes it back as its own epilogue's aux.
+// CHECK-LABEL: func.func @bias_gelu_keeps_pre
+// CHECK-NEXT: %[[E:.*]]:2 = blu.matmul_epilogue "bias_gelu"(%arg0, %arg1, %arg2) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>)
+// CHECK-NEXT: %[[G:.*]] = blu.matmul_epilogue "gelu_grad"(%arg3, %arg4, %[[E]]#1) : (tensor<4x5xf32>, tensor<5x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+// CHECK-NEXT: return %[[E]]#0, %[[G]]
+func.func @bias_gelu_keeps_pre(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>, %dy: tensor<4x5xf32>, %w2: tensor<5x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %0 = blu.matmul %x, %w : tensor<4x8xf32>, tensor<8x6xf32> -> tensor<4x6xf32>
+  %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
+  %2 = blu.gelu_tanh %1 : tensor<4x6xf32>
+  %3 = blu.matmul %dy, %w2 : tensor<4x5xf32>, tensor<5x6xf32> -> tensor<4x6xf32>
+  %4 = blu.gelu_tanh_grad %3, %1 : tensor<4x6xf32>
+  return %2, %4 : tensor<4x6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// A product read twice stays a plain blu.matmul (the epilogue would hide it from the second user).
+// CHECK-LABEL: func.func @shared_product
+// CHECK-NEXT: blu.matmul %arg0
+// CHECK-NEXT: blu.bias_add
+// CHECK-NOT: blu.matmul_epilogue
+func.func @shared_product(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %0 = blu.matmul %x, %w : tensor<4x8xf32>, tensor<8x6xf32> -> tensor<4x6xf32>
+  %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
+  return %0, %1 : tensor<4x6xf32>, tensor<4x6xf32>
+}
