@@ -67,33 +67,43 @@ LogicalResult LayerNormOp::verify() {
   return success();
 }
 
-LogicalResult MatmulOp::verify() {
-  RankedTensorType lhs = rankedType(getLhs());
-  RankedTensorType rhs = rankedType(getRhs());
-  RankedTensorType result = rankedType(getResult());
+// The product op(lhs) op(rhs) -> result of blu.matmul and blu.matmul_epilogue: ranks, one
+// element type, the contraction sizes and the result shape; sets *n to the result's columns.
+static LogicalResult verifyProduct(Operation* op, Value lhs_v, Value rhs_v, Value result_v, bool tl,
+                                   bool tr, int64_t* n_out = nullptr) {
+  RankedTensorType lhs = rankedType(lhs_v);
+  RankedTensorType rhs = rankedType(rhs_v);
+  RankedTensorType result = rankedType(result_v);
   if (lhs.getRank() != 2 || rhs.getRank() != 2 || result.getRank() != 2)
-    return emitOpError("operands and result must be rank 2, got ")
+    return op->emitOpError("operands and result must be rank 2, got ")
            << lhs << ", " << rhs << " -> " << result;
   if (lhs.getElementType() != rhs.getElementType())
-    return emitOpError("lhs ") << lhs << " and rhs " << rhs << " must have one element type";
-  const int64_t m = getTransposeLhs() ? lhs.getDimSize(1) : lhs.getDimSize(0);
-  const int64_t k_lhs = getTransposeLhs() ? lhs.getDimSize(0) : lhs.getDimSize(1);
-  const int64_t k_rhs = getTransposeRhs() ? rhs.getDimSize(1) : rhs.getDimSize(0);
-  const int64_t n = getTransposeRhs() ? rhs.getDimSize(0) : rhs.getDimSize(1);
+    return op->emitOpError("lhs ") << lhs << " and rhs " << rhs << " must have one element type";
+  const int64_t m = tl ? lhs.getDimSize(1) : lhs.getDimSize(0);
+  const int64_t k_lhs = tl ? lhs.getDimSize(0) : lhs.getDimSize(1);
+  const int64_t k_rhs = tr ? rhs.getDimSize(1) : rhs.getDimSize(0);
+  const int64_t n = tr ? rhs.getDimSize(0) : rhs.getDimSize(1);
   if (k_lhs != k_rhs)
-    return emitOpError("contraction sizes differ: lhs ")
-           << lhs << (getTransposeLhs() ? " (transposed)" : "") << " has K = " << k_lhs << ", rhs "
-           << rhs << (getTransposeRhs() ? " (transposed)" : "") << " has K = " << k_rhs;
+    return op->emitOpError("contraction sizes differ: lhs ")
+           << lhs << (tl ? " (transposed)" : "") << " has K = " << k_lhs << ", rhs " << rhs
+           << (tr ? " (transposed)" : "") << " has K = " << k_rhs;
   if (result.getDimSize(0) != m || result.getDimSize(1) != n)
-    return emitOpError("result ") << result << " must be " << m << "x" << n;
+    return op->emitOpError("result ") << result << " must be " << m << "x" << n;
+  if (n_out) *n_out = n;
   return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  return verifyProduct(getOperation(), getLhs(), getRhs(), getResult(), getTransposeLhs(),
+                       getTransposeRhs());
 }
 
 LogicalResult MatmulEpilogueOp::verify() {
   const llvm::StringRef e = getEpilogue();
   const size_t want_operands = e == "bias_residual" ? 4 : 3;
   if (e != "bias" && e != "bias_residual" && e != "bias_gelu" && e != "gelu_grad")
-    return emitOpError("unknown epilogue '") << e << "' (bias, bias_residual, bias_gelu, gelu_grad)";
+    return emitOpError("unknown epilogue '")
+           << e << "' (bias, bias_residual, bias_gelu, gelu_grad)";
   if (getOperands().size() != want_operands)
     return emitOpError("epilogue '") << e << "' takes " << want_operands << " operands, got "
                                      << getOperands().size();
@@ -101,18 +111,11 @@ LogicalResult MatmulEpilogueOp::verify() {
   if (results != 1 && !(e == "bias_gelu" && results == 2))
     return emitOpError("epilogue '") << e << "' has " << (e == "bias_gelu" ? "1 or 2" : "1")
                                      << " results, got " << results;
-  RankedTensorType lhs = rankedType(getOperands()[0]);
-  RankedTensorType rhs = rankedType(getOperands()[1]);
+  int64_t n = 0;
+  if (failed(verifyProduct(getOperation(), getOperands()[0], getOperands()[1], getResults()[0],
+                           getTransposeLhs(), getTransposeRhs(), &n)))
+    return failure();
   RankedTensorType out = rankedType(getResults()[0]);
-  if (lhs.getRank() != 2 || rhs.getRank() != 2 || out.getRank() != 2)
-    return emitOpError("lhs, rhs and result must be rank 2");
-  const int64_t m = getTransposeLhs() ? lhs.getDimSize(1) : lhs.getDimSize(0);
-  const int64_t k_lhs = getTransposeLhs() ? lhs.getDimSize(0) : lhs.getDimSize(1);
-  const int64_t k_rhs = getTransposeRhs() ? rhs.getDimSize(1) : rhs.getDimSize(0);
-  const int64_t n = getTransposeRhs() ? rhs.getDimSize(0) : rhs.getDimSize(1);
-  if (k_lhs != k_rhs) return emitOpError("contraction sizes differ: ") << k_lhs << " vs " << k_rhs;
-  if (out.getDimSize(0) != m || out.getDimSize(1) != n)
-    return emitOpError("result ") << out << " must be " << m << "x" << n;
   for (Value extra : getOperands().drop_front(2)) {
     RankedTensorType t = rankedType(extra);
     const bool vector = t.getRank() == 1 && t.getDimSize(0) == n;
