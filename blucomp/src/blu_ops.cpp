@@ -100,22 +100,32 @@ LogicalResult MatmulOp::verify() {
 
 LogicalResult MatmulEpilogueOp::verify() {
   const llvm::StringRef e = getEpilogue();
-  const size_t want_operands = e == "bias_residual" ? 4 : 3;
-  if (e != "bias" && e != "bias_residual" && e != "bias_gelu" && e != "gelu_grad")
+  if (e != "bias" && e != "bias_residual" && e != "bias_gelu" && e != "gelu_grad" &&
+      e != "bias_grad")
     return emitOpError("unknown epilogue '")
-           << e << "' (bias, bias_residual, bias_gelu, gelu_grad)";
+           << e << "' (bias, bias_residual, bias_gelu, gelu_grad, bias_grad)";
+  const size_t want_operands = e == "bias_residual" ? 4 : e == "bias_grad" ? 2 : 3;
   if (getOperands().size() != want_operands)
     return emitOpError("epilogue '") << e << "' takes " << want_operands << " operands, got "
                                      << getOperands().size();
   const size_t results = getResults().size();
-  if (results != 1 && !(e == "bias_gelu" && results == 2))
-    return emitOpError("epilogue '") << e << "' has " << (e == "bias_gelu" ? "1 or 2" : "1")
-                                     << " results, got " << results;
+  const bool results_ok = e == "bias_gelu" ? (results == 1 || results == 2)
+                          : e == "bias_grad" ? results == 2
+                                             : results == 1;
+  if (!results_ok)
+    return emitOpError("epilogue '")
+           << e << "' has " << (e == "bias_gelu" ? "1 or 2" : e == "bias_grad" ? "2" : "1")
+           << " results, got " << results;
   int64_t n = 0;
   if (failed(verifyProduct(getOperation(), getOperands()[0], getOperands()[1], getResults()[0],
                            getTransposeLhs(), getTransposeRhs(), &n)))
     return failure();
   RankedTensorType out = rankedType(getResults()[0]);
+  if (e == "bias_grad") {  // the row sums of op(lhs): one per row of the result
+    RankedTensorType g = rankedType(getResults()[1]);
+    if (g.getRank() != 1 || g.getDimSize(0) != out.getDimSize(0))
+      return emitOpError("bias gradient ") << g << " must be a vector of " << out.getDimSize(0);
+  }
   for (Value extra : getOperands().drop_front(2)) {
     RankedTensorType t = rankedType(extra);
     const bool vector = t.getRank() == 1 && t.getDimSize(0) == n;

@@ -27,6 +27,9 @@ namespace {
 //                                                    pre-activation has other users (the training
 //                                                    step's backward reads it), else (gelu)
 //   gelu_tanh_grad(product, pre)                  -> "gelu_grad" (pre as aux)
+//   blu.kernel "column_sum"(dy) beside a product
+//     with op(lhs) = dy^T (the dW GEMM)           -> "bias_grad": results (dW, column sums)
+//     (blublas kBiasGradA; the product may have any users, both values are results)
 // The new op takes the position of the last op it replaces, where every operand (lhs, rhs, bias,
 // residual, pre) already dominates: each is an operand of an op that the chain's last op follows.
 // For "bias_gelu" with other users of pre the op goes to the bias_add's place instead (those
@@ -36,6 +39,31 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
     llvm::SmallVector<MatmulOp> matmuls;
     getOperation().walk([&](MatmulOp mm) { matmuls.push_back(mm); });
     for (MatmulOp mm : matmuls) fuse(mm);
+    llvm::SmallVector<KernelOp> sums;
+    getOperation().walk([&](KernelOp k) {
+      if (k.getCallee() == "column_sum" && k.getInputs().size() == 1 && k.getResults().size() == 1)
+        sums.push_back(k);
+    });
+    for (KernelOp sum : sums) fuseBiasGrad(sum);
+  }
+
+  // Note [Epilogue fusion], "bias_grad": at the earlier of the two ops. Its operands (dy, x) are
+  // operands of both, so they dominate it; every user of either result follows its own op, hence
+  // the earlier one.
+  void fuseBiasGrad(KernelOp sum) {
+    Value dy = sum.getInputs()[0];
+    for (Operation* user : dy.getUsers()) {
+      auto mm = dyn_cast<MatmulOp>(user);
+      if (!mm || mm.getLhs() != dy || !mm.getTransposeLhs() || mm->getBlock() != sum->getBlock())
+        continue;
+      Operation* at = mm->isBeforeInBlock(sum) ? mm.getOperation() : sum.getOperation();
+      auto op = build(at, mm, "bias_grad", {}, {mm.getType(), sum.getResults()[0].getType()});
+      mm->replaceAllUsesWith(ValueRange{op.getResult(0)});
+      sum->replaceAllUsesWith(ValueRange{op.getResult(1)});
+      mm.erase();
+      sum.erase();
+      return;
+    }
   }
 
   static Operation* soleUser(Value v) {

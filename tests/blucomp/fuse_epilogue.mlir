@@ -66,3 +66,28 @@ func.func @shared_product(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6
   %1 = blu.bias_add %0, %b : tensor<4x6xf32>, tensor<6xf32>
   return %0, %1 : tensor<4x6xf32>, tensor<4x6xf32>
 }
+
+// -----
+
+// The bias gradient (column sums of dY) joins the dW GEMM dY^T X as its second result, at the
+// earlier of the two ops: here the GEMM, whose result is read before the column sum runs.
+// CHECK-LABEL: func.func @bias_grad
+// CHECK-NEXT: %[[E:.*]]:2 = blu.matmul_epilogue "bias_grad"(%arg0, %arg1) {transpose_lhs = true} : (tensor<16x6xf32>, tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<6xf32>)
+// CHECK-NEXT: %[[S:.*]] = blu.mul %[[E]]#0, %[[E]]#0
+// CHECK-NEXT: return %[[S]], %[[E]]#1
+func.func @bias_grad(%dy: tensor<16x6xf32>, %x: tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<6xf32>) {
+  %dw = blu.matmul %dy, %x {transpose_lhs = true} : tensor<16x6xf32>, tensor<16x8xf32> -> tensor<6x8xf32>
+  %sq = blu.mul %dw, %dw : tensor<6x8xf32>
+  %db = blu.kernel "column_sum"(%dy) : (tensor<16x6xf32>) -> tensor<6xf32>
+  return %sq, %db : tensor<6x8xf32>, tensor<6xf32>
+}
+
+// -----
+
+// A column sum of a tensor no dW GEMM reads stays a kernel.
+// CHECK-LABEL: func.func @lone_column_sum
+// CHECK-NEXT: blu.kernel "column_sum"
+func.func @lone_column_sum(%dy: tensor<16x6xf32>) -> tensor<6xf32> {
+  %db = blu.kernel "column_sum"(%dy) : (tensor<16x6xf32>) -> tensor<6xf32>
+  return %db : tensor<6xf32>
+}

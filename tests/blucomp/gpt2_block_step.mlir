@@ -6,14 +6,14 @@
 // recompute) keeps them apart; only proj bias + residual add fuses. 29 kernels -> 28. The backward's
 // elementwise ops (GELU gradient, two residual-gradient adds) have kernels or GEMMs on both sides.
 // What removes launches here is fusion into the GEMMs' epilogues (blu-fuse-epilogue: bias, bias +
-// residual, bias + GELU keeping the pre-activation, GELU gradient): 23. Still separate: the bias
-// gradients (blublas's kBiasGradA epilogue of the dW GEMM would take them) and the residual
-// gradients' adds.
+// residual, bias + GELU keeping the pre-activation, GELU gradient, the bias gradients into the dW
+// GEMMs): 19. Still separate: the residual gradients' adds (beside layernorm backward kernels).
 // RUN: blu-opt %s --blu-count-kernels | FileCheck %s --check-prefix=BEFORE
 // RUN: blu-opt %s --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=AFTER
 // RUN: blu-opt %s --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: blu-opt %s --blu-fuse-epilogue --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=EPI
 // RUN: blu-opt %s --blu-fuse-epilogue --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN-EPI
+// RUN: blu-opt %s --blu-fuse-epilogue | FileCheck %s --check-prefix=EPIGRAD
 
 // BEFORE: func.func @gpt2_block_step{{.*}}blu.kernels = 29 : i64
 // AFTER: func.func @gpt2_block_step{{.*}}blu.kernels = 28 : i64
@@ -21,12 +21,15 @@
 // AFTER: blu.gelu_tanh %
 // AFTER: blu.gelu_tanh_grad
 // blu-fuse-epilogue first (Note [Epilogue fusion]): qkv bias, proj bias + residual, fc bias + GELU
-// (keeping the pre-activation for the backward), the GELU gradient in the dX GEMM: 23 kernels.
-// EPI: func.func @gpt2_block_step{{.*}}blu.kernels = 23 : i64
+// (keeping the pre-activation for the backward), the GELU gradient in the dX GEMM, four bias
+// gradients in the dW GEMMs: 19 kernels.
+// EPI: func.func @gpt2_block_step{{.*}}blu.kernels = 19 : i64
 // EPI: blu.matmul_epilogue "bias"
 // EPI: blu.matmul_epilogue "bias_residual"
 // EPI: %[[FC:.*]]:2 = blu.matmul_epilogue "bias_gelu"
 // EPI: blu.matmul_epilogue "gelu_grad"({{.*}}, %[[FC]]#1)
+// EPIGRAD-COUNT-4: blu.matmul_epilogue "bias_grad"
+// EPIGRAD-NOT: "column_sum"
 // The arena: 488.1 MB planned against 1060.7 MB allocated one by one (1085.8 MB before fusion).
 // With the epilogues the bias-added intermediates vanish: 387.5 MB planned, 758.7 MB one by one.
 // PLAN-EPI: blu.arena_bytes = 387451904 : i64, blu.arena_lower_bound_bytes = 387451904 : i64, blu.unplanned_bytes = 758684672 : i64

@@ -134,7 +134,7 @@ func.func @kernel_unknown_callee(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // -----
 
 func.func @epilogue_unknown(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>) -> tensor<4x6xf32> {
-  // expected-error @+1 {{unknown epilogue 'bias_relu' (bias, bias_residual, bias_gelu, gelu_grad)}}
+  // expected-error @+1 {{unknown epilogue 'bias_relu' (bias, bias_residual, bias_gelu, gelu_grad, bias_grad)}}
   %0 = blu.matmul_epilogue "bias_relu"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
   return %0 : tensor<4x6xf32>
 }
@@ -145,4 +145,12 @@ func.func @epilogue_operand_count(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: 
   // expected-error @+1 {{epilogue 'bias_residual' takes 4 operands, got 3}}
   %0 = blu.matmul_epilogue "bias_residual"(%x, %w, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
   return %0 : tensor<4x6xf32>
+}
+
+// -----
+
+func.func @epilogue_bias_grad_shape(%dy: tensor<16x6xf32>, %x: tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<8xf32>) {
+  // expected-error @+1 {{bias gradient 'tensor<8xf32>' must be a vector of 6}}
+  %0:2 = blu.matmul_epilogue "bias_grad"(%dy, %x) {transpose_lhs = true} : (tensor<16x6xf32>, tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<8xf32>)
+  return %0#0, %0#1 : tensor<6x8xf32>, tensor<8xf32>
 }

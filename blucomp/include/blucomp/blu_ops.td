@@ -94,6 +94,8 @@ def Blu_MatmulEpilogueOp : Blu_Op<"matmul_epilogue", [Pure]> {
       "bias_residual"  (lhs, rhs, bias, residual) -> op(lhs) op(rhs) + bias + residual (beta = 1)
       "bias_gelu"      (lhs, rhs, bias)           -> gelu_tanh(pre) [, pre], pre = product + bias
       "gelu_grad"      (lhs, rhs, pre)            -> product * gelu_tanh'(pre)
+      "bias_grad"      (lhs, rhs)                 -> product, row sums of op(lhs) (the dW GEMM
+                                                     dY^T X with the bias gradient of dY)
     Made by blu-fuse-epilogue (Note [Epilogue fusion]); never lowered by blucomp, a launch.
   }];
   let arguments = (ins Variadic<Blu_Tensor>:$operands, StrAttr:$epilogue,
