@@ -126,11 +126,17 @@ LogicalResult MatmulEpilogueOp::verify() {
     if (g.getRank() != 1 || g.getDimSize(0) != out.getDimSize(0))
       return emitOpError("bias gradient ") << g << " must be a vector of " << out.getDimSize(0);
   }
-  for (Value extra : getOperands().drop_front(2)) {
+  // Operand 2 is the bias (a vector of the result's columns) for the bias kinds, the
+  // pre-activation (the result's shape) for gelu_grad; operand 3, the residual, the result's shape.
+  for (auto [index, extra] : llvm::enumerate(getOperands().drop_front(2))) {
     RankedTensorType t = rankedType(extra);
-    const bool vector = t.getRank() == 1 && t.getDimSize(0) == n;
-    if (!vector && t.getShape() != out.getShape())
-      return emitOpError("operand ") << t << " is neither the result's shape nor a vector of " << n;
+    const bool want_vector = index == 0 && e != "gelu_grad";
+    if (want_vector && !(t.getRank() == 1 && t.getDimSize(0) == n))
+      return emitOpError("operand #") << index + 2 << " (the bias) " << t << " must be a vector of "
+                                      << n;
+    if (!want_vector && t.getShape() != out.getShape())
+      return emitOpError("operand #") << index + 2 << " " << t << " must have the result's shape "
+                                      << out;
   }
   return success();
 }

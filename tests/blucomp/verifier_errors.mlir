@@ -154,3 +154,11 @@ func.func @epilogue_bias_grad_shape(%dy: tensor<16x6xf32>, %x: tensor<16x8xf32>)
   %0:2 = blu.matmul_epilogue "bias_grad"(%dy, %x) {transpose_lhs = true} : (tensor<16x6xf32>, tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<8xf32>)
   return %0#0, %0#1 : tensor<6x8xf32>, tensor<8xf32>
 }
+
+// -----
+
+func.func @epilogue_swapped_bias(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: tensor<6xf32>, %r: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  // expected-error @+1 {{operand #2 (the bias) 'tensor<4x6xf32>' must be a vector of 6}}
+  %0 = blu.matmul_epilogue "bias_residual"(%x, %w, %r, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}
