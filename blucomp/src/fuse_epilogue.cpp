@@ -47,9 +47,9 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
     for (KernelOp sum : sums) fuseBiasGrad(sum);
   }
 
-  // Note [Epilogue fusion], "bias_grad": at the earlier of the two ops. Its operands (dy, x) are
-  // operands of both, so they dominate it; every user of either result follows its own op, hence
-  // the earlier one.
+  // Note [Epilogue fusion], "bias_grad": at the earlier of the two ops, so every user of either
+  // result follows it. dy is an operand of both and dominates it; x (the GEMM's rhs) must too: when
+  // x is computed between the column sum and the GEMM the two stay apart.
   void fuseBiasGrad(KernelOp sum) {
     Value dy = sum.getInputs()[0];
     for (Operation* user : dy.getUsers()) {
@@ -57,6 +57,9 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
       if (!mm || mm.getLhs() != dy || !mm.getTransposeLhs() || mm->getBlock() != sum->getBlock())
         continue;
       Operation* at = mm->isBeforeInBlock(sum) ? mm.getOperation() : sum.getOperation();
+      if (Operation* def = mm.getRhs().getDefiningOp();
+          def && def->getBlock() == at->getBlock() && !def->isBeforeInBlock(at))
+        continue;
       auto op = build(at, mm, "bias_grad", {}, {mm.getType(), sum.getResults()[0].getType()});
       mm->replaceAllUsesWith(ValueRange{op.getResult(0)});
       sum->replaceAllUsesWith(ValueRange{op.getResult(1)});

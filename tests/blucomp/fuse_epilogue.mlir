@@ -91,3 +91,19 @@ func.func @lone_column_sum(%dy: tensor<16x6xf32>) -> tensor<6xf32> {
   %db = blu.kernel "column_sum"(%dy) : (tensor<16x6xf32>) -> tensor<6xf32>
   return %db : tensor<6xf32>
 }
+
+// -----
+
+// The GEMM's other operand is computed after the column sum: fusing at the column sum would use
+// it before its definition, so the two stay apart.
+// CHECK-LABEL: func.func @bias_grad_rhs_after_sum
+// CHECK-NEXT: blu.kernel "column_sum"
+// CHECK-NEXT: blu.gelu_tanh
+// CHECK-NEXT: blu.matmul %arg0
+// CHECK-NOT: blu.matmul_epilogue
+func.func @bias_grad_rhs_after_sum(%dy: tensor<16x6xf32>, %h: tensor<16x8xf32>) -> (tensor<6x8xf32>, tensor<6xf32>) {
+  %db = blu.kernel "column_sum"(%dy) : (tensor<16x6xf32>) -> tensor<6xf32>
+  %x = blu.gelu_tanh %h : tensor<16x8xf32>
+  %dw = blu.matmul %dy, %x {transpose_lhs = true} : tensor<16x6xf32>, tensor<16x8xf32> -> tensor<6x8xf32>
+  return %dw, %db : tensor<6x8xf32>, tensor<6xf32>
+}
