@@ -90,8 +90,6 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
 }
 }  // namespace
 
-std::string checkpoint_model_name(const std::string& dir) { return read_checkpoint_state(dir).model; }
-
 GPT2Config checkpoint_model_config(const std::string& dir) {
   const CheckpointState cs = read_checkpoint_state(dir);
   GPT2Config c = gpt2_config(cs.model);
@@ -147,13 +145,11 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
 }
 
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
-  const std::string state_path = dir + "/state.json";
-  BLU_CHECK(file_exists(state_path), "checkpoint '", dir, "': no state.json (not a complete blutrain checkpoint)");
-  if (!has_checksum_manifest(dir)) {
+  if (!has_checksum_manifest(dir) && file_exists(dir + "/state.json")) {
     std::cerr << "note: checkpoint '" << dir << "' has no " << kChecksumManifest
               << " (written before checkpoints carried checksums): loading it unverified\n";
   }
-  CheckpointState cs = parse_checkpoint_state(read_checkpoint_file(dir, "state.json", "checkpoint state"), state_path);
+  CheckpointState cs = read_checkpoint_state(dir);
   BLU_CHECK(cs.model == model.config().name, "checkpoint '", dir, "' is of model '", cs.model,
             "', not '", model.config().name, "' (pass --model ", cs.model, " or another --out-dir)");
   BLU_CHECK(cs.vocab_ids == model.config().vocab_ids, "checkpoint '", dir, "' has a vocabulary of ",
@@ -177,7 +173,7 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
         dst.copy_(it->second);
       }
     }
-    BLU_CHECK(cs.adamw_step >= 0, state_path, ": missing key \"adamw_step\"");
+    BLU_CHECK(cs.adamw_step >= 0, dir + "/state.json", ": missing key \"adamw_step\"");
     opt->set_step_count(cs.adamw_step);
   }
   return cs.state;

@@ -38,9 +38,8 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
 // Writes a complete checkpoint for `state.step` atomically; returns its directory.
 std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
                             const TrainConfig& cfg);
-// The model size ("tiny", "d12", ...) a checkpoint holds (from its state.json).
-std::string checkpoint_model_name(const std::string& dir);
-// Its model configuration: the size and the vocabulary (Note [Corpus vocabulary]).
+// The model configuration a checkpoint holds (from its state.json): the size ("tiny", "d12", ...)
+// and the vocabulary (Note [Corpus vocabulary]).
 GPT2Config checkpoint_model_config(const std::string& dir);
 // Loads weights, optimizer moments and step; returns the rest. Errors name the file.
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt);
