@@ -16,6 +16,7 @@ namespace blu::train {
 class Tokenizer {
  public:
   static constexpr int32_t kEndOfText = 50256;  // "<|endoftext|>", the document separator
+  static constexpr int32_t kGpt2VocabSize = 50257;  // GPT-2's ids: 0 .. kEndOfText
 
   // Reads <dir>/encoder.json and <dir>/vocab.bpe; throws blu::Error naming the file on failure.
   static Tokenizer from_dir(const std::string& dir);

@@ -17,7 +17,7 @@ namespace blu::train {
 namespace {
 
 constexpr const char* kCacheVersion = "corpus-vocab-1";
-constexpr int32_t kGpt2Vocab = 50257;
+constexpr int32_t kGpt2Vocab = Tokenizer::kGpt2VocabSize;
 
 // "path size crc" of every source shard, in order: the cache key.
 std::string source_key(const ShardSet& source) {

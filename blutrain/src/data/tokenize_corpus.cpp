@@ -134,7 +134,7 @@ ShardSet ensure_synthetic_shards(const std::string& cache_dir, int64_t train_tok
   auto next = [&state] { return splitmix64_next(state); };
   auto make = [&](int64_t n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& v : t) v = static_cast<int32_t>(next() % 50257);
+    for (auto& v : t) v = static_cast<int32_t>(next() % Tokenizer::kGpt2VocabSize);
     return t;
   };
   write_shard(dir + "/synthetic_train_000000.bin", make(train_tokens));
