@@ -272,10 +272,14 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     result.sample_text = cfg.prompt + decode_sample(*tok, model.config(), ids);
     out << "--- sample at step " << step << " ---\n" << result.sample_text << "\n---\n";
   };
+  // The val loss over the split's first `batches` micro-batches, the same on every rank.
+  auto val_loss = [&](int batches) {
+    double v = evaluate(model, precision, *val_loader, feeder, batches);
+    return dp ? dp->mean(v) : v;  // each rank read its rows of the same val batches
+  };
   auto validate = [&](int64_t step) {
     if (!val_loader) return;
-    double v = evaluate(model, precision, *val_loader, feeder, cfg.val_batches);
-    if (dp) v = dp->mean(v);  // each rank read its rows of the same val batches
+    const double v = val_loss(cfg.val_batches);
     state.val_losses.push_back({step, v});
     metrics->write("val", {{"step", static_cast<double>(step)}, {"val_loss", v}});
     char buf[96];
@@ -486,8 +490,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (val_loader && (state.val_losses.empty() || state.val_losses.back().step != step)) validate(step);
     if (val_loader && cfg.final_val_batches != 0) {  // more of the split than the periodic check reads
       const int64_t n = cfg.final_val_batches < 0 ? val_loader->batches_per_epoch() : cfg.final_val_batches;
-      double v = evaluate(model, precision, *val_loader, feeder, static_cast<int>(n));
-      if (dp) v = dp->mean(v);
+      const double v = val_loss(static_cast<int>(n));
       result.final_val_loss = v;
       metrics->write("val_final", {{"step", static_cast<double>(step)}, {"val_loss", v}, {"batches", static_cast<double>(n)}});
       char buf[160];
