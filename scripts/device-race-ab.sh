@@ -11,7 +11,8 @@
 # 7's first call ran BLUBLAS_SIMT_TRANSPOSE_B=0, BLUBLAS_ATTN_DQ=twopass, --logits-chunk 8192;
 # BLUBLAS_SIMT_SPLIT_MAX=<n> caps the dW split-K, heuristics.cpp), each a one-line tok/s.
 # device-check.sh leaves $OUT/summary.json + device-results.tar.gz (import-device-results.sh); the
-# rest goes to $OUT/race_ab.tar.gz. BLU_RACE_AB_STAGES (default "tests,gemm,race,ab") picks stages.
+# rest goes to $OUT/race_ab.tar.gz. BLU_RACE_AB_STAGES (default "tests,gemm,race,ab") picks stages;
+# stage attn times the 3xTF32 attention alone under each of BLU_ATTN_AB's settings (blublas-profiler).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-race-ab.sh [build-dir (default /tmp/bd)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ if [ "${BLU_RACE_AB_BUILD:-1}" = 1 ]; then
     -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_WITH_MLIR=OFF > "$work/configure.txt" 2>&1 || tail -20 "$work/configure.txt"
   timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" --target blutrain-cli \
     gemm_bench blublas_gemm_simt_gpu_test blublas_attention_gpu_test \
-    blublas_attention_args_test blublas_gemm_property_test > "$work/build.txt" 2>&1
+    blublas_attention_args_test blublas_gemm_property_test blublas-profiler > "$work/build.txt" 2>&1
   rc=$?; grep -E "error|FAILED" "$work/build.txt" | head -20; stamp "build rc=$rc"
   ((rc == 0)) || exit 1
 fi
@@ -62,6 +63,10 @@ for stage in "${stages[@]}"; do
       > "$work/attention_gpu_test.txt" 2>&1
     echo "attention_gpu_test (sm80 mma and fp32 cases) rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/attention_gpu_test.txt" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \]" "$work/attention_gpu_test.txt" | head -5
+    # The 3xTF32 cases again on the split-where-loaded kernels (Note [Pre-split tiles]).
+    BLUBLAS_ATTN_PRESPLIT=0 timeout 150 "$build/tests/blublas_attention_gpu_test" \
+      --gtest_filter='*F32*:*Dq*:*Split3*' > "$work/attention_gpu_test_presplit0.txt" 2>&1
+    echo "attention_gpu_test 3xTF32 cases, BLUBLAS_ATTN_PRESPLIT=0 rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/attention_gpu_test_presplit0.txt" | tr '\n' ' ')"
     timeout 150 "$build/tests/blublas_gemm_simt_gpu_test" > "$work/gemm_simt_gpu_test.txt" 2>&1
     echo "gemm_simt_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/gemm_simt_gpu_test.txt" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \]" "$work/gemm_simt_gpu_test.txt" | head -5 ;;
@@ -72,6 +77,13 @@ for stage in "${stages[@]}"; do
       BLUBLAS_SIMT_TRANSPOSE_B=$v BLU_GEMM_BENCH_SWEEP=fp32 timeout 120 "$build/bench/gemm_bench" \
         --blu_out="$work/gemm_tb$v" > "$work/gemm_tb$v.txt" 2>&1
       grep -E "^fp32 .*(fwd|square)" "$work/gemm_tb$v.txt" | awk '{print "  " $2, $4, "ours", $7, "cuBLAS", $9, "ratio", $12}'
+    done ;;
+  attn)  # the 3xTF32 attention alone (blublas-profiler, B16 T1024 H12 d64), each BLU_ATTN_AB env
+    for v in ${BLU_ATTN_AB:-BLUBLAS_ATTN_PRESPLIT=1 BLUBLAS_ATTN_PRESPLIT=0 BLUBLAS_ATTN_PRESPLIT=1 BLUBLAS_ATTN_PRESPLIT=0}; do
+      stamp "profiler attention f32x3, $v"
+      env "$v" CUDA_VISIBLE_DEVICES=0 timeout 60 "$build/blublas/blublas-profiler" attention \
+        --B=16 --T=1024 --H=12 --d=64 --mode=f32x3 --reps=30 >> "$work/attn_ab_${v##*=}.txt" 2>&1
+      tail -n 4 "$work/attn_ab_${v##*=}.txt" | grep -E "ms|err"
     done ;;
   race)
     stamp "race (device-check.sh --suite e2e, modes ${BLU_E2E_MODES:-fp32})"

@@ -57,6 +57,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "attention/attention_params.h"
 #include "attention/sm80_mma_tiles.cuh"
@@ -68,20 +69,23 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // dK/dV pass tiles: head dim, warps (16 keys each), queries per block, K/V A-fragments held in
 // registers for the whole CTA, minimum CTAs per SM for __launch_bounds__, rolled k loops, dQ
-// partials (Note [dQ partials]).
+// partials (Note [dQ partials]), Q and dO split once per CTA (3xTF32: Note [Pre-split tiles]).
 template <int kD_, int kWarps_, int kBr_, bool kKVRegs_, int kMinBlocks_, bool kRollK_ = false,
-          bool kDqPart_ = false>
+          bool kDqPart_ = false, bool kPreSplit_ = false>
 struct DkDvTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kBr = kBr_;
   static constexpr bool kKVRegs = kKVRegs_;
   static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
   static constexpr bool kDqPart = kDqPart_;
+  static constexpr bool kPreSplit = kPreSplit_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBc = 16 * kWarps;  // keys per CTA, 16 per warp
+  // Pre-split: Q and dO land single-buffered in raw tiles, then [Q big][dO big][Q small][dO small].
+  static constexpr int kBLo = kPreSplit ? 2 * kBr * kD : 0;
   template <typename Elem>
   static constexpr size_t smem_bytes() {
-    return static_cast<size_t>(2 * kBc + 4 * kBr) * kD * sizeof(Store<Elem>) +
+    return static_cast<size_t>(2 * kBc + (kPreSplit ? 6 : 4) * kBr) * kD * sizeof(Store<Elem>) +
            4 * kBr * sizeof(float) + (kDqPart ? kBr * kBc * sizeof(float) : 0);
   }
 };
@@ -141,12 +145,18 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   constexpr int kBc = Cfg::kBc;
   constexpr int kQT = kBr / 8;  // n-tiles of S^T (queries)
   constexpr int kDT = kD / 8;
+  constexpr bool kPre = Cfg::kPreSplit;
+  static_assert(!kPre || (std::is_same_v<Elem, tf32x3> && !Cfg::kKVRegs),
+                "pre-split tiles: 3xTF32 with K/V fragments from shared memory only");
+  constexpr int kQBufs = kPre ? 1 : 2;  // raw Q / dO buffers
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Store<Elem>* sK = reinterpret_cast<Store<Elem>*>(smem_raw);
   Store<Elem>* sV = sK + kBc * kD;
-  Store<Elem>* sQ = sV + kBc * kD;                           // [2][kBr][kD]
-  Store<Elem>* sdO = sQ + 2 * kBr * kD;                      // [2][kBr][kD]
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kBr * kD);  // [2][kBr], L * log2(e)
+  Store<Elem>* sQ = sV + kBc * kD;                  // [kQBufs][kBr][kD]
+  Store<Elem>* sdO = sQ + kQBufs * kBr * kD;        // [kQBufs][kBr][kD]
+  Store<Elem>* sQs = sdO + kQBufs * kBr * kD;       // pre-split: Q big, dO big, then the small
+  Store<Elem>* sdOs = sQs + (kPre ? kBr * kD : 0);  // halves (+ kBLo)
+  float* sL = reinterpret_cast<float*>(sQs + (kPre ? 4 * kBr * kD : 0));  // [2][kBr], L * log2(e)
   float* sDl = sL + 2 * kBr;                                 // [2][kBr], D
   [[maybe_unused]] Store<Elem>* sdS = reinterpret_cast<Store<Elem>*>(sDl + 2 * kBr);  // kDqPart
 
@@ -171,9 +181,10 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
 
   auto load_q_block = [&](int i, int buf) {
     const int qs = i * kBr;
-    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sQ + buf * kBr * kD, gQ + qs * p.sq.t, p.sq.t,
+    const int tb = kPre ? 0 : buf;  // tile buffer (L and D stay double-buffered)
+    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sQ + tb * kBr * kD, gQ + qs * p.sq.t, p.sq.t,
                                                   T - qs, tid);
-    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sdO + buf * kBr * kD, gdO + qs * p.sdo.t, p.sdo.t,
+    load_tile_async<Elem, kD, kBr, Cfg::kThreads>(sdO + tb * kBr * kD, gdO + qs * p.sdo.t, p.sdo.t,
                                                   T - qs, tid);
     for (int r = tid; r < kBr; r += Cfg::kThreads) {
       const int q = qs + r;
@@ -208,6 +219,11 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
   for (int i = i0; i < nqb; ++i) {
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kPre) {  // Note [Pre-split tiles]
+      split_tile_tf32x3<kBr * kD, Cfg::kThreads>(sQ, sQs, sQs + Cfg::kBLo, tid);
+      split_tile_tf32x3<kBr * kD, Cfg::kThreads>(sdO, sdOs, sdOs + Cfg::kBLo, tid);
+      __syncthreads();
+    }
     if (i + 1 < nqb) {
       load_q_block(i + 1, (i + 1 - i0) & 1);
       cp_async_commit();
@@ -219,8 +235,9 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
       if (!warp_live) continue;
     }
     const int buf = (i - i0) & 1;
-    const Store<Elem>* cQ = sQ + buf * kBr * kD;
-    const Store<Elem>* cdO = sdO + buf * kBr * kD;
+    const Store<Elem>* cQ = kPre ? sQs : sQ + buf * kBr * kD;
+    const Store<Elem>* cdO = kPre ? sdOs : sdO + buf * kBr * kD;
+    constexpr int kBLo = Cfg::kBLo;
     const float* cL = sL + buf * kBr;
     const float* cD = sDl + buf * kBr;
 
@@ -231,7 +248,7 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
       if constexpr (Cfg::kKVRegs) {
         warp_gemm_nt_ra<Elem, kD, 1, kQT>(s, kf, cQ, 0, lane);
       } else {
-        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(s, sK, wk0, cQ, 0, lane);
+        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK, kBLo>(s, sK, wk0, cQ, 0, lane);
       }
       const bool need_mask = (qs + kBr > T) || (k0 + kBc > T) || (p.causal && k0 + wk0 + 15 > qs);
 #pragma unroll
@@ -247,14 +264,14 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
           }
           s[0][nt][e] = pv;
         }
-      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dv, s, cdO, 0, lane);  // dV += P^T dO
+      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv, kBLo>(dv, s, cdO, 0, lane);  // dV += P^T dO
 
       float dp[1][kQT][4];
       zero_acc(dp);
       if constexpr (Cfg::kKVRegs) {  // dP^T = V dO^T
         warp_gemm_nt_ra<Elem, kD, 1, kQT>(dp, vf, cdO, 0, lane);
       } else {
-        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK>(dp, sV, wk0, cdO, 0, lane);
+        warp_gemm_nt<Elem, kD, 1, kQT, Cfg::kRollK, kBLo>(dp, sV, wk0, cdO, 0, lane);
       }
 #pragma unroll
       for (int nt = 0; nt < kQT; ++nt)
@@ -264,7 +281,7 @@ __device__ __forceinline__ void dkdv_block(const Params& p, int block) {
           s[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - cD[qi]);  // dS^T
         }
       if constexpr (Cfg::kDqPart) stash_ds<kBc, kQT>(sdS, s, wk0, lane);
-      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv>(dk, s, cQ, 0, lane);  // dK += dS^T Q
+      warp_gemm_cA_tB_add<Elem, kD, 1, kQT, kFreshDkDv, kBLo>(dk, s, cQ, 0, lane);  // dK += dS^T Q
     } else if constexpr (Cfg::kDqPart) {
       float zero[1][kQT][4];
       zero_acc(zero);

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "attention/attention_params.h"
 #include "attention/sm80_mma_tiles.cuh"
@@ -25,20 +26,24 @@ namespace blublas::attn::sm80 {
 
 // Tile configuration of the forward: head dim, warps, m-tiles (16 rows) per warp, keys per block,
 // Q fragments held in registers for the whole CTA (else re-read from shared memory per key block),
-// and the minimum CTAs per SM handed to __launch_bounds__ (caps registers at 64K / (threads*min)).
+// the minimum CTAs per SM handed to __launch_bounds__ (caps registers at 64K / (threads*min)),
+// rolled k loops, and K / V split once per CTA (3xTF32 only: Note [Pre-split tiles]).
 template <int kD_, int kWarps_, int kMT_, int kBc_, bool kQRegs_, int kMinBlocks_,
-          bool kRollK_ = false>
+          bool kRollK_ = false, bool kPreSplit_ = false>
 struct FwdTiles {
   static constexpr int kD = kD_, kWarps = kWarps_, kMT = kMT_, kBc = kBc_;
   static constexpr bool kQRegs = kQRegs_;
   static constexpr bool kRollK = kRollK_;  // Note [Rolled k loop]
+  static constexpr bool kPreSplit = kPreSplit_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBr = 16 * kMT * kWarps;
   static constexpr int kWarpRows = 16 * kMT;
+  // Pre-split: K and V land single-buffered in raw tiles, then [K big][V big][K small][V small].
+  static constexpr int kBLo = kPreSplit ? 2 * kBc * kD : 0;
   template <typename Elem>
   static constexpr size_t smem_bytes() {
-    return static_cast<size_t>(kBr + 4 * kBc) * kD * sizeof(Store<Elem>);
+    return static_cast<size_t>(kBr + (kPreSplit ? 6 : 4) * kBc) * kD * sizeof(Store<Elem>);
   }
 };
 
@@ -49,10 +54,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int kBr = Cfg::kBr;
   constexpr int kNT = kBc / 8;  // S n-tiles
   constexpr int kDT = kD / 8;   // O n-tiles
+  constexpr bool kPre = Cfg::kPreSplit;
+  static_assert(!kPre || std::is_same_v<Elem, tf32x3>, "pre-split tiles are 3xTF32 only");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Store<Elem>* sQ = reinterpret_cast<Store<Elem>*>(smem_raw);
-  Store<Elem>* sK = sQ + kBr * kD;      // [2][kBc][kD]
-  Store<Elem>* sV = sK + 2 * kBc * kD;  // [2][kBc][kD]
+  // Double-buffered [2][kBc][kD] K then V; pre-split: raw K, raw V, then the split tiles.
+  Store<Elem>* sK = sQ + kBr * kD;
+  Store<Elem>* sV = sK + (kPre ? 1 : 2) * kBc * kD;
+  [[maybe_unused]] Store<Elem>* sKs = sV + kBc * kD;  // pre-split: K big (small at + kBLo)
+  [[maybe_unused]] Store<Elem>* sVs = sKs + kBc * kD;  // V big, fragment-major (kFragB)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int T = p.seq_len;
@@ -96,9 +106,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int j = 0; j < n_kv; ++j) {
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kPre) {  // Note [Pre-split tiles]
+      split_tile_tf32x3<kBc * kD, Cfg::kThreads>(sK, sKs, sKs + Cfg::kBLo, tid);
+      split_tile_tf32x3_bt_frags<kBc, kD, Cfg::kThreads>(sV, sVs, sVs + Cfg::kBLo, tid);
+      __syncthreads();
+    }
     if (j + 1 < n_kv) {
       const int kn = (j + 1) * kBc;
-      const int buf = (j + 1) & 1;
+      const int buf = kPre ? 0 : (j + 1) & 1;
       load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sK + buf * kBc * kD, gK + kn * p.sk.t, p.sk.t,
                                                     T - kn, tid);
       load_tile_async<Elem, kD, kBc, Cfg::kThreads>(sV + buf * kBc * kD, gV + kn * p.sv.t, p.sv.t,
@@ -107,15 +122,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     const int k0 = j * kBc;
     if (p.causal && k0 > q0 + wr0 + Cfg::kWarpRows - 1) continue;  // all masked for this warp
-    const Store<Elem>* cK = sK + (j & 1) * kBc * kD;
-    const Store<Elem>* cV = sV + (j & 1) * kBc * kD;
+    const Store<Elem>* cK = kPre ? sKs : sK + (j & 1) * kBc * kD;
+    const Store<Elem>* cV = kPre ? sVs : sV + (j & 1) * kBc * kD;
 
     float s[kMT][kNT][4];
     zero_acc(s);
     if constexpr (Cfg::kQRegs) {
+      static_assert(!kPre, "pre-split B with Q in registers: not instantiated");
       warp_gemm_nt_ra<Elem, kD, kMT, kNT>(s, qf, cK, 0, lane);
     } else {
-      warp_gemm_nt<Elem, kD, kMT, kNT, Cfg::kRollK>(s, sQ, wr0, cK, 0, lane);
+      warp_gemm_nt<Elem, kD, kMT, kNT, Cfg::kRollK, Cfg::kBLo>(s, sQ, wr0, cK, 0, lane);
     }
 
     const bool need_mask = (k0 + kBc > T) || (p.causal && k0 + kBc - 1 > q0 + wr0);
@@ -164,7 +180,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
       }
     }
-    warp_gemm_cA_tB_add<Elem, kD, kMT, kNT>(o, s, cV, 0, lane);
+    warp_gemm_cA_tB_add<Elem, kD, kMT, kNT, kFreshBlockAcc<Elem>, Cfg::kBLo, kPre>(o, s, cV, 0,
+                                                                                  lane);
   }
 
   // Finalize: O /= l, L = scale*m + ln(l) (natural log, as the backward expects).

@@ -291,16 +291,151 @@ struct MmaF32 {
                                                             int k0, int n0, int lane) {
     load_bt_pair<kD, true>(b, s, k0, n0, lane);
   }
+  // load_b_pair / load_bt_pair_kperm from a pre-split tile (Note [Pre-split tiles]): s holds the
+  // big halves, s + kLo the small ones, at the same swizzled offsets; nothing to split.
+  template <int kD, int kLo>
+  __device__ __forceinline__ static void load_b_pair_pre(uint32_t (&b)[kBW], const float* s, int n0,
+                                                         int ks, int lane) {
+    static_assert(kSplit && kLo > 0, "pre-split tiles are 3xTF32 only");
+    const float* p = s + Tile<float, kD>::offset(n0 + (lane & 7) + ((lane >> 4) << 3),
+                                                 2 * ks + ((lane >> 3) & 1));
+    uint32_t big[4], small[4];
+    ldsm_x4(big, p);
+    ldsm_x4(small, p + kLo);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      b[i] = big[i];
+      b[4 + i] = small[i];
+    }
+  }
+  // From a fragment-major pre-split tile (kFragB, Note [Pre-split tiles]): the lane's 4 words
+  // of k-step k0 / 8 and n-tile pair n0 / 16 are contiguous (one LDS.128 each for big and small).
+  template <int kD, int kLo>
+  __device__ __forceinline__ static void load_bt_pair_kperm_frag(uint32_t (&b)[kBW], const float* s,
+                                                                 int k0, int n0, int lane) {
+    static_assert(kSplit && kLo > 0, "pre-split tiles are 3xTF32 only");
+    const int i = (((k0 >> 3) * (kD / 16) + (n0 >> 4)) * 32 + lane) * 4;
+    const uint4 big = *reinterpret_cast<const uint4*>(s + i);
+    const uint4 small = *reinterpret_cast<const uint4*>(s + i + kLo);
+    b[0] = big.x, b[1] = big.y, b[2] = big.z, b[3] = big.w;
+    b[4] = small.x, b[5] = small.y, b[6] = small.z, b[7] = small.w;
+  }
+  template <int kD, int kLo>
+  __device__ __forceinline__ static void load_bt_pair_kperm_pre(uint32_t (&b)[kBW], const float* s,
+                                                                int k0, int n0, int lane) {
+    static_assert(kSplit && kLo > 0, "pre-split tiles are 3xTF32 only");
+    using T = Tile<float, kD>;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = k0 + 2 * t, row1 = row0 + 1;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int n = n0 + 8 * half + g;
+      const int o0 = T::offset(row0, n >> 2) + (n & 3), o1 = T::offset(row1, n >> 2) + (n & 3);
+      b[2 * half + 0] = __float_as_uint(s[o0]);
+      b[2 * half + 1] = __float_as_uint(s[o1]);
+      b[4 + 2 * half + 0] = __float_as_uint(s[o0 + kLo]);
+      b[4 + 2 * half + 1] = __float_as_uint(s[o1 + kLo]);
+    }
+  }
 };
 template <>
 struct Mma<float> : MmaF32<false> {};
 template <>
 struct Mma<tf32x3> : MmaF32<true> {};
 
+// Note [Pre-split tiles]
+// A 3xTF32 warp GEMM splits every B fragment element it loads (Note [3xTF32 split]), and every
+// warp of a CTA loads all of the shared B tile (K and V in the forward; Q and dO in the dK/dV
+// pass): the split of one element is repeated by each of the 4 warps, and it was ~half of the
+// main loops' instructions (bf325d7's SASS: fwd d64 1780 instructions a key block per thread).
+// With kBLo > 0 the B tile is split once per CTA instead: the cp.async copies land in a raw
+// tile, then all threads split it (split_tile_tf32x3: LDS.128, two roundings, two STS.128 per 4
+// elements, conflict-free) into a big tile and a small tile kBLo elements further, at the same
+// swizzled offsets, and the warp GEMMs load big and small fragments (two ldmatrix or two scalar
+// loads) with no arithmetic. Per thread per forward key block: 64 splits instead of 256. The
+// price: a second __syncthreads per block and the raw tile is single-buffered (the next block's
+// copies are issued after the split, still a whole block's compute ahead of their use), so the
+// forward d64 takes 112 KiB instead of 80 (two CTAs per SM still fit) and the dK/dV pass 88.5
+// instead of 72.5.
+template <int kElems, int kThreads>
+__device__ __forceinline__ void split_tile_tf32x3(const float* raw, float* big, float* small,
+                                                  int tid) {
+  static_assert(kElems % (4 * kThreads) == 0, "whole float4s per thread");
+#pragma unroll
+  for (int k = 0; k < kElems / (4 * kThreads); ++k) {
+    const int i = 4 * (tid + k * kThreads);
+    const uint4 x = *reinterpret_cast<const uint4*>(raw + i);
+    uint4 hi, lo;
+    split_tf32(x.x, hi.x, lo.x);
+    split_tf32(x.y, hi.y, lo.y);
+    split_tf32(x.z, hi.z, lo.z);
+    split_tf32(x.w, hi.w, lo.w);
+    *reinterpret_cast<uint4*>(big + i) = hi;
+    *reinterpret_cast<uint4*>(small + i) = lo;
+  }
+}
+
+// split_tile_tf32x3 into a fragment-major layout for products that read the tile as a [k][n]
+// B operand in the permuted k order (load_bt_pair_kperm_frag): thread `lane` of every warp
+// gathers the words its fragments need (the scalar reads of load_bt_pair<kD, true>, conflict-free),
+// so each consumer warp then loads a fragment pair with two LDS.128 instead of eight scalar loads.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void split_tile_tf32x3_bt_frags(const float* raw, float* big,
+                                                           float* small, int tid) {
+  using T = Tile<float, kD>;
+  constexpr int kNP = kD / 16, kPairs = kRows / 8 * kNP, kWarps = kThreads / 32;
+  static_assert(kPairs % kWarps == 0 && (kPairs / kWarps) % kNP == 0, "whole k-steps per warp");
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int k = 0; k < kPairs / kWarps; ++k) {
+    const int pair = warp * (kPairs / kWarps) + k;
+    const int row0 = 8 * (pair / kNP) + 2 * t;
+    uint32_t raw4[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int n = 16 * (pair % kNP) + 8 * half + g;
+      raw4[2 * half + 0] = __float_as_uint(raw[T::offset(row0, n >> 2) + (n & 3)]);
+      raw4[2 * half + 1] = __float_as_uint(raw[T::offset(row0 + 1, n >> 2) + (n & 3)]);
+    }
+    uint4 hi, lo;
+    split_tf32(raw4[0], hi.x, lo.x);
+    split_tf32(raw4[1], hi.y, lo.y);
+    split_tf32(raw4[2], hi.z, lo.z);
+    split_tf32(raw4[3], hi.w, lo.w);
+    const int i = (pair * 32 + lane) * 4;
+    *reinterpret_cast<uint4*>(big + i) = hi;
+    *reinterpret_cast<uint4*>(small + i) = lo;
+  }
+}
+
+// B fragment loads of the warp GEMMs: split where loaded (kBLo == 0) or read pre-split, for
+// [k][n] operands from the swizzled tile or (kFragB) the fragment-major one.
+template <typename Elem, int kD, int kBLo>
+__device__ __forceinline__ void load_b_frag(uint32_t (&b)[Mma<Elem>::kBW], const Store<Elem>* s,
+                                            int n0, int ks, int lane) {
+  if constexpr (kBLo == 0) {
+    Mma<Elem>::template load_b_pair<kD>(b, s, n0, ks, lane);
+  } else {
+    Mma<Elem>::template load_b_pair_pre<kD, kBLo>(b, s, n0, ks, lane);
+  }
+}
+template <typename Elem, int kD, int kBLo, bool kFragB = false>
+__device__ __forceinline__ void load_bt_frag_kperm(uint32_t (&b)[Mma<Elem>::kBW],
+                                                   const Store<Elem>* s, int k0, int n0, int lane) {
+  if constexpr (kBLo == 0) {
+    Mma<Elem>::template load_bt_pair_kperm<kD>(b, s, k0, n0, lane);
+  } else if constexpr (kFragB) {
+    Mma<Elem>::template load_bt_pair_kperm_frag<kD, kBLo>(b, s, k0, n0, lane);
+  } else {
+    Mma<Elem>::template load_bt_pair_kperm_pre<kD, kBLo>(b, s, k0, n0, lane);
+  }
+}
+
 // ---- warp GEMMs ------------------------------------------------------------------------------
 // acc[mt][nt] += A[a_row0 + 16 mt + (0..15)][:] . B[b_row0 + 8 nt + (0..7)][:]  over k = 0..kD.
-// kRoll keeps the k loop rolled (Note [Rolled k loop]).
-template <typename Elem, int kD, int kMT, int kNT, bool kRoll = false>
+// kRoll keeps the k loop rolled (Note [Rolled k loop]); kBLo > 0: B is pre-split (Note [Pre-split
+// tiles]).
+template <typename Elem, int kD, int kMT, int kNT, bool kRoll = false, int kBLo = 0>
 __device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const Store<Elem>* sA,
                                              int a_row0, const Store<Elem>* sB, int b_row0,
                                              int lane) {
@@ -313,7 +448,7 @@ __device__ __forceinline__ void warp_gemm_nt(float (&acc)[kMT][kNT][4], const St
 #pragma unroll
     for (int np = 0; np < kNT / 2; ++np) {
       uint32_t b[M::kBW];
-      M::template load_b_pair<kD>(b, sB, b_row0 + 16 * np, ks, lane);
+      load_b_frag<Elem, kD, kBLo>(b, sB, b_row0 + 16 * np, ks, lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
@@ -367,7 +502,7 @@ __device__ __forceinline__ void warp_gemm_nt_ra(float (&acc)[kMT][kNT][4],
 // acc[mt][nt] (16 x kD per mt) += P[mt] (16 x 8*kPN, accumulator layout) . B[b_row0 + k][:]
 // where B is a [k][kD] tile (the output column index is B's contiguous index). The _cols form
 // computes only output columns [16*np0, 16*(np0 + kNP)) into acc[mt][0 .. 2*kNP).
-template <typename Elem, int kD, int kMT, int kPN, int kNP>
+template <typename Elem, int kD, int kMT, int kPN, int kNP, int kBLo = 0, bool kFragB = false>
 __device__ __forceinline__ void warp_gemm_cA_tB_cols(float (&acc)[kMT][2 * kNP][4],
                                                      const float (&pc)[kMT][kPN][4],
                                                      const Store<Elem>* sB, int b_row0, int np0,
@@ -382,7 +517,7 @@ __device__ __forceinline__ void warp_gemm_cA_tB_cols(float (&acc)[kMT][2 * kNP][
 #pragma unroll
     for (int np = 0; np < kNP; ++np) {
       uint32_t b[M::kBW];
-      M::template load_bt_pair_kperm<kD>(b, sB, b_row0 + kk * M::kK, 16 * (np0 + np), lane);
+      load_bt_frag_kperm<Elem, kD, kBLo, kFragB>(b, sB, b_row0 + kk * M::kK, 16 * (np0 + np), lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         M::template mma_b<0>(acc[mt][2 * np], a[mt], b);
@@ -391,11 +526,11 @@ __device__ __forceinline__ void warp_gemm_cA_tB_cols(float (&acc)[kMT][2 * kNP][
     }
   }
 }
-template <typename Elem, int kD, int kMT, int kPN>
+template <typename Elem, int kD, int kMT, int kPN, int kBLo = 0, bool kFragB = false>
 __device__ __forceinline__ void warp_gemm_cA_tB(float (&acc)[kMT][kD / 8][4],
                                                 const float (&pc)[kMT][kPN][4],
                                                 const Store<Elem>* sB, int b_row0, int lane) {
-  warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kD / 16>(acc, pc, sB, b_row0, 0, lane);
+  warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kD / 16, kBLo, kFragB>(acc, pc, sB, b_row0, 0, lane);
 }
 
 // acc[mt][2 np + j] += A[a_row0 + 16 mt + (0..15)][k] . B[k][16 (np0 + np) + 8 j + (0..7)] over
@@ -454,6 +589,16 @@ inline bool roll_k_requested() {
   return on;
 }
 
+// The 3xTF32 d64 launchers take pre-split tiles (Note [Pre-split tiles]) unless
+// BLUBLAS_ATTN_PRESPLIT=0 (read once per process; for A/B runs).
+inline bool presplit_requested() {
+  static const bool on = [] {
+    const char* v = std::getenv("BLUBLAS_ATTN_PRESPLIT");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
 // Note [3xTF32 accumulation bias]
 // The tensor cores add each mma's products into the fp32 accumulator C with truncation (toward
 // zero), not round-to-nearest. A flash kernel that chains every key (or query) block's products
@@ -472,7 +617,8 @@ inline constexpr bool kFreshBlockAcc = std::is_same_v<Elem, tf32x3>;
 // acc += P . B as warp_gemm_cA_tB, through a fresh accumulator for 3xTF32 (Note above), in
 // chunks of 64 output columns (d64) or 32 (d128). kFresh = false keeps the running accumulator:
 // the d128 dK/dV pass (two 16 x 128 accumulators) spills with even a 32-column fresh one.
-template <typename Elem, int kD, int kMT, int kPN, bool kFresh = kFreshBlockAcc<Elem>>
+template <typename Elem, int kD, int kMT, int kPN, bool kFresh = kFreshBlockAcc<Elem>, int kBLo = 0,
+          bool kFragB = false>
 __device__ __forceinline__ void warp_gemm_cA_tB_add(float (&acc)[kMT][kD / 8][4],
                                                     const float (&pc)[kMT][kPN][4],
                                                     const Store<Elem>* sB, int b_row0, int lane) {
@@ -488,7 +634,8 @@ __device__ __forceinline__ void warp_gemm_cA_tB_add(float (&acc)[kMT][kD / 8][4]
         for (int nt = 0; nt < 2 * kNP; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) part[mt][nt][e] = 0.0f;
-      warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kNP>(part, pc, sB, b_row0, c * kNP, lane);
+      warp_gemm_cA_tB_cols<Elem, kD, kMT, kPN, kNP, kBLo, kFragB>(part, pc, sB, b_row0, c * kNP,
+                                                                 lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -498,7 +645,7 @@ __device__ __forceinline__ void warp_gemm_cA_tB_add(float (&acc)[kMT][kD / 8][4]
             acc[mt][2 * c * kNP + nt][e] = __fadd_rn(acc[mt][2 * c * kNP + nt][e], part[mt][nt][e]);
     }
   } else {
-    warp_gemm_cA_tB<Elem, kD, kMT, kPN>(acc, pc, sB, b_row0, lane);
+    warp_gemm_cA_tB<Elem, kD, kMT, kPN, kBLo, kFragB>(acc, pc, sB, b_row0, lane);
   }
 }
 
