@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# device-scale.sh: issue 10's "context and size" races in one device call: blutrain vs PyTorch
+# eager and torch.compile (bench/e2e/run_e2e.py, bf16, synthetic data, the same flags as the d12
+# race) with a per-kernel profile of one step of every run, for
+#   longctx: d12 with a 16384-position table, B2 T16384 (12 steps, 4 warm-up, profile step 6)
+#   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
+# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36). Each case's e2e.json/md/png and
+# profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
+#   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-scale.sh [build-dir (default /tmp/bd)]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-/tmp/bd}
+OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT"
+work=/tmp/blu-scale; rm -rf "$work"; mkdir -p "$work"
+. scripts/device-build.sh
+export PYTHONUNBUFFERED=1
+trap 'tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null' EXIT
+stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+blu_device_build "$build" "$work" blutrain-cli || exit 1
+stamp "build done"
+bin=$build/blutrain/blutrain
+
+IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
+for c in "${cases[@]}"; do
+  case $c in
+    longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
+    d24|d36|d48) args=(--model "$c" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
+    *) echo "device-scale.sh: unknown case $c" >&2; continue ;;
+  esac
+  stamp "$c: ${args[*]}"
+  mkdir -p "$work/$c"
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${BLU_SCALE_TIMEOUT:-270}" python3 bench/e2e/run_e2e.py \
+    --blutrain "$bin" --out "$work/$c" --modes bf16 --profile-step 6 --data synthetic "${args[@]}" \
+    > "$work/$c/log.txt" 2>&1
+  echo "rc=$?" >> "$work/$c/log.txt"
+  grep -E "^\| bf16" "$work/$c/log.txt" | head -4
+done
+stamp "done"
