@@ -4,7 +4,9 @@
 # race) with a per-kernel profile of one step of every run, for
 #   longctx: d12 with a 16384-position table, B2 T16384 (12 steps, 4 warm-up, profile step 6)
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
-# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36). Each case's e2e.json/md/png and
+# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d12side1: blutrain
+# alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled);
+# BLU_SCALE_TESTS: GPU test binaries built and run first. Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-scale.sh [build-dir (default /tmp/bd)]
 set -uo pipefail
@@ -16,15 +18,28 @@ work=/tmp/blu-scale; rm -rf "$work"; mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 trap 'tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null' EXIT
 stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-blu_device_build "$build" "$work" blutrain-cli || exit 1
+tests=${BLU_SCALE_TESTS:-}  # GPU test binaries to build and run first (comma-separated)
+blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } || exit 1
 stamp "build done"
 bin=$build/blutrain/blutrain
+for t in ${tests//,/ }; do
+  timeout 200 "$build/tests/$t" > "$work/$t.txt" 2>&1
+  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/$t.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]" "$work/$t.txt" | head -5
+done
 
 IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
 for c in "${cases[@]}"; do
   case $c in
     longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
     d24|d36|d48) args=(--model "$c" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
+    d12side0|d12side1)  # blutrain alone, its side stream off / on: kernel times without overlap
+      mkdir -p "$work/$c"
+      BLUTRAIN_SIDE_STREAM=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
+        --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain \
+        --profile-step 8 --steps 16 --warmup 5 --data synthetic > "$work/$c/log.txt" 2>&1
+      echo "$c rc=$? $(grep -E 'tok/s' "$work/$c/log.txt" | tail -3 | tr '\n' ' ')"
+      continue ;;
     *) echo "device-scale.sh: unknown case $c" >&2; continue ;;
   esac
   stamp "$c: ${args[*]}"

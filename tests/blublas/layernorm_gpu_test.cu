@@ -151,7 +151,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // rows (the register prefetch path) on any GPU size.
                       LnCase{Dtype::kF32, 20011, 768, false},
                       LnCase{Dtype::kBF16, 12007, 768, true},
-                      LnCase{Dtype::kF32, 9001, 512, true}),
+                      LnCase{Dtype::kF32, 9001, 512, true},
+                      // 16-bit rows of 1025..2048 columns: the packed wide-row backward (Note
+                      // [Packed wide rows]): GPT-2 d48's 1600, a partly filled last pack column,
+                      // the widest, and one past it (the generic path).
+                      LnCase{Dtype::kBF16, 3001, 1600, true}, LnCase{Dtype::kBF16, 45, 1544, false},
+                      LnCase{Dtype::kBF16, 9, 2048, true}, LnCase{Dtype::kBF16, 13, 2056, false}),
     [](const ::testing::TestParamInfo<LnCase>& i) {
       return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
              "x" + std::to_string(i.param.cols) + (i.param.residual ? "_res" : "");

@@ -1,8 +1,9 @@
 // layernorm_backward.cu: LayerNorm backward (dx, dweight, dbias) for f32 / bf16.
 //
 // Note [LayerNorm backward shapes]
-// Fast path (cols a multiple of the 16-byte pack, 16-byte aligned pointers, cols <= 32 elements
-// per lane): one warp per row holds x and dout in registers, so dx needs one read of each. A
+// Fast path (cols a multiple of the 16-byte pack, 16-byte aligned pointers, cols <= 32 f32 or 64
+// 16-bit elements per lane): one warp per row holds x and dout in registers, so dx needs one read
+// of each. A
 // block owns a contiguous range of rows; each warp adds its rows' dout * xhat and dout into its
 // own shared-memory slice (16-byte accesses to the lane's fixed columns: no sharing, no sync), the
 // 8 slices are added in warp order at the end and the block writes one partial [2][cols] to the
@@ -49,7 +50,9 @@ using lnorm::store_pack;
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
-constexpr int kMaxElemsPerLane = 32;
+// Fast path up to 32 f32 / 64 16-bit elements per lane (1024 / 2048 columns; Note [Packed wide rows]).
+template <typename T>
+constexpr int kMaxElemsPerLane = sizeof(T) == 2 ? 64 : 32;
 constexpr int64_t kMinChunkRows = 32;   // variant 1 and the generic path: rows per block
 constexpr int64_t kMaxPartials = 1024;  // workspace bound (device independent)
 constexpr int kGenericThreads = 256;
@@ -57,6 +60,16 @@ constexpr int kGenericThreads = 256;
 // the prefetch variant runs 1 block/SM, v1 40.0).
 template <typename T>
 constexpr int kDefaultBackwardVariant = sizeof(T) == 4 ? 3 : 2;
+
+// Hides a pack's value from the optimizer (an empty asm that "changes" its words), so values
+// derived from it are recomputed after this point instead of kept in registers from before.
+template <typename P>
+__device__ __forceinline__ void opaque(P& pk) {
+  static_assert(sizeof(P) % 4 == 0, "whole 32-bit words");
+  uint32_t* u = reinterpret_cast<uint32_t*>(&pk);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(P) / 4); ++i) asm volatile("" : "+r"(u[i]));
+}
 
 // ---------------------------------------------------------------- warp per row (fast path)
 // partial: [gridDim.x][2][cols] (dweight partial, dbias partial). kBalanced: block b owns rows
@@ -105,16 +118,27 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
       }
     }
   };
-  float xv[kPacks][W], g[kPacks][W];
+  // Note [Packed wide rows]: above 32 elements per lane (16-bit types: 513..2048 columns, e.g.
+  // GPT-2 d48's 1600) the f32 copies of x and dout spill; the row then stays packed (half the
+  // registers) and x-hat and dout * w are recomputed from the packs for dx.
+  constexpr bool kPackedRow = kPacks * W > 32;
+  constexpr int kF = kPackedRow ? 1 : kPacks;
+  float xv[kF][W], g[kF][W];
+  [[maybe_unused]] P xc[kPackedRow ? kPacks : 1], gc[kPackedRow ? kPacks : 1];
   float mu = 0.0f, rs = 0.0f;
   auto to_current = [&](const P(&xa)[kPacks], const P(&ga)[kPacks]) {
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (lane + 32 * k < npacks) {
+        if constexpr (kPackedRow) {
+          xc[k] = xa[k];
+          gc[k] = ga[k];
+        } else {
 #pragma unroll
-        for (int i = 0; i < W; ++i) {
-          xv[k][i] = pack_elem(xa[k], i);
-          g[k][i] = pack_elem(ga[k], i);
+          for (int i = 0; i < W; ++i) {
+            xv[k][i] = pack_elem(xa[k], i);
+            g[k][i] = pack_elem(ga[k], i);
+          }
         }
       }
     }
@@ -140,9 +164,17 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
       const int p = lane + 32 * k;
       if (p < npacks) {
         const P wp = load_pack<T, W>(w + p * W);
-        float* xh = xv[k];
+        float xh[W], gk[W];
 #pragma unroll
-        for (int i = 0; i < W; ++i) xh[i] = (xh[i] - mu) * rs;
+        for (int i = 0; i < W; ++i) {
+          if constexpr (kPackedRow) {
+            xh[i] = (pack_elem(xc[k], i) - mu) * rs;
+            gk[i] = pack_elem(gc[k], i);
+          } else {
+            xh[i] = (xv[k][i] - mu) * rs;
+            gk[i] = g[k][i];
+          }
+        }
         // 16-byte shared-memory accesses (W % 4 == 0; the slice offsets are multiples of 4
         // floats): a lane's pack is contiguous, so a warp's accesses are conflict-free.
         float4* dw4 = reinterpret_cast<float4*>(my_dw + p * W);
@@ -150,22 +182,26 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
 #pragma unroll
         for (int q = 0; q < W / 4; ++q) {
           float4 a = dw4[q], d = db4[q];
-          a.x += g[k][4 * q + 0] * xh[4 * q + 0];
-          a.y += g[k][4 * q + 1] * xh[4 * q + 1];
-          a.z += g[k][4 * q + 2] * xh[4 * q + 2];
-          a.w += g[k][4 * q + 3] * xh[4 * q + 3];
-          d.x += g[k][4 * q + 0];
-          d.y += g[k][4 * q + 1];
-          d.z += g[k][4 * q + 2];
-          d.w += g[k][4 * q + 3];
+          a.x += gk[4 * q + 0] * xh[4 * q + 0];
+          a.y += gk[4 * q + 1] * xh[4 * q + 1];
+          a.z += gk[4 * q + 2] * xh[4 * q + 2];
+          a.w += gk[4 * q + 3] * xh[4 * q + 3];
+          d.x += gk[4 * q + 0];
+          d.y += gk[4 * q + 1];
+          d.z += gk[4 * q + 2];
+          d.w += gk[4 * q + 3];
           dw4[q] = a;
           db4[q] = d;
         }
 #pragma unroll
         for (int i = 0; i < W; ++i) {
-          g[k][i] *= pack_elem(wp, i);
-          s1 += g[k][i];
-          s2 += g[k][i] * xh[i];
+          gk[i] *= pack_elem(wp, i);
+          s1 += gk[i];
+          s2 += gk[i] * xh[i];
+          if constexpr (!kPackedRow) {
+            xv[k][i] = xh[i];
+            g[k][i] = gk[i];
+          }
         }
       }
     }
@@ -174,12 +210,25 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
     for (int k = 0; k < kPacks; ++k) {
       const int p = lane + 32 * k;
       if (p < npacks) {
-        float prev[W];
+        float prev[W], xh[W], gw[W];
         if (accumulate_dx) load_f32<T, W>(dx + base + p * W, prev);
+        if constexpr (kPackedRow) {
+          const P wp = load_pack<T, W>(w + p * W);
+          opaque(xc[k]);  // recompute here: no f32 copy kept alive from the first loop
+          opaque(gc[k]);
+#pragma unroll
+          for (int i = 0; i < W; ++i) {
+            xh[i] = (pack_elem(xc[k], i) - mu) * rs;
+            gw[i] = pack_elem(gc[k], i) * pack_elem(wp, i);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < W; ++i) xh[i] = xv[k][i], gw[i] = g[k][i];
+        }
         P o;
 #pragma unroll
         for (int i = 0; i < W; ++i) {
-          const float d = rs * (g[k][i] - c1 - xv[k][i] * c2);
+          const float d = rs * (gw[i] - c1 - xh[i] * c2);
           o.v[i] = from_f32<T>(accumulate_dx ? prev[i] + d : d);
         }
         store_pack<T, W>(dx + base + p * W, o);
@@ -382,7 +431,7 @@ Status backward_typed(int variant, T* dx, const T* dout, const T* x, const T* w,
   Status st = Status::success();
   if (vec) {
     const int need = static_cast<int>((cols / W + 31) / 32);
-    launched = lnorm::with_packs<kMaxElemsPerLane, W>(need, [&](auto kp) {
+    launched = lnorm::with_packs<kMaxElemsPerLane<T>, W>(need, [&](auto kp) {
       constexpr int k = decltype(kp)::value;
       static_cast<void>(st = launch_variant<T, W, k>(variant, dx, dout, x, w, a, &blocks, &pdl));
     });
