@@ -6,7 +6,8 @@
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
 # BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d12side1: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled);
-# BLU_SCALE_TESTS: GPU test binaries built and run first. Each case's e2e.json/md/png and
+# BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
+# names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-scale.sh [build-dir (default /tmp/bd)]
 set -uo pipefail
@@ -19,7 +20,8 @@ export PYTHONUNBUFFERED=1
 trap 'tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null' EXIT
 stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 tests=${BLU_SCALE_TESTS:-}  # GPU test binaries to build and run first (comma-separated)
-blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } || exit 1
+ncu_names=${BLU_SCALE_NCU:-}  # scripts/ncu-hot.sh names, run last (comma-separated)
+blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blublas-profiler} || exit 1
 stamp "build done"
 bin=$build/blutrain/blutrain
 for t in ${tests//,/ }; do
@@ -50,4 +52,9 @@ for c in "${cases[@]}"; do
   echo "rc=$?" >> "$work/$c/log.txt"
   grep -E "^\| bf16" "$work/$c/log.txt" | head -4
 done
+if [ -n "$ncu_names" ]; then
+  stamp "ncu: $ncu_names"
+  scripts/ncu-hot.sh "$build" "$work/ncu" ${ncu_names//,/ } > "$work/ncu.txt" 2>&1
+  grep -E "^==|Duration|Throughput|Issued Warp|No Eligible|stalled_(barrier|long|short|math|mio|wait|no_inst|not_sel|dispatch)" "$work/ncu.txt" | head -60
+fi
 stamp "done"
