@@ -322,7 +322,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs 
 #pragma unroll
       for (int j = 0; j < Cfg::kNT; ++j) {
         const int col = n0 + wn0 + j * 8 + 2 * t;
-        epilogue_store2_any(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        if constexpr (Cfg::kTf32) {  // f32 inputs take f32 outputs only (validate())
+          epilogue_store2<float>(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        } else {
+          epilogue_store2_any(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        }
       }
     }
   }
