@@ -4,7 +4,7 @@
 # race) with a per-kernel profile of one step of every run, for
 #   longctx: d12 with a 16384-position table, B2 T16384 (12 steps, 4 warm-up, profile step 6)
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
-# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d12side1: blutrain
+# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d48side1 ...: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
 # d12race: the d12 race itself in BLU_SCALE_MODES);
 # BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
@@ -37,10 +37,11 @@ for c in "${cases[@]}"; do
     longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
     d24|d36|d48) args=(--model "$c" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
     d12race) args=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5 --modes "${BLU_SCALE_MODES:-bf16}") ;;
-    d12side0|d12side1)  # blutrain alone, its side stream off / on: kernel times without overlap
+    d[0-9]*side[01])  # blutrain alone, its side stream off / on: kernel times without overlap
       mkdir -p "$work/$c"
       BLUTRAIN_SIDE_STREAM=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
         --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain \
+        --model "${c%side*}" \
         --profile-step 8 --steps 16 --warmup 5 --data synthetic > "$work/$c/log.txt" 2>&1
       echo "$c rc=$? $(grep -E 'tok/s' "$work/$c/log.txt" | tail -3 | tr '\n' ' ')"
       continue ;;
