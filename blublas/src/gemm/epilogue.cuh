@@ -192,34 +192,13 @@ __device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch
   d[static_cast<int64_t>(i) * e.ldd + j] = from_f32<OutT>(v);
 }
 
+// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m.
 // Note [One epilogue body]: the paired (vector) and the scalar (odd column, unaligned, last
 // column) forms share one copy of the arithmetic and differ only in their loads and stores. Two
 // calls of epilogue_store1 for the scalar form doubled every inlined epilogue (x 3 output dtypes
 // x 64 fragment pairs per thread, with the precise tanhf of GELU): a 128x128 sm80 kernel was ~103K
 // SASS instructions for a ~500-instruction main loop, and ptxas took 70% of the build's longest
 // objects (bench/NOTES.md, "CI build time (session 10)"). Each element gets the same fp32 math.
-// Elements p[0] and (when in1) p[1]: one paired access when `pair`, else scalar ones.
-template <typename OutT>
-__device__ __forceinline__ void load_two_f32(const OutT* p, bool pair, bool in1, float* x0,
-                                             float* x1) {
-  if (pair) {
-    load_pair_f32(p, x0, x1);
-  } else {
-    *x0 = to_f32(p[0]);
-    *x1 = in1 ? to_f32(p[1]) : 0.0f;
-  }
-}
-template <typename OutT>
-__device__ __forceinline__ void store_two_f32(OutT* p, bool pair, bool in1, float x0, float x1) {
-  if (pair) {
-    store_pair_f32(p, x0, x1);
-  } else {
-    p[0] = from_f32<OutT>(x0);
-    if (in1) p[1] = from_f32<OutT>(x1);
-  }
-}
-
-// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m.
 template <typename OutT>
 __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
                                                 float acc0, float acc1) {
@@ -227,11 +206,16 @@ __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch
   const bool in1 = j + 1 < e.n;
   const bool pair = e.pair_ok && (j & 1) == 0 && in1;
   float v0 = e.alpha * acc0, v1 = e.alpha * acc1;
-  const int64_t aux_off = batch * e.stride_aux + static_cast<int64_t>(i) * e.ld_aux + j;
   if (e.c != nullptr) {
-    float c0, c1;
-    load_two_f32(static_cast<const OutT*>(e.c) + batch * e.stride_c + static_cast<int64_t>(i) * e.ldc + j,
-                 pair, in1, &c0, &c1);
+    const OutT* c =
+        static_cast<const OutT*>(e.c) + batch * e.stride_c + static_cast<int64_t>(i) * e.ldc + j;
+    float c0, c1 = 0.0f;
+    if (pair) {
+      load_pair_f32(c, &c0, &c1);
+    } else {
+      c0 = to_f32(c[0]);
+      if (in1) c1 = to_f32(c[1]);
+    }
     v0 += e.beta * c0;
     v1 += e.beta * c1;
   }
@@ -240,17 +224,38 @@ __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch
     if (in1) v1 += epilogue_bias<OutT>(e, i, j + 1);
   }
   if (e.kind == static_cast<int>(Epilogue::kBiasGelu) || e.kind == static_cast<int>(Epilogue::kGelu)) {
-    if (e.aux != nullptr) store_two_f32(static_cast<OutT*>(e.aux) + aux_off, pair, in1, v0, v1);
+    if (e.aux != nullptr) {
+      OutT* aux = static_cast<OutT*>(e.aux) + batch * e.stride_aux +
+                  static_cast<int64_t>(i) * e.ld_aux + j;
+      if (pair) {
+        store_pair_f32(aux, v0, v1);
+      } else {
+        aux[0] = from_f32<OutT>(v0);
+        if (in1) aux[1] = from_f32<OutT>(v1);
+      }
+    }
     v0 = gelu_tanh(v0);
     v1 = gelu_tanh(v1);
   } else if (e.kind == static_cast<int>(Epilogue::kGeluGrad)) {
-    float a0, a1;
-    load_two_f32(static_cast<const OutT*>(e.aux) + aux_off, pair, in1, &a0, &a1);
+    const OutT* aux = static_cast<const OutT*>(e.aux) + batch * e.stride_aux +
+                      static_cast<int64_t>(i) * e.ld_aux + j;
+    float a0, a1 = 0.0f;
+    if (pair) {
+      load_pair_f32(aux, &a0, &a1);
+    } else {
+      a0 = to_f32(aux[0]);
+      if (in1) a1 = to_f32(aux[1]);
+    }
     v0 *= gelu_tanh_grad(a0);
     v1 *= gelu_tanh_grad(a1);
   }
-  store_two_f32(static_cast<OutT*>(e.d) + batch * e.stride_d + static_cast<int64_t>(i) * e.ldd + j,
-                pair, in1, v0, v1);
+  OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d + static_cast<int64_t>(i) * e.ldd + j;
+  if (pair) {
+    store_pair_f32(d, v0, v1);
+  } else {
+    d[0] = from_f32<OutT>(v0);
+    if (in1) d[1] = from_f32<OutT>(v1);
+  }
 }
 
 // The same with D's dtype chosen at run time (e.cd_type): one kernel instantiation serves all
