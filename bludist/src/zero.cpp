@@ -1,4 +1,4 @@
-// ZeroAdamW (Note [ZeRO-1] in bludist/zero.h).
+// ZeroAdamW (Note [ZeRO-1] and Note [ZeRO-2] in bludist/zero.h).
 #include "bludist/zero.h"
 
 #include <algorithm>
@@ -12,10 +12,11 @@
 namespace bludist {
 
 ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg, blu::optim::AdamWOptions options,
-                     std::vector<bool> decay)
-    : params_(std::move(params)), decay_(std::move(decay)), pg_(std::move(pg)), options_(options) {
+                     std::vector<bool> decay, ZeroOptions zero)
+    : params_(std::move(params)), decay_(std::move(decay)), pg_(std::move(pg)), options_(options), zero_(zero) {
   BLU_CHECK(pg_, "ZeroAdamW: null process group");
   BLU_CHECK(!params_.empty(), "ZeroAdamW: no parameters");
+  BLU_CHECK(zero_.stage == 1 || zero_.stage == 2, "ZeroAdamW: stage must be 1 or 2, got ", zero_.stage);
   if (decay_.empty()) decay_.assign(params_.size(), true);
   BLU_CHECK(decay_.size() == params_.size(), "ZeroAdamW: ", decay_.size(), " decay flags for ", params_.size(),
             " parameters");
@@ -26,42 +27,145 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
     const Tensor& p = params_[i];
     BLU_CHECK(p.dtype() == dtype && p.is_contiguous() && p.device() == pg_->device(), "ZeroAdamW: parameter ", i,
               " ", p.describe(), " must be contiguous, ", blu::dtype_name(dtype), " and on ", pg_->device().str());
+    BLU_CHECK(zero_.stage == 1 || (p.requires_grad() && p.is_leaf()), "ZeroAdamW: stage 2 parameter ", i, " ",
+              p.describe(), " must be a leaf that requires grad (its gradient is reduced from a grad-ready hook)");
     offsets_.push_back(total_);
     total_ += p.numel();
   }
-  const int n = pg_->size();
-  shard_ = (total_ + n - 1) / n;
+  const int64_t n = pg_->size();
+  if (zero_.stage == 1) {
+    piece_ = (total_ + n - 1) / n;
+    chunk_ = piece_ * n;
+  } else {
+    const int64_t elems = std::max<int64_t>(1, static_cast<int64_t>(zero_.bucket_cap_bytes / blu::dtype_size(dtype)));
+    piece_ = std::max<int64_t>(1, std::min(elems / n, (total_ + n - 1) / n));
+    chunk_ = piece_ * n;
+  }
+  nchunks_ = (total_ + chunk_ - 1) / chunk_;
+  shard_ = nchunks_ * piece_;
   auto opts = blu::TensorOptions(dtype).device(pg_->device());
-  flat_ = blu::zeros({shard_ * n}, opts);  // Note [ZeRO-1 memory]
+  staging_ = blu::zeros({chunk_}, opts);  // Note [ZeRO-1 memory]: the whole flat vector at stage 1
   param_shard_ = blu::zeros({shard_}, opts);
   grad_shard_ = blu::zeros({shard_}, opts);
   exp_avg_ = blu::zeros({shard_}, opts);
   exp_avg_sq_ = blu::zeros({shard_}, opts);
-  // Rank 0's values everywhere.
-  blu::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    flat_.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
-  pg_->broadcast(flat_, 0);
+  chunk_params_.resize(static_cast<std::size_t>(nchunks_));
+  param_chunks_.resize(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    Tensor p = params_[i].detach();
-    p.copy_(flat_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    if (params_[i].numel() == 0) continue;
+    const int64_t k0 = offsets_[i] / chunk_, k1 = (offsets_[i] + params_[i].numel() - 1) / chunk_;
+    for (int64_t k = k0; k <= k1; ++k) {
+      chunk_params_[static_cast<std::size_t>(k)].push_back(i);
+      param_chunks_[i].push_back(k);
+    }
   }
+  // Rank 0's values everywhere, chunk by chunk.
+  blu::NoGradGuard no_grad;
+  for (int64_t k = 0; k < nchunks_; ++k) {
+    const int64_t f0 = k * chunk_;
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
+      staging_.narrow(0, a - f0, b - a).copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
+    }
+    pg_->broadcast(staging_, 0);
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
+      params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a).copy_(staging_.narrow(0, a - f0, b - a));
+    }
+  }
+  if (zero_.stage == 2) {
+    piece_tmp_ = blu::zeros({piece_}, opts);
+    reset_backward_state();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      hook_ids_.push_back(params_[i].register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); }));
+    }
+  }
+}
+
+ZeroAdamW::~ZeroAdamW() {
+  for (std::size_t i = 0; i < hook_ids_.size(); ++i) params_[i].remove_grad_ready_hook(hook_ids_[i]);
+}
+
+template <typename F>
+void ZeroAdamW::timed(F&& collective) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collective();
+  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ZeroAdamW::reset_backward_state() {
+  chunk_pending_.assign(static_cast<std::size_t>(nchunks_), 0);
+  for (int64_t k = 0; k < nchunks_; ++k)
+    chunk_pending_[static_cast<std::size_t>(k)] = static_cast<int>(chunk_params_[static_cast<std::size_t>(k)].size());
+  chunk_done_.assign(static_cast<std::size_t>(nchunks_), false);
+  param_ready_.assign(params_.size(), false);
+  param_open_.resize(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) param_open_[i] = static_cast<int>(param_chunks_[i].size());
+  next_chunk_ = nchunks_ - 1;
+  in_backward_ = false;
+}
+
+// Packs chunk k's gradients (missing ones as zeros) and reduce-scatters them (average) into this
+// rank's piece of the gradient shard: written at stage 1, added at stage 2 (Note [ZeRO-2]).
+void ZeroAdamW::reduce_chunk(int64_t k, bool accumulate) {
+  blu::NoGradGuard no_grad;
+  const int64_t f0 = k * chunk_;
+  staging_.zero_();
+  for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+    const Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
+    staging_.narrow(0, a - f0, b - a).copy_(g.reshape({-1}).narrow(0, a - offsets_[i], b - a));
+  }
+  Tensor dst = grad_shard_.narrow(0, k * piece_, piece_);
+  if (accumulate) {
+    timed([&] { pg_->reduce_scatter(piece_tmp_, staging_, ReduceOp::kAvg); });
+    dst.add_(piece_tmp_);
+  } else {
+    timed([&] { pg_->reduce_scatter(dst, staging_, ReduceOp::kAvg); });
+  }
+  ++chunks_reduced_;
+}
+
+void ZeroAdamW::on_grad_ready(std::size_t param) {
+  BLU_CHECK(!param_ready_[param], "ZeroAdamW: parameter ", param, " ", params_[param].describe(),
+            " got a second gradient in one backward before its chunk was reduced; this happens when the previous "
+            "backward left parameters without a gradient: call finish_gradient_sync() after backward()");
+  in_backward_ = true;
+  param_ready_[param] = true;
+  for (int64_t k : param_chunks_[param]) --chunk_pending_[static_cast<std::size_t>(k)];
+  // Strictly descending chunk order, so every rank issues the same collectives.
+  while (next_chunk_ >= 0 && chunk_pending_[static_cast<std::size_t>(next_chunk_)] == 0) {
+    const int64_t k = next_chunk_--;
+    reduce_chunk(k, true);
+    chunk_done_[static_cast<std::size_t>(k)] = true;
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      if (--param_open_[i] == 0) params_[i].set_grad(Tensor());  // reduced everywhere: free it
+    }
+  }
+  if (next_chunk_ < 0) reset_backward_state();
+}
+
+void ZeroAdamW::finish_gradient_sync() {
+  if (zero_.stage != 2) return;
+  // Gradients set by hand (no backward, no hooks) are reduced here too.
+  bool pending = in_backward_;
+  for (std::size_t i = 0; i < params_.size() && !pending; ++i) pending = params_[i].grad().defined();
+  if (!pending) return;
+  for (int64_t k = next_chunk_; k >= 0; --k) {
+    if (!chunk_done_[static_cast<std::size_t>(k)]) reduce_chunk(k, true);
+  }
+  for (Tensor& p : params_) p.set_grad(Tensor());
+  reset_backward_state();
 }
 
 double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfinite) {
   blu::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    Tensor dst = flat_.narrow(0, offsets_[i], params_[i].numel());
-    const Tensor& g = params_[i].grad();
-    if (g.defined()) dst.copy_(g.reshape({-1}));
-    else dst.zero_();
+  if (zero_.stage == 1) {
+    reduce_chunk(0, false);
+  } else {
+    finish_gradient_sync();
   }
-  auto timed = [this](auto&& collective) {
-    const auto t0 = std::chrono::steady_clock::now();
-    collective();
-    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  timed([&] { pg_->reduce_scatter(grad_shard_, flat_, ReduceOp::kAvg); });
   double norm = 0;
   if (max_grad_norm > 0 || compute_norm || skip_nonfinite) {  // Note [ZeRO-1 for a trainer]: clipping on the shards
     // global_norm: f64 partials on the CPU, f32 partials + an f64 sum on CUDA; no shard-sized temporary.
@@ -75,21 +179,27 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
       blu::optim::scale_tensors_({grad_shard_}, blu::scalar_tensor(scale, blu::kFloat32).to(pg_->device()));
     }
   }
-  if (skip_nonfinite && !std::isfinite(norm)) return norm;  // every rank has this norm: all skip
+  if (skip_nonfinite && !std::isfinite(norm)) {  // every rank has this norm: all skip
+    if (zero_.stage == 2) grad_shard_.zero_();
+    return norm;
+  }
   ++step_;
-  // The shard cut at parameter boundaries, grouped by weight decay (Note [ZeRO-1 for a trainer]).
-  // This rank's slice of the parameters, copied from them (Note [ZeRO-1 memory]).
-  const Tensor& param_shard = param_shard_;
-  const int64_t lo = pg_->rank() * shard_, hi = lo + shard_;
+  // This rank's pieces cut at parameter boundaries, grouped by weight decay (Note [ZeRO-1 for a
+  // trainer]); its slice of the parameters copied from them (Note [ZeRO-1 memory]).
+  const int64_t r = pg_->rank();
   std::vector<Tensor> lists[2][4];
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
-    if (a >= b) continue;
-    param_shard_.narrow(0, a - lo, b - a).copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
-    auto& l = lists[decay_[i] ? 1 : 0];
-    for (int k = 0; k < 4; ++k) {
-      const Tensor& whole = k == 0 ? param_shard : k == 1 ? grad_shard_ : k == 2 ? exp_avg_ : exp_avg_sq_;
-      l[k].push_back(whole.narrow(0, a - lo, b - a));
+  for (int64_t k = 0; k < nchunks_; ++k) {
+    const int64_t lo = k * chunk_ + r * piece_, hi = lo + piece_, s0 = k * piece_;
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
+      if (a >= b) continue;
+      param_shard_.narrow(0, s0 + a - lo, b - a)
+          .copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
+      auto& l = lists[decay_[i] ? 1 : 0];
+      for (int q = 0; q < 4; ++q) {
+        const Tensor& whole = q == 0 ? param_shard_ : q == 1 ? grad_shard_ : q == 2 ? exp_avg_ : exp_avg_sq_;
+        l[q].push_back(whole.narrow(0, s0 + a - lo, b - a));
+      }
     }
   }
   for (int d = 0; d < 2; ++d) {
@@ -98,35 +208,47 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
     if (d == 0) o.weight_decay = 0;
     blu::optim::adamw_step_(lists[d][0], lists[d][1], lists[d][2], lists[d][3], o, step_);
   }
-  timed([&] { pg_->all_gather(flat_, param_shard_); });
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    Tensor p = params_[i].detach();
-    p.copy_(flat_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+  for (int64_t k = 0; k < nchunks_; ++k) {
+    timed([&] { pg_->all_gather(staging_, param_shard_.narrow(0, k * piece_, piece_)); });
+    const int64_t f0 = k * chunk_;
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
+      params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a).copy_(staging_.narrow(0, a - f0, b - a));
+    }
   }
+  if (zero_.stage == 2) grad_shard_.zero_();  // the next step's gradients accumulate from zero
   return norm;
 }
 
+// Whole flat moments from the shards, chunk by chunk (a collective).
 std::pair<Tensor, Tensor> ZeroAdamW::gather_state() {
   blu::NoGradGuard no_grad;
   auto opts = blu::TensorOptions(exp_avg_.dtype()).device(pg_->device());
-  Tensor m = blu::zeros({shard_ * pg_->size()}, opts), v = blu::zeros({shard_ * pg_->size()}, opts);
-  pg_->all_gather(m, exp_avg_);
-  pg_->all_gather(v, exp_avg_sq_);
-  return {m.narrow(0, 0, total_), v.narrow(0, 0, total_)};
+  Tensor out[2] = {blu::zeros({nchunks_ * chunk_}, opts), blu::zeros({nchunks_ * chunk_}, opts)};
+  const Tensor* shards[2] = {&exp_avg_, &exp_avg_sq_};
+  for (int q = 0; q < 2; ++q) {
+    for (int64_t k = 0; k < nchunks_; ++k) {
+      pg_->all_gather(out[q].narrow(0, k * chunk_, chunk_), shards[q]->narrow(0, k * piece_, piece_));
+    }
+  }
+  return {out[0].narrow(0, 0, total_), out[1].narrow(0, 0, total_)};
 }
 
 void ZeroAdamW::load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   BLU_CHECK(exp_avg.numel() == total_ && exp_avg_sq.numel() == total_, "ZeroAdamW::load_state: moments ",
             exp_avg.describe(), " and ", exp_avg_sq.describe(), " must have ", total_, " elements each");
   blu::NoGradGuard no_grad;
-  const int64_t lo = pg_->rank() * shard_;
-  const int64_t len = std::max<int64_t>(0, std::min(shard_, total_ - lo));
-  exp_avg_.zero_();
-  exp_avg_sq_.zero_();
-  if (len == 0) return;
-  exp_avg_.narrow(0, 0, len).copy_(exp_avg.reshape({-1}).narrow(0, lo, len).to(pg_->device(), exp_avg_.dtype()));
-  exp_avg_sq_.narrow(0, 0, len).copy_(
-      exp_avg_sq.reshape({-1}).narrow(0, lo, len).to(pg_->device(), exp_avg_sq_.dtype()));
+  const Tensor src[2] = {exp_avg.reshape({-1}), exp_avg_sq.reshape({-1})};
+  Tensor* dst[2] = {&exp_avg_, &exp_avg_sq_};
+  for (int q = 0; q < 2; ++q) {
+    dst[q]->zero_();
+    for (int64_t k = 0; k < nchunks_; ++k) {
+      const int64_t lo = k * chunk_ + pg_->rank() * piece_;
+      const int64_t len = std::max<int64_t>(0, std::min(piece_, total_ - lo));
+      if (len == 0) continue;
+      dst[q]->narrow(0, k * piece_, len).copy_(src[q].narrow(0, lo, len).to(pg_->device(), dst[q]->dtype()));
+    }
+  }
 }
 
 void ZeroAdamW::zero_grad() {

@@ -1,6 +1,8 @@
-// ZeRO-1 (ZeroAdamW) on CPU ranks (threads): the MLP's loss curve on 2 and 3 ranks equals the
-// one-process AdamW run of the same global batch within 1e-5 relative over 20 steps; each rank
-// holds 1/size of the moments; a parameter total not divisible by the group size (padding).
+// ZeRO-1 and ZeRO-2 (ZeroAdamW) on CPU ranks (threads): the MLP's loss curve on 2 and 3 ranks
+// equals the one-process AdamW run of the same global batch within 1e-5 relative over 20 steps;
+// each rank holds 1/size of the moments; a parameter total not divisible by the group size
+// (padding); stage 2's chunked gradient shards (Note [ZeRO-2]): reduced during backward, .grad
+// freed, unused parameters, checkpoints in the one-process layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,15 +19,18 @@
 using namespace bludist;
 
 namespace {
-void run_case(int n, int accum) {
+void run_case(int n, int accum, int stage = 1, bool skip_unused = false) {
   test::MlpRunOptions o;
   o.accum = accum;
+  o.skip_unused = skip_unused;
   std::vector<double> ref = test::train_mlp(nullptr, o);
   o.zero1 = true;
+  o.zero_stage = stage;
   std::vector<std::vector<double>> got(n);
   test::run_gloo_ranks(n, [&](ProcessGroup& pg) { got[pg.rank()] = test::train_mlp(pg.shared_from_this(), o); });
   blu::test::expect_same_loss_curve(got[0], ref, 1e-5,
-                                    "zero1 on " + std::to_string(n) + " ranks (accum " + std::to_string(accum) + ")");
+                                    "zero" + std::to_string(stage) + " on " + std::to_string(n) + " ranks (accum " +
+                                        std::to_string(accum) + (skip_unused ? ", unused parameter)" : ")"));
 }
 }  // namespace
 
@@ -66,5 +71,90 @@ TEST(Zero1, ShardsArePaddedAndStateIsSharded) {
       }
     }
     EXPECT_EQ(zero.exp_avg_shard().numel(), 4);
+  });
+}
+
+TEST(Zero2, TwoRanksMatchOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_case(2, 1, 2);
+}
+
+TEST(Zero2, ThreeRanksWithAccumulationMatchOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_case(3, 2, 2);
+}
+
+TEST(Zero2, UnusedParameterWithAccumulationMatchesOneProcess) {
+  BLUDIST_REQUIRE_GLOO();
+  run_case(2, 2, 2, true);
+}
+
+// A 10-element bucket over 4 ranks: chunks of 8 (a 2-element piece per rank), so the 13 elements
+// take 2 chunks. The update equals one-process AdamW on the averaged gradient; a backward reduces
+// every chunk from the hooks and frees every .grad; the moments gather into the one-process
+// layout and load back.
+TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
+  BLUDIST_REQUIRE_GLOO();
+  test::run_gloo_ranks(4, [](ProcessGroup& pg) {
+    blu::Generator gen(17);  // same values on every rank
+    std::vector<Tensor> params = {blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
+                                  blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
+    std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+    blu::optim::AdamWOptions ao;
+    ao.lr = 0.1;
+    ZeroOptions zo;
+    zo.stage = 2;
+    zo.bucket_cap_bytes = 10 * sizeof(double);
+    ZeroAdamW zero(params, pg.shared_from_this(), ao, {}, zo);
+    EXPECT_EQ(zero.total_numel(), 13);
+    EXPECT_EQ(zero.num_chunks(), 2);  // chunks of 8 (2 per rank)
+    EXPECT_EQ(zero.shard_numel(), 4);
+    blu::optim::AdamW adamw(ref, ao);
+    for (int step = 0; step < 3; ++step) {
+      // Rank r's loss sum(p * c) with c = (step + 1) (r + 1): its gradient c, averaged over the 4
+      // ranks 2.5 (step + 1).
+      const int64_t before = zero.chunks_reduced();
+      Tensor loss = blu::zeros({1}, blu::kFloat64);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        Tensor c = (ref[i].detach() * 0.0 + step + 1.0) * (pg.rank() + 1.0);  // a constant per element
+        loss = loss + (params[i] * c).sum();
+        ref[i].set_grad(c * (2.5 / (pg.rank() + 1.0)));
+      }
+      loss.backward();
+      EXPECT_EQ(zero.chunks_reduced() - before, 2) << "both chunks reduced inside backward";
+      for (const Tensor& p : params) EXPECT_FALSE(p.grad().defined()) << "stage 2 frees .grad once reduced";
+      zero.step();
+      adamw.step();
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::vector<double> a = params[i].detach().to_double_vector(), b = ref[i].detach().to_double_vector();
+        for (std::size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-12) << step << " " << i << " " << j;
+      }
+    }
+    auto [m, v] = zero.gather_state();
+    ASSERT_EQ(m.numel(), 13);
+    // The flat moments in parameter order equal one-process AdamW's.
+    std::vector<double> mm = m.to_double_vector();
+    std::vector<double> ref_m;
+    for (const auto& [name, t] : adamw.state_dict()) {
+      if (name.find("exp_avg") != std::string::npos && name.find("exp_avg_sq") == std::string::npos) {
+        std::vector<double> x = t.to_double_vector();
+        ref_m.insert(ref_m.end(), x.begin(), x.end());
+      }
+    }
+    ASSERT_EQ(ref_m.size(), mm.size());
+    for (std::size_t j = 0; j < mm.size(); ++j) EXPECT_NEAR(mm[j], ref_m[j], 1e-12) << j;
+    Tensor saved = zero.exp_avg_shard().clone();
+    zero.load_state(m, v);
+    EXPECT_EQ(saved.to_double_vector(), zero.exp_avg_shard().to_double_vector());
+  });
+}
+
+TEST(Zero2, BadStageIsAnError) {
+  BLUDIST_REQUIRE_GLOO();
+  test::run_gloo_ranks(2, [](ProcessGroup& pg) {
+    std::vector<Tensor> params = {blu::zeros({4}).requires_grad_()};
+    ZeroOptions zo;
+    zo.stage = 3;
+    EXPECT_THROW(ZeroAdamW(params, pg.shared_from_this(), {}, {}, zo), blu::Error);
   });
 }

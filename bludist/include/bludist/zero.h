@@ -1,4 +1,5 @@
-// bludist/zero.h: ZeRO stage 1, an AdamW whose state is sharded across the data-parallel group.
+// bludist/zero.h: ZeRO stages 1 and 2, an AdamW whose state (and, at stage 2, gradients) is
+// sharded across the data-parallel group.
 //
 // Note [ZeRO-1]
 // The parameters (one dtype, f32 or f64, on the group's device) are viewed as one flat vector of
@@ -32,6 +33,24 @@
 // AdamW's 3 total (bucket buffers, two moments). So per rank 3 + 4/size vs 5 units of the
 // parameter count with parameters and gradients counted: equal on 2 ranks, 3.5 vs 5 on 8.
 
+//
+// Note [ZeRO-2]
+// Stage 2 also shards the gradients: the flat vector is cut into chunks of ~bucket_cap_bytes
+// (a multiple of the group size), and rank r owns the r-th 1/size of every chunk (stage 1 is the
+// one-chunk case of this layout). A grad-ready hook per parameter (as DDP's, Note [DDP buckets])
+// counts the parameters of each chunk; once a chunk's gradients are all final it is packed into a
+// chunk-sized staging buffer and reduce-scattered (average) at once, so the reduction overlaps the
+// rest of backward, each rank adds its piece into its gradient shard, and a parameter whose chunks
+// are all reduced loses its .grad (freed: that is the memory stage 2 saves). Chunks are reduced in
+// descending order (autograd finalises the last parameters first), strictly, so every rank issues
+// the same collectives. Accumulation micro-steps need no special scope: each backward's
+// gradients are reduced and added into the shard (the sum of averages is the average of sums).
+// Parameters that get no gradient keep their chunk open: call finish_gradient_sync() after such a
+// backward (step() calls it); missing gradients count as zeros. step() then clips, updates and
+// all-gathers chunk by chunk as stage 1 does. Memory per rank: one chunk of staging + four shards
+// (+ the .grad of the parameters whose chunks are still open), against stage 1's full flat vector.
+
+#include <cstddef>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -41,12 +60,26 @@
 
 namespace bludist {
 
+struct ZeroOptions {
+  int stage = 1;  // 1: sharded AdamW state; 2: also sharded gradients (Note [ZeRO-2])
+  std::size_t bucket_cap_bytes = std::size_t(25) << 20;  // stage 2: bytes of the flat vector per chunk
+};
+
 class ZeroAdamW {
  public:
   // Broadcasts rank 0's parameter values to every rank (as DDP does). decay: one entry per
   // parameter, whether options.weight_decay applies to it (empty: to every parameter).
   ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> pg, blu::optim::AdamWOptions options = {},
-            std::vector<bool> decay = {});
+            std::vector<bool> decay = {}, ZeroOptions zero = {});
+  ~ZeroAdamW();
+  ZeroAdamW(const ZeroAdamW&) = delete;
+  ZeroAdamW& operator=(const ZeroAdamW&) = delete;
+  // Stage 2: reduces the chunks the last backward left open (parameters without a gradient count
+  // as zeros). A no-op at stage 1 and when every chunk was reduced by the hooks.
+  void finish_gradient_sync();
+  int stage() const { return zero_.stage; }
+  int64_t num_chunks() const { return nchunks_; }
+  int64_t chunks_reduced() const { return chunks_reduced_; }  // reduce-scatters so far (tests)
   void step() { step(0.0, false); }  // parameters without a gradient count as zero gradient
   // The same update after clipping the averaged gradient to global L2 norm max_grad_norm (> 0;
   // <= 0: no clipping). Returns that norm before clipping when it was computed (clipping, or
@@ -69,9 +102,10 @@ class ZeroAdamW {
   std::pair<Tensor, Tensor> gather_state();
   // Takes this rank's slice of whole flat moments (total_numel() elements each, any device).
   void load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq);
-  // This rank's moments (shard_numel() elements each).
+  // This rank's moments (shard_numel() elements each; element s is flat element flat_index(s)).
   const Tensor& exp_avg_shard() const { return exp_avg_; }
   const Tensor& exp_avg_sq_shard() const { return exp_avg_sq_; }
+  int64_t flat_index(int64_t s) const { return (s / piece_) * chunk_ + pg_->rank() * piece_ + s % piece_; }
 
  private:
   std::vector<Tensor> params_;
@@ -79,10 +113,29 @@ class ZeroAdamW {
   std::vector<bool> decay_;
   std::shared_ptr<ProcessGroup> pg_;
   blu::optim::AdamWOptions options_;
+  ZeroOptions zero_;
   int64_t total_ = 0, shard_ = 0, step_ = 0;
+  // Layout (Note [ZeRO-2]): nchunks_ chunks of chunk_ flat elements; rank r owns elements
+  // [k chunk_ + r piece_, k chunk_ + (r + 1) piece_) of chunk k at shard positions [k piece_, ...).
+  int64_t chunk_ = 0, piece_ = 0, nchunks_ = 0, chunks_reduced_ = 0;
   double comm_seconds_ = 0;
-  Tensor flat_;  // gradients before the reduce-scatter, parameters after the all-gather
+  Tensor staging_;  // one chunk: gradients before its reduce-scatter, parameters after its all-gather
+  Tensor piece_tmp_;  // stage 2: a chunk's reduced piece before it is added into grad_shard_
   Tensor param_shard_, grad_shard_, exp_avg_, exp_avg_sq_;
+  // Stage 2 bookkeeping: the parameters of each chunk, the chunks of each parameter.
+  std::vector<std::vector<std::size_t>> chunk_params_;
+  std::vector<std::vector<int64_t>> param_chunks_;
+  std::vector<int> chunk_pending_, param_open_;
+  std::vector<bool> chunk_done_, param_ready_;
+  std::vector<int> hook_ids_;
+  int64_t next_chunk_ = -1;  // the next chunk to reduce (descending); -1: none this backward
+  bool in_backward_ = false;
+
+  template <typename F>
+  void timed(F&& collective);
+  void reduce_chunk(int64_t k, bool accumulate);
+  void on_grad_ready(std::size_t param);
+  void reset_backward_state();
 };
 
 }  // namespace bludist

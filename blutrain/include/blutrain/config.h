@@ -46,7 +46,7 @@ struct TrainConfig {
   int64_t total_batch_tokens = 0;  // tokens per optimizer step, all ranks (0 = one micro-batch per rank)
   // data parallelism (Note [Data-parallel training] in src/train/data_parallel.h)
   int dp = 1;                      // data-parallel ranks: must equal the launcher's WORLD_SIZE
-  double dp_bucket_mb = 25;         // fused engine, --dp > 1: gradient bucket size (MiB)
+  double dp_bucket_mb = 25;         // --dp > 1: gradient bucket size (MiB): the fused engine, --zero 2
   std::string dp_embedding_grad = "allreduce";  // fused engine, --dp > 1: allreduce | gather (Note [Embedding gradient by all-gather])
   int zero = 0;                    // ZeRO stage: 0 (replicated AdamW state) | 1 (state sharded over --dp)
   // schedule

@@ -57,9 +57,9 @@ const std::vector<Flag>& flag_table() {
       {"seq-len", "T", &TrainConfig::seq_len, "sequence length in tokens (0 = auto: 1024 on GPU, 64 on CPU)"},
       {"total-batch-tokens", "N", &TrainConfig::total_batch_tokens, "tokens per optimizer step over all ranks; a multiple of B*T*dp; more accumulates gradients (0 = B*T*dp)"},
       {"dp", "N", &TrainConfig::dp, "data-parallel ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --dp N): each reads its own B sequences of the global batch, gradients are averaged (Gloo on the CPU, NCCL on GPUs); must equal WORLD_SIZE"},
-      {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "fused engine with --dp > 1: gradients are averaged in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
+      {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "--dp > 1 on the fused engine, or with --zero 2: gradients are averaged (reduce-scattered with --zero 2) in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
       {"dp-embedding-grad", "HOW", &TrainConfig::dp_embedding_grad, "fused engine with --dp > 1: how the tied embedding's gradient is combined: allreduce (one 154 MB bucket after the backward) | gather (the lm-head part all-reduced early in the backward, the embedding backward's rows all-gathered and added on every rank)"},
-      {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks)"},
+      {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
       {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 2e-3 for tiny)"},
@@ -387,13 +387,14 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "cannot skip an update yet; pass --engine autograd, or --nonfinite stop");
   // Data parallelism: the flags alone (the launcher's WORLD_SIZE is checked when training starts).
   BLU_CHECK(cfg.dp >= 1, "--dp ", cfg.dp, ": expected the number of data-parallel ranks (>= 1)");
-  BLU_CHECK(cfg.zero == 0 || cfg.zero == 1, "--zero ", cfg.zero,
-            ": expected 0 or 1 (ZeRO-1 shards the AdamW state; stages 2 and 3 are not implemented)");
+  BLU_CHECK(cfg.zero >= 0 && cfg.zero <= 2, "--zero ", cfg.zero,
+            ": expected 0, 1 or 2 (ZeRO-1 shards the AdamW state, ZeRO-2 also the gradients; stage 3 is not "
+            "implemented)");
   BLU_CHECK(cfg.zero == 0 || cfg.dp > 1, "--zero ", cfg.zero,
             " shards the optimizer state across data-parallel ranks: it needs --dp N with N > 1 (got --dp ", cfg.dp,
             ")");
   BLU_CHECK(cfg.dp == 1 || cfg.zero == 0 || cfg.engine == "autograd", "--zero ", cfg.zero, " with --engine ",
-            cfg.engine, ": ZeRO-1 runs on the autograd engine only for now (the fused step keeps the whole AdamW "
+            cfg.engine, ": ZeRO runs on the autograd engine only for now (the fused step keeps the whole AdamW "
             "state on every rank); pass --engine autograd, or --zero 0 for data parallelism on the fused engine");
   BLU_CHECK(cfg.dp_bucket_mb > 0, "--dp-bucket-mb ", cfg.dp_bucket_mb,
             ": expected the size of a gradient bucket in MiB (> 0)");

@@ -88,6 +88,7 @@ std::string DataParallel::describe() const {
   return blu::detail::str_cat(
       "data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()), "), ",
       cfg_->zero == 1           ? "ZeRO-1 (AdamW state sharded)"
+      : cfg_->zero == 2         ? "ZeRO-2 (AdamW state and gradients sharded, reduce-scattered in backward)"
       : cfg_->engine == "fused" ? "gradient buckets all-reduced inside the fused step's backward"
                                 : "DDP buckets in backward");
 }
@@ -121,8 +122,10 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
   o.weight_decay = acfg.weight_decay;
   std::vector<bool> decay;
   for (const NamedParam& p : opt.params()) decay.push_back(p.decay);
-  zero_ =
-      std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay);  // broadcasts rank 0's weights
+  bludist::ZeroOptions zo;
+  zo.stage = cfg_->zero;
+  zo.bucket_cap_bytes = static_cast<std::size_t>(cfg_->dp_bucket_mb * 1024.0 * 1024.0);
+  zero_ = std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay, zo);  // broadcasts rank 0's weights
   zero_->set_step_count(opt.step_count());
   if (opt_has_moments) {
     NoGradGuard no_grad;
@@ -134,10 +137,14 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
 
 void DataParallel::set_gradient_sync(bool on) {
   if (ddp_) ddp_->set_gradient_sync(on);
+  // ZeRO-2 reduces every micro-step's gradients (Note [ZeRO-2]): close what the previous backward
+  // left open before the next one starts.
+  if (zero_) zero_->finish_gradient_sync();
 }
 
 void DataParallel::finish_gradients() {
   if (ddp_) ddp_->finish_gradient_sync();
+  if (zero_) zero_->finish_gradient_sync();
 }
 
 UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {

@@ -24,6 +24,10 @@
 //    parameters live on each rank. blutrain's AdamW object holds no moments then: checkpoints
 //    gather them for the save and drop them after, and a resume loads them and keeps this rank's
 //    slice, so a ZeRO checkpoint is an ordinary one and loads onto any number of ranks.
+//  - Gradients, --zero 2: as --zero 1, but ZeroAdamW's grad-ready hooks reduce-scatter the
+//    gradients chunk by chunk (--dp-bucket-mb) while backward runs and free each .grad once its
+//    chunks are reduced (Note [ZeRO-2] in bludist/zero.h); every micro-step is reduced and summed
+//    into the shard.
 //  - Losses: every micro-batch loss is a mean over the rank's B*T tokens; the mean over ranks is
 //    the global-batch mean (equal token counts), the number a one-process run prints.
 //  - Output: only rank 0 prints, writes metrics, checkpoints, samples and the plot; the other

@@ -55,7 +55,12 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
   ao.weight_decay = 0.05;
   std::unique_ptr<blu::optim::AdamW> adamw;
   std::unique_ptr<ZeroAdamW> zero;
-  if (pg && o.zero1) zero = std::make_unique<ZeroAdamW>(params, pg, ao);
+  if (pg && o.zero1) {
+    ZeroOptions zo;
+    zo.stage = o.zero_stage;
+    zo.bucket_cap_bytes = o.bucket_cap_bytes;
+    zero = std::make_unique<ZeroAdamW>(params, pg, ao, std::vector<bool>{}, zo);
+  }
   else adamw = std::make_unique<blu::optim::AdamW>(params, ao);
   const int micro = o.global_batch / o.accum;
   const int local = micro / world;
@@ -105,6 +110,7 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
       } else {
         loss.backward();
       }
+      if (zero) zero->finish_gradient_sync();  // stage 2: chunks left open by an unused parameter
     }
     if (ddp) ddp->finish_gradient_sync();
     if (zero) {

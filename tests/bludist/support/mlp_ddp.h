@@ -21,6 +21,7 @@ struct MlpRunOptions {
   bool skip_unused = false;        // a parameter that gets no gradient (finish_gradient_sync)
   blu::Device device = blu::kCPU;
   bool zero1 = false;              // with pg: ZeroAdamW (sharded state) instead of DDP + AdamW
+  int zero_stage = 1;              // with zero1: 2 also shards the gradients (bucket_cap_bytes chunks)
   // Checkpoint/restart (DDP + AdamW only): resume from `checkpoint` when it exists, rank 0 saves
   // it (atomically) after every step; rank fail_rank exits with status 7 when it reaches step
   // fail_at_step (a simulated crash). Steps not run in this attempt are NaN in the result.
