@@ -179,7 +179,9 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
       blu::optim::scale_tensors_({grad_shard_}, blu::scalar_tensor(scale, blu::kFloat32).to(pg_->device()));
     }
   }
+  first_nonfinite_ = -1;
   if (skip_nonfinite && !std::isfinite(norm)) {  // every rank has this norm: all skip
+    first_nonfinite_ = find_first_nonfinite();
     if (zero_.stage == 2) grad_shard_.zero_();
     return norm;
   }
@@ -218,6 +220,27 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
   }
   if (zero_.stage == 2) grad_shard_.zero_();  // the next step's gradients accumulate from zero
   return norm;
+}
+
+// The first parameter with a non-finite element in any rank's gradient shard (a collective: the
+// minimum over ranks of each rank's first), -1 when none. Only on the skipped-step path.
+int64_t ZeroAdamW::find_first_nonfinite() {
+  blu::NoGradGuard no_grad;
+  const int64_t r = pg_->rank();
+  double first = static_cast<double>(params_.size());
+  for (int64_t k = 0; k < nchunks_; ++k) {
+    const int64_t lo = k * chunk_ + r * piece_, hi = lo + piece_;
+    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+      const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
+      if (a >= b || static_cast<double>(i) >= first) continue;
+      const double n = blu::optim::global_norm({grad_shard_.narrow(0, k * piece_ + a - lo, b - a)}).norm.item();
+      if (!std::isfinite(n)) first = static_cast<double>(i);
+    }
+  }
+  Tensor v = blu::from_vector(std::vector<double>{first}, {1}, blu::TensorOptions(DType::F64)).to(pg_->device());
+  pg_->all_reduce(v, ReduceOp::kMin);
+  const double g = v.item();
+  return g < static_cast<double>(params_.size()) ? static_cast<int64_t>(g) : -1;
 }
 
 // Whole flat moments from the shards, chunk by chunk (a collective).

@@ -175,8 +175,8 @@ TEST_F(DataParallelTrain, NonfiniteStepIsSkippedOrStoppedByEveryRankTogether) {
   ASSERT_EQ(one.status, 0) << one.output;
   const std::vector<double> ref = losses_in(metrics("one"), "train");
   ASSERT_EQ(ref.size(), 7u) << one.output;  // step 4 has a "nonfinite" event instead
-  for (const std::string dp : {"--dp 2", "--dp 2 --zero 1"}) {
-    const std::string out = dp.size() > 6 ? "zero" : "ddp";
+  for (const std::string dp : {"--dp 2", "--dp 2 --zero 1", "--dp 2 --zero 2"}) {
+    const std::string out = dp.size() > 6 ? "zero" + dp.substr(dp.size() - 1) : "ddp";
     auto two = run_command(inject + blurun(2, blutrain(out, "--batch-size 2 " + dp + " " + common)));
     ASSERT_EQ(two.status, 0) << two.output;
     EXPECT_NE(two.output.find("[rank 0] warning: non-finite step 4: "), std::string::npos) << two.output;

@@ -80,6 +80,10 @@ class ZeroAdamW {
   int stage() const { return zero_.stage; }
   int64_t num_chunks() const { return nchunks_; }
   int64_t chunks_reduced() const { return chunks_reduced_; }  // reduce-scatters so far (tests)
+  // After a step() that skipped a non-finite update: the first parameter (constructor order) whose
+  // averaged gradient holds a NaN or infinity, the same on every rank (found on the shards, so it
+  // works at stage 2 where .grad is gone); -1 when none or when the last step was not skipped.
+  int64_t first_nonfinite_param() const { return first_nonfinite_; }
   void step() { step(0.0, false); }  // parameters without a gradient count as zero gradient
   // The same update after clipping the averaged gradient to global L2 norm max_grad_norm (> 0;
   // <= 0: no clipping). Returns that norm before clipping when it was computed (clipping, or
@@ -129,6 +133,7 @@ class ZeroAdamW {
   std::vector<bool> chunk_done_, param_ready_;
   std::vector<int> hook_ids_;
   int64_t next_chunk_ = -1;  // the next chunk to reduce (descending); -1: none this backward
+  int64_t first_nonfinite_ = -1;
   bool in_backward_ = false;
 
   template <typename F>
@@ -136,6 +141,7 @@ class ZeroAdamW {
   void reduce_chunk(int64_t k, bool accumulate);
   void on_grad_ready(std::size_t param);
   void reset_backward_state();
+  int64_t find_first_nonfinite();
 };
 
 }  // namespace bludist

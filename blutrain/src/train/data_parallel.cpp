@@ -153,7 +153,10 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
     zero_->set_lr(lr);
     r.grad_norm = zero_->step(grad_clip, true, /*skip_nonfinite=*/true);
     r.applied = std::isfinite(r.grad_norm);
-    if (!r.applied) r.first_nonfinite = first_nonfinite_gradient(opt.params());  // this rank's
+    if (!r.applied) {  // found on the gradient shards (the same on every rank; .grad is gone at stage 2)
+      const int64_t i = zero_->first_nonfinite_param();
+      r.first_nonfinite = i >= 0 ? opt.params()[static_cast<std::size_t>(i)].name : first_nonfinite_gradient(opt.params());
+    }
     opt.set_step_count(zero_->step_count());
     opt.zero_grad();
     return r;

@@ -80,11 +80,27 @@ NonfiniteInjection NonfiniteInjection::from_environment(const std::vector<NamedP
   return parse(spec, params);
 }
 
+void NonfiniteInjection::arm_in_backward(const std::vector<NamedParam>& params, const int64_t* step) {
+  if (!enabled() || target == "loss") return;
+  for (const NamedParam& p : params) {
+    if (p.name != target) continue;
+    const NonfiniteInjection self = *this;
+    p.tensor->register_grad_ready_hook([self, step](Tensor& param) {
+      if (!self.active(*step)) return;
+      NoGradGuard no_grad;
+      param.grad().reshape({-1}).narrow(0, 0, 1).fill_(self.value);
+    });
+    armed_ = true;
+    return;
+  }
+}
+
 void NonfiniteInjection::apply(const std::vector<NamedParam>& params, double& loss) const {
   if (target == "loss") {
     loss = value;
     return;
   }
+  if (armed_) return;
   NoGradGuard no_grad;
   for (const NamedParam& p : params) {
     if (p.name != target) continue;

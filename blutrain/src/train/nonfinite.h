@@ -35,7 +35,8 @@
 //    of consecutive skips is not checkpointed: a resumed run starts it at 0.
 // Test hook: BLUTRAIN_TEST_INJECT_NONFINITE=STEPS[@TARGET][:nan|inf|-inf], STEPS = N or N-M
 // (1-based, inclusive), TARGET = a parameter name (element 0 of its gradient is overwritten after
-// the backward and DDP's reduction, before clipping) or "loss" (the step's loss value; one process
+// the backward and DDP's reduction, before clipping; with --zero 2 in backward, before its
+// reduction: arm_in_backward) or "loss" (the step's loss value; one process
 // only, see --dp above); default: the last parameter in the optimizer's order. Autograd engine
 // only; every rank applies it.
 #pragma once
@@ -63,8 +64,17 @@ struct NonfiniteInjection {
   static NonfiniteInjection from_environment(const std::vector<NamedParam>& params);
   bool enabled() const { return first_step <= last_step; }
   bool active(int64_t step) const { return step >= first_step && step <= last_step; }
-  // Writes `value` into element 0 of the target's gradient, or into `loss`.
+  // Writes `value` into element 0 of the target's gradient, or into `loss` (a no-op for a
+  // parameter target once armed in backward).
   void apply(const std::vector<NamedParam>& params, double& loss) const;
+  // --zero 2 reduce-scatters and frees each gradient inside backward, so a parameter target is
+  // written by a grad-ready hook instead, into this rank's local gradient while *step (1-based)
+  // is active; register it before the data-parallel hooks so it runs first.
+  void arm_in_backward(const std::vector<NamedParam>& params, const int64_t* step);
+  bool armed() const { return armed_; }
+
+ private:
+  bool armed_ = false;
 };
 
 class NonfinitePolicy {

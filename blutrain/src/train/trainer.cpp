@@ -189,6 +189,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << "resumed from " << resume_dir << " at step " << state.step << "\n";
   }
 
+  // Note [Non-finite steps]: the test hook (autograd engine only); with --zero 2 it writes inside
+  // backward, so its grad-ready hook goes in before the data-parallel ones.
+  NonfiniteInjection inject = NonfiniteInjection::from_environment(opt.params());
+  int64_t inject_step = 0;  // the step being run, 1-based, for an injection armed in backward
+  if (dp && cfg.zero == 2) inject.arm_in_backward(opt.params(), &inject_step);
   if (dp) {
     dp->attach(model, opt, acfg, !resume_dir.empty());  // rank 0's weights everywhere
     out << dp->describe() << "\n";
@@ -217,9 +222,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << fused->describe() << "\n";
   }
 
-  // Note [Non-finite steps]: the policy, and the test hook (autograd engine only).
+  // Note [Non-finite steps]: the policy.
   NonfinitePolicy nonfinite(cfg.nonfinite, cfg.nonfinite_max_skips);
-  const NonfiniteInjection inject = NonfiniteInjection::from_environment(opt.params());
   BLU_CHECK(!inject.enabled() || !fused, kInjectNonfiniteEnv, " needs --engine autograd");
 
   const int64_t n_params = model.num_params();
@@ -364,6 +368,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       }
     } else {
       double loss_sum = 0;
+      inject_step = step + 1;
       for (int64_t micro = 0; micro < accum; ++micro) {
         if (dp) dp->set_gradient_sync(micro + 1 == accum);  // DDP buckets reduce in the last backward
         auto [x, y] = feeder.next(train_loader);
