@@ -114,10 +114,20 @@ TEST_F(DataParallelTrain, DdpTwoRanksWithAccumulationMatchOneProcess) {
   expect_two_ranks_match_one_process("--dp 2", "--total-batch-tokens 256");
 }
 
-TEST_F(DataParallelTrain, Zero2TwoRanksWithAccumulationMatchOneProcess) {
+TEST_F(DataParallelTrain, Zero2TwoRanksWithAccumulationMatchOneProcessAndItsCheckpointResumesInOne) {
   REQUIRE_GLOO();
   // Gradients reduce-scattered inside each micro-step's backward, in 1 MiB chunks (~17 of them).
-  expect_two_ranks_match_one_process("--dp 2 --zero 2 --dp-bucket-mb 1", "--total-batch-tokens 256");
+  const std::string common = "--total-batch-tokens 256 --ckpt-every 6";
+  expect_two_ranks_match_one_process("--dp 2 --zero 2 --dp-bucket-mb 1", common);
+  // The moments gathered from the chunked shards are the one-process layout.
+  const std::string ckpt = (root_ / "two" / "step_00000006").string();
+  ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
+  auto resumed = run_command(blutrain("resumed", "--batch-size 4 --total-batch-tokens 256 --resume " + ckpt));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  const std::vector<double> all = losses_in(metrics("one"), "train");
+  blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
+                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5,
+                                    "resumed from ZeRO-2");
 }
 
 TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInOne) {
