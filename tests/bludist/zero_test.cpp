@@ -32,6 +32,15 @@ void run_case(int n, int accum, int stage = 1, bool skip_unused = false) {
                                     "zero" + std::to_string(stage) + " on " + std::to_string(n) + " ranks (accum " +
                                         std::to_string(accum) + (skip_unused ? ", unused parameter)" : ")"));
 }
+// Two f64 parameters (7 and 3x2: 13 elements, the same values on every rank) and a copy of them
+// for a one-process AdamW.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> thirteen_parameters() {
+  blu::Generator gen(17);
+  std::vector<Tensor> params = {blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
+                                blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
+  std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+  return {params, ref};
+}
 }  // namespace
 
 TEST(Zero1, TwoRanksMatchOneProcess) {
@@ -47,10 +56,7 @@ TEST(Zero1, ThreeRanksWithAccumulationMatchOneProcess) {
 TEST(Zero1, ShardsArePaddedAndStateIsSharded) {
   BLUDIST_REQUIRE_GLOO();
   test::run_gloo_ranks(4, [](ProcessGroup& pg) {
-    blu::Generator gen(17);  // same values on every rank
-    std::vector<Tensor> params = {blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
-                                  blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
-    std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+    auto [params, ref] = thirteen_parameters();
     blu::optim::AdamWOptions ao;
     ao.lr = 0.1;
     ZeroAdamW zero(params, pg.shared_from_this(), ao);
@@ -96,10 +102,7 @@ TEST(Zero2, UnusedParameterWithAccumulationMatchesOneProcess) {
 TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
   BLUDIST_REQUIRE_GLOO();
   test::run_gloo_ranks(4, [](ProcessGroup& pg) {
-    blu::Generator gen(17);  // same values on every rank
-    std::vector<Tensor> params = {blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
-                                  blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
-    std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+    auto [params, ref] = thirteen_parameters();
     blu::optim::AdamWOptions ao;
     ao.lr = 0.1;
     ZeroOptions zo;

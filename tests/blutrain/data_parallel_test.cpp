@@ -103,6 +103,18 @@ class DataParallelTrain : public ::testing::Test {
     EXPECT_EQ(two.output.find("[rank 1] step"), std::string::npos) << two.output;
   }
 
+  // One process of B=4 resumes the 2-rank run's checkpoint of step 6 ("two/step_00000006") and
+  // continues on the one-process curve ("one").
+  void expect_one_process_resumes_at_step_6(const std::string& flags, const std::string& label) {
+    const std::string ckpt = (root_ / "two" / "step_00000006").string();
+    ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
+    auto resumed = run_command(blutrain("resumed", "--batch-size 4 " + flags + " --resume " + ckpt));
+    ASSERT_EQ(resumed.status, 0) << resumed.output;
+    const std::vector<double> all = losses_in(metrics("one"), "train");
+    blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
+                                      std::vector<double>(all.begin() + 6, all.end()), 1e-5, label);
+  }
+
   fs::path root_;
 };
 
@@ -120,14 +132,7 @@ TEST_F(DataParallelTrain, Zero2TwoRanksWithAccumulationMatchOneProcessAndItsChec
   const std::string common = "--total-batch-tokens 256 --ckpt-every 6";
   expect_two_ranks_match_one_process("--dp 2 --zero 2 --dp-bucket-mb 1", common);
   // The moments gathered from the chunked shards are the one-process layout.
-  const std::string ckpt = (root_ / "two" / "step_00000006").string();
-  ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
-  auto resumed = run_command(blutrain("resumed", "--batch-size 4 --total-batch-tokens 256 --resume " + ckpt));
-  ASSERT_EQ(resumed.status, 0) << resumed.output;
-  const std::vector<double> all = losses_in(metrics("one"), "train");
-  blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
-                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5,
-                                    "resumed from ZeRO-2");
+  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-2");
 }
 
 TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInOne) {
@@ -135,14 +140,7 @@ TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInO
   expect_two_ranks_match_one_process("--dp 2 --zero 1", "--ckpt-every 6");
   // The ZeRO-1 checkpoint of step 6 holds the moments gathered from both shards: one process
   // resuming from it continues on the one-process curve.
-  const std::string ckpt = (root_ / "two" / "step_00000006").string();
-  ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
-  auto resumed = run_command(blutrain("resumed", "--batch-size 4 --resume " + ckpt));
-  ASSERT_EQ(resumed.status, 0) << resumed.output;
-  const std::vector<double> all = losses_in(metrics("one"), "train");
-  blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
-                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5,
-                                    "resumed from ZeRO-1");
+  expect_one_process_resumes_at_step_6("", "resumed from ZeRO-1");
 }
 
 TEST_F(DataParallelTrain, Zero1GangRestartResumesOntoTheUninterruptedCurve) {
