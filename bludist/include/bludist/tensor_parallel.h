@@ -1,0 +1,63 @@
+// bludist/tensor_parallel.h: Megatron-style tensor parallelism for the autograd engine: the two
+// region boundaries as differentiable collectives, and column / row parallel linear layers.
+//
+// Note [Tensor-parallel regions]
+// A column-parallel linear (weight rows = output features cut across the tp group) followed by a
+// row-parallel one (weight columns = input features cut the same way) needs one collective each
+// way: entering the region the input is used by every rank (forward: identity; backward: the
+// ranks' input gradients are partial sums, so all-reduce them: tp_copy_to_region), and leaving it
+// the ranks' partial outputs are summed (forward: all-reduce; backward: identity, every rank's
+// partial output received the whole gradient: tp_reduce_from_region). Between the two, elementwise
+// ops (GELU) run on the local shard. The row-parallel bias is added once, after the reduction.
+// Every rank must run the same sequence of these calls (they are collectives), with the same
+// shapes. Shards are cut from full weights that every rank holds identically (shard_rows /
+// shard_cols: rank r takes the r-th of `size` equal parts, so the dimension must divide evenly).
+// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM,
+// vocabulary-parallel embedding and cross-entropy, and blutrain --tp.
+#pragma once
+
+#include <memory>
+
+#include "bludist/process_group.h"
+
+namespace bludist {
+
+// Forward: x. Backward: the gradient all-reduced (sum) over pg.
+Tensor tp_copy_to_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& pg);
+// Forward: x all-reduced (sum) over pg, in a new tensor. Backward: the gradient as is.
+Tensor tp_reduce_from_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& pg);
+
+// Rank pg.rank()'s part of `full` cut along dimension 0 (rows) or 1 (columns) into pg.size()
+// equal parts, as a new contiguous leaf (requires_grad like `full`).
+Tensor shard_rows(const Tensor& full, const ProcessGroup& pg);
+Tensor shard_cols(const Tensor& full, const ProcessGroup& pg);
+
+// y[..., out/size] = x W_r^T + b_r with W_r, b_r this rank's rows of the full [out, in] weight
+// and [out] bias: the output stays sharded (the input of a RowParallelLinear).
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias, std::shared_ptr<ProcessGroup> pg);
+  Tensor forward(const Tensor& x) const;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> pg_;
+  Tensor weight_, bias_;
+};
+
+// y = sum over ranks of x_r W_r^T, plus the full bias: x_r is this rank's [..., in/size] shard
+// (a ColumnParallelLinear's output), W_r this rank's columns of the full [out, in] weight.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(const Tensor& full_weight, const Tensor& full_bias, std::shared_ptr<ProcessGroup> pg);
+  Tensor forward(const Tensor& x_shard) const;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> pg_;
+  Tensor weight_, bias_;
+};
+
+}  // namespace bludist
