@@ -1,6 +1,9 @@
 // Tensor-parallel regions and layers (Note [Tensor-parallel regions] in bludist/tensor_parallel.h).
 #include "bludist/tensor_parallel.h"
 
+#include <utility>
+#include <vector>
+
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
@@ -72,6 +75,55 @@ RowParallelLinear::RowParallelLinear(const Tensor& full_weight, const Tensor& fu
 Tensor RowParallelLinear::forward(const Tensor& x_shard) const {
   Tensor y = tp_reduce_from_region(blu::linear(x_shard, weight_), pg_);
   return bias_.defined() ? y + bias_ : y;
+}
+
+namespace {
+// Global ids -> (indices into this rank's [lo, lo + n) range, 0 outside it; 1/0 mask), on `device`
+// (Note [Vocabulary-parallel embedding and cross-entropy]).
+std::pair<Tensor, Tensor> local_ids(const Tensor& ids, int64_t lo, int64_t n, int64_t stride, DType mask_dtype,
+                                    blu::Device device) {
+  const std::vector<double> g = ids.to_double_vector();
+  std::vector<int64_t> idx(g.size());
+  std::vector<double> mask(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(g[i]);
+    const bool mine = t >= lo && t < lo + n;
+    idx[i] = static_cast<int64_t>(i) * stride + (mine ? t - lo : 0);
+    mask[i] = mine ? 1.0 : 0.0;
+  }
+  return {blu::from_vector(idx, ids.sizes()).to(device),
+          blu::from_vector(mask, ids.sizes()).to(mask_dtype).to(device)};
+}
+}  // namespace
+
+Tensor vocab_parallel_embedding(const Tensor& weight_shard, const Tensor& ids,
+                                const std::shared_ptr<ProcessGroup>& pg) {
+  BLU_CHECK(pg && weight_shard.dim() == 2, "vocab_parallel_embedding: expected a [V/size, C] weight shard, got ",
+            weight_shard.describe());
+  const int64_t n = weight_shard.sizes()[0];
+  auto [idx, mask] = local_ids(ids, pg->rank() * n, n, 0, weight_shard.dtype(), weight_shard.device());
+  Tensor rows = blu::embedding(weight_shard, idx) * mask.unsqueeze(-1);
+  return tp_reduce_from_region(rows, pg);
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets,
+                                    const std::shared_ptr<ProcessGroup>& pg) {
+  BLU_CHECK(pg && logits_shard.dim() == 2 && targets.dim() == 1 && targets.sizes()[0] == logits_shard.sizes()[0],
+            "vocab_parallel_cross_entropy: expected logits [N, V/size] and targets [N], got ", logits_shard.describe(),
+            " and ", targets.describe());
+  const int64_t rows = logits_shard.sizes()[0], cols = logits_shard.sizes()[1];
+  Tensor m;
+  {
+    blu::NoGradGuard no_grad;
+    m = blu::amax(logits_shard.detach(), {1}, true).contiguous().clone();
+    pg->all_reduce(m, ReduceOp::kMax);
+  }
+  Tensor sum_exp = tp_reduce_from_region(blu::sum(blu::exp(logits_shard - m), {1}), pg);
+  // The target logit: row i's column (target - lo) of the flattened shard, masked off-range.
+  auto [idx, mask] = local_ids(targets, pg->rank() * cols, cols, cols, logits_shard.dtype(), logits_shard.device());
+  Tensor picked = blu::embedding(logits_shard.reshape({rows * cols, 1}), idx).reshape({rows}) * mask;
+  Tensor target_logit = tp_reduce_from_region(picked, pg);
+  return blu::mean(blu::log(sum_exp) + m.reshape({rows}) - target_logit);
 }
 
 }  // namespace bludist

@@ -1,7 +1,8 @@
 // Tensor parallelism on CPU ranks (threads over Gloo; Note [Tensor-parallel regions]): a column-
 // then row-parallel MLP (Linear, GELU, Linear) on 2 and 3 ranks gives the unsharded MLP's output,
 // input gradient and, for each rank's weight and bias shard, the matching slice of the full
-// gradients (float64, 1e-12); a dimension that does not split evenly is a clear error.
+// gradients (float64, 1e-12); vocabulary-parallel embedding and cross-entropy equal the unsharded
+// ops and their gradients; a dimension that does not split evenly is a clear error.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -61,6 +62,40 @@ TEST(TensorParallel, ColumnThenRowMlpMatchesUnshardedOnTwoRanks) {
 TEST(TensorParallel, ColumnThenRowMlpMatchesUnshardedOnThreeRanks) {
   BLUDIST_REQUIRE_GLOO();
   run_mlp(3);
+}
+
+// Vocabulary 12 over 2 / 3 ranks: the embedding of ids covering every shard and the cross-entropy
+// of logits [7, 12] equal the unsharded ops; each rank's gradient is its rows / columns of the full.
+void run_vocab(int ranks) {
+  test::run_gloo_ranks(ranks, [](ProcessGroup& pg) {
+    auto pgp = pg.shared_from_this();
+    blu::Generator gen(9);
+    Tensor wte = blu::empty({12, 5}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_();
+    Tensor logits = blu::empty({7, 12}, blu::kFloat64).normal_(0, 2, &gen).requires_grad_();
+    Tensor c = blu::empty({2, 4, 5}, blu::kFloat64).normal_(0, 1, &gen);
+    const std::vector<int64_t> ids_v = {0, 11, 5, 6, 3, 3, 8, 10}, tgt_v = {1, 11, 4, 7, 0, 9, 6};
+    Tensor ids = blu::from_vector(ids_v, {2, 4}), targets = blu::from_vector(tgt_v, {7});
+    blu::sum(blu::embedding(wte, ids) * c).backward();
+    Tensor loss = blu::cross_entropy(logits, targets);
+    loss.backward();
+
+    const int64_t v = 12 / pg.size(), lo = pg.rank() * v;
+    Tensor wte_r = shard_rows(wte, pg), logits_r = shard_cols(logits, pg);
+    Tensor emb = vocab_parallel_embedding(wte_r, ids, pgp);
+    blu::sum(emb * c).backward();
+    Tensor loss_r = vocab_parallel_cross_entropy(logits_r, targets, pgp);
+    loss_r.backward();
+    expect_near(emb.detach(), blu::embedding(wte.detach(), ids), "embedding");
+    expect_near(wte_r.grad(), wte.grad().narrow(0, lo, v), "embedding shard gradient");
+    expect_near(loss_r.detach(), loss.detach(), "cross-entropy");
+    expect_near(logits_r.grad(), logits.grad().narrow(1, lo, v), "logits shard gradient");
+  });
+}
+
+TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyMatchUnsharded) {
+  BLUDIST_REQUIRE_GLOO();
+  run_vocab(2);
+  run_vocab(3);
 }
 
 TEST(TensorParallel, UnevenShardsAreAClearError) {

@@ -12,8 +12,21 @@
 // Every rank must run the same sequence of these calls (they are collectives), with the same
 // shapes. Shards are cut from full weights that every rank holds identically (shard_rows /
 // shard_cols: rank r takes the r-th of `size` equal parts, so the dimension must divide evenly).
-// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM,
-// vocabulary-parallel embedding and cross-entropy, and blutrain --tp.
+//
+// Note [Vocabulary-parallel embedding and cross-entropy]
+// The vocabulary dimension of the tied token embedding [V, C] is cut into size equal row ranges,
+// rank r holding ids [r V/size, (r + 1) V/size). Embedding: each rank looks up the ids in its range
+// (the others read row 0 and are multiplied by a 0/1 mask, so their gradient is zero too) and the
+// partial rows are summed (tp_reduce_from_region). Cross-entropy over logits [N, V/size] sharded the
+// same way, with blutensor ops only (differentiable without a hand-written backward): the row max
+// is all-reduced (max; a constant), each rank sums exp(l - max) over its columns, the sums are
+// summed (tp_reduce_from_region), and the target logit is read by the rank that owns the target
+// (an embedding lookup into the flattened logits, masked elsewhere) and summed the same way; the
+// loss is the mean of log(sum) + max - target on every rank, so each rank's backward produces its
+// own columns of softmax - onehot. The target ids are turned into local indices on the host (N
+// integers a call).
+// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM, GPT-2
+// wiring and blutrain --tp.
 #pragma once
 
 #include <memory>
@@ -59,5 +72,15 @@ class RowParallelLinear {
   std::shared_ptr<ProcessGroup> pg_;
   Tensor weight_, bias_;
 };
+
+// Token embedding with the [V, C] table's rows cut across pg (weight_shard: this rank's [V/size, C]
+// rows, e.g. shard_rows(full)); ids hold global token ids; returns the full [..., C] embeddings on
+// every rank (Note [Vocabulary-parallel embedding and cross-entropy]).
+Tensor vocab_parallel_embedding(const Tensor& weight_shard, const Tensor& ids,
+                                const std::shared_ptr<ProcessGroup>& pg);
+// Mean cross-entropy of logits whose vocabulary is cut across pg (logits_shard [N, V/size]: this
+// rank's columns) against global target ids [N]; the same value on every rank.
+Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& targets,
+                                    const std::shared_ptr<ProcessGroup>& pg);
 
 }  // namespace bludist
