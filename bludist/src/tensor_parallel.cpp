@@ -48,6 +48,22 @@ Tensor shard(const Tensor& full, int64_t dim, const ProcessGroup& pg, const char
 Tensor shard_rows(const Tensor& full, const ProcessGroup& pg) { return shard(full, 0, pg, "shard_rows"); }
 Tensor shard_cols(const Tensor& full, const ProcessGroup& pg) { return shard(full, 1, pg, "shard_cols"); }
 
+Tensor shard_fused_qkv(const Tensor& full, int64_t heads, const ProcessGroup& pg) {
+  BLU_CHECK(full.defined() && full.dim() >= 1 && full.sizes()[0] % 3 == 0, "shard_fused_qkv: expected a fused [3C, ...] ",
+            "QKV tensor, got ", full.defined() ? full.describe() : "undefined");
+  const int64_t C = full.sizes()[0] / 3, parts = pg.size();
+  BLU_CHECK(heads > 0 && C % heads == 0 && heads % parts == 0, "shard_fused_qkv: ", heads, " heads of ",
+            full.describe(), " do not split into ", parts, " equal parts of whole heads");
+  const int64_t rows = C / parts, lo = pg.rank() * rows;  // whole heads: C / heads divides rows
+  blu::NoGradGuard no_grad;
+  Tensor f = full.detach();
+  Tensor s = blu::cat({f.narrow(0, lo, rows), f.narrow(0, C + lo, rows), f.narrow(0, 2 * C + lo, rows)}, 0)
+                 .contiguous()
+                 .clone();
+  if (full.requires_grad()) s.requires_grad_();
+  return s;
+}
+
 ColumnParallelLinear::ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias,
                                            std::shared_ptr<ProcessGroup> pg)
     : pg_(std::move(pg)) {

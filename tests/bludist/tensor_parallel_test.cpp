@@ -98,6 +98,56 @@ TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyMatchUnsharded) {
   run_vocab(3);
 }
 
+// A GPT-2 attention sub-block, heads split across ranks: x + proj(attention(qkv(ln(x)))) with the
+// QKV weight cut by heads (shard_fused_qkv), attention on the local heads, the projection
+// row-parallel (its input columns are those heads). 6 heads of 2 over 2 and 3 ranks: the output and
+// the gradients of x and of every shard equal the unsharded block's (f64, 1e-12).
+void run_attention_block(int ranks) {
+  test::run_gloo_ranks(ranks, [](ProcessGroup& pg) {
+    auto pgp = pg.shared_from_this();
+    constexpr int64_t B = 2, T = 5, C = 12, H = 6, D = C / H;
+    blu::Generator gen(21);
+    auto leaf = [&](blu::Shape s, double sd) { return blu::empty(s, blu::kFloat64).normal_(0, sd, &gen).requires_grad_(); };
+    Tensor x = leaf({B, T, C}, 1), ln_w = leaf({C}, 1), ln_b = leaf({C}, 0.1), wqkv = leaf({3 * C, C}, 0.3),
+           bqkv = leaf({3 * C}, 0.1), wproj = leaf({C, C}, 0.3), bproj = leaf({C}, 0.1);
+    Tensor c = blu::empty({B, T, C}, blu::kFloat64).normal_(0, 1, &gen);
+    auto attend = [&](const Tensor& qkv, int64_t heads) {
+      const int64_t width = heads * D;
+      std::vector<Tensor> p = qkv.split(width, -1);
+      auto split_heads = [&](const Tensor& t) { return t.reshape({B, T, heads, D}).transpose(1, 2); };
+      Tensor y = blu::scaled_dot_product_attention(split_heads(p[0]), split_heads(p[1]), split_heads(p[2]), true);
+      return y.transpose(1, 2).reshape({B, T, width});
+    };
+    Tensor h = blu::layer_norm(x, ln_w, ln_b);
+    Tensor y = x + blu::linear(attend(blu::linear(h, wqkv, bqkv), H), wproj, bproj);
+    blu::sum(y * c).backward();
+
+    Tensor xt = x.detach().clone().requires_grad_();
+    Tensor wqkv_r = shard_fused_qkv(wqkv, H, pg), bqkv_r = shard_fused_qkv(bqkv, H, pg);
+    RowParallelLinear proj(wproj, bproj, pgp);
+    Tensor ht = tp_copy_to_region(blu::layer_norm(xt, ln_w.detach(), ln_b.detach()), pgp);
+    Tensor yt = xt + proj.forward(attend(blu::linear(ht, wqkv_r, bqkv_r), H / pg.size()));
+    blu::sum(yt * c).backward();
+
+    const int64_t rows = C / pg.size(), lo = pg.rank() * rows;
+    auto qkv_rows = [&](const Tensor& g) {
+      return blu::cat({g.narrow(0, lo, rows), g.narrow(0, C + lo, rows), g.narrow(0, 2 * C + lo, rows)}, 0);
+    };
+    expect_near(yt.detach(), y.detach(), "block output");
+    expect_near(xt.grad(), x.grad(), "input gradient");
+    expect_near(wqkv_r.grad(), qkv_rows(wqkv.grad()), "qkv weight shard gradient");
+    expect_near(bqkv_r.grad(), qkv_rows(bqkv.grad()), "qkv bias shard gradient");
+    expect_near(proj.weight().grad(), wproj.grad().narrow(1, lo, rows), "projection weight shard gradient");
+    expect_near(proj.bias().grad(), bproj.grad(), "projection bias gradient");
+  });
+}
+
+TEST(TensorParallel, AttentionBlockWithHeadsSplitMatchesUnsharded) {
+  BLUDIST_REQUIRE_GLOO();
+  run_attention_block(2);
+  run_attention_block(3);
+}
+
 TEST(TensorParallel, UnevenShardsAreAClearError) {
   BLUDIST_REQUIRE_GLOO();
   test::run_gloo_ranks(5, [](ProcessGroup& pg) {

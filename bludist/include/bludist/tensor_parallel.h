@@ -73,6 +73,13 @@ class RowParallelLinear {
   Tensor weight_, bias_;
 };
 
+// This rank's heads of a fused [3C, ...] QKV weight or [3C] bias (GPT-2's c_attn: q, k, v rows of
+// all `heads` heads of C / heads rows each): the q, k and v rows of heads [r H/size, (r + 1) H/size),
+// concatenated in that order, as a new contiguous leaf; `heads` must split evenly. With it the
+// attention runs on the local heads only between a column-parallel QKV and a row-parallel
+// projection (whose input columns are the same heads: shard_cols of c_proj).
+Tensor shard_fused_qkv(const Tensor& full, int64_t heads, const ProcessGroup& pg);
+
 // Token embedding with the [V, C] table's rows cut across pg (weight_shard: this rank's [V/size, C]
 // rows, e.g. shard_rows(full)); ids hold global token ids; returns the full [..., C] embeddings on
 // every rank (Note [Vocabulary-parallel embedding and cross-entropy]).
