@@ -243,17 +243,34 @@ int64_t ZeroAdamW::find_first_nonfinite() {
   return g < static_cast<double>(params_.size()) ? static_cast<int64_t>(g) : -1;
 }
 
-// Whole flat moments from the shards, chunk by chunk (a collective).
-std::pair<Tensor, Tensor> ZeroAdamW::gather_state() {
+// Whole flat moments from the shards, chunk by chunk (a collective): all-gathered, or sent to
+// `root` piece by piece (every rank sends its pieces in chunk order; root receives them in the
+// same order, rank by rank).
+std::pair<Tensor, Tensor> ZeroAdamW::gather_state(int root) {
+  BLU_CHECK(root < pg_->size(), "ZeroAdamW::gather_state: root ", root, " is not a rank of ", pg_->describe());
   blu::NoGradGuard no_grad;
   auto opts = blu::TensorOptions(exp_avg_.dtype()).device(pg_->device());
-  Tensor out[2] = {blu::zeros({nchunks_ * chunk_}, opts), blu::zeros({nchunks_ * chunk_}, opts)};
+  const bool whole = root < 0 || pg_->rank() == root;
+  Tensor out[2];
+  if (whole) out[0] = blu::zeros({nchunks_ * chunk_}, opts), out[1] = blu::zeros({nchunks_ * chunk_}, opts);
   const Tensor* shards[2] = {&exp_avg_, &exp_avg_sq_};
   for (int q = 0; q < 2; ++q) {
     for (int64_t k = 0; k < nchunks_; ++k) {
-      pg_->all_gather(out[q].narrow(0, k * chunk_, chunk_), shards[q]->narrow(0, k * piece_, piece_));
+      const Tensor mine = shards[q]->narrow(0, k * piece_, piece_);
+      if (root < 0) {
+        pg_->all_gather(out[q].narrow(0, k * chunk_, chunk_), mine);
+      } else if (pg_->rank() == root) {
+        for (int r = 0; r < pg_->size(); ++r) {
+          Tensor dst = out[q].narrow(0, k * chunk_ + r * piece_, piece_);
+          if (r == root) dst.copy_(mine);
+          else pg_->recv(dst, r);
+        }
+      } else {
+        pg_->send(mine.contiguous(), root);
+      }
     }
   }
+  if (!whole) return {Tensor(), Tensor()};
   return {out[0].narrow(0, 0, total_), out[1].narrow(0, 0, total_)};
 }
 

@@ -149,6 +149,14 @@ TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
     Tensor saved = zero.exp_avg_shard().clone();
     zero.load_state(m, v);
     EXPECT_EQ(saved.to_double_vector(), zero.exp_avg_shard().to_double_vector());
+    // Gathered to one rank only: the same vectors there, nothing on the others.
+    auto [m1, v1] = zero.gather_state(1);
+    if (pg.rank() == 1) {
+      EXPECT_EQ(m1.to_double_vector(), m.to_double_vector());
+      EXPECT_EQ(v1.to_double_vector(), v.to_double_vector());
+    } else {
+      EXPECT_FALSE(m1.defined() || v1.defined());
+    }
   });
 }
 

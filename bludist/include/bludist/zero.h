@@ -22,7 +22,7 @@
 //    (blutensor's global_norm), one all-reduce (sum) of its square in f64 gives the global norm on
 //    every rank (agreeing with one process's norm to f32 rounding), and each scales
 //    its shard by max_norm / (norm + 1e-6) when the norm is larger (blutrain's clip_grad_norm).
-//  - checkpoints: gather_state() all-gathers the moments into whole flat vectors (a collective,
+//  - checkpoints: gather_state() gathers the moments into whole flat vectors (a collective,
 //    temporary memory), so a checkpoint holds the one-process optimizer state and loads onto any
 //    number of ranks; load_state() takes this rank's slice of such vectors.
 //
@@ -101,9 +101,10 @@ class ZeroAdamW {
   void set_step_count(int64_t step) { step_ = step; }
   // Where parameter i starts in the flat vector (elements).
   int64_t offset(std::size_t i) const { return offsets_.at(i); }
-  // Collective: every rank gets the whole moments as flat vectors of total_numel() elements
-  // (parameter i at offset(i)), in new memory.
-  std::pair<Tensor, Tensor> gather_state();
+  // Collective: the whole moments as flat vectors of total_numel() elements (parameter i at
+  // offset(i)), in new memory, on every rank (root < 0: all-gather) or on rank `root` only (the
+  // others get undefined tensors and hold no whole copy: a checkpoint that one rank writes).
+  std::pair<Tensor, Tensor> gather_state(int root = -1);
   // Takes this rank's slice of whole flat moments (total_numel() elements each, any device).
   void load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq);
   // This rank's moments (shard_numel() elements each; element s is flat element flat_index(s)).

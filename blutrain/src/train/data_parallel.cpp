@@ -169,7 +169,8 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
 
 void DataParallel::gather_moments(AdamW& opt) {
   if (!zero_) return;
-  auto [m, v] = zero_->gather_state();
+  auto [m, v] = zero_->gather_state(0);  // rank 0 writes the checkpoint; no whole copy elsewhere
+  if (!m.defined()) return;
   const auto& params = opt.params();
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = *params[i].tensor;

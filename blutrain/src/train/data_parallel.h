@@ -100,10 +100,12 @@ class DataParallel {
   // Then: clips to grad_clip and updates with lr (Note [Data-parallel training]), or, when the
   // global norm is not finite (the same on every rank, so every rank skips together), leaves
   // weights and AdamW state alone and names the first non-finite gradient (Note [Non-finite
-  // steps]; with ZeRO-1 from this rank's own gradients, before averaging). Zeroes the gradients.
+  // steps]; with ZeRO from the averaged gradient shards, the same on every rank). Zeroes the
+  // gradients.
   UpdateResult clip_and_step(AdamW& opt, double grad_clip, double lr);
-  // ZeRO-1: fills opt's moments (whole tensors) for a checkpoint (collective: every rank calls
-  // it); release_moments() drops them again. No-ops with --zero 0.
+  // ZeRO: fills rank 0's opt moments (whole tensors) for the checkpoint it writes (collective:
+  // every rank calls it; the others get none); release_moments() drops them again. No-ops with
+  // --zero 0.
   void gather_moments(AdamW& opt);
   void release_moments(AdamW& opt);
 
