@@ -13,6 +13,7 @@
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
+#include "common/tensor_near.h"
 #include "support/require_gloo.h"
 #include "support/thread_ranks.h"
 
@@ -21,9 +22,7 @@ using namespace bludist;
 namespace {
 
 void expect_near(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  std::vector<double> a = got.to_double_vector(), b = want.contiguous().to_double_vector();
-  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << what << " element " << i;
+  blu::test::expect_tensor_near(got, want, 1e-12, what);
 }
 
 void run_mlp(int ranks) {
