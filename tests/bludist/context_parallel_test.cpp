@@ -23,8 +23,8 @@ void expect_near(const Tensor& got, const Tensor& want, const std::string& what)
   blu::test::expect_tensor_near(got, want, 1e-10, what);
 }
 
-void run_ring(int ranks, bool causal) {
-  test::run_gloo_ranks(ranks, [causal](ProcessGroup& pg) {
+void run_ring(int ranks, bool causal, bool balanced) {
+  test::run_gloo_ranks(ranks, [causal, balanced](ProcessGroup& pg) {
     constexpr int64_t B = 2, H = 2, Tl = 4, D = 3;
     const int64_t T = Tl * pg.size();
     blu::Generator gen(33);  // the same full tensors on every rank
@@ -34,16 +34,22 @@ void run_ring(int ranks, bool causal) {
     Tensor y = blu::scaled_dot_product_attention(q, k, v, causal);
     blu::sum(y * c).backward();
 
-    const int64_t lo = pg.rank() * Tl;
-    auto chunk = [&](const Tensor& t) { return t.detach().narrow(2, lo, Tl).contiguous().clone().requires_grad_(); };
-    Tensor qr = chunk(q), kr = chunk(k), vr = chunk(v);
-    Tensor yr = ring_attention(qr, kr, vr, causal, pg.shared_from_this());
-    blu::sum(yr * c.narrow(2, lo, Tl)).backward();
-    const std::string tag = std::to_string(pg.size()) + " ranks" + (causal ? ", causal" : "");
-    expect_near(yr.detach(), y.detach().narrow(2, lo, Tl), "output chunk, " + tag);
-    expect_near(qr.grad(), q.grad().narrow(2, lo, Tl), "q gradient chunk, " + tag);
-    expect_near(kr.grad(), k.grad().narrow(2, lo, Tl), "k gradient chunk, " + tag);
-    expect_near(vr.grad(), v.grad().narrow(2, lo, Tl), "v gradient chunk, " + tag);
+    // This rank's positions: chunk r of size Tl, or (balanced) chunks r and 2n-1-r of size Tl/2.
+    const int n = pg.size(), r = pg.rank();
+    auto mine = [&](const Tensor& t) {
+      if (!balanced) return t.narrow(2, r * Tl, Tl);
+      return blu::cat({t.narrow(2, r * (Tl / 2), Tl / 2), t.narrow(2, (2 * n - 1 - r) * (Tl / 2), Tl / 2)}, 2);
+    };
+    auto leaf_of = [&](const Tensor& t) { return mine(t.detach()).contiguous().clone().requires_grad_(); };
+    Tensor qr = leaf_of(q), kr = leaf_of(k), vr = leaf_of(v);
+    Tensor yr = ring_attention(qr, kr, vr, causal, pg.shared_from_this(), balanced);
+    blu::sum(yr * mine(c)).backward();
+    const std::string tag =
+        std::to_string(n) + " ranks" + (causal ? ", causal" : "") + (balanced ? ", balanced" : "");
+    expect_near(yr.detach(), mine(y.detach()), "output chunk, " + tag);
+    expect_near(qr.grad(), mine(q.grad()), "q gradient chunk, " + tag);
+    expect_near(kr.grad(), mine(k.grad()), "k gradient chunk, " + tag);
+    expect_near(vr.grad(), mine(v.grad()), "v gradient chunk, " + tag);
   });
 }
 
@@ -63,7 +69,15 @@ TEST(ContextParallel, RingShiftMovesValuesForwardAndGradientsBack) {
 TEST(ContextParallel, RingAttentionMatchesWholeSequence) {
   BLUDIST_REQUIRE_GLOO();
   for (int ranks : {2, 3, 4}) {
-    run_ring(ranks, true);
-    run_ring(ranks, false);
+    run_ring(ranks, true, false);
+    run_ring(ranks, false, false);
+  }
+}
+
+TEST(ContextParallel, BalancedRingAttentionMatchesWholeSequence) {
+  BLUDIST_REQUIRE_GLOO();
+  for (int ranks : {1, 2, 3, 4}) {
+    run_ring(ranks, true, true);
+    run_ring(ranks, false, true);
   }
 }

@@ -10,11 +10,16 @@
 // the block on (ring_shift: to rank + 1, from rank - 1). Everything is blutensor ops plus
 // ring_shift, a differentiable collective whose backward passes the gradient the other way round,
 // so the backward is autograd's: the second ring of the K/V gradients back to their owners comes
-// from ring_shift's backward. Blocks entirely above the diagonal (source rank > r, causal) are
-// still computed, fully masked (they contribute exactly 0): every rank then has the same graph, so
-// the backward's ring_shifts line up across ranks. Not yet: causal load balancing (each rank a
-// chunk from each end of the sequence, so no rank computes masked-out blocks), a fused kernel,
-// the GPT-2 wiring and blutrain --cp.
+// from ring_shift's backward. K and V travel as one tensor, so each rank has one chain of
+// ring_shifts and their backward order cannot differ between ranks (two chains could interleave
+// differently on ranks whose graphs differ, swapping same-sized messages), and every rank must use
+// the block of every step (else its backward never reaches that ring_shift while the others wait
+// on it). With contiguous chunks that forces the blocks above the diagonal to be computed fully
+// masked (rank 0 does n blocks of work for 1 of use). Balanced mode cuts the sequence into 2n
+// chunks and gives rank r chunks r and 2n-1-r (the zigzag layout): a rank's second chunk faces
+// every first-half K/V chunk, so every step's block is used, the masked half-blocks are skipped and
+// every rank computes 2 of the 4 half-blocks a step (3 at the first, two of them diagonal): the
+// same work on every rank. Not yet: a fused kernel, GPT-2 wiring and blutrain --cp.
 #pragma once
 
 #include <memory>
@@ -27,8 +32,10 @@ namespace bludist {
 Tensor ring_shift(const Tensor& x, const std::shared_ptr<ProcessGroup>& pg);
 
 // Attention of this rank's queries over the whole sequence cut across pg in rank order (Note
-// [Ring attention]); scale 1/sqrt(D). Returns this rank's [B, H, Tl, D] output.
+// [Ring attention]); scale 1/sqrt(D). Returns this rank's [B, H, Tl, D] output. balanced: the
+// sequence is cut into 2 size chunks and rank r holds chunks r and 2 size - 1 - r (in that order
+// along Tl, which must be even), so with causal masking every rank computes the same amount.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                      const std::shared_ptr<ProcessGroup>& pg);
+                      const std::shared_ptr<ProcessGroup>& pg, bool balanced = false);
 
 }  // namespace bludist
