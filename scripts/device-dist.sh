@@ -20,6 +20,8 @@
 # BLU_DIST_EXTRA="...": more blutrain flags for every throughput run.
 # BLU_DIST_NCCL_CHANNELS="4 8": extra bf16 --dp 2 runs with NCCL_MAX_NCHANNELS at these values (fewer
 # NCCL channels = fewer SMs taken from the backward the all-reduces overlap; dist.ddp.bf16.nch<N>.*).
+# BLU_DIST_ZERO="1 2": fp32 --dp 2 runs on the autograd engine with --zero 0 (baseline) and these
+# stages (ZeroAdamW, Note [ZeRO-2]): losses and per-rank memory.
 # BLU_DIST_GATHER=1: one more --dp 2 run per mode with --dp-embedding-grad gather (A/B against the
 # default all-reduce; Note [Embedding gradient by all-gather]): dist.ddp.<mode>.gather.*.
 #
@@ -195,6 +197,13 @@ if ((do_tp)); then
     pack
   done
   for mb in ${BLU_DIST_BUCKETS:-}; do tp_run "bf16.2gpu.bucket$mb" bf16 2 "--dp-bucket-mb $mb"; done
+  # ZeRO on the autograd engine (--zero needs it): --zero 0 (DDP) first as its baseline, then each
+  # stage; the same losses (log) and per-rank memory (progress line) are the check.
+  if [ -n "${BLU_DIST_ZERO:-}" ]; then
+    for z in 0 ${BLU_DIST_ZERO}; do
+      tp_run "fp32.2gpu.autograd.zero$z" fp32 2 "--engine autograd --zero $z"
+    done
+  fi
   for ch in ${BLU_DIST_NCCL_CHANNELS:-}; do
     NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=$ch tp_run "bf16.2gpu.nch$ch" bf16 2
   done
