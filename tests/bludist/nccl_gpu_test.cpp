@@ -1,6 +1,6 @@
 // The NCCL backend on 2 GPUs (2 processes under blurun): collectives against hand-computed values
-// (sync and async on a non-default stream, grouped ring send/recv), DDP reproducing the
-// one-GPU loss curve, and the watchdog turning a departed peer into a clear error. Skips without
+// (sync and async on a non-default stream, grouped ring send/recv), tensor and context parallelism
+// against the unsharded ops, DDP reproducing the one-GPU loss curve, and the watchdog turning a departed peer into a clear error. Skips without
 // two CUDA devices or without NCCL in the build.
 #include <gtest/gtest.h>
 
@@ -50,6 +50,19 @@ TEST(Nccl, CollectivesOnTwoGpus) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
   EXPECT_NE(r.output.find("[rank 1] collectives ok: nccl group (rank 1 of 2)"), std::string::npos);
+}
+
+// Tensor parallelism (MLP, vocabulary-parallel embedding / cross-entropy, heads-split attention) and
+// ring attention (contiguous and balanced) on 2 GPUs against the unsharded ops (support/
+// parallel_checks.h, float64 on CUDA).
+TEST(Nccl, TensorAndContextParallelMatchUnsharded) {
+  require_two_gpus();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " parallel nccl");
+  std::printf("%s", r.output.c_str());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] parallel ok: nccl group (rank 0 of 2)"), std::string::npos);
+  EXPECT_NE(r.output.find("[rank 1] parallel ok: nccl group (rank 1 of 2)"), std::string::npos);
 }
 
 TEST(Nccl, DdpOnTwoGpusMatchesOneGpu) {

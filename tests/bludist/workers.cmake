@@ -1,7 +1,7 @@
 # Included by tests/CMakeLists.txt: the worker program that bludist's tests start under blurun,
 # and the paths of both, compiled into those tests.
 add_executable(bludist_test_worker ${CMAKE_CURRENT_LIST_DIR}/worker/test_worker.cpp
-               ${CMAKE_CURRENT_LIST_DIR}/support/mlp_ddp.cpp)
+               ${CMAKE_CURRENT_LIST_DIR}/support/mlp_ddp.cpp ${CMAKE_CURRENT_LIST_DIR}/support/parallel_checks.cpp)
 target_link_libraries(bludist_test_worker PRIVATE blu::dist)
 target_include_directories(bludist_test_worker PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_CURRENT_LIST_DIR}/..)  # tests/common
 blu_set_warnings(bludist_test_worker)

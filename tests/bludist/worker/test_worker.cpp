@@ -3,6 +3,7 @@
 //   test_worker exit <rank> <code>        rendezvous, then <rank> exits with <code>, the others block
 //   test_worker restart <fail_rank>       fails (status 5) on the first attempt, succeeds after
 //   test_worker collectives <backend>     collectives vs hand-computed values (gloo | nccl)
+//   test_worker parallel <backend>        tensor- and context-parallel checks vs the unsharded ops
 //   test_worker ddp <backend> <out> <accum> [<skip_unused>]  DDP MLP; rank 0 writes the losses
 //   test_worker leave_early <backend>     rank 1 leaves (_Exit(0), no teardown) right after rendezvous;
 //                                         rank 0 all-reduces
@@ -30,12 +31,32 @@
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
 #include "support/mlp_ddp.h"
+#include "support/parallel_checks.h"
 
 using namespace bludist;
 
 namespace {
 
 Backend parse_backend(const std::string& s) { return s == "nccl" ? Backend::kNccl : Backend::kGloo; }
+
+// Tensor and context parallelism against the unsharded ops on this backend's device
+// (support/parallel_checks.h); prints "parallel ok" or the first mismatch.
+int parallel_checks(Backend backend) {
+  auto pg = init_process_group(backend);
+  const blu::Device dev = pg->device();
+  if (dev.is_cuda()) blu::cuda::set_device(dev.index);
+  for (const std::string& r :
+       {test::check_tp_mlp(*pg, dev), test::check_vocab_parallel(*pg, dev), test::check_tp_attention_block(*pg, dev),
+        test::check_ring_attention(*pg, dev, true, false), test::check_ring_attention(*pg, dev, true, true),
+        test::check_ring_attention(*pg, dev, false, true)}) {
+    if (!r.empty()) {
+      std::fprintf(stderr, "MISMATCH %s\n", r.c_str());
+      return 1;
+    }
+  }
+  std::printf("parallel ok: %s\n", pg->describe().c_str());
+  return 0;
+}
 
 double value(int rank, std::size_t i, int salt) {
   return std::sin(0.37 * static_cast<double>(i) + 1.3 * rank + 0.11 * salt) * 3.0 + 0.25 * (rank + 1);
@@ -224,6 +245,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "collectives" && argc == 3) return collectives(parse_backend(argv[2]));
+    if (mode == "parallel" && argc == 3) return parallel_checks(parse_backend(argv[2]));
     if (mode == "ddp" && argc >= 5)
       return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
     if (mode == "zero1" && argc == 4) return ddp(parse_backend(argv[2]), argv[3], 1, false, true);
