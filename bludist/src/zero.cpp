@@ -62,16 +62,9 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
   // Rank 0's values everywhere, chunk by chunk.
   blu::NoGradGuard no_grad;
   for (int64_t k = 0; k < nchunks_; ++k) {
-    const int64_t f0 = k * chunk_;
-    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
-      staging_.narrow(0, a - f0, b - a).copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
-    }
+    pack_chunk(k, false);
     pg_->broadcast(staging_, 0);
-    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
-      params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a).copy_(staging_.narrow(0, a - f0, b - a));
-    }
+    unpack_chunk(k);
   }
   if (zero_.stage == 2) {
     piece_tmp_ = blu::zeros({piece_}, opts);
@@ -94,29 +87,44 @@ void ZeroAdamW::timed(F&& collective) {
 }
 
 void ZeroAdamW::reset_backward_state() {
-  chunk_pending_.assign(static_cast<std::size_t>(nchunks_), 0);
+  chunk_pending_.resize(static_cast<std::size_t>(nchunks_));
   for (int64_t k = 0; k < nchunks_; ++k)
     chunk_pending_[static_cast<std::size_t>(k)] = static_cast<int>(chunk_params_[static_cast<std::size_t>(k)].size());
-  chunk_done_.assign(static_cast<std::size_t>(nchunks_), false);
   param_ready_.assign(params_.size(), false);
-  param_open_.resize(params_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i) param_open_[i] = static_cast<int>(param_chunks_[i].size());
   next_chunk_ = nchunks_ - 1;
   in_backward_ = false;
+}
+
+// Flat elements [a, b) of parameter i inside [lo, hi) (a >= b: none).
+std::pair<int64_t, int64_t> ZeroAdamW::overlap(std::size_t i, int64_t lo, int64_t hi) const {
+  return {std::max(lo, offsets_[i]), std::min(hi, offsets_[i] + params_[i].numel())};
+}
+
+// Chunk k's slice of every parameter (grads: of every gradient, zeros where there is none) into
+// staging_, and back.
+void ZeroAdamW::pack_chunk(int64_t k, bool grads) {
+  const int64_t f0 = k * chunk_;
+  if (grads) staging_.zero_();
+  for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+    const Tensor& src = grads ? params_[i].grad() : params_[i].detach();
+    if (!src.defined()) continue;
+    const auto [a, b] = overlap(i, f0, f0 + chunk_);
+    staging_.narrow(0, a - f0, b - a).copy_(src.reshape({-1}).narrow(0, a - offsets_[i], b - a));
+  }
+}
+void ZeroAdamW::unpack_chunk(int64_t k) {
+  const int64_t f0 = k * chunk_;
+  for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+    const auto [a, b] = overlap(i, f0, f0 + chunk_);
+    params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a).copy_(staging_.narrow(0, a - f0, b - a));
+  }
 }
 
 // Packs chunk k's gradients (missing ones as zeros) and reduce-scatters them (average) into this
 // rank's piece of the gradient shard: written at stage 1, added at stage 2 (Note [ZeRO-2]).
 void ZeroAdamW::reduce_chunk(int64_t k, bool accumulate) {
   blu::NoGradGuard no_grad;
-  const int64_t f0 = k * chunk_;
-  staging_.zero_();
-  for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-    const Tensor& g = params_[i].grad();
-    if (!g.defined()) continue;
-    const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
-    staging_.narrow(0, a - f0, b - a).copy_(g.reshape({-1}).narrow(0, a - offsets_[i], b - a));
-  }
+  pack_chunk(k, true);
   Tensor dst = grad_shard_.narrow(0, k * piece_, piece_);
   if (accumulate) {
     timed([&] { pg_->reduce_scatter(piece_tmp_, staging_, ReduceOp::kAvg); });
@@ -134,13 +142,13 @@ void ZeroAdamW::on_grad_ready(std::size_t param) {
   in_backward_ = true;
   param_ready_[param] = true;
   for (int64_t k : param_chunks_[param]) --chunk_pending_[static_cast<std::size_t>(k)];
-  // Strictly descending chunk order, so every rank issues the same collectives.
+  // Strictly descending chunk order, so every rank issues the same collectives; chunks above
+  // next_chunk_ are the reduced ones.
   while (next_chunk_ >= 0 && chunk_pending_[static_cast<std::size_t>(next_chunk_)] == 0) {
     const int64_t k = next_chunk_--;
     reduce_chunk(k, true);
-    chunk_done_[static_cast<std::size_t>(k)] = true;
     for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      if (--param_open_[i] == 0) params_[i].set_grad(Tensor());  // reduced everywhere: free it
+      if (param_chunks_[i].front() == k) params_[i].set_grad(Tensor());  // its last chunk: free it
     }
   }
   if (next_chunk_ < 0) reset_backward_state();
@@ -152,9 +160,7 @@ void ZeroAdamW::finish_gradient_sync() {
   bool pending = in_backward_;
   for (std::size_t i = 0; i < params_.size() && !pending; ++i) pending = params_[i].grad().defined();
   if (!pending) return;
-  for (int64_t k = next_chunk_; k >= 0; --k) {
-    if (!chunk_done_[static_cast<std::size_t>(k)]) reduce_chunk(k, true);
-  }
+  for (int64_t k = next_chunk_; k >= 0; --k) reduce_chunk(k, true);
   for (Tensor& p : params_) p.set_grad(Tensor());
   reset_backward_state();
 }
@@ -193,7 +199,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
   for (int64_t k = 0; k < nchunks_; ++k) {
     const int64_t lo = k * chunk_ + r * piece_, hi = lo + piece_, s0 = k * piece_;
     for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
+      const auto [a, b] = overlap(i, lo, hi);
       if (a >= b) continue;
       param_shard_.narrow(0, s0 + a - lo, b - a)
           .copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
@@ -212,11 +218,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
   }
   for (int64_t k = 0; k < nchunks_; ++k) {
     timed([&] { pg_->all_gather(staging_, param_shard_.narrow(0, k * piece_, piece_)); });
-    const int64_t f0 = k * chunk_;
-    for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      const int64_t a = std::max(f0, offsets_[i]), b = std::min(f0 + chunk_, offsets_[i] + params_[i].numel());
-      params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a).copy_(staging_.narrow(0, a - f0, b - a));
-    }
+    unpack_chunk(k);
   }
   if (zero_.stage == 2) grad_shard_.zero_();  // the next step's gradients accumulate from zero
   return norm;
@@ -231,7 +233,7 @@ int64_t ZeroAdamW::find_first_nonfinite() {
   for (int64_t k = 0; k < nchunks_; ++k) {
     const int64_t lo = k * chunk_ + r * piece_, hi = lo + piece_;
     for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
-      const int64_t a = std::max(lo, offsets_[i]), b = std::min(hi, offsets_[i] + params_[i].numel());
+      const auto [a, b] = overlap(i, lo, hi);
       if (a >= b || static_cast<double>(i) >= first) continue;
       const double n = blu::optim::global_norm({grad_shard_.narrow(0, k * piece_ + a - lo, b - a)}).norm.item();
       if (!std::isfinite(n)) first = static_cast<double>(i);

@@ -107,10 +107,9 @@ class ZeroAdamW {
   std::pair<Tensor, Tensor> gather_state(int root = -1);
   // Takes this rank's slice of whole flat moments (total_numel() elements each, any device).
   void load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq);
-  // This rank's moments (shard_numel() elements each; element s is flat element flat_index(s)).
+  // This rank's moments (shard_numel() elements each, in the chunked layout of Note [ZeRO-2]).
   const Tensor& exp_avg_shard() const { return exp_avg_; }
   const Tensor& exp_avg_sq_shard() const { return exp_avg_sq_; }
-  int64_t flat_index(int64_t s) const { return (s / piece_) * chunk_ + pg_->rank() * piece_ + s % piece_; }
 
  private:
   std::vector<Tensor> params_;
@@ -130,8 +129,8 @@ class ZeroAdamW {
   // Stage 2 bookkeeping: the parameters of each chunk, the chunks of each parameter.
   std::vector<std::vector<std::size_t>> chunk_params_;
   std::vector<std::vector<int64_t>> param_chunks_;
-  std::vector<int> chunk_pending_, param_open_;
-  std::vector<bool> chunk_done_, param_ready_;
+  std::vector<int> chunk_pending_;  // parameters of each chunk not yet ready in this backward
+  std::vector<bool> param_ready_;
   std::vector<int> hook_ids_;
   int64_t next_chunk_ = -1;  // the next chunk to reduce (descending); -1: none this backward
   int64_t first_nonfinite_ = -1;
@@ -139,6 +138,9 @@ class ZeroAdamW {
 
   template <typename F>
   void timed(F&& collective);
+  std::pair<int64_t, int64_t> overlap(std::size_t i, int64_t lo, int64_t hi) const;
+  void pack_chunk(int64_t k, bool grads);
+  void unpack_chunk(int64_t k);
   void reduce_chunk(int64_t k, bool accumulate);
   void on_grad_ready(std::size_t param);
   void reset_backward_state();
