@@ -32,16 +32,21 @@ Tensor tp_reduce_from_region(const Tensor& x, const std::shared_ptr<ProcessGroup
 }
 
 namespace {
+// A contiguous copy of `part` as a new leaf that requires grad when `full` does.
+Tensor new_leaf(const Tensor& part, const Tensor& full) {
+  blu::NoGradGuard no_grad;
+  Tensor s = part.contiguous().clone();
+  if (full.requires_grad()) s.requires_grad_();
+  return s;
+}
+
 Tensor shard(const Tensor& full, int64_t dim, const ProcessGroup& pg, const char* what) {
   BLU_CHECK(full.defined() && full.dim() > dim, what, ": expected a tensor with a dimension ", dim, ", got ",
             full.defined() ? full.describe() : "undefined");
   const int64_t n = full.sizes()[static_cast<std::size_t>(dim)], parts = pg.size();
   BLU_CHECK(n % parts == 0, what, ": dimension ", dim, " of ", full.describe(), " (", n,
             ") does not split into ", parts, " equal parts");
-  blu::NoGradGuard no_grad;
-  Tensor s = full.detach().narrow(dim, pg.rank() * (n / parts), n / parts).contiguous().clone();
-  if (full.requires_grad()) s.requires_grad_();
-  return s;
+  return new_leaf(full.detach().narrow(dim, pg.rank() * (n / parts), n / parts), full);
 }
 }  // namespace
 
@@ -57,11 +62,8 @@ Tensor shard_fused_qkv(const Tensor& full, int64_t heads, const ProcessGroup& pg
   const int64_t rows = C / parts, lo = pg.rank() * rows;  // whole heads: C / heads divides rows
   blu::NoGradGuard no_grad;
   Tensor f = full.detach();
-  Tensor s = blu::cat({f.narrow(0, lo, rows), f.narrow(0, C + lo, rows), f.narrow(0, 2 * C + lo, rows)}, 0)
-                 .contiguous()
-                 .clone();
-  if (full.requires_grad()) s.requires_grad_();
-  return s;
+  return new_leaf(blu::cat({f.narrow(0, lo, rows), f.narrow(0, C + lo, rows), f.narrow(0, 2 * C + lo, rows)}, 0),
+                  full);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias,
@@ -81,11 +83,7 @@ RowParallelLinear::RowParallelLinear(const Tensor& full_weight, const Tensor& fu
     : pg_(std::move(pg)) {
   BLU_CHECK(pg_, "RowParallelLinear: null process group");
   weight_ = shard_cols(full_weight, *pg_);
-  if (full_bias.defined()) {
-    blu::NoGradGuard no_grad;
-    bias_ = full_bias.detach().contiguous().clone();
-    if (full_bias.requires_grad()) bias_.requires_grad_();
-  }
+  if (full_bias.defined()) bias_ = new_leaf(full_bias.detach(), full_bias);
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x_shard) const {
@@ -94,15 +92,19 @@ Tensor RowParallelLinear::forward(const Tensor& x_shard) const {
 }
 
 namespace {
-// Global ids -> (indices into this rank's [lo, lo + n) range, 0 outside it; 1/0 mask), on `device`
-// (Note [Vocabulary-parallel embedding and cross-entropy]).
-std::pair<Tensor, Tensor> local_ids(const Tensor& ids, int64_t lo, int64_t n, int64_t stride, DType mask_dtype,
-                                    blu::Device device) {
+// Global ids -> (indices into this rank's [rank n, (rank + 1) n) range, 0 outside it, plus i * stride;
+// 1/0 mask), on `device` (Note [Vocabulary-parallel embedding and cross-entropy]). An id outside
+// the whole vocabulary [0, n size) is an error naming `op` (the same on every rank: ids are shared).
+std::pair<Tensor, Tensor> local_ids(const char* op, const Tensor& ids, const ProcessGroup& pg, int64_t n,
+                                    int64_t stride, DType mask_dtype, blu::Device device) {
+  const int64_t lo = pg.rank() * n, vocab = n * pg.size();
   const std::vector<double> g = ids.to_double_vector();
   std::vector<int64_t> idx(g.size());
   std::vector<double> mask(g.size());
   for (std::size_t i = 0; i < g.size(); ++i) {
     const int64_t t = static_cast<int64_t>(g[i]);
+    BLU_CHECK(t >= 0 && t < vocab, op, ": id ", t, " at position ", i, " of ", ids.describe(),
+              " is outside the vocabulary [0, ", vocab, ")");
     const bool mine = t >= lo && t < lo + n;
     idx[i] = static_cast<int64_t>(i) * stride + (mine ? t - lo : 0);
     mask[i] = mine ? 1.0 : 0.0;
@@ -117,7 +119,7 @@ Tensor vocab_parallel_embedding(const Tensor& weight_shard, const Tensor& ids,
   BLU_CHECK(pg && weight_shard.dim() == 2, "vocab_parallel_embedding: expected a [V/size, C] weight shard, got ",
             weight_shard.describe());
   const int64_t n = weight_shard.sizes()[0];
-  auto [idx, mask] = local_ids(ids, pg->rank() * n, n, 0, weight_shard.dtype(), weight_shard.device());
+  auto [idx, mask] = local_ids("vocab_parallel_embedding", ids, *pg, n, 0, weight_shard.dtype(), weight_shard.device());
   Tensor rows = blu::embedding(weight_shard, idx) * mask.unsqueeze(-1);
   return tp_reduce_from_region(rows, pg);
 }
@@ -128,6 +130,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
             "vocab_parallel_cross_entropy: expected logits [N, V/size] and targets [N], got ", logits_shard.describe(),
             " and ", targets.describe());
   const int64_t rows = logits_shard.sizes()[0], cols = logits_shard.sizes()[1];
+  // The target logit: row i's column (target - lo) of the flattened shard, masked off-range.
+  auto [idx, mask] = local_ids("vocab_parallel_cross_entropy", targets, *pg, cols, cols, logits_shard.dtype(),
+                               logits_shard.device());
   Tensor m;
   {
     blu::NoGradGuard no_grad;
@@ -135,8 +140,6 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits_shard, const Tensor& ta
     pg->all_reduce(m, ReduceOp::kMax);
   }
   Tensor sum_exp = tp_reduce_from_region(blu::sum(blu::exp(logits_shard - m), {1}), pg);
-  // The target logit: row i's column (target - lo) of the flattened shard, masked off-range.
-  auto [idx, mask] = local_ids(targets, pg->rank() * cols, cols, cols, logits_shard.dtype(), logits_shard.device());
   Tensor picked = blu::embedding(logits_shard.reshape({rows * cols, 1}), idx).reshape({rows}) * mask;
   Tensor target_logit = tp_reduce_from_region(picked, pg);
   return blu::mean(blu::log(sum_exp) + m.reshape({rows}) - target_logit);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "bludist/tensor_parallel.h"
 #include "blutensor/error.h"
@@ -47,6 +48,22 @@ TEST(TensorParallel, WorkerProcessesPassTheChecksOverGloo) {
                              " parallel gloo");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 1] parallel ok: gloo group (rank 1 of 2)"), std::string::npos) << r.output;
+}
+
+TEST(TensorParallel, IdsOutsideTheVocabularyAreAClearError) {
+  BLUDIST_REQUIRE_GLOO();
+  test::run_gloo_ranks(2, [](ProcessGroup& pg) {
+    Tensor wte = blu::zeros({6, 4}, blu::kFloat64);  // a rank's half of a 12-row table
+    Tensor ids = blu::from_vector(std::vector<int64_t>{3, 12}, {2});
+    try {
+      vocab_parallel_embedding(wte, ids, pg.shared_from_this());
+      ADD_FAILURE() << "expected an error";
+    } catch (const blu::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("vocab_parallel_embedding: id 12 at position 1"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("outside the vocabulary [0, 12)"), std::string::npos) << e.what();
+    }
+  });
 }
 
 TEST(TensorParallel, UnevenShardsAreAClearError) {
