@@ -6,7 +6,7 @@
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
 # BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d48side1 ...: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
-# d12race: the d12 race itself in BLU_SCALE_MODES);
+# d12race: the d12 race itself; every race case runs BLU_SCALE_MODES, default bf16);
 # BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
@@ -36,7 +36,7 @@ for c in "${cases[@]}"; do
   case $c in
     longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
     d24|d36|d48) args=(--model "$c" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
-    d12race) args=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5 --modes "${BLU_SCALE_MODES:-bf16}") ;;
+    d12race) args=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5) ;;
     d[0-9]*side[01])  # blutrain alone, its side stream off / on: kernel times without overlap
       mkdir -p "$work/$c"
       BLUTRAIN_SIDE_STREAM=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
@@ -50,7 +50,8 @@ for c in "${cases[@]}"; do
   stamp "$c: ${args[*]}"
   mkdir -p "$work/$c"
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${BLU_SCALE_TIMEOUT:-270}" python3 bench/e2e/run_e2e.py \
-    --blutrain "$bin" --out "$work/$c" --modes bf16 --profile-step 6 --data synthetic "${args[@]}" \
+    --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --profile-step 6 --data synthetic \
+    "${args[@]}" \
     > "$work/$c/log.txt" 2>&1
   echo "rc=$?" >> "$work/$c/log.txt"
   grep -E "^\| (bf16|fp32|tf32)" "$work/$c/log.txt" | head -8
