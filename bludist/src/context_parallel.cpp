@@ -16,8 +16,8 @@ namespace {
 Tensor shift(const Tensor& x, int dir, ProcessGroup& pg) {
   const int n = pg.size(), r = pg.rank();
   Tensor in = x.contiguous();
-  Tensor out = blu::empty(in.sizes(), blu::TensorOptions(in.dtype()).device(in.device()));
   if (n == 1) return in.clone();
+  Tensor out = blu::empty(in.sizes(), blu::TensorOptions(in.dtype()).device(in.device()));
   const int to = (r + dir + n) % n, from = (r - dir + n) % n;
   if (r % 2 == 0) {
     pg.send(in, to);
