@@ -10,7 +10,9 @@
 //   test_worker leave_early_watchdog <returns|hangs>  the same on CPU ranks (Gloo), rank 0 then
 //                                         blocked for ever under the NCCL watchdog's deadline timer
 //                                         (a stand-in collective; its abort returns or hangs)
-//   test_worker zero1 <backend> <out>     the same MLP with ZeroAdamW (ZeRO-1) instead of DDP
+//   test_worker zero <backend> <out> <stage> <accum>  the same MLP with ZeroAdamW instead of DDP,
+//                                         stage 1 or 2 (2: gradients reduce-scattered in 2 KiB
+//                                         chunks), <accum> micro-steps per step
 //   test_worker ddp_restart <out> <ckpt> <fail_rank> <fail_step>  DDP MLP with a checkpoint per step;
 //                                         the first attempt's <fail_rank> crashes at <fail_step>
 //   test_worker bench_allreduce <backend> fp32 all-reduce (avg) bandwidth, 1 MiB .. 1 GiB (rank 0 prints)
@@ -144,10 +146,11 @@ int collectives(Backend backend) {
   return 0;
 }
 
-int ddp(Backend backend, const std::string& out, int accum, bool skip_unused, bool zero1 = false) {
+int ddp(Backend backend, const std::string& out, int accum, bool skip_unused, int zero_stage = 0) {
   auto pg = init_process_group(backend);
   test::MlpRunOptions o;
-  o.zero1 = zero1;
+  o.zero1 = zero_stage > 0;
+  o.zero_stage = zero_stage > 0 ? zero_stage : 1;
   o.accum = accum;
   o.skip_unused = skip_unused;
   o.device = pg->device();
@@ -248,7 +251,8 @@ int main(int argc, char** argv) {
     if (mode == "parallel" && argc == 3) return parallel_checks(parse_backend(argv[2]));
     if (mode == "ddp" && argc >= 5)
       return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[4]), argc > 5 && std::atoi(argv[5]) != 0);
-    if (mode == "zero1" && argc == 4) return ddp(parse_backend(argv[2]), argv[3], 1, false, true);
+    if (mode == "zero" && argc == 6)
+      return ddp(parse_backend(argv[2]), argv[3], std::atoi(argv[5]), false, std::atoi(argv[4]));
     if (mode == "ddp_restart" && argc == 6) {
       DistEnv e = DistEnv::from_environment();
       auto pg = init_process_group(Backend::kGloo);
