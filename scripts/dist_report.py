@@ -26,6 +26,11 @@ and the derived ones (derive(), also called by scripts/make_summary.py over merg
   dist.ddp.<m>.peak_ratio_vs_torch_ddp     peak_gib / torch_ddp_peak_gib
   dist.ddp.<m>.torch_scaling_2gpu_<v>      PyTorch's own 2-GPU scaling (when its one-GPU run exists)
   dist.ddp.<m>.meets_goal                  1 when scaling_2gpu >= 1.95 and ratio_vs_torch_ddp > 1
+ZeRO runs (<m>.2gpu.autograd.zero<k>, BLU_DIST_ZERO; k = 0 is DDP on the same engine, the baseline):
+  dist.zero<k>.<m>.tok_s, .peak_gib        global tok/s, the largest rank's allocator peak
+  dist.zero<k>.<m>.state_gib               rank 0's allocated memory after the last step: weights,
+                                           gradients and optimizer state (what ZeRO shards)
+  dist.zero<k>.<m>.loss_rel_diff_vs_zero0  max relative loss difference against the DDP run
 Usage: dist_report.py RUNS MODES OUT_JSON GPU_NAME [--warmup 5]"""
 import argparse, json, os, re, statistics
 
@@ -52,7 +57,7 @@ def blutrain_record(runs, tag, warmup):
     d = os.path.join(runs, tag)
     rc, skipped = read_status(d)
     r = {"framework": "blutrain", "rc": rc, "skipped": skipped, "tok_s": None, "peak_gib": None,
-         "losses": [], "step_ms": []}
+         "state_gib": None, "losses": [], "step_ms": []}
     rates, peak = [], None
     try:
         for line in open(os.path.join(d, "metrics.jsonl")):
@@ -64,6 +69,8 @@ def blutrain_record(runs, tag, warmup):
                 continue
             r["losses"].append(j.get("loss"))
             r["step_ms"].append(j.get("step_ms"))
+            if num(j.get("mem_allocated_gib")) and j["mem_allocated_gib"] > 0:
+                r["state_gib"] = j["mem_allocated_gib"]  # the last step's
             p = j.get("rank_mem_gib") or j.get("mem_peak_gib")
             if p:
                 peak = max(peak or 0.0, p)
@@ -175,6 +182,24 @@ def collect(runs, modes, warmup):
                 one = metrics.get(f"dist.ddp.{mb.group(1)}.tok_s_1gpu")
                 if not mb.group(2).startswith("bucket") and num(one) and one > 0:
                     metrics[p + "scaling_2gpu"] = r["tok_s"] / one
+    zero0 = {}
+    for tag in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero(\d)$", tag)
+        if not mz:
+            continue
+        r = records[tag] = blutrain_record(runs, tag, warmup)
+        p = f"dist.zero{mz.group(2)}.{mz.group(1)}."
+        for k in ("tok_s", "peak_gib", "state_gib"):
+            if num(r[k]):
+                metrics[p + k] = r[k]
+        if mz.group(2) == "0":
+            zero0[mz.group(1)] = r["losses"]
+    for tag, r in records.items():
+        mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero([1-9])$", tag)
+        base = zero0.get(mz.group(1)) if mz else None
+        if base and r["losses"] and len(base) == len(r["losses"]):
+            metrics[f"dist.zero{mz.group(2)}.{mz.group(1)}.loss_rel_diff_vs_zero0"] = max(
+                abs(a - b) / abs(b) for a, b in zip(r["losses"], base) if num(a) and num(b) and b != 0)
     return derive(metrics), records
 
 
@@ -212,6 +237,13 @@ def table(metrics, records, modes):
     for tag, r in sorted(records.items()):
         if ".bucket" in tag or ".nch" in tag or tag.endswith(".gather"):
             lines.append(f"{tag}: {fmt(r['tok_s'], '%.0f')} tok/s (rc {status(r)})")
+    for tag, r in sorted(records.items()):
+        mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero(\d)$", tag)
+        if mz:
+            d = metrics.get(f"dist.zero{mz.group(2)}.{mz.group(1)}.loss_rel_diff_vs_zero0")
+            lines.append(f"{mz.group(1)} --zero {mz.group(2)} (autograd engine): {fmt(r['tok_s'], '%.0f')} tok/s, "
+                         f"peak {fmt(r['peak_gib'], '%.2f')} GiB, after the step {fmt(r['state_gib'], '%.2f')} GiB"
+                         + (f", losses vs --zero 0: max rel diff {d:.2g}" if num(d) else "") + f" (rc {status(r)})")
     verdicts = [f"{m} {'MET' if k(m, 'meets_goal') == 1 else 'not met' if k(m, 'meets_goal') == 0 else 'n/a'}"
                 for m in modes]
     lines.append(f"goal (>= {SCALING_GOAL}x one GPU and ahead of the faster PyTorch DDP): " + ", ".join(verdicts))

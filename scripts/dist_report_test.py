@@ -24,7 +24,7 @@ def close(a, b, rel=1e-9):
     return a is not None and b is not None and abs(a - b) <= rel * max(abs(a), abs(b))
 
 
-def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0):
+def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0, state=None, loss_scale=1.0):
     d = os.path.join(runs, tag)
     os.makedirs(d)
     open(os.path.join(d, "rc"), "w").write(f"{rc}\n")
@@ -35,8 +35,10 @@ def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0):
             rate = global_tok_s / 3 if s <= WARMUP else global_tok_s * (1.01 if s % 2 else 0.99)
             if s == STEPS:
                 rate = global_tok_s
-            rec = {"event": "train", "step": s, "loss": 11.0 - 0.01 * s, "step_ms": ranks * B * T / rate * 1e3,
-                   "tokens_per_s": rate, "mem_peak_gib": peak - 1.0}
+            rec = {"event": "train", "step": s, "loss": (11.0 - 0.01 * s) * loss_scale,
+                   "step_ms": ranks * B * T / rate * 1e3, "tokens_per_s": rate, "mem_peak_gib": peak - 1.0}
+            if state is not None:
+                rec["mem_allocated_gib"] = state + (0.5 if s < STEPS else 0.0)  # the last step's counts
             if ranks > 1:
                 rec["rank_mem_gib"] = peak
             f.write(json.dumps(rec) + "\n")
@@ -87,6 +89,8 @@ def main():
         blutrain_run(runs, "bf16.2gpu.bucket100", 780000.0, 7.6, 2)
         blutrain_run(runs, "bf16.2gpu.gather", 790000.0, 7.7, 2)
         blutrain_run(runs, "bf16.2gpu.nch4", 800000.0, 7.6, 2)
+        blutrain_run(runs, "fp32.2gpu.autograd.zero0", 70000.0, 26.0, 2, state=2.0)
+        blutrain_run(runs, "fp32.2gpu.autograd.zero2", 69000.0, 25.0, 2, state=1.25, loss_scale=1.000001)
 
         res = os.path.join(tmp, "logs", "results")
         out = os.path.join(res, "dist_fp32_tf32_bf16.json")
@@ -122,6 +126,13 @@ def main():
         check(close(m["dist.ddp.bf16.nch4.tok_s"], 800000.0)
               and close(m["dist.ddp.bf16.nch4.scaling_2gpu"], 800000.0 / m["dist.ddp.bf16.tok_s_1gpu"])
               and "bf16.2gpu.nch4: 800000 tok/s" in p.stdout, "the NCCL channel A/B runs")
+        check(close(m["dist.zero2.fp32.state_gib"], 1.25) and close(m["dist.zero0.fp32.state_gib"], 2.0)
+              and close(m["dist.zero2.fp32.peak_gib"], 25.0) and close(m["dist.zero2.fp32.tok_s"], 69000.0),
+              "ZeRO runs: tok/s, peak and the last step's allocated memory")
+        check(close(m["dist.zero2.fp32.loss_rel_diff_vs_zero0"], 1e-6, 1e-3) and "dist.zero0.fp32.loss_rel_diff_vs_zero0" not in m,
+              "ZeRO runs: losses against the --zero 0 run")
+        check("fp32 --zero 2 (autograd engine): 69000 tok/s, peak 25.00 GiB, after the step 1.25 GiB" in p.stdout,
+              "the ZeRO runs in the table")
         check(doc["runs"]["tf32.torch_ddp_compile"]["skipped"].startswith("skipped")
               and doc["runs"]["tf32.torch_ddp_eager"]["rc"] == 124, "skipped and timed-out runs recorded")
         check("124/skip" in p.stdout and "bf16 MET" in p.stdout and "fp32 not met" in p.stdout,

@@ -32,20 +32,16 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
     offsets_.push_back(total_);
     total_ += p.numel();
   }
+  // Both stages cut the flat vector into chunks of ~bucket_cap_bytes (Note [ZeRO memory]).
   const int64_t n = pg_->size();
-  if (zero_.stage == 1) {
-    piece_ = (total_ + n - 1) / n;
-    chunk_ = piece_ * n;
-  } else {
-    const int64_t elems = std::max<int64_t>(1, static_cast<int64_t>(zero_.bucket_cap_bytes / blu::dtype_size(dtype)));
-    piece_ = std::max<int64_t>(1, std::min(elems / n, (total_ + n - 1) / n));
-    chunk_ = piece_ * n;
-  }
+  const int64_t elems = std::max<int64_t>(1, static_cast<int64_t>(zero_.bucket_cap_bytes / blu::dtype_size(dtype)));
+  piece_ = std::max<int64_t>(1, std::min(elems / n, (total_ + n - 1) / n));
+  chunk_ = piece_ * n;
   nchunks_ = (total_ + chunk_ - 1) / chunk_;
   shard_ = nchunks_ * piece_;
   auto opts = blu::TensorOptions(dtype).device(pg_->device());
-  staging_ = blu::zeros({chunk_}, opts);  // Note [ZeRO-1 memory]: the whole flat vector at stage 1
-  param_shard_ = blu::zeros({shard_}, opts);
+  staging_ = blu::zeros({chunk_}, opts);
+  piece_tmp_ = blu::zeros({piece_}, opts);
   grad_shard_ = blu::zeros({shard_}, opts);
   exp_avg_ = blu::zeros({shard_}, opts);
   exp_avg_sq_ = blu::zeros({shard_}, opts);
@@ -67,7 +63,6 @@ ZeroAdamW::ZeroAdamW(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> p
     unpack_chunk(k);
   }
   if (zero_.stage == 2) {
-    piece_tmp_ = blu::zeros({piece_}, opts);
     reset_backward_state();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       hook_ids_.push_back(params_[i].register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); }));
@@ -120,6 +115,17 @@ void ZeroAdamW::unpack_chunk(int64_t k) {
   }
 }
 
+// This rank's piece of chunk k of the parameters into piece_tmp_ (the padding past the last
+// parameter is left as it is: unpack_chunk never reads it).
+void ZeroAdamW::pack_own_piece(int64_t k) {
+  const int64_t lo = k * chunk_ + pg_->rank() * piece_;
+  for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
+    const auto [a, b] = overlap(i, lo, lo + piece_);
+    if (a >= b) continue;
+    piece_tmp_.narrow(0, a - lo, b - a).copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
+  }
+}
+
 // Packs chunk k's gradients (missing ones as zeros) and reduce-scatters them (average) into this
 // rank's piece of the gradient shard: written at stage 1, added at stage 2 (Note [ZeRO-2]).
 void ZeroAdamW::reduce_chunk(int64_t k, bool accumulate) {
@@ -168,7 +174,7 @@ void ZeroAdamW::finish_gradient_sync() {
 double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfinite) {
   blu::NoGradGuard no_grad;
   if (zero_.stage == 1) {
-    reduce_chunk(0, false);
+    for (int64_t k = nchunks_ - 1; k >= 0; --k) reduce_chunk(k, false);
   } else {
     finish_gradient_sync();
   }
@@ -193,7 +199,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
   }
   ++step_;
   // This rank's pieces cut at parameter boundaries, grouped by weight decay (Note [ZeRO-1 for a
-  // trainer]); its slice of the parameters copied from them (Note [ZeRO-1 memory]).
+  // trainer]); the parameters are updated in place through views (Note [ZeRO memory]).
   const int64_t r = pg_->rank();
   std::vector<Tensor> lists[2][4];
   for (int64_t k = 0; k < nchunks_; ++k) {
@@ -201,11 +207,10 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
     for (std::size_t i : chunk_params_[static_cast<std::size_t>(k)]) {
       const auto [a, b] = overlap(i, lo, hi);
       if (a >= b) continue;
-      param_shard_.narrow(0, s0 + a - lo, b - a)
-          .copy_(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
       auto& l = lists[decay_[i] ? 1 : 0];
-      for (int q = 0; q < 4; ++q) {
-        const Tensor& whole = q == 0 ? param_shard_ : q == 1 ? grad_shard_ : q == 2 ? exp_avg_ : exp_avg_sq_;
+      l[0].push_back(params_[i].detach().reshape({-1}).narrow(0, a - offsets_[i], b - a));
+      for (int q = 1; q < 4; ++q) {
+        const Tensor& whole = q == 1 ? grad_shard_ : q == 2 ? exp_avg_ : exp_avg_sq_;
         l[q].push_back(whole.narrow(0, s0 + a - lo, b - a));
       }
     }
@@ -216,8 +221,10 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
     if (d == 0) o.weight_decay = 0;
     blu::optim::adamw_step_(lists[d][0], lists[d][1], lists[d][2], lists[d][3], o, step_);
   }
+  // Every rank's updated pieces to every rank, chunk by chunk.
   for (int64_t k = 0; k < nchunks_; ++k) {
-    timed([&] { pg_->all_gather(staging_, param_shard_.narrow(0, k * piece_, piece_)); });
+    pack_own_piece(k);
+    timed([&] { pg_->all_gather(staging_, piece_tmp_); });
     unpack_chunk(k);
   }
   if (zero_.stage == 2) grad_shard_.zero_();  // the next step's gradients accumulate from zero

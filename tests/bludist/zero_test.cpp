@@ -8,10 +8,10 @@
 #include <cmath>
 
 #include "bludist/zero.h"
-#include "common/loss_curves.h"
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
+#include "common/loss_curves.h"
 #include "support/mlp_ddp.h"
 #include "support/require_gloo.h"
 #include "support/thread_ranks.h"
@@ -27,18 +27,22 @@ void run_case(int n, int accum, int stage = 1, bool skip_unused = false) {
   o.zero1 = true;
   o.zero_stage = stage;
   std::vector<std::vector<double>> got(n);
-  test::run_gloo_ranks(n, [&](ProcessGroup& pg) { got[pg.rank()] = test::train_mlp(pg.shared_from_this(), o); });
+  test::run_gloo_ranks(
+      n, [&](ProcessGroup& pg) { got[pg.rank()] = test::train_mlp(pg.shared_from_this(), o); });
   blu::test::expect_same_loss_curve(got[0], ref, 1e-5,
-                                    "zero" + std::to_string(stage) + " on " + std::to_string(n) + " ranks (accum " +
-                                        std::to_string(accum) + (skip_unused ? ", unused parameter)" : ")"));
+                                    "zero" + std::to_string(stage) + " on " + std::to_string(n) +
+                                        " ranks (accum " + std::to_string(accum) +
+                                        (skip_unused ? ", unused parameter)" : ")"));
 }
 // Two f64 parameters (7 and 3x2: 13 elements, the same values on every rank) and a copy of them
 // for a one-process AdamW.
 std::pair<std::vector<Tensor>, std::vector<Tensor>> thirteen_parameters() {
   blu::Generator gen(17);
-  std::vector<Tensor> params = {blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
-                                blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
-  std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(), params[1].detach().clone().requires_grad_()};
+  std::vector<Tensor> params = {
+      blu::empty({7}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_(),
+      blu::empty({3, 2}, blu::kFloat64).normal_(0, 1, &gen).requires_grad_()};
+  std::vector<Tensor> ref = {params[0].detach().clone().requires_grad_(),
+                             params[1].detach().clone().requires_grad_()};
   return {params, ref};
 }
 }  // namespace
@@ -53,31 +57,39 @@ TEST(Zero1, ThreeRanksWithAccumulationMatchOneProcess) {
   run_case(3, 2);
 }
 
+// One chunk (13 padded to 16 over 4 ranks) and, with a 10-element cap, two chunks of 8.
 TEST(Zero1, ShardsArePaddedAndStateIsSharded) {
   BLUDIST_REQUIRE_GLOO();
-  test::run_gloo_ranks(4, [](ProcessGroup& pg) {
-    auto [params, ref] = thirteen_parameters();
-    blu::optim::AdamWOptions ao;
-    ao.lr = 0.1;
-    ZeroAdamW zero(params, pg.shared_from_this(), ao);
-    EXPECT_EQ(zero.total_numel(), 13);
-    EXPECT_EQ(zero.shard_numel(), 4);  // 13 padded to 16 over 4 ranks
-    blu::optim::AdamW adamw(ref, ao);
-    for (int step = 0; step < 3; ++step) {
-      // Rank r's gradient: (r + 1) * (p + step); the average over 4 ranks is 2.5 * (p + step).
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        params[i].set_grad((params[i].detach() + step) * (pg.rank() + 1.0));
-        ref[i].set_grad((ref[i].detach() + step) * 2.5);
+  for (const std::size_t cap : {std::size_t(25) << 20, 10 * sizeof(double)}) {
+    test::run_gloo_ranks(4, [cap](ProcessGroup& pg) {
+      auto [params, ref] = thirteen_parameters();
+      blu::optim::AdamWOptions ao;
+      ao.lr = 0.1;
+      ZeroOptions zo;
+      zo.bucket_cap_bytes = cap;
+      ZeroAdamW zero(params, pg.shared_from_this(), ao, {}, zo);
+      EXPECT_EQ(zero.total_numel(), 13);
+      EXPECT_EQ(zero.num_chunks(), cap > 100 ? 1 : 2);
+      EXPECT_EQ(zero.shard_numel(), 4);
+      blu::optim::AdamW adamw(ref, ao);
+      for (int step = 0; step < 3; ++step) {
+        // Rank r's gradient: (r + 1) * (p + step); the average over 4 ranks is 2.5 * (p + step).
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          params[i].set_grad((params[i].detach() + step) * (pg.rank() + 1.0));
+          ref[i].set_grad((ref[i].detach() + step) * 2.5);
+        }
+        zero.step();
+        adamw.step();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          std::vector<double> a = params[i].detach().to_double_vector(),
+                              b = ref[i].detach().to_double_vector();
+          for (std::size_t j = 0; j < a.size(); ++j)
+            ASSERT_NEAR(a[j], b[j], 1e-12) << step << " " << i << " " << j;
+        }
       }
-      zero.step();
-      adamw.step();
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        std::vector<double> a = params[i].detach().to_double_vector(), b = ref[i].detach().to_double_vector();
-        for (std::size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-12) << step << " " << i << " " << j;
-      }
-    }
-    EXPECT_EQ(zero.exp_avg_shard().numel(), 4);
-  });
+      EXPECT_EQ(zero.exp_avg_shard().numel(), 4);
+    });
+  }
 }
 
 TEST(Zero2, TwoRanksMatchOneProcess) {
@@ -119,18 +131,22 @@ TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
       const int64_t before = zero.chunks_reduced();
       Tensor loss = blu::zeros({1}, blu::kFloat64);
       for (std::size_t i = 0; i < params.size(); ++i) {
-        Tensor c = (ref[i].detach() * 0.0 + step + 1.0) * (pg.rank() + 1.0);  // a constant per element
+        Tensor c =
+            (ref[i].detach() * 0.0 + step + 1.0) * (pg.rank() + 1.0);  // a constant per element
         loss = loss + (params[i] * c).sum();
         ref[i].set_grad(c * (2.5 / (pg.rank() + 1.0)));
       }
       loss.backward();
       EXPECT_EQ(zero.chunks_reduced() - before, 2) << "both chunks reduced inside backward";
-      for (const Tensor& p : params) EXPECT_FALSE(p.grad().defined()) << "stage 2 frees .grad once reduced";
+      for (const Tensor& p : params)
+        EXPECT_FALSE(p.grad().defined()) << "stage 2 frees .grad once reduced";
       zero.step();
       adamw.step();
       for (std::size_t i = 0; i < params.size(); ++i) {
-        std::vector<double> a = params[i].detach().to_double_vector(), b = ref[i].detach().to_double_vector();
-        for (std::size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-12) << step << " " << i << " " << j;
+        std::vector<double> a = params[i].detach().to_double_vector(),
+                            b = ref[i].detach().to_double_vector();
+        for (std::size_t j = 0; j < a.size(); ++j)
+          ASSERT_NEAR(a[j], b[j], 1e-12) << step << " " << i << " " << j;
       }
     }
     auto [m, v] = zero.gather_state();
@@ -139,7 +155,8 @@ TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
     std::vector<double> mm = m.to_double_vector();
     std::vector<double> ref_m;
     for (const auto& [name, t] : adamw.state_dict()) {
-      if (name.find("exp_avg") != std::string::npos && name.find("exp_avg_sq") == std::string::npos) {
+      if (name.find("exp_avg") != std::string::npos &&
+          name.find("exp_avg_sq") == std::string::npos) {
         std::vector<double> x = t.to_double_vector();
         ref_m.insert(ref_m.end(), x.begin(), x.end());
       }

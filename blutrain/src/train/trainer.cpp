@@ -256,6 +256,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   std::vector<double> tok_rates;
   int64_t steps_this_process = 0;
   double device_used_max_gib = 0;
+  double state_gib = 0;  // allocated after the last step: weights, gradients, optimizer state, what persists
   std::string profile_trace_json;  // the CUPTI breakdown of --profile-step (Note [Step profile])  // device memory in use by the process (context included), max over steps
   auto checkpoint = [&] {
     if (!cfg.save) return;
@@ -471,12 +472,14 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       size_t free_b = 0, total_b = 0;
       if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) p.device_used_gib = static_cast<double>(total_b - free_b) / kGiB;
       device_used_max_gib = std::max(device_used_max_gib, p.device_used_gib);
+      state_gib = p.mem_allocated_gib;
     }
 #endif
     if (!skipped && (step % cfg.log_every == 0 || step == cfg.max_steps)) out << format_progress_line(p) << std::endl;
     std::vector<std::pair<std::string, double>> record = {
         {"step", static_cast<double>(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"step_ms", ms},
-        {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}, {"mem_peak_gib", p.mem_peak_gib}};
+        {"tokens_per_s", p.tokens_per_s}, {"mfu", p.mfu}, {"mem_peak_gib", p.mem_peak_gib},
+        {"mem_allocated_gib", p.mem_allocated_gib}};
     if (dp) {
       record.push_back({"dp_ranks", static_cast<double>(world)});
       record.push_back({"comm_ms", p.comm_ms});
@@ -529,9 +532,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     char buf[512];
     std::snprintf(buf, sizeof(buf),
                   "{\"e2e.%s.tok_s\": %.1f, \"e2e.%s.peak_gib\": %.3f, \"e2e.%s.device_used_gib\": %.3f, "
-                  "\"e2e.%s.launches_per_step\": %lld, \"e2e.%s.fused_engine\": %d}\n",
-                  m, result.median_tokens_per_s, m, result.peak_allocated_gib, m, device_used_max_gib, m,
-                  static_cast<long long>(fused ? fused->launches_per_step() : -1), m, fused ? 1 : 0);
+                  "\"e2e.%s.state_gib\": %.3f, \"e2e.%s.launches_per_step\": %lld, \"e2e.%s.fused_engine\": %d}\n",
+                  m, result.median_tokens_per_s, m, result.peak_allocated_gib, m, device_used_max_gib, m, state_gib,
+                  m, static_cast<long long>(fused ? fused->launches_per_step() : -1), m, fused ? 1 : 0);
     write_file_atomic(cfg.summary_json, buf);
     out << buf;
   }
