@@ -20,6 +20,8 @@
 # BLU_DIST_EXTRA="...": more blutrain flags for every throughput run.
 # BLU_DIST_NCCL_CHANNELS="4 8": extra bf16 --dp 2 runs with NCCL_MAX_NCHANNELS at these values (fewer
 # NCCL channels = fewer SMs taken from the backward the all-reduces overlap; dist.ddp.bf16.nch<N>.*).
+# BLU_DIST_ENV="NCCL_PROTO=Simple NCCL_PROTO=LL128": extra bf16 --dp 2 runs, one per word, each with
+# that environment setting (dist.ddp.bf16.env<i>.*; the table names the setting).
 # BLU_DIST_ZERO="1 2": fp32 --dp 2 runs on the autograd engine with --zero 0 (baseline) and these
 # stages (ZeroAdamW, Note [ZeRO-2]): losses and per-rank memory.
 # BLU_DIST_GATHER=1: one more --dp 2 run per mode with --dp-embedding-grad gather (A/B against the
@@ -204,6 +206,12 @@ if ((do_tp)); then
       tp_run "fp32.2gpu.autograd.zero$z" fp32 2 "--engine autograd --zero $z"
     done
   fi
+  i=0
+  for kv in ${BLU_DIST_ENV:-}; do
+    i=$((i + 1))
+    mkdir -p "$runs/bf16.2gpu.env$i" && echo "$kv" > "$runs/bf16.2gpu.env$i/env"
+    (export "$kv"; tp_run "bf16.2gpu.env$i" bf16 2)
+  done
   for ch in ${BLU_DIST_NCCL_CHANNELS:-}; do
     NCCL_MIN_NCHANNELS=1 NCCL_MAX_NCHANNELS=$ch tp_run "bf16.2gpu.nch$ch" bf16 2
   done

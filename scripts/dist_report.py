@@ -78,6 +78,10 @@ def blutrain_record(runs, tag, warmup):
                 rates.append(j["tokens_per_s"])
     except OSError:
         pass
+    try:
+        r["env"] = open(os.path.join(d, "env")).read().strip()  # BLU_DIST_ENV runs: the setting
+    except OSError:
+        pass
     if rates:
         r["tok_s"] = statistics.median(rates)
     r["peak_gib"] = peak
@@ -173,7 +177,7 @@ def collect(runs, modes, warmup):
     # (BLU_DIST_NCCL_CHANNELS), <mode>.2gpu.gather
     # (BLU_DIST_GATHER=1: --dp-embedding-grad gather, with its scaling over the one-GPU run).
     for tag in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
-        mb = re.match(r"([^.]+)\.2gpu\.(bucket\d+|nch\d+|gather)$", tag)
+        mb = re.match(r"([^.]+)\.2gpu\.(bucket\d+|nch\d+|env\d+|gather)$", tag)
         if mb:
             r = records[tag] = blutrain_record(runs, tag, warmup)
             if num(r["tok_s"]):
@@ -235,8 +239,9 @@ def table(metrics, records, modes):
             f"{m} {v} {k(m, f'torch_1gpu_{v}.tok_s'):.0f} ({fmt(k(m, f'torch_scaling_2gpu_{v}'), '%.3fx')})"
             for m, v in one))
     for tag, r in sorted(records.items()):
-        if ".bucket" in tag or ".nch" in tag or tag.endswith(".gather"):
-            lines.append(f"{tag}: {fmt(r['tok_s'], '%.0f')} tok/s (rc {status(r)})")
+        if ".bucket" in tag or ".nch" in tag or ".env" in tag or tag.endswith(".gather"):
+            setting = r.get("env")
+            lines.append(f"{tag}{' (' + setting + ')' if setting else ''}: {fmt(r['tok_s'], '%.0f')} tok/s (rc {status(r)})")
     for tag, r in sorted(records.items()):
         mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero(\d)$", tag)
         if mz:
