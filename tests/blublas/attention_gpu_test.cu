@@ -187,7 +187,12 @@ struct DevView {
 class Buffer {
  public:
   Buffer() = default;
-  explicit Buffer(size_t bytes) : bytes_(bytes) { cudaMalloc(&ptr_, bytes); }
+  // Zero-filled: upload() reads the whole buffer back before writing a view into it (initcheck,
+  // 2026-11-26: 633K reports of cudaMemcpy reading never-written bytes between the views).
+  explicit Buffer(size_t bytes) : bytes_(bytes) {
+    cudaMalloc(&ptr_, bytes);
+    cudaMemset(ptr_, 0, bytes);
+  }
   ~Buffer() { cudaFree(ptr_); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
