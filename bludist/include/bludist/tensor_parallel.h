@@ -25,8 +25,8 @@
 // loss is the mean of log(sum) + max - target on every rank, so each rank's backward produces its
 // own columns of softmax - onehot. The target ids are turned into local indices on the host (N
 // integers a call).
-// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM, GPT-2
-// wiring and blutrain --tp.
+// GPT-2 on these pieces and blutrain train --tp: Note [Tensor-parallel GPT-2] in blutrain/gpt2.h.
+// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM.
 #pragma once
 
 #include <memory>

@@ -49,6 +49,8 @@ struct TrainConfig {
   double dp_bucket_mb = 25;         // --dp > 1: gradient bucket size (MiB): the fused engine, --zero 2
   std::string dp_embedding_grad = "allreduce";  // fused engine, --dp > 1: allreduce | gather (Note [Embedding gradient by all-gather])
   int zero = 0;                    // ZeRO stage: 0 (replicated AdamW state) | 1 (state sharded over --dp)
+  // tensor parallelism (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h); WORLD_SIZE = dp * tp
+  int tp = 1;                      // tensor-parallel ranks (consecutive ranks form a group)
   // schedule
   int64_t max_steps = 0;           // 0 = auto
   double time_limit_s = 0;         // stop after this many seconds of training (0 = no limit)

@@ -8,14 +8,42 @@
 // exactly 0. Loss, gradients and sampling are therefore those of the 50257-token model (what
 // Hugging Face computes), the padded rows receive no gradient, and no logits copy is needed.
 // On the CPU (no alignment to win) the head multiplies by the first 50257 rows only: the same
-// numbers with 47 fewer columns and no mask.
+// numbers with 47 fewer columns and no mask. Under tensor parallelism every device uses the
+// padded rows and the mask (Note [Tensor-parallel GPT-2]).
+//
+// Note [Tensor-parallel GPT-2]
+// GPT2 built with a tensor-parallel group of n ranks (blutrain train --tp n) holds only this
+// rank's shard of the large matrices, Megatron-style, with bludist's region boundaries (Note
+// [Tensor-parallel regions] in bludist/tensor_parallel.h):
+//  - attention: c_attn weight and bias cut by heads (shard_fused_qkv: rank r's q, k and v rows of
+//    heads [r H/n, (r+1) H/n)), so attention runs on the local heads; c_proj weight cut by columns
+//    (the same heads), its output all-reduced, the bias (replicated) added after the reduction;
+//  - MLP: c_fc weight and bias cut by rows, GELU on the local shard, mlp.c_proj weight by columns,
+//    bias replicated and added after the all-reduce;
+//  - wte cut by vocabulary rows (padded vocabulary, so it splits evenly; Note [Vocabulary-parallel
+//    embedding and cross-entropy]): the embedding sums the owners' rows, the tied head gives this
+//    rank's [N, Vp/n] logit columns (plus its part of the -1e30 padding mask) and the loss is
+//    bludist::vocab_parallel_cross_entropy, the same value on every rank;
+//  - wpe and the LayerNorms are replicated. Every rank runs the same forward on the same batch.
+// Replicated parameters get the same gradient on every rank: every path from the loss to them
+// passes the region boundaries, whose backward all-reduces the input gradients
+// (tests/blutrain/tp_model_test.cpp checks it bitwise). parameters() lists the local tensors in
+// the one-process order and names; tp_split() says how each is cut. init_weights() draws every
+// FULL tensor in the one-process order from the same generator and keeps this rank's part, so a
+// --tp n model starts with exactly the one-process weights. The gradient norm, checkpoints and
+// sampling need the group too: src/train/tensor_parallel.h (Note [Tensor-parallel training]).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "blutensor/tensor.h"
+
+namespace bludist {
+class ProcessGroup;
+}  // namespace bludist
 
 namespace blu::train {
 
@@ -46,25 +74,46 @@ struct NamedParam {
   bool hf_transposed;  // stored transposed in Hugging Face files
 };
 
+// How a parameter is cut across a tensor-parallel group (Note [Tensor-parallel GPT-2]).
+enum class TpSplit {
+  kReplicated,  // every rank holds the whole tensor
+  kRows,        // dimension 0 in n equal parts (wte, c_fc weight and bias)
+  kCols,        // dimension 1 in n equal parts (c_proj weights)
+  kFusedQkv,    // c_attn weight / bias: this rank's heads of q, k and v (bludist::shard_fused_qkv)
+};
+// By Hugging Face name, e.g. "h.0.attn.c_attn.weight" -> kFusedQkv.
+TpSplit tp_split(const std::string& name);
+
 class GPT2 {
  public:
-  GPT2(const GPT2Config& cfg, Device device);
+  // tp: a tensor-parallel group (Note [Tensor-parallel GPT-2]); null or of size 1: the whole model.
+  GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp = nullptr);
 
   const GPT2Config& config() const { return cfg_; }
   Device device() const { return device_; }
+  // The tensor-parallel group (null without one) and its size (1 without one).
+  const std::shared_ptr<bludist::ProcessGroup>& tp_group() const { return tp_; }
+  int tp_size() const { return tp_size_; }
   // GPT-2 init from `seed` (std 0.02; residual projections std 0.02/sqrt(2L); biases 0; LN 1/0;
   // padded embedding rows 0). Same numbers on CPU and CUDA.
   void init_weights(uint64_t seed);
 
-  std::vector<NamedParam> parameters();
-  int64_t num_params() const;  // with the padded embedding (what MFU counts)
+  std::vector<NamedParam> parameters();  // under --tp: this rank's shards, same order and names
+  int64_t num_params() const;  // with the padded embedding (what MFU counts); the whole model's under --tp
 
   // idx, targets: [B, T] int32 on the model's device. Returns the mean cross-entropy loss (f32
   // scalar); if logits_out, also the logits [B, T, padded_vocab] (CUDA; [B, T, vocab_size] on
-  // the CPU: Note [Padded vocabulary]) in the compute dtype.
+  // the CPU: Note [Padded vocabulary]) in the compute dtype. Under --tp: collective (every rank
+  // of the group calls it with the same batch), and logits_out is this rank's [B, T, Vp/n] columns.
   Tensor forward(const Tensor& idx, const Tensor& targets, Precision precision,
                  Tensor* logits_out = nullptr);
-  // Logits only (no loss), e.g. for sampling; last dim as in forward().
+  // The whole-model shape of a parameter's local tensor (itself without tensor parallelism).
+  Shape full_shape(const NamedParam& p) const;
+  // This rank's part of a whole-model tensor cut as `split` says (`full` itself without --tp).
+  Tensor tp_shard(const Tensor& full, TpSplit split) const;
+
+  // Logits only (no loss), e.g. for sampling; last dim as in forward(). Under --tp: collective,
+  // the columns all-gathered, [B, T, padded_vocab] (padding at -1e30) on every rank.
   Tensor logits(const Tensor& idx, Precision precision);
 
  private:
@@ -78,9 +127,11 @@ class GPT2 {
   };
   GPT2Config cfg_;
   Device device_;
+  std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
+  int tp_size_ = 1, tp_rank_ = 0;
   Tensor wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<Block> blocks_;
-  Tensor vocab_mask_;  // [padded_vocab]: 0 for real tokens, -1e30 for padding (not a parameter)
+  Tensor vocab_mask_;  // [padded_vocab] (this rank's [Vp/n] under --tp): 0 for real tokens, -1e30 for padding
   Tensor positions_;   // int64 [block_size]
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,20 @@ class AdamW {
   int64_t t_ = 0;
 };
 
+// The squared global norm of a model's gradients when `params` (this process's tensors) are not
+// all of it: under --tp, this rank's shards plus the other ranks' (Note [Tensor-parallel training]
+// in src/train/tensor_parallel.h). Empty: the sum over `params`.
+using GradSumOfSquares = std::function<double(const std::vector<NamedParam>& params)>;
+
 // The global L2 norm of all gradients (computed in one reduction, read with one sync); scales
 // them by max_norm / norm when larger (max_norm <= 0: no clipping). Returns the norm before.
-double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
+// With sum_of_squares, the norm is the square root of what it returns.
+double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm,
+                      const GradSumOfSquares& sum_of_squares = {});
+// The sum of the squared gradient elements of `params` (those with a gradient), in f64, in a fixed
+// order; and every gradient multiplied by `scale`.
+double grad_sum_of_squares(const std::vector<NamedParam>& params);
+void scale_grads(const std::vector<NamedParam>& params, double scale);
 
 // Whether every element of `t` is finite (one pass on the CPU; a reduction and one sync elsewhere).
 bool all_finite(const Tensor& t);
@@ -62,7 +74,8 @@ struct UpdateResult {
 };
 // clip_grad_norm then opt.step(lr), unless the norm is not finite or loss_finite is false: then
 // no update at all (the AdamW step count stays too). Gradients are left for the caller to zero.
-UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite = true);
+UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite = true,
+                             const GradSumOfSquares& sum_of_squares = {});
 
 // Linear warmup over `warmup` steps to max_lr, then cosine decay to min_lr at max_steps
 // (0-based step).

@@ -74,6 +74,7 @@ std::string format_progress_line(const ProgressInfo& p) {
                   p.comm_ms);
     line += buf;
   }
+  if (p.tp_ranks > 1) line += " | tp " + std::to_string(p.tp_ranks);
   return line;
 }
 

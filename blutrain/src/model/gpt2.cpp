@@ -1,11 +1,14 @@
 // gpt2.cpp: GPT-2 configs, parameters, initialisation and the forward pass on blutensor ops.
 // Pre-LayerNorm blocks: x += proj(attn(ln_1(x))); x += fc_proj(gelu(fc(ln_2(x)))); ln_f; tied
 // head. In bf16 mode the fp32 master weights are cast per forward (the casts are differentiable,
-// so gradients land in fp32 .grad) and the loss is computed from fp32 logits.
+// so gradients land in fp32 .grad) and the loss is computed from fp32 logits. Under --tp the
+// same blocks run on this rank's shards (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h).
 #include "blutrain/gpt2.h"
 
 #include <cmath>
 
+#include "bludist/process_group.h"
+#include "bludist/tensor_parallel.h"
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
@@ -42,25 +45,46 @@ Precision parse_precision(const std::string& s) {
   BLU_THROW("unknown precision '", s, "' (expected fp32, tf32, bf16)");
 }
 
-GPT2::GPT2(const GPT2Config& cfg, Device device) : cfg_(cfg), device_(device) {
+TpSplit tp_split(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (name == "wte.weight") return TpSplit::kRows;
+  if (ends_with("attn.c_attn.weight") || ends_with("attn.c_attn.bias")) return TpSplit::kFusedQkv;
+  if (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) return TpSplit::kCols;
+  if (ends_with("mlp.c_fc.weight") || ends_with("mlp.c_fc.bias")) return TpSplit::kRows;
+  return TpSplit::kReplicated;
+}
+
+GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp)
+    : cfg_(cfg), device_(device) {
   BLU_CHECK(cfg.n_embd % cfg.n_head == 0, "GPT2: n_embd ", cfg.n_embd, " not divisible by n_head ", cfg.n_head);
-  const int64_t C = cfg.n_embd, V = cfg.padded_vocab;
+  if (tp && tp->size() > 1) {  // Note [Tensor-parallel GPT-2]
+    tp_ = std::move(tp);
+    tp_size_ = tp_->size();
+    tp_rank_ = tp_->rank();
+    BLU_CHECK(cfg.n_head % tp_size_ == 0, "--tp ", tp_size_, ": the ", cfg.name, " model's ", cfg.n_head,
+              " attention heads do not split into ", tp_size_, " equal parts (tensor parallelism cuts whole heads)");
+    BLU_CHECK(cfg.padded_vocab % tp_size_ == 0, "--tp ", tp_size_, ": the padded vocabulary of ", cfg.padded_vocab,
+              " rows (", cfg.vocab_size, " tokens) does not split into ", tp_size_, " equal parts");
+  }
+  const int64_t C = cfg.n_embd, V = cfg.padded_vocab, n = tp_size_;
   auto param = [&](const Shape& shape) { return zeros(shape, TensorOptions(device).requires_grad(true)); };
-  wte_ = param({V, C});
+  wte_ = param({V / n, C});
   wpe_ = param({cfg.block_size, C});
   for (int l = 0; l < cfg.n_layer; ++l) {
     Block b;
     b.ln1_w = param({C});
     b.ln1_b = param({C});
-    b.qkv_w = param({3 * C, C});
-    b.qkv_b = param({3 * C});
-    b.proj_w = param({C, C});
+    b.qkv_w = param({3 * C / n, C});
+    b.qkv_b = param({3 * C / n});
+    b.proj_w = param({C, C / n});
     b.proj_b = param({C});
     b.ln2_w = param({C});
     b.ln2_b = param({C});
-    b.fc_w = param({4 * C, C});
-    b.fc_b = param({4 * C});
-    b.fcproj_w = param({C, 4 * C});
+    b.fc_w = param({4 * C / n, C});
+    b.fc_b = param({4 * C / n});
+    b.fcproj_w = param({C, 4 * C / n});
     b.fcproj_b = param({C});
     blocks_.push_back(std::move(b));
   }
@@ -68,8 +92,19 @@ GPT2::GPT2(const GPT2Config& cfg, Device device) : cfg_(cfg), device_(device) {
   lnf_b_ = param({C});
   std::vector<float> mask(static_cast<size_t>(V), 0.0f);
   for (int64_t i = cfg.vocab_size; i < V; ++i) mask[static_cast<size_t>(i)] = -1e30f;
-  vocab_mask_ = from_vector(mask, {V}).to(device);
+  vocab_mask_ = from_vector(mask, {V}).narrow(0, tp_rank_ * (V / n), V / n).contiguous().to(device);
   positions_ = arange(static_cast<double>(cfg.block_size), TensorOptions(kInt64)).to(device);
+}
+
+Shape GPT2::full_shape(const NamedParam& p) const {
+  Shape s = p.tensor->sizes();
+  switch (tp_split(p.name)) {
+    case TpSplit::kRows:
+    case TpSplit::kFusedQkv: s[0] *= tp_size_; break;
+    case TpSplit::kCols: s[1] *= tp_size_; break;
+    case TpSplit::kReplicated: break;
+  }
+  return s;
 }
 
 std::vector<NamedParam> GPT2::parameters() {
@@ -98,6 +133,10 @@ std::vector<NamedParam> GPT2::parameters() {
 }
 
 int64_t GPT2::num_params() const {
+  if (tp_) {  // the whole model's count, as one process would report it
+    const int64_t C = cfg_.n_embd;
+    return (int64_t{cfg_.padded_vocab} + cfg_.block_size) * C + 2 * C + cfg_.n_layer * (12 * C * C + 13 * C);
+  }
   int64_t n = wte_.numel() + wpe_.numel() + lnf_w_.numel() + lnf_b_.numel();
   for (const Block& b : blocks_) {
     for (const Tensor* t : {&b.ln1_w, &b.ln1_b, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b, &b.ln2_w, &b.ln2_b,
@@ -113,7 +152,8 @@ void GPT2::init_weights(uint64_t seed) {
   Generator gen(seed);
   const double std_residual = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   for (NamedParam& p : parameters()) {
-    Tensor& t = *p.tensor;
+    // Under --tp the whole tensor is drawn (the one-process numbers) and this rank's part kept.
+    Tensor t = tp_ ? zeros(full_shape(p), TensorOptions(device_)) : *p.tensor;
     const std::string& n = p.name;
     const bool is_ln_weight = n.find("ln_") != std::string::npos && n.find(".weight") != std::string::npos;
     if (is_ln_weight) {
@@ -125,9 +165,21 @@ void GPT2::init_weights(uint64_t seed) {
     } else {
       t.normal_(0.0, 0.02, &gen);
     }
+    // Padded embedding rows stay exactly zero (they get no gradient: Note [Padded vocabulary]).
+    if (n == "wte.weight") t.narrow(0, cfg_.vocab_size, cfg_.padded_vocab - cfg_.vocab_size).zero_();
+    if (tp_) p.tensor->copy_(tp_shard(t, tp_split(n)));
   }
-  // Padded embedding rows stay exactly zero (they get no gradient: Note [Padded vocabulary]).
-  wte_.narrow(0, cfg_.vocab_size, cfg_.padded_vocab - cfg_.vocab_size).zero_();
+}
+
+Tensor GPT2::tp_shard(const Tensor& full, TpSplit split) const {
+  if (!tp_) return full;
+  switch (split) {
+    case TpSplit::kRows: return bludist::shard_rows(full, *tp_);
+    case TpSplit::kCols: return bludist::shard_cols(full, *tp_);
+    case TpSplit::kFusedQkv: return bludist::shard_fused_qkv(full, cfg_.n_head, *tp_);
+    case TpSplit::kReplicated: break;
+  }
+  return full;
 }
 
 namespace {
@@ -136,15 +188,23 @@ DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kF
 
 Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision) {
   BLU_CHECK(idx.dim() == 2, "GPT2.forward: idx must be [B, T], got ", idx.describe());
-  const int64_t B = idx.size(0), T = idx.size(1), C = cfg_.n_embd, H = cfg_.n_head, D = C / H;
+  // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
+  const int64_t B = idx.size(0), T = idx.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
+                C = H * D;
   BLU_CHECK(T >= 1 && T <= cfg_.block_size, "GPT2.forward: sequence length ", T, " exceeds the model's context ",
             cfg_.block_size);
   const DType cd = compute_dtype(precision);
   auto w = [cd](const Tensor& p) { return p.to(cd); };
+  // Entering a column-parallel layer (identity without --tp) and leaving a row-parallel one.
+  auto enter = [this](const Tensor& t) { return tp_ ? bludist::tp_copy_to_region(t, tp_) : t; };
+  auto row_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
+    if (!tp_) return linear(in, w(weight), w(bias));
+    return bludist::tp_reduce_from_region(linear(in, w(weight)), tp_) + w(bias);  // the bias once, after the sum
+  };
   Tensor x;
   {
     BLU_NVTX_RANGE("embed");
-    Tensor tok = embedding(wte_c, idx);                      // [B, T, C]
+    Tensor tok = tp_ ? bludist::vocab_parallel_embedding(wte_c, idx, tp_) : embedding(wte_c, idx);  // [B, T, C]
     Tensor pos = embedding(w(wpe_), positions_.narrow(0, 0, T));  // [T, C]
     x = tok + pos;
   }
@@ -154,18 +214,18 @@ Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision)
     {
       BLU_NVTX_RANGE("attn");
       Tensor h = layer_norm(x, w(b.ln1_w), w(b.ln1_b));
-      Tensor qkv = linear(h, w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
+      Tensor qkv = linear(enter(h), w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
       std::vector<Tensor> parts = qkv.split(C, -1);
       auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
       Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
       y = y.transpose(1, 2).reshape({B, T, C});
-      x = x + linear(y, w(b.proj_w), w(b.proj_b));
+      x = x + row_linear(y, b.proj_w, b.proj_b);
     }
     {
       BLU_NVTX_RANGE("mlp");
       Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
-      h = gelu(linear(h, w(b.fc_w), w(b.fc_b)));
-      x = x + linear(h, w(b.fcproj_w), w(b.fcproj_b));
+      h = gelu(linear(enter(h), w(b.fc_w), w(b.fc_b)));
+      x = x + row_linear(h, b.fcproj_w, b.fcproj_b);
     }
   }
   return layer_norm(x, w(lnf_w_), w(lnf_b_));
@@ -173,13 +233,22 @@ Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision)
 
 Tensor GPT2::head(const Tensor& x, const Tensor& wte_c, Precision precision) {
   BLU_NVTX_RANGE("lm_head");
+  if (tp_) return linear(bludist::tp_copy_to_region(x, tp_), wte_c, vocab_mask_.to(compute_dtype(precision)));
   if (device_.is_cpu()) return linear(x, wte_c.narrow(0, 0, cfg_.vocab_size));  // [B, T, V]
   return linear(x, wte_c, vocab_mask_.to(compute_dtype(precision)));            // [B, T, Vp]
 }
 
 Tensor GPT2::logits(const Tensor& idx, Precision precision) {
   const Tensor wte_c = wte_.to(compute_dtype(precision));
-  return head(hidden(idx, wte_c, precision), wte_c, precision);
+  Tensor local = head(hidden(idx, wte_c, precision), wte_c, precision);
+  if (!tp_) return local;
+  // [B, T, Vp/n] on each rank -> [n, B, T, Vp/n] in rank order -> [B, T, Vp].
+  NoGradGuard no_grad;
+  const int64_t B = local.size(0), T = local.size(1), cols = local.size(2);
+  Tensor mine = local.detach().contiguous();
+  Tensor all = empty({tp_size_, B, T, cols}, TensorOptions(mine.dtype()).device(mine.device()));
+  tp_->all_gather(all, mine);
+  return all.permute({1, 2, 0, 3}).reshape({B, T, tp_size_ * cols});
 }
 
 Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precision, Tensor* logits_out) {
@@ -192,6 +261,7 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
   const int64_t N = idx.numel();
   Tensor flat = logits.reshape({N, logits.size(-1)});
   if (flat.dtype() != kFloat32) flat = flat.to(kFloat32);
+  if (tp_) return bludist::vocab_parallel_cross_entropy(flat, targets.reshape({N}), tp_);
   return cross_entropy(flat, targets.reshape({N}));
 }
 

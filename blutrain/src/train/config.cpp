@@ -60,6 +60,7 @@ const std::vector<Flag>& flag_table() {
       {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "--dp > 1 on the fused engine, or with --zero 2: gradients are averaged (reduce-scattered with --zero 2) in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
       {"dp-embedding-grad", "HOW", &TrainConfig::dp_embedding_grad, "fused engine with --dp > 1: how the tied embedding's gradient is combined: allreduce (one 154 MB bucket after the backward) | gather (the lm-head part all-reduced early in the backward, the embedding backward's rows all-gathered and added on every rank)"},
       {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward)"},
+      {"tp", "N", &TrainConfig::tp, "tensor-parallel ranks (autograd engine): Megatron-style GPT-2 with attention heads, MLP and vocabulary cut across N consecutive ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --tp N); with --dp D, WORLD_SIZE = D*N (a D x N mesh)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2000 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
       {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 2e-3 for tiny)"},
@@ -403,6 +404,16 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.dp_embedding_grad == "allreduce" || cfg.engine != "autograd",
             "--dp-embedding-grad gather is a fused-engine option (the autograd engine's DDP buckets reduce the "
             "embedding gradient as one bucket): drop it or use --engine fused");
+  // Tensor parallelism (Note [Tensor-parallel GPT-2]); head and vocabulary divisibility are checked
+  // when the model is built.
+  BLU_CHECK(cfg.tp >= 1, "--tp ", cfg.tp, ": expected the number of tensor-parallel ranks (>= 1)");
+  BLU_CHECK(cfg.tp == 1 || cfg.engine == "autograd", "--tp ", cfg.tp, " with --engine ", cfg.engine,
+            ": tensor parallelism runs on the autograd engine only (the fused step holds the whole model); pass "
+            "--engine autograd");
+  BLU_CHECK(cfg.tp == 1 || cfg.zero == 0, "--tp ", cfg.tp, " with --zero ", cfg.zero,
+            ": ZeRO over a tensor-parallel model is not implemented; pass --zero 0");
+  BLU_CHECK(cfg.tp == 1 || static_cast<int64_t>(cfg.dp) * cfg.tp <= (1 << 20), "--dp ", cfg.dp, " x --tp ", cfg.tp,
+            ": too many ranks");  // dp * tp fits an int from here on
   // B*T*dp from flags or a config file can exceed int64 (B and dp up to 2^31 each): an error, not
   // signed overflow (found by tests/fuzz/config_file_fuzz.cpp).
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;

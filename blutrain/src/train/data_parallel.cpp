@@ -30,7 +30,15 @@ LaunchInfo launch_info_from_environment() {
 }
 
 void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch) {
-  if (cfg.dp > 1) {
+  const int ranks = cfg.dp * cfg.tp;  // config.cpp bounds the product
+  if (cfg.tp > 1) {  // a dp x tp mesh (Note [Tensor-parallel training] in tensor_parallel.h)
+    const std::string flags = blu::detail::str_cat("--dp ", cfg.dp, " --tp ", cfg.tp);
+    BLU_CHECK(launch.launched, flags, " needs ", ranks,
+              " processes, one per rank, but this process was not started by a launcher (WORLD_SIZE is not set): "
+              "run blurun --nproc-per-node ", ranks, " -- blutrain train ", flags, " ...");
+    BLU_CHECK(launch.world_size == ranks, flags, " needs WORLD_SIZE = dp x tp = ", ranks,
+              " but the launcher started ", launch.world_size, " (blurun --nproc-per-node ", ranks, ")");
+  } else if (cfg.dp > 1) {
     BLU_CHECK(launch.launched, "--dp ", cfg.dp,
               " needs one process per rank, but this process was not started by a "
               "launcher (WORLD_SIZE is not set): run blurun --nproc-per-node ",
@@ -42,33 +50,46 @@ void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch
   } else {
     BLU_CHECK(launch.world_size == 1, "this process is rank ", launch.rank,
               " of WORLD_SIZE=", launch.world_size, " but --dp is ", cfg.dp, ": pass --dp ",
-              launch.world_size, " for data-parallel training (or start a single process)");
+              launch.world_size, " for data-parallel training, or --tp ", launch.world_size,
+              " for tensor-parallel training (or start a single process)");
   }
   const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
-  BLU_CHECK(cfg.dp == 1 || !on_gpu || cfg.device == "cuda", "--device ", cfg.device, " with --dp ",
-            cfg.dp, ": each rank trains on cuda:LOCAL_RANK; pass --device cuda");
+  BLU_CHECK(ranks == 1 || !on_gpu || cfg.device == "cuda", "--device ", cfg.device, " with ", ranks,
+            " ranks: each rank trains on cuda:LOCAL_RANK; pass --device cuda");
 }
 
-std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg) {
+std::shared_ptr<bludist::ProcessGroup> join_world_group(const TrainConfig& cfg, int* device_index) {
   const LaunchInfo launch = launch_info_from_environment();
   check_data_parallel_launch(cfg, launch);
-  if (cfg.dp == 1) return nullptr;
-  std::unique_ptr<DataParallel> dp(new DataParallel());
-  dp->cfg_ = &cfg;
+  *device_index = -1;
+  const int ranks = cfg.dp * cfg.tp;
+  if (ranks == 1) return nullptr;
+  const std::string flags = cfg.tp > 1 ? blu::detail::str_cat("--dp ", cfg.dp, " --tp ", cfg.tp)
+                                       : blu::detail::str_cat("--dp ", cfg.dp);
   const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
   if (on_gpu) {
-    BLU_CHECK(bludist::nccl_available(), "--dp ", cfg.dp, " on --device ", cfg.device,
+    BLU_CHECK(bludist::nccl_available(), flags, " on --device ", cfg.device,
               ": this build has no NCCL (bludist's GPU process groups); train on the CPU ranks "
               "(--device cpu) "
               "or rebuild with NCCL");
-    dp->device_index_ = launch.local_rank;
-    dp->pg_ = bludist::init_process_group(bludist::Backend::kNccl);
-  } else {
-    BLU_CHECK(bludist::gloo_available(), "--dp ", cfg.dp,
-              " on the CPU: this build has no Gloo (libgloo-dev), which "
-              "bludist's CPU process groups need");
-    dp->pg_ = bludist::init_process_group(bludist::Backend::kGloo);
+    *device_index = launch.local_rank;
+    return bludist::init_process_group(bludist::Backend::kNccl);
   }
+  BLU_CHECK(bludist::gloo_available(), flags,
+            " on the CPU: this build has no Gloo (libgloo-dev), which "
+            "bludist's CPU process groups need");
+  return bludist::init_process_group(bludist::Backend::kGloo);
+}
+
+std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg,
+                                                   std::shared_ptr<bludist::ProcessGroup> group,
+                                                   int device_index) {
+  if (cfg.dp == 1) return nullptr;
+  BLU_CHECK(group && group->size() == cfg.dp, "DataParallel: expected a group of --dp ", cfg.dp, " ranks");
+  std::unique_ptr<DataParallel> dp(new DataParallel());
+  dp->cfg_ = &cfg;
+  dp->device_index_ = device_index;
+  dp->pg_ = std::move(group);
   return dp;
 }
 
@@ -147,7 +168,8 @@ void DataParallel::finish_gradients() {
   if (zero_) zero_->finish_gradient_sync();
 }
 
-UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr) {
+UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr,
+                                         const GradSumOfSquares& sum_of_squares) {
   UpdateResult r;
   if (zero_) {
     zero_->set_lr(lr);
@@ -162,7 +184,7 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
     return r;
   }
   BLU_CHECK(ddp_ != nullptr, "DataParallel::clip_and_step: the fused engine clips and steps inside its step");
-  r = clip_and_update(opt, grad_clip, lr);  // averaged gradients: the same norm on every rank
+  r = clip_and_update(opt, grad_clip, lr, true, sum_of_squares);  // averaged gradients: the same norm on every rank
   opt.zero_grad();
   return r;
 }

@@ -71,19 +71,23 @@ struct LaunchInfo {
 };
 LaunchInfo launch_info_from_environment();
 
-// Checks --dp against the launch (clear errors naming the flag and both values).
+// Checks --dp (times --tp) against the launch (clear errors naming the flags and both values).
 void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch);
+// After that check, the world group of the dp x tp ranks (nullptr for one process): Gloo for
+// --device cpu, NCCL for CUDA, where *device_index becomes this rank's GPU (LOCAL_RANK; else -1).
+std::shared_ptr<bludist::ProcessGroup> join_world_group(const TrainConfig& cfg, int* device_index);
 
 class DataParallel {
  public:
-  // nullptr for --dp 1 (after checking that this is not one of several launched ranks). Joins
-  // the world group: Gloo for --device cpu, NCCL for CUDA (this rank's GPU becomes current).
-  static std::unique_ptr<DataParallel> create(const TrainConfig& cfg);
+  // nullptr for --dp 1. Data parallelism over `group` (the world, or this rank's column of the
+  // dp x tp mesh) of --dp ranks; device_index as join_world_group gave it.
+  static std::unique_ptr<DataParallel> create(const TrainConfig& cfg, std::shared_ptr<bludist::ProcessGroup> group,
+                                              int device_index);
   ~DataParallel();
 
   int rank() const;
   int size() const;
-  bool is_main() const { return rank() == 0; }
+  bool is_main() const { return rank() == 0; }  // of this group (the trainer's main rank is world rank 0)
   // The CUDA device index of this rank (LOCAL_RANK) for --device cuda; -1 on the CPU.
   int device_index() const { return device_index_; }
   std::string describe() const;  // "data parallel over 2 ranks (gloo), ZeRO-1"
@@ -102,7 +106,8 @@ class DataParallel {
   // weights and AdamW state alone and names the first non-finite gradient (Note [Non-finite
   // steps]; with ZeRO from the averaged gradient shards, the same on every rank). Zeroes the
   // gradients.
-  UpdateResult clip_and_step(AdamW& opt, double grad_clip, double lr);
+  // sum_of_squares: the gradient norm's, under --tp (Note [Tensor-parallel training]).
+  UpdateResult clip_and_step(AdamW& opt, double grad_clip, double lr, const GradSumOfSquares& sum_of_squares = {});
   // ZeRO: fills rank 0's opt moments (whole tensors) for the checkpoint it writes (collective:
   // every rank calls it; the others get none); release_moments() drops them again. No-ops with
   // --zero 0.

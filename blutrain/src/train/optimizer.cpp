@@ -140,9 +140,54 @@ void AdamW::step(double lr) {
   }
 }
 
-double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
+double grad_sum_of_squares(const std::vector<NamedParam>& params) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> fused;
+  double total = 0;
+  for (const NamedParam& p : params) {
+    const Tensor& g = p.tensor->grad();
+    if (!g.defined()) continue;
+    if (cpu_f32_contiguous(g)) {
+      total += sum_squares_cpu(g.data_ptr<float>(), g.numel());
+    } else {
+      fused.push_back(g);
+    }
+  }
+  if (!fused.empty()) {
+    const double n = blu::optim::global_norm(fused, 0.0).norm.item();
+    total += n * n;
+  }
+  return total;
+}
+
+void scale_grads(const std::vector<NamedParam>& params, double scale) {
+  NoGradGuard no_grad;
+  const float f = static_cast<float>(scale);
+  std::vector<Tensor> fused;
+  for (const NamedParam& p : params) {
+    Tensor g = p.tensor->grad();
+    if (!g.defined()) continue;
+    if (!cpu_f32_contiguous(g)) {
+      fused.push_back(g);
+      continue;
+    }
+    float* d = g.data_ptr<float>();
+    const int64_t n = g.numel();
+BLU_OMP_FOR
+    for (int64_t i = 0; i < n; ++i) d[i] *= f;
+    g.bump_version();
+  }
+  if (!fused.empty()) blu::optim::scale_tensors_(fused, scalar_tensor(scale, kFloat32).to(fused[0].device()));
+}
+
+double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm, const GradSumOfSquares& sum_of_squares) {
   BLU_NVTX_RANGE("grad_norm");
   NoGradGuard no_grad;
+  if (sum_of_squares) {  // the model is not all here (--tp): the caller adds the rest
+    const double norm = std::sqrt(sum_of_squares(params));
+    if (max_norm > 0 && norm > max_norm) scale_grads(params, max_norm / (norm + 1e-6));
+    return norm;
+  }
   std::vector<Tensor> fused;  // gradients the CPU loops do not take (Note [Fused optimizer step on CUDA])
   double cpu_total = 0;
   bool any_cpu = false;
@@ -207,9 +252,10 @@ std::string first_nonfinite_gradient(const std::vector<NamedParam>& params) {
   return "";
 }
 
-UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite) {
+UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite,
+                             const GradSumOfSquares& sum_of_squares) {
   UpdateResult r;
-  r.grad_norm = clip_grad_norm(opt.params(), max_norm);
+  r.grad_norm = clip_grad_norm(opt.params(), max_norm, sum_of_squares);
   if (loss_finite && std::isfinite(r.grad_norm)) {
     opt.step(lr);
     return r;

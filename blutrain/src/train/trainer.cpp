@@ -10,6 +10,7 @@
 #include <memory>
 #include <ostream>
 
+#include "bludist/process_group.h"
 #include "blutensor/autograd.h"
 #include "blutensor/cuda_stream.h"
 #if BLU_WITH_CUDA  // device name and memory stats; a CPU-only build has neither (Note [CPU-only build])
@@ -32,6 +33,7 @@
 #include "blutrain/trainer.h"
 #include "train/data_parallel.h"
 #include "train/nonfinite.h"
+#include "train/tensor_parallel.h"
 #include "train/train_state.h"
 
 namespace blu::train {
@@ -113,12 +115,17 @@ double rank_memory_gib(Device d) {
 }  // namespace
 
 TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
-  // Note [Data-parallel training]: --dp N joins the launcher's gang; only rank 0 reports.
-  std::unique_ptr<DataParallel> dp = DataParallel::create(cfg);
-  const bool is_main = !dp || dp->is_main();
+  // Note [Data-parallel training], Note [Tensor-parallel training]: --dp D --tp T joins the
+  // launcher's gang of D*T ranks (a D x T mesh); only world rank 0 reports.
+  int device_index = -1;
+  const std::shared_ptr<bludist::ProcessGroup> world_group = join_world_group(cfg, &device_index);
+  const TensorParallel::Groups groups = TensorParallel::split_world(cfg, world_group);
+  std::unique_ptr<DataParallel> dp = DataParallel::create(cfg, groups.dp, device_index);
+  std::unique_ptr<TensorParallel> tp = TensorParallel::create(cfg, groups.tp);
+  const bool is_main = !world_group || world_group->rank() == 0;
   std::ostream dropped(nullptr);
   std::ostream& out = is_main ? progress : dropped;
-  const Device device = dp && dp->device_index() >= 0 ? Device::cuda(dp->device_index()) : Device(cfg.device);
+  const Device device = device_index >= 0 ? Device::cuda(device_index) : Device(cfg.device);
   const int rank = dp ? dp->rank() : 0, world = dp ? dp->size() : 1;
   const Precision precision = parse_precision(cfg.precision);
   if (device.is_cuda()) {
@@ -136,7 +143,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   if (cfg.data == "brown" || file_exists(vocab_dir + "/encoder.json")) {
     tok = std::make_unique<Tokenizer>(Tokenizer::from_dir(vocab_dir));
   }
-  if (dp && !is_main) dp->barrier();  // rank 0 fills a first-use data cache alone
+  if (world_group && !is_main) world_group->barrier();  // rank 0 fills a first-use data cache alone
   ShardSet shards = resolve_data(cfg, tok.get());
   if (cfg.vocab == "corpus") {  // Note [Corpus vocabulary]
     const std::string cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
@@ -147,7 +154,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     shards = cv.shards;
     set_model_vocab(mcfg, cv.ids);
   }
-  if (dp && is_main) dp->barrier();
+  if (world_group && is_main) world_group->barrier();
   const int B = cfg.batch_size, T = cfg.seq_len;
   DataLoader train_loader(shards.train, B, T, rank, world, mcfg.vocab_size);
   if (cfg.shuffle == "on") train_loader.set_shuffle(cfg.seed ^ 0x5348554646ull);  // "SHUFF": Note [Shuffled windows]
@@ -159,10 +166,14 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   const int64_t accum = cfg.total_batch_tokens / micro_tokens;
   BatchFeeder feeder(device, B, T);
 
-  GPT2 model(mcfg, device);
+  GPT2 model(mcfg, device, tp ? tp->group() : nullptr);  // Note [Tensor-parallel GPT-2]: this rank's shards
   model.init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
-    load_hf_safetensors(model, cfg.init_from);
+    if (tp) {
+      tp->load_hf_safetensors(cfg.init_from, model, cfg.seed);
+    } else {
+      load_hf_safetensors(model, cfg.init_from);
+    }
     out << "initial weights from " << cfg.init_from << "\n";
   }
   AdamWConfig acfg;
@@ -183,7 +194,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   }
   if (!resume_dir.empty()) {
     opt.allocate_moments();  // ZeRO-1 takes its slice in attach() and drops the rest
-    state = load_checkpoint(resume_dir, model, &opt);
+    state = tp ? tp->load_checkpoint(resume_dir, model, opt) : load_checkpoint(resume_dir, model, &opt);
     train_loader.set_cursor(state.cursor);
     result.resumed_from = state.step;
     out << "resumed from " << resume_dir << " at step " << state.step << "\n";
@@ -198,6 +209,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     dp->attach(model, opt, acfg, !resume_dir.empty());  // rank 0's weights everywhere
     out << dp->describe() << "\n";
   }
+  if (tp) out << tp->describe() << "\n";
+  const GradSumOfSquares tp_norm_squares = tp ? tp->sum_of_squares_fn() : GradSumOfSquares{};
   // The CUDA step (Note [Fused step]); built after a resume so its bf16 copy sees the weights.
   std::unique_ptr<FusedGPT2Step> fused;
   if (cfg.engine == "fused") {
@@ -262,14 +275,18 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (!cfg.save) return;
     if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     state.cursor = train_loader.cursor();
+    TensorParallel::Whole whole;  // Note [Tensor-parallel training]: whole tensors, the one-process format
+    if (tp) whole = tp->gather(model, opt);
     if (is_main) {
-      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, model, opt, state, cfg);
+      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, tp ? *whole.model : model,
+                                              tp ? *whole.opt : opt, state, cfg);
       out << "checkpoint " << result.checkpoint_dir << "\n";
     }
     if (dp) dp->release_moments(opt);
   };
   auto print_sample = [&](int64_t step) {
-    if (cfg.sample_tokens <= 0 || !tok || !is_main) return;
+    // Under --tp every rank of the group takes part (the logits are all-gathered); rank 0 prints.
+    if (cfg.sample_tokens <= 0 || !tok || (!is_main && !tp)) return;
     SampleRng rng{state.sample_rng};
     std::vector<int32_t> prompt = encode_prompt(*tok, model.config(), cfg.prompt);
     std::vector<int32_t> ids = generate(model, precision, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k, rng);
@@ -321,7 +338,12 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   while (step < cfg.max_steps) {
     bool out_of_time =
         cfg.time_limit_s > 0 && std::chrono::duration<double>(Clock::now() - t_start).count() > cfg.time_limit_s;
-    if (dp && cfg.time_limit_s > 0) out_of_time = dp->mean(out_of_time ? 1.0 : 0.0) > 0;  // all ranks stop together
+    if (world_group && cfg.time_limit_s > 0) {  // all ranks stop together
+      Tensor any = from_vector(std::vector<double>{out_of_time ? 1.0 : 0.0}, {1}, TensorOptions(kFloat64))
+                       .to(world_group->device());
+      world_group->all_reduce(any, bludist::ReduceOp::kMax);
+      out_of_time = any.item() > 0;
+    }
     if (out_of_time) {
       out << "time limit of " << cfg.time_limit_s << " s reached at step " << step << "\n";
       break;
@@ -389,9 +411,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       if (inject.active(step + 1)) inject.apply(opt.params(), loss);
       UpdateResult u;
       if (dp) {
-        u = dp->clip_and_step(opt, cfg.grad_clip, lr);  // the verdict is the shared norm's
+        u = dp->clip_and_step(opt, cfg.grad_clip, lr, tp_norm_squares);  // the verdict is the shared norm's
       } else {
-        u = clip_and_update(opt, cfg.grad_clip, lr, std::isfinite(loss));
+        u = clip_and_update(opt, cfg.grad_clip, lr, std::isfinite(loss), tp_norm_squares);
         opt.zero_grad();
       }
       norm = u.grad_norm;
@@ -459,6 +481,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       p.comm_ms = dp_report.max_comm_ms;
       p.rank_mem_gib = dp_report.max_rank_mem_gib;
     }
+    if (tp) p.tp_ranks = tp->size();
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
     if (steps_this_process > 3 && !profiling && !skipped) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
@@ -485,6 +508,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       record.push_back({"comm_ms", p.comm_ms});
       record.push_back({"rank_mem_gib", p.rank_mem_gib});
     }
+    if (tp) record.push_back({"tp_ranks", static_cast<double>(tp->size())});
     if (!skipped) metrics->write("train", record);  // a skipped step has its "nonfinite" event
     if (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.max_steps) checkpoint();
     if (cfg.stop_after_steps > 0 && steps_this_process >= cfg.stop_after_steps) {
