@@ -428,54 +428,9 @@ struct Buffers {
 
 struct Timing { double ms = NAN; std::string impl; };
 
-// Note [Interleaved timing]
-// The H200 runs at its power limit under dense GEMMs: its clock falls over the first few hundred
-// milliseconds of a case and recovers between cases. Timing cuBLAS first and ours after it (the
-// order until session 2) handed cuBLAS the cool GPU: blublas-profiler, which times ours first,
-// saw fc fwd at 0.98 of cuBLAS where this bench saw 0.78 (run1-0010 vs run11). So every timed
-// function of a case (cublasGemmEx, cublasLt, each blublas path) now runs in kRounds rounds,
-// the order rotated and reversed from round to round, and each keeps the median of all its reps:
-// both sides see the same thermal history.
-constexpr int kRounds = 4;
-
+// Note [Interleaved timing] (bench_common.h): every timed function of a case in rotated rounds.
 std::vector<double> time_interleaved(Bench& B, const std::vector<std::function<void(int)>>& fns) {
-  const int n = static_cast<int>(fns.size());
-  std::vector<int> reps(n);
-  std::vector<std::vector<float>> samples(n);
-  for (int f = 0; f < n; ++f) {
-    const double one = bb::median_ms(fns[f], B.stream, 0, 1);
-    const double est = one > B.budget_ms() ? one : bb::median_ms(fns[f], B.stream, 1, 3);
-    reps[f] = static_cast<int>(std::clamp(B.budget_ms() / std::max(est, 1e-3), 1.0 * kRounds, 200.0));
-    if (one > B.budget_ms()) reps[f] = kRounds;  // strict fp32 lm head: one rep per round
-  }
-  int counter = 0;
-  for (int round = 0; round < kRounds; ++round) {
-    for (int j = 0; j < n; ++j) {
-      const int f = round % 2 == 0 ? (j + round / 2) % n : (n - 1 - j + round / 2) % n;
-      const int per_round = std::max(1, reps[f] / kRounds);
-      fns[f](counter++);  // warm-up of this function in this round
-      std::vector<cudaEvent_t> evs(2 * per_round);
-      for (auto& e : evs) BLU_BENCH_CUDA(cudaEventCreate(&e));
-      for (int i = 0; i < per_round; ++i) {
-        BLU_BENCH_CUDA(cudaEventRecord(evs[2 * i], B.stream));
-        fns[f](counter++);
-        BLU_BENCH_CUDA(cudaEventRecord(evs[2 * i + 1], B.stream));
-      }
-      BLU_BENCH_CUDA(cudaStreamSynchronize(B.stream));
-      for (int i = 0; i < per_round; ++i) {
-        float t = 0;
-        BLU_BENCH_CUDA(cudaEventElapsedTime(&t, evs[2 * i], evs[2 * i + 1]));
-        samples[f].push_back(t);
-      }
-      for (auto& e : evs) cudaEventDestroy(e);
-    }
-  }
-  std::vector<double> med(n, NAN);
-  for (int f = 0; f < n; ++f) {
-    std::sort(samples[f].begin(), samples[f].end());
-    if (!samples[f].empty()) med[f] = samples[f][samples[f].size() / 2];
-  }
-  return med;
+  return bb::time_interleaved(fns, B.stream, B.budget_ms());
 }
 
 // A message as a JSON string body: quotes and backslashes replaced, control characters dropped.

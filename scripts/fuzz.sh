@@ -7,7 +7,9 @@
 #   scripts/fuzz.sh [seconds-per-target] [target...]      default 20 s, every target
 # Environment: BLU_FUZZ_BUILD (build dir, default <repo>/build-fuzz), JOBS (default 2),
 # BLU_FUZZ_OUT (artifacts and grown corpora, default <build>/fuzz-out; the committed seeds are
-# only read).
+# only read), BLU_FUZZ_TESTS=1: the same instrumented build also compiles the CPU test suite and,
+# after the fuzzing, runs it (ctest -L cpu) under ASan + UBSan with leak detection: the CI's
+# sanitizer leg and its CPU-only configuration in one build (Note [Sanitized CPU leg] in .ci/run).
 #
 # Note [Fuzz limits]
 #   -malloc_limit_mb=256 makes any single allocation above 256 MiB a finding ("out-of-memory
@@ -31,10 +33,16 @@ fi
 mkdir -p "$OUT"
 command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang++ (Debian: apt-get install clang)"; exit 1; }
 t0=$(date +%s)
+with_tests=${BLU_FUZZ_TESTS:-0}
+tests_flag=OFF; [ "$with_tests" = 1 ] && tests_flag=ON
 CC=clang CXX=clang++ cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBLU_WITH_CUDA=OFF \
-  -DBLU_FUZZ=ON -DBLU_WITH_MLIR=OFF -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF \
+  -DBLU_FUZZ=ON -DBLU_WITH_MLIR=OFF -DBLU_BUILD_TESTS=$tests_flag -DBLU_BUILD_BENCH=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF >"$OUT.configure.log" 2>&1 || { cat "$OUT.configure.log"; exit 1; }
-nice -n 10 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}"
+if [ "$with_tests" = 1 ]; then
+  nice -n 10 ninja -C "$BUILD" -j "$JOBS"   # everything: libraries, fuzz targets, CPU tests
+else
+  nice -n 10 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}"
+fi
 t1=$(date +%s)
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -63,4 +71,12 @@ done
 t2=$(date +%s)
 echo "fuzz.sh: build $((t1 - t0)) s, fuzzing $((t2 - t1)) s (ASan+UBSan, malloc cap 256 MiB)"
 printf '%s\n' "${summary[@]}"
+if [ "$with_tests" = 1 ]; then
+  # The CPU tests under the same sanitizers (scripts/sanitize.sh's options): leaks are failures,
+  # any UB report stops the test.
+  ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+    ctest --test-dir "$BUILD" -L cpu -j "$JOBS" --output-on-failure --timeout 900 || status=1
+  echo "fuzz.sh: CPU tests under ASan+UBSan $(( $(date +%s) - t2 )) s"
+fi
 exit $status

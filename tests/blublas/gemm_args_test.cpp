@@ -240,3 +240,63 @@ TEST(GemmArgs, PathNames) {
 }
 
 }  // namespace
+
+// FP8 (Note [FP8 GEMM]): what the FP8 kernels do not take is refused before any CUDA call.
+GemmDesc valid_fp8_desc() {  // row-major NT (both operands K-major), e4m3, bf16 out
+  GemmDesc d;
+  d.m = 17; d.n = 33; d.k = 64;
+  d.ab_type = Dtype::kE4M3;
+  d.cd_type = Dtype::kBF16;
+  d.op_a = Op::kN; d.op_b = Op::kT;
+  d.a = fake(0x100000); d.lda = 64;
+  d.b = fake(0x200000); d.ldb = 64;
+  d.d = fake(0x300000); d.ldd = 33;
+  return d;
+}
+
+TEST(GemmArgs, Fp8RefusesWhatItsKernelsDoNotTake) {
+  GemmDesc d = valid_fp8_desc();
+  d.op_b = Op::kN;  // B N-major
+  expect_error(d, StatusCode::kNotSupported, "K-major");
+  d = valid_fp8_desc();
+  d.layout = Layout::kColMajor;  // column-major needs TN: NT is refused
+  d.lda = 17; d.ldb = 33; d.ldd = 17;
+  expect_error(d, StatusCode::kNotSupported, "TN in this layout");
+  d = valid_fp8_desc();
+  d.cd_type = Dtype::kF16;
+  expect_error(d, StatusCode::kNotSupported, "f32 or bf16 C/D");
+  d = valid_fp8_desc();
+  d.epilogue = Epilogue::kBiasGelu;
+  d.bias = fake(0x400000);
+  d.aux = fake(0x500000); d.ld_aux = 33;
+  expect_error(d, StatusCode::kNotSupported, "epilogue none or bias");
+  d = valid_fp8_desc();
+  d.path = GemmPath::kSimt;
+  expect_error(d, StatusCode::kNotSupported, "sm90_wgmma path only");
+  d = valid_fp8_desc();
+  d.path = GemmPath::kSm80Mma;
+  expect_error(d, StatusCode::kNotSupported, "sm90_wgmma path only");
+  d = valid_fp8_desc();
+  d.compute = blublas::ComputeMode::kTF32;
+  expect_error(d, StatusCode::kInvalidArgument, "compute=tf32");
+  d = valid_fp8_desc();
+  d.b_type = Dtype::kBF16;  // B must be FP8 too
+  expect_error(d, StatusCode::kInvalidArgument, "invalid dtype");
+  d = valid_fp8_desc();
+  d.b_type = Dtype::kE5M2;  // e4m3 x e5m2 is fine: the message of another error names both
+  d.op_b = Op::kN;
+  expect_error(d, StatusCode::kNotSupported, "ab=e4m3, b=e5m2");
+}
+
+TEST(GemmArgs, Fp8ScalesAndAmaxAreForFp8Only) {
+  GemmDesc d = valid_desc();
+  float s = 1.0f;
+  d.scale_a = &s;
+  expect_error(d, StatusCode::kInvalidArgument, "FP8 inputs only");
+  d = valid_desc();
+  d.amax_d = &s;
+  expect_error(d, StatusCode::kInvalidArgument, "FP8 inputs only");
+  d = valid_desc();
+  d.b_type = Dtype::kE4M3;
+  expect_error(d, StatusCode::kInvalidArgument, "FP8 inputs only");
+}

@@ -54,12 +54,24 @@ enum class GemmPath : int {
   kSm90Wgmma = 3,  // wgmma + TMA + mbarrier, warp-specialized, persistent (sm_90a only)
 };
 
+// GemmDesc::b_type's default: B has A's dtype (ab_type).
+inline constexpr Dtype kSameAsA = static_cast<Dtype>(-1);
+
+// FP8 GEMM (ab_type kE4M3 or kE5M2; Note [FP8 GEMM] in src/gemm/gemm.cpp): sm_90a wgmma only
+// (kAuto or kSm90Wgmma; on other devices a clear kUnsupportedArch), both operands K-major (row-
+// major: op_a = kN, op_b = kT; column-major: op_a = kT, op_b = kN, as cuBLASLt requires), any of
+// the four A x B type pairs (b_type), C/D f32 or bf16, epilogue kNone or kBias, fp32 accumulation
+// in the tensor cores' FP8 mode (the fast-accumulation of cuBLASLt: partial sums inside each
+// k32 instruction are kept to fewer bits than fp32; see the accuracy note below).
+//   D = epilogue(alpha * scale_a * scale_b * op(A) op(B) + beta * C),  amax_d = max |D|.
+
 struct GemmDesc {
   int m = 0, n = 0, k = 0;
   int batch = 1;
   Op op_a = Op::kN, op_b = Op::kN;
   Layout layout = Layout::kRowMajor;
-  Dtype ab_type = Dtype::kF32;  // A and B share a dtype
+  Dtype ab_type = Dtype::kF32;  // A's dtype, and B's unless b_type says otherwise
+  Dtype b_type = kSameAsA;      // FP8 only: B's dtype (kE4M3 / kE5M2) when it differs from A's
   Dtype cd_type = Dtype::kF32;  // C and D share a dtype (f32, bf16, f16)
   ComputeMode compute = ComputeMode::kDefault;
 
@@ -75,6 +87,13 @@ struct GemmDesc {
                                  // cd_type, same layout as D
   int64_t ld_aux = 0;  int64_t stride_aux = 0;
   float* bias_grad = nullptr;    // kBiasGradA (M floats), kBiasGradB (N floats); batch must be 1
+
+  // FP8 only: per-tensor dequantization scales (device pointers to one float each, read by the
+  // kernel, so they may change between graph replays; null = 1), and amax_d (device float: the
+  // kernel max-es max |D| of this call into it atomically; the caller initialises it, e.g. 0).
+  const float* scale_a = nullptr;
+  const float* scale_b = nullptr;
+  float* amax_d = nullptr;
 
   GemmPath path = GemmPath::kAuto;
 };

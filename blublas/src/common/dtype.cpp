@@ -7,6 +7,8 @@ const char* dtype_name(Dtype t) noexcept {
     case Dtype::kF32: return "f32";
     case Dtype::kBF16: return "bf16";
     case Dtype::kF16: return "f16";
+    case Dtype::kE4M3: return "e4m3";
+    case Dtype::kE5M2: return "e5m2";
   }
   return "unknown";
 }

@@ -240,6 +240,9 @@ Status bias_grad_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
     case Dtype::kF16:
       BLUBLAS_RETURN_IF_ERROR(launch<__half>(v, p.k, target, stream));
       break;
+    case Dtype::kE4M3:
+    case Dtype::kE5M2:  // validate() keeps FP8 away from the bias-gradient epilogues
+      return Status(StatusCode::kNotSupported, "gemm bias_grad: FP8 operands");
   }
   if (chunks > 1) {
     bias_grad_chunk_sum_kernel<<<(v.rows + 255) / 256, 256, 0, stream>>>(target, chunks, v.rows,

@@ -105,6 +105,7 @@ struct EpilogueArgs {
   void* aux = nullptr;  int64_t ld_aux = 0, stride_aux = 0;
   int pair_ok = 0;
   int cd_type = 0;  // Dtype of C, D, aux, bias: for kernels that pick the store type at run time
+  float* amax = nullptr;  // FP8 calls: max |D| is max-ed into it (Note [FP8 GEMM] in gemm.cpp)
 };
 
 inline bool epilogue_has_bias(Epilogue e) { return e == Epilogue::kBias || e == Epilogue::kBiasGelu; }
@@ -138,6 +139,7 @@ inline EpilogueArgs make_epilogue_args(const GemmProblem& p) {
   };
   auto even = [](int64_t v) { return v % 2 == 0; };
   e.cd_type = static_cast<int>(p.cd_type);
+  e.amax = p.amax;
   e.pair_ok = aligned(e.d) && aligned(e.c) && aligned(e.aux) && even(e.ldd) && even(e.stride_d) &&
               (e.c == nullptr || (even(e.ldc) && even(e.stride_c))) &&
               (e.aux == nullptr || (even(e.ld_aux) && even(e.stride_aux)));
@@ -192,7 +194,8 @@ __device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch
   d[static_cast<int64_t>(i) * e.ldd + j] = from_f32<OutT>(v);
 }
 
-// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m.
+// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m. Returns the two
+// values stored, before the rounding to D's type (0 for a column past n: what amax needs).
 // Note [One epilogue body]: the paired (vector) and the scalar (odd column, unaligned, last
 // column) forms share one copy of the arithmetic and differ only in their loads and stores. Two
 // calls of epilogue_store1 for the scalar form doubled every inlined epilogue (x 3 output dtypes
@@ -200,9 +203,9 @@ __device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch
 // SASS instructions for a ~500-instruction main loop, and ptxas took 70% of the build's longest
 // objects (bench/NOTES.md, "CI build time (session 10)"). Each element gets the same fp32 math.
 template <typename OutT>
-__device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
-                                                float acc0, float acc1) {
-  if (j >= e.n) return;
+__device__ __forceinline__ float2 epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
+                                                  float acc0, float acc1) {
+  if (j >= e.n) return make_float2(0.0f, 0.0f);
   const bool in1 = j + 1 < e.n;
   const bool pair = e.pair_ok && (j & 1) == 0 && in1;
   float v0 = e.alpha * acc0, v1 = e.alpha * acc1;
@@ -256,6 +259,16 @@ __device__ __forceinline__ void epilogue_store2(const EpilogueArgs& e, int batch
     d[0] = from_f32<OutT>(v0);
     if (in1) d[1] = from_f32<OutT>(v1);
   }
+  return make_float2(v0, in1 ? v1 : 0.0f);
+}
+
+// amax of an FP8 call (Note [FP8 GEMM]): this warp's maximum of the lanes' running max |D| (>= 0,
+// so its float bits order like ints) max-ed into *amax with one atomic. Every lane of the warp
+// must call it (a shuffle).
+__device__ __forceinline__ void amax_warp_commit(float* amax, float m) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
 }
 
 // The same with D's dtype chosen at run time (e.cd_type): one kernel instantiation serves all

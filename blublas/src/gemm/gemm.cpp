@@ -46,6 +46,7 @@ namespace gemm_detail {
 namespace {
 
 bool valid_dtype(Dtype t) { return t == Dtype::kF32 || t == Dtype::kBF16 || t == Dtype::kF16; }
+bool valid_ab_type(Dtype t) { return valid_dtype(t) || dtype_is_fp8(t); }
 bool valid_op(Op o) { return o == Op::kN || o == Op::kT; }
 bool valid_layout(Layout l) { return l == Layout::kRowMajor || l == Layout::kColMajor; }
 bool valid_path(GemmPath p) {
@@ -63,7 +64,9 @@ std::string describe(const GemmDesc& d) {
   os << "gemm(M=" << d.m << ", N=" << d.n << ", K=" << d.k << ", batch=" << d.batch << ", "
      << (d.op_a == Op::kT ? 'T' : 'N') << (d.op_b == Op::kT ? 'T' : 'N') << ", "
      << (d.layout == Layout::kColMajor ? "col-major" : "row-major")
-     << ", ab=" << dtype_name(d.ab_type) << ", cd=" << dtype_name(d.cd_type)
+     << ", ab=" << dtype_name(d.ab_type);
+  if (d.b_type != kSameAsA) os << ", b=" << dtype_name(d.b_type);
+  os << ", cd=" << dtype_name(d.cd_type)
      << ", compute=" << compute_mode_name(d.compute) << ", epilogue=" << epilogue_name(d.epilogue)
      << ", path=" << gemm_path_name(d.path) << ")";
   return os.str();
@@ -103,11 +106,45 @@ Status check_matrix(const GemmDesc& d, const char* name, const void* ptr, const 
   return Status::success();
 }
 
+// Note [FP8 GEMM]
+// ab_type e4m3/e5m2 (b_type: B's, any of the four pairs) runs on the sm_90a wgmma kernels
+// (m64nNk32 FP8 instructions, 128-byte K rows = 128 elements a stage). What it takes, checked here
+// before any CUDA call: both operands K-major (the FP8 wgmma has no transpose; cuBLASLt asks the
+// same "TN" form), C/D f32 or bf16, epilogue none or bias, path auto or sm90_wgmma (the mma.sync
+// FP8 path for sm_89 is not built yet: there kAuto reports that no path takes the problem).
+// Scales: the kernel multiplies each accumulator tile by *scale_a * *scale_b once, before the
+// epilogue (and before split-K partials are written, so the reduction sums scaled partials); alpha,
+// beta and bias then apply as for every type. amax_d: max |D| (the values stored, before rounding
+// to D's type) over the call, reduced per warp and max-ed into *amax_d with one atomicMax per warp
+// (float bits as int: exact and order-independent, so deterministic).
+// Accuracy: the products of FP8 values are exact in fp32, but Hopper's FP8 wgmma adds them with
+// fewer accumulator bits than an fp32 FMA chain (the "fast accumulation" cuBLASLt exposes as
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM); tests/blublas/gemm_fp8_gpu_test.cu measures the error against a
+// float64 reference and holds it to the bound stated there.
+Status validate_fp8(const GemmDesc& d, const std::string& what) {
+  BLUBLAS_CHECK_ARG(d.compute == ComputeMode::kDefault, what, ": compute=", compute_mode_name(d.compute),
+                    " is for f32 inputs (FP8 accumulates in fp32: use compute=default)");
+  BLUBLAS_CHECK(d.cd_type == Dtype::kF32 || d.cd_type == Dtype::kBF16, StatusCode::kNotSupported, what,
+                ": FP8 inputs take f32 or bf16 C/D (cd=", dtype_name(d.cd_type), ")");
+  BLUBLAS_CHECK(d.epilogue == Epilogue::kNone || d.epilogue == Epilogue::kBias, StatusCode::kNotSupported,
+                what, ": FP8 inputs take epilogue none or bias (got ", epilogue_name(d.epilogue), ")");
+  const bool k_major = d.layout == Layout::kRowMajor ? d.op_a == Op::kN && d.op_b == Op::kT
+                                                     : d.op_a == Op::kT && d.op_b == Op::kN;
+  BLUBLAS_CHECK(k_major, StatusCode::kNotSupported, what,
+                ": FP8 needs both operands K-major (", d.layout == Layout::kRowMajor ? "NT" : "TN",
+                " in this layout): the FP8 tensor-core instructions take no transposed operand");
+  BLUBLAS_CHECK(d.path == GemmPath::kAuto || d.path == GemmPath::kSm90Wgmma, StatusCode::kNotSupported,
+                what, ": FP8 runs on the sm90_wgmma path only (no SIMT or mma.sync FP8 kernels yet)");
+  return Status::success();
+}
+
 Status validate(const GemmDesc& d) {
   // Enums first: describe() prints them.
-  BLUBLAS_CHECK_ARG(valid_dtype(d.ab_type) && valid_dtype(d.cd_type),
+  BLUBLAS_CHECK_ARG(valid_ab_type(d.ab_type) && valid_dtype(d.cd_type) &&
+                        (d.b_type == kSameAsA || dtype_is_fp8(d.b_type)),
                     "gemm: invalid dtype (ab_type=", static_cast<int>(d.ab_type),
-                    ", cd_type=", static_cast<int>(d.cd_type), ")");
+                    ", b_type=", static_cast<int>(d.b_type), ", cd_type=",
+                    static_cast<int>(d.cd_type), ")");
   BLUBLAS_CHECK_ARG(valid_op(d.op_a) && valid_op(d.op_b), "gemm: invalid op (op_a=",
                     static_cast<int>(d.op_a), ", op_b=", static_cast<int>(d.op_b), ")");
   BLUBLAS_CHECK_ARG(valid_layout(d.layout), "gemm: invalid layout ", static_cast<int>(d.layout));
@@ -121,6 +158,13 @@ Status validate(const GemmDesc& d) {
 
   BLUBLAS_CHECK_ARG(d.m >= 1 && d.n >= 1 && d.k >= 1, what, ": M, N and K must be >= 1");
   BLUBLAS_CHECK_ARG(d.batch >= 1, what, ": batch must be >= 1");
+  if (dtype_is_fp8(d.ab_type)) {
+    BLUBLAS_RETURN_IF_ERROR(validate_fp8(d, what));
+  } else {
+    BLUBLAS_CHECK_ARG(d.b_type == kSameAsA && d.scale_a == nullptr && d.scale_b == nullptr &&
+                          d.amax_d == nullptr,
+                      what, ": b_type, scale_a, scale_b and amax_d are for FP8 inputs only");
+  }
   if (d.ab_type != Dtype::kF32) {
     BLUBLAS_CHECK_ARG(d.compute == ComputeMode::kDefault, what, ": compute=",
                       compute_mode_name(d.compute), " needs f32 inputs (ab=", dtype_name(d.ab_type),
@@ -259,14 +303,14 @@ Status plan_path(GemmPath path, const GemmProblem& p, const DeviceInfo& dev, boo
   q.path = path;
   q.problem = p;
   const bool a_bad = !aligned16(p.a, p.lda, p.stride_a, p.ab_type);
-  const bool b_bad = !aligned16(p.b, p.ldb, p.stride_b, p.ab_type);
+  const bool b_bad = !aligned16(p.b, p.ldb, p.stride_b, p.b_type);
   std::size_t offset = 0;
   for (int which = 0; which < 2; ++which) {
     if (!(which == 0 ? a_bad : b_bad)) continue;
     RepackSpec& s = q.spec[which];
     const bool k_major = which == 0 ? p.a_k_major : p.b_k_major;
     const int64_t rows = which == 0 ? p.m : p.n;
-    s.type = p.ab_type;
+    s.type = which == 0 ? p.ab_type : p.b_type;
     s.batch = p.batch;
     s.outer = k_major ? rows : p.k;
     s.inner = k_major ? p.k : rows;
@@ -352,8 +396,13 @@ Status normalize(const GemmDesc& d, GemmProblem* p) {
   BLUBLAS_CHECK_ARG(p != nullptr, "gemm: normalize: null problem");
   GemmProblem q;
   q.batch = d.batch;
-  q.ab_type = d.ab_type;
+  const Dtype b_type = d.b_type == kSameAsA ? d.ab_type : d.b_type;
+  q.ab_type = d.layout == Layout::kRowMajor ? d.ab_type : b_type;  // A' and B' swap below
+  q.b_type = d.layout == Layout::kRowMajor ? b_type : d.ab_type;
   q.cd_type = d.cd_type;
+  q.scale_a = d.scale_a;
+  q.scale_b = d.scale_b;
+  q.amax = d.amax_d;
   q.compute = d.compute;
   if (d.ab_type == Dtype::kF32 && d.compute == ComputeMode::kDefault) {
     q.compute = ComputeMode::kStrictF32;

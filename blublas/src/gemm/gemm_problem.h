@@ -21,7 +21,8 @@ namespace blublas::gemm_detail {
 // bias_grad_of says which operand's reduction the caller asked for after the swap.
 struct GemmProblem {
   int m = 0, n = 0, k = 0, batch = 1;
-  Dtype ab_type = Dtype::kF32;
+  Dtype ab_type = Dtype::kF32;  // A's dtype
+  Dtype b_type = Dtype::kF32;   // B's dtype (resolved: equals ab_type except for FP8 pairs)
   Dtype cd_type = Dtype::kF32;
   ComputeMode compute = ComputeMode::kStrictF32;  // resolved: never kDefault for f32 inputs
 
@@ -35,6 +36,9 @@ struct GemmProblem {
   const void* bias = nullptr;  bool bias_per_col = true;
   void* aux = nullptr;  int64_t ld_aux = 0, stride_aux = 0;  // row-major like D
   float* bias_grad = nullptr;
+  const float* scale_a = nullptr;  // FP8 (GemmDesc::scale_a / scale_b: their product scales acc)
+  const float* scale_b = nullptr;
+  float* amax = nullptr;           // FP8: GemmDesc::amax_d
 };
 
 // Fills *p from a validated desc. Returns kInvalidArgument naming the field for a bad desc.

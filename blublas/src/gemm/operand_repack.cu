@@ -92,6 +92,10 @@ Status repack_operand(const RepackSpec& s, const void* src, void* dst, cudaStrea
     repack_kernel<float><<<grid, threads, 0, stream>>>(
         static_cast<const float*>(src), static_cast<float*>(dst), s.outer, s.inner, s.ld_src,
         s.stride_src, s.ld_dst(), s.stride_dst());
+  } else if (dtype_size(s.type) == 1) {  // FP8
+    repack_kernel<uint8_t><<<grid, threads, 0, stream>>>(
+        static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), s.outer, s.inner, s.ld_src,
+        s.stride_src, s.ld_dst(), s.stride_dst());
   } else {
     repack_kernel<uint16_t><<<grid, threads, 0, stream>>>(
         static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), s.outer, s.inner,

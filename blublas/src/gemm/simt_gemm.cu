@@ -21,6 +21,8 @@ Status simt_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
                 "simt path takes M <= ", 65535 * 64, " rows of the normalized problem");
   BLUBLAS_CHECK(!(p.ab_type == Dtype::kF32 && p.cd_type != Dtype::kF32), StatusCode::kNotSupported,
                 "simt path: f32 inputs need f32 output");
+  BLUBLAS_CHECK(!dtype_is_fp8(p.ab_type), StatusCode::kNotSupported,
+                "simt path: no FP8 kernels (FP8 runs on sm90_wgmma)");
   return Status::success();
 }
 

@@ -99,6 +99,8 @@ Status launch_in(const GemmProblem& p, cudaStream_t stream) {
     case Dtype::kF32: return launch_typed<InT, float>(p, stream);
     case Dtype::kBF16: return launch_typed<InT, __nv_bfloat16>(p, stream);
     case Dtype::kF16: return launch_typed<InT, __half>(p, stream);
+    case Dtype::kE4M3:
+    case Dtype::kE5M2: break;
   }
   return Status(StatusCode::kNotSupported, "simt generic gemm: unknown output dtype");
 }
@@ -110,8 +112,10 @@ Status simt_generic_launch(const GemmProblem& p, cudaStream_t stream) {
     case Dtype::kF32: return launch_typed<float, float>(p, stream);
     case Dtype::kBF16: return launch_in<__nv_bfloat16>(p, stream);
     case Dtype::kF16: return launch_in<__half>(p, stream);
+    case Dtype::kE4M3:
+    case Dtype::kE5M2: break;  // no FP8 SIMT kernels (validate() routes FP8 to sm90 only)
   }
-  return Status(StatusCode::kNotSupported, "simt generic gemm: unknown input dtype");
+  return Status(StatusCode::kNotSupported, "simt generic gemm: unsupported input dtype");
 }
 
 }  // namespace blublas::gemm_detail

@@ -21,6 +21,8 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 Status sm80_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   BLUBLAS_CHECK(dev.sm_version() >= 80, StatusCode::kUnsupportedArch,
                 "sm80_mma path needs sm_80 or newer (device is sm_", dev.sm_version(), ")");
+  BLUBLAS_CHECK(!dtype_is_fp8(p.ab_type), StatusCode::kNotSupported,
+                "sm80_mma path: no FP8 kernels yet (FP8 runs on sm90_wgmma)");
   const bool tf32 = p.ab_type == Dtype::kF32 && p.compute == ComputeMode::kTF32;
   BLUBLAS_CHECK(p.ab_type != Dtype::kF32 || tf32, StatusCode::kNotSupported,
                 "sm80_mma path: f32 inputs need compute=tf32 (strict fp32 runs on the simt path)");
@@ -56,6 +58,8 @@ Status sm80_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
     case Dtype::kBF16: BLUBLAS_RETURN_IF_ERROR(sm80_bf16_launch(p, tile, stream)); break;
     case Dtype::kF16: BLUBLAS_RETURN_IF_ERROR(sm80_f16_launch(p, tile, stream)); break;
     case Dtype::kF32: BLUBLAS_RETURN_IF_ERROR(sm80_tf32_launch(p, tile, stream)); break;
+    case Dtype::kE4M3:
+    case Dtype::kE5M2: return Status(StatusCode::kNotSupported, "sm80_mma: no FP8 kernels yet");
   }
   return bias_grad_run(p, dev, workspace, workspace_bytes, stream);
 }

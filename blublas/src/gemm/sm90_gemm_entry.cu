@@ -160,10 +160,20 @@ int sm90_tile_n(Sm90Tile t) {
              ? 256
              : 128;
 }
-int sm90_tile_k(Sm90Tile, Dtype ab_type) { return ab_type == Dtype::kF32 ? 32 : 64; }
+int sm90_tile_k(Sm90Tile, Dtype ab_type) {
+  return ab_type == Dtype::kF32 ? 32 : dtype_is_fp8(ab_type) ? 128 : 64;
+}
 
-LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_major) {
-  switch (ab_type) {
+LaunchFn find_launcher(Dtype a_type, Dtype b_type, Sm90Tile tile, bool a_k_major, bool b_k_major) {
+  if (dtype_is_fp8(a_type)) {
+    switch (tile) {
+      case Sm90Tile::k128x256_2c: return launcher_fp8_128x256_2c(a_type, b_type, a_k_major, b_k_major);
+      case Sm90Tile::k64x256_pp: return launcher_fp8_64x256_pp(a_type, b_type, a_k_major, b_k_major);
+      case Sm90Tile::k128x128_2c: return launcher_fp8_128x128_2c(a_type, b_type, a_k_major, b_k_major);
+      default: return nullptr;  // not compiled for FP8
+    }
+  }
+  switch (a_type) {
     case Dtype::kBF16:
       switch (tile) {
         case Sm90Tile::k128x128_1c: return launcher_bf16_128x128_1c(a_k_major, b_k_major);
@@ -194,6 +204,8 @@ LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_ma
         case Sm90Tile::kCount: break;
       }
       break;
+    case Dtype::kE4M3:
+    case Dtype::kE5M2: break;  // above
   }
   return nullptr;
 }
@@ -249,9 +261,10 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;
   }
-  const LaunchFn launch = find_launcher(p.ab_type, plan.tile, args.a_k_major, args.b_k_major);
-  BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for ab=",
-                dtype_name(p.ab_type), " tile ", sm90_tile_name(plan.tile), " a_k_major=",
+  const LaunchFn launch =
+      find_launcher(p.ab_type, p.b_type, plan.tile, args.a_k_major, args.b_k_major);
+  BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for a=",
+                dtype_name(p.ab_type), " b=", dtype_name(p.b_type), " tile ", sm90_tile_name(plan.tile), " a_k_major=",
                 args.a_k_major, " b_k_major=", args.b_k_major);
   BLUBLAS_RETURN_IF_ERROR(launch(args, stream));
   if (plan.splits > 1) {
@@ -273,7 +286,11 @@ Status sm90_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
                 dev.sm_minor);
   BLUBLAS_RETURN_IF_ERROR(sm90::check_binary(dev));
   const bool in16 = p.ab_type == Dtype::kBF16 || p.ab_type == Dtype::kF16;
-  if (p.ab_type == Dtype::kF32) {
+  const bool fp8 = dtype_is_fp8(p.ab_type);
+  if (fp8) {  // Note [FP8 GEMM]; gemm.cpp validated types, majors and epilogue already
+    BLUBLAS_CHECK(dtype_is_fp8(p.b_type) && p.a_k_major && p.b_k_major, StatusCode::kNotSupported,
+                  "sm90_wgmma: FP8 needs FP8 A and B, both K-major");
+  } else if (p.ab_type == Dtype::kF32) {
     BLUBLAS_CHECK(p.compute == ComputeMode::kTF32, StatusCode::kNotSupported,
                   "sm90_wgmma: f32 inputs need compute=tf32 (strict fp32 runs on the SIMT path)");
     BLUBLAS_CHECK(p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
@@ -283,10 +300,10 @@ Status sm90_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   }
   BLUBLAS_CHECK(p.cd_type == Dtype::kF32 || p.cd_type == Dtype::kBF16 || p.cd_type == Dtype::kF16,
                 StatusCode::kNotSupported, "sm90_wgmma: unsupported output dtype");
-  const std::size_t es = dtype_size(p.ab_type);
+  const std::size_t es = dtype_size(p.ab_type), es_b = dtype_size(p.b_type);
   // tf32 MN-major operands are transposed into the workspace first (Note [tf32 operand plan]).
-  const bool a_direct = in16 || p.a_k_major;
-  const bool b_direct = in16 || p.b_k_major;
+  const bool a_direct = in16 || fp8 || p.a_k_major;
+  const bool b_direct = in16 || fp8 || p.b_k_major;
   // Rows of A' stored: K-major -> m rows of lda; MN-major -> k rows of lda (per batch matrix).
   if (a_direct) {
     BLUBLAS_RETURN_IF_ERROR(sm90::check_operand("a", p.a, p.lda, p.stride_a, p.batch,
@@ -294,7 +311,7 @@ Status sm90_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   }
   if (b_direct) {
     BLUBLAS_RETURN_IF_ERROR(sm90::check_operand("b", p.b, p.ldb, p.stride_b, p.batch,
-                                                p.b_k_major ? p.n : p.k, es));
+                                                p.b_k_major ? p.n : p.k, es_b));
   }
   return Status::success();
 }

@@ -89,7 +89,13 @@ struct KernelParams {
   float* partial = nullptr;      // split-K partials (splits > 1), row-major [split][b][m][ld]
   int64_t partial_ld = 0;
   int64_t partial_split_stride = 0;
+  const float* scale_a = nullptr;  // FP8 (Note [FP8 GEMM]): acc *= *scale_a * *scale_b (null = 1)
+  const float* scale_b = nullptr;
 };
+
+template <class In>
+inline constexpr bool kIsFp8In = std::is_same_v<In, InE4M3E4M3> || std::is_same_v<In, InE4M3E5M2> ||
+                                 std::is_same_v<In, InE5M2E4M3> || std::is_same_v<In, InE5M2E5M2>;
 
 template <class In_, int kBM, int kBN, int kStages_, int kConsumers_, bool kAKMajor_,
           bool kBKMajor_, int kCluster_ = 1, bool kPingPong_ = false>
@@ -107,9 +113,10 @@ struct KernelConfig {
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kAKMajor = kAKMajor_;
   static constexpr bool kBKMajor = kBKMajor_;
-  static constexpr int kElemBytes = std::is_same_v<In, InTf32> ? 4 : 2;
+  static constexpr bool kFp8 = kIsFp8In<In>;
+  static constexpr int kElemBytes = std::is_same_v<In, InTf32> ? 4 : kFp8 ? 1 : 2;
   static constexpr int BK = 128 / kElemBytes;  // one 128-byte swizzle row along K
-  static constexpr int kKSteps = 4;            // 32-byte K slices per BK (k16 / k8 each)
+  static constexpr int kKSteps = 4;            // 32-byte K slices per BK (k16 / k8 / k32 each)
   static constexpr int kWgM = kPingPong ? BM : BM / kConsumers;  // tile rows per warpgroup
   static constexpr int kStageReaders = kPingPong ? 1 : kConsumers;  // warpgroups reading a stage
   static constexpr int kMI = kWgM / 64;        // m64 wgmmas per consumer warpgroup
@@ -133,8 +140,8 @@ struct KernelConfig {
   static_assert(kSmemBytes <= 232448, "shared memory above the sm_90 opt-in limit");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
   static_assert(BM <= 256 && BN <= 256, "TMA boxes are at most 256 rows");
-  static_assert(!std::is_same_v<In, InTf32> || (kAKMajor && kBKMajor),
-                "tf32 wgmma takes K-major operands only");
+  static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
+                "tf32 and FP8 wgmma take K-major operands only");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
   static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
                 "cluster multicast splits B into two halves of whole 64-wide boxes");
@@ -170,7 +177,8 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 // split-K partial buffer. row0/col0: the chunk's first row and column in D.
 template <class OutT, int kRows>
 __device__ __forceinline__ void store_chunk(const KernelParams& p, const WorkUnit& w,
-                                            const float* staging, int row0, int col0, int t) {
+                                            const float* staging, int row0, int col0, int t,
+                                            float& amax) {
 #pragma unroll 1
   for (int idx = t; idx < kRows * (kEpiCols / 2); idx += 128) {
     const int r = idx / (kEpiCols / 2);
@@ -188,7 +196,8 @@ __device__ __forceinline__ void store_chunk(const KernelParams& p, const WorkUni
         out[0] = v.x;
       }
     } else {
-      epilogue_store2<OutT>(p.epi, w.batch, row, col, v.x, v.y);
+      const float2 out = epilogue_store2<OutT>(p.epi, w.batch, row, col, v.x, v.y);
+      amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));  // dead code unless FP8 reads it
     }
   }
 }
@@ -202,6 +211,7 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
   const int warp = t / 32, lane = t % 32;
   const int row0 = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
   const int col_tile = w.tn * Cfg::BN;
+  float amax = 0.0f;
 #pragma unroll
   for (int chunk = 0; chunk < Cfg::BN / kEpiCols; ++chunk) {
     const int col0 = col_tile + chunk * kEpiCols;
@@ -222,14 +232,18 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
     }
     named_barrier_sync(1 + c, 128);
     if (p.partial != nullptr) {
-      store_chunk<void, kRows>(p, w, staging, row0, col0, t);
+      store_chunk<void, kRows>(p, w, staging, row0, col0, t, amax);
     } else if (p.out_type == 1) {
-      store_chunk<__nv_bfloat16, kRows>(p, w, staging, row0, col0, t);
+      store_chunk<__nv_bfloat16, kRows>(p, w, staging, row0, col0, t, amax);
     } else if (p.out_type == 2) {
-      store_chunk<__half, kRows>(p, w, staging, row0, col0, t);
+      store_chunk<__half, kRows>(p, w, staging, row0, col0, t, amax);
     } else {
-      store_chunk<float, kRows>(p, w, staging, row0, col0, t);
+      store_chunk<float, kRows>(p, w, staging, row0, col0, t, amax);
     }
+  }
+  // Split-K partials carry no amax: the reduction kernel takes it from the final values.
+  if constexpr (Cfg::kFp8) {
+    if (p.epi.amax != nullptr && p.partial == nullptr) amax_warp_commit(p.epi.amax, amax);
   }
 }
 
@@ -283,10 +297,11 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float v0, float 
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
 // this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
 // shared addresses keep register pressure low next to the 128 live accumulators).
+// amax (FP8 configs only): the running max |value| of this thread's in-range elements.
 template <class Cfg, class OutT, int kWhat>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
-                                           float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+                                           float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax) {
   using Shape = StoreShape<OutT>;
   constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
@@ -335,6 +350,12 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
             v1 = gelu_tanh_fast(v1);
           }
         }
+        if constexpr (Cfg::kFp8) {  // TMA clips the tile edges; amax must too
+          const int grow = row_base + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+          const int gcol = col_base + pass * Shape::kPassCols + jj * 8 + (lane % 4) * 2;
+          if (grow < p.m && gcol < p.n) amax = fmaxf(amax, fabsf(v0));
+          if (grow < p.m && gcol + 1 < p.n) amax = fmaxf(amax, fabsf(v1));
+        }
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         if constexpr (std::is_same_v<OutT, float>) {
           st_shared_v2_f32(addr, v0, v1);
@@ -382,13 +403,15 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool aux = gelu && p.epi.aux != nullptr;
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
+  float amax = 0.0f;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
     if (aux) {
       if (t == 0) bulk_wait_read<0>();
       named_barrier_sync(1 + c, 128);
-      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc);
+      float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
+      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax);
       fence_proxy_async_smem();
       named_barrier_sync(1 + c, 128);
       if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
@@ -396,13 +419,16 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     if (t == 0) bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
     if (gelu) {
-      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc);
+      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax);
     } else {
-      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc);
+      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + c, 128);
     if (t == 0) store_pass<Cfg, OutT>(p, map_d, pass, row_base, col_base, w.batch, stg);
+  }
+  if constexpr (Cfg::kFp8) {
+    if (p.epi.amax != nullptr) amax_warp_commit(p.epi.amax, amax);
   }
 }
 
@@ -603,6 +629,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMI; ++mi) fence_accumulators(acc[mi]);
+      if constexpr (Cfg::kFp8) {  // Note [FP8 GEMM]: the per-tensor scales, before any epilogue
+        if (p.scale_a != nullptr || p.scale_b != nullptr) {
+          const float s = (p.scale_a != nullptr ? *p.scale_a : 1.0f) *
+                          (p.scale_b != nullptr ? *p.scale_b : 1.0f);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[mi][i] *= s;
+          }
+        }
+      }
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
       WorkUnit w = decode_unit(p, u);
       w.tm = w.tm * Cfg::kCluster + cta_rank;

@@ -24,6 +24,7 @@ template <class Cfg>
 CUtensorMapDataType tensor_map_dtype() {
   if constexpr (std::is_same_v<typename Cfg::In, InBf16>) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   if constexpr (std::is_same_v<typename Cfg::In, InF16>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if constexpr (Cfg::kFp8) return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // bytes: wgmma knows the format
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;  // tf32: wgmma reads the top 19 bits
 }
 
@@ -126,6 +127,8 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   kp.b_rank3 = b_rank3 ? 1 : 0;
   kp.out_type = p.cd_type == Dtype::kBF16 ? 1 : (p.cd_type == Dtype::kF16 ? 2 : 0);
   kp.epi = make_epilogue_args(p);
+  kp.scale_a = p.scale_a;
+  kp.scale_b = p.scale_b;
   if (kp.splits > 1) {
     BLUBLAS_CHECK(args.partial != nullptr, StatusCode::kInvalidArgument,
                   "sm90 gemm: split-K without a partial buffer");
@@ -193,7 +196,7 @@ LaunchFn pick_launcher(bool a_k_major, bool b_k_major) {
   };
   using T = std::true_type;
   using F = std::false_type;
-  if constexpr (std::is_same_v<In, InTf32>) {
+  if constexpr (std::is_same_v<In, InTf32> || kIsFp8In<In>) {
     return a_k_major && b_k_major ? fn(T{}, T{}) : nullptr;
   } else {
     if (a_k_major && b_k_major) return fn(T{}, T{});

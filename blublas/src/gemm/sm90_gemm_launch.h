@@ -26,7 +26,7 @@ enum class Sm90Tile : int {
 const char* sm90_tile_name(Sm90Tile t);
 int sm90_tile_m(Sm90Tile t);
 int sm90_tile_n(Sm90Tile t);
-int sm90_tile_k(Sm90Tile t, Dtype ab_type);
+int sm90_tile_k(Sm90Tile t, Dtype ab_type);  // 32 tf32, 64 bf16/f16, 128 FP8
 
 // One launch of the main kernel: operands already K-major where the type needs it (tf32).
 struct LaunchArgs {
@@ -44,8 +44,8 @@ struct LaunchArgs {
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);
 
-// The launcher for (input type, tile, operand majors), or null when not compiled in.
-LaunchFn find_launcher(Dtype ab_type, Sm90Tile tile, bool a_k_major, bool b_k_major);
+// The launcher for (A's and B's input types, tile, operand majors), or null when not compiled in.
+LaunchFn find_launcher(Dtype a_type, Dtype b_type, Sm90Tile tile, bool a_k_major, bool b_k_major);
 
 // Per-file registration: each sm90_<type>_gemm_<tile>.cu defines one of these.
 LaunchFn launcher_bf16_128x128_1c(bool a_k_major, bool b_k_major);
@@ -63,6 +63,10 @@ LaunchFn launcher_tf32_128x256_2c_cl2(bool a_k_major, bool b_k_major);
 LaunchFn launcher_bf16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_64x256_pp(bool a_k_major, bool b_k_major);
+// FP8 (sm90_fp8_gemm_<tile>.cu): the four e4m3/e5m2 pairs of one tile, K-major operands only.
+LaunchFn launcher_fp8_128x256_2c(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
+LaunchFn launcher_fp8_64x256_pp(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
+LaunchFn launcher_fp8_128x128_2c(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
 
 // Host support kernel (sm90_gemm_support.cu, plain CUDA, any arch); the tf32 transpose pre-pass
 // is gemm_detail::transpose_f32 (operand_repack.h).

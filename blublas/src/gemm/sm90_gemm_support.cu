@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(256)
                          int64_t split_stride, int splits, int batch) {
   const int pairs = (e.n + 1) / 2;
   const int64_t total = static_cast<int64_t>(batch) * e.m * pairs;
+  float amax = 0.0f;  // FP8 calls (e.amax): max |D| of this thread's elements
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int jp = static_cast<int>(idx % pairs);
@@ -39,8 +40,10 @@ __global__ void __launch_bounds__(256)
     } else {
       for (int s = 0; s < splits; ++s) v0 += src[s * split_stride];
     }
-    epilogue_store2<OutT>(e, b, i, j, v0, v1);
+    const float2 out = epilogue_store2<OutT>(e, b, i, j, v0, v1);
+    amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));
   }
+  if (e.amax != nullptr) amax_warp_commit(e.amax, amax);
 }
 
 }  // namespace
@@ -62,6 +65,9 @@ Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial
     case Dtype::kF32:
       splitk_reduce_kernel<float><<<blocks, threads, 0, stream>>>(e, partial, partial_ld, split_stride, splits, p.batch);
       break;
+    case Dtype::kE4M3:
+    case Dtype::kE5M2:
+      return Status(StatusCode::kNotSupported, "sm90 splitk_reduce: FP8 output");
   }
   BLUBLAS_KERNEL_LAUNCH_CHECK("sm90 splitk_reduce_kernel");
   return Status::success();

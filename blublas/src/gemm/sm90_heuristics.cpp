@@ -43,7 +43,9 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
   const int64_t sms = std::max(1, dev.sm_count);
   const int64_t per_cta = (units + sms - 1) / sms;
   const bool tf32 = p.ab_type == Dtype::kF32;
-  const double sm_flops = (tf32 ? 330e12 : 716e12) / 132.0 * t.relative_speed;
+  // FP8: twice the bf16 tensor rate (H100 datasheet, dense), not yet measured here.
+  const double rate = tf32 ? 330e12 : dtype_is_fp8(p.ab_type) ? 2.0 * 716e12 : 716e12;
+  const double sm_flops = rate / 132.0 * t.relative_speed;
   const double main_seconds = (2.0 * bm * bn * bk * kb_per_unit) / sm_flops;
   // Epilogue: a fixed part plus a part proportional to the tile's output bytes (64 KB for a
   // 128x256 16-bit tile). Split-K units write fp32 partials.
