@@ -194,6 +194,31 @@ TEST(Config, ConfigsThatDoNotFitAreRejected) {
   EXPECT_EQ(TrainConfig().nonfinite_max_skips, 10);
 }
 
+// Note [Tensor-parallel training]: --tp runs on the autograd engine, without ZeRO; on a GPU the
+// engine must be chosen explicitly (auto picks the fused one there).
+TEST(Config, TensorParallelFlagCombinations) {
+  auto err = [](TrainConfig c, bool gpu) {
+    try {
+      resolve_auto(c, gpu);
+    } catch (const blu::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(TrainConfig().tp, 1);
+  EXPECT_EQ(err(parse({"--tp", "2"}), false), "");
+  EXPECT_EQ(err(parse({"--tp=2", "--engine=autograd"}), true), "");
+  EXPECT_NE(err(parse({"--tp", "2"}), true).find("--tp 2 with --engine fused: tensor parallelism runs on the "
+                                                 "autograd engine only"),
+            std::string::npos)
+      << err(parse({"--tp", "2"}), true);
+  EXPECT_NE(err(parse({"--tp", "0"}), false).find("--tp 0: expected the number of tensor-parallel ranks"),
+            std::string::npos);
+  EXPECT_NE(err(parse({"--tp", "2", "--dp", "2", "--zero", "2"}), false).find("--tp 2 with --zero 2"),
+            std::string::npos);
+  EXPECT_NE(err(parse({"--tp", "2048", "--dp", "1024"}), false).find("too many ranks"), std::string::npos);
+}
+
 // Found by tests/fuzz/config_file_fuzz.cpp: B*T*dp from a config file overflowed int64 in
 // resolve_auto (signed overflow, then a garbage total batch); it is now an error naming the flags.
 TEST(Config, TokensPerStepOverflowIsAnError) {
