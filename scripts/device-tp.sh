@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# device-tp.sh: blutrain --tp 2 (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h) on a 2-GPU
+# machine (nvidia-h100-x2 / nvidia-h200-x2) over NCCL, against one GPU, both on the autograd
+# engine in fp32 with the same batch: for each model (tiny, d12) one GPU, then blurun
+# --nproc-per-node 2 -- blutrain train --tp 2, 20 steps of synthetic data, validation at 0, 10, 20;
+# prints the largest relative train / val loss difference and the median step time of each.
+# Logs and metrics land in $OUT/tp-results.tar.gz, the table in $OUT/tp.txt. Not run on a device
+# yet (written in session 11; the device budget went to other work): the first call will tell.
+#   run(kind="nvidia-h100-x2", timeout_s=600, command="scripts/device-tp.sh")
+#   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--steps 20]
+set -uo pipefail
+build=/tmp/bd-tp models=tiny,d12 steps=20
+while (($#)); do
+  case $1 in
+    --build-dir) build=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "unknown flag $1"; exit 2 ;;
+  esac
+done
+OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT"
+work=/tmp/blu-tp; logs=$work/logs; runs=$work/runs
+rm -rf "$work"; mkdir -p "$logs" "$runs"
+# NVLink multicast stays off everywhere (KINDS.md), also in the processes blurun starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCL_HOME=${NCCL_HOME:-/usr}
+source scripts/device-build.sh
+table=$OUT/tp.txt; : > "$table"
+trap 'tar -C "$work" --exclude="*.bin" -czf "$OUT/tp-results.tar.gz" logs runs 2>/dev/null' EXIT
+echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)" \
+  "commit $(git rev-parse --short HEAD 2>/dev/null)" | tee -a "$table"
+
+stamp "configure + build"
+blu_device_build "$build" "$logs" blutrain-cli blurun || { echo "build failed" | tee -a "$table"; exit 1; }
+grep -E "bludist: (NCCL|Gloo)" "$logs/configure.txt"
+bt=$build/blutrain/blutrain; br=$build/bludist/blurun
+
+# max relative difference of two metrics.jsonl files' records of one event, and the median step_ms.
+compare() {
+  python3 - "$@" <<'EOF'
+import json, statistics, sys
+def records(path, event):
+    return [r for r in map(json.loads, open(path)) if r.get("event") == event]
+one, two, label = sys.argv[1], sys.argv[2], sys.argv[3]
+out = [label]
+for event, key in (("train", "loss"), ("val", "val_loss")):
+    a, b = [r[key] for r in records(one, event)], [r[key] for r in records(two, event)]
+    worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("nan")
+    out.append(f"{event} {len(a)}/{len(b)} records, max rel diff {worst:.3g}")
+ms = lambda p: statistics.median(r["step_ms"] for r in records(p, "train")[3:])
+out.append(f"step {ms(one):.1f} ms one GPU, {ms(two):.1f} ms --tp 2")
+print("; ".join(out))
+EOF
+}
+
+IFS=, read -ra model_list <<< "$models"
+for m in "${model_list[@]}"; do
+  flags="train --model $m --device cuda --precision fp32 --engine autograd --batch-size 4 --seq-len 128
+         --max-steps $steps --data synthetic --cache-dir $work/cache --val-every 10 --val-batches 2
+         --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --resume none --time-limit 0"
+  stamp "$m: one GPU"
+  timeout 200 "$bt" $flags --out-dir "$runs/$m-one" > "$logs/$m-one.txt" 2>&1 || tail -5 "$logs/$m-one.txt"
+  stamp "$m: --tp 2"
+  timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags --tp 2 --out-dir "$runs/$m-tp2" \
+    > "$logs/$m-tp2.txt" 2>&1 || tail -5 "$logs/$m-tp2.txt"
+  grep -m1 "tensor parallel over" "$logs/$m-tp2.txt"
+  compare "$runs/$m-one/metrics.jsonl" "$runs/$m-tp2/metrics.jsonl" "$m fp32" | tee -a "$table"
+done
+stamp done
+cat "$table"
