@@ -2,7 +2,8 @@
 // reproduces the per-step train and val losses of the one-process run of the same batch within
 // 1e-5 relative over 20 steps (and greedy samples, when the GPT-2 vocabulary is installed); its
 // checkpoints are one-process ones (one process resumes a --tp checkpoint, --tp resumes a
-// one-process one, both onto the uninterrupted curve); a 2 x 2 mesh (--dp 2 --tp 2) matches too;
+// one-process one, both onto the uninterrupted curve); a 2 x 2 mesh (--dp 2 --tp 2, with gradient
+// accumulation) matches too;
 // bad --tp flags and launches are clear errors (Note [Tensor-parallel training] in
 // blutrain/src/train/tensor_parallel.h).
 #include <gtest/gtest.h>
@@ -129,11 +130,12 @@ TEST_F(TensorParallelTrain, TwoRanksMatchOneProcessAndCheckpointsAreOneProcessOn
 
 TEST_F(TensorParallelTrain, TwoByTwoMeshMatchesOneProcess) {
   REQUIRE_GLOO();
-  // 4 ranks: tensor-parallel pairs {0, 1} and {2, 3}, each pair reading B=1 of the global batch of 2.
-  // The corpus vocabulary (the pattern's 24 ids padded to 128 rows: rank 1 of a pair holds only
-  // padding) keeps the 4 processes cheap.
-  const std::string common = "--max-steps 12 --sample-tokens 0 --no-save --vocab corpus --cache-dir " +
-                             (root_ / "cache").string() + " ";
+  // 4 ranks: tensor-parallel pairs {0, 1} and {2, 3}, each pair reading B=1 of the global batch of 2,
+  // with 2 accumulation micro-steps (DDP's no_sync step in between). The corpus vocabulary (the
+  // pattern's 24 ids padded to 128 rows: rank 1 of a pair holds only padding) keeps the 4
+  // processes cheap.
+  const std::string common = "--max-steps 12 --total-batch-tokens 64 --sample-tokens 0 --no-save --vocab corpus "
+                             "--cache-dir " + (root_ / "cache").string() + " ";
   auto one = run_command(blutrain("one", common + "--batch-size 2"));
   ASSERT_EQ(one.status, 0) << one.output;
   auto mesh = run_command(blurun(4, blutrain("mesh", common + "--batch-size 1 --dp 2 --tp 2")));
