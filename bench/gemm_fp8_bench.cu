@@ -166,18 +166,34 @@ int main(int argc, char** argv) {
       cublasLtMatmulPreference_t pref;
       LT_OK(cublasLtMatmulPreferenceCreate(&pref));
       LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof(lt_ws_bytes)));
-      cublasLtMatmulHeuristicResult_t res{};
+      // The heuristic's candidates in order; the first that cublasLtMatmul runs is the reference
+      // (2026-11-26, H100, CUDA 13: the top candidate for e4m3 x e4m3 -> bf16 was refused with
+      // NOT_SUPPORTED at run time; CUBLASLT_LOG_LEVEL=2 in the environment prints why).
+      cublasLtMatmulHeuristicResult_t cand[8] = {};
       int found = 0;
-      cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, ld, pref, 1, &res, &found);
+      cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, ld, pref, 8, cand, &found);
       cublasLtMatmulPreferenceDestroy(pref);
-      const bool have_lt = hs == CUBLAS_STATUS_SUCCESS && found > 0;
       const float alpha = 1.0f, beta = 0.0f;
-      auto theirs = [&](int i) {
+      const cublasLtMatmulAlgo_t* algo = nullptr;
+      auto lt_call = [&](int i, const cublasLtMatmulAlgo_t* a) {
         void* dst = i < 0 ? D_ref : D[i % rot];
         const int j = i < 0 ? 0 : i % rot;
-        LT_OK(cublasLtMatmul(lt, op, &alpha, B[j], la, A[j], lb, &beta, dst, lc, dst, ld, &res.algo, lt_ws,
-                             lt_ws_bytes, stream));
+        return cublasLtMatmul(lt, op, &alpha, B[j], la, A[j], lb, &beta, dst, lc, dst, ld, a, lt_ws,
+                              lt_ws_bytes, stream);
       };
+      std::string lt_why = hs != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(hs) : found == 0 ? "no algorithm" : "";
+      for (int c = 0; hs == CUBLAS_STATUS_SUCCESS && c < found && algo == nullptr; ++c) {
+        const cublasStatus_t ms = lt_call(-1, &cand[c].algo);
+        if (ms == CUBLAS_STATUS_SUCCESS) {
+          algo = &cand[c].algo;
+        } else {
+          lt_why += std::string(c ? "; " : "") + "candidate " + std::to_string(c) + ": " + cublasLtGetStatusString(ms);
+        }
+      }
+      const bool have_lt = algo != nullptr;
+      if (!have_lt) std::printf("%s %s: cuBLASLt runs no candidate (%s)\n", pr.name, s.name, lt_why.c_str());
+      else if (!lt_why.empty()) std::printf("%s %s: cuBLASLt refused earlier candidates (%s)\n", pr.name, s.name, lt_why.c_str());
+      auto theirs = [&](int i) { LT_OK(lt_call(i, algo)); };
       double diff = NAN;
       if (have_lt) {
         ours(0, false);
