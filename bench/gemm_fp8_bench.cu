@@ -93,10 +93,16 @@ int main(int argc, char** argv) {
   const size_t lt_ws_bytes = size_t(32) << 20;
   void* lt_ws = nullptr;
   BLU_BENCH_CUDA(cudaMalloc(&lt_ws, lt_ws_bytes));
-  float* scales = nullptr;  // [scale_a, scale_b, amax]
-  BLU_BENCH_CUDA(cudaMalloc(&scales, 3 * sizeof(float)));
-  const float host_scales[3] = {0.5f, 0.25f, 0.0f};
-  BLU_BENCH_CUDA(cudaMemcpy(scales, host_scales, sizeof(host_scales), cudaMemcpyHostToDevice));
+  // scale_a, scale_b and amax each in its own 256-byte slot: cuBLASLt refused every algorithm at
+  // run time (NOT_SUPPORTED, 2026-11-26) with the scales 4 bytes apart; the heuristic, which does
+  // not see pointers, had accepted them.
+  constexpr int kSlot = 64;  // floats
+  float* scales = nullptr;   // [scale_a] .. [scale_b] .. [amax]
+  BLU_BENCH_CUDA(cudaMalloc(&scales, 3 * kSlot * sizeof(float)));
+  std::vector<float> host_scales(3 * kSlot, 0.0f);
+  host_scales[0] = 0.5f;
+  host_scales[kSlot] = 0.25f;
+  BLU_BENCH_CUDA(cudaMemcpy(scales, host_scales.data(), host_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
 
   std::vector<Shape> shapes = {{"qkv.fwd", 16384, 2304, 768},    {"attn_proj.fwd", 16384, 768, 768},
                                {"fc.fwd", 16384, 3072, 768},     {"fc_proj.fwd", 16384, 768, 3072},
@@ -132,7 +138,7 @@ int main(int argc, char** argv) {
       g.ab_type = pr.a; g.b_type = pr.b; g.cd_type = pr.d;
       g.op_a = blublas::Op::kN; g.op_b = blublas::Op::kT;
       g.lda = s.k; g.ldb = s.k; g.ldd = s.n;
-      g.scale_a = scales; g.scale_b = scales + 1;
+      g.scale_a = scales; g.scale_b = scales + kSlot;
       std::size_t ws_bytes = 0;
       g.a = A[0]; g.b = B[0]; g.d = D[0];
       blublas::Status st = blublas::gemm_workspace_size(g, &ws_bytes);
@@ -142,7 +148,7 @@ int main(int argc, char** argv) {
       auto ours = [&](int i, bool amax) {
         blublas::GemmDesc x = g;
         x.a = A[i % rot]; x.b = B[i % rot]; x.d = D[i % rot];
-        x.amax_d = amax ? scales + 2 : nullptr;
+        x.amax_d = amax ? scales + 2 * kSlot : nullptr;
         blublas::Status r = blublas::gemm(x, ws, ws_bytes, stream);
         if (!r.ok()) { std::fprintf(stderr, "%s\n", r.to_string().c_str()); std::exit(1); }
       };
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
       LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
       const int8_t fast = 1;
       LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-      const float* sa = scales + 1;  // cuBLASLt's A is our W (B), its B our X (A)
+      const float* sa = scales + kSlot;  // cuBLASLt's A is our W (B), its B our X (A)
       const float* sb = scales;
       LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa)));
       LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb)));
@@ -191,6 +197,12 @@ int main(int argc, char** argv) {
         }
       }
       const bool have_lt = algo != nullptr;
+      if (!have_lt && found > 0) {  // diagnosis only (not timed): the same call without scale pointers
+        const void* none = nullptr;
+        LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &none, sizeof(none)));
+        LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &none, sizeof(none)));
+        lt_why += std::string("; candidate 0 without scale pointers: ") + cublasLtGetStatusString(lt_call(-1, &cand[0].algo));
+      }
       if (!have_lt) std::printf("%s %s: cuBLASLt runs no candidate (%s)\n", pr.name, s.name, lt_why.c_str());
       else if (!lt_why.empty()) std::printf("%s %s: cuBLASLt refused earlier candidates (%s)\n", pr.name, s.name, lt_why.c_str());
       auto theirs = [&](int i) { LT_OK(lt_call(i, algo)); };
