@@ -2,8 +2,9 @@
 // reproduces the per-step train and val losses of the one-process run of the same batch within
 // 1e-5 relative over 20 steps (and greedy samples, when the GPT-2 vocabulary is installed); its
 // checkpoints are one-process ones (one process resumes a --tp checkpoint, --tp resumes a
-// one-process one, both onto the uninterrupted curve); a 2 x 2 mesh (--dp 2 --tp 2, with gradient
-// accumulation) matches too;
+// one-process one, both onto the uninterrupted curve) and --init-from weights are cut into shards;
+// a 2 x 2 mesh (--dp 2 --tp 2, with gradient accumulation) matches too; a non-finite gradient makes
+// both ranks skip the same step;
 // bad --tp flags and launches are clear errors (Note [Tensor-parallel training] in
 // blutrain/src/train/tensor_parallel.h).
 #include <gtest/gtest.h>
@@ -128,6 +129,17 @@ TEST_F(TensorParallelTrain, TwoRanksMatchOneProcessAndCheckpointsAreOneProcessOn
   ASSERT_EQ(resumed_two.status, 0) << resumed_two.output;
   blu::test::expect_same_loss_curve(losses_in(metrics("r2"), "train"), std::vector<double>(ref.begin() + 10, ref.end()),
                                     1e-5, "--tp 2 from one process step 10");
+
+  // --init-from (Hugging Face weights: the one-process run's final model.safetensors) cut into
+  // shards: 3 steps from it on 2 ranks follow the one-process run from it.
+  const std::string init = "--max-steps 3 --sample-tokens 0 --no-save --init-from " + checkpoint("one", 20) +
+                           "/model.safetensors ";
+  auto init_one = run_command(blutrain("i1", "--batch-size 2 " + init));
+  ASSERT_EQ(init_one.status, 0) << init_one.output;
+  auto init_two = run_command(blurun(2, blutrain("i2", "--batch-size 2 --tp 2 " + init)));
+  ASSERT_EQ(init_two.status, 0) << init_two.output;
+  blu::test::expect_same_loss_curve(losses_in(metrics("i2"), "train"), losses_in(metrics("i1"), "train"), 1e-5,
+                                    "--tp 2 --init-from");
 }
 
 TEST_F(TensorParallelTrain, TwoByTwoMeshMatchesOneProcess) {
@@ -149,6 +161,24 @@ TEST_F(TensorParallelTrain, TwoByTwoMeshMatchesOneProcess) {
                                     "--dp 2 --tp 2 val");
   EXPECT_NE(mesh.output.find("| dp 2: rank mem"), std::string::npos) << mesh.output;
   EXPECT_NE(mesh.output.find("| tp 2"), std::string::npos) << mesh.output;
+}
+
+// Note [Non-finite steps] with --tp: a NaN put into every rank's shard of one gradient at step 4
+// makes the norm summed over the shards NaN on both ranks, so both skip the step, on the
+// one-process curve (which skipped it too).
+TEST_F(TensorParallelTrain, NonfiniteStepIsSkippedByBothRanks) {
+  REQUIRE_GLOO();
+  const std::string inject = "BLUTRAIN_TEST_INJECT_NONFINITE=4@h.2.attn.c_proj.weight ";
+  const std::string common = "--batch-size 2 --max-steps 8 --nonfinite skip --sample-tokens 0 --no-save --vocab corpus "
+                             "--cache-dir " + (root_ / "cache").string() + " ";
+  auto one = run_command(inject + blutrain("one", common));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = run_command(inject + blurun(2, blutrain("two", common + "--tp 2")));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("[rank 0] warning: non-finite step 4: "), std::string::npos) << two.output;
+  const std::vector<double> ref = losses_in(metrics("one"), "train");
+  ASSERT_EQ(ref.size(), 7u) << one.output;  // step 4 has a "nonfinite" event instead
+  blu::test::expect_same_loss_curve(losses_in(metrics("two"), "train"), ref, 1e-5, "--tp 2 --nonfinite skip");
 }
 
 TEST_F(TensorParallelTrain, BadFlagsAndLaunchesAreClearErrors) {
