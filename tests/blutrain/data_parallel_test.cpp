@@ -21,37 +21,14 @@
 #include "blutrain/config.h"
 #include "common/loss_curves.h"
 #include "common/run_command.h"
+#include "support/metrics_losses.h"
 #include "support/pattern_shards.h"
 
 namespace fs = std::filesystem;
+using blu::test::losses_in;
 using blu::test::run_command;
 
-// CPU ranks talk through bludist's Gloo backend (Debian's libgloo-dev).
-#if BLUTRAIN_TEST_HAVE_GLOO
-#define REQUIRE_GLOO() \
-  do {                 \
-  } while (0)
-#else
-#define REQUIRE_GLOO() GTEST_SKIP() << "built without Gloo (libgloo-dev): no CPU ranks"
-#endif
-
 namespace {
-
-// The loss of every record of `event` ("train" or "val") in a metrics.jsonl, in order.
-std::vector<double> losses_in(const std::string& metrics_path, const std::string& event) {
-  std::vector<double> out;
-  std::ifstream f(metrics_path);
-  std::string line;
-  const std::string tag = "{\"event\":\"" + event + "\"";
-  const std::string key = event == "val" ? "\"val_loss\":" : "\"loss\":";
-  while (std::getline(f, line)) {
-    if (line.rfind(tag, 0) != 0) continue;
-    const size_t at = line.find(key);
-    if (at != std::string::npos)
-      out.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
-  }
-  return out;
-}
 
 class DataParallelTrain : public ::testing::Test {
  protected:
