@@ -125,9 +125,16 @@ TEST(Config, AutoResolvesForCpuAndGpu) {
   EXPECT_EQ(cpu.precision, "fp32");
   EXPECT_EQ(cpu.total_batch_tokens, int64_t{cpu.batch_size} * cpu.seq_len);
   EXPECT_GT(cpu.time_limit_s, 0);
+  // Note [Tiny CPU recipe]: 2500 steps, AdamW beta2 0.99 and eps 1e-4 for the tiny CPU run;
+  // GPT-2's 0.95 and 1e-8 elsewhere.
+  EXPECT_EQ(cpu.max_steps, 2500);
+  EXPECT_DOUBLE_EQ(cpu.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(cpu.adam_eps, 1e-4);
   TrainConfig gpu;
   resolve_auto(gpu, true);
   EXPECT_EQ(gpu.model, "d12");
+  EXPECT_DOUBLE_EQ(gpu.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(gpu.adam_eps, 1e-8);
   EXPECT_EQ(gpu.batch_size, 16);
   EXPECT_EQ(gpu.seq_len, 1024);
   EXPECT_EQ(gpu.precision, "bf16");

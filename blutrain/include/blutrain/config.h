@@ -59,8 +59,8 @@ struct TrainConfig {
   int64_t warmup_steps = -1;       // -1 = auto
   double weight_decay = 0.1;       // on 2-D weights only
   double beta1 = 0.9;
-  double beta2 = 0.95;
-  double adam_eps = 1e-8;
+  double beta2 = 0;                // 0 = auto: 0.95; tiny 0.99 (Note [Tiny CPU recipe] in config.cpp)
+  double adam_eps = 0;             // 0 = auto: 1e-8; tiny 1e-4 (Note [Tiny CPU recipe] in config.cpp)
   double grad_clip = 1.0;          // global L2 norm; 0 = off
   std::string nonfinite = "stop";  // NaN/inf loss or gradient norm: stop | skip (Note [Non-finite steps])
   int nonfinite_max_skips = 10;    // skip: stop at this many non-finite steps in a row
