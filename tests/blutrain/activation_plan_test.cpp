@@ -41,7 +41,8 @@ std::vector<Span> spans(const ActivationPlan& p) {
              {b.x, btc, "x"}, {b.ln1, btc, "ln1"}, {b.qkv, 3 * btc, "qkv"}, {b.atty, btc, "atty"}, {b.lse, lse, "lse"},
              {b.x2, btc, "x2"}, {b.ln2, btc, "ln2"}, {b.pre, 4 * btc, "pre"}, {b.gelu, 4 * btc, "gelu"},
              {b.ln1_mean, rowf, "m1"}, {b.ln1_rstd, rowf, "r1"}, {b.ln2_mean, rowf, "m2"}, {b.ln2_rstd, rowf, "r2"}}) {
-      if (std::none_of(out.begin(), out.end(), [&](const Span& sp) { return sp.at == at; })) out.push_back({at, bytes, s + n});
+      const std::size_t where = at;  // clang 14 cannot capture a structured binding in a lambda
+      if (std::none_of(out.begin(), out.end(), [&](const Span& sp) { return sp.at == where; })) out.push_back({at, bytes, s + n});
     }
   }
   return out;
