@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "blutensor/blutensor.h"
 #include "blutensor/philox.h"
@@ -117,6 +118,14 @@ TEST(TensorCore, CastsAndCopies) {
   EXPECT_EQ(b[1], -2.25);
   EXPECT_EQ(x.to(kInt64).to_vector<int64_t>()[1], -2);
   EXPECT_EQ(x.to(kUInt16).to_vector<double>()[2], 3.0);
+  // Out of an integer type's range: saturated, NaN -> 0 (CUDA's conversions; a plain C++ cast is UB).
+  Tensor wild = from_vector(std::vector<double>{-2.25, 70000.0, std::nan(""), 1e30, -1e30}, {}, kFloat64);
+  EXPECT_EQ(wild.to(kUInt16).to_vector<double>(), (std::vector<double>{0.0, 65535.0, 0.0, 65535.0, 0.0}));
+  const std::vector<int32_t> w32 = wild.to(kInt32).to_vector<int32_t>();
+  EXPECT_EQ(w32[0], -2);
+  EXPECT_EQ(w32[2], 0);
+  EXPECT_EQ(w32[3], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(w32[4], std::numeric_limits<int32_t>::lowest());
   // bf16 rounding is to nearest even.
   EXPECT_EQ(static_cast<float>(BFloat16(1.00390625f)), 1.0f);      // halfway: even (down)
   EXPECT_EQ(static_cast<float>(BFloat16(1.01171875f)), 1.015625f); // halfway: even (up)

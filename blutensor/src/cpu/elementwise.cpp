@@ -1,6 +1,7 @@
 // CPU elementwise kernels: copy_ (with casts), fill_, unary, binary. Each op/dtype pair is its own
 // instantiated loop over runs (cpu_loops.h); bf16/f16 compute in float, f64 in double.
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <type_traits>
 
@@ -22,9 +23,17 @@ template <typename T> inline double to_double(T v) {
     return static_cast<double>(v);
   }
 }
+// Floating to integer: truncation toward zero, saturated to T's range, NaN -> 0 (what CUDA's
+// float-to-integer conversions do, so both backends agree). A plain static_cast of an out-of-range
+// value (-2.25 to uint16) is undefined behaviour (UBSan, clang, 2026-11-26).
 template <typename T> inline T from_double(double v) {
   if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
     return T(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (std::isnan(v)) return T(0);
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
   } else {
     return static_cast<T>(v);
   }
