@@ -30,6 +30,7 @@
 #include <random>
 
 #include "bench_common.h"
+#include "gemm_diff.cuh"
 #include "blublas/gemm.h"
 
 namespace {
@@ -41,6 +42,8 @@ using blublas::GemmDesc;
 using blublas::GemmPath;
 using blublas::Op;
 namespace bb = blu::bench;
+using bb::grid_for;
+using bb::rel_diff;
 
 #define CUBLAS_OK(expr)                                                                       \
   do {                                                                                        \
@@ -82,8 +85,6 @@ __device__ __forceinline__ float hash_uniform(uint64_t i, uint64_t seed) {
 }
 __device__ __forceinline__ void store_as(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_as(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ float load_f32(const float* p) { return *p; }
-__device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
 template <typename T>
 __global__ void fill_uniform_kernel(T* p, size_t n, uint64_t seed, float scale) {
@@ -97,32 +98,6 @@ __global__ void fill_nan_kernel(T* p, size_t n) {
        i += size_t(gridDim.x) * blockDim.x)
     store_as(p + i, __int_as_float(0x7fc00000));
 }
-// out[0] = max |x - ref| and out[1] = max |ref| over rows x cols at leading dimension ld, as float
-// bits (non-negative floats order like their bits; a NaN difference wins and shows as NaN);
-// out[2] / out[3] count NaNs in x (ours: NaN or never written) and in ref (cuBLAS).
-template <typename TX, typename TR>
-__global__ void diff_max_kernel(const TX* x, const TR* ref, int64_t rows, int64_t cols, int64_t ld,
-                                unsigned* out) {
-  float dmax = 0.f, rmax = 0.f;
-  unsigned nan_x = 0, nan_r = 0;
-  const int64_t total = rows * cols;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = t / cols, j = t % cols;
-    const float r = load_f32(ref + i * ld + j), xv = load_f32(x + i * ld + j);
-    const float d = fabsf(xv - r);
-    dmax = (d > dmax || d != d) ? d : dmax;
-    rmax = fmaxf(rmax, fabsf(r));
-    nan_x += xv != xv;
-    nan_r += r != r;
-  }
-  atomicMax(out, __float_as_uint(fabsf(dmax)));
-  atomicMax(out + 1, __float_as_uint(rmax));
-  if (nan_x) atomicAdd(out + 2, nan_x);
-  if (nan_r) atomicAdd(out + 3, nan_r);
-}
-
-int grid_for(size_t n) { return static_cast<int>(std::min<size_t>((n + 255) / 256, 4096)); }
 
 void fill_uniform(void* p, Dtype t, size_t n, uint64_t seed, float scale = 1.0f) {
   if (t == Dtype::kBF16)
@@ -138,30 +113,6 @@ void fill_nan(void* p, Dtype t, size_t n) {
     fill_nan_kernel<<<grid_for(n), 256>>>(static_cast<float*>(p), n);
   BLU_BENCH_CUDA(cudaGetLastError());
 }
-// max |x - ref| / max |ref| (NaN when x holds a NaN or an unwritten poisoned element). NaN counts
-// are appended to *note ("what: ours has N NaN/unwritten, cuBLAS has M NaN").
-double rel_diff(const void* x, Dtype tx, const void* ref, Dtype tr, int64_t rows, int64_t cols,
-                int64_t ld, unsigned* scratch, const char* what, std::string* note) {
-  BLU_BENCH_CUDA(cudaMemset(scratch, 0, 4 * sizeof(unsigned)));
-  const int g = grid_for(size_t(rows) * cols);
-  auto f = [](const void* p) { return static_cast<const float*>(p); };
-  auto h = [](const void* p) { return static_cast<const __nv_bfloat16*>(p); };
-  if (tx == Dtype::kBF16 && tr == Dtype::kBF16) diff_max_kernel<<<g, 256>>>(h(x), h(ref), rows, cols, ld, scratch);
-  else if (tx == Dtype::kF32 && tr == Dtype::kF32) diff_max_kernel<<<g, 256>>>(f(x), f(ref), rows, cols, ld, scratch);
-  else if (tx == Dtype::kF32) diff_max_kernel<<<g, 256>>>(f(x), h(ref), rows, cols, ld, scratch);
-  else diff_max_kernel<<<g, 256>>>(h(x), f(ref), rows, cols, ld, scratch);
-  BLU_BENCH_CUDA(cudaGetLastError());
-  unsigned bits[4];
-  BLU_BENCH_CUDA(cudaMemcpy(bits, scratch, sizeof(bits), cudaMemcpyDeviceToHost));
-  if (bits[2] || bits[3])
-    *note += std::string(note->empty() ? "" : "; ") + what + ": ours has " + std::to_string(bits[2]) +
-             " NaN/unwritten of " + std::to_string(rows * cols) + ", cuBLAS has " + std::to_string(bits[3]) + " NaN";
-  float d, r;
-  std::memcpy(&d, &bits[0], 4);
-  std::memcpy(&r, &bits[1], 4);
-  return r > 0 ? double(d) / double(r) : double(d);
-}
-
 // ---- cases ----------------------------------------------------------------------------------------
 struct Shape {
   std::string name;  // "qkv.fwd", "rand07", "square4096"

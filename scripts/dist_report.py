@@ -186,23 +186,22 @@ def collect(runs, modes, warmup):
                 one = metrics.get(f"dist.ddp.{mb.group(1)}.tok_s_1gpu")
                 if not mb.group(2).startswith("bucket") and num(one) and one > 0:
                     metrics[p + "scaling_2gpu"] = r["tok_s"] / one
-    zero0 = {}
+    zero0 = {}  # mode -> the --zero 0 run's losses; "zero0" sorts before the stages compared with it
     for tag in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
         mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero(\d)$", tag)
         if not mz:
             continue
+        mode, stage = mz.groups()
         r = records[tag] = blutrain_record(runs, tag, warmup)
-        p = f"dist.zero{mz.group(2)}.{mz.group(1)}."
+        p = f"dist.zero{stage}.{mode}."
         for k in ("tok_s", "peak_gib", "state_gib"):
             if num(r[k]):
                 metrics[p + k] = r[k]
-        if mz.group(2) == "0":
-            zero0[mz.group(1)] = r["losses"]
-    for tag, r in records.items():
-        mz = re.match(r"([^.]+)\.2gpu\.autograd\.zero([1-9])$", tag)
-        base = zero0.get(mz.group(1)) if mz else None
-        if base and r["losses"] and len(base) == len(r["losses"]):
-            metrics[f"dist.zero{mz.group(2)}.{mz.group(1)}.loss_rel_diff_vs_zero0"] = max(
+        base = zero0.get(mode)
+        if stage == "0":
+            zero0[mode] = r["losses"]
+        elif base and r["losses"] and len(base) == len(r["losses"]):
+            metrics[p + "loss_rel_diff_vs_zero0"] = max(
                 abs(a - b) / abs(b) for a, b in zip(r["losses"], base) if num(a) and num(b) and b != 0)
     return derive(metrics), records
 

@@ -58,11 +58,6 @@ GemmPath preferred_path(const GemmProblem& p, const DeviceInfo& dev) {
 void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order[3], int* n) {
   int count = 0;
   const GemmPath first = preferred_path(p, dev);
-  if (dtype_is_fp8(p.ab_type)) {  // sm90 only; elsewhere its check names the device
-    order[0] = GemmPath::kSm90Wgmma;
-    *n = 1;
-    return;
-  }
   if (first == GemmPath::kSm90Wgmma) order[count++] = GemmPath::kSm90Wgmma;
   if (first == GemmPath::kSm90Wgmma || first == GemmPath::kSm80Mma) order[count++] = GemmPath::kSm80Mma;
   order[count++] = GemmPath::kSimt;

@@ -133,16 +133,11 @@ std::vector<NamedParam> GPT2::parameters() {
 }
 
 int64_t GPT2::num_params() const {
-  if (tp_) {  // the whole model's count, as one process would report it
-    const int64_t C = cfg_.n_embd;
-    return (int64_t{cfg_.padded_vocab} + cfg_.block_size) * C + 2 * C + cfg_.n_layer * (12 * C * C + 13 * C);
-  }
-  int64_t n = wte_.numel() + wpe_.numel() + lnf_w_.numel() + lnf_b_.numel();
-  for (const Block& b : blocks_) {
-    for (const Tensor* t : {&b.ln1_w, &b.ln1_b, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b, &b.ln2_w, &b.ln2_b,
-                            &b.fc_w, &b.fc_b, &b.fcproj_w, &b.fcproj_b}) {
-      n += t->numel();
-    }
+  // The whole model's count under --tp too (a split tensor holds 1/n of its elements); parameters()
+  // only hands out pointers, nothing is changed here.
+  int64_t n = 0;
+  for (const NamedParam& p : const_cast<GPT2*>(this)->parameters()) {
+    n += p.tensor->numel() * (tp_split(p.name) == TpSplit::kReplicated ? 1 : tp_size_);
   }
   return n;
 }
