@@ -134,6 +134,10 @@ const char* gemm_precision_name(Dtype ab, ComputeMode compute) {
       return "bf16";
     case Dtype::kF16:
       return "f16";
+    case Dtype::kE4M3:
+      return "e4m3";
+    case Dtype::kE5M2:
+      return "e5m2";
     case Dtype::kF32:
       break;
   }
