@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -55,6 +56,9 @@ uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// The matrices here are f32/bf16/f16; FP8 operands are gemm_fp8_gpu_test.cu's.
+#define BLU_FAIL_FP8() throw std::logic_error("gemm_gpu_test HostMatrix: FP8 is not this test's dtype")
+
 struct HostMatrix {
   Dtype type = Dtype::kF32;
   std::vector<uint8_t> bytes;
@@ -62,6 +66,8 @@ struct HostMatrix {
     switch (type) {
       case Dtype::kBF16: { uint16_t b; std::memcpy(&b, &bytes[2 * i], 2); return bf16_bits_to_float(b); }
       case Dtype::kF16: { __half h; std::memcpy(&h, &bytes[2 * i], 2); return __half2float(h); }
+      case Dtype::kE4M3:
+      case Dtype::kE5M2: BLU_FAIL_FP8(); break;  // FP8 has its own test (gemm_fp8_gpu_test.cu)
       case Dtype::kF32: break;
     }
     float f;
@@ -72,6 +78,8 @@ struct HostMatrix {
     switch (type) {
       case Dtype::kBF16: { uint16_t b = float_to_bf16_bits(v); std::memcpy(&bytes[2 * i], &b, 2); return; }
       case Dtype::kF16: { __half h = __float2half_rn(v); std::memcpy(&bytes[2 * i], &h, 2); return; }
+      case Dtype::kE4M3:
+      case Dtype::kE5M2: BLU_FAIL_FP8(); break;
       case Dtype::kF32: break;
     }
     std::memcpy(&bytes[4 * i], &v, 4);
