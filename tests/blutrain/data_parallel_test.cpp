@@ -45,7 +45,7 @@ class DataParallelTrain : public ::testing::Test {
     return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " +
            (root_ / "data").string() +
            " --seq-len 32 --max-steps 12 --lr 2e-3 --warmup-steps 3 --val-every 6 --val-batches 1 "
-           "--sample-tokens 0 --no-plot --threads 1 --resume none --out-dir " +
+           "--sample-tokens 0 --no-plot --threads 1 --vocab corpus --resume none --out-dir " +
            (root_ / out).string() + " " + flags;
   }
   static std::string blurun(int ranks, const std::string& program) {
