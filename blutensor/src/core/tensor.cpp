@@ -410,6 +410,7 @@ Tensor Tensor::to(DType dt) const {
 
 std::vector<double> Tensor::to_double_vector() const {
   check_defined_self(*this, "to_double_vector");
+  capture::detail::record_host_read(*this);  // Note [Step capture]
   NoGradGuard ng;
   Tensor host = detail::contiguous_nograd(detach()).to(kCPU);
   Tensor d = detail::new_empty(sizes(), DType::F64, kCPU);

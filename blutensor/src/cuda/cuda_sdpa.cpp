@@ -7,6 +7,7 @@
 
 #include "blutensor/autograd.h"
 #include "blutensor/cuda_stream.h"
+#include "capture/capture_hooks.h"
 #include "cuda/cuda_ops.h"
 #include "ops/op_helpers.h"
 
@@ -45,6 +46,8 @@ Tensor fused_scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in
     out = empty_bthd(q);
     lse = detail::new_empty({q.size(0), q.size(1), q.size(2)}, DType::F32, q.device());
     if (!attention_forward(out, lse, q, k, v, is_causal, scale)) return Tensor();
+    capture::detail::RecordAs<decltype(&attention_forward)>::run("attention_forward", q.device(), out, lse, q, k,
+                                                                 v, is_causal, scale);  // Note [Step capture]
   }
   return autograd::record(
       "scaled_dot_product_attention", out, {q_in, k_in, v_in}, {q, k, v, out, lse},
@@ -61,6 +64,9 @@ Tensor fused_scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in
                   "scaled_dot_product_attention backward (CUDA): blublas refused a problem its "
                   "forward took: q ",
                   sq.describe(), ", dout ", dout.describe());
+        capture::detail::RecordAs<decltype(&attention_backward)>::run(
+            "attention_backward", sq.device(), dq, dk, dv, dout, sq, sk, sv, ctx.saved[3], ctx.saved[4], is_causal,
+            scale);
         std::vector<Tensor> grads(3);
         if (ctx.needs_input_grad[0]) grads[0] = dq;
         if (ctx.needs_input_grad[1]) grads[1] = dk;

@@ -38,15 +38,23 @@ void check_list(const char* op, const std::vector<Tensor>& ts) {
 bool backend_global_norm(const Tensor& norm, const Tensor& coef, const std::vector<Tensor>& ts,
                          double max_norm) {
   const Device dev = ts[0].device();
+  bool done = false;
 #if BLU_HAVE_CUDA_OPS
   if (dev.is_cuda()) {
     DeviceGuard guard(dev);
-    return cuda_ops::global_norm(norm, coef, ts, max_norm);
+    done = cuda_ops::global_norm(norm, coef, ts, max_norm);
+  } else {
+    done = cpu_ops::global_norm(norm, coef, ts, max_norm);
   }
 #else
   BLU_CHECK(!dev.is_cuda(), "global_norm: this build of blutensor has no CUDA ops");
+  done = cpu_ops::global_norm(norm, coef, ts, max_norm);
 #endif
-  return cpu_ops::global_norm(norm, coef, ts, max_norm);
+  // Recorded once it ran (Note [Step capture]): a declined list is composed from recorded ops.
+  if (done) {
+    capture::detail::RecordAs<decltype(&cpu_ops::global_norm)>::run("global_norm", dev, norm, coef, ts, max_norm);
+  }
+  return done;
 }
 
 }  // namespace

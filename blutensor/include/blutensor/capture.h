@@ -1,0 +1,143 @@
+// blutensor/capture.h: records what one stretch of eager code (a whole training step: forward,
+// autograd backward, optimizer update) asks of the backends, as a graph of backend-op calls on
+// buffers at fixed shapes, and replays such a graph. blucomp compiles it (it reads the JSON
+// form; blutensor never includes blucomp). Note [Step capture].
+//
+//   blu::capture::Scope scope;          // on this thread, every backend op is now also recorded
+//   Tensor loss = model.forward(x, y); loss.backward(); opt.step(lr);
+//   blu::capture::Graph g = scope.finish();
+//   std::string key = g.key("sm_90");    // cache key: graph structure, shapes/dtypes, arch
+//   std::string json = g.to_json();      // what blu-import reads
+//   auto out = blu::capture::replay(g, {{buffer id, tensor holding its value at capture start}});
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "blutensor/tensor.h"
+
+namespace blu::capture {
+
+// Note [Step capture]
+// The record is taken where the ops meet the backends (BLU_DISPATCH, dispatch.h, plus the CUDA
+// fused attention and the host <-> tensor copies), so autograd, nn and optim need nothing of it:
+// whatever the eager code runs is what the graph holds, in order, with the op's own arguments.
+// Values are not recorded (the eager code still runs), only what is needed to run the same calls
+// again: each tensor argument as (buffer, storage offset, sizes, strides, dtype), every scalar
+// argument, and the bytes of tensors filled from host memory during the capture (token batches,
+// constants) so that a replay is self-contained.
+//
+// Buffers are storages. A buffer first touched by a read (or by a write that does not cover all
+// of it) existed before the capture and is an *input*: parameters, gradients, optimizer moments.
+// A buffer still referenced when finish() runs and written during the capture is an *output*
+// (updated weights and moments, the loss); the rest are temporaries the step made and dropped,
+// which is what a compiler may place in one arena. Host reads (item(), to_double_vector(), a copy
+// to the CPU from CUDA) are recorded as `host_read` nodes: they are where a step's control flow or
+// scalar arguments may depend on values (gradient clipping's scale, the non-finite check), so a
+// compiled step must either end there or get the value on the device; replay just repeats the
+// recorded scalars, so it reproduces the captured step, not another one.
+//
+// Replay runs the nodes through the same backends on fresh buffers: a replay that reproduces the
+// eager step bit for bit (tests/blutensor/capture_test.cpp, the GPT-2 step in blutrain's test)
+// proves that nothing the step did escaped the record.
+
+enum class Origin : uint8_t {
+  kInput,     // read before written: its value at capture start comes from outside
+  kInternal,  // first fully written during the capture
+};
+
+struct Buffer {
+  int id = 0;
+  std::size_t nbytes = 0;
+  Device device;
+  Origin origin = Origin::kInternal;
+  bool written = false;  // some node writes it
+  bool alive = false;    // still referenced when finish() ran (an output when written)
+  bool output() const { return alive && written; }
+};
+
+// One tensor argument: a strided view of a buffer.
+struct TensorRef {
+  int buffer = -1;  // -1: an undefined Tensor (an optional argument left out)
+  DType dtype = DType::F32;
+  int64_t offset = 0;  // in elements of dtype
+  Shape sizes, strides;
+  bool defined() const { return buffer >= 0; }
+  int64_t numel() const;
+  bool contiguous() const;  // row-major dense (offset any)
+};
+
+// One positional argument of a backend op, named as in backend_ops.def.
+struct Arg {
+  enum class Kind : uint8_t { kTensor, kTensorList, kNumber, kInt, kUInt, kBool, kEnum };
+  std::string name;
+  Kind kind = Kind::kNumber;
+  bool read = false, write = false;  // tensors: what the op does with it
+  std::vector<TensorRef> tensors;    // kTensor: one; kTensorList: any
+  double number = 0;                 // kNumber
+  int64_t integer = 0;               // kInt, kBool (0/1), kEnum (the enumerator's value)
+  uint64_t uinteger = 0;             // kUInt
+  std::string enum_name;             // kEnum: the enumerator, e.g. "kAdd"
+};
+
+struct Node {
+  std::string op;  // a backend op of backend_ops.def, "attention_forward"/"attention_backward"
+                   // (CUDA), "host_write" (arg "dst", bytes in `data`), "host_read" (arg "src")
+  Device device;
+  std::vector<Arg> args;
+  std::vector<uint8_t> data;  // host_write only
+  const Arg& arg(const std::string& name) const;  // throws naming the node when absent
+};
+
+struct Graph {
+  std::vector<Buffer> buffers;  // id = index
+  std::vector<Node> nodes;
+  // With Scope(true): each input buffer's bytes at its first touch (what replay() needs). Not in
+  // the JSON.
+  std::map<int, Tensor> initial;
+
+  std::vector<int> inputs() const;   // buffer ids, ascending
+  std::vector<int> outputs() const;  // buffer ids, ascending
+  int launches() const;              // nodes that are kernel launches (not host_read/host_write)
+  int host_reads() const;
+  // FNV-1a over the op sequence, the scalar arguments (but AdamW's lr and step count: a
+  // compiled step takes those per call) and which buffer each argument uses (structure), and
+  // over every sizes/strides/dtype/offset (signature).
+  uint64_t structure_hash() const;
+  uint64_t signature_hash() const;
+  // "<structure hex>-<signature hex>-<arch>": equal keys mean the same calls on the same shapes,
+  // so a compiled artefact for one is valid for the other. arch: e.g. "sm_90", "cpu".
+  std::string key(const std::string& arch) const;
+  std::string to_json() const;  // Note [Capture JSON] in src/capture/capture_json.cpp
+  static Graph from_json(const std::string& text);
+  std::string summary() const;  // one line per op kind with counts, inputs/outputs/temporaries
+};
+
+// Starts recording on this thread; one Scope at a time per thread (a second is an error).
+class Scope {
+ public:
+  explicit Scope(bool snapshot_inputs = false);
+  ~Scope();  // stops recording if finish() was not called
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  Graph finish();  // stops recording and returns the graph; once
+
+ private:
+  bool open_ = true;
+};
+
+bool recording();  // a Scope is open on this thread
+
+// Runs g's nodes through the backends on new buffers of g's device(s), each input buffer filled
+// from g.initial (a capture with Scope(true)); a missing input is an error naming the buffer.
+// Returns every output buffer (Buffer::output()) as a contiguous 1-D tensor over all its bytes
+// (i32 elements, or u16 when the size is not a multiple of 4): compare bytes with
+// capture::bytes_of(eager tensor).
+std::map<int, Tensor> replay(const Graph& g);
+
+// The whole storage of t (all its bytes, from the storage's start) as replay() returns buffers.
+Tensor bytes_of(const Tensor& t);
+
+}  // namespace blu::capture
