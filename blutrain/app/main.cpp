@@ -1,5 +1,5 @@
 // main.cpp: the `blutrain` program: subcommands train (default), tokenize, sample,
-// fidelity-dump. The only place that catches blu::Error: it prints the message and exits 1.
+// fidelity-dump, capture. The only place that catches blu::Error: it prints the message and exits 1.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,9 +80,15 @@ int main(int argc, char** argv) {
     }
     apply_threads(argc, argv);
     if (sub == "tokenize") return run_tokenize(argc, argv);
-    BLU_CHECK(sub == "train" || sub == "sample" || sub == "fidelity-dump", "unknown subcommand '", sub,
-              "' (expected train, tokenize, sample, fidelity-dump; see blutrain --help)");
+    BLU_CHECK(sub == "train" || sub == "sample" || sub == "fidelity-dump" || sub == "capture", "unknown subcommand '",
+              sub, "' (expected train, tokenize, sample, fidelity-dump, capture; see blutrain --help)");
     TrainConfig cfg = parse_train_flags(argc, argv, first);
+    if (sub == "capture") {
+      // Small defaults: the graph, not a benchmark (synthetic tokens).
+      if (cfg.batch_size == 0) cfg.batch_size = 2;
+      if (cfg.seq_len == 0) cfg.seq_len = 64;
+      if (cfg.out_dir.empty()) cfg.out_dir = "out/capture";
+    }
     if (sub == "fidelity-dump") {
       // Small fp32 defaults: a comparison, not a benchmark.
       if (cfg.batch_size == 0) cfg.batch_size = 4;
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
     resolve_auto(cfg, cuda_device_present());
     if (sub == "sample") return run_sample(cfg, std::cout);
     if (sub == "fidelity-dump") return run_fidelity_dump(cfg, std::cout);
+    if (sub == "capture") return run_capture(cfg, std::cout);
     TrainResult r = run_training(cfg, std::cout);
     if (r.stopped_early) return 3;
     return 0;

@@ -1,9 +1,10 @@
 // optimizer_compare.h: the harness of optimizer_test.cpp (CPU) and optimizer_gpu_test.cpp. It runs
 // blu::train::clip_grad_norm + blu::train::AdamW for several steps on two copies of one random
-// state: the reference (CPU f32 contiguous: the fused CPU loops) and a second path (CUDA tensors:
-// the fused multi-tensor kernels; or CPU tensors with strided gradients: the blutensor multi-tensor
-// primitives on the CPU), and bounds every element of the norm, clipped gradients, p, m and v by
-// f32 rounding, with magnitudes tracked in float64 (no cancellation hides behind a small result).
+// state: the reference (CPU f32 contiguous gradients: blutensor's CPU multi-tensor loops) and a
+// second path (CUDA tensors: the fused multi-tensor kernels; or CPU tensors with strided
+// gradients), and bounds every element of the norm, clipped gradients, p, m and v by f32
+// rounding, with magnitudes tracked in float64 (no cancellation hides behind a small result). The
+// reference norm is the exact one rounded to f32 (global_norm's output is a 0-d f32).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -123,7 +124,7 @@ inline void compare_optimizer_paths(const OptimizerCase& oc, Device other, bool 
     const double max_norm = t % 2 == 1 ? 0.5 * exact : 1e9;  // clip on odd steps
     const double n_ref = train::clip_grad_norm(ref.named, max_norm);
     const double n_alt = train::clip_grad_norm(alt.named, max_norm);
-    EXPECT_NEAR(n_ref, exact, 1e-12 * exact) << "reference norm at step " << t;
+    EXPECT_NEAR(n_ref, exact, 6e-8 * exact) << "reference norm at step " << t;  // f32 rounding
     EXPECT_NEAR(n_alt, exact, 2e-6 * exact) << "norm at step " << t;
     const double norm_rel = std::fabs(n_alt - n_ref) / n_ref;
     if (n_ref > max_norm) clip_rel += 2 * norm_rel + 2.4e-7;  // + rounding of the coefficient

@@ -1,5 +1,5 @@
 // optimizer_gpu_test.cpp: blu::train's AdamW and clip_grad_norm on CUDA (the fused multi-tensor
-// kernels: Note [Fused optimizer step on CUDA]) against the fused CPU loops on the same random
+// kernels: Note [Fused optimizer step]) against blutensor's CPU loops on the same random
 // state: several steps, clipping on odd steps, every element of the norm, clipped gradients, p,
 // m and v within f32 rounding. Also: the CUDA step is bitwise deterministic.
 #include <gtest/gtest.h>

@@ -1,12 +1,12 @@
-// optimizer_test.cpp: blu::train's AdamW and clip_grad_norm take the same steps through both of
-// their CPU paths: the fused loops (f32 contiguous gradients) and blutensor's multi-tensor
-// primitives (strided gradients; the path CUDA tensors take, Note [Fused optimizer step on CUDA]),
-// to f32 rounding per element over several steps with and without clipping.
+// optimizer_test.cpp: blu::train's AdamW and clip_grad_norm take the same steps with contiguous
+// and with strided gradients on the CPU (both through blutensor's multi-tensor primitives, Note
+// [Fused optimizer step]), to f32 rounding per element over several steps with and without
+// clipping; the learning-rate schedule.
 #include <gtest/gtest.h>
 
 #include "optimizer_compare.h"
 
-TEST(TrainOptimizer, FusedCpuLoopsMatchMultiTensorPrimitives) {
+TEST(TrainOptimizer, ContiguousAndStridedGradientsTakeTheSameSteps) {
   blu::test::compare_optimizer_paths(blu::test::OptimizerCase{}, blu::kCPU, /*strided_grads=*/true);
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,10 @@ struct Graph {
   // With Scope(true): each input buffer's bytes at its first touch (what replay() needs). Not in
   // the JSON.
   std::map<int, Tensor> initial;
+  // The storages seen, by buffer id, as weak references (not in the JSON): buffer_of(t) is the id
+  // of t's storage, or -1 when the capture never touched it.
+  std::vector<std::weak_ptr<Storage>> storages;
+  int buffer_of(const Tensor& t) const;
 
   std::vector<int> inputs() const;   // buffer ids, ascending
   std::vector<int> outputs() const;  // buffer ids, ascending

@@ -34,6 +34,14 @@ const Arg& Node::arg(const std::string& name) const {
   BLU_THROW("capture: node '", op, "' has no argument '", name, "'");
 }
 
+int Graph::buffer_of(const Tensor& t) const {
+  if (!t.defined()) return -1;
+  for (size_t i = 0; i < storages.size(); ++i) {
+    if (storages[i].lock() == t.storage()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 std::vector<int> Graph::inputs() const {
   std::vector<int> ids;
   for (const Buffer& b : buffers) {

@@ -297,6 +297,7 @@ Graph Scope::finish() {
   std::unique_ptr<detail::Recorder> r(t_recorder);
   t_recorder = nullptr;
   for (size_t i = 0; i < r->graph.buffers.size(); ++i) r->graph.buffers[i].alive = !r->storages[i].expired();
+  r->graph.storages = r->storages;
   return std::move(r->graph);
 }
 

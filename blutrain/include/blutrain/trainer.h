@@ -64,4 +64,9 @@ std::string decode_sample(const Tokenizer& tok, const GPT2Config& cfg, const std
 // layout). blutrain/tools/hf_fidelity.py compares them with transformers' GPT2LMHeadModel.
 int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out);
 
+// `blutrain capture`: step 2 of the autograd engine recorded (Note [Step capture] in
+// blutensor/capture.h), written to <out-dir>/step.json with its summary and cache key; with
+// cfg.capture_verify replayed and compared bit for bit with the eager step (exit 1 if it differs).
+int run_capture(const TrainConfig& cfg, std::ostream& out);
+
 }  // namespace blu::train

@@ -37,6 +37,7 @@ const std::vector<Flag>& flag_table() {
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
       {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
       {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | auto (fused on CUDA)"},
+      {"capture-verify", "", &TrainConfig::capture_verify, "blutrain capture: replay the captured step from its recorded inputs and compare weights and moments with the eager step bit for bit (--no-capture-verify: only write the graph)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
       {"attention", "MODE", &TrainConfig::attention, "fp32 attention on the fused engine: strict (SIMT FMA) | 3xtf32 (split-TF32 tensor cores, PyTorch's fp32 SDPA contract) | auto"},
@@ -318,6 +319,8 @@ std::string help_text() {
         "  blutrain fidelity-dump --out-dir DIR [flags]\n"
         "                                  write weights, a batch, logits, loss and gradients for the\n"
         "                                  Hugging Face comparison (blutrain/tools/hf_fidelity.py)\n"
+        "  blutrain capture [flags]        record step 2 of the autograd engine as a graph for blucomp\n"
+        "                                  (<out-dir>/step.json), replay it and compare bit for bit\n"
         "  blutrain --help | --version\n\n"
         "Without a GPU the defaults train the tiny model on the Brown corpus for about 3 minutes,\n"
         "print a sample and write a checkpoint; with a GPU they train GPT-2 124M (d12), B16 T1024, bf16.\n\n"

@@ -1,5 +1,5 @@
-// optimizer.cpp: AdamW (fused loops on the CPU, blutensor's multi-tensor primitives elsewhere:
-// Note [Fused optimizer step on CUDA]; no graph: NoGradGuard), gradient clipping, the update
+// optimizer.cpp: AdamW (blutensor's multi-tensor primitives on every device: Note [Fused optimizer
+// step]; no graph: NoGradGuard), gradient clipping, the update
 // that refuses non-finite gradients (Note [Non-finite steps]) and the learning-rate schedule. Deterministic: the same operations in the same order every step,
 // whatever the thread count.
 #include "blutrain/optimizer.h"
@@ -14,12 +14,6 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutrain/nvtx.h"
-
-#ifdef _OPENMP
-#define BLU_OMP_FOR _Pragma("omp parallel for schedule(static)")
-#else
-#define BLU_OMP_FOR
-#endif
 
 namespace blu::train {
 
@@ -43,48 +37,14 @@ namespace {
 
 bool cpu_f32_contiguous(const Tensor& t) { return t.is_cpu() && t.dtype() == kFloat32 && t.is_contiguous(); }
 
-// Note [CPU fast paths]
-// On the CPU, AdamW and the gradient norm are single fused loops over float arrays (one pass
-// instead of ~10 tensor ops). Elementwise work is split by OpenMP; the norm's partial sums are
-// per fixed-size chunk, added in chunk order, so the result does not depend on the thread count.
-void adamw_cpu(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
-               double eps, double decay, double bc1, double bc2) {
-  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-  const float one_minus_b1 = static_cast<float>(1.0 - beta1), one_minus_b2 = static_cast<float>(1.0 - beta2);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2)), step = static_cast<float>(lr / bc1);
-  const float keep = static_cast<float>(1.0 - lr * decay), e = static_cast<float>(eps);
-BLU_OMP_FOR
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + one_minus_b1 * gi;
-    const float vi = b2 * v[i] + one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * keep - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + e);
-  }
-}
-
-double sum_squares_cpu(const float* g, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-BLU_OMP_FOR
-  for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0;
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
-    partial[static_cast<size_t>(c)] = s;
-  }
-  double total = 0;
-  for (double s : partial) total += s;
-  return total;
-}
-
 }  // namespace
 
-// Note [Fused optimizer step on CUDA]
-// Off the CPU (and for CPU tensors the fused loops above do not take) the update and the norm go
-// through blutensor's multi-tensor primitives (blutensor/optim.h, Note [Multi-tensor primitives]):
+// Note [Fused optimizer step]
+// On every device the update and the norm go through blutensor's multi-tensor primitives
+// (blutensor/optim.h, Note [Multi-tensor primitives]), so a captured step (Note [Step capture] in
+// blutensor/capture.h) holds them; on the CPU they are the backend's fused, chunk-deterministic
+// loops (cpu/nn_kernels.cpp adamw_one, cpu/optim_kernels.cpp): blutrain had its own copies of
+// those loops until 2026-11-26, invisible to the capture.
 //   - AdamW::step: one blu::optim::adamw_step_ per (device, weight-decay) group, i.e. two
 //     blublas::adamw_update launches for GPT-2 (decayed 2-D weights, the rest) instead of ~10
 //     blutensor ops per tensor (~1500 launches). Same formula as adamw_cpu: m and v updated, then
@@ -104,8 +64,6 @@ void AdamW::step(double lr) {
   BLU_NVTX_RANGE("adamw");
   NoGradGuard no_grad;
   ++t_;
-  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
-  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
   // (device type, device index, decay) -> the p, g, m, v lists of one multi-tensor call.
   std::map<std::tuple<int, int, bool>, std::array<std::vector<Tensor>, 4>> fused;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -116,13 +74,6 @@ void AdamW::step(double lr) {
     Tensor& v = v_[i];
     BLU_CHECK(m.defined() && v.defined(), "AdamW::step: parameter ", params_[i].name,
               " has no moments (built without them for ZeRO-1; call allocate_moments())");
-    const double decay = params_[i].decay ? cfg_.weight_decay : 0.0;
-    if (cpu_f32_contiguous(p) && cpu_f32_contiguous(g) && cpu_f32_contiguous(m) && cpu_f32_contiguous(v)) {
-      adamw_cpu(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(), lr,
-                cfg_.beta1, cfg_.beta2, cfg_.eps, decay, bc1, bc2);
-      p.bump_version();
-      continue;
-    }
     auto& lists = fused[{static_cast<int>(p.device().type), p.device().index, params_[i].decay}];
     lists[0].push_back(p);
     lists[1].push_back(g);
@@ -142,42 +93,22 @@ void AdamW::step(double lr) {
 
 double grad_sum_of_squares(const std::vector<NamedParam>& params) {
   NoGradGuard no_grad;
-  std::vector<Tensor> fused;
-  double total = 0;
+  std::vector<Tensor> grads;
   for (const NamedParam& p : params) {
-    const Tensor& g = p.tensor->grad();
-    if (!g.defined()) continue;
-    if (cpu_f32_contiguous(g)) {
-      total += sum_squares_cpu(g.data_ptr<float>(), g.numel());
-    } else {
-      fused.push_back(g);
-    }
+    if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
   }
-  if (!fused.empty()) {
-    const double n = blu::optim::global_norm(fused, 0.0).norm.item();
-    total += n * n;
-  }
-  return total;
+  if (grads.empty()) return 0;
+  const double n = blu::optim::global_norm(grads, 0.0).norm.item();
+  return n * n;
 }
 
 void scale_grads(const std::vector<NamedParam>& params, double scale) {
   NoGradGuard no_grad;
-  const float f = static_cast<float>(scale);
-  std::vector<Tensor> fused;
+  std::vector<Tensor> grads;
   for (const NamedParam& p : params) {
-    Tensor g = p.tensor->grad();
-    if (!g.defined()) continue;
-    if (!cpu_f32_contiguous(g)) {
-      fused.push_back(g);
-      continue;
-    }
-    float* d = g.data_ptr<float>();
-    const int64_t n = g.numel();
-BLU_OMP_FOR
-    for (int64_t i = 0; i < n; ++i) d[i] *= f;
-    g.bump_version();
+    if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
   }
-  if (!fused.empty()) blu::optim::scale_tensors_(fused, scalar_tensor(scale, kFloat32).to(fused[0].device()));
+  if (!grads.empty()) blu::optim::scale_tensors_(grads, scalar_tensor(scale, kFloat32).to(grads[0].device()));
 }
 
 double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm, const GradSumOfSquares& sum_of_squares) {
