@@ -147,10 +147,15 @@ LogicalResult MatmulEpilogueOp::verify() {
 // dispatch table keys); an unknown name is an error here rather than at run time, so a traced step
 // that needs a launcher the runtime lacks fails when it is compiled.
 LogicalResult KernelOp::verify() {
+  // The blublas launchers named by hand-written IR, then blutensor's backend ops as a captured
+  // step names them (Note [Capture import]; blutensor/src/backend_ops.def).
   static constexpr llvm::StringLiteral kKnown[] = {
       "attention_forward", "attention_backward", "cross_entropy", "embedding_forward",
       "embedding_backward", "softmax_forward", "softmax_backward", "layernorm_backward",
-      "column_sum", "adamw_step"};
+      "column_sum", "adamw_step",
+      "copy_", "fill_", "unary", "binary", "reduce", "gemm", "layer_norm_forward",
+      "layer_norm_backward", "cross_entropy_forward", "cross_entropy_backward", "causal_fill",
+      "dropout", "random_uniform", "random_normal", "global_norm", "scale_tensors_"};
   for (llvm::StringRef name : kKnown)
     if (getCallee() == name) return success();
   std::string known;
@@ -190,4 +195,57 @@ LogicalResult FusedOp::verifyRegions() {
     return emitOpError("yields ") << yield.getValue().getType() << " but the result is "
                                   << getResult().getType();
   return success();
+}
+
+namespace {
+
+// The largest flattened index a strided window reads or writes, or -1 for a negative stride.
+int64_t lastIndex(int64_t offset, llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> strides) {
+  int64_t last = offset;
+  for (auto [size, stride] : llvm::zip(sizes, strides)) {
+    if (stride < 0) return -1;
+    if (size == 0) return offset;
+    last += (size - 1) * stride;
+  }
+  return last;
+}
+
+LogicalResult verifyWindow(Operation* op, RankedTensorType window, RankedTensorType whole, int64_t offset,
+                           llvm::ArrayRef<int64_t> strides) {
+  if (window.getElementType() != whole.getElementType())
+    return op->emitOpError("element type ") << window.getElementType() << " differs from "
+                                            << whole.getElementType();
+  if (static_cast<int64_t>(strides.size()) != window.getRank())
+    return op->emitOpError("has ") << strides.size() << " strides for the window " << window << " of rank "
+                                   << window.getRank();
+  if (offset < 0) return op->emitOpError("offset ") << offset << " is negative";
+  const int64_t last = lastIndex(offset, window.getShape(), strides);
+  if (last < 0) return op->emitOpError("has a negative stride");
+  if (window.getNumElements() > 0 && last >= whole.getNumElements())
+    return op->emitOpError("window ") << window << " at offset " << offset << " reaches element " << last
+                                      << " of " << whole << " (" << whole.getNumElements() << " elements)";
+  return success();
+}
+
+}  // namespace
+
+LogicalResult ReshapeOp::verify() {
+  RankedTensorType in = rankedType(getInput()), out = rankedType(getResult());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("element type ") << out.getElementType() << " differs from the input's "
+                                        << in.getElementType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("input ") << in << " has " << in.getNumElements() << " elements, result " << out << " has "
+                                 << out.getNumElements();
+  return success();
+}
+
+LogicalResult ViewOp::verify() {
+  return verifyWindow(*this, rankedType(getResult()), rankedType(getInput()), getOffset(), getStrides());
+}
+
+LogicalResult InsertViewOp::verify() {
+  if (getResult().getType() != getDest().getType())
+    return emitOpError("result ") << getResult().getType() << " must have the dest's type " << getDest().getType();
+  return verifyWindow(*this, rankedType(getSource()), rankedType(getDest()), getOffset(), getStrides());
 }

@@ -21,8 +21,13 @@ struct CountKernelsPass : blu::comp::impl::BluCountKernelsBase<CountKernelsPass>
     func::FuncOp fn = getOperation();
     int64_t kernels = 0;
     for (Operation& op : fn.getBody().getOps()) {
-      // Every top-level blu op is one launch; blu.yield only appears inside blu.fused.
-      if (isa<blu::comp::BluDialect>(op.getDialect())) ++kernels;
+      // Every top-level blu op is one launch (blu.yield only appears inside blu.fused), but
+      // the views of a captured step (blu.reshape, blu.view, blu.insert_view: how the kernel that
+      // reads or writes them addresses its operand, as the eager step did) and blu.host_read (a
+      // copy to the host).
+      if (isa<blu::comp::BluDialect>(op.getDialect()) &&
+          !isa<blu::comp::ReshapeOp, blu::comp::ViewOp, blu::comp::InsertViewOp, blu::comp::HostReadOp>(op))
+        ++kernels;
     }
     fn->setAttr("blu.kernels", Builder(fn.getContext()).getI64IntegerAttr(kernels));
   }

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "blucomp/blu_dialect.h"
 #include "blucomp/passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -29,7 +30,11 @@ namespace {
 // results never share with its operands (the kernel reads and writes at once: closed intervals).
 // Placement: largest first (ties: earlier definition first, so the plan is deterministic), each at
 // the lowest aligned offset where it overlaps no already-placed value whose range intersects its
-// own. Greedy, not optimal (interval coloring with sizes is NP-hard), but the usual best pick for
+// own. Aliases take no bytes of their own (Note [Capture import]): a blu.reshape or blu.view
+// result is (a window of) its input, a blu.insert_view result is its dest (written in place), so their uses extend the live
+// range of the value they alias; results listed in an op's blu.persistent_results, and anything
+// aliasing a function argument, live in the step's persistent buffers (weights, moments), not in
+// the arena. Greedy, not optimal (interval coloring with sizes is NP-hard), but the usual best pick for
 // step-shaped graphs, and the peak it reports is what the arena is; the lower bound (the largest
 // sum of sizes live at one op) is reported beside it so the gap is visible.
 struct Buffer {
@@ -66,18 +71,31 @@ struct PlanMemoryPass : blu::comp::impl::BluPlanMemoryBase<PlanMemoryPass> {
 
     std::vector<Buffer> buffers;
     for (Operation& op : body) {
+      if (isa<blu::comp::ReshapeOp, blu::comp::ViewOp, blu::comp::InsertViewOp>(op)) continue;  // aliases
+      SmallVector<int64_t> persistent;
+      if (auto p = op.getAttrOfType<DenseI64ArrayAttr>("blu.persistent_results"))
+        persistent.assign(p.asArrayRef().begin(), p.asArrayRef().end());
       for (Value r : op.getResults()) {
         if (!isa<TensorType>(r.getType())) continue;
+        if (llvm::is_contained(persistent, static_cast<int64_t>(cast<OpResult>(r).getResultNumber()))) continue;
         const int64_t bytes = byte_size(r.getType());
         if (bytes < 0) {
           op.emitError() << "blu-plan-memory: result of dynamic or unranked shape " << r.getType();
           return signalPassFailure();
         }
         Buffer b{r, bytes, index[&op], index[&op]};
-        for (OpOperand& use : r.getUses()) {
-          Operation* user = body.findAncestorOpInBlock(*use.getOwner());
-          if (user == nullptr) continue;
-          b.last = isa<func::ReturnOp>(user) ? n : std::max(b.last, index[user]);
+        // Uses of r and of every alias of it (reshapes of it, insert_views into it, recursively).
+        SmallVector<Value> values{r};
+        while (!values.empty()) {
+          Value v = values.pop_back_val();
+          for (OpOperand& use : v.getUses()) {
+            Operation* user = body.findAncestorOpInBlock(*use.getOwner());
+            if (user == nullptr) continue;
+            b.last = isa<func::ReturnOp>(user) ? n : std::max(b.last, index[user]);
+            if (isa<blu::comp::ReshapeOp, blu::comp::ViewOp>(user) ||
+                (isa<blu::comp::InsertViewOp>(user) && use.getOperandNumber() == 1))
+              values.push_back(user->getResult(0));
+          }
         }
         buffers.push_back(b);
       }

@@ -1,6 +1,7 @@
 # The blucomp tests: every tests/blucomp/*.mlir is one ctest (label cpu) running its `// RUN:`
 # lines through run_lit_test.sh with blu-opt, blu-ptx, FileCheck and `not` on PATH. A test whose
-# RUN lines name ptxas (the PTX assembles for sm_90) is registered only when ptxas is found.
+# RUN lines name ptxas (the PTX assembles for sm_90) is registered only when ptxas is found, one
+# that runs blutrain (captured_step) only when the blutrain program is built.
 find_program(BLU_FILECHECK FileCheck HINTS ${LLVM_TOOLS_BINARY_DIR} NO_DEFAULT_PATH)
 find_program(BLU_FILECHECK FileCheck)
 find_program(BLU_PTXAS ptxas HINTS ${CUDAToolkit_BIN_DIR} /usr/local/cuda/bin)
@@ -10,6 +11,9 @@ if(NOT BLU_FILECHECK)
 endif()
 get_filename_component(blu_filecheck_dir ${BLU_FILECHECK} DIRECTORY)
 set(blu_lit_path "$<TARGET_FILE_DIR:blu-opt>:${blu_filecheck_dir}")
+if(TARGET blutrain-cli)  # captured_step.mlir captures with `blutrain capture`
+  string(APPEND blu_lit_path ":$<TARGET_FILE_DIR:blutrain-cli>")
+endif()
 if(BLU_PTXAS)
   get_filename_component(blu_ptxas_dir ${BLU_PTXAS} DIRECTORY)
   string(APPEND blu_lit_path ":${blu_ptxas_dir}")
@@ -21,6 +25,9 @@ foreach(test_file ${blu_lit_tests})
   get_filename_component(name ${test_file} NAME_WE)
   file(READ ${test_file} contents)
   if(contents MATCHES "RUN:[^\n]*ptxas" AND NOT BLU_PTXAS)
+    continue()
+  endif()
+  if(contents MATCHES "RUN: blutrain" AND NOT TARGET blutrain-cli)
     continue()
   endif()
   add_test(NAME blucomp.${name}

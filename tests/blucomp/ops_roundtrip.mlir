@@ -45,3 +45,19 @@ func.func @transposed_matmul(%dy: tensor<4x16xf32>, %x: tensor<4x8xf32>) -> tens
   %0 = blu.matmul %x, %dy {transpose_lhs = true} : tensor<4x8xf32>, tensor<4x16xf32> -> tensor<8x16xf32>
   return %0 : tensor<8x16xf32>
 }
+
+// The views and sync point of a captured step (Note [Capture import]); blu.kernel on index tensors.
+// CHECK-LABEL: func.func @capture_ops
+func.func @capture_ops(%buf: tensor<64xf32>, %idx: tensor<6xi64>) -> (tensor<64xf32>, tensor<2x3xi64>) {
+  // CHECK: blu.reshape %{{.*}} : tensor<64xf32> -> tensor<8x8xf32>
+  %0 = blu.reshape %buf : tensor<64xf32> -> tensor<8x8xf32>
+  // CHECK: blu.view %{{.*}} {offset = 3 : i64, strides = array<i64: 8, 0>} : tensor<8x8xf32> -> tensor<4x2xf32>
+  %1 = blu.view %0 {offset = 3 : i64, strides = array<i64: 8, 0>} : tensor<8x8xf32> -> tensor<4x2xf32>
+  // CHECK: blu.insert_view %{{.*}} into %{{.*}} {offset = 8 : i64, strides = array<i64: 2, 1>} : tensor<4x2xf32> into tensor<64xf32>
+  %2 = blu.insert_view %1 into %buf {offset = 8 : i64, strides = array<i64: 2, 1>} : tensor<4x2xf32> into tensor<64xf32>
+  // CHECK: blu.host_read %{{.*}} : tensor<64xf32>
+  blu.host_read %2 : tensor<64xf32>
+  // CHECK: blu.kernel "copy_"(%{{.*}}) : (tensor<6xi64>) -> tensor<2x3xi64>
+  %3 = blu.kernel "copy_"(%idx) : (tensor<6xi64>) -> tensor<2x3xi64>
+  return %2, %3 : tensor<64xf32>, tensor<2x3xi64>
+}

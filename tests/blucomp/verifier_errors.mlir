@@ -162,3 +162,43 @@ func.func @epilogue_swapped_bias(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %b: t
   %0 = blu.matmul_epilogue "bias_residual"(%x, %w, %r, %b) : (tensor<4x8xf32>, tensor<8x6xf32>, tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
   return %0 : tensor<4x6xf32>
 }
+
+// -----
+
+func.func @reshape_count(%x: tensor<6xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{input 'tensor<6xf32>' has 6 elements, result 'tensor<2x4xf32>' has 8}}
+  %0 = blu.reshape %x : tensor<6xf32> -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @view_out_of_bounds(%x: tensor<64xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{window 'tensor<4x2xf32>' at offset 40 reaches element 65 of 'tensor<64xf32>' (64 elements)}}
+  %0 = blu.view %x {offset = 40 : i64, strides = array<i64: 8, 1>} : tensor<64xf32> -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @view_rank(%x: tensor<64xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{has 1 strides for the window 'tensor<4x2xf32>' of rank 2}}
+  %0 = blu.view %x {offset = 0 : i64, strides = array<i64: 8>} : tensor<64xf32> -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @insert_view_dtype(%s: tensor<8xi32>, %d: tensor<64xf32>) -> tensor<64xf32> {
+  // expected-error @+1 {{element type 'i32' differs from 'f32'}}
+  %0 = blu.insert_view %s into %d {offset = 0 : i64, strides = array<i64: 1>} : tensor<8xi32> into tensor<64xf32>
+  return %0 : tensor<64xf32>
+}
+
+// -----
+
+func.func @kernel_unknown(%x: tensor<4xi64>) -> tensor<4xi64> {
+  // expected-error @+1 {{unknown callee 'sort'}}
+  %0 = blu.kernel "sort"(%x) : (tensor<4xi64>) -> tensor<4xi64>
+  return %0 : tensor<4xi64>
+}

@@ -19,6 +19,9 @@ def Blu_Dialect : Dialect {
 
 // Every blu tensor: statically shaped (the step is traced at fixed shapes), f32 or bf16.
 def Blu_Tensor : StaticShapeTensorOf<[F32, BF16]>;
+// Any tensor a captured step holds (Note [Capture import]): also the index tensors (i32, i64,
+// ui16), f16 and f64 values that only opaque kernels and views touch.
+def Blu_AnyTensor : StaticShapeTensorOf<[F32, BF16, F16, F64, I32, I64, UI16]>;
 
 // Note [Elementwise interface]
 // An op that computes each output element from the elements at the same position of its

@@ -116,13 +116,65 @@ def Blu_KernelOp : Blu_Op<"kernel", [Pure]> {
     `blu.matmul` it is a fusion boundary; unlike it, its shapes are the launcher's business, so
     the verifier checks only that the callee is one the runtime knows (Note [Opaque kernels]).
   }];
-  let arguments = (ins StrAttr:$callee, Variadic<Blu_Tensor>:$inputs);
-  let results = (outs Variadic<Blu_Tensor>:$results);
+  let arguments = (ins StrAttr:$callee, Variadic<Blu_AnyTensor>:$inputs);
+  let results = (outs Variadic<Blu_AnyTensor>:$results);
   let assemblyFormat = "$callee `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)";
   let hasVerifier = 1;
 }
 
 // --- fusion ------------------------------------------------------------------------------------
+
+// ---- views and sync points of a captured step (Note [Capture import])
+
+def Blu_ReshapeOp : Blu_Op<"reshape", [Pure]> {
+  let summary = "the same elements in row-major order under another static shape (no kernel)";
+  let description = [{
+    `blu.reshape %x : tensor<6xf32> -> tensor<2x3xf32>`: element counts and element types match.
+    An alias, not a copy: no launch (blu-count-kernels) and no arena bytes of its own
+    (blu-plan-memory extends its source's live range instead).
+  }];
+  let arguments = (ins Blu_AnyTensor:$input);
+  let results = (outs Blu_AnyTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Blu_ViewOp : Blu_Op<"view", [Pure]> {
+  let summary = "a strided window of a tensor, materialised (one copy kernel)";
+  let description = [{
+    `blu.view %x {offset = 3, strides = array<i64: 8, 1>} : tensor<64xf32> -> tensor<4x2xf32>`:
+    element (i, j) of the result is element offset + i*strides[0] + j*strides[1] of the source's
+    row-major flattening. Strides are >= 0 (0 broadcasts); every element read is in bounds.
+  }];
+  let arguments = (ins Blu_AnyTensor:$input, I64Attr:$offset, DenseI64ArrayAttr:$strides);
+  let results = (outs Blu_AnyTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Blu_InsertViewOp : Blu_Op<"insert_view", [Pure, AllTypesMatch<["dest", "result"]>]> {
+  let summary = "dest with a strided window replaced by source (a write into part of a buffer)";
+  let description = [{
+    `blu.insert_view %src into %dst {offset = 8, strides = array<i64: 1>} : tensor<8xf32> into
+    tensor<64xf32>`: the result is dst with element offset + sum(i_k * strides[k]) set to
+    src[i...] (row-major flattening of dst); no two source elements land on one element.
+  }];
+  let arguments = (ins Blu_AnyTensor:$source, Blu_AnyTensor:$dest, I64Attr:$offset,
+                       DenseI64ArrayAttr:$strides);
+  let results = (outs Blu_AnyTensor:$result);
+  let assemblyFormat = "$source `into` $dest attr-dict `:` type($source) `into` type($dest)";
+  let hasVerifier = 1;
+}
+
+def Blu_HostReadOp : Blu_Op<"host_read"> {
+  let summary = "the host reads a value here (item(), a norm): a synchronisation point";
+  let description = [{
+    Where the eager step copied a value to the host. Not pure: it stays where it is. A compiled
+    step must end here or keep the value on the device (Note [Step capture] in blutensor).
+  }];
+  let arguments = (ins Blu_AnyTensor:$input);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
 
 def Blu_FusedOp : Blu_Op<"fused", [IsolatedFromAbove, SingleBlock]> {
   let summary = "a group of elementwise blu ops that becomes one kernel";

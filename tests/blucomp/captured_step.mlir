@@ -1,0 +1,37 @@
+// The tiny GPT-2's training step captured by blutensor (`blutrain capture`: forward, autograd
+// backward, clipping, AdamW; Note [Step capture]) and imported as blu IR (blu-import, Note
+// [Capture import]): the imported function verifies; its launch count before fusion is the eager
+// step's (236: the views are how kernels address operands, not launches); the GEMM epilogues and
+// elementwise fusion take it to 211; the arena plan excludes the persistent weights and moments.
+// This file is not MLIR input: the RUN lines make their own.
+// RUN: blutrain capture --model tiny --device cpu --batch-size 2 --seq-len 32 --out-dir %t/cap | FileCheck %s --check-prefix=CAPTURE
+// RUN: blu-import %t/cap/step.json -o %t/step.mlir
+// RUN: blu-opt %t/step.mlir | FileCheck %s --check-prefix=IMPORT
+// RUN: blu-opt %t/step.mlir --blu-count-kernels | FileCheck %s --check-prefix=BEFORE
+// RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=AFTER
+// RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN
+// RUN: not blu-import %s 2>&1 | FileCheck %s --check-prefix=NOTJSON
+// RUN: echo '{"format": "blu-capture", "version": 1, "buffers": [], "nodes": [{"op": "fill_", "device": "cpu", "args": [{"name": "dst", "read": false, "write": true, "tensor": {"buffer": 0, "dtype": "f32", "offset": 0, "sizes": [1], "strides": [1]}}]}]}' > %t/bad.json
+// RUN: not blu-import %t/bad.json 2>&1 | FileCheck %s --check-prefix=BADBUFFER
+
+// CAPTURE: (236 launches, 4 host reads)
+// CAPTURE: replay: 156/156 weights and moments bitwise equal to the eager step
+
+// IMPORT: func.func @step({{.*}}attributes {blu.input_buffers = [{{.*}}], blu.output_buffers = [
+// IMPORT-DAG: blu.layernorm
+// IMPORT-DAG: blu.matmul {{.*}} {transpose_rhs = true}
+// IMPORT-DAG: blu.bias_add
+// IMPORT-DAG: blu.gelu_tanh_grad
+// IMPORT-DAG: blu.kernel "cross_entropy_forward"
+// IMPORT-DAG: blu.kernel "global_norm"
+// IMPORT-DAG: blu.kernel "adamw_step"{{.*}}blu.persistent_results = array<i64: 0,
+// IMPORT-DAG: blu.host_read
+// IMPORT: return
+
+// BEFORE: blu.kernels = 236
+// AFTER: blu.kernels = 211
+// PLAN: blu.arena_bytes = {{[0-9]+}}
+// PLAN-SAME: blu.arena_lower_bound_bytes
+
+// NOTJSON: blu-import: {{.*}}captured_step.mlir: not JSON
+// BADBUFFER: blu-import: {{.*}}bad.json: node 0 (fill_) argument 'dst' names buffer 0 of 0
