@@ -168,6 +168,14 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ];
         "$work/interop" "$res/interop.json" > "$logs/interop.txt" 2>&1 \
         || echo "safetensors round trip with PyTorch failed" >> "$logs/bench_failures.txt"
     fi
+    # Note [Step capture]: GPT-2 124M's autograd step recorded on the GPU (fused attention, multi-tensor
+    # AdamW), replayed and compared bit for bit; its JSON and the launch count go to the results.
+    for p in fp32 bf16; do
+      stamp "capture d12 $p"
+      timeout 180 "$bin" capture --model d12 --device cuda --precision $p --batch-size 4 --seq-len 1024 \
+        --out-dir "$work/capture_$p" > "$res/capture_d12_$p.txt" 2>&1 \
+        || echo "capture d12 $p failed rc=$?" >> "$logs/bench_failures.txt"
+    done
     if [ "$suite" = train ]; then   # blutrain alone (the race with PyTorch is --suite e2e / all)
       stamp "e2e GPT-2 124M (blutrain only)"
       timeout "${BLU_E2E_TIMEOUT:-300}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \

@@ -4,50 +4,12 @@
 // capture of the same configuration and differs for another sequence length.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "blutensor/capture.h"
-#include "blutrain/trainer.h"
+#include "support/capture_tiny.h"
 
-namespace fs = std::filesystem;
-
-namespace {
-
-struct Captured {
-  int status = -1;
-  std::string log;
-  blu::capture::Graph graph;
-};
-
-Captured capture_tiny(const std::string& name, int64_t seq_len) {
-  blu::train::TrainConfig cfg;
-  cfg.model = "tiny";
-  cfg.device = "cpu";
-  cfg.data = "synthetic";
-  cfg.batch_size = 2;
-  cfg.seq_len = seq_len;
-  blu::train::resolve_auto(cfg, false);
-  cfg.out_dir = (fs::temp_directory_path() / ("blu_capture_" + std::to_string(::getpid()) + name)).string();
-  std::ostringstream log;
-  Captured c;
-  c.status = blu::train::run_capture(cfg, log);
-  c.log = log.str();
-  std::ifstream f(cfg.out_dir + "/step.json");
-  std::stringstream text;
-  text << f.rdbuf();
-  c.graph = blu::capture::Graph::from_json(text.str());
-  fs::remove_all(cfg.out_dir);
-  return c;
-}
-
-std::string key_line(const std::string& log) {
-  const size_t at = log.find("\nkey ");
-  return at == std::string::npos ? "" : log.substr(at + 1, log.find('\n', at + 1) - at - 1);
-}
-
-}  // namespace
+using blu::train::test::Captured;
+using blu::train::test::capture_tiny;
+using blu::train::test::key_line;
 
 TEST(CaptureStep, TinyGpt2StepReplaysBitForBit) {
   const Captured a = capture_tiny("a", 32);
@@ -72,3 +34,4 @@ TEST(CaptureStep, TinyGpt2StepReplaysBitForBit) {
   const Captured c = capture_tiny("c", 48);
   EXPECT_NE(key_line(c.log), key_line(a.log)) << "another sequence length, the same key";
 }
+
