@@ -145,4 +145,37 @@ std::map<int, Tensor> replay(const Graph& g);
 // The whole storage of t (all its bytes, from the storage's start) as replay() returns buffers.
 Tensor bytes_of(const Tensor& t);
 
+// Note [Running a captured step]
+// An Executable runs a captured step again, as the step: on the live buffers the capture saw
+// (weights, moments, the batch tensors: whatever is still referenced), so each run() updates them
+// in place like the eager step would, while the step's temporaries get new storage at their first
+// use and are released after their last (the eager step's allocation pattern). Inputs no longer
+// referenced after the capture (a scalar made from a host value inside the step) replay their
+// snapshot: capture with Scope(true). Per-run scalars: AdamW's lr and step count (the key leaves
+// them out, Graph::structure_hash). To feed a new batch, write it into the batch tensors the
+// captured step read (x.copy_(next)) before run(). The host reads of the eager step become values
+// the caller reads after run() (host_reads(), in node order); their checks (embedding index range)
+// are not repeated: the caller validates what it writes into the inputs. Valid while the step's
+// launches do not depend on values read on the host (Note [Clipping on the device] in blutrain).
+struct StepScalars {
+  double lr = -1;     // AdamW learning rate; < 0: as captured
+  int64_t step = -1;  // AdamW step count (bias correction); < 0: as captured
+};
+
+class Executable {
+ public:
+  explicit Executable(const Graph& g);  // throws naming an input buffer that is neither live nor snapshotted
+  void run(const StepScalars& scalars = StepScalars());
+  // The tensors the step's host reads read, after the last run() (views that keep their storage).
+  const std::vector<Tensor>& host_reads() const { return host_reads_; }
+  std::size_t persistent_buffers() const { return persistent_; }
+
+ private:
+  Graph graph_;
+  std::vector<std::shared_ptr<Storage>> live_;  // persistent buffers; null for temporaries
+  std::vector<int> last_use_;                   // node index of each buffer's last use (-1: none)
+  std::vector<Tensor> host_reads_;
+  std::size_t persistent_ = 0;
+};
+
 }  // namespace blu::capture

@@ -301,6 +301,24 @@ const std::unordered_map<std::string, Runner>& runners() {
   return table;
 }
 
+void run_node(const Node& n, size_t index, const Ctx& ctx) {
+  auto it = runners().find(n.op);
+  BLU_CHECK(it != runners().end(), "capture: node ", index, " op '", n.op, "' cannot be run here");
+  try {
+    it->second(n, ctx);
+  } catch (const Error& e) {
+    BLU_THROW("capture: node ", index, " (", n.op, ") failed: ", e.what());
+  }
+}
+
+// Copies the snapshot `value` into storage s (byte views, same size).
+void fill_from(const std::shared_ptr<Storage>& s, const Buffer& b, const Tensor& value) {
+  BLU_CHECK(value.numel() * static_cast<int64_t>(value.element_size()) == static_cast<int64_t>(b.nbytes),
+            "capture: the initial value of buffer ", b.id, " is ", value.describe(), ", expected ", b.nbytes, " bytes");
+  Tensor dst = detail::byte_view(s, b.nbytes);
+  BLU_DISPATCH(b.device, copy_, dst, value);
+}
+
 }  // namespace
 
 std::map<int, Tensor> replay(const Graph& g) {
@@ -312,29 +330,80 @@ std::map<int, Tensor> replay(const Graph& g) {
     auto it = g.initial.find(b.id);
     BLU_CHECK(it != g.initial.end(), "capture::replay: input buffer ", b.id, " (", b.nbytes, " bytes on ",
               b.device.str(), ") has no initial value: capture with Scope(true)");
-    BLU_CHECK(it->second.numel() * static_cast<int64_t>(it->second.element_size()) ==
-                  static_cast<int64_t>(b.nbytes),
-              "capture::replay: the initial value of buffer ", b.id, " is ", it->second.describe(),
-              ", expected ", b.nbytes, " bytes");
-    Tensor dst = detail::byte_view(ctx.storages.back(), b.nbytes);
-    BLU_DISPATCH(b.device, copy_, dst, it->second);
+    fill_from(ctx.storages.back(), b, it->second);
   }
-  size_t index = 0;
-  for (const Node& n : g.nodes) {
-    auto it = runners().find(n.op);
-    BLU_CHECK(it != runners().end(), "capture::replay: node ", index, " op '", n.op, "' cannot be replayed here");
-    try {
-      it->second(n, ctx);
-    } catch (const Error& e) {
-      BLU_THROW("capture::replay: node ", index, " (", n.op, ") failed: ", e.what());
-    }
-    ++index;
-  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) run_node(g.nodes[i], i, ctx);
   std::map<int, Tensor> out;
   for (int id : g.outputs()) {
     out[id] = detail::byte_view(ctx.storages[static_cast<size_t>(id)], g.buffers[static_cast<size_t>(id)].nbytes);
   }
   return out;
+}
+
+Executable::Executable(const Graph& g) : graph_(g) {
+  BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
+  const size_t n = graph_.buffers.size();
+  live_.resize(n);
+  last_use_.assign(n, -1);
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    for (const Arg& a : graph_.nodes[i].args) {
+      for (const TensorRef& t : a.tensors) {
+        if (t.defined()) last_use_[static_cast<size_t>(t.buffer)] = static_cast<int>(i);
+      }
+    }
+  }
+  for (const Buffer& b : graph_.buffers) {
+    const size_t id = static_cast<size_t>(b.id);
+    std::shared_ptr<Storage> s = id < graph_.storages.size() ? graph_.storages[id].lock() : nullptr;
+    if (b.origin == Origin::kInput && s == nullptr) {
+      // No longer referenced: a value made inside the captured step; its snapshot is a constant.
+      auto it = graph_.initial.find(b.id);
+      BLU_CHECK(it != graph_.initial.end(), "capture::Executable: input buffer ", b.id, " (", b.nbytes,
+                " bytes) is no longer referenced and has no snapshot: capture with Scope(true)");
+      s = std::make_shared<Storage>(b.nbytes, b.device);
+      fill_from(s, b, it->second);
+    }
+    if (b.origin == Origin::kInput || b.alive) {
+      BLU_CHECK(s != nullptr, "capture::Executable: output buffer ", b.id, " is no longer referenced");
+      live_[id] = s;
+      ++persistent_;
+    }
+  }
+}
+
+void Executable::run(const StepScalars& scalars) {
+  BLU_CHECK(!recording(), "capture::Executable::run: not inside a capture Scope");
+  Ctx ctx;
+  ctx.storages = live_;
+  host_reads_.clear();
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    Node& node = graph_.nodes[i];
+    if (node.op == "adamw_step") {
+      for (Arg& a : node.args) {
+        if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
+        if (a.name == "hp.step" && scalars.step >= 0) a.integer = scalars.step;
+      }
+    }
+    for (const Arg& a : node.args) {
+      for (const TensorRef& t : a.tensors) {
+        if (!t.defined()) continue;
+        std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(t.buffer)];
+        if (s == nullptr) {
+          const Buffer& b = graph_.buffers[static_cast<size_t>(t.buffer)];
+          s = std::make_shared<Storage>(b.nbytes, b.device);
+        }
+      }
+    }
+    run_node(node, i, ctx);
+    if (node.op == "host_read") host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
+    // Temporaries die after their last use (the storage lives on in a host-read view if any).
+    for (const Arg& a : node.args) {
+      for (const TensorRef& t : a.tensors) {
+        const size_t id = static_cast<size_t>(t.buffer);
+        if (t.defined() && live_[id] == nullptr && last_use_[id] == static_cast<int>(i)) ctx.storages[id].reset();
+      }
+    }
+  }
 }
 
 }  // namespace blu::capture
