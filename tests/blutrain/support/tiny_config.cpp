@@ -19,6 +19,9 @@ TrainConfig tiny_config(const std::string& data_dir, const std::string& out_dir)
   c.out_dir = out_dir;
   c.resume = "none";
   c.plot = true;
+  // The ids the shards use (tens, not GPT-2's 50257): the lm head was most of each test's time.
+  // A test of GPT-2's vocabulary sets vocab = "gpt2" itself.
+  c.vocab = "corpus";
   resolve_auto(c, false);
   c.time_limit_s = 0;
   return c;
