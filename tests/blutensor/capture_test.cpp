@@ -184,6 +184,12 @@ TEST(Capture, ExecutableTrainsLikeTheEagerSteps) {
     EXPECT_EQ(bytes(a.params()[i]), bytes(b.params()[i])) << "parameter " << i;
     EXPECT_EQ(bytes(opt_a.exp_avg_sq(i)), bytes(opt_b.exp_avg_sq(i))) << "exp_avg_sq " << i;
   }
+  // A run stopped at its first host read (the embedding's index check, before any update) leaves
+  // every weight as it was.
+  const std::vector<uint8_t> before = bytes(b.params()[3]);
+  EXPECT_FALSE(exe.run({3e-3, 9}, [](std::size_t, const Tensor&) { return false; }));
+  EXPECT_EQ(bytes(b.params()[3]), before);
+  EXPECT_EQ(exe.host_reads().size(), 1u);
   // Without the step count advancing the bias correction is step 2's: the weights drift from A's.
   exe.run({3e-3, -1});
   train_step(a, opt_a, x_of(9), y_of(9));

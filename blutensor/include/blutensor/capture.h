@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -165,7 +166,12 @@ struct StepScalars {
 class Executable {
  public:
   explicit Executable(const Graph& g);  // throws naming an input buffer that is neither live nor snapshotted
-  void run(const StepScalars& scalars = StepScalars());
+  // Runs the step. on_host_read (optional) sees each host read's value as the eager code did, in
+  // node order (index = position among the host reads); returning false stops the run there, the
+  // rest of the step not launched (a non-finite gradient norm before the update). Returns whether
+  // the whole step ran.
+  using HostReadFn = std::function<bool(std::size_t index, const Tensor& value)>;
+  bool run(const StepScalars& scalars = StepScalars(), const HostReadFn& on_host_read = nullptr);
   // The tensors the step's host reads read, after the last run() (views that keep their storage).
   const std::vector<Tensor>& host_reads() const { return host_reads_; }
   std::size_t persistent_buffers() const { return persistent_; }
@@ -175,6 +181,7 @@ class Executable {
   std::vector<std::shared_ptr<Storage>> live_;  // persistent buffers; null for temporaries
   std::vector<int> last_use_;                   // node index of each buffer's last use (-1: none)
   std::vector<Tensor> host_reads_;
+  std::vector<int> refill_;  // inputs made inside the step and written by it: reset each run
   std::size_t persistent_ = 0;
 };
 

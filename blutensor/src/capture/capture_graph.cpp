@@ -1,5 +1,6 @@
 // The captured graph (Note [Step capture], blutensor/capture.h): queries, hashes and cache key,
 // the byte-level helpers, and replay through the backends.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <functional>
@@ -362,6 +363,7 @@ Executable::Executable(const Graph& g) : graph_(g) {
                 " bytes) is no longer referenced and has no snapshot: capture with Scope(true)");
       s = std::make_shared<Storage>(b.nbytes, b.device);
       fill_from(s, b, it->second);
+      if (b.written) refill_.push_back(b.id);  // the step changes it: every run starts from the snapshot
     }
     if (b.origin == Origin::kInput || b.alive) {
       BLU_CHECK(s != nullptr, "capture::Executable: output buffer ", b.id, " is no longer referenced");
@@ -369,13 +371,18 @@ Executable::Executable(const Graph& g) : graph_(g) {
       ++persistent_;
     }
   }
+  // The constants are filled in; the live inputs need no snapshot.
+  for (auto it = graph_.initial.begin(); it != graph_.initial.end();) {
+    it = std::find(refill_.begin(), refill_.end(), it->first) == refill_.end() ? graph_.initial.erase(it) : std::next(it);
+  }
 }
 
-void Executable::run(const StepScalars& scalars) {
+bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read) {
   BLU_CHECK(!recording(), "capture::Executable::run: not inside a capture Scope");
   Ctx ctx;
   ctx.storages = live_;
   host_reads_.clear();
+  for (int id : refill_) fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)], graph_.initial.at(id));
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     Node& node = graph_.nodes[i];
     if (node.op == "adamw_step") {
@@ -395,7 +402,10 @@ void Executable::run(const StepScalars& scalars) {
       }
     }
     run_node(node, i, ctx);
-    if (node.op == "host_read") host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
+    if (node.op == "host_read") {
+      host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
+      if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) return false;
+    }
     // Temporaries die after their last use (the storage lives on in a host-read view if any).
     for (const Arg& a : node.args) {
       for (const TensorRef& t : a.tensors) {
@@ -404,6 +414,7 @@ void Executable::run(const StepScalars& scalars) {
       }
     }
   }
+  return true;
 }
 
 }  // namespace blu::capture

@@ -36,7 +36,7 @@ const std::vector<Flag>& flag_table() {
       {"device", "DEV", &TrainConfig::device, "cpu | cuda | cuda:N | auto (cuda when a GPU is present)"},
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
       {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
-      {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | auto (fused on CUDA)"},
+      {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | captured (the autograd step recorded at step 2 and run as a record from then on: the same calls without autograd's bookkeeping; one micro-batch, one process) | auto (fused on CUDA)"},
       {"capture-verify", "", &TrainConfig::capture_verify, "blutrain capture: replay the captured step from its recorded inputs and compare weights and moments with the eager step bit for bit (--no-capture-verify: only write the graph)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
@@ -363,9 +363,12 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.seq_len <= cfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the model's context (--block-size ",
             cfg.block_size, ")");
   if (cfg.engine == "auto") cfg.engine = on_gpu ? "fused" : "autograd";
-  BLU_CHECK(cfg.engine == "fused" || cfg.engine == "autograd", "--engine '", cfg.engine,
-            "': expected fused, autograd or auto");
-  BLU_CHECK(on_gpu || cfg.engine == "autograd", "--engine fused needs a GPU");
+  BLU_CHECK(cfg.engine == "fused" || cfg.engine == "autograd" || cfg.engine == "captured", "--engine '", cfg.engine,
+            "': expected fused, autograd, captured or auto");
+  BLU_CHECK(on_gpu || cfg.engine != "fused", "--engine fused needs a GPU");
+  // Note [Captured engine]: one micro-batch per step, one process.
+  BLU_CHECK(cfg.engine != "captured" || (cfg.dp == 1 && cfg.tp == 1), "--engine captured runs on one process (got --dp ",
+            cfg.dp, " --tp ", cfg.tp, "); pass --engine autograd");
   BLU_CHECK(cfg.recompute == "auto" || cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||
                 cfg.recompute == "block",
             "--recompute '", cfg.recompute, "': expected none, gelu, layernorm, block or auto");
@@ -386,7 +389,7 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "': expected stop or skip");
   BLU_CHECK(cfg.nonfinite_max_skips >= 1, "--nonfinite-max-skips ", cfg.nonfinite_max_skips, " must be at least 1");
   // Note [Non-finite steps]: the fused step's AdamW runs in its CUDA graph before the host sees the norm.
-  BLU_CHECK(cfg.nonfinite == "stop" || cfg.engine == "autograd", "--nonfinite skip with --engine ", cfg.engine,
+  BLU_CHECK(cfg.nonfinite == "stop" || cfg.engine != "fused", "--nonfinite skip with --engine ", cfg.engine,
             ": the fused step applies AdamW inside its CUDA graph before the host reads the gradient norm, so it "
             "cannot skip an update yet; pass --engine autograd, or --nonfinite stop");
   // Data parallelism: the flags alone (the launcher's WORLD_SIZE is checked when training starts).

@@ -26,6 +26,7 @@
 #include "common/kernel_trace.h"
 #include "blutrain/files.h"
 #include "blutrain/fused_step.h"
+#include "engine/captured_step.h"
 #include "blutrain/nvtx.h"
 #include "blutrain/optimizer.h"
 #include "blutrain/corpus_vocab.h"
@@ -235,9 +236,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << fused->describe() << "\n";
   }
 
+  // Note [Captured engine] (engine/captured_step.h).
+  std::unique_ptr<CapturedStep> captured;
+  if (cfg.engine == "captured") {
+    BLU_CHECK(accum == 1, "--engine captured takes one micro-batch per step (--total-batch-tokens ",
+              cfg.total_batch_tokens, " makes ", accum, "); pass --engine autograd");
+    captured = std::make_unique<CapturedStep>(model, opt, precision, cfg.grad_clip);
+  }
+
   // Note [Non-finite steps]: the policy.
   NonfinitePolicy nonfinite(cfg.nonfinite, cfg.nonfinite_max_skips);
-  BLU_CHECK(!inject.enabled() || !fused, kInjectNonfiniteEnv, " needs --engine autograd");
+  BLU_CHECK(!inject.enabled() || (!fused && !captured), kInjectNonfiniteEnv, " needs --engine autograd");
 
   const int64_t n_params = model.num_params();
   const double flops_tok = flops_per_token(n_params, mcfg.n_layer, mcfg.n_embd, T);
@@ -389,6 +398,14 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
           if (!all_finite(fused->gradient(static_cast<int>(i)))) first_nonfinite = opt.params()[i].name;
         }
       }
+    } else if (captured) {
+      auto [x, y] = feeder.next(train_loader);
+      const bool was_captured = captured->captured();
+      const UpdateResult u = captured->step(x, y, lr, &loss);
+      if (!was_captured && captured->captured()) out << captured->describe();
+      norm = u.grad_norm;
+      step_nonfinite = !u.applied;
+      first_nonfinite = u.first_nonfinite;
     } else {
       double loss_sum = 0;
       inject_step = step + 1;

@@ -1,0 +1,76 @@
+// captured_step.cpp: Note [Captured engine] (captured_step.h).
+#include "engine/captured_step.h"
+
+#include <cmath>
+
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+
+namespace blu::train {
+
+CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip)
+    : model_(model), opt_(opt), precision_(precision), grad_clip_(grad_clip) {}
+
+// The autograd engine's step (trainer.cpp, one micro-batch).
+UpdateResult CapturedStep::eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
+  Tensor l = model_.forward(x, y, precision_);
+  l.backward();
+  *loss = l.item();
+  UpdateResult u = clip_and_update(opt_, grad_clip_, lr, std::isfinite(*loss));
+  opt_.zero_grad();
+  if (loss_tensor != nullptr) *loss_tensor = l;
+  return u;
+}
+
+UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, double* loss) {
+  ++steps_;
+  if (exe_ == nullptr && steps_ == 1) return eager(x, y, lr, loss, nullptr);
+  if (exe_ == nullptr) {
+    capture::Scope scope(/*snapshot_inputs=*/true);
+    Tensor loss_tensor;
+    UpdateResult u = eager(x, y, lr, loss, &loss_tensor);
+    capture::Graph g = scope.finish();
+    if (!u.applied) return u;  // no update in this record: capture the next step instead
+    // The loss's host read reads the loss tensor's buffer; the norm's is the last before the update.
+    const int loss_buffer = g.buffer_of(loss_tensor);
+    std::size_t reads = 0;
+    bool found_loss = false, found_norm = false;
+    for (const capture::Node& n : g.nodes) {
+      if (n.op == "adamw_step") break;
+      if (n.op != "host_read") continue;
+      if (n.arg("src").tensors.at(0).buffer == loss_buffer) loss_read_ = reads, found_loss = true;
+      norm_read_ = reads++;
+      found_norm = true;
+    }
+    BLU_CHECK(found_loss && found_norm && norm_read_ > loss_read_,
+              "--engine captured: the recorded step has no loss read before its gradient norm's (",
+              g.host_reads(), " host reads)");
+    describe_ = "captured engine: step " + std::to_string(steps_) + " recorded: " + g.summary();
+    x_ = x;
+    y_ = y;
+    exe_ = std::make_unique<capture::Executable>(g);
+    return u;
+  }
+  {
+    NoGradGuard ng;
+    x_.copy_(x);
+    y_.copy_(y);
+  }
+  UpdateResult u;
+  *loss = NAN;
+  const bool done = exe_->run({lr, opt_.step_count() + 1}, [&](std::size_t i, const Tensor& v) {
+    if (i == loss_read_) *loss = v.item();
+    if (i != norm_read_) return true;
+    u.grad_norm = v.item();
+    return std::isfinite(*loss) && std::isfinite(u.grad_norm);
+  });
+  if (done) {
+    opt_.set_step_count(opt_.step_count() + 1);
+  } else {
+    u.applied = false;
+    u.first_nonfinite = "(not tracked by --engine captured; --engine autograd names it)";
+  }
+  return u;
+}
+
+}  // namespace blu::train

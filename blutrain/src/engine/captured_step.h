@@ -1,0 +1,49 @@
+// captured_step.h: `--engine captured` (Note [Captured engine]): the autograd engine's step,
+// recorded once (blutensor's Note [Step capture]) and then run as a capture::Executable.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "blutensor/capture.h"
+#include "blutrain/gpt2.h"
+#include "blutrain/optimizer.h"
+
+namespace blu::train {
+
+// Note [Captured engine]
+// Step 1 runs eagerly (the moments exist after it, as every later step sees them); step 2 runs
+// eagerly under a capture::Scope and becomes an Executable; from step 3 on, each step writes its
+// batch into step 2's token tensors and runs the executable with the step's lr and AdamW step
+// count: the same backend calls on the same buffers as the autograd engine, without its Python-
+// like bookkeeping (no graph of autograd nodes built and torn down, no op argument checks), so
+// the losses are the autograd engine's bit for bit (captured_engine_test). It is the runtime that
+// blucomp's compiled step will plug into (fused kernels in place of runs of calls).
+// The host reads of the step keep their roles: the loss read gives the step's loss; the gradient
+// norm's read (the last host read before the update) is where a non-finite norm or loss stops
+// the run before AdamW, leaving weights and moments as they were (--nonfinite stop then reports
+// the step; which parameter's gradient was first non-finite is not tracked here). If step 2 itself
+// is non-finite its record has no update, so the capture is taken again on the next step.
+// Limits: one micro-batch per step, no --dp/--tp, the non-finite test hook refused.
+class CapturedStep {
+ public:
+  CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip);
+  UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
+  bool captured() const { return exe_ != nullptr; }
+  std::string describe() const { return describe_; }  // the record's summary once captured
+
+ private:
+  UpdateResult eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor);
+
+  GPT2& model_;
+  AdamW& opt_;
+  Precision precision_;
+  double grad_clip_;
+  int64_t steps_ = 0;
+  std::unique_ptr<capture::Executable> exe_;
+  Tensor x_, y_;                 // the captured step's token tensors, refilled every step
+  std::size_t loss_read_ = 0, norm_read_ = 0;  // among the executable's host reads
+  std::string describe_;
+};
+
+}  // namespace blu::train
