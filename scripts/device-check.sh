@@ -176,6 +176,17 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ];
         --out-dir "$work/capture_$p" > "$res/capture_d12_$p.txt" 2>&1 \
         || echo "capture d12 $p failed rc=$?" >> "$logs/bench_failures.txt"
     done
+    # Note [Captured engine]: the autograd step vs its record run as the step (same calls, no autograd
+    # bookkeeping), d12 B16 T1024, 12 steps each, same call: the tok/s lines go to the results.
+    for p in bf16 fp32; do
+      for e in autograd captured; do
+        stamp "engine $e d12 $p"
+        timeout 240 "$bin" train --model d12 --device cuda --engine $e --precision $p --data synthetic \
+          --batch-size 16 --seq-len 1024 --max-steps 12 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot \
+          --out-dir "$work/engine_${e}_$p" > "$res/engine_${e}_d12_$p.txt" 2>&1 \
+          || echo "engine $e d12 $p failed rc=$?" >> "$logs/bench_failures.txt"
+      done
+    done
     if [ "$suite" = train ]; then   # blutrain alone (the race with PyTorch is --suite e2e / all)
       stamp "e2e GPT-2 124M (blutrain only)"
       timeout "${BLU_E2E_TIMEOUT:-300}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \
