@@ -15,6 +15,7 @@
 
 #include "blutrain/config.h"
 #include "blutrain/gpt2.h"
+#include "blutrain/optimizer.h"
 #include "blutrain/metrics.h"
 
 namespace blu::train {
@@ -33,6 +34,12 @@ struct TrainResult {
   double median_tokens_per_s = 0;
   double peak_allocated_gib = 0;
 };
+
+// Makes a CUDA device current and sets the matmul precision for `precision` (tf32: TF32 tensor
+// cores; else strict fp32); nothing for the CPU. Every subcommand starts with it.
+void use_device(const Device& device, Precision precision);
+// AdamW's settings from the flags (--beta1, --beta2, --adam-eps, --weight-decay).
+AdamWConfig adamw_config(const TrainConfig& cfg);
 
 // Runs training for a resolved config (resolve_auto called). Progress goes to `out`.
 TrainResult run_training(const TrainConfig& cfg, std::ostream& out);

@@ -37,18 +37,11 @@ std::vector<uint8_t> host_bytes(const Tensor& t) {
 int run_capture(const TrainConfig& cfg, std::ostream& out) {
   const Device device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
-  if (device.is_cuda()) {
-    blu::cuda::set_device(device.index);
-    set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
-  }
+  use_device(device, precision);
   const GPT2Config mcfg = gpt2_config(cfg.model);
   GPT2 model(mcfg, device);
   model.init_weights(cfg.seed);
-  AdamWConfig acfg;
-  acfg.beta1 = cfg.beta1;
-  acfg.beta2 = cfg.beta2;
-  acfg.eps = cfg.adam_eps;
-  acfg.weight_decay = cfg.weight_decay;
+  const AdamWConfig acfg = adamw_config(cfg);
   AdamW opt(model.parameters(), acfg);
 
   const int64_t B = cfg.batch_size, T = cfg.seq_len;

@@ -115,6 +115,21 @@ double rank_memory_gib(Device d) {
 
 }  // namespace
 
+void use_device(const Device& device, Precision precision) {
+  if (!device.is_cuda()) return;
+  blu::cuda::set_device(device.index);
+  set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
+}
+
+AdamWConfig adamw_config(const TrainConfig& cfg) {
+  AdamWConfig a;
+  a.beta1 = cfg.beta1;
+  a.beta2 = cfg.beta2;
+  a.eps = cfg.adam_eps;
+  a.weight_decay = cfg.weight_decay;
+  return a;
+}
+
 TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   // Note [Data-parallel training], Note [Tensor-parallel training]: --dp D --tp T joins the
   // launcher's gang of D*T ranks (a D x T mesh); only world rank 0 reports.
@@ -129,10 +144,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   const Device device = device_index >= 0 ? Device::cuda(device_index) : Device(cfg.device);
   const int rank = dp ? dp->rank() : 0, world = dp ? dp->size() : 1;
   const Precision precision = parse_precision(cfg.precision);
-  if (device.is_cuda()) {
-    blu::cuda::set_device(device.index);
-    set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
-  }
+  use_device(device, precision);
   GPT2Config mcfg = gpt2_config(cfg.model);
   if (cfg.block_size > 0) mcfg.block_size = cfg.block_size;
   BLU_CHECK(cfg.seq_len <= mcfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the ", cfg.model, " model's context ",
@@ -177,11 +189,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     }
     out << "initial weights from " << cfg.init_from << "\n";
   }
-  AdamWConfig acfg;
-  acfg.beta1 = cfg.beta1;
-  acfg.beta2 = cfg.beta2;
-  acfg.eps = cfg.adam_eps;
-  acfg.weight_decay = cfg.weight_decay;
+  const AdamWConfig acfg = adamw_config(cfg);
   AdamW opt(model.parameters(), acfg, /*allocate_moments=*/cfg.zero == 0);  // ZeRO-1: sharded in dp
 
   TrainResult result;
