@@ -17,7 +17,7 @@ done
 # and ~2 min to build blucomp on 2 cores. BLU_SETUP_MLIR=0 skips it (scripts/run.sh does: it builds
 # only blutrain); without it CMake leaves blucomp out.
 if [ "${BLU_SETUP_MLIR:-1}" = 1 ]; then
-  for p in libmlir-19-dev llvm-19-dev mlir-19-tools llvm-19-tools; do
+  for p in libmlir-19-dev llvm-19-dev mlir-19-tools llvm-19-tools libzstd-dev zlib1g-dev; do  # the last two: scripts/blucomp-static.sh
     have_pkg "$p" || need+=("$p")
   done
 fi
