@@ -1,6 +1,7 @@
 // blu-fuse-elementwise: groups chains of elementwise blu ops into blu.fused regions (one kernel
 // each after lowering), never across blu.matmul / blu.layernorm and never by recomputing a value.
 #include "blucomp/passes.h"
+#include "node_provenance.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
@@ -86,6 +87,7 @@ void materialize(Group members) {
   for (Operation* op : members) builder.clone(*op, mapping);
   builder.create<YieldOp>(root->getLoc(), mapping.lookup(root->getResult(0)));
 
+  blu::comp::mergeNodes(fused, members);  // Note [Node provenance]
   root->getResult(0).replaceAllUsesWith(fused.getResult());
   for (Operation* op : llvm::reverse(members)) op->erase();
 }

@@ -1,6 +1,7 @@
 // blu-fuse-epilogue: folds a blu.matmul's elementwise consumer chain into the GEMM's epilogue
 // (blu.matmul_epilogue: the blublas Epilogue kinds), before elementwise fusion runs.
 #include "blucomp/passes.h"
+#include "node_provenance.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -61,6 +62,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
           def && def->getBlock() == at->getBlock() && !def->isBeforeInBlock(at))
         continue;
       auto op = build(at, mm, "bias_grad", {}, {mm.getType(), sum.getResults()[0].getType()});
+      mergeNodes(op, {mm, sum});
       mm->replaceAllUsesWith(ValueRange{op.getResult(0)});
       sum->replaceAllUsesWith(ValueRange{op.getResult(1)});
       mm.erase();
@@ -89,6 +91,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
     if (auto grad = dyn_cast<GeluTanhGradOp>(user); grad && grad.getGrad() == mm.getResult() &&
                                                      grad.getInput() != mm.getResult()) {
       auto op = build(grad, mm, "gelu_grad", {grad.getInput()}, {grad.getType()});
+      mergeNodes(op, {mm, grad});
       grad->replaceAllUsesWith(op.getResults());
       grad.erase();
       mm.erase();
@@ -102,6 +105,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
         Value residual = add.getLhs() == pre ? add.getRhs() : add.getLhs();
         if (residual == pre) return;  // pre + pre: not a residual
         auto op = build(add, mm, "bias_residual", {bias.getBias(), residual}, {add.getType()});
+        mergeNodes(op, {mm, bias, add});
         add->replaceAllUsesWith(op.getResults());
         add.erase();
         bias.erase();
@@ -119,6 +123,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
       // Kept pre: at the bias_add (its other users follow it); else at the gelu.
       Operation* at = keep_pre ? bias.getOperation() : gelu.getOperation();
       auto op = build(at, mm, "bias_gelu", {bias.getBias()}, types);
+      mergeNodes(op, {mm, bias, gelu});
       gelu->replaceAllUsesWith(ValueRange{op.getResult(0)});
       gelu.erase();
       if (keep_pre) bias->replaceAllUsesWith(ValueRange{op.getResult(1)});
@@ -127,6 +132,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
       return;
     }
     auto op = build(bias, mm, "bias", {bias.getBias()}, {bias.getType()});
+    mergeNodes(op, {mm, bias});
     bias->replaceAllUsesWith(op.getResults());
     bias.erase();
     mm.erase();

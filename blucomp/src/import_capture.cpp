@@ -22,7 +22,8 @@
 //   ("blu.reads"/"blu.writes": the argument names, list elements as name[i]); scalars in
 //   "blu.args" (enums by name, uint64 as ui64). Results that land in a persistent buffer (an input
 //   or an output of the step: weights, moments, gradients kept across steps) are listed in
-//   "blu.persistent_results": blu-plan-memory gives them no arena bytes.
+//   "blu.persistent_results": blu-plan-memory gives them no arena bytes. Every op names the node it
+//   was made for (`blu.node`, Note [Node provenance] in node_provenance.h).
 #include "blucomp/import_capture.h"
 
 #include <map>
@@ -251,7 +252,12 @@ class Importer {
     for (size_t i = 0; i < c_.nodes.size(); ++i) {
       loc_ = NameLoc::get(b_.getStringAttr("node " + std::to_string(i) + ": " + c_.nodes[i].op));
       what_ = "node " + std::to_string(i) + " (" + c_.nodes[i].op + ")";
+      Operation* before = entry->empty() ? nullptr : &entry->back();
       importNode(c_.nodes[i]);
+      // Note [Node provenance]: every op made for this node names it.
+      for (Operation* op = before ? before->getNextNode() : (entry->empty() ? nullptr : &entry->front()); op;
+           op = op->getNextNode())
+        op->setAttr("blu.node", b_.getI64IntegerAttr(static_cast<int64_t>(i)));
     }
     SmallVector<Value> results;
     SmallVector<Attribute> result_ids;

@@ -10,6 +10,7 @@
 // RUN: blu-opt %t/step.mlir --blu-count-kernels | FileCheck %s --check-prefix=BEFORE
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=AFTER
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN
+// RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline | FileCheck %s --check-prefix=NODES
 // RUN: not blu-import %s 2>&1 | FileCheck %s --check-prefix=NOTJSON
 // RUN: echo '{"format": "blu-capture", "version": 1, "buffers": [], "nodes": [{"op": "fill_", "device": "cpu", "args": [{"name": "dst", "read": false, "write": true, "tensor": {"buffer": 0, "dtype": "f32", "offset": 0, "sizes": [1], "strides": [1]}}]}]}' > %t/bad.json
 // RUN: not blu-import %t/bad.json 2>&1 | FileCheck %s --check-prefix=BADBUFFER
@@ -19,7 +20,7 @@
 
 // IMPORT: func.func @step({{.*}}attributes {blu.input_buffers = [{{.*}}], blu.output_buffers = [
 // IMPORT-DAG: blu.layernorm
-// IMPORT-DAG: blu.matmul {{.*}} {transpose_rhs = true}
+// IMPORT-DAG: blu.matmul {{.*}}transpose_rhs = true}
 // IMPORT-DAG: blu.bias_add
 // IMPORT-DAG: blu.gelu_tanh_grad
 // IMPORT-DAG: blu.kernel "cross_entropy_forward"
@@ -32,6 +33,10 @@
 // AFTER: blu.kernels = 210
 // PLAN: blu.arena_bytes = {{[0-9]+}}
 // PLAN-SAME: blu.arena_lower_bound_bytes
+
+// Note [Node provenance]: a fused op names every captured call it stands for.
+// NODES-DAG: blu.matmul_epilogue "bias_gelu"{{.*}}blu.nodes = array<i64: [[#]], [[#]], [[#]]>
+// NODES-DAG: blu.kernel "adamw_step"{{.*}}blu.node = [[#]] : i64
 
 // NOTJSON: blu-import: {{.*}}captured_step.mlir: not JSON
 // BADBUFFER: blu-import: {{.*}}bad.json: node 0 (fill_) argument 'dst' names buffer 0 of 0

@@ -1,0 +1,38 @@
+// blucomp/src/node_provenance.h: which captured calls an op stands for (Note [Node provenance]).
+//
+// Note [Node provenance]
+// blu-import puts `blu.node = i` on every op it makes for node i of the capture (views included);
+// a pass that replaces ops by one (blu-fuse-elementwise's blu.fused, blu-fuse-epilogue's
+// blu.matmul_epilogue) gives the new op `blu.nodes`, the sorted union of what the old ones stood
+// for. The runtime uses it to run a compiled kernel in place of exactly those calls of the
+// recorded step (their buffers and arguments are in the capture), and the calls no kernel
+// covers as they were recorded.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "llvm/ADT/ArrayRef.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Operation.h"
+
+namespace blu::comp {
+
+inline void mergeNodes(mlir::Operation* into, llvm::ArrayRef<mlir::Operation*> from) {
+  std::vector<int64_t> nodes;
+  auto collect = [&](mlir::Operation* op) {
+    if (auto one = op->getAttrOfType<mlir::IntegerAttr>("blu.node")) nodes.push_back(one.getInt());
+    if (auto many = op->getAttrOfType<mlir::DenseI64ArrayAttr>("blu.nodes"))
+      nodes.insert(nodes.end(), many.asArrayRef().begin(), many.asArrayRef().end());
+  };
+  collect(into);
+  for (mlir::Operation* op : from) collect(op);
+  if (nodes.empty()) return;
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  into->removeAttr("blu.node");
+  into->setAttr("blu.nodes", mlir::Builder(into->getContext()).getDenseI64ArrayAttr(nodes));
+}
+
+}  // namespace blu::comp
