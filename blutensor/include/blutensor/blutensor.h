@@ -2,10 +2,12 @@
 #pragma once
 
 #include "blutensor/autograd.h"
+#include "blutensor/capture.h"
 #include "blutensor/device.h"
 #include "blutensor/dtype.h"
 #include "blutensor/error.h"
 #include "blutensor/json.h"
+#include "blutensor/llama.h"
 #include "blutensor/nn.h"
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"

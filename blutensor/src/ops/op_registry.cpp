@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "blutensor/autograd.h"
+#include "blutensor/llama.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
 
@@ -159,6 +160,20 @@ std::vector<OpCase> build() {
     Generator g(1234);
     return dropout(x[0], 0.3, true, &g);
   }));
+  // ---- the Llama-style block's composites (blutensor/llama.h, Note [Llama block])
+  r.push_back(make_case("rms_norm", {{{2, 3, 7}}, {{7}}}, [](const Inputs& x) { return nn::rms_norm(x[0], x[1]); }));
+  r.push_back(make_case("swiglu", {{{5, 7}}, {{5, 7}}}, [](const Inputs& x) { return nn::swiglu(x[0], x[1]); }));
+  r.push_back(make_case("rotary", {{{2, 3, 5, 6}}}, [](const Inputs& x) {
+    auto [c, s] = nn::rotary_tables(5, 6, 100.0, TensorOptions(x[0].dtype()).device(x[0].device()));
+    return nn::rotary(x[0], c, s);
+  }));
+  r.push_back(make_case("llama_block",
+                        {{{2, 5, 8}}, {{8}}, {{8, 8}}, {{8, 8}}, {{8, 8}}, {{8, 8}}, {{8}}, {{12, 8}}, {{12, 8}}, {{8, 12}}},
+                        [](const Inputs& x) {
+                          nn::LlamaWeights w{x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9]};
+                          auto [c, s] = nn::rotary_tables(5, 4, 100.0, TensorOptions(x[0].dtype()).device(x[0].device()));
+                          return nn::llama_block(x[0], w, 2, c, s);
+                        }, true, 4.0));
   r.push_back(make_case("cast_f32_roundtrip", {{{5, 7}}},
                         [](const Inputs& x) { return x[0].to(kFloat32).to(x[0].dtype()) * 2.0; }, false));
   return r;
