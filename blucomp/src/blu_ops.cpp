@@ -249,3 +249,31 @@ LogicalResult InsertViewOp::verify() {
     return emitOpError("result ") << getResult().getType() << " must have the dest's type " << getDest().getType();
   return verifyWindow(*this, rankedType(getSource()), rankedType(getDest()), getOffset(), getStrides());
 }
+
+// Note [Generic elementwise]: the names blu.ew takes, with their arity (scalar_bodies.cpp has the
+// semantics; blu-import maps blutensor's UnaryOp/BinaryOp enumerators onto them).
+int blu::comp::ewArity(llvm::StringRef fn) {
+  static constexpr llvm::StringLiteral kUnary[] = {"neg", "exp", "log", "sqrt", "tanh", "relu", "add_scalar",
+                                                   "mul_scalar", "pow_scalar", "rsub_scalar", "rdiv_scalar",
+                                                   "clamp_max"};
+  static constexpr llvm::StringLiteral kBinary[] = {"add", "sub", "mul", "div", "relu_backward", "tanh_backward",
+                                                    "eq_mask"};
+  for (llvm::StringRef n : kUnary)
+    if (n == fn) return 1;
+  for (llvm::StringRef n : kBinary)
+    if (n == fn) return 2;
+  return 0;
+}
+
+LogicalResult EwOp::verify() {
+  const int arity = ewArity(getFn());
+  if (arity == 0) return emitOpError("unknown function '") << getFn() << "'";
+  if (static_cast<int>(getInputs().size()) != arity)
+    return emitOpError("'") << getFn() << "' takes " << arity << " input(s), got " << getInputs().size();
+  if (getFn() == "pow_scalar") {
+    const double e = getAlpha().convertToDouble();
+    if (e != 2.0 && e != 0.5 && e != -0.5 && e != -1.0)
+      return emitOpError("pow_scalar exponent ") << e << " (2, 0.5, -0.5 or -1 only: no powf in the PTX)";
+  }
+  return success();
+}

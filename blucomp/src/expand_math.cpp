@@ -35,11 +35,31 @@ struct AbsFAsSignMask : OpRewritePattern<math::AbsFOp> {
   }
 };
 
+// MLIR's exp approximation rounds with math.floor, which convert-gpu-to-nvvm also sends to
+// libdevice (__nv_floorf). For f32 in int32's range: t = trunc(x) (fptosi/sitofp), minus 1 where
+// t > x (negative non-integers). The exp reduction's argument is clamped to +-127 * ln 2 first, so
+// it is always in range there.
+struct FloorFByTruncation : OpRewritePattern<math::FloorOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::FloorOp op, PatternRewriter& rewriter) const override {
+    if (!op.getType().isF32()) return failure();
+    Location loc = op.getLoc();
+    Value x = op.getOperand();
+    Value i = rewriter.create<arith::FPToSIOp>(loc, rewriter.getI32Type(), x);
+    Value t = rewriter.create<arith::SIToFPOp>(loc, op.getType(), i);
+    Value above = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, t, x);
+    Value one = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(1.0f));
+    Value down = rewriter.create<arith::SubFOp>(loc, t, one);
+    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, above, down, t);
+    return success();
+  }
+};
+
 struct ExpandMathPass : blu::comp::impl::BluExpandMathBase<ExpandMathPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
-    patterns.add<AbsFAsSignMask>(&getContext());
+    patterns.add<AbsFAsSignMask, FloorFByTruncation>(&getContext());
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

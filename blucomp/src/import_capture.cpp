@@ -400,10 +400,37 @@ class Importer {
     return values;
   }
 
+  // blutensor's enumerator -> blu.ew's function (Note [Generic elementwise]); "" when none.
+  static std::string ewName(const std::string& enumerator) {
+    static const std::map<std::string, std::string> names{
+        {"kNeg", "neg"}, {"kExp", "exp"}, {"kLog", "log"}, {"kSqrt", "sqrt"}, {"kTanh", "tanh"}, {"kRelu", "relu"},
+        {"kAddScalar", "add_scalar"}, {"kMulScalar", "mul_scalar"}, {"kPowScalar", "pow_scalar"},
+        {"kRSubScalar", "rsub_scalar"}, {"kRDivScalar", "rdiv_scalar"}, {"kClampMax", "clamp_max"},
+        {"kAdd", "add"}, {"kSub", "sub"}, {"kMul", "mul"}, {"kDiv", "div"}, {"kReluBackward", "relu_backward"},
+        {"kTanhBackward", "tanh_backward"}, {"kEqMask", "eq_mask"}};
+    auto it = names.find(enumerator);
+    return it == names.end() ? "" : it->second;
+  }
+
+  static bool noBroadcast(const Ref& r) {
+    for (auto [s, st] : llvm::zip(r.sizes, r.strides))
+      if (st == 0 && s != 1) return false;
+    return true;
+  }
+
   bool importUnary(const JNode& n) {
     const Ref &out = tensor(n, "out"), &a = tensor(n, "a");
-    if (n.arg("op")->enum_name != "kGelu" || !arithmetic(out.dtype) || a.sizes != out.sizes) return false;
-    write(out, b_.create<GeluTanhOp>(loc_, elementwiseOperands(out, {&a})[0]));
+    const std::string& op = n.arg("op")->enum_name;
+    if (!arithmetic(out.dtype) || a.sizes != out.sizes || !noBroadcast(a)) return false;
+    if (op == "kGelu") {
+      write(out, b_.create<GeluTanhOp>(loc_, elementwiseOperands(out, {&a})[0]));
+      return true;
+    }
+    const std::string fn = ewName(op);
+    const double alpha = n.arg("alpha")->number;
+    if (fn.empty() || (fn == "pow_scalar" && alpha != 2.0 && alpha != 0.5 && alpha != -0.5 && alpha != -1.0)) return false;
+    Value x = elementwiseOperands(out, {&a})[0];
+    write(out, b_.create<EwOp>(loc_, x.getType(), b_.getStringAttr(fn), ValueRange{x}, b_.getF64FloatAttr(alpha)));
     return true;
   }
 
@@ -443,12 +470,17 @@ class Importer {
       }
       return false;
     }
-    if (!no_broadcast(bt) || (op != "kMul" && op != "kGeluBackward")) return false;
+    if (!no_broadcast(bt)) return false;
     SmallVector<Value> v = elementwiseOperands(out, {&a, &bt});
     if (op == "kMul") {
       write(out, b_.create<MulOp>(loc_, v[0], v[1]));
-    } else {
+    } else if (op == "kGeluBackward") {
       write(out, b_.create<GeluTanhGradOp>(loc_, v[0], v[1]));
+    } else {
+      const std::string fn = ewName(op);
+      if (fn.empty()) return false;
+      write(out, b_.create<EwOp>(loc_, v[0].getType(), b_.getStringAttr(fn), ValueRange{v[0], v[1]},
+                                 b_.getF64FloatAttr(alpha ? alpha->number : 1.0)));
     }
     return true;
   }

@@ -69,3 +69,43 @@ Value GeluTanhGradOp::buildScalar(OpBuilder& b, Location loc, ValueRange operand
                                         b.create<arith::MulFOp>(loc, sech2, dz));
   return b.create<arith::MulFOp>(loc, dy, b.create<arith::AddFOp>(loc, left, right));
 }
+
+// Note [Generic elementwise]: blu.ew's functions in f32, as blutensor's CPU backend computes them.
+Value EwOp::buildScalar(OpBuilder& b, Location loc, ValueRange operands) {
+  const llvm::StringRef fn = getFn();
+  const float alpha = static_cast<float>(getAlpha().convertToDouble());
+  Value x = operands[0];
+  Value c = f32Constant(b, loc, alpha);
+  Value zero = f32Constant(b, loc, 0.0f), one = f32Constant(b, loc, 1.0f);
+  if (fn == "neg") return b.create<arith::NegFOp>(loc, x);
+  if (fn == "exp") return b.create<math::ExpOp>(loc, x);
+  if (fn == "log") return b.create<math::LogOp>(loc, x);
+  if (fn == "sqrt") return b.create<math::SqrtOp>(loc, x);
+  if (fn == "tanh") return b.create<math::TanhOp>(loc, x);
+  if (fn == "relu") return b.create<arith::MaximumFOp>(loc, x, zero);
+  if (fn == "add_scalar") return b.create<arith::AddFOp>(loc, x, c);
+  if (fn == "mul_scalar") return b.create<arith::MulFOp>(loc, x, c);
+  if (fn == "rsub_scalar") return b.create<arith::SubFOp>(loc, c, x);
+  if (fn == "rdiv_scalar") return b.create<arith::DivFOp>(loc, c, x);
+  if (fn == "clamp_max") return b.create<arith::MinimumFOp>(loc, x, c);
+  if (fn == "pow_scalar") {  // the verifier allows 2, 0.5, -0.5, -1
+    if (alpha == 2.0f) return b.create<arith::MulFOp>(loc, x, x);
+    if (alpha == 0.5f) return b.create<math::SqrtOp>(loc, x);
+    if (alpha == -1.0f) return b.create<arith::DivFOp>(loc, one, x);
+    return b.create<arith::DivFOp>(loc, one, b.create<math::SqrtOp>(loc, x));
+  }
+  Value y = operands[1];
+  if (fn == "add") return b.create<arith::AddFOp>(loc, x, alpha == 1.0f ? y : b.create<arith::MulFOp>(loc, c, y).getResult());
+  if (fn == "sub") return b.create<arith::SubFOp>(loc, x, y);
+  if (fn == "mul") return b.create<arith::MulFOp>(loc, x, y);
+  if (fn == "div") return b.create<arith::DivFOp>(loc, x, y);
+  if (fn == "relu_backward") {
+    Value pos = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, y, zero);
+    return b.create<arith::SelectOp>(loc, pos, x, zero);
+  }
+  if (fn == "tanh_backward")
+    return b.create<arith::MulFOp>(loc, x, b.create<arith::SubFOp>(loc, one, b.create<arith::MulFOp>(loc, y, y)));
+  // eq_mask (the verifier admits nothing else)
+  Value eq = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, x, y);
+  return b.create<arith::SelectOp>(loc, eq, one, zero);
+}

@@ -11,6 +11,7 @@ if(NOT BLU_FILECHECK)
 endif()
 get_filename_component(blu_filecheck_dir ${BLU_FILECHECK} DIRECTORY)
 set(blu_lit_path "$<TARGET_FILE_DIR:blu-opt>:${blu_filecheck_dir}")
+string(APPEND blu_lit_path ":$<TARGET_FILE_DIR:capture_llama_step>")  # llama_block_step.mlir
 if(TARGET blutrain-cli)  # captured_step.mlir captures with `blutrain capture`
   string(APPEND blu_lit_path ":$<TARGET_FILE_DIR:blutrain-cli>")
 endif()

@@ -202,3 +202,27 @@ func.func @kernel_unknown(%x: tensor<4xi64>) -> tensor<4xi64> {
   %0 = blu.kernel "sort"(%x) : (tensor<4xi64>) -> tensor<4xi64>
   return %0 : tensor<4xi64>
 }
+
+// -----
+
+func.func @ew_unknown(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{unknown function 'cosh'}}
+  %0 = blu.ew "cosh"(%x) : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @ew_arity(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sub' takes 2 input(s), got 1}}
+  %0 = blu.ew "sub"(%x) : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @ew_pow(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{pow_scalar exponent 3.000000e+00 (2, 0.5, -0.5 or -1 only: no powf in the PTX)}}
+  %0 = blu.ew "pow_scalar"(%x) {alpha = 3.0 : f64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

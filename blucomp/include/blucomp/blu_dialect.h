@@ -15,3 +15,8 @@
 
 #define GET_OP_CLASSES
 #include "blucomp/blu_ops.h.inc"
+
+namespace blu::comp {
+// Inputs blu.ew's function takes (1 or 2), 0 for a name it does not know (Note [Generic elementwise]).
+int ewArity(llvm::StringRef fn);
+}  // namespace blu::comp

@@ -42,6 +42,22 @@ def Blu_GeluTanhGradOp : Blu_ElementwiseOp<"gelu_tanh_grad", [SameOperandsAndRes
 
 // --- elementwise with a broadcast operand ------------------------------------------------------
 
+def Blu_EwOp : Blu_ElementwiseOp<"ew", [SameOperandsAndResultType]> {
+  let summary = "one of blutensor's elementwise functions, by name (Note [Generic elementwise])";
+  let description = [{
+    `blu.ew "sub"(%a, %b) : tensor<8x16xf32>`, `blu.ew "mul_scalar"(%x) {alpha = 0.5} : ...`: the
+    unary and binary functions of blutensor's backends (UnaryOp / BinaryOp in kernel_args.h), so
+    that a captured step's elementwise calls fuse whatever model they come from (SiLU, RMSNorm's
+    pieces, the backward of any composite). Unary: neg exp log sqrt tanh relu add_scalar
+    mul_scalar pow_scalar (alpha 2, 0.5, -0.5, -1 only) rsub_scalar rdiv_scalar clamp_max; binary:
+    add (a + alpha b) sub mul div relu_backward tanh_backward eq_mask. Same shapes only.
+  }];
+  let arguments = (ins StrAttr:$fn, Variadic<Blu_Tensor>:$inputs, DefaultValuedAttr<F64Attr, "1.0">:$alpha);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$fn `(` $inputs `)` attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Blu_BiasAddOp : Blu_ElementwiseOp<"bias_add", [AllTypesMatch<["input", "result"]>]> {
   let summary = "input + bias, the rank-1 bias broadcast along the input's last dimension";
   let arguments = (ins Blu_Tensor:$input, Blu_Tensor:$bias);
