@@ -196,6 +196,47 @@ TEST(Capture, ExecutableTrainsLikeTheEagerSteps) {
   EXPECT_NE(bytes(a.params()[0]), bytes(b.params()[0]));
 }
 
+// Note [Kernel overrides]: the step's first GELU call replaced by a launch that computes the same
+// thing through the public op trains exactly like the recorded call; a launch that writes zeros
+// instead changes the result (the override really runs in its place).
+TEST(Capture, OverridesRunInPlaceOfTheirCalls) {
+  auto train = [](bool override_gelu, bool wrong) {
+    TinyBlock m(31);
+    AdamW opt(m.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
+    train_step(m, opt, batch(1, 3, 5), batch(2, 3, 5));
+    Tensor x = batch(3, 3, 5), y = batch(4, 3, 5);
+    capture::Scope scope(true);
+    train_step(m, opt, x, y);
+    capture::Executable exe(scope.finish());
+    int gelu_node = -1;
+    for (size_t i = 0; i < exe.graph().nodes.size() && gelu_node < 0; ++i) {
+      const capture::Node& n = exe.graph().nodes[i];
+      if (n.op == "unary" && n.arg("op").enum_name == "kGelu") gelu_node = static_cast<int>(i);
+    }
+    EXPECT_GE(gelu_node, 0);
+    if (!override_gelu) {  // misuse: a host read (node 0: embedding's index check), a node twice
+      const capture::Executable::LaunchFn noop = [](const capture::Executable::ViewFn&) {};
+      EXPECT_EQ(exe.graph().nodes[0].op, "host_read");
+      EXPECT_THROW(exe.replace({0}, noop), Error);
+      EXPECT_THROW(exe.replace({gelu_node, gelu_node}, noop), Error);
+      EXPECT_THROW(exe.replace({static_cast<int>(exe.graph().nodes.size())}, noop), Error);
+    }
+    if (override_gelu) {
+      const capture::Node node = exe.graph().nodes[static_cast<size_t>(gelu_node)];
+      exe.replace({gelu_node}, [node, wrong](const capture::Executable::ViewFn& view) {
+        NoGradGuard ng;
+        Tensor out = view(node.arg("out").tensors[0]);
+        out.copy_(wrong ? zeros_like(out) : gelu(view(node.arg("a").tensors[0])));
+      });
+    }
+    for (int step = 3; step <= 5; ++step) exe.run({3e-3, step});
+    return bytes(m.w_fc);
+  };
+  const std::vector<uint8_t> recorded = train(false, false);
+  EXPECT_EQ(train(true, false), recorded);
+  EXPECT_NE(train(true, true), recorded);
+}
+
 TEST(Capture, KeyIsStableAcrossStepsAndFollowsTheShapes) {
   TinyBlock m(3);
   AdamW opt(m.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});

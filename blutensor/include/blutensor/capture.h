@@ -176,7 +176,26 @@ class Executable {
   const std::vector<Tensor>& host_reads() const { return host_reads_; }
   std::size_t persistent_buffers() const { return persistent_; }
 
+  // Note [Kernel overrides]
+  // A compiled kernel in place of a set of recorded calls (blucomp's fused groups and GEMM
+  // epilogues name theirs: Note [Node provenance]). The calls `nodes` (ascending indices into the
+  // graph, no host reads, disjoint from earlier overrides) are not run; where the last of them was,
+  // `launch` runs with `view`, which gives the tensor of any TensorRef of the graph on this run's
+  // buffers (a call's arguments: graph().nodes[i].args). The kernel must leave what the calls left
+  // in every buffer read later or kept after the step; buffers only the set uses are still
+  // allocated (an arena plan will drop them).
+  using ViewFn = std::function<Tensor(const TensorRef&)>;
+  using LaunchFn = std::function<void(const ViewFn& view)>;
+  void replace(std::vector<int> nodes, LaunchFn launch);
+  const Graph& graph() const { return graph_; }
+
  private:
+  struct Override {
+    std::vector<int> nodes;
+    LaunchFn launch;
+  };
+  std::vector<Override> overrides_;
+  std::vector<int> override_of_;  // per node: index into overrides_, -1 when the node runs itself
   Graph graph_;
   std::vector<std::shared_ptr<Storage>> live_;  // persistent buffers; null for temporaries
   std::vector<int> last_use_;                   // node index of each buffer's last use (-1: none)

@@ -377,6 +377,32 @@ Executable::Executable(const Graph& g) : graph_(g) {
   }
 }
 
+void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
+  BLU_CHECK(!nodes.empty() && launch, "capture::Executable::replace: no nodes or no launch");
+  std::sort(nodes.begin(), nodes.end());
+  override_of_.resize(graph_.nodes.size(), -1);
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const int n = nodes[k];
+    BLU_CHECK(n >= 0 && static_cast<size_t>(n) < graph_.nodes.size(), "capture::Executable::replace: node ", n,
+              " of ", graph_.nodes.size());
+    BLU_CHECK(k == 0 || nodes[k - 1] != n, "capture::Executable::replace: node ", n, " listed twice");
+    BLU_CHECK(graph_.nodes[static_cast<size_t>(n)].op != "host_read", "capture::Executable::replace: node ", n,
+              " is a host read (it stays where it is)");
+    BLU_CHECK(override_of_[static_cast<size_t>(n)] < 0, "capture::Executable::replace: node ", n,
+              " is already replaced by override ", override_of_[static_cast<size_t>(n)]);
+  }
+  for (int n : nodes) {
+    override_of_[static_cast<size_t>(n)] = static_cast<int>(overrides_.size());
+    // The kernel runs at the set's last node: what the set touches lives until then at least.
+    for (const Arg& a : graph_.nodes[static_cast<size_t>(n)].args) {
+      for (const TensorRef& t : a.tensors) {
+        if (t.defined()) last_use_[static_cast<size_t>(t.buffer)] = std::max(last_use_[static_cast<size_t>(t.buffer)], nodes.back());
+      }
+    }
+  }
+  overrides_.push_back({std::move(nodes), std::move(launch)});
+}
+
 bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read) {
   BLU_CHECK(!recording(), "capture::Executable::run: not inside a capture Scope");
   Ctx ctx;
@@ -401,7 +427,17 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
         }
       }
     }
-    run_node(node, i, ctx);
+    const int ov = i < override_of_.size() ? override_of_[i] : -1;
+    if (ov < 0) {
+      run_node(node, i, ctx);
+    } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
+      const ViewFn view = [&ctx](const TensorRef& r) { return ctx.view(r); };
+      try {
+        overrides_[static_cast<size_t>(ov)].launch(view);
+      } catch (const Error& e) {
+        BLU_THROW("capture::Executable: the override of nodes ending at ", i, " failed: ", e.what());
+      }
+    }
     if (node.op == "host_read") {
       host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
       if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) return false;
