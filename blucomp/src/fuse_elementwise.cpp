@@ -88,6 +88,7 @@ void materialize(Group members) {
   builder.create<YieldOp>(root->getLoc(), mapping.lookup(root->getResult(0)));
 
   blu::comp::mergeNodes(fused, members);  // Note [Node provenance]
+  blu::comp::inheritBuffer(root->getResult(0), fused.getResult());
   root->getResult(0).replaceAllUsesWith(fused.getResult());
   for (Operation* op : llvm::reverse(members)) op->erase();
 }

@@ -63,6 +63,8 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
         continue;
       auto op = build(at, mm, "bias_grad", {}, {mm.getType(), sum.getResults()[0].getType()});
       mergeNodes(op, {mm, sum});
+      inheritBuffer(mm.getResult(), op.getResult(0));
+      inheritBuffer(sum->getResult(0), op.getResult(1));
       mm->replaceAllUsesWith(ValueRange{op.getResult(0)});
       sum->replaceAllUsesWith(ValueRange{op.getResult(1)});
       mm.erase();
@@ -92,6 +94,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
                                                      grad.getInput() != mm.getResult()) {
       auto op = build(grad, mm, "gelu_grad", {grad.getInput()}, {grad.getType()});
       mergeNodes(op, {mm, grad});
+      inheritBuffer(grad.getResult(), op.getResult(0));
       grad->replaceAllUsesWith(op.getResults());
       grad.erase();
       mm.erase();
@@ -106,6 +109,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
         if (residual == pre) return;  // pre + pre: not a residual
         auto op = build(add, mm, "bias_residual", {bias.getBias(), residual}, {add.getType()});
         mergeNodes(op, {mm, bias, add});
+        inheritBuffer(add->getResult(0), op.getResult(0));
         add->replaceAllUsesWith(op.getResults());
         add.erase();
         bias.erase();
@@ -124,6 +128,8 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
       Operation* at = keep_pre ? bias.getOperation() : gelu.getOperation();
       auto op = build(at, mm, "bias_gelu", {bias.getBias()}, types);
       mergeNodes(op, {mm, bias, gelu});
+      inheritBuffer(gelu->getResult(0), op.getResult(0));
+      if (keep_pre) inheritBuffer(bias.getResult(), op.getResult(1));
       gelu->replaceAllUsesWith(ValueRange{op.getResult(0)});
       gelu.erase();
       if (keep_pre) bias->replaceAllUsesWith(ValueRange{op.getResult(1)});
@@ -133,6 +139,7 @@ struct FuseEpiloguePass : blu::comp::impl::BluFuseEpilogueBase<FuseEpiloguePass>
     }
     auto op = build(bias, mm, "bias", {bias.getBias()}, {bias.getType()});
     mergeNodes(op, {mm, bias});
+    inheritBuffer(bias.getResult(), op.getResult(0));
     bias->replaceAllUsesWith(op.getResults());
     bias.erase();
     mm.erase();

@@ -248,6 +248,7 @@ class Importer {
     Block* entry = fn.addEntryBlock();
     cur_.assign(c_.buffers.size(), Value());
     for (auto [i, id] : llvm::enumerate(input_ids)) cur_[static_cast<size_t>(id)] = entry->getArgument(i);
+    arg_buffer_.assign(input_ids.begin(), input_ids.end());
     b_.setInsertionPointToEnd(entry);
     for (size_t i = 0; i < c_.nodes.size(); ++i) {
       loc_ = NameLoc::get(b_.getStringAttr("node " + std::to_string(i) + ": " + c_.nodes[i].op));
@@ -327,10 +328,28 @@ class Importer {
     return buf.input || buf.alive;
   }
 
+  // Note [Value buffers]: an op result that holds a whole buffer's contents (written whole, an
+  // insert_view into it, a reshape of such a value) lists that buffer in blu.result_buffers
+  // (-1: a window or a value no buffer holds), so a plan can bind kernel operands to buffers.
+  void markBuffer(Value v, int buffer) {
+    auto result = dyn_cast<OpResult>(v);
+    if (!result) return;
+    Operation* op = result.getOwner();
+    SmallVector<int64_t> ids(op->getNumResults(), -1);
+    if (auto old = op->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers")) ids.assign(old.asArrayRef().begin(), old.asArrayRef().end());
+    ids[result.getResultNumber()] = buffer;
+    op->setAttr("blu.result_buffers", b_.getDenseI64ArrayAttr(ids));
+  }
+
   Value reshape(Value v, ArrayRef<int64_t> shape) {
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getShape() == shape) return v;
-    return b_.create<ReshapeOp>(loc_, RankedTensorType::get(shape, t.getElementType()), v);
+    Value r = b_.create<ReshapeOp>(loc_, RankedTensorType::get(shape, t.getElementType()), v);
+    if (auto ids = v.getDefiningOp() ? v.getDefiningOp()->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers") : nullptr)
+      markBuffer(r, static_cast<int>(ids[cast<OpResult>(v).getResultNumber()]));
+    else if (auto arg = dyn_cast<BlockArgument>(v))
+      markBuffer(r, static_cast<int>(arg_buffer_[arg.getArgNumber()]));
+    return r;
   }
 
   Value read(const Ref& r) {
@@ -344,12 +363,15 @@ class Importer {
     if (persistent(r)) markPersistent(v);
     if (whole(r)) {
       cur_[static_cast<size_t>(r.buffer)] = v;
+      markBuffer(v, r.buffer);
       return;
     }
     Value dest = cur_[static_cast<size_t>(r.buffer)];
     if (!dest) fail("writes part of buffer " + std::to_string(r.buffer) + " before it has a value");
-    cur_[static_cast<size_t>(r.buffer)] = b_.create<InsertViewOp>(
-        loc_, reshape(v, r.sizes), dest, b_.getI64IntegerAttr(r.offset), b_.getDenseI64ArrayAttr(r.strides));
+    Value whole_value = b_.create<InsertViewOp>(loc_, reshape(v, r.sizes), dest, b_.getI64IntegerAttr(r.offset),
+                                                b_.getDenseI64ArrayAttr(r.strides));
+    cur_[static_cast<size_t>(r.buffer)] = whole_value;
+    markBuffer(whole_value, r.buffer);
   }
 
   // v (an op's result) lands in a persistent buffer: its op lists it in blu.persistent_results.
@@ -579,6 +601,7 @@ class Importer {
   OpBuilder b_;
   Capture c_;
   std::vector<Value> cur_;
+  std::vector<int64_t> arg_buffer_;  // function argument -> input buffer id
   Location loc_ = UnknownLoc::get(ctx_);
   std::string what_;
 };

@@ -35,4 +35,20 @@ inline void mergeNodes(mlir::Operation* into, llvm::ArrayRef<mlir::Operation*> f
   into->setAttr("blu.nodes", mlir::Builder(into->getContext()).getDenseI64ArrayAttr(nodes));
 }
 
+// Note [Value buffers] (import_capture.cpp): `to` (a result of the op that replaces `from`'s)
+// holds the buffer `from` held.
+inline void inheritBuffer(mlir::Value from, mlir::Value to) {
+  auto src = mlir::dyn_cast<mlir::OpResult>(from);
+  auto dst = mlir::dyn_cast<mlir::OpResult>(to);
+  if (!src || !dst) return;
+  auto ids = src.getOwner()->getAttrOfType<mlir::DenseI64ArrayAttr>("blu.result_buffers");
+  if (!ids) return;
+  mlir::Operation* op = dst.getOwner();
+  std::vector<int64_t> out(op->getNumResults(), -1);
+  if (auto old = op->getAttrOfType<mlir::DenseI64ArrayAttr>("blu.result_buffers"))
+    out.assign(old.asArrayRef().begin(), old.asArrayRef().end());
+  out[dst.getResultNumber()] = ids[src.getResultNumber()];
+  op->setAttr("blu.result_buffers", mlir::Builder(op->getContext()).getDenseI64ArrayAttr(out));
+}
+
 }  // namespace blu::comp

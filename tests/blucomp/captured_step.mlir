@@ -11,6 +11,8 @@
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=AFTER
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline --blu-plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline | FileCheck %s --check-prefix=NODES
+// RUN: blu-plan %t/cap/step.json -o %t/plan.json && FileCheck %s --check-prefix=STEPPLAN < %t/plan.json
+// RUN: not grep -q -- '-1' %t/plan.json
 // RUN: not blu-import %s 2>&1 | FileCheck %s --check-prefix=NOTJSON
 // RUN: echo '{"format": "blu-capture", "version": 1, "buffers": [], "nodes": [{"op": "fill_", "device": "cpu", "args": [{"name": "dst", "read": false, "write": true, "tensor": {"buffer": 0, "dtype": "f32", "offset": 0, "sizes": [1], "strides": [1]}}]}]}' > %t/bad.json
 // RUN: not blu-import %t/bad.json 2>&1 | FileCheck %s --check-prefix=BADBUFFER
@@ -37,6 +39,14 @@
 // Note [Node provenance]: a fused op names every captured call it stands for.
 // NODES-DAG: blu.matmul_epilogue "bias_gelu"{{.*}}blu.nodes = array<i64: [[#]], [[#]], [[#]]>
 // NODES-DAG: blu.kernel "adamw_step"{{.*}}blu.node = [[#]] : i64
+
+// Note [Step plan]: every GEMM epilogue bound to the capture's buffers (no -1 anywhere).
+// STEPPLAN: "arena_bytes": {{[0-9]+}}
+// STEPPLAN: "epilogue": "bias_gelu",
+// STEPPLAN-NEXT: "kind": "matmul_epilogue",
+// STEPPLAN-NEXT: "nodes": [
+// STEPPLAN: "launches_after": 210,
+// STEPPLAN-NEXT: "launches_before": 235
 
 // NOTJSON: blu-import: {{.*}}captured_step.mlir: not JSON
 // BADBUFFER: blu-import: {{.*}}bad.json: node 0 (fill_) argument 'dst' names buffer 0 of 0
