@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# blucomp-static.sh: self-contained blu-opt, blu-ptx and blu-import for the device machine, which has
+# blucomp-static.sh: self-contained blu-opt, blu-ptx, blu-import and blu-plan for the device machine, which has
 # no MLIR (blucomp/README.md, Note [Deployment]): MLIR's and LLVM's component archives, static
 # libstdc++/libgcc/zlib/zstd; the binaries need only libc and libm.
 #   scripts/blucomp-static.sh [out-dir]       default build-static/blucomp-static
@@ -19,12 +19,12 @@ for a in libzstd.a libz.a; do
 done
 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_WITH_CUDA=OFF -DBLUCOMP_LINK_STATIC=ON \
   -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
-ninja -C "$BUILD" blu-opt blu-ptx blu-import
+ninja -C "$BUILD" blu-opt blu-ptx blu-import blu-plan
 mkdir -p "$OUT"
 libdir=$("$LLVM_CONFIG" --libdir)
 # Every LLVM component but Polly (not shipped as an archive) and WindowsManifest (needs libxml2).
 llvm_libs=$("$LLVM_CONFIG" --link-static --libs all | tr ' ' '\n' | grep -v -E 'Polly|WindowsManifest' | tr '\n' ' ')
-for tool in blu-opt blu-ptx blu-import; do
+for tool in blu-opt blu-ptx blu-import blu-plan; do
   cmd=$(ninja -C "$BUILD" -t commands "blucomp/$tool" | tail -1)
   inputs=$(echo "$cmd" | tr ' ' '\n' | grep -E '\.(o|a)$' | sed "s|^blucomp/|$BUILD/blucomp/|" | tr '\n' ' ')
   archives=$(echo "$inputs" | tr ' ' '\n' | grep '\.a$' | tr '\n' ' ')
