@@ -1,0 +1,32 @@
+// blucomp/step_runtime.h: the compiled step's runtime (Note [Step runtime]): binds a step plan
+// (blu-plan's JSON) to a capture::Executable. No MLIR at run time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "blutensor/capture.h"
+
+namespace blu::comp {
+
+struct BindReport {
+  int bound = 0;                     // plan kernels now running in place of their calls
+  int kept = 0;                      // left as their recorded calls
+  std::vector<std::string> reasons;  // one per kept kernel: which and why
+};
+
+// Note [Step runtime]
+// For each kernel of the plan (Note [Step plan]) that it can bind, exe.replace(nodes, launch):
+//   matmul_epilogue -> one blublas::gemm with the epilogue (bias, bias + residual as beta = 1 on
+//   C, bias + GELU writing the pre-activation to the bias add's output buffer, GELU gradient
+//   reading it, the dW GEMM with its bias gradient), operands and outputs the recorded calls'
+//   own tensors (the GEMM call's a/bm/out, the bias add's broadcast row, ...), on the current
+//   stream of the graph's device, with the recorded matmul precision.
+// What it cannot bind (a CPU graph, fused groups until their PTX launcher exists, a batched or
+// accumulating GEMM, dtypes other than f32/bf16, an operand no buffer holds) keeps its recorded
+// calls: the step stays correct, the report says what was left and why. The epilogue adds the
+// bias to the fp32 accumulator before the one rounding, so results differ from the recorded
+// GEMM + add by at most an ulp per element (not bitwise).
+BindReport bind_plan(capture::Executable& exe, const std::string& plan_json);
+
+}  // namespace blu::comp

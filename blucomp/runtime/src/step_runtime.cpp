@@ -1,0 +1,225 @@
+// The step runtime (blucomp/step_runtime.h, Note [Step runtime]).
+#include "blucomp/step_runtime.h"
+
+#include <memory>
+#include <optional>
+
+#include "blutensor/cuda_stream.h"
+#include "blutensor/json.h"
+#include "blutensor/tensor.h"
+
+#if BLU_WITH_CUDA
+#include <blublas/gemm.h>
+#endif
+
+namespace blu::comp {
+
+namespace {
+
+using capture::Arg;
+using capture::Node;
+using capture::TensorRef;
+
+struct PlanKernel {
+  std::string kind, epilogue;
+  bool transpose_lhs = false, transpose_rhs = false;
+  std::vector<int> nodes;
+  std::vector<int64_t> operands, results;
+};
+
+std::vector<int64_t> ints(const json::Value& v) {
+  std::vector<int64_t> out;
+  for (const json::Value& x : v.as_array()) out.push_back(x.as_integer());
+  return out;
+}
+
+std::vector<PlanKernel> parse_plan(const std::string& text) {
+  const json::Value root = json::parse(text);
+  BLU_CHECK(root.is_object() && root.find("format") && root.find("format")->as_string() == "blu-plan",
+            "bind_plan: not a blu-plan document");
+  std::vector<PlanKernel> out;
+  const json::Value* ks = root.find("kernels");
+  BLU_CHECK(ks && ks->is_array(), "bind_plan: the plan has no kernels array");
+  for (const json::Value& k : ks->as_array()) {
+    PlanKernel p;
+    p.kind = k.find("kind")->as_string();
+    if (const json::Value* e = k.find("epilogue")) p.epilogue = e->as_string();
+    if (const json::Value* t = k.find("transpose_lhs")) p.transpose_lhs = t->as_bool();
+    if (const json::Value* t = k.find("transpose_rhs")) p.transpose_rhs = t->as_bool();
+    for (int64_t n : ints(*k.find("nodes"))) p.nodes.push_back(static_cast<int>(n));
+    p.operands = ints(*k.find("operands"));
+    p.results = ints(*k.find("results"));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+#if BLU_WITH_CUDA
+// The last write of `buffer` among `nodes` (the value the kernel must leave there), or null.
+const TensorRef* last_write(const capture::Graph& g, const std::vector<int>& nodes, int64_t buffer) {
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    for (const Arg& a : g.nodes[static_cast<size_t>(*it)].args) {
+      if (!a.write) continue;
+      for (const TensorRef& t : a.tensors)
+        if (t.buffer == buffer) return &t;
+    }
+  }
+  return nullptr;
+}
+
+// The first read of `buffer` among `nodes` (how the calls addressed that operand), or null.
+const TensorRef* first_read(const capture::Graph& g, const std::vector<int>& nodes, int64_t buffer) {
+  for (int n : nodes) {
+    for (const Arg& a : g.nodes[static_cast<size_t>(n)].args) {
+      if (!a.read) continue;
+      for (const TensorRef& t : a.tensors)
+        if (t.buffer == buffer) return &t;
+    }
+  }
+  return nullptr;
+}
+
+// A [1, R, C] operand as blublas's (op, ld): row-major (last stride 1) or a transposed view.
+bool operand(const TensorRef& r, blublas::Op* op, int64_t* ld) {
+  if (r.sizes.size() != 3 || r.sizes[0] != 1) return false;
+  if (r.strides[2] == 1 || r.sizes[2] == 1) {
+    *op = blublas::Op::kN;
+    *ld = r.sizes[1] == 1 ? r.sizes[2] : r.strides[1];
+    return true;
+  }
+  if (r.strides[1] == 1 || r.sizes[1] == 1) {
+    *op = blublas::Op::kT;
+    *ld = r.sizes[2] == 1 ? r.sizes[1] : r.strides[2];
+    return true;
+  }
+  return false;
+}
+
+// "" when bound, else why not.
+std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k) {
+  const capture::Graph& g = exe.graph();
+  const Node* gemm = nullptr;
+  for (int n : k.nodes) {
+    if (g.nodes[static_cast<size_t>(n)].op == "gemm") {
+      if (gemm != nullptr) return "two GEMM calls";
+      gemm = &g.nodes[static_cast<size_t>(n)];
+    }
+  }
+  if (gemm == nullptr) return "no GEMM call";
+  if (!gemm->device.is_cuda()) return "not a CUDA graph";
+  if (gemm->arg("accumulate").integer != 0) return "an accumulating GEMM";
+  const TensorRef a = gemm->arg("a").tensors.at(0), b = gemm->arg("bm").tensors.at(0);
+  if (a.dtype != DType::F32 && a.dtype != DType::BF16) return "dtype other than f32/bf16";
+  if (b.dtype != a.dtype) return "mixed dtypes";
+  blublas::GemmDesc d;
+  int64_t lda = 0, ldb = 0;
+  if (!operand(a, &d.op_a, &lda) || !operand(b, &d.op_b, &ldb)) return "an operand neither row-major nor transposed";
+  for (int64_t id : k.results)
+    if (id < 0) return "a result no buffer holds";
+  const TensorRef* out = last_write(g, k.nodes, k.results.at(0));
+  if (out == nullptr || !out->contiguous() || out->numel() != a.sizes[1] * b.sizes[2]) return "the output is not a dense M x N";
+  d.m = static_cast<int>(a.sizes[1]);
+  d.n = static_cast<int>(b.sizes[2]);
+  d.k = static_cast<int>(a.sizes[2]);
+  d.ab_type = d.cd_type = a.dtype == DType::F32 ? blublas::Dtype::kF32 : blublas::Dtype::kBF16;
+  if (a.dtype == DType::F32)
+    d.compute = matmul_precision() == MatmulPrecision::kHighest ? blublas::ComputeMode::kStrictF32
+                                                                : blublas::ComputeMode::kTF32;
+  d.lda = lda;
+  d.ldb = ldb;
+  d.ldd = d.n;
+  // Extra operands, by epilogue (the plan's operands: lhs, rhs, then these).
+  struct Extra {
+    const TensorRef* bias = nullptr;
+    const TensorRef* c = nullptr;
+    const TensorRef* aux = nullptr;
+    const TensorRef* bias_grad = nullptr;
+  } x;
+  auto operand_ref = [&](size_t i) { return i < k.operands.size() ? first_read(g, k.nodes, k.operands[i]) : nullptr; };
+  if (k.epilogue == "bias" || k.epilogue == "bias_gelu" || k.epilogue == "bias_residual") {
+    x.bias = operand_ref(2);
+    if (x.bias == nullptr) return "no bias operand";
+    d.epilogue = k.epilogue == "bias_gelu" ? blublas::Epilogue::kBiasGelu : blublas::Epilogue::kBias;
+    if (k.epilogue == "bias_residual") {
+      x.c = operand_ref(3);
+      if (x.c == nullptr || !x.c->contiguous()) return "no dense residual";
+      d.beta = 1.0f;
+      d.ldc = d.n;
+    }
+    if (k.epilogue == "bias_gelu") {
+      // The pre-activation goes where the bias add wrote it (a result when the backward reads it).
+      x.aux = k.results.size() > 1 ? last_write(g, k.nodes, k.results[1]) : nullptr;
+      if (x.aux == nullptr) {
+        for (int n : k.nodes)
+          if (g.nodes[static_cast<size_t>(n)].op == "binary") x.aux = &g.nodes[static_cast<size_t>(n)].arg("out").tensors.at(0);
+      }
+      if (x.aux == nullptr || !x.aux->contiguous()) return "no dense pre-activation buffer";
+      d.ld_aux = d.n;
+    }
+  } else if (k.epilogue == "gelu_grad") {
+    x.aux = operand_ref(2);
+    if (x.aux == nullptr || !x.aux->contiguous()) return "no dense pre-activation operand";
+    d.epilogue = blublas::Epilogue::kGeluGrad;
+    d.ld_aux = d.n;
+  } else if (k.epilogue == "bias_grad") {
+    if (k.results.size() != 2) return "bias_grad without its second result";
+    x.bias_grad = last_write(g, k.nodes, k.results[1]);
+    if (x.bias_grad == nullptr || x.bias_grad->dtype != DType::F32 || !x.bias_grad->contiguous()) return "no f32 bias-gradient buffer";
+    d.epilogue = blublas::Epilogue::kBiasGradA;
+  } else {
+    return "epilogue '" + k.epilogue + "'";
+  }
+  std::size_t ws_bytes = 0;
+  if (!blublas::gemm_workspace_size(d, &ws_bytes).ok()) return "blublas refuses the problem";
+  const Device device = gemm->device;
+  const Tensor workspace = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, TensorOptions(kInt32).device(device));
+  const TensorRef ra = a, rb = b, rout = *out;
+  const std::optional<TensorRef> rbias = x.bias ? std::optional<TensorRef>(*x.bias) : std::nullopt,
+                                 rc = x.c ? std::optional<TensorRef>(*x.c) : std::nullopt,
+                                 raux = x.aux ? std::optional<TensorRef>(*x.aux) : std::nullopt,
+                                 rbg = x.bias_grad ? std::optional<TensorRef>(*x.bias_grad) : std::nullopt;
+  exe.replace(k.nodes, [d, ws_bytes, workspace, device, ra, rb, rout, rbias, rc, raux,
+                        rbg](const capture::Executable::ViewFn& view) mutable {
+    d.a = view(ra).data_ptr();
+    d.b = view(rb).data_ptr();
+    d.d = view(rout).data_ptr();
+    if (rbias) d.bias = view(*rbias).data_ptr();
+    if (rc) d.c = view(*rc).data_ptr();
+    if (raux) d.aux = view(*raux).data_ptr();
+    if (rbg) d.bias_grad = static_cast<float*>(view(*rbg).data_ptr());
+    DeviceGuard guard(device);
+    const blublas::Status s = blublas::gemm(d, workspace.data_ptr(), ws_bytes, cuda::current_stream(device.index));
+    BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
+              "): ", s.message());
+  });
+  return "";
+}
+#endif
+
+}  // namespace
+
+BindReport bind_plan(capture::Executable& exe, const std::string& plan_json) {
+  BindReport r;
+  for (const PlanKernel& k : parse_plan(plan_json)) {
+    std::string why;
+    if (k.kind != "matmul_epilogue") {
+      why = "fused groups have no launcher yet";
+    } else {
+#if BLU_WITH_CUDA
+      why = bind_epilogue(exe, k);
+#else
+      why = "this build has no CUDA";
+#endif
+    }
+    if (why.empty()) {
+      ++r.bound;
+    } else {
+      ++r.kept;
+      r.reasons.push_back(k.kind + (k.epilogue.empty() ? "" : " " + k.epilogue) + " over nodes " +
+                          std::to_string(k.nodes.front()) + "..: " + why);
+    }
+  }
+  return r;
+}
+
+}  // namespace blu::comp
