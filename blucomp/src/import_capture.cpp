@@ -160,6 +160,7 @@ double numberOf(const json::Value& v) {
 struct Capture {
   std::vector<JBuffer> buffers;
   std::vector<JNode> nodes;
+  std::string structure_hash, signature_hash;  // "" when the document has none
 };
 
 Capture parseCapture(StringRef text) {
@@ -169,6 +170,8 @@ Capture parseCapture(StringRef text) {
   if (doc.getString("format") != StringRef("blu-capture")) throw ParseError{"not a blu-capture document"};
   if (doc.getInteger("version") != 1) throw ParseError{"blu-capture version other than 1"};
   Capture c;
+  if (std::optional<StringRef> h = doc.getString("structure_hash")) c.structure_hash = h->str();
+  if (std::optional<StringRef> h = doc.getString("signature_hash")) c.signature_hash = h->str();
   for (const json::Value& bv : array(doc, "buffers", "the document")) {
     const json::Object& b = object(&bv, "a buffer");
     if (integer(b, "id", "a buffer") != static_cast<int64_t>(c.buffers.size()))
@@ -273,6 +276,10 @@ class Importer {
     SmallVector<Attribute> arg_ids;
     for (int id : input_ids) arg_ids.push_back(b_.getI64IntegerAttr(id));
     fn->setAttr("blu.input_buffers", b_.getArrayAttr(arg_ids));
+    if (!c_.structure_hash.empty()) {
+      (*module)->setAttr("blu.capture_structure_hash", b_.getStringAttr(c_.structure_hash));
+      (*module)->setAttr("blu.capture_signature_hash", b_.getStringAttr(c_.signature_hash));
+    }
     fn->setAttr("blu.output_buffers", b_.getArrayAttr(result_ids));
     return module;
   }

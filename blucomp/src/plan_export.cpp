@@ -2,7 +2,8 @@
 // kernels in place of the recorded calls they cover.
 //
 // Note [Step plan]
-// {"format": "blu-plan", "version": 1, "launches_before": N, "launches_after": M,
+// {"format": "blu-plan", "version": 1, "structure_hash": ..., "signature_hash": ... (the
+//  capture's, when its JSON had them), "launches_before": N, "launches_after": M,
 //  "arena_bytes": A, "arena_lower_bound_bytes": L,
 //  "kernels": [{"kind": "matmul_epilogue", "epilogue": "bias_gelu", "transpose_lhs": false,
 //               "transpose_rhs": true, "nodes": [6, 7, 8], "operands": [12, 40, 3],
@@ -108,6 +109,9 @@ std::string exportPlan(ModuleOp module, std::string* error) {
                     {"arena_bytes", intAttr(fn, "blu.arena_bytes")},
                     {"arena_lower_bound_bytes", intAttr(fn, "blu.arena_lower_bound_bytes")},
                     {"kernels", std::move(kernels)}};
+  for (const char* key : {"structure_hash", "signature_hash"}) {
+    if (auto h = module->getAttrOfType<StringAttr>(std::string("blu.capture_") + key)) plan[key] = h.getValue().str();
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:1}", json::Value(std::move(plan)));

@@ -13,6 +13,10 @@
 // RUN: blu-opt %t/step.mlir --blu-fuse-epilogue --blu-fuse-pipeline | FileCheck %s --check-prefix=NODES
 // RUN: blu-plan %t/cap/step.json -o %t/plan.json && FileCheck %s --check-prefix=STEPPLAN < %t/plan.json
 // RUN: not grep -q -- '-1' %t/plan.json
+// RUN: blutrain train --model tiny --device cpu --data synthetic --batch-size 2 --seq-len 32 --max-steps 3 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --engine captured --out-dir %t/run1 > /dev/null
+// RUN: blu-plan %t/run1/captured_step.json -o %t/run1/plan.json
+// RUN: blutrain train --model tiny --device cpu --data synthetic --batch-size 2 --seq-len 32 --max-steps 3 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --engine captured --plan %t/run1/plan.json --out-dir %t/run2 | FileCheck %s --check-prefix=BIND
+// RUN: not blutrain train --model tiny --device cpu --data synthetic --batch-size 2 --seq-len 48 --max-steps 3 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --engine captured --plan %t/run1/plan.json --out-dir %t/run3 2>&1 | FileCheck %s --check-prefix=OTHER
 // RUN: not blu-import %s 2>&1 | FileCheck %s --check-prefix=NOTJSON
 // RUN: echo '{"format": "blu-capture", "version": 1, "buffers": [], "nodes": [{"op": "fill_", "device": "cpu", "args": [{"name": "dst", "read": false, "write": true, "tensor": {"buffer": 0, "dtype": "f32", "offset": 0, "sizes": [1], "strides": [1]}}]}]}' > %t/bad.json
 // RUN: not blu-import %t/bad.json 2>&1 | FileCheck %s --check-prefix=BADBUFFER
@@ -47,6 +51,13 @@
 // STEPPLAN-NEXT: "nodes": [
 // STEPPLAN: "launches_after": 210,
 // STEPPLAN-NEXT: "launches_before": 235
+
+// Note [Step runtime]: the plan of a run's own record binds on a CUDA graph; on the CPU every
+// kernel stays its recorded calls, with the reason; a plan of another configuration is refused.
+// BIND: plan: 0 kernels bound, 20 left as recorded calls
+// BIND-NEXT: kept: matmul_epilogue bias over nodes {{[0-9]+}}..: not a CUDA graph
+// BIND: step 3/3 | loss
+// OTHER: bind_plan: the plan was made for another capture
 
 // NOTJSON: blu-import: {{.*}}captured_step.mlir: not JSON
 // BADBUFFER: blu-import: {{.*}}bad.json: node 0 (fill_) argument 'dst' names buffer 0 of 0

@@ -1,6 +1,7 @@
 // The step runtime (blucomp/step_runtime.h, Note [Step runtime]).
 #include "blucomp/step_runtime.h"
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 
@@ -200,6 +201,17 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k) {
 
 BindReport bind_plan(capture::Executable& exe, const std::string& plan_json) {
   BindReport r;
+  const json::Value root = json::parse(plan_json);
+  for (const char* key : {"structure_hash", "signature_hash"}) {
+    const json::Value* h = root.is_object() ? root.find(key) : nullptr;
+    BLU_CHECK(h != nullptr && h->is_string(), "bind_plan: the plan has no ", key,
+              " (made by blu-plan from a capture JSON that carries its hashes)");
+    char mine[17];
+    const uint64_t v = std::string(key) == "structure_hash" ? exe.graph().structure_hash() : exe.graph().signature_hash();
+    std::snprintf(mine, sizeof(mine), "%016llx", static_cast<unsigned long long>(v));
+    BLU_CHECK(h->as_string() == mine, "bind_plan: the plan was made for another capture (", key, " ", h->as_string(),
+              ", this step's ", mine, "): capture this configuration again and rerun blu-plan");
+  }
   for (const PlanKernel& k : parse_plan(plan_json)) {
     std::string why;
     if (k.kind != "matmul_epilogue") {

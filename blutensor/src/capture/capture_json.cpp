@@ -1,7 +1,8 @@
 // The JSON form of a captured graph (Note [Capture JSON]): what blucomp's blu-import reads.
 //
 // Note [Capture JSON]
-// {"format": "blu-capture", "version": 1,
+// {"format": "blu-capture", "version": 1, "structure_hash": "<16 hex>", "signature_hash": "<16 hex>"
+//  (Graph::structure_hash/signature_hash: what a plan made from this capture is checked against),
 //  "buffers": [{"id": 0, "bytes": 512, "device": "cpu", "origin": "input" | "internal",
 //               "written": bool, "alive": bool}, ...],
 //  "nodes": [{"op": "binary", "device": "cpu", "args": [
@@ -14,6 +15,7 @@
 // Arguments are in the backend op's parameter order (AdamWParams expanded to hp.lr ... hp.step).
 // uint64 values are strings (a JSON number is a double). The input snapshots are not included.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "blutensor/capture.h"
@@ -137,8 +139,13 @@ std::string Graph::to_json() const {
                                 {"device", Value::string(n.device.str())},
                                 {"args", Value::array(std::move(args))}}));
   }
+  char structure[17], signature[17];
+  std::snprintf(structure, sizeof(structure), "%016llx", static_cast<unsigned long long>(structure_hash()));
+  std::snprintf(signature, sizeof(signature), "%016llx", static_cast<unsigned long long>(signature_hash()));
   return Value::object({{"format", Value::string("blu-capture")},
                         {"version", Value::integer(1)},
+                        {"structure_hash", Value::string(structure)},
+                        {"signature_hash", Value::string(signature)},
                         {"buffers", Value::array(std::move(bufs))},
                         {"nodes", Value::array(std::move(ns))}})
       .dump();

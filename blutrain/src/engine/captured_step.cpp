@@ -4,12 +4,20 @@
 #include <cmath>
 
 #include "blutensor/autograd.h"
+#include "blucomp/step_runtime.h"
 #include "blutensor/ops.h"
+#include "blutrain/files.h"
 
 namespace blu::train {
 
-CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip)
-    : model_(model), opt_(opt), precision_(precision), grad_clip_(grad_clip) {}
+CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan,
+                           std::string graph_path)
+    : model_(model),
+      opt_(opt),
+      precision_(precision),
+      grad_clip_(grad_clip),
+      plan_(std::move(plan)),
+      graph_path_(std::move(graph_path)) {}
 
 // The autograd engine's step (trainer.cpp, one micro-batch).
 UpdateResult CapturedStep::eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
@@ -48,7 +56,17 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     describe_ = "captured engine: step " + std::to_string(steps_) + " recorded: " + g.summary();
     x_ = x;
     y_ = y;
+    if (!graph_path_.empty()) {
+      write_file_atomic(graph_path_, g.to_json());
+      describe_ += "graph: " + graph_path_ + " (blu-plan's input)\n";
+    }
     exe_ = std::make_unique<capture::Executable>(g);
+    if (!plan_.empty()) {
+      const comp::BindReport r = comp::bind_plan(*exe_, plan_);
+      describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +
+                   " left as recorded calls\n";
+      for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";
+    }
     return u;
   }
   {

@@ -27,7 +27,10 @@ namespace blu::train {
 // Limits: one micro-batch per step, no --dp/--tp, the non-finite test hook refused.
 class CapturedStep {
  public:
-  CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip);
+  // plan: blu-plan JSON text to bind after the capture (Note [Step runtime]); "" = none.
+  // graph_path: where the record's JSON is written once captured ("" = nowhere): blu-plan's input.
+  CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan = "",
+               std::string graph_path = "");
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
@@ -44,6 +47,8 @@ class CapturedStep {
   Tensor x_, y_;                 // the captured step's token tensors, refilled every step
   std::size_t loss_read_ = 0, norm_read_ = 0;  // among the executable's host reads
   std::string describe_;
+  std::string plan_;
+  std::string graph_path_;
 };
 
 }  // namespace blu::train

@@ -37,6 +37,7 @@ const std::vector<Flag>& flag_table() {
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
       {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
       {"engine", "NAME", &TrainConfig::engine, "fused (the CUDA step: flat buffers, fused kernels, CUDA graph) | autograd (the op-by-op reference) | captured (the autograd step recorded at step 2 and run as a record from then on: the same calls without autograd's bookkeeping; one micro-batch, one process) | auto (fused on CUDA)"},
+      {"plan", "FILE", &TrainConfig::plan, "--engine captured: after recording step 2, run blucomp's kernels from this step plan (blu-plan of `blutrain capture`'s step.json for the same configuration) in place of the calls they cover (Note [Step runtime])"},
       {"capture-verify", "", &TrainConfig::capture_verify, "blutrain capture: replay the captured step from its recorded inputs and compare weights and moments with the eager step bit for bit (--no-capture-verify: only write the graph)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
@@ -367,6 +368,7 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "': expected fused, autograd, captured or auto");
   BLU_CHECK(on_gpu || cfg.engine != "fused", "--engine fused needs a GPU");
   // Note [Captured engine]: one micro-batch per step, one process.
+  BLU_CHECK(cfg.plan.empty() || cfg.engine == "captured", "--plan needs --engine captured (got --engine ", cfg.engine, ")");
   BLU_CHECK(cfg.engine != "captured" || (cfg.dp == 1 && cfg.tp == 1), "--engine captured runs on one process (got --dp ",
             cfg.dp, " --tp ", cfg.tp, "); pass --engine autograd");
   BLU_CHECK(cfg.recompute == "auto" || cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||

@@ -249,7 +249,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   if (cfg.engine == "captured") {
     BLU_CHECK(accum == 1, "--engine captured takes one micro-batch per step (--total-batch-tokens ",
               cfg.total_batch_tokens, " makes ", accum, "); pass --engine autograd");
-    captured = std::make_unique<CapturedStep>(model, opt, precision, cfg.grad_clip);
+    captured = std::make_unique<CapturedStep>(model, opt, precision, cfg.grad_clip,
+                                              cfg.plan.empty() ? std::string() : read_file(cfg.plan, "--plan"),
+                                              is_main ? cfg.out_dir + "/captured_step.json" : std::string());
   }
 
   // Note [Non-finite steps]: the policy.
