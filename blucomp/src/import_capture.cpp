@@ -415,6 +415,9 @@ class Importer {
   // Elementwise operands in one shape: the buffers' current shapes when every operand and the
   // output are whole buffers of equal current shapes (no blu.reshape between a GEMM and its bias
   // or GELU, so blu-fuse-epilogue and blu-fuse-elementwise see them adjacent), else the refs'.
+  // When the whole buffers' current shapes differ (a GEMM's [B*T, C] output and the residual
+  // stream's [B, T, C]), the operands take the shape of the most recently produced one (a free
+  // blu.reshape of the others), so the GEMM, its bias and the residual add stay adjacent.
   SmallVector<Value> elementwiseOperands(const Ref& out, ArrayRef<const Ref*> in) {
     bool natural = whole(out);
     SmallVector<Value> values;
@@ -422,7 +425,16 @@ class Importer {
       natural = natural && whole(*r);
       if (natural) values.push_back(cur_[static_cast<size_t>(r->buffer)]);
     }
-    natural = natural && llvm::all_of(values, [&](Value v) { return v.getType() == values[0].getType(); });
+    if (natural && !llvm::all_of(values, [&](Value v) { return v.getType() == values[0].getType(); })) {
+      Value latest = values[0];
+      for (Value v : values) {
+        Operation* d = v.getDefiningOp();
+        Operation* l = latest.getDefiningOp();
+        if (d && (!l || l->isBeforeInBlock(d))) latest = v;
+      }
+      const auto shape = cast<RankedTensorType>(latest.getType()).getShape();
+      for (Value& v : values) v = reshape(v, shape);
+    }
     if (natural) return values;
     values.clear();
     for (const Ref* r : in) values.push_back(read(*r));
