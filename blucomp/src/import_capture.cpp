@@ -14,7 +14,8 @@
 // Calls become blu ops where the dialect has one with the same meaning, else blu.kernel "<op>":
 //   unary kGelu -> blu.gelu_tanh; binary kAdd (alpha 1) -> blu.add, or blu.bias_add when b is a
 //   row vector broadcast (all strides 0 but the last, 1); kMul -> blu.mul; kGeluBackward ->
-//   blu.gelu_tanh_grad; gemm with batch 1 -> blu.matmul (a transposed operand read untransposed
+//   blu.gelu_tanh_grad; a kSum over all but the last dimension -> blu.kernel "column_sum" (a bias
+//   gradient, for the "bias_grad" epilogue); gemm with batch 1 -> blu.matmul (a transposed operand read untransposed
 //   with transpose_lhs/rhs; accumulate = blu.add of the old output); layer_norm_forward with weight
 //   and bias -> blu.layernorm; host_read -> blu.host_read. Only f32/bf16 take the named ops (the
 //   dialect's arithmetic types). blu.kernel keeps everything needed to call the backend op again:
@@ -26,6 +27,7 @@
 //   was made for (`blu.node`, Note [Node provenance] in node_provenance.h).
 #include "blucomp/import_capture.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <vector>
@@ -406,7 +408,7 @@ class Importer {
       b_.create<HostReadOp>(loc_, read(tensor(n, "src")));
       return;
     }
-    if ((n.op == "unary" && importUnary(n)) || (n.op == "binary" && importBinary(n)) ||
+    if ((n.op == "reduce" && importColumnSum(n)) || (n.op == "unary" && importUnary(n)) || (n.op == "binary" && importBinary(n)) ||
         (n.op == "gemm" && importGemm(n)) || (n.op == "layer_norm_forward" && importLayerNorm(n)))
       return;
     importKernel(n);
@@ -456,6 +458,25 @@ class Importer {
   static bool noBroadcast(const Ref& r) {
     for (auto [s, st] : llvm::zip(r.sizes, r.strides))
       if (st == 0 && s != 1) return false;
+    return true;
+  }
+
+  // A sum over every dimension but the last (a bias gradient) -> blu.kernel "column_sum" on the
+  // [rows, C] view of its input, the form blu-fuse-epilogue folds into the dW GEMM ("bias_grad").
+  bool importColumnSum(const JNode& n) {
+    const Ref &out = tensor(n, "out"), &a = tensor(n, "a");
+    if (n.arg("op")->enum_name != "kSum" || out.dtype != "f32" || a.dtype != "f32" || a.sizes.empty() ||
+        !whole(a) || out.sizes.size() != a.sizes.size() || out.sizes.back() != a.sizes.back())
+      return false;
+    for (size_t i = 0; i + 1 < out.sizes.size(); ++i)
+      if (out.sizes[i] != 1) return false;
+    const int64_t c = a.sizes.back(), rows = a.numel() / std::max<int64_t>(c, 1);
+    Value in = reshape(cur_[static_cast<size_t>(a.buffer)], {rows, c});
+    auto k = b_.create<KernelOp>(loc_, TypeRange{RankedTensorType::get({c}, b_.getF32Type())},
+                                 b_.getStringAttr("column_sum"), ValueRange{in});
+    k->setAttr("blu.reads", b_.getArrayAttr({b_.getStringAttr("a")}));
+    k->setAttr("blu.writes", b_.getArrayAttr({b_.getStringAttr("out")}));
+    write(out, k->getResult(0));
     return true;
   }
 

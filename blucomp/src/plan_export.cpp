@@ -21,6 +21,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 
 #include "blucomp/blu_dialect.h"
 #include "blucomp/passes.h"
@@ -65,6 +66,7 @@ std::string exportPlan(ModuleOp module, std::string* error) {
   }
   const int64_t before = intAttr(fn, "blu.kernels");
   PassManager pm(module.getContext());
+  pm.addNestedPass<func::FuncOp>(createCSEPass());  // one value per (reshape of a) buffer before matching
   pm.addNestedPass<func::FuncOp>(createBluFuseEpilogue());
   buildBluFusePipeline(pm);
   pm.addNestedPass<func::FuncOp>(createBluCountKernels());
