@@ -353,7 +353,12 @@ class Importer {
   Value reshape(Value v, ArrayRef<int64_t> shape) {
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getShape() == shape) return v;
+    // One reshape per (value, shape): the ops carry their node (blu.node), so CSE would not merge
+    // two, and a dW GEMM and its bias-gradient sum must read one value to fuse.
+    auto key = std::make_pair(v.getAsOpaquePointer(), std::vector<int64_t>(shape.begin(), shape.end()));
+    if (auto it = reshapes_.find(key); it != reshapes_.end()) return it->second;
     Value r = b_.create<ReshapeOp>(loc_, RankedTensorType::get(shape, t.getElementType()), v);
+    reshapes_[key] = r;
     if (auto ids = v.getDefiningOp() ? v.getDefiningOp()->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers") : nullptr)
       markBuffer(r, static_cast<int>(ids[cast<OpResult>(v).getResultNumber()]));
     else if (auto arg = dyn_cast<BlockArgument>(v))
@@ -642,6 +647,7 @@ class Importer {
   Capture c_;
   std::vector<Value> cur_;
   std::vector<int64_t> arg_buffer_;  // function argument -> input buffer id
+  std::map<std::pair<const void*, std::vector<int64_t>>, Value> reshapes_;
   Location loc_ = UnknownLoc::get(ctx_);
   std::string what_;
 };

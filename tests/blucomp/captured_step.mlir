@@ -2,7 +2,7 @@
 // backward, clipping, AdamW; Note [Step capture]) and imported as blu IR (blu-import, Note
 // [Capture import]): the imported function verifies; its launch count before fusion is the eager
 // step's (236: the views are how kernels address operands, not launches); the GEMM epilogues and
-// elementwise fusion take it to 198; the arena plan excludes the persistent weights and moments.
+// elementwise fusion take it to 186; the arena plan excludes the persistent weights and moments.
 // This file is not MLIR input: the RUN lines make their own.
 // RUN: blutrain capture --model tiny --device cpu --batch-size 2 --seq-len 32 --out-dir %t/cap | FileCheck %s --check-prefix=CAPTURE
 // RUN: blu-import %t/cap/step.json -o %t/step.mlir
@@ -36,7 +36,7 @@
 // IMPORT: return
 
 // BEFORE: blu.kernels = 235
-// AFTER: blu.kernels = 198
+// AFTER: blu.kernels = 186
 // PLAN: blu.arena_bytes = {{[0-9]+}}
 // PLAN-SAME: blu.arena_lower_bound_bytes
 
@@ -49,12 +49,12 @@
 // STEPPLAN: "epilogue": "bias_gelu",
 // STEPPLAN-NEXT: "kind": "matmul_epilogue",
 // STEPPLAN-NEXT: "nodes": [
-// STEPPLAN: "launches_after": 198,
+// STEPPLAN: "launches_after": 186,
 // STEPPLAN-NEXT: "launches_before": 235
 
 // Note [Step runtime]: the plan of a run's own record binds on a CUDA graph; on the CPU every
 // kernel stays its recorded calls, with the reason; a plan of another configuration is refused.
-// BIND: plan: 0 kernels bound, 24 left as recorded calls
+// BIND: plan: 0 kernels bound, 36 left as recorded calls
 // BIND-NEXT: kept: matmul_epilogue bias over nodes {{[0-9]+}}..: not a CUDA graph
 // BIND: step 3/3 | loss
 // OTHER: bind_plan: the plan was made for another capture
