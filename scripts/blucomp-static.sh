@@ -6,8 +6,9 @@
 # Debian's MLIR CMake targets link the LLVM shared library even with BLUCOMP_LINK_STATIC=ON (their
 # interface names the `LLVM` dylib target), so this builds the tools that way and then links each
 # again from the same objects and MLIR archives, with LLVM's archives (llvm-config --link-static)
-# in place of libLLVM.so. Measured 2026-11-26: blu-ptx 90 MB stripped, 27 MB gzipped (the carry
-# limit is 64 MiB: carry the .gz files), 6 s per link on 2 cores. Needs libzstd-dev and zlib1g-dev
+# in place of libLLVM.so. Measured 2026-11-26: blu-ptx 87 MB stripped, 26 MB gzipped, 6 s per link
+# on 2 cores. The carry limit is 64 MiB: carry only what the device needs from <out>/gz (blu-plan.gz
+# for device-check's compiled-step run: BLU_STATIC_TOOLS=<that folder>). Needs libzstd-dev and zlib1g-dev
 # (their static archives).
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,6 +38,7 @@ for tool in blu-opt blu-ptx blu-import blu-plan; do
   if ldd "$OUT/$tool" | grep -q -E 'libLLVM|libMLIR|libstdc'; then
     echo "blucomp-static.sh: $tool still links a shared LLVM/MLIR/libstdc++:"; ldd "$OUT/$tool"; exit 1
   fi
-  gzip -kf "$OUT/$tool"
-  echo "$tool: $(du -h "$OUT/$tool" | cut -f1) ($(du -h "$OUT/$tool.gz" | cut -f1) gzipped): $(ldd "$OUT/$tool" | awk '{print $1}' | tr '\n' ' ')"
+  mkdir -p "$OUT/gz"
+  gzip -c "$OUT/$tool" > "$OUT/gz/$tool.gz"
+  echo "$tool: $(du -h "$OUT/$tool" | cut -f1) ($(du -h "$OUT/gz/$tool.gz" | cut -f1) gzipped): $(ldd "$OUT/$tool" | awk '{print $1}' | tr '\n' ' ')"
 done
