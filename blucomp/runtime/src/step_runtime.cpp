@@ -1,6 +1,7 @@
 // The step runtime (blucomp/step_runtime.h, Note [Step runtime]).
 #include "blucomp/step_runtime.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -169,6 +170,20 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k) {
     d.epilogue = blublas::Epilogue::kBiasGradA;
   } else {
     return "epilogue '" + k.epilogue + "'";
+  }
+  // The launch takes the place of the set's last call: no call between the first and the last
+  // may write what the kernel reads (it would read the newer contents).
+  std::vector<int64_t> read_buffers{a.buffer, b.buffer};
+  for (const TensorRef* r : {x.bias, x.c, x.aux})
+    if (r != nullptr && (r != x.aux || k.epilogue == "gelu_grad")) read_buffers.push_back(r->buffer);
+  for (int n = k.nodes.front() + 1; n < k.nodes.back(); ++n) {
+    if (std::find(k.nodes.begin(), k.nodes.end(), n) != k.nodes.end()) continue;
+    for (const Arg& arg : g.nodes[static_cast<size_t>(n)].args) {
+      if (!arg.write) continue;
+      for (const TensorRef& t : arg.tensors)
+        if (std::find(read_buffers.begin(), read_buffers.end(), t.buffer) != read_buffers.end())
+          return "call " + std::to_string(n) + " rewrites an operand between the kernel's calls";
+    }
   }
   std::size_t ws_bytes = 0;
   if (!blublas::gemm_workspace_size(d, &ws_bytes).ok()) return "blublas refuses the problem";
