@@ -56,6 +56,11 @@ void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.setFunctionBoundaryTypeConversion(bufferization::LayoutMapOption::IdentityLayoutMap);
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  if (options.results_as_out_params) {
+    bufferization::BufferResultsToOutParamsOpts out_params;
+    out_params.hoistStaticAllocs = true;
+    pm.addPass(bufferization::createBufferResultsToOutParamsPass(out_params));
+  }
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());

@@ -19,12 +19,18 @@
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 
 #include "blucomp/blu_dialect.h"
 #include "blucomp/passes.h"
+#include "blucomp/ptx.h"
 
 using namespace mlir;
 namespace json = llvm::json;
@@ -52,7 +58,115 @@ int64_t intAttr(Operation* op, StringRef name) {
 
 }  // namespace
 
-std::string exportPlan(ModuleOp module, std::string* error) {
+namespace {
+
+// Note [Fused group kernels]: each blu.fused of @step outlined as func @group_<k>(operands...) ->
+// result, compiled by blu-to-nvvm with results as out-parameters; after it, the group function
+// holds one gpu.launch_func whose kernel operands are that function's arguments (operands, then
+// the out-parameter). Per group: PTX module name, kernel name, grid, block, and each kernel
+// parameter as an operand index or -1 for the result.
+struct GroupLaunch {
+  std::string module, kernel;
+  int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  std::vector<int64_t> params;
+  bool ok = false;
+  std::string error;
+};
+
+int64_t constantOf(Value v) {
+  if (auto c = v.getDefiningOp<arith::ConstantIndexOp>()) return c.value();
+  if (auto c = v.getDefiningOp<arith::ConstantOp>())
+    if (auto i = dyn_cast<IntegerAttr>(c.getValue())) return i.getInt();
+  return -1;
+}
+
+// One group per module, so a group the GPU pipeline cannot lower (a function without a lowering
+// yet, e.g. sqrt: convert-gpu-to-nvvm sends it to libdevice) loses only its own PTX (ok = false,
+// `error` says why) and keeps its recorded calls at run time.
+GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::string& ptx_dir, const std::string& chip,
+                         const std::string& features) {
+  GroupLaunch out;
+  OpBuilder b(ctx);
+  OwningOpRef<ModuleOp> kernels = ModuleOp::create(b.getUnknownLoc());
+  b.setInsertionPointToEnd(kernels->getBody());
+  const std::string name = "group_" + std::to_string(k);
+  auto fn = b.create<func::FuncOp>(g.getLoc(), name, b.getFunctionType(g.getOperandTypes(), g->getResultTypes()));
+  Block* entry = fn.addEntryBlock();
+  OpBuilder fb = OpBuilder::atBlockEnd(entry);
+  IRMapping map;
+  for (auto [i, v] : llvm::enumerate(g.getOperands())) map.map(v, entry->getArgument(i));
+  Operation* clone = fb.clone(*g.getOperation(), map);
+  fb.create<func::ReturnOp>(g.getLoc(), clone->getResults());
+  PassManager pm(ctx);
+  GpuPipelineOptions options;
+  options.chip = chip;
+  options.features = features;
+  options.results_as_out_params = true;
+  buildBluToNvvmPipeline(pm, options);
+  std::string diagnostics;
+  {
+    ScopedDiagnosticHandler handler(ctx, [&](Diagnostic& d) {
+      diagnostics += d.str() + "; ";
+      return success();
+    });
+    if (failed(pm.run(*kernels))) {
+      out.error = "the GPU pipeline failed: " + diagnostics;
+      return out;
+    }
+  }
+  fn = kernels->lookupSymbol<func::FuncOp>(name);
+  int launches = 0;
+  bool ok = fn != nullptr;
+  if (fn) {
+    fn.walk([&](gpu::LaunchFuncOp l) {
+      ++launches;
+      out.module = l.getKernelModuleName().str();
+      out.kernel = l.getKernelName().str();
+      const Value grid[3] = {l.getGridSizeX(), l.getGridSizeY(), l.getGridSizeZ()};
+      const Value block[3] = {l.getBlockSizeX(), l.getBlockSizeY(), l.getBlockSizeZ()};
+      for (int d = 0; d < 3; ++d) {
+        out.grid[d] = constantOf(grid[d]);
+        out.block[d] = constantOf(block[d]);
+        ok = ok && out.grid[d] > 0 && out.block[d] > 0;
+      }
+      const unsigned inputs = g->getNumOperands();
+      for (Value v : l.getKernelOperands()) {
+        // The lowering views operands as 2-D (collapse/expand of a contiguous memref: same base
+        // pointer): follow such views to the function argument.
+        while (Operation* def = v.getDefiningOp()) {
+          if (!isa<memref::CollapseShapeOp, memref::ExpandShapeOp, memref::CastOp>(def)) break;
+          v = def->getOperand(0);
+        }
+        auto arg = dyn_cast<BlockArgument>(v);
+        if (!arg || arg.getOwner() != &fn.getBody().front()) {
+          ok = false;
+          break;
+        }
+        out.params.push_back(arg.getArgNumber() < inputs ? static_cast<int64_t>(arg.getArgNumber()) : -1);
+      }
+    });
+  }
+  if (!ok || launches != 1) {
+    out.error = "the lowered group is not one launch on its arguments";
+    return out;
+  }
+  for (const PtxKernelModule& m : collectPtx(*kernels)) {
+    std::error_code ec;
+    llvm::raw_fd_ostream f(ptx_dir + "/" + m.name + ".ptx", ec);
+    if (ec) {
+      out.error = "cannot write " + ptx_dir + "/" + m.name + ".ptx: " + ec.message();
+      return out;
+    }
+    f << m.ptx;
+  }
+  out.ok = true;
+  return out;
+}
+
+}  // namespace
+
+std::string exportPlan(ModuleOp module, std::string* error, const std::string& ptx_dir, const std::string& chip,
+                       const std::string& features) {
   func::FuncOp fn = module.lookupSymbol<func::FuncOp>("step");
   if (!fn) {
     *error = "no func.func @step (blu-import's output expected)";
@@ -75,7 +189,16 @@ std::string exportPlan(ModuleOp module, std::string* error) {
     *error = "the fusion pipeline failed (diagnostics above)";
     return "";
   }
+  std::vector<FusedOp> groups;
+  for (Operation& op : fn.getBody().front())
+    if (auto f = dyn_cast<FusedOp>(op)) groups.push_back(f);
+  std::vector<GroupLaunch> launches;
+  if (!ptx_dir.empty()) {
+    for (size_t k = 0; k < groups.size(); ++k)
+      launches.push_back(compileGroup(module.getContext(), groups[k], k, ptx_dir, chip, features));
+  }
   json::Array kernels;
+  size_t group_index = 0;
   for (Operation& op : fn.getBody().front()) {
     auto nodes = op.getAttrOfType<DenseI64ArrayAttr>("blu.nodes");
     if (!nodes || !isa<MatmulEpilogueOp, FusedOp>(op)) continue;
@@ -98,6 +221,18 @@ std::string exportPlan(ModuleOp module, std::string* error) {
         body.push_back(name);
       }
       k["body"] = std::move(body);
+      if (group_index < launches.size() && !launches[group_index].ok) k["ptx_error"] = launches[group_index].error;
+      if (group_index < launches.size() && launches[group_index].ok) {
+        const GroupLaunch& l = launches[group_index];
+        k["ptx"] = l.module + ".ptx";
+        k["kernel"] = l.kernel;
+        k["grid"] = json::Array{l.grid[0], l.grid[1], l.grid[2]};
+        k["block"] = json::Array{l.block[0], l.block[1], l.block[2]};
+        json::Array params;
+        for (int64_t p : l.params) params.push_back(p);
+        k["params"] = std::move(params);  // kernel parameter -> operand index, -1 = the result
+      }
+      ++group_index;
     }
     k["nodes"] = std::move(node_list);
     k["operands"] = std::move(operands);

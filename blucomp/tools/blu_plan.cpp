@@ -7,6 +7,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Support/FileUtilities.h"
 
 #include "blucomp/blu_dialect.h"
@@ -21,6 +24,9 @@ int main(int argc, char** argv) {
   cl::opt<std::string> input(cl::Positional, cl::desc("<capture .json>"), cl::init("-"));
   cl::opt<std::string> output("o", cl::desc("plan .json"), cl::init("-"));
   cl::opt<std::string> ir("ir", cl::desc("also write the fused IR here"), cl::init(""));
+  cl::opt<std::string> ptx_dir("ptx-dir", cl::desc("compile the fused groups into PTX files here"), cl::init(""));
+  cl::opt<std::string> chip("chip", cl::desc("GPU architecture"), cl::init("sm_90"));
+  cl::opt<std::string> features("features", cl::desc("PTX features"), cl::init("+ptx80"));
   cl::ParseCommandLineOptions(argc, argv, "blu-plan: captured step JSON -> step plan JSON\n");
 
   std::string error;
@@ -30,16 +36,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   mlir::DialectRegistry registry;
-  registry.insert<blu::comp::BluDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect, mlir::math::MathDialect,
-                  mlir::tensor::TensorDialect, mlir::linalg::LinalgDialect>();
+  mlir::registerAllDialects(registry);
+  mlir::registerAllExtensions(registry);
+  mlir::registerAllToLLVMIRTranslations(registry);
+  registry.insert<blu::comp::BluDialect>();
   mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
+  context.loadDialect<blu::comp::BluDialect, mlir::func::FuncDialect>();
   mlir::OwningOpRef<mlir::ModuleOp> module = blu::comp::importCapture(file->getBuffer(), &context, &error);
   if (!module) {
     llvm::errs() << "blu-plan: " << input << ": " << error << "\n";
     return 1;
   }
-  const std::string plan = blu::comp::exportPlan(*module, &error);
+  const std::string plan = blu::comp::exportPlan(*module, &error, ptx_dir, chip, features);
   if (plan.empty()) {
     llvm::errs() << "blu-plan: " << error << "\n";
     return 1;

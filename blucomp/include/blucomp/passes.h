@@ -25,6 +25,9 @@ struct GpuPipelineOptions {
   std::string chip = "sm_90";
   std::string features = "+ptx80";
   int threads_per_block = 256;  // the tile of the last dimension one block covers
+  // Function results become out-parameters the kernel writes in place (buffer-results-to-out-
+  // params with hoist-static-allocs): what a runtime binding every pointer to a buffer needs.
+  bool results_as_out_params = false;
 };
 
 // Fills `pm` with: canonicalize, CSE, fusion, blu -> linalg, bufferize, parallel loops -> gpu,
