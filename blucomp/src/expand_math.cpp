@@ -3,6 +3,7 @@
 // pipeline] in pipelines.cpp).
 #include "blucomp/passes.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -55,11 +56,25 @@ struct FloorFByTruncation : OpRewritePattern<math::FloorOp> {
   }
 };
 
+// convert-gpu-to-nvvm also sends math.sqrt (llvm.intr.sqrt) to libdevice. For f32 it is one PTX
+// instruction, the correctly rounded sqrt.rn.f32 (what __nv_sqrtf is): emitted as inline PTX.
+struct SqrtFAsPtx : OpRewritePattern<math::SqrtOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::SqrtOp op, PatternRewriter& rewriter) const override {
+    if (!op.getType().isF32()) return failure();
+    auto asm_op = rewriter.create<LLVM::InlineAsmOp>(op.getLoc(), op.getType(), ValueRange{op.getOperand()},
+                                                     "sqrt.rn.f32 $0, $1;", "=f,f", /*has_side_effects=*/false,
+                                                     /*is_align_stack=*/false, LLVM::AsmDialectAttr(), ArrayAttr());
+    rewriter.replaceOp(op, asm_op.getResult(0));
+    return success();
+  }
+};
+
 struct ExpandMathPass : blu::comp::impl::BluExpandMathBase<ExpandMathPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
-    patterns.add<AbsFAsSignMask, FloorFByTruncation>(&getContext());
+    patterns.add<AbsFAsSignMask, FloorFByTruncation, SqrtFAsPtx>(&getContext());
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -31,7 +31,7 @@ def BluExpandMath : Pass<"blu-expand-math"> {
     Runs MLIR's polynomial approximations so the generated PTX needs no libdevice (the device
     build carries no CUDA bitcode library and the result does not depend on where one is found).
   }];
-  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::vector::VectorDialect"];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect"];
 }
 
 def BluPlanMemory : Pass<"blu-plan-memory", "::mlir::func::FuncOp"> {
