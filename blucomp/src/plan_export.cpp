@@ -90,12 +90,35 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   OwningOpRef<ModuleOp> kernels = ModuleOp::create(b.getUnknownLoc());
   b.setInsertionPointToEnd(kernels->getBody());
   const std::string name = "group_" + std::to_string(k);
-  auto fn = b.create<func::FuncOp>(g.getLoc(), name, b.getFunctionType(g.getOperandTypes(), g->getResultTypes()));
+  // Outlined on the (rows, last dim) view: every value of the result's shape becomes 2-D (the
+  // group's ops are elementwise, so only their types change; bias vectors stay 1-D). A rank-3
+  // result would otherwise be computed into a 2-D buffer and copied out (expand_shape +
+  // memref.copy), which the out-parameter hoisting cannot remove. Same bytes, same pointers.
+  auto result_type = cast<RankedTensorType>(g.getResult().getType());
+  const auto shape = result_type.getShape();
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  auto flat = RankedTensorType::get({rows, shape.empty() ? 1 : shape.back()}, result_type.getElementType());
+  auto flatten = [&](Type t) -> Type {
+    auto r = dyn_cast<RankedTensorType>(t);
+    return r && r.getShape() == shape && shape.size() != 2 ? RankedTensorType::get(flat.getShape(), r.getElementType()) : t;
+  };
+  SmallVector<Type> in_types;
+  for (Type t : g.getOperandTypes()) in_types.push_back(flatten(t));
+  auto fn = b.create<func::FuncOp>(g.getLoc(), name, b.getFunctionType(in_types, {flatten(result_type)}));
   Block* entry = fn.addEntryBlock();
   OpBuilder fb = OpBuilder::atBlockEnd(entry);
   IRMapping map;
   for (auto [i, v] : llvm::enumerate(g.getOperands())) map.map(v, entry->getArgument(i));
   Operation* clone = fb.clone(*g.getOperation(), map);
+  clone->getResult(0).setType(flatten(result_type));
+  clone->walk([&](Operation* op) {
+    for (Region& r : op->getRegions())
+      for (Block& blk : r)
+        for (BlockArgument a : blk.getArguments()) a.setType(flatten(a.getType()));
+    if (op != clone)
+      for (Value res : op->getResults()) res.setType(flatten(res.getType()));
+  });
   fb.create<func::ReturnOp>(g.getLoc(), clone->getResults());
   PassManager pm(ctx);
   GpuPipelineOptions options;
