@@ -12,6 +12,7 @@
 
 #if BLU_WITH_CUDA
 #include <blublas/gemm.h>
+#include <cuda_runtime.h>
 #endif
 
 namespace blu::comp {
@@ -24,6 +25,9 @@ using capture::TensorRef;
 
 struct PlanKernel {
   std::string kind, epilogue;
+  std::string ptx, kernel;  // fused, when blu-plan compiled it
+  int64_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  std::vector<int64_t> params;
   bool transpose_lhs = false, transpose_rhs = false;
   std::vector<int> nodes;
   std::vector<int64_t> operands, results;
@@ -50,6 +54,17 @@ std::vector<PlanKernel> parse_plan(const std::string& text) {
     if (const json::Value* t = k.find("transpose_rhs")) p.transpose_rhs = t->as_bool();
     for (int64_t n : ints(*k.find("nodes"))) p.nodes.push_back(static_cast<int>(n));
     p.operands = ints(*k.find("operands"));
+    if (const json::Value* v = k.find("ptx")) p.ptx = v->as_string();
+    if (const json::Value* v = k.find("kernel")) p.kernel = v->as_string();
+    if (const json::Value* v = k.find("params")) p.params = ints(*v);
+    if (const json::Value* v = k.find("grid")) {
+      const std::vector<int64_t> g = ints(*v);
+      for (size_t d = 0; d < 3 && d < g.size(); ++d) p.grid[d] = g[d];
+    }
+    if (const json::Value* v = k.find("block")) {
+      const std::vector<int64_t> b = ints(*v);
+      for (size_t d = 0; d < 3 && d < b.size(); ++d) p.block[d] = b[d];
+    }
     p.results = ints(*k.find("results"));
     out.push_back(std::move(p));
   }
@@ -210,11 +225,65 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k) {
   });
   return "";
 }
+
+// Note [Step runtime], fused: the group's PTX through the driver API.
+std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std::string& ptx_dir) {
+  const capture::Graph& g = exe.graph();
+  if (k.ptx.empty() || k.kernel.empty() || k.params.empty()) return "no PTX in the plan (blu-plan --ptx-dir)";
+  if (ptx_dir.empty()) return "no PTX folder given";
+  const Node& first = g.nodes[static_cast<size_t>(k.nodes.front())];
+  if (!first.device.is_cuda()) return "not a CUDA graph";
+  for (int d = 0; d < 3; ++d)
+    if (k.grid[d] <= 0 || k.block[d] <= 0) return "no launch dimensions";
+  // Each parameter's tensor as the recorded calls addressed it: an operand's first read, the
+  // result's last write; both must be dense (the kernel indexes them as [rows, last dim]).
+  std::vector<TensorRef> refs;
+  for (int64_t p : k.params) {
+    const int64_t buffer = p >= 0 ? (static_cast<size_t>(p) < k.operands.size() ? k.operands[static_cast<size_t>(p)] : -1)
+                                  : (k.results.empty() ? -1 : k.results[0]);
+    if (buffer < 0) return "a parameter no buffer holds";
+    const TensorRef* r = p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
+    if (r == nullptr || !r->contiguous()) return "a parameter is not a dense view of its buffer";
+    refs.push_back(*r);
+  }
+  std::string text;
+  {
+    std::FILE* f = std::fopen((ptx_dir + "/" + k.ptx).c_str(), "rb");
+    if (f == nullptr) return "cannot read " + ptx_dir + "/" + k.ptx;
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+  }
+  const Device device = first.device;
+  DeviceGuard guard(device);
+  // The runtime API's library calls (CUDA 12+): the driver is reached through cudart, so blutrain
+  // does not link libcuda and still starts on machines without a driver.
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+  if (cudaLibraryLoadData(&library, text.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0) != cudaSuccess)
+    return "the driver refused " + k.ptx + " (" + cudaGetErrorString(cudaGetLastError()) + ")";
+  if (cudaLibraryGetKernel(&kernel, library, k.kernel.c_str()) != cudaSuccess)
+    return "no kernel " + k.kernel + " in " + k.ptx + " (" + cudaGetErrorString(cudaGetLastError()) + ")";
+  const dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
+  const dim3 block(static_cast<unsigned>(k.block[0]), static_cast<unsigned>(k.block[1]), static_cast<unsigned>(k.block[2]));
+  const std::string name = k.kernel;
+  exe.replace(k.nodes, [kernel, grid, block, refs, device, name](const capture::Executable::ViewFn& view) {
+    std::vector<void*> ptrs;
+    for (const TensorRef& r : refs) ptrs.push_back(view(r).data_ptr());
+    std::vector<void*> args;
+    for (void*& p : ptrs) args.push_back(&p);
+    DeviceGuard guard(device);
+    const cudaError_t rc = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args.data(), 0,
+                                            cuda::current_stream(device.index));
+    BLU_CHECK(rc == cudaSuccess, "compiled kernel ", name, ": cudaLaunchKernel failed: ", cudaGetErrorString(rc));
+  });
+  return "";
+}
 #endif
 
 }  // namespace
 
-BindReport bind_plan(capture::Executable& exe, const std::string& plan_json) {
+BindReport bind_plan(capture::Executable& exe, const std::string& plan_json, const std::string& ptx_dir) {
   BindReport r;
   const json::Value root = json::parse(plan_json);
   for (const char* key : {"structure_hash", "signature_hash"}) {
@@ -229,15 +298,12 @@ BindReport bind_plan(capture::Executable& exe, const std::string& plan_json) {
   }
   for (const PlanKernel& k : parse_plan(plan_json)) {
     std::string why;
-    if (k.kind != "matmul_epilogue") {
-      why = "fused groups have no launcher yet";
-    } else {
 #if BLU_WITH_CUDA
-      why = bind_epilogue(exe, k);
+    why = k.kind == "matmul_epilogue" ? bind_epilogue(exe, k) : bind_fused(exe, k, ptx_dir);
 #else
-      why = "this build has no CUDA";
+    (void)ptx_dir;
+    why = "this build has no CUDA";
 #endif
-    }
     if (why.empty()) {
       ++r.bound;
     } else {

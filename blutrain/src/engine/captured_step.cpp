@@ -11,13 +11,14 @@
 namespace blu::train {
 
 CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan,
-                           std::string graph_path)
+                           std::string graph_path, std::string ptx_dir)
     : model_(model),
       opt_(opt),
       precision_(precision),
       grad_clip_(grad_clip),
       plan_(std::move(plan)),
-      graph_path_(std::move(graph_path)) {}
+      graph_path_(std::move(graph_path)),
+      ptx_dir_(std::move(ptx_dir)) {}
 
 // The autograd engine's step (trainer.cpp, one micro-batch).
 UpdateResult CapturedStep::eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
@@ -62,7 +63,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     }
     exe_ = std::make_unique<capture::Executable>(g);
     if (!plan_.empty()) {
-      const comp::BindReport r = comp::bind_plan(*exe_, plan_);
+      const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
       describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +
                    " left as recorded calls\n";
       for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";

@@ -29,8 +29,9 @@ class CapturedStep {
  public:
   // plan: blu-plan JSON text to bind after the capture (Note [Step runtime]); "" = none.
   // graph_path: where the record's JSON is written once captured ("" = nowhere): blu-plan's input.
+  // ptx_dir: where the plan's fused-group PTX files are (blu-plan --ptx-dir; the plan's folder).
   CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan = "",
-               std::string graph_path = "");
+               std::string graph_path = "", std::string ptx_dir = "");
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
@@ -49,6 +50,7 @@ class CapturedStep {
   std::string describe_;
   std::string plan_;
   std::string graph_path_;
+  std::string ptx_dir_;
 };
 
 }  // namespace blu::train

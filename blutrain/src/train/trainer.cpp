@@ -251,7 +251,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
               cfg.total_batch_tokens, " makes ", accum, "); pass --engine autograd");
     captured = std::make_unique<CapturedStep>(model, opt, precision, cfg.grad_clip,
                                               cfg.plan.empty() ? std::string() : read_file(cfg.plan, "--plan"),
-                                              is_main ? cfg.out_dir + "/captured_step.json" : std::string());
+                                              is_main ? cfg.out_dir + "/captured_step.json" : std::string(),
+                                              cfg.plan.empty() ? std::string()
+                                                               : std::filesystem::path(cfg.plan).parent_path().string());
   }
 
   // Note [Non-finite steps]: the policy.

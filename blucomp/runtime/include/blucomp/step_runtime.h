@@ -22,11 +22,16 @@ struct BindReport {
 //   reading it, the dW GEMM with its bias gradient), operands and outputs the recorded calls'
 //   own tensors (the GEMM call's a/bm/out, the bias add's broadcast row, ...), on the current
 //   stream of the graph's device, with the recorded matmul precision.
-// What it cannot bind (a CPU graph, fused groups until their PTX launcher exists, a batched or
+//   fused -> its PTX (Note [Fused group kernels]) loaded once (cudaLibraryLoadData: the runtime
+//   API's door to the driver, so nothing links libcuda) and launched with cudaLaunchKernel on
+//   the current stream, each pointer parameter the operand's or
+//   the result's buffer as the recorded calls addressed it (dense 2-D views of them).
+// What it cannot bind (a CPU graph, a fused group without PTX, a batched or
 // accumulating GEMM, dtypes other than f32/bf16, an operand no buffer holds) keeps its recorded
 // calls: the step stays correct, the report says what was left and why. The epilogue adds the
 // bias to the fp32 accumulator before the one rounding, so results differ from the recorded
 // GEMM + add by at most an ulp per element (not bitwise).
-BindReport bind_plan(capture::Executable& exe, const std::string& plan_json);
+// ptx_dir: where blu-plan --ptx-dir wrote the fused groups' PTX ("" = fused groups stay recorded).
+BindReport bind_plan(capture::Executable& exe, const std::string& plan_json, const std::string& ptx_dir = "");
 
 }  // namespace blu::comp
