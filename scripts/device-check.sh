@@ -195,7 +195,7 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ];
       common="--model d12 --device cuda --precision fp32 --data synthetic --batch-size 8 --seq-len 1024 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot"
       stamp "compiled step d12 fp32"
       { timeout 200 "$bin" train $common --max-steps 3 --engine captured --out-dir "$work/plan_rec" \
-        && "$work/tools/blu-plan" "$work/plan_rec/captured_step.json" -o "$res/plan_d12_fp32.json" \
+        && "$work/tools/blu-plan" "$work/plan_rec/captured_step.json" -o "$res/plan_d12_fp32.json" --ptx-dir "$res" \
         && timeout 240 "$bin" train $common --max-steps 12 --engine captured --plan "$res/plan_d12_fp32.json" --out-dir "$work/plan_run" \
         && timeout 240 "$bin" train $common --max-steps 12 --engine autograd --out-dir "$work/plan_ref"; } \
         > "$res/compiled_d12_fp32.txt" 2>&1 || echo "compiled d12 fp32 failed rc=$?" >> "$logs/bench_failures.txt"
