@@ -517,14 +517,9 @@ class Importer {
     const std::string& op = n.arg("op")->enum_name;
     const JArg* alpha = n.arg("alpha");
     if (!arithmetic(out.dtype) || a.sizes != out.sizes || bt.sizes != out.sizes) return false;
-    auto no_broadcast = [](const Ref& r) {
-      for (auto [s, st] : llvm::zip(r.sizes, r.strides))
-        if (st == 0 && s != 1) return false;
-      return true;
-    };
-    if (!no_broadcast(a)) return false;
+    if (!noBroadcast(a)) return false;
     if (op == "kAdd" && alpha && alpha->number == 1.0) {
-      if (no_broadcast(bt)) {
+      if (noBroadcast(bt)) {
         SmallVector<Value> v = elementwiseOperands(out, {&a, &bt});
         write(out, b_.create<AddOp>(loc_, v[0], v[1]));
         return true;
@@ -537,7 +532,7 @@ class Importer {
       }
       return false;
     }
-    if (!no_broadcast(bt)) return false;
+    if (!noBroadcast(bt)) return false;
     SmallVector<Value> v = elementwiseOperands(out, {&a, &bt});
     if (op == "kMul") {
       write(out, b_.create<MulOp>(loc_, v[0], v[1]));

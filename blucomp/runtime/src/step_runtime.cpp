@@ -39,8 +39,7 @@ std::vector<int64_t> ints(const json::Value& v) {
   return out;
 }
 
-std::vector<PlanKernel> parse_plan(const std::string& text) {
-  const json::Value root = json::parse(text);
+std::vector<PlanKernel> parse_plan(const json::Value& root) {
   BLU_CHECK(root.is_object() && root.find("format") && root.find("format")->as_string() == "blu-plan",
             "bind_plan: not a blu-plan document");
   std::vector<PlanKernel> out;
@@ -290,13 +289,12 @@ BindReport bind_plan(capture::Executable& exe, const std::string& plan_json, con
     const json::Value* h = root.is_object() ? root.find(key) : nullptr;
     BLU_CHECK(h != nullptr && h->is_string(), "bind_plan: the plan has no ", key,
               " (made by blu-plan from a capture JSON that carries its hashes)");
-    char mine[17];
-    const uint64_t v = std::string(key) == "structure_hash" ? exe.graph().structure_hash() : exe.graph().signature_hash();
-    std::snprintf(mine, sizeof(mine), "%016llx", static_cast<unsigned long long>(v));
+    const std::string mine = capture::Graph::hash_hex(
+        std::string(key) == "structure_hash" ? exe.graph().structure_hash() : exe.graph().signature_hash());
     BLU_CHECK(h->as_string() == mine, "bind_plan: the plan was made for another capture (", key, " ", h->as_string(),
               ", this step's ", mine, "): capture this configuration again and rerun blu-plan");
   }
-  for (const PlanKernel& k : parse_plan(plan_json)) {
+  for (const PlanKernel& k : parse_plan(root)) {
     std::string why;
 #if BLU_WITH_CUDA
     why = k.kind == "matmul_epilogue" ? bind_epilogue(exe, k) : bind_fused(exe, k, ptx_dir);

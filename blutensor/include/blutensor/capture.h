@@ -113,6 +113,7 @@ struct Graph {
   // over every sizes/strides/dtype/offset (signature).
   uint64_t structure_hash() const;
   uint64_t signature_hash() const;
+  static std::string hash_hex(uint64_t h);  // 16 lowercase hex digits (keys, the JSON, plans)
   // "<structure hex>-<signature hex>-<arch>": equal keys mean the same calls on the same shapes,
   // so a compiled artefact for one is valid for the other. arch: e.g. "sm_90", "cpu".
   std::string key(const std::string& arch) const;
@@ -165,7 +166,7 @@ struct StepScalars {
 
 class Executable {
  public:
-  explicit Executable(const Graph& g);  // throws naming an input buffer that is neither live nor snapshotted
+  explicit Executable(Graph g);  // throws naming an input buffer that is neither live nor snapshotted
   // Runs the step. on_host_read (optional) sees each host read's value as the eager code did, in
   // node order (index = position among the host reads); returning false stops the run there, the
   // rest of the step not launched (a non-finite gradient norm before the update). Returns whether

@@ -80,13 +80,13 @@ struct Fnv {
   void pod(T v) { bytes(&v, sizeof(v)); }
 };
 
-std::string hex(uint64_t v) {
+}  // namespace
+
+std::string Graph::hash_hex(uint64_t h) {
   char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, h);
   return buf;
 }
-
-}  // namespace
 
 uint64_t Graph::structure_hash() const {
   Fnv f;
@@ -131,7 +131,7 @@ uint64_t Graph::signature_hash() const {
 }
 
 std::string Graph::key(const std::string& arch) const {
-  return hex(structure_hash()) + "-" + hex(signature_hash()) + "-" + arch;
+  return hash_hex(structure_hash()) + "-" + hash_hex(signature_hash()) + "-" + arch;
 }
 
 std::string Graph::summary() const {
@@ -341,7 +341,7 @@ std::map<int, Tensor> replay(const Graph& g) {
   return out;
 }
 
-Executable::Executable(const Graph& g) : graph_(g) {
+Executable::Executable(Graph g) : graph_(std::move(g)) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
   const size_t n = graph_.buffers.size();
   live_.resize(n);

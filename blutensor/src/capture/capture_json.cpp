@@ -15,7 +15,6 @@
 // Arguments are in the backend op's parameter order (AdamWParams expanded to hp.lr ... hp.step).
 // uint64 values are strings (a JSON number is a double). The input snapshots are not included.
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 
 #include "blutensor/capture.h"
@@ -139,13 +138,10 @@ std::string Graph::to_json() const {
                                 {"device", Value::string(n.device.str())},
                                 {"args", Value::array(std::move(args))}}));
   }
-  char structure[17], signature[17];
-  std::snprintf(structure, sizeof(structure), "%016llx", static_cast<unsigned long long>(structure_hash()));
-  std::snprintf(signature, sizeof(signature), "%016llx", static_cast<unsigned long long>(signature_hash()));
   return Value::object({{"format", Value::string("blu-capture")},
                         {"version", Value::integer(1)},
-                        {"structure_hash", Value::string(structure)},
-                        {"signature_hash", Value::string(signature)},
+                        {"structure_hash", Value::string(hash_hex(structure_hash()))},
+                        {"signature_hash", Value::string(hash_hex(signature_hash()))},
                         {"buffers", Value::array(std::move(bufs))},
                         {"nodes", Value::array(std::move(ns))}})
       .dump();

@@ -20,24 +20,24 @@ CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double 
       graph_path_(std::move(graph_path)),
       ptx_dir_(std::move(ptx_dir)) {}
 
-// The autograd engine's step (trainer.cpp, one micro-batch).
-UpdateResult CapturedStep::eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
-  Tensor l = model_.forward(x, y, precision_);
+UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double grad_clip, const Tensor& x,
+                           const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
+  Tensor l = model.forward(x, y, precision);
   l.backward();
   *loss = l.item();
-  UpdateResult u = clip_and_update(opt_, grad_clip_, lr, std::isfinite(*loss));
-  opt_.zero_grad();
+  UpdateResult u = clip_and_update(opt, grad_clip, lr, std::isfinite(*loss));
+  opt.zero_grad();
   if (loss_tensor != nullptr) *loss_tensor = l;
   return u;
 }
 
 UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, double* loss) {
   ++steps_;
-  if (exe_ == nullptr && steps_ == 1) return eager(x, y, lr, loss, nullptr);
+  if (exe_ == nullptr && steps_ == 1) return autograd_step(model_, opt_, precision_, grad_clip_, x, y, lr, loss);
   if (exe_ == nullptr) {
     capture::Scope scope(/*snapshot_inputs=*/true);
     Tensor loss_tensor;
-    UpdateResult u = eager(x, y, lr, loss, &loss_tensor);
+    UpdateResult u = autograd_step(model_, opt_, precision_, grad_clip_, x, y, lr, loss, &loss_tensor);
     capture::Graph g = scope.finish();
     if (!u.applied) return u;  // no update in this record: capture the next step instead
     // The loss's host read reads the loss tensor's buffer; the norm's is the last before the update.
@@ -61,7 +61,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       write_file_atomic(graph_path_, g.to_json());
       describe_ += "graph: " + graph_path_ + " (blu-plan's input)\n";
     }
-    exe_ = std::make_unique<capture::Executable>(g);
+    exe_ = std::make_unique<capture::Executable>(std::move(g));
     if (!plan_.empty()) {
       const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
       describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +

@@ -11,6 +11,12 @@
 
 namespace blu::train {
 
+// The autograd engine's step on one micro-batch (trainer.cpp's, without accumulation, --dp/--tp
+// or the test hook): forward, backward, the loss read, clip_and_update, zero_grad. loss_tensor
+// (optional) keeps the loss tensor (a capture finds the loss's host read by its buffer).
+UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double grad_clip, const Tensor& x,
+                           const Tensor& y, double lr, double* loss, Tensor* loss_tensor = nullptr);
+
 // Note [Captured engine]
 // Step 1 runs eagerly (the moments exist after it, as every later step sees them); step 2 runs
 // eagerly under a capture::Scope and becomes an Executable; from step 3 on, each step writes its
@@ -37,8 +43,6 @@ class CapturedStep {
   std::string describe() const { return describe_; }  // the record's summary once captured
 
  private:
-  UpdateResult eager(const Tensor& x, const Tensor& y, double lr, double* loss, Tensor* loss_tensor);
-
   GPT2& model_;
   AdamW& opt_;
   Precision precision_;

@@ -3,7 +3,6 @@
 // capture] in blutensor/capture.h), written as JSON for blucomp (blu-import), its summary and
 // cache key printed, and (--capture-verify, default on) replayed from the recorded inputs and
 // compared with the eager step bit for bit: weights, both AdamW moments.
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <ostream>
@@ -16,6 +15,7 @@
 #include "blutrain/files.h"
 #include "blutrain/optimizer.h"
 #include "blutrain/trainer.h"
+#include "engine/captured_step.h"
 
 #if BLU_WITH_CUDA
 #include <blublas/device_info.h>
@@ -47,13 +47,9 @@ int run_capture(const TrainConfig& cfg, std::ostream& out) {
   const int64_t B = cfg.batch_size, T = cfg.seq_len;
   Generator gen(cfg.seed * 7919 + 17);
   auto tokens = [&] { return randint(0, mcfg.vocab_size, {B, T}, TensorOptions(kInt32), &gen).to(device); };
-  // The trainer's autograd step (trainer.cpp), one micro-step.
   auto step = [&](const Tensor& x, const Tensor& y) {
-    Tensor loss = model.forward(x, y, precision);
-    loss.backward();
-    const double value = loss.item();
-    clip_and_update(opt, cfg.grad_clip, cfg.lr, std::isfinite(value));
-    opt.zero_grad();
+    double value = 0;
+    autograd_step(model, opt, precision, cfg.grad_clip, x, y, cfg.lr, &value);
     return value;
   };
   // Step 1 eagerly: the moments and the gradients' buffers exist from then on, as in training.
