@@ -168,40 +168,11 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = train ] || [ "$suite" = all ];
         "$work/interop" "$res/interop.json" > "$logs/interop.txt" 2>&1 \
         || echo "safetensors round trip with PyTorch failed" >> "$logs/bench_failures.txt"
     fi
-    # Note [Step capture]: GPT-2 124M's autograd step recorded on the GPU (fused attention, multi-tensor
-    # AdamW), replayed and compared bit for bit; its JSON and the launch count go to the results.
-    for p in fp32 bf16; do
-      stamp "capture d12 $p"
-      timeout 180 "$bin" capture --model d12 --device cuda --precision $p --batch-size 4 --seq-len 1024 \
-        --out-dir "$work/capture_$p" > "$res/capture_d12_$p.txt" 2>&1 \
-        || echo "capture d12 $p failed rc=$?" >> "$logs/bench_failures.txt"
-    done
-    # Note [Captured engine]: the autograd step vs its record run as the step (same calls, no autograd
-    # bookkeeping), d12 B16 T1024, 12 steps each, same call: the tok/s lines go to the results.
-    for p in bf16 fp32; do
-      for e in autograd captured; do
-        stamp "engine $e d12 $p"
-        timeout 240 "$bin" train --model d12 --device cuda --engine $e --precision $p --data synthetic \
-          --batch-size 16 --seq-len 1024 --max-steps 12 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot \
-          --out-dir "$work/engine_${e}_$p" > "$res/engine_${e}_d12_$p.txt" 2>&1 \
-          || echo "engine $e d12 $p failed rc=$?" >> "$logs/bench_failures.txt"
-      done
-    done
-    # Note [Step runtime]: with the static compiler tools carried in (BLU_STATIC_TOOLS: a folder of
-    # scripts/blucomp-static.sh's .gz files), d12 fp32: record (--engine captured), blu-plan, then 12
-    # steps with the plan's GEMM epilogues bound vs --engine autograd, same call.
-    if [ -n "${BLU_STATIC_TOOLS:-}" ] && [ -f "$BLU_STATIC_TOOLS/blu-plan.gz" ]; then
-      mkdir -p "$work/tools" && gunzip -c "$BLU_STATIC_TOOLS/blu-plan.gz" > "$work/tools/blu-plan" && chmod +x "$work/tools/blu-plan"
-      common="--model d12 --device cuda --precision fp32 --data synthetic --batch-size 8 --seq-len 1024 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot"
-      stamp "compiled step d12 fp32"
-      { timeout 200 "$bin" train $common --max-steps 3 --engine captured --out-dir "$work/plan_rec" \
-        && "$work/tools/blu-plan" "$work/plan_rec/captured_step.json" -o "$res/plan_d12_fp32.json" --ptx-dir "$res" \
-        && timeout 240 "$bin" train $common --max-steps 12 --engine captured --plan "$res/plan_d12_fp32.json" --out-dir "$work/plan_run" \
-        && timeout 240 "$bin" train $common --max-steps 12 --engine autograd --out-dir "$work/plan_ref"; } \
-        > "$res/compiled_d12_fp32.txt" 2>&1 || echo "compiled d12 fp32 failed rc=$?" >> "$logs/bench_failures.txt"
-      cp "$work/plan_run/metrics.jsonl" "$res/compiled_d12_fp32_metrics.jsonl" 2>/dev/null || true
-      cp "$work/plan_ref/metrics.jsonl" "$res/autograd_d12_fp32_metrics.jsonl" 2>/dev/null || true
-    fi
+    # Issue 13 (blucomp): capture + replay, the engines, the compiled step (scripts/device-comp.sh).
+    stamp "captured / compiled step (device-comp.sh)"
+    scripts/device-comp.sh "$bin" "$res" "$work/comp" "${BLU_STATIC_TOOLS:-}" > "$logs/comp.txt" 2>&1 \
+      || echo "device-comp failed rc=$?" >> "$logs/bench_failures.txt"
+    pack
     if [ "$suite" = train ]; then   # blutrain alone (the race with PyTorch is --suite e2e / all)
       stamp "e2e GPT-2 124M (blutrain only)"
       timeout "${BLU_E2E_TIMEOUT:-300}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \

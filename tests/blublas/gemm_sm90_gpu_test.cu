@@ -356,6 +356,7 @@ constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
 constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
 constexpr int kCluster2 = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
 constexpr int kPingPong64 = static_cast<int>(sm90::Sm90Tile::k64x256_pp);
+constexpr int kTile192 = static_cast<int>(sm90::Sm90Tile::k192x192_3c);
 
 // ---- tests -------------------------------------------------------------------------------------------
 TEST(GemmSm90Gpu, SimpleTileBf16AllMajors) {
@@ -376,7 +377,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
   for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
-    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
+    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
       for (int mj = 0; mj < 4; ++mj) {
         for (const auto& s : sizes) {
           Case c;
@@ -395,7 +396,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
 
 TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kCluster2, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kCluster2, kPingPong64, kTile192}) {
     for (int mj = 0; mj < 4; ++mj) {
       Case c;
       c.ab = Dtype::kBF16;
@@ -413,7 +414,7 @@ TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     for (int mj = 0; mj < 4; ++mj) {
       for (const auto& s : sizes) {
         Case c;
@@ -462,9 +463,12 @@ TEST(GemmSm90Gpu, Batched) {
       run_case(c, dev);
     }
   }
-  for (int tile : {kWide, kCluster2, kPingPong64}) {  // TMA-store epilogue, 3-d maps
+  for (int tile : {kWide, kCluster2, kPingPong64, kTile192}) {  // TMA-store epilogue, 3-d maps
     Case c;
-    c.ab = Dtype::kF16; c.cd = tile == kWide || tile == kPingPong64 ? Dtype::kF16 : Dtype::kF32;
+    // 16-bit D on kTile192: the second store pass holds one box (tile columns 128..191), and
+    // N = 200 puts 8 columns in a second tile (Note [sm90 192x192 tile]).
+    c.ab = Dtype::kF16;
+    c.cd = tile == kWide || tile == kPingPong64 || tile == kTile192 ? Dtype::kF16 : Dtype::kF32;
     c.m = 300; c.n = 200; c.k = 64; c.batch = 2;
     c.a_k = false; c.b_k = true;
     c.epi = Epilogue::kBiasGelu;
@@ -525,7 +529,7 @@ TEST(GemmSm90Gpu, Epilogues) {
 TEST(GemmSm90Gpu, SplitKDeterministic) {
   BLU_REQUIRE_SM90(dev);
   // Forced splits on odd shapes, every tile.
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     Case c;
     c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
     c.m = 200; c.n = 300; c.k = 4099;

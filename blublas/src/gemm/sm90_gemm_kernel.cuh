@@ -48,6 +48,17 @@
 // ring position p, position p - kStages (the other's unit or its own earlier one) has completed,
 // and p + kStages cannot have (it needs p released).
 //
+// Note [sm90 192x192 tile]
+// Three consumer warpgroups of m64n192 (96 accumulators each) on a 192x192 tile, 3 stages of 48 KB
+// (4 would not fit next to the 48 KB of epilogue staging). cuBLAS runs this tile shape (its tile
+// 209, clusters 2x1x1) on the skinny deep-K weight gradients, where it is the wave arithmetic that
+// counts: fc dW (3072 x 768, K = 16384) is 16 x 4 = 64 tiles, x 2 splits = 128 units = one even
+// wave on 132 SMs, where 128x256 needs 72 tiles x 3 splits = 216 units in two uneven waves. Per
+// k-block it moves (192 + 192) / (192 * 192) bytes per output of global/L2 traffic against
+// (128 + 256) / (128 * 256) for 128x256, so the main loop is no slower. The kernel is the same
+// template: kConsumers = 3 gives 512 threads, setmaxnreg 40 (producer) / 152 (consumers).
+// With 16-bit D the TMA-store epilogue's second pass holds one 64-column box.
+
 // Note [sm90 work units]
 // unit u = split * (tiles * batch) + b * tiles + t; t walks the tiles in groups of group_m tile
 // rows (column-major inside a group) so CTAs running at once share A rows and B columns in L2.
@@ -130,14 +141,18 @@ struct KernelConfig {
   // + full[kStages], empty[kStages] and the ping-pong order[2] mbarriers.
   static constexpr int kSmemBytes =
       1024 + kStages * kStageBytes + kStagingBytes + (2 * kStages + 2) * 8;
-  // Registers after setmaxnreg (only with two or more consumer warpgroups).
+  // Registers after setmaxnreg (only with two or more consumer warpgroups). The register file
+  // (64K) must hold 128 * (kProducerRegs + kConsumers * kConsumerRegs): 2 consumers 232 (128
+  // accumulators of m64n256), 3 consumers 152 (96 of m64n192; Note [sm90 192x192 tile]).
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumers >= 2 ? 232 : 0;
+  static constexpr int kConsumerRegs = kConsumers >= 3 ? 152 : kConsumers == 2 ? 232 : 0;
 
   static_assert(kWgM % 64 == 0 && kMI >= 1, "BM must be a multiple of 64 * kConsumers");
   static_assert(!kPingPong || (kConsumers == 2 && kCluster == 1),
                 "ping-pong: two consumer warpgroups, no cluster");
   static_assert(kSmemBytes <= 232448, "shared memory above the sm_90 opt-in limit");
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536 || kConsumers < 2,
+                "setmaxnreg budget above the register file");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
   static_assert(BM <= 256 && BN <= 256, "TMA boxes are at most 256 rows");
   static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
@@ -375,6 +390,8 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
     for (int box = 0; box < 2; ++box) {
+      // BN = 192 with 16-bit D: the second pass holds one box (columns 128..191 of the tile).
+      if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
       const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
       const int r0 = row_base + mi * 64;
       if (c0 >= p.n || r0 >= p.m) continue;

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# device-comp.sh: issue 13's device checks of the captured / compiled GPT-2 step (Notes [Step capture],
+# [Captured engine], [Step runtime]), called by device-check.sh (train and all suites) or alone:
+#   scripts/device-comp.sh <blutrain binary> <results dir> <work dir> [static tools dir]
+# 1. capture d12 fp32/bf16 B4 T1024 on CUDA, replayed bit for bit (capture_d12_<p>.txt);
+# 2. d12 B16 T1024, 12 steps each, one process after another: --engine autograd, captured and fused
+#    (the trainer's default on CUDA), tok/s and peak from --summary-json (engine_<e>_d12_<p>.json);
+# 3. with the static tools folder (scripts/blucomp-static.sh's gz/blu-plan.gz): d12 fp32 B8 T1024,
+#    record (--engine captured), blu-plan (+ --ptx-dir), then 20 steps compiled vs 20 steps autograd vs
+#    20 fused from the same seed; scripts/comp_report.py writes comp.json (comp.fp32.* metrics).
+set -uo pipefail
+bin=$1; res=$2; work=$3; tools=${4:-}
+mkdir -p "$res" "$work"
+fail() { echo "$*" >> "$res/comp_failures.txt"; echo "device-comp: $*"; }
+for p in fp32 bf16; do
+  echo "capture d12 $p"
+  timeout 180 "$bin" capture --model d12 --device cuda --precision $p --batch-size 4 --seq-len 1024 \
+    --out-dir "$work/capture_$p" > "$res/capture_d12_$p.txt" 2>&1 || fail "capture d12 $p rc=$?"
+done
+quiet="--data synthetic --seq-len 1024 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot"
+for p in bf16 fp32; do
+  for e in autograd captured fused; do
+    echo "engine $e d12 $p"
+    timeout 240 "$bin" train --model d12 --device cuda --engine $e --precision $p $quiet --batch-size 16 \
+      --max-steps 12 --out-dir "$work/engine_${e}_$p" --summary-json "$res/engine_${e}_d12_$p.json.tmp" \
+      > "$res/engine_${e}_d12_$p.txt" 2>&1 || fail "engine $e d12 $p rc=$?"
+  done
+done
+if [ -n "$tools" ] && [ -f "$tools/blu-plan.gz" ]; then
+  mkdir -p "$work/tools" "$res/comp_plan"
+  gunzip -c "$tools/blu-plan.gz" > "$work/tools/blu-plan" && chmod +x "$work/tools/blu-plan"
+  common="--model d12 --device cuda --precision fp32 $quiet --batch-size 8"
+  echo "compiled step d12 fp32"
+  { timeout 200 "$bin" train $common --max-steps 3 --engine captured --out-dir "$work/plan_rec" \
+    && "$work/tools/blu-plan" "$work/plan_rec/captured_step.json" -o "$res/comp_plan/plan_d12_fp32.json" \
+         --ptx-dir "$res/comp_plan" \
+    && timeout 240 "$bin" train $common --max-steps 20 --engine captured --plan "$res/comp_plan/plan_d12_fp32.json" \
+         --out-dir "$work/comp_compiled"; } > "$res/compiled_d12_fp32.txt" 2>&1 || fail "compiled d12 fp32 rc=$?"
+  for e in autograd fused; do
+    timeout 240 "$bin" train $common --max-steps 20 --engine $e --out-dir "$work/comp_$e" \
+      > "$res/comp_${e}_d12_fp32.txt" 2>&1 || fail "comp reference $e rc=$?"
+  done
+  for e in compiled autograd fused; do
+    cp "$work/comp_$e/metrics.jsonl" "$res/comp_${e}_d12_fp32_metrics.jsonl" 2>/dev/null || true
+  done
+  python3 "$(dirname "$0")/comp_report.py" "$res" > "$res/comp_report.txt" 2>&1 || fail "comp_report rc=$?"
+  cat "$res/comp_report.txt"
+fi
+# The per-engine summaries are kept out of make_summary.py's glob (their e2e.* names would shadow
+# the race's); comp_report.py reads them.
+for f in "$res"/engine_*.json.tmp; do [ -f "$f" ] && mv "$f" "${f%.json.tmp}.summary"; done
+true
