@@ -58,12 +58,21 @@ for line in "${cases[@]}"; do
     if (( left < 20 )); then echo "skipped (budget)" > "$log"; continue; fi
     (( tmo > left )) && tmo=$left
     extra=()
+    # Note [initcheck and TMA stores]: initcheck does not count a bulk-tensor (TMA) store as
+    # initialising global memory, so a buffer the sm90 GEMM's TMA-store epilogue wrote reads as
+    # uninitialised in the next kernel that loads it. Session 13 (H100, 8332ca2, the same binary
+    # and test, fused_step MatchesAutogradTf32): 68,051 reports at blutensor's elementwise add
+    # reading GEMM outputs with the TMA-store epilogue, 0 with BLUBLAS_SM90_GENERIC_EPILOGUE=1 (plain
+    # st.global stores of the same values). So initcheck runs with the generic epilogue; the
+    # TMA-store epilogue is covered by the other three tools and by every GEMM test's results.
+    envs=()
+    [ "$tool" = initcheck ] && envs+=(BLUBLAS_SM90_GENERIC_EPILOGUE=1)
     # racecheck: every hazard printed (the allow-list is checked against all of them, not the first
     # 40), without host backtraces (the Read/Write lines name the source).
     [ "$tool" = racecheck ] && extra+=(--racecheck-report all --show-backtrace no)
     limit=40; [ "$tool" = racecheck ] && limit=100000
     s0=$(date +%s)
-    timeout -k 5 "$tmo" "$san" --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
+    env "${envs[@]}" timeout -k 5 "$tmo" "$san" --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
       "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
     rc=$?
     echo "rc=$rc seconds=$(( $(date +%s) - s0 ))" >> "$log"
