@@ -2,6 +2,7 @@
 #include "blucomp/step_runtime.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -199,8 +200,25 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k) {
           return "call " + std::to_string(n) + " rewrites an operand between the kernel's calls";
     }
   }
+  // blublas validates pointers (non-null, aligned) before it sizes the workspace, but the
+  // buffers are only known at launch: the query gets stand-ins with the same alignment (a
+  // buffer's base is at least 256-byte aligned, so a view's alignment is its offset's).
+  {
+    auto stand_in = [](const TensorRef& r) {
+      return reinterpret_cast<void*>(static_cast<std::uintptr_t>(1) << 24 |
+                                     static_cast<std::uintptr_t>(r.offset * static_cast<int64_t>(dtype_size(r.dtype))));
+    };
+    d.a = stand_in(a);
+    d.b = stand_in(b);
+    d.d = stand_in(*out);
+    if (x.bias) d.bias = stand_in(*x.bias);
+    if (x.c) d.c = stand_in(*x.c);
+    if (x.aux) d.aux = stand_in(*x.aux);
+    if (x.bias_grad) d.bias_grad = static_cast<float*>(stand_in(*x.bias_grad));
+  }
   std::size_t ws_bytes = 0;
-  if (!blublas::gemm_workspace_size(d, &ws_bytes).ok()) return "blublas refuses the problem";
+  if (const blublas::Status q = blublas::gemm_workspace_size(d, &ws_bytes); !q.ok())
+    return "blublas refuses the problem: " + q.message();
   const Device device = gemm->device;
   const Tensor workspace = empty({static_cast<int64_t>((ws_bytes + 3) / 4 + 1)}, TensorOptions(kInt32).device(device));
   const TensorRef ra = a, rb = b, rout = *out;
