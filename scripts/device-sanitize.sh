@@ -27,6 +27,8 @@ while (($#)); do
 done
 OUT=${OUT:-/tmp/blu-out}; work=/tmp/blu-sanitize; rm -rf "$work"; mkdir -p "$work/logs" "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
+# The GEMM property test draws 6000 problems by default: 300 under a sanitizer (tests/sanitize/cases.txt).
+export BLU_GEMM_PROPERTY_CASES=${BLU_GEMM_PROPERTY_CASES:-300} BLU_GEMM_PROPERTY_SECONDS=${BLU_GEMM_PROPERTY_SECONDS:-150}
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/progress.txt"; }
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$san" ] || { echo "device-sanitize.sh: no compute-sanitizer" >&2; exit 1; }
