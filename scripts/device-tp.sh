@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# device-tp.sh: blutrain --tp 2 (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h) on a 2-GPU
-# machine (nvidia-h100-x2 / nvidia-h200-x2) over NCCL, against one GPU, both on the autograd
-# engine in fp32 with the same batch: for each model (tiny, d12) one GPU, then blurun
-# --nproc-per-node 2 -- blutrain train --tp 2, 20 steps of synthetic data, validation at 0, 10, 20;
+# device-tp.sh: blutrain --tp 2 and --cp 2 (Notes [Tensor-parallel GPT-2], [Context-parallel GPT-2]
+# in blutrain/gpt2.h) on a 2-GPU machine (nvidia-h100-x2 / nvidia-h200-x2) over NCCL, against one
+# GPU, all on the autograd engine in fp32 with the same batch: for each model (tiny, d12) one GPU,
+# then blurun --nproc-per-node 2 -- blutrain train --tp 2 (and --cp 2), 20 steps of synthetic
+# data, validation at 0, 10, 20;
 # prints the largest relative train / val loss difference and the median step time of each.
 # Logs and metrics land in $OUT/tp-results.tar.gz, the table in $OUT/tp.txt. Not run on a device
-# yet (written in session 11; the device budget went to other work): the first call will tell.
+# yet (written in session 11, --cp added in session 13): the first call will tell.
 #   run(kind="nvidia-h100-x2", timeout_s=600, command="scripts/device-tp.sh")
-#   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--steps 20]
+#   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--modes tp,cp] [--steps 20]
 set -uo pipefail
-build=/tmp/bd-tp models=tiny,d12 steps=20
+build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=20
 while (($#)); do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
@@ -41,14 +43,14 @@ compare() {
 import json, statistics, sys
 def records(path, event):
     return [r for r in map(json.loads, open(path)) if r.get("event") == event]
-one, two, label = sys.argv[1], sys.argv[2], sys.argv[3]
+one, two, label, flag = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 out = [label]
 for event, key in (("train", "loss"), ("val", "val_loss")):
     a, b = [r[key] for r in records(one, event)], [r[key] for r in records(two, event)]
     worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("nan")
     out.append(f"{event} {len(a)}/{len(b)} records, max rel diff {worst:.3g}")
 ms = lambda p: statistics.median(r["step_ms"] for r in records(p, "train")[3:])
-out.append(f"step {ms(one):.1f} ms one GPU, {ms(two):.1f} ms --tp 2")
+out.append(f"step {ms(one):.1f} ms one GPU, {ms(two):.1f} ms {flag}")
 print("; ".join(out))
 EOF
 }
@@ -60,11 +62,14 @@ for m in "${model_list[@]}"; do
          --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --resume none --time-limit 0"
   stamp "$m: one GPU"
   timeout 200 "$bt" $flags --out-dir "$runs/$m-one" > "$logs/$m-one.txt" 2>&1 || tail -5 "$logs/$m-one.txt"
-  stamp "$m: --tp 2"
-  timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags --tp 2 --out-dir "$runs/$m-tp2" \
-    > "$logs/$m-tp2.txt" 2>&1 || tail -5 "$logs/$m-tp2.txt"
-  grep -m1 "tensor parallel over" "$logs/$m-tp2.txt"
-  compare "$runs/$m-one/metrics.jsonl" "$runs/$m-tp2/metrics.jsonl" "$m fp32" | tee -a "$table"
+  IFS=, read -ra mode_list <<< "$modes"
+  for mode in "${mode_list[@]}"; do
+    stamp "$m: --$mode 2"
+    timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags --$mode 2 --out-dir "$runs/$m-${mode}2" \
+      > "$logs/$m-${mode}2.txt" 2>&1 || tail -5 "$logs/$m-${mode}2.txt"
+    grep -m1 -E "(tensor|context) parallel over" "$logs/$m-${mode}2.txt"
+    compare "$runs/$m-one/metrics.jsonl" "$runs/$m-${mode}2/metrics.jsonl" "$m fp32 --$mode 2" "--$mode 2" | tee -a "$table"
+  done
 done
 stamp done
 cat "$table"

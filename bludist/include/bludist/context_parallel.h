@@ -19,7 +19,8 @@
 // chunks and gives rank r chunks r and 2n-1-r (the zigzag layout): a rank's second chunk faces
 // every first-half K/V chunk, so every step's block is used, the masked half-blocks are skipped and
 // every rank computes 2 of the 4 half-blocks a step (3 at the first, two of them diagonal): the
-// same work on every rank. Not yet: a fused kernel, GPT-2 wiring and blutrain --cp.
+// same work on every rank. GPT-2 uses it under blutrain --cp (Note [Context-parallel GPT-2] in
+// blutrain/gpt2.h). Not yet: a fused kernel (the blocks are blutensor ops: a [Tl, Tl] score tensor).
 #pragma once
 
 #include <memory>

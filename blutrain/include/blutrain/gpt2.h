@@ -32,6 +32,17 @@
 // FULL tensor in the one-process order from the same generator and keeps this rank's part, so a
 // --tp n model starts with exactly the one-process weights. The gradient norm, checkpoints and
 // sampling need the group too: src/train/tensor_parallel.h (Note [Tensor-parallel training]).
+//
+// Note [Context-parallel GPT-2]
+// Under --cp n every rank of the group holds the whole (replicated) model and the same batch; it
+// computes only its part of each sequence: T is cut into 2n chunks of T / (2n) and rank r takes
+// chunks r and 2n-1-r (the balanced causal layout of Note [Ring attention]), with their positions
+// (wpe rows) and targets. Everything but attention is per position; attention is
+// bludist::ring_attention over the group (K/V blocks passed around the ring, log-sum-exp merging).
+// The loss is the mean over this rank's T / n positions; every rank has as many, so the mean of
+// the ranks' losses is the whole batch's loss and the mean of their gradients its gradient: the
+// trainer averages gradients (DDP / ZeRO) over all dp x cp ranks (Note [Context-parallel
+// training] in src/train/data_parallel.h).
 #pragma once
 
 #include <cstdint>
@@ -87,7 +98,9 @@ TpSplit tp_split(const std::string& name);
 class GPT2 {
  public:
   // tp: a tensor-parallel group (Note [Tensor-parallel GPT-2]); null or of size 1: the whole model.
-  GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp = nullptr);
+  // cp: a context-parallel group (Note [Context-parallel GPT-2]); null or of size 1: none. Not both.
+  GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp = nullptr,
+       std::shared_ptr<bludist::ProcessGroup> cp = nullptr);
 
   const GPT2Config& config() const { return cfg_; }
   Device device() const { return device_; }
@@ -105,6 +118,8 @@ class GPT2 {
   // scalar); if logits_out, also the logits [B, T, padded_vocab] (CUDA; [B, T, vocab_size] on
   // the CPU: Note [Padded vocabulary]) in the compute dtype. Under --tp: collective (every rank
   // of the group calls it with the same batch), and logits_out is this rank's [B, T, Vp/n] columns.
+  // Under --cp: collective (the same batch on every rank of the group); the loss is the mean over
+  // this rank's 2 chunks of T / (2 n) positions, logits_out holds those positions only.
   Tensor forward(const Tensor& idx, const Tensor& targets, Precision precision,
                  Tensor* logits_out = nullptr);
   // The whole-model shape of a parameter's local tensor (itself without tensor parallelism).
@@ -113,13 +128,17 @@ class GPT2 {
   Tensor tp_shard(const Tensor& full, TpSplit split) const;
 
   // Logits only (no loss), e.g. for sampling; last dim as in forward(). Under --tp: collective,
-  // the columns all-gathered, [B, T, padded_vocab] (padding at -1e30) on every rank.
+  // the columns all-gathered, [B, T, padded_vocab] (padding at -1e30) on every rank. Under --cp:
+  // not collective, the whole sequence on this rank (the weights are replicated).
   Tensor logits(const Tensor& idx, Precision precision);
 
  private:
   // After ln_f, [B, T, C]; wte_c is the token embedding in the compute dtype (cast once per
   // forward, shared by the embedding and the tied head).
-  Tensor hidden(const Tensor& idx, const Tensor& wte_c, Precision precision);
+  // pos: the positions of idx's columns (int64 [T]); context_parallel: attention by
+  // bludist::ring_attention over the cp group (idx holds this rank's chunks).
+  Tensor hidden(const Tensor& idx, const Tensor& pos, const Tensor& wte_c, Precision precision,
+                bool context_parallel);
   Tensor head(const Tensor& x, const Tensor& wte_c, Precision precision);
 
   struct Block {
@@ -129,6 +148,7 @@ class GPT2 {
   Device device_;
   std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
   int tp_size_ = 1, tp_rank_ = 0;
+  std::shared_ptr<bludist::ProcessGroup> cp_;  // null: no context parallelism
   Tensor wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<Block> blocks_;
   Tensor vocab_mask_;  // [padded_vocab] (this rank's [Vp/n] under --tp): 0 for real tokens, -1e30 for padding

@@ -38,6 +38,7 @@ struct ProgressInfo {
   double comm_ms = -1;         // the step's largest per-rank time in collectives
   double rank_mem_gib = -1;    // the largest per-rank memory (GPU peak allocated, CPU peak RSS)
   int tp_ranks = 0;            // > 1: tensor parallel (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h)
+  int cp_ranks = 0;            // > 1: context parallel (Note [Context-parallel GPT-2] in blutrain/gpt2.h)
 };
 
 // "step   12/1000 | loss 5.4321 | lr 6.00e-04 | norm 1.234 | 123.4 ms | 132.8K tok/s | MFU 41.2% |

@@ -75,6 +75,7 @@ std::string format_progress_line(const ProgressInfo& p) {
     line += buf;
   }
   if (p.tp_ranks > 1) line += " | tp " + std::to_string(p.tp_ranks);
+  if (p.cp_ranks > 1) line += " | cp " + std::to_string(p.cp_ranks);
   return line;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "bludist/context_parallel.h"
 #include "bludist/process_group.h"
 #include "bludist/tensor_parallel.h"
 #include "blutensor/autograd.h"
@@ -56,9 +57,14 @@ TpSplit tp_split(const std::string& name) {
   return TpSplit::kReplicated;
 }
 
-GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp)
+GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp,
+           std::shared_ptr<bludist::ProcessGroup> cp)
     : cfg_(cfg), device_(device) {
   BLU_CHECK(cfg.n_embd % cfg.n_head == 0, "GPT2: n_embd ", cfg.n_embd, " not divisible by n_head ", cfg.n_head);
+  if (cp && cp->size() > 1) {  // Note [Context-parallel GPT-2]
+    BLU_CHECK(!(tp && tp->size() > 1), "GPT2: tensor and context parallelism together are not implemented");
+    cp_ = std::move(cp);
+  }
   if (tp && tp->size() > 1) {  // Note [Tensor-parallel GPT-2]
     tp_ = std::move(tp);
     tp_size_ = tp_->size();
@@ -181,7 +187,8 @@ namespace {
 DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kFloat32; }
 }  // namespace
 
-Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision) {
+Tensor GPT2::hidden(const Tensor& idx, const Tensor& pos_ids, const Tensor& wte_c, Precision precision,
+                    bool context_parallel) {
   BLU_CHECK(idx.dim() == 2, "GPT2.forward: idx must be [B, T], got ", idx.describe());
   // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
   const int64_t B = idx.size(0), T = idx.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
@@ -200,7 +207,7 @@ Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision)
   {
     BLU_NVTX_RANGE("embed");
     Tensor tok = tp_ ? bludist::vocab_parallel_embedding(wte_c, idx, tp_) : embedding(wte_c, idx);  // [B, T, C]
-    Tensor pos = embedding(w(wpe_), positions_.narrow(0, 0, T));  // [T, C]
+    Tensor pos = embedding(w(wpe_), pos_ids);  // [T, C]
     x = tok + pos;
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -212,7 +219,9 @@ Tensor GPT2::hidden(const Tensor& idx, const Tensor& wte_c, Precision precision)
       Tensor qkv = linear(enter(h), w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
       std::vector<Tensor> parts = qkv.split(C, -1);
       auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
-      Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+      Tensor y = context_parallel  // Note [Context-parallel GPT-2]
+                     ? bludist::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, cp_, true)
+                     : scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
       y = y.transpose(1, 2).reshape({B, T, C});
       x = x + row_linear(y, b.proj_w, b.proj_b);
     }
@@ -235,7 +244,7 @@ Tensor GPT2::head(const Tensor& x, const Tensor& wte_c, Precision precision) {
 
 Tensor GPT2::logits(const Tensor& idx, Precision precision) {
   const Tensor wte_c = wte_.to(compute_dtype(precision));
-  Tensor local = head(hidden(idx, wte_c, precision), wte_c, precision);
+  Tensor local = head(hidden(idx, positions_.narrow(0, 0, idx.size(1)), wte_c, precision, false), wte_c, precision);
   if (!tp_) return local;
   // [B, T, Vp/n] on each rank -> [n, B, T, Vp/n] in rank order -> [B, T, Vp].
   NoGradGuard no_grad;
@@ -250,14 +259,27 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
   BLU_CHECK(targets.sizes() == idx.sizes(), "GPT2.forward: targets ", targets.describe(), " do not match idx ",
             idx.describe());
   const Tensor wte_c = wte_.to(compute_dtype(precision));
-  Tensor logits = head(hidden(idx, wte_c, precision), wte_c, precision);
+  Tensor ids = idx, tgt = targets, pos = positions_.narrow(0, 0, idx.size(1));
+  if (cp_) {  // Note [Context-parallel GPT-2]: this rank's chunks r and 2n-1-r of every sequence
+    const int64_t n = cp_->size(), r = cp_->rank(), T = idx.size(1);
+    BLU_CHECK(T % (2 * n) == 0, "GPT2.forward: --cp ", n, " cuts each sequence into ", 2 * n,
+              " equal chunks, but T = ", T, " is not a multiple of ", 2 * n);
+    const int64_t c = T / (2 * n);
+    auto mine = [&](const Tensor& t, int64_t dim) {
+      return cat({t.narrow(dim, r * c, c), t.narrow(dim, (2 * n - 1 - r) * c, c)}, dim).contiguous();
+    };
+    ids = mine(idx, 1);
+    tgt = mine(targets, 1);
+    pos = mine(pos, 0);
+  }
+  Tensor logits = head(hidden(ids, pos, wte_c, precision, cp_ != nullptr), wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
   BLU_NVTX_RANGE("loss");
-  const int64_t N = idx.numel();
+  const int64_t N = ids.numel();
   Tensor flat = logits.reshape({N, logits.size(-1)});
   if (flat.dtype() != kFloat32) flat = flat.to(kFloat32);
-  if (tp_) return bludist::vocab_parallel_cross_entropy(flat, targets.reshape({N}), tp_);
-  return cross_entropy(flat, targets.reshape({N}));
+  if (tp_) return bludist::vocab_parallel_cross_entropy(flat, tgt.reshape({N}), tp_);
+  return cross_entropy(flat, tgt.reshape({N}));
 }
 
 std::vector<float> tensor_to_floats(const Tensor& t) {

@@ -62,6 +62,7 @@ const std::vector<Flag>& flag_table() {
       {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "--dp > 1 on the fused engine, or with --zero 2: gradients are averaged (reduce-scattered with --zero 2) in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
       {"dp-embedding-grad", "HOW", &TrainConfig::dp_embedding_grad, "fused engine with --dp > 1: how the tied embedding's gradient is combined: allreduce (one 154 MB bucket after the backward) | gather (the lm-head part all-reduced early in the backward, the embedding backward's rows all-gathered and added on every rank)"},
       {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward)"},
+      {"cp", "N", &TrainConfig::cp, "context-parallel ranks (autograd engine): every sequence cut across N consecutive ranks (2N chunks, rank r taking chunks r and 2N-1-r), attention by ring attention, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --cp N); --seq-len must be a multiple of 2N; with --dp D, WORLD_SIZE = D*N"},
       {"tp", "N", &TrainConfig::tp, "tensor-parallel ranks (autograd engine): Megatron-style GPT-2 with attention heads, MLP and vocabulary cut across N consecutive ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --tp N); with --dp D, WORLD_SIZE = D*N (a D x N mesh)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2500 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
@@ -369,8 +370,9 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(on_gpu || cfg.engine != "fused", "--engine fused needs a GPU");
   // Note [Captured engine]: one micro-batch per step, one process.
   BLU_CHECK(cfg.plan.empty() || cfg.engine == "captured", "--plan needs --engine captured (got --engine ", cfg.engine, ")");
-  BLU_CHECK(cfg.engine != "captured" || (cfg.dp == 1 && cfg.tp == 1), "--engine captured runs on one process (got --dp ",
-            cfg.dp, " --tp ", cfg.tp, "); pass --engine autograd");
+  BLU_CHECK(cfg.engine != "captured" || (cfg.dp == 1 && cfg.tp == 1 && cfg.cp == 1),
+            "--engine captured runs on one process (got --dp ", cfg.dp, " --tp ", cfg.tp, " --cp ", cfg.cp,
+            "); pass --engine autograd");
   BLU_CHECK(cfg.recompute == "auto" || cfg.recompute == "none" || cfg.recompute == "gelu" || cfg.recompute == "layernorm" ||
                 cfg.recompute == "block",
             "--recompute '", cfg.recompute, "': expected none, gelu, layernorm, block or auto");
@@ -422,6 +424,18 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             ": ZeRO over a tensor-parallel model is not implemented; pass --zero 0");
   BLU_CHECK(cfg.tp == 1 || static_cast<int64_t>(cfg.dp) * cfg.tp <= (1 << 20), "--dp ", cfg.dp, " x --tp ", cfg.tp,
             ": too many ranks");  // dp * tp fits an int from here on
+  // Context parallelism (Note [Context-parallel GPT-2]).
+  BLU_CHECK(cfg.cp >= 1, "--cp ", cfg.cp, ": expected the number of context-parallel ranks (>= 1)");
+  BLU_CHECK(cfg.cp == 1 || cfg.engine == "autograd", "--cp ", cfg.cp, " with --engine ", cfg.engine,
+            ": context parallelism runs on the autograd engine only (ring attention from blutensor ops); pass "
+            "--engine autograd");
+  BLU_CHECK(cfg.cp == 1 || cfg.tp == 1, "--cp ", cfg.cp, " with --tp ", cfg.tp,
+            ": tensor and context parallelism together are not implemented");
+  BLU_CHECK(cfg.cp == 1 || static_cast<int64_t>(cfg.dp) * cfg.cp <= (1 << 20), "--dp ", cfg.dp, " x --cp ", cfg.cp,
+            ": too many ranks");
+  BLU_CHECK(cfg.cp == 1 || (cfg.seq_len > 0 && cfg.seq_len % (2 * cfg.cp) == 0), "--cp ", cfg.cp, ": --seq-len ",
+            cfg.seq_len, " must be a multiple of ", 2 * cfg.cp,
+            " (each sequence is cut into 2 x cp equal chunks: the balanced causal layout)");
   // B*T*dp from flags or a config file can exceed int64 (B and dp up to 2^31 each): an error, not
   // signed overflow (found by tests/fuzz/config_file_fuzz.cpp).
   const int64_t micro = static_cast<int64_t>(cfg.batch_size) * cfg.seq_len;

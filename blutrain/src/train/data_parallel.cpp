@@ -29,14 +29,24 @@ LaunchInfo launch_info_from_environment() {
   return l;
 }
 
+namespace {
+// The model-parallel part of the mesh: --tp or --cp (config.cpp refuses both), and its flags.
+int mesh_columns(const TrainConfig& cfg) { return cfg.tp > 1 ? cfg.tp : cfg.cp; }
+std::string mesh_flags(const TrainConfig& cfg) {
+  if (cfg.tp > 1) return blu::detail::str_cat("--dp ", cfg.dp, " --tp ", cfg.tp);
+  if (cfg.cp > 1) return blu::detail::str_cat("--dp ", cfg.dp, " --cp ", cfg.cp);
+  return blu::detail::str_cat("--dp ", cfg.dp);
+}
+}  // namespace
+
 void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch) {
-  const int ranks = cfg.dp * cfg.tp;  // config.cpp bounds the product
-  if (cfg.tp > 1) {  // a dp x tp mesh (Note [Tensor-parallel training] in tensor_parallel.h)
-    const std::string flags = blu::detail::str_cat("--dp ", cfg.dp, " --tp ", cfg.tp);
+  const int ranks = cfg.dp * mesh_columns(cfg);  // config.cpp bounds the product
+  if (mesh_columns(cfg) > 1) {  // a dp x tp or dp x cp mesh (Note [Tensor-parallel training] in tensor_parallel.h)
+    const std::string flags = mesh_flags(cfg);
     BLU_CHECK(launch.launched, flags, " needs ", ranks,
               " processes, one per rank, but this process was not started by a launcher (WORLD_SIZE is not set): "
               "run blurun --nproc-per-node ", ranks, " -- blutrain train ", flags, " ...");
-    BLU_CHECK(launch.world_size == ranks, flags, " needs WORLD_SIZE = dp x tp = ", ranks,
+    BLU_CHECK(launch.world_size == ranks, flags, " needs WORLD_SIZE = dp x ", cfg.tp > 1 ? "tp" : "cp", " = ", ranks,
               " but the launcher started ", launch.world_size, " (blurun --nproc-per-node ", ranks, ")");
   } else if (cfg.dp > 1) {
     BLU_CHECK(launch.launched, "--dp ", cfg.dp,
@@ -62,10 +72,9 @@ std::shared_ptr<bludist::ProcessGroup> join_world_group(const TrainConfig& cfg, 
   const LaunchInfo launch = launch_info_from_environment();
   check_data_parallel_launch(cfg, launch);
   *device_index = -1;
-  const int ranks = cfg.dp * cfg.tp;
+  const int ranks = cfg.dp * mesh_columns(cfg);
   if (ranks == 1) return nullptr;
-  const std::string flags = cfg.tp > 1 ? blu::detail::str_cat("--dp ", cfg.dp, " --tp ", cfg.tp)
-                                       : blu::detail::str_cat("--dp ", cfg.dp);
+  const std::string flags = mesh_flags(cfg);
   const bool on_gpu = cfg.device.rfind("cuda", 0) == 0;
   if (on_gpu) {
     BLU_CHECK(bludist::nccl_available(), flags, " on --device ", cfg.device,
@@ -84,8 +93,11 @@ std::shared_ptr<bludist::ProcessGroup> join_world_group(const TrainConfig& cfg, 
 std::unique_ptr<DataParallel> DataParallel::create(const TrainConfig& cfg,
                                                    std::shared_ptr<bludist::ProcessGroup> group,
                                                    int device_index) {
-  if (cfg.dp == 1) return nullptr;
-  BLU_CHECK(group && group->size() == cfg.dp, "DataParallel: expected a group of --dp ", cfg.dp, " ranks");
+  // Note [Context-parallel training]: under --cp the gradients are averaged over all dp x cp ranks.
+  const int ranks = cfg.dp * cfg.cp;
+  if (ranks == 1) return nullptr;
+  BLU_CHECK(group && group->size() == ranks, "DataParallel: expected a group of ", ranks, " ranks (--dp ", cfg.dp,
+            " x --cp ", cfg.cp, ")");
   std::unique_ptr<DataParallel> dp(new DataParallel());
   dp->cfg_ = &cfg;
   dp->device_index_ = device_index;

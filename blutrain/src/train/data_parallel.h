@@ -77,6 +77,16 @@ void check_data_parallel_launch(const TrainConfig& cfg, const LaunchInfo& launch
 // --device cpu, NCCL for CUDA, where *device_index becomes this rank's GPU (LOCAL_RANK; else -1).
 std::shared_ptr<bludist::ProcessGroup> join_world_group(const TrainConfig& cfg, int* device_index);
 
+// Note [Context-parallel training]
+// --cp n (with --dp d: WORLD_SIZE = d x n, world rank i*n + j is context-parallel rank j of
+// data-parallel row i, so a context-parallel group is n consecutive ranks) runs GPT2 on a cp group
+// (Note [Context-parallel GPT-2]). The ranks of a group read the same batch (the DataLoader strides
+// by the row i of d, not by world rank) and each computes its T / n positions of every sequence.
+// Each rank's loss is a mean over as many tokens as any other's, so the whole batch's loss and
+// gradient are the means over all d x n ranks: DataParallel runs over the whole world (DDP buckets,
+// or ZeRO shards over d x n ranks) and its reported loss is that mean. The weights stay replicated,
+// so checkpoints, --init-from and sampling are the one-process ones (rank 0 writes and prints).
+
 class DataParallel {
  public:
   // nullptr for --dp 1. Data parallelism over `group` (the world, or this rank's column of the

@@ -15,6 +15,11 @@ TensorParallel::Groups TensorParallel::split_world(const TrainConfig& cfg,
                                                    const std::shared_ptr<bludist::ProcessGroup>& world) {
   Groups g;
   if (!world) return g;
+  if (cfg.cp > 1) {  // Note [Context-parallel training]: gradients averaged over the whole world
+    g.dp = world;
+    g.cp = cfg.dp == 1 ? world : bludist::make_mesh_2d(*world, cfg.dp, cfg.cp).row_group;
+    return g;
+  }
   if (cfg.tp == 1) {
     g.dp = world;
   } else if (cfg.dp == 1) {

@@ -42,8 +42,10 @@ class TensorParallel {
  public:
   // The mesh's groups of this rank for `world` (null: one process): dp (null for --dp 1) and tp
   // (null for --tp 1). Collective over world.
+  // cp: the context-parallel group under --cp (then dp is the whole world: Note
+  // [Context-parallel training] in data_parallel.h).
   struct Groups {
-    std::shared_ptr<bludist::ProcessGroup> dp, tp;
+    std::shared_ptr<bludist::ProcessGroup> dp, tp, cp;
   };
   static Groups split_world(const TrainConfig& cfg, const std::shared_ptr<bludist::ProcessGroup>& world);
 

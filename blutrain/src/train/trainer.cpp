@@ -142,7 +142,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   std::ostream dropped(nullptr);
   std::ostream& out = is_main ? progress : dropped;
   const Device device = device_index >= 0 ? Device::cuda(device_index) : Device(cfg.device);
-  const int rank = dp ? dp->rank() : 0, world = dp ? dp->size() : 1;
+  // The data-parallel row of this rank and their count: the loader's stride (under --cp the ranks
+  // of a context-parallel group read the same batch: Note [Context-parallel training]).
+  const int rank = dp ? dp->rank() / cfg.cp : 0, world = dp ? dp->size() / cfg.cp : 1;
   const Precision precision = parse_precision(cfg.precision);
   use_device(device, precision);
   GPT2Config mcfg = gpt2_config(cfg.model);
@@ -179,7 +181,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   const int64_t accum = cfg.total_batch_tokens / micro_tokens;
   BatchFeeder feeder(device, B, T);
 
-  GPT2 model(mcfg, device, tp ? tp->group() : nullptr);  // Note [Tensor-parallel GPT-2]: this rank's shards
+  // Note [Tensor-parallel GPT-2]: this rank's shards; Note [Context-parallel GPT-2]: its chunks.
+  GPT2 model(mcfg, device, tp ? tp->group() : nullptr, groups.cp);
   model.init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
     if (tp) {
@@ -219,6 +222,12 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     out << dp->describe() << "\n";
   }
   if (tp) out << tp->describe() << "\n";
+  if (groups.cp) {
+    out << "context parallel over " << groups.cp->size() << " ranks (" << bludist::backend_name(groups.cp->backend())
+        << "): each sequence in " << 2 * groups.cp->size()
+        << " chunks (balanced causal layout), ring attention; weights replicated, gradients averaged over all "
+        << (dp ? dp->size() : 1) << " ranks\n";
+  }
   const GradSumOfSquares tp_norm_squares = tp ? tp->sum_of_squares_fn() : GradSumOfSquares{};
   // The CUDA step (Note [Fused step]); built after a resume so its bf16 copy sees the weights.
   std::unique_ptr<FusedGPT2Step> fused;
@@ -511,6 +520,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       p.rank_mem_gib = dp_report.max_rank_mem_gib;
     }
     if (tp) p.tp_ranks = tp->size();
+    if (cfg.cp > 1) p.cp_ranks = cfg.cp;
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
     if (steps_this_process > 3 && !profiling && !skipped) tok_rates.push_back(p.tokens_per_s);
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
@@ -538,6 +548,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       record.push_back({"rank_mem_gib", p.rank_mem_gib});
     }
     if (tp) record.push_back({"tp_ranks", static_cast<double>(tp->size())});
+    if (cfg.cp > 1) record.push_back({"cp_ranks", static_cast<double>(cfg.cp)});
     if (!skipped) metrics->write("train", record);  // a skipped step has its "nonfinite" event
     if (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.max_steps) checkpoint();
     if (cfg.stop_after_steps > 0 && steps_this_process >= cfg.stop_after_steps) {
