@@ -214,12 +214,15 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
           return "call " + std::to_string(n) + " rewrites an operand between the kernel's calls";
     }
   }
-  // blublas validates pointers (non-null, aligned) before it sizes the workspace, but the
-  // buffers are only known at launch: the query gets stand-ins with the same alignment (a
-  // buffer's base is at least 256-byte aligned, so a view's alignment is its offset's).
+  // blublas validates pointers (non-null, aligned, aux not aliasing D, ...) before it sizes the
+  // workspace, but the buffers are only known at launch: the query gets stand-ins, one disjoint
+  // 64 GiB range per buffer (so distinct buffers never alias, as on the device) with the view's
+  // alignment (a buffer's base is at least 256-byte aligned, so a view's alignment is its
+  // offset's). Session 13: one shared base for every buffer made aux and D "alias" and kept the
+  // 24 bias_gelu / gelu_grad epilogues unbound.
   {
     auto stand_in = [](const TensorRef& r) {
-      return reinterpret_cast<void*>(static_cast<std::uintptr_t>(1) << 24 |
+      return reinterpret_cast<void*>((static_cast<std::uintptr_t>(r.buffer) + 1) << 36 |
                                      static_cast<std::uintptr_t>(r.offset * static_cast<int64_t>(dtype_size(r.dtype))));
     };
     d.a = stand_in(a);
