@@ -1,0 +1,75 @@
+// bludist/zero3.h: ZeRO stage 3 for the autograd engine: parameters sharded across the
+// data-parallel group, whole only inside the units that use them.
+//
+// Note [ZeRO-3]
+// A Zero3Unit owns a list of parameters (say one transformer block). Each is kept as this rank's
+// shard: the flat parameter padded to a multiple of the group size n, cut into n equal pieces,
+// piece r on rank r, a leaf that requires grad (what the optimizer sees: AdamW on the shards
+// holds 1/n of the moments, with no further machinery). The whole values exist only while a unit
+// runs:
+//  - apply(fn, inputs) all-gathers the unit's parameters, runs fn under no-grad (neither the
+//    whole parameters nor fn's activations outlive the call: only the unit's inputs are saved)
+//    and records one autograd node. Its backward all-gathers again, recomputes fn with grad from
+//    the saved inputs, back-propagates the output gradients through it (a nested backward), and
+//    reduce-scatters each whole parameter gradient (average over the group) into its shard's
+//    gradient. So at any time one unit's whole parameters and one unit's activations are alive:
+//    ZeRO-3's parameter memory plus activation checkpointing per unit (one extra forward). The
+//    recomputation must be deterministic (no dropout RNG here).
+//  - gathered() is the plain form for parameters used in several places (a tied embedding and
+//    lm head): a differentiable all-gather whose backward reduce-scatters; the whole values
+//    stay alive until the backward has used them.
+// Every rank computes its own loss as the mean over its own tokens (equal counts), so the
+// averaged gradients are the whole batch's: no DDP on top (the reduce-scatter is the data-
+// parallel reduction). Gradient accumulation works as with any leaf: each backward adds into
+// the shard's .grad. Both are collectives: every rank must run the same units in the same order.
+// A shard's padding never changes: its gradient is zero there (the gather drops it).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "bludist/process_group.h"
+
+namespace bludist {
+
+class Zero3Unit {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs)>;
+
+  // Takes the whole initial values (the same on every rank; any device, one dtype per tensor)
+  // and keeps this rank's pieces as new leaves that require grad.
+  Zero3Unit(const std::vector<Tensor>& whole, std::shared_ptr<ProcessGroup> pg);
+
+  const std::vector<Tensor>& shards() const { return shards_; }
+  std::size_t size() const { return shards_.size(); }
+  const blu::Shape& whole_shape(std::size_t i) const { return shapes_.at(i); }
+  int64_t whole_numel(std::size_t i) const { return numels_.at(i); }
+  const std::shared_ptr<ProcessGroup>& group() const { return pg_; }
+
+  // Collective: the whole values (new tensors, no autograd), e.g. for checkpoints and sampling.
+  std::vector<Tensor> gather() const;
+  // The whole value of flat per-element state laid out like shard i (an AdamW moment), collective.
+  Tensor gather_like(std::size_t i, const Tensor& shard_state) const;
+  // This rank's piece of a whole tensor of parameter i's shape (checkpoint loading), as a new tensor.
+  Tensor piece_of(std::size_t i, const Tensor& whole) const;
+  // Copies this rank's pieces of whole values into the shards (no autograd).
+  void load(const std::vector<Tensor>& whole);
+
+  // Note [ZeRO-3]: fn over the gathered parameters, recomputed in backward.
+  std::vector<Tensor> apply(const Fn& fn, const std::vector<Tensor>& inputs);
+  // Note [ZeRO-3]: the whole parameters as differentiable tensors for the rest of the step.
+  std::vector<Tensor> gathered();
+
+ private:
+  std::vector<Tensor> gather_values() const;                      // whole, no autograd
+  std::vector<Tensor> reduce_grads(const std::vector<Tensor>& whole_grads) const;  // per shard
+
+  std::shared_ptr<ProcessGroup> pg_;
+  std::vector<Tensor> shards_;
+  std::vector<blu::Shape> shapes_;
+  std::vector<int64_t> numels_;
+  int64_t n_ = 1;
+};
+
+}  // namespace bludist
