@@ -120,6 +120,24 @@ TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInO
   expect_one_process_resumes_at_step_6("", "resumed from ZeRO-1");
 }
 
+TEST_F(DataParallelTrain, Zero3TwoRanksWithAccumulationMatchOneProcessAndCheckpointsAreOneProcessOnes) {
+  REQUIRE_GLOO();
+  // Note [ZeRO-3 GPT-2]: weights, gradients and moments sharded, every block gathered and
+  // recomputed in backward; 2 accumulation micro-steps.
+  const std::string common = "--total-batch-tokens 256 --ckpt-every 6";
+  expect_two_ranks_match_one_process("--dp 2 --zero 3", common);
+  // Its checkpoint (weights and moments gathered from the shards) is the one-process format...
+  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-3");
+  // ...and the one-process checkpoint of step 6 resumes on 2 ZeRO-3 ranks (each keeps its pieces).
+  auto z3 = run_command(blurun(2, blutrain("z3_resumed", "--batch-size 2 --dp 2 --zero 3 --total-batch-tokens 256 "
+                                                          "--resume " + (root_ / "one" / "step_00000006").string())));
+  ASSERT_EQ(z3.status, 0) << z3.output;
+  const std::vector<double> all = losses_in(metrics("one"), "train");
+  blu::test::expect_same_loss_curve(losses_in(metrics("z3_resumed"), "train"),
+                                    std::vector<double>(all.begin() + 6, all.end()), 1e-5,
+                                    "ZeRO-3 resumed from one process");
+}
+
 TEST_F(DataParallelTrain, Zero1GangRestartResumesOntoTheUninterruptedCurve) {
   REQUIRE_GLOO();
   // 10 steps, a checkpoint at 4; the first attempt stops abruptly after 7 steps (status 3 on both
@@ -223,8 +241,12 @@ TEST_F(DataParallelTrain, BadFlagsAreClearErrors) {
           .find("--zero 1 shards the optimizer state across data-parallel ranks: it needs --dp N "
                 "with N > 1 (got --dp 1)"),
       std::string::npos);
-  EXPECT_NE(err("--dp 2 --zero 3").find("--zero 3: expected 0, 1 or 2"), std::string::npos);
+  EXPECT_NE(err("--dp 2 --zero 4").find("--zero 4: expected 0, 1, 2 or 3"), std::string::npos);
   EXPECT_EQ(err("--dp 2 --zero 2"), "no error");
+  EXPECT_EQ(err("--dp 2 --zero 3"), "no error");
+  EXPECT_NE(err("--dp 2 --zero 3 --cp 2 --seq-len 16")
+                .find("--zero 3 with --tp 1 --cp 2: ZeRO-3 over a tensor- or context-parallel model is not implemented"),
+            std::string::npos);
   EXPECT_NE(err("--dp 0").find("--dp 0: expected the number of data-parallel ranks"),
             std::string::npos);
   EXPECT_NE(err("--dp two").find("option --dp: 'two' is not a valid integer"), std::string::npos);

@@ -42,6 +42,7 @@ class Zero3Unit {
   Zero3Unit(const std::vector<Tensor>& whole, std::shared_ptr<ProcessGroup> pg);
 
   const std::vector<Tensor>& shards() const { return shards_; }
+  Tensor& mutable_shard(std::size_t i) { return shards_.at(i); }  // for optimizers holding pointers
   std::size_t size() const { return shards_.size(); }
   const blu::Shape& whole_shape(std::size_t i) const { return shapes_.at(i); }
   int64_t whole_numel(std::size_t i) const { return numels_.at(i); }

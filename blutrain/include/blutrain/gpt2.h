@@ -43,17 +43,29 @@
 // the ranks' losses is the whole batch's loss and the mean of their gradients its gradient: the
 // trainer averages gradients (DDP / ZeRO) over all dp x cp ranks (Note [Context-parallel
 // training] in src/train/data_parallel.h).
+//
+// Note [ZeRO-3 GPT-2]
+// Under --zero 3 (Note [ZeRO-3] in bludist/zero3.h) the model keeps only its shards: one unit for
+// wte, wpe and ln_f (gathered once per forward: wte serves the embedding and the tied head) and
+// one unit per block, gathered inside the block's forward and again in its backward, where the
+// block is recomputed (activation checkpointing per block comes with it). parameters() hands out
+// the shards under the usual names and decay flags, so blutrain's AdamW holds 1/n of the moments
+// with no change; checkpoints gather the whole weights and moments into the one-process format
+// (zero3_whole) and a resume takes this rank's pieces (zero3_piece).
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "blutensor/tensor.h"
 
 namespace bludist {
 class ProcessGroup;
+class Zero3Unit;
 }  // namespace bludist
 
 namespace blu::train {
@@ -101,6 +113,7 @@ class GPT2 {
   // cp: a context-parallel group (Note [Context-parallel GPT-2]); null or of size 1: none. Not both.
   GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp = nullptr,
        std::shared_ptr<bludist::ProcessGroup> cp = nullptr);
+  ~GPT2();
 
   const GPT2Config& config() const { return cfg_; }
   Device device() const { return device_; }
@@ -132,18 +145,38 @@ class GPT2 {
   // not collective, the whole sequence on this rank (the weights are replicated).
   Tensor logits(const Tensor& idx, Precision precision);
 
- private:
-  // After ln_f, [B, T, C]; wte_c is the token embedding in the compute dtype (cast once per
-  // forward, shared by the embedding and the tied head).
-  // pos: the positions of idx's columns (int64 [T]); context_parallel: attention by
-  // bludist::ring_attention over the cp group (idx holds this rank's chunks).
-  Tensor hidden(const Tensor& idx, const Tensor& pos, const Tensor& wte_c, Precision precision,
-                bool context_parallel);
-  Tensor head(const Tensor& x, const Tensor& wte_c, Precision precision);
+  // Note [ZeRO-3 GPT-2]: keeps only this rank's shards of every parameter (collective setup; the
+  // whole values must be the same on every rank). parameters() then lists the shards (same names,
+  // decay flags and order); forward() and logits() become collective over pg.
+  void shard_zero3(std::shared_ptr<bludist::ProcessGroup> pg);
+  bool zero3() const { return z3_root_ != nullptr; }
+  // This rank's piece of a whole tensor shaped like parameter i (a checkpoint's moment).
+  Tensor zero3_piece(std::size_t i, const Tensor& whole) const;
+  // Collective: the whole value of per-element state laid out like parameter i's shard (an
+  // AdamW moment); and a GPT2 with the whole weights.
+  Tensor zero3_gather_like(std::size_t i, const Tensor& shard_state) const;
+  std::unique_ptr<GPT2> zero3_whole();
 
   struct Block {
     Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   };
+
+ private:
+  // After ln_f, [B, T, C]; wte_c is the token embedding in the compute dtype (cast once per
+  // forward, shared by the embedding and the tied head).
+  // The parameters outside the blocks for one forward (gathered under ZeRO-3) and wte in the
+  // compute dtype (cast once per forward, shared by the embedding and the tied head).
+  struct Root {
+    Tensor wte, wpe, lnf_w, lnf_b, wte_c;
+  };
+  Root root(Precision precision);
+  // pos: the positions of idx's columns (int64 [T]); context_parallel: attention by
+  // bludist::ring_attention over the cp group (idx holds this rank's chunks).
+  Tensor hidden(const Tensor& idx, const Tensor& pos, const Root& r, Precision precision, bool context_parallel);
+  Tensor block(const Block& b, const Tensor& x, Precision precision, bool context_parallel);
+  Tensor head(const Tensor& x, const Tensor& wte_c, Precision precision);
+  // ZeRO-3: the unit and index holding parameter i of parameters().
+  std::pair<bludist::Zero3Unit*, std::size_t> z3_slot(std::size_t i) const;
   GPT2Config cfg_;
   Device device_;
   std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
@@ -153,6 +186,8 @@ class GPT2 {
   std::vector<Block> blocks_;
   Tensor vocab_mask_;  // [padded_vocab] (this rank's [Vp/n] under --tp): 0 for real tokens, -1e30 for padding
   Tensor positions_;   // int64 [block_size]
+  std::unique_ptr<bludist::Zero3Unit> z3_root_;  // ZeRO-3: wte, wpe, ln_f weight and bias
+  std::vector<std::unique_ptr<bludist::Zero3Unit>> z3_blocks_;  // ZeRO-3: one unit per block
 };
 
 // Writes <dir>/model.safetensors (Hugging Face GPT-2 names and layouts, vocab 50257, fp32) and

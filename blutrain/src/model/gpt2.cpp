@@ -10,6 +10,7 @@
 #include "bludist/context_parallel.h"
 #include "bludist/process_group.h"
 #include "bludist/tensor_parallel.h"
+#include "bludist/zero3.h"
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
@@ -135,6 +136,12 @@ std::vector<NamedParam> GPT2::parameters() {
   }
   out.push_back({"ln_f.weight", &lnf_w_, false, false});
   out.push_back({"ln_f.bias", &lnf_b_, false, false});
+  if (z3_root_) {  // Note [ZeRO-3 GPT-2]: the same names and decay flags, this rank's shards
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      auto [unit, j] = z3_slot(i);
+      out[i].tensor = &unit->mutable_shard(j);
+    }
+  }
   return out;
 }
 
@@ -142,7 +149,13 @@ int64_t GPT2::num_params() const {
   // The whole model's count under --tp too (a split tensor holds 1/n of its elements); parameters()
   // only hands out pointers, nothing is changed here.
   int64_t n = 0;
+  std::size_t i = 0;
   for (const NamedParam& p : const_cast<GPT2*>(this)->parameters()) {
+    if (z3_root_) {  // a shard: the whole tensor's count
+      auto [unit, j] = z3_slot(i++);
+      n += unit->whole_numel(j);
+      continue;
+    }
     n += p.tensor->numel() * (tp_split(p.name) == TpSplit::kReplicated ? 1 : tp_size_);
   }
   return n;
@@ -187,14 +200,13 @@ namespace {
 DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kFloat32; }
 }  // namespace
 
-Tensor GPT2::hidden(const Tensor& idx, const Tensor& pos_ids, const Tensor& wte_c, Precision precision,
-                    bool context_parallel) {
-  BLU_CHECK(idx.dim() == 2, "GPT2.forward: idx must be [B, T], got ", idx.describe());
+GPT2::~GPT2() = default;
+
+Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool context_parallel) {
+  BLU_NVTX_RANGE("block");
   // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
-  const int64_t B = idx.size(0), T = idx.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
+  const int64_t B = x_in.size(0), T = x_in.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
                 C = H * D;
-  BLU_CHECK(T >= 1 && T <= cfg_.block_size, "GPT2.forward: sequence length ", T, " exceeds the model's context ",
-            cfg_.block_size);
   const DType cd = compute_dtype(precision);
   auto w = [cd](const Tensor& p) { return p.to(cd); };
   // Entering a column-parallel layer (identity without --tp) and leaving a row-parallel one.
@@ -203,36 +215,76 @@ Tensor GPT2::hidden(const Tensor& idx, const Tensor& pos_ids, const Tensor& wte_
     if (!tp_) return linear(in, w(weight), w(bias));
     return bludist::tp_reduce_from_region(linear(in, w(weight)), tp_) + w(bias);  // the bias once, after the sum
   };
+  Tensor x = x_in;
+  {
+    BLU_NVTX_RANGE("attn");
+    Tensor h = layer_norm(x, w(b.ln1_w), w(b.ln1_b));
+    Tensor qkv = linear(enter(h), w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
+    std::vector<Tensor> parts = qkv.split(C, -1);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
+    Tensor y = context_parallel  // Note [Context-parallel GPT-2]
+                   ? bludist::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, cp_, true)
+                   : scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+    y = y.transpose(1, 2).reshape({B, T, C});
+    x = x + row_linear(y, b.proj_w, b.proj_b);
+  }
+  {
+    BLU_NVTX_RANGE("mlp");
+    Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
+    h = gelu(linear(enter(h), w(b.fc_w), w(b.fc_b)));
+    x = x + row_linear(h, b.fcproj_w, b.fcproj_b);
+  }
+  return x;
+}
+
+namespace {
+// A block's 12 tensors in parameters()' order (the ZeRO-3 unit's order), and back.
+std::vector<Tensor> block_tensors(const GPT2::Block& b) {
+  return {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b, b.ln2_w, b.ln2_b, b.fc_w, b.fc_b, b.fcproj_w, b.fcproj_b};
+}
+GPT2::Block block_from(const std::vector<Tensor>& t) {
+  return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
+}
+}  // namespace
+
+GPT2::Root GPT2::root(Precision precision) {
+  Root r;
+  if (z3_root_) {  // Note [ZeRO-3 GPT-2]: gathered for the step, reduce-scattered in backward
+    std::vector<Tensor> g = z3_root_->gathered();
+    r = {g[0], g[1], g[2], g[3], Tensor()};
+  } else {
+    r = {wte_, wpe_, lnf_w_, lnf_b_, Tensor()};
+  }
+  r.wte_c = r.wte.to(compute_dtype(precision));
+  return r;
+}
+
+Tensor GPT2::hidden(const Tensor& idx, const Tensor& pos_ids, const Root& r, Precision precision,
+                    bool context_parallel) {
+  BLU_CHECK(idx.dim() == 2, "GPT2.forward: idx must be [B, T], got ", idx.describe());
+  const int64_t T = idx.size(1);
+  BLU_CHECK(T >= 1 && T <= cfg_.block_size, "GPT2.forward: sequence length ", T, " exceeds the model's context ",
+            cfg_.block_size);
+  const DType cd = compute_dtype(precision);
   Tensor x;
   {
     BLU_NVTX_RANGE("embed");
-    Tensor tok = tp_ ? bludist::vocab_parallel_embedding(wte_c, idx, tp_) : embedding(wte_c, idx);  // [B, T, C]
-    Tensor pos = embedding(w(wpe_), pos_ids);  // [T, C]
+    Tensor tok = tp_ ? bludist::vocab_parallel_embedding(r.wte_c, idx, tp_) : embedding(r.wte_c, idx);  // [B, T, C]
+    Tensor pos = embedding(r.wpe.to(cd), pos_ids);                                                    // [T, C]
     x = tok + pos;
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    BLU_NVTX_RANGE("block");
-    const Block& b = blocks_[static_cast<size_t>(l)];
-    {
-      BLU_NVTX_RANGE("attn");
-      Tensor h = layer_norm(x, w(b.ln1_w), w(b.ln1_b));
-      Tensor qkv = linear(enter(h), w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
-      std::vector<Tensor> parts = qkv.split(C, -1);
-      auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
-      Tensor y = context_parallel  // Note [Context-parallel GPT-2]
-                     ? bludist::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, cp_, true)
-                     : scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
-      y = y.transpose(1, 2).reshape({B, T, C});
-      x = x + row_linear(y, b.proj_w, b.proj_b);
-    }
-    {
-      BLU_NVTX_RANGE("mlp");
-      Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
-      h = gelu(linear(enter(h), w(b.fc_w), w(b.fc_b)));
-      x = x + row_linear(h, b.fcproj_w, b.fcproj_b);
+    if (z3_root_) {  // Note [ZeRO-3 GPT-2]: the block's parameters gathered, the block recomputed in backward
+      x = z3_blocks_[static_cast<size_t>(l)]->apply(
+          [this, precision, context_parallel](const std::vector<Tensor>& p, const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{block(block_from(p), in[0], precision, context_parallel)};
+          },
+          {x})[0];
+    } else {
+      x = block(blocks_[static_cast<size_t>(l)], x, precision, context_parallel);
     }
   }
-  return layer_norm(x, w(lnf_w_), w(lnf_b_));
+  return layer_norm(x, r.lnf_w.to(cd), r.lnf_b.to(cd));
 }
 
 Tensor GPT2::head(const Tensor& x, const Tensor& wte_c, Precision precision) {
@@ -243,8 +295,8 @@ Tensor GPT2::head(const Tensor& x, const Tensor& wte_c, Precision precision) {
 }
 
 Tensor GPT2::logits(const Tensor& idx, Precision precision) {
-  const Tensor wte_c = wte_.to(compute_dtype(precision));
-  Tensor local = head(hidden(idx, positions_.narrow(0, 0, idx.size(1)), wte_c, precision, false), wte_c, precision);
+  const Root r = root(precision);
+  Tensor local = head(hidden(idx, positions_.narrow(0, 0, idx.size(1)), r, precision, false), r.wte_c, precision);
   if (!tp_) return local;
   // [B, T, Vp/n] on each rank -> [n, B, T, Vp/n] in rank order -> [B, T, Vp].
   NoGradGuard no_grad;
@@ -258,21 +310,21 @@ Tensor GPT2::logits(const Tensor& idx, Precision precision) {
 Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precision, Tensor* logits_out) {
   BLU_CHECK(targets.sizes() == idx.sizes(), "GPT2.forward: targets ", targets.describe(), " do not match idx ",
             idx.describe());
-  const Tensor wte_c = wte_.to(compute_dtype(precision));
+  const Root r = root(precision);
   Tensor ids = idx, tgt = targets, pos = positions_.narrow(0, 0, idx.size(1));
   if (cp_) {  // Note [Context-parallel GPT-2]: this rank's chunks r and 2n-1-r of every sequence
-    const int64_t n = cp_->size(), r = cp_->rank(), T = idx.size(1);
+    const int64_t n = cp_->size(), rk = cp_->rank(), T = idx.size(1);
     BLU_CHECK(T % (2 * n) == 0, "GPT2.forward: --cp ", n, " cuts each sequence into ", 2 * n,
               " equal chunks, but T = ", T, " is not a multiple of ", 2 * n);
     const int64_t c = T / (2 * n);
     auto mine = [&](const Tensor& t, int64_t dim) {
-      return cat({t.narrow(dim, r * c, c), t.narrow(dim, (2 * n - 1 - r) * c, c)}, dim).contiguous();
+      return cat({t.narrow(dim, rk * c, c), t.narrow(dim, (2 * n - 1 - rk) * c, c)}, dim).contiguous();
     };
     ids = mine(idx, 1);
     tgt = mine(targets, 1);
     pos = mine(pos, 0);
   }
-  Tensor logits = head(hidden(ids, pos, wte_c, precision, cp_ != nullptr), wte_c, precision);
+  Tensor logits = head(hidden(ids, pos, r, precision, cp_ != nullptr), r.wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
   BLU_NVTX_RANGE("loss");
   const int64_t N = ids.numel();
@@ -280,6 +332,43 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
   if (flat.dtype() != kFloat32) flat = flat.to(kFloat32);
   if (tp_) return bludist::vocab_parallel_cross_entropy(flat, tgt.reshape({N}), tp_);
   return cross_entropy(flat, tgt.reshape({N}));
+}
+
+// ---- ZeRO-3 (Note [ZeRO-3 GPT-2]) ----------------------------------------------------------
+void GPT2::shard_zero3(std::shared_ptr<bludist::ProcessGroup> pg) {
+  BLU_CHECK(!tp_ && !cp_, "GPT2: ZeRO-3 with tensor or context parallelism is not implemented");
+  BLU_CHECK(!z3_root_, "GPT2::shard_zero3: already sharded");
+  z3_root_ = std::make_unique<bludist::Zero3Unit>(std::vector<Tensor>{wte_, wpe_, lnf_w_, lnf_b_}, pg);
+  for (Block& b : blocks_) {
+    z3_blocks_.push_back(std::make_unique<bludist::Zero3Unit>(block_tensors(b), pg));
+    b = Block{};  // the whole tensors go: only the shards stay
+  }
+  wte_ = wpe_ = lnf_w_ = lnf_b_ = Tensor();
+}
+
+std::pair<bludist::Zero3Unit*, std::size_t> GPT2::z3_slot(std::size_t i) const {
+  const std::size_t per_block = 12, last = 2 + per_block * blocks_.size();
+  if (i < 2) return {z3_root_.get(), i};
+  if (i >= last) return {z3_root_.get(), 2 + (i - last)};
+  return {z3_blocks_[(i - 2) / per_block].get(), (i - 2) % per_block};
+}
+
+Tensor GPT2::zero3_piece(std::size_t i, const Tensor& whole) const {
+  auto [unit, j] = z3_slot(i);
+  return unit->piece_of(j, whole);
+}
+
+Tensor GPT2::zero3_gather_like(std::size_t i, const Tensor& shard_state) const {
+  auto [unit, j] = z3_slot(i);
+  return unit->gather_like(j, shard_state);
+}
+
+std::unique_ptr<GPT2> GPT2::zero3_whole() {
+  auto whole = std::make_unique<GPT2>(cfg_, device_);
+  std::vector<NamedParam> mine = parameters(), theirs = whole->parameters();
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < mine.size(); ++i) theirs[i].tensor->copy_(zero3_gather_like(i, *mine[i].tensor));
+  return whole;
 }
 
 std::vector<float> tensor_to_floats(const Tensor& t) {

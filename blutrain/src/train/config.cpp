@@ -61,7 +61,7 @@ const std::vector<Flag>& flag_table() {
       {"dp", "N", &TrainConfig::dp, "data-parallel ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --dp N): each reads its own B sequences of the global batch, gradients are averaged (Gloo on the CPU, NCCL on GPUs); must equal WORLD_SIZE"},
       {"dp-bucket-mb", "MIB", &TrainConfig::dp_bucket_mb, "--dp > 1 on the fused engine, or with --zero 2: gradients are averaged (reduce-scattered with --zero 2) in buckets of about this many MiB, each as soon as the backward has finalised it (overlapping the earlier layers' backward)"},
       {"dp-embedding-grad", "HOW", &TrainConfig::dp_embedding_grad, "fused engine with --dp > 1: how the tied embedding's gradient is combined: allreduce (one 154 MB bucket after the backward) | gather (the lm-head part all-reduced early in the backward, the embedding backward's rows all-gathered and added on every rank)"},
-      {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward)"},
+      {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward) | 3 (weights sharded too: each block gathered for its forward and again, recomputed, in backward; autograd engine)"},
       {"cp", "N", &TrainConfig::cp, "context-parallel ranks (autograd engine): every sequence cut across N consecutive ranks (2N chunks, rank r taking chunks r and 2N-1-r), attention by ring attention, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --cp N); --seq-len must be a multiple of 2N; with --dp D, WORLD_SIZE = D*N"},
       {"tp", "N", &TrainConfig::tp, "tensor-parallel ranks (autograd engine): Megatron-style GPT-2 with attention heads, MLP and vocabulary cut across N consecutive ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --tp N); with --dp D, WORLD_SIZE = D*N (a D x N mesh)"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2500 on CPU, bounded by --time-limit)"},
@@ -398,9 +398,11 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "cannot skip an update yet; pass --engine autograd, or --nonfinite stop");
   // Data parallelism: the flags alone (the launcher's WORLD_SIZE is checked when training starts).
   BLU_CHECK(cfg.dp >= 1, "--dp ", cfg.dp, ": expected the number of data-parallel ranks (>= 1)");
-  BLU_CHECK(cfg.zero >= 0 && cfg.zero <= 2, "--zero ", cfg.zero,
-            ": expected 0, 1 or 2 (ZeRO-1 shards the AdamW state, ZeRO-2 also the gradients; stage 3 is not "
-            "implemented)");
+  BLU_CHECK(cfg.zero >= 0 && cfg.zero <= 3, "--zero ", cfg.zero,
+            ": expected 0, 1, 2 or 3 (ZeRO-1 shards the AdamW state, ZeRO-2 also the gradients, ZeRO-3 also the "
+            "weights)");
+  BLU_CHECK(cfg.zero != 3 || (cfg.tp == 1 && cfg.cp == 1), "--zero 3 with --tp ", cfg.tp, " --cp ", cfg.cp,
+            ": ZeRO-3 over a tensor- or context-parallel model is not implemented");
   BLU_CHECK(cfg.zero == 0 || cfg.dp > 1, "--zero ", cfg.zero,
             " shards the optimizer state across data-parallel ranks: it needs --dp N with N > 1 (got --dp ", cfg.dp,
             ")");

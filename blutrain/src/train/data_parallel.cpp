@@ -120,7 +120,9 @@ void DataParallel::barrier() {
 std::string DataParallel::describe() const {
   return blu::detail::str_cat(
       "data parallel over ", size(), " ranks (", bludist::backend_name(pg_->backend()), "), ",
-      cfg_->zero == 1           ? "ZeRO-1 (AdamW state sharded)"
+      cfg_->zero == 3           ? "ZeRO-3 (weights, gradients and AdamW state sharded; each block gathered in forward "
+                                  "and again in backward, where it is recomputed)"
+      : cfg_->zero == 1         ? "ZeRO-1 (AdamW state sharded)"
       : cfg_->zero == 2         ? "ZeRO-2 (AdamW state and gradients sharded, reduce-scattered in backward)"
       : cfg_->engine == "fused" ? "gradient buckets all-reduced inside the fused step's backward"
                                 : "DDP buckets in backward");
@@ -143,6 +145,25 @@ Tensor flatten(const std::vector<Tensor>& parts, Device device) {
 void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments) {
   if (cfg_->engine == "fused") return;  // the fused step broadcasts and reduces itself
   std::vector<Tensor> params = tensors_of(opt.params());
+  if (cfg_->zero == 3) {  // Note [ZeRO-3 GPT-2]: rank 0's weights everywhere, then shards
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : params) pg_->broadcast(p, 0);
+    }
+    model.shard_zero3(pg_);
+    AdamW sharded(model.parameters(), acfg);  // zero moments of this rank's shards
+    sharded.set_step_count(opt.step_count());
+    if (opt_has_moments) {
+      NoGradGuard no_grad;
+      for (std::size_t i = 0; i < opt.params().size(); ++i) {
+        sharded.exp_avg()[i].copy_(model.zero3_piece(i, opt.exp_avg()[i]));
+        sharded.exp_avg_sq()[i].copy_(model.zero3_piece(i, opt.exp_avg_sq()[i]));
+      }
+    }
+    opt = std::move(sharded);
+    zero3_ = true;
+    return;
+  }
   if (cfg_->zero == 0) {
     ddp_ = std::make_unique<bludist::DistributedDataParallel>(params,
                                                               pg_);  // broadcasts rank 0's weights
@@ -195,6 +216,16 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
     opt.zero_grad();
     return r;
   }
+  if (zero3_) {  // the shards' gradients are averaged already; the norm sums every rank's shards
+    const auto pg = pg_;
+    r = clip_and_update(opt, grad_clip, lr, true, [pg](const std::vector<NamedParam>& ps) {
+      Tensor s = from_vector(std::vector<double>{grad_sum_of_squares(ps)}, {1}, TensorOptions(kFloat64)).to(pg->device());
+      pg->all_reduce(s, bludist::ReduceOp::kSum);
+      return s.item();
+    });
+    opt.zero_grad();
+    return r;
+  }
   BLU_CHECK(ddp_ != nullptr, "DataParallel::clip_and_step: the fused engine clips and steps inside its step");
   r = clip_and_update(opt, grad_clip, lr, true, sum_of_squares);  // averaged gradients: the same norm on every rank
   opt.zero_grad();
@@ -211,6 +242,20 @@ void DataParallel::gather_moments(AdamW& opt) {
     opt.exp_avg()[i] = m.narrow(0, zero_->offset(i), p.numel()).view(p.sizes());
     opt.exp_avg_sq()[i] = v.narrow(0, zero_->offset(i), p.numel()).view(p.sizes());
   }
+}
+
+bool DataParallel::zero3() const { return zero3_; }
+
+DataParallel::Whole DataParallel::gather_whole(GPT2& model, AdamW& opt) {
+  Whole w;
+  w.model = model.zero3_whole();
+  w.opt = std::make_unique<AdamW>(w.model->parameters(), AdamWConfig{}, false);
+  w.opt->set_step_count(opt.step_count());
+  for (std::size_t i = 0; i < opt.params().size(); ++i) {
+    w.opt->exp_avg()[i] = model.zero3_gather_like(i, opt.exp_avg()[i]);
+    w.opt->exp_avg_sq()[i] = model.zero3_gather_like(i, opt.exp_avg_sq()[i]);
+  }
+  return w;
 }
 
 void DataParallel::release_moments(AdamW& opt) {

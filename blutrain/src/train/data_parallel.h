@@ -123,6 +123,14 @@ class DataParallel {
   // --zero 0.
   void gather_moments(AdamW& opt);
   void release_moments(AdamW& opt);
+  // --zero 3 (Note [ZeRO-3 GPT-2]): whether the model is sharded, and (collective) a whole GPT2
+  // and AdamW (weights, moments, step count) in the one-process format for a checkpoint.
+  bool zero3() const;
+  struct Whole {
+    std::unique_ptr<GPT2> model;
+    std::unique_ptr<AdamW> opt;
+  };
+  Whole gather_whole(GPT2& model, AdamW& opt);
 
   // Collective. Returns on rank 0 the mean of `local_loss` over ranks and sets the step's
   // largest per-rank memory (GiB) and communication time (ms); other ranks get their own loss.
@@ -146,6 +154,7 @@ class DataParallel {
   std::shared_ptr<bludist::ProcessGroup> pg_;
   std::unique_ptr<bludist::DistributedDataParallel> ddp_;
   std::unique_ptr<bludist::ZeroAdamW> zero_;
+  bool zero3_ = false;  // --zero 3: the model holds shards (Note [ZeRO-3 GPT-2]); no DDP on top
   double comm_seconds_reported_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include "train/tensor_parallel.h"
 
 #include <utility>
+#include <vector>
 
 #include "bludist/process_group.h"
 #include "blutensor/autograd.h"
@@ -17,7 +18,18 @@ TensorParallel::Groups TensorParallel::split_world(const TrainConfig& cfg,
   if (!world) return g;
   if (cfg.cp > 1) {  // Note [Context-parallel training]: gradients averaged over the whole world
     g.dp = world;
-    g.cp = cfg.dp == 1 ? world : bludist::make_mesh_2d(*world, cfg.dp, cfg.cp).row_group;
+    if (cfg.dp == 1) {
+      g.cp = world;
+      return g;
+    }
+    // The rows of the dp x cp mesh only (make_mesh_2d would also build column groups that nobody
+    // keeps: destroyed while a peer still connects to them, session 13's flaky mesh test).
+    for (int row = 0; row < cfg.dp; ++row) {  // collective over the world: every rank makes every row
+      std::vector<int> ranks;
+      for (int c = 0; c < cfg.cp; ++c) ranks.push_back(row * cfg.cp + c);
+      std::shared_ptr<bludist::ProcessGroup> mine = world->new_group(ranks);
+      if (mine) g.cp = mine;
+    }
     return g;
   }
   if (cfg.tp == 1) {

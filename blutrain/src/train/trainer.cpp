@@ -305,18 +305,29 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (!cfg.save) return;
     if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     state.cursor = train_loader.cursor();
-    TensorParallel::Whole whole;  // Note [Tensor-parallel training]: whole tensors, the one-process format
-    if (tp) whole = tp->gather(model, opt);
+    // Note [Tensor-parallel training] / [ZeRO-3 GPT-2]: whole tensors, the one-process format.
+    std::unique_ptr<GPT2> whole_model;
+    std::unique_ptr<AdamW> whole_opt;
+    if (tp) {
+      TensorParallel::Whole w = tp->gather(model, opt);
+      whole_model = std::move(w.model);
+      whole_opt = std::move(w.opt);
+    } else if (dp && dp->zero3()) {
+      DataParallel::Whole w = dp->gather_whole(model, opt);
+      whole_model = std::move(w.model);
+      whole_opt = std::move(w.opt);
+    }
     if (is_main) {
-      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, tp ? *whole.model : model,
-                                              tp ? *whole.opt : opt, state, cfg);
+      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, whole_model ? *whole_model : model,
+                                              whole_opt ? *whole_opt : opt, state, cfg);
       out << "checkpoint " << result.checkpoint_dir << "\n";
     }
     if (dp) dp->release_moments(opt);
   };
   auto print_sample = [&](int64_t step) {
-    // Under --tp every rank of the group takes part (the logits are all-gathered); rank 0 prints.
-    if (cfg.sample_tokens <= 0 || !tok || (!is_main && !tp)) return;
+    // Under --tp every rank of the group takes part (the logits are all-gathered), and under
+    // --zero 3 every rank (the weights are gathered); rank 0 prints.
+    if (cfg.sample_tokens <= 0 || !tok || (!is_main && !tp && !model.zero3())) return;
     SampleRng rng{state.sample_rng};
     std::vector<int32_t> prompt = encode_prompt(*tok, model.config(), cfg.prompt);
     std::vector<int32_t> ids = generate(model, precision, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k, rng);
