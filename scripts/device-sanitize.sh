@@ -33,6 +33,9 @@ t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/pr
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$san" ] || { echo "device-sanitize.sh: no compute-sanitizer" >&2; exit 1; }
 
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+multi_gpu_bins="bludist_nccl_gpu_test blutrain_fused_dp_gpu_test"
+((gpus >= 2)) && export BLU_REQUIRE_MULTI_GPU=1
 # The cases: "binary  tools|*  timeout_s  gtest-filter" per line (# comments).
 mapfile -t cases < <(grep -vE '^\s*(#|$)' tests/sanitize/cases.txt)
 bins=()
@@ -56,6 +59,11 @@ for line in "${cases[@]}"; do
     log="$work/logs/${bin}.${tool}.txt"
     # No run outlives the budget: its timeout is cut to what is left (session 9: a 240 s run
     # started at 500 s took the whole device call, and its results, past the call's limit).
+    # Two-GPU binaries (tests/sanitize/cases.txt marks them) run only where two GPUs are, and
+    # there a skip would be a failure (BLU_REQUIRE_MULTI_GPU=1 below).
+    if [[ " $multi_gpu_bins " == *" $bin "* ]] && (( gpus < 2 )); then
+      echo "skipped (needs 2 GPUs, this machine has $gpus)" > "$log"; continue
+    fi
     left=$(( budget - ($(date +%s) - t0) ))
     if (( left < 20 )); then echo "skipped (budget)" > "$log"; continue; fi
     (( tmo > left )) && tmo=$left
@@ -74,7 +82,8 @@ for line in "${cases[@]}"; do
     [ "$tool" = racecheck ] && extra+=(--racecheck-report all --show-backtrace no)
     limit=40; [ "$tool" = racecheck ] && limit=100000
     s0=$(date +%s)
-    env "${envs[@]}" timeout -k 5 "$tmo" "$san" --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
+    # --target-processes all: the two-GPU tests start their ranks as child processes (blurun).
+    env "${envs[@]}" timeout -k 5 "$tmo" "$san" --target-processes all --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
       "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
     rc=$?
     echo "rc=$rc seconds=$(( $(date +%s) - s0 ))" >> "$log"
