@@ -271,11 +271,8 @@ TEST(GemmArgs, Fp8RefusesWhatItsKernelsDoNotTake) {
   d.aux = fake(0x500000); d.ld_aux = 33;
   expect_error(d, StatusCode::kNotSupported, "epilogue none or bias");
   d = valid_fp8_desc();
-  d.path = GemmPath::kSimt;
-  expect_error(d, StatusCode::kNotSupported, "sm90_wgmma path only");
-  d = valid_fp8_desc();
-  d.path = GemmPath::kSm80Mma;
-  expect_error(d, StatusCode::kNotSupported, "sm90_wgmma path only");
+  d.path = GemmPath::kSimt;  // sm80_mma (sm_89+) and sm90_wgmma take FP8: gemm_property_test
+  expect_error(d, StatusCode::kNotSupported, "there is no SIMT FP8 kernel");
   d = valid_fp8_desc();
   d.compute = blublas::ComputeMode::kTF32;
   expect_error(d, StatusCode::kInvalidArgument, "compute=tf32");

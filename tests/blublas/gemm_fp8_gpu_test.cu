@@ -3,7 +3,8 @@
 // odd sizes (edge tiles, K not a multiple of the 128-deep stage, K = 1), per-tensor scales (device
 // pointers), alpha, beta with C, bias, amax of D, batches, a misaligned leading dimension (kAuto
 // repacks it), each FP8 tile forced (BLUBLAS_SM90_TILE) and split-K (the reduction kernel then
-// applies the epilogue and amax), and bitwise determinism. Inputs are random FP8 values (decoded
+// applies the epilogue and amax), the mma.sync FP8 kernels (Ada's path) forced, and bitwise
+// determinism. Inputs are random FP8 values (decoded
 // exactly to float64 for the reference); D is poisoned (NaN) first and its padding columns must
 // stay poisoned. Bound, per element: |D - exact| <= tol * scale + u_D |exact|, scale = |alpha sa sb|
 // sum_k |a b| + |beta c| + |bias|, with tol = kFp8Tol (the tensor cores' FP8 accumulation keeps
@@ -130,6 +131,7 @@ struct Fp8Case {
   float alpha = 1.0f, beta = 0.0f;
   int ld_pad = 16;  // extra elements per operand row (not a multiple of 16: kAuto repacks)
   std::string tile, splits;  // forced (BLUBLAS_SM90_TILE / BLUBLAS_SM90_SPLITS), "" = heuristic
+  blublas::GemmPath path = blublas::GemmPath::kAuto;  // kSm80Mma: the mma.sync FP8 kernels
   std::string str() const {
     std::ostringstream os;
     os << "a=" << blublas::dtype_name(a) << " b=" << blublas::dtype_name(b)
@@ -137,7 +139,8 @@ struct Fp8Case {
        << " M=" << m << " N=" << n << " K=" << k << " batch=" << batch << (bias ? " bias" : "")
        << (scales ? " scales" : "") << (amax ? " amax" : "") << (positive ? " positive" : "")
        << " alpha=" << alpha << " beta=" << beta << " ld_pad=" << ld_pad
-       << " tile=" << (tile.empty() ? "auto" : tile) << " splits=" << (splits.empty() ? "auto" : splits);
+       << " tile=" << (tile.empty() ? "auto" : tile) << " splits=" << (splits.empty() ? "auto" : splits)
+       << " path=" << blublas::gemm_path_name(path);
     return os.str();
   }
 };
@@ -200,6 +203,7 @@ double run_case(const Fp8Case& c, bool check_determinism = false) {
   d.c = dc.ptr; d.ldc = ldd; d.stride_c = d_elems;
   d.d = dd.ptr; d.ldd = ldd; d.stride_d = d_elems;
   d.alpha = c.alpha; d.beta = c.beta;
+  d.path = c.path;
   d.epilogue = c.bias ? Epilogue::kBias : Epilogue::kNone;
   d.bias = c.bias ? dbias.ptr : nullptr;
   if (c.scales) {
@@ -348,6 +352,35 @@ TEST(GemmFp8, ForcedTilesAndSplitK) {
   c.bias = true;
   c.beta = 0.5f;
   run_case(c, /*check_determinism=*/true);
+}
+
+// The mma.sync FP8 kernels (Note [sm89 FP8 mma.sync]: Ada's FP8 path), forced on Hopper: every
+// pair, both D types, odd sizes, scales, alpha, beta, bias, amax, batches, bitwise reruns.
+TEST(GemmFp8, Sm80MmaPathEveryPair) {
+  BLU_REQUIRE_SM90();
+  const Dtype types[2] = {Dtype::kE4M3, Dtype::kE5M2};
+  const int shapes[][3] = {{1, 1, 1}, {17, 33, 64}, {129, 77, 200}, {200, 300, 640}};
+  int idx = 0;
+  for (Dtype a : types) {
+    for (Dtype b : types) {
+      for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
+        for (const auto& s : shapes) {
+          Fp8Case c;
+          c.path = blublas::GemmPath::kSm80Mma;
+          c.a = a; c.b = b; c.cd = cd;
+          c.m = s[0]; c.n = s[1]; c.k = s[2];
+          c.bias = idx % 2 == 0;
+          c.scales = idx % 3 != 0;
+          c.amax = idx % 4 != 1;
+          c.alpha = idx % 5 == 0 ? -0.75f : 1.0f;
+          c.beta = idx % 3 == 2 ? 0.5f : 0.0f;
+          c.batch = idx % 7 == 3 ? 2 : 1;
+          run_case(c, /*check_determinism=*/idx % 4 == 0);
+          ++idx;
+        }
+      }
+    }
+  }
 }
 
 // A leading dimension that is not a multiple of 16 bytes: kAuto copies the operand (1-byte repack).

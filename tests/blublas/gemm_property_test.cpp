@@ -537,6 +537,32 @@ TEST(GemmProperty, Sm90PlanInvariants) {
   }
 }
 
+// FP8 (Note [FP8 GEMM]): wgmma on sm_90, mma.sync on sm_89 (Note [sm89 FP8 mma.sync]), nothing
+// below; both operands K-major.
+TEST(GemmProperty, Fp8PathsByArch) {
+  gd::GemmProblem p;
+  p.m = 64;
+  p.n = 96;
+  p.k = 128;
+  p.ab_type = p.b_type = Dtype::kE4M3;
+  p.cd_type = Dtype::kBF16;
+  p.a_k_major = p.b_k_major = true;
+  p.a = reinterpret_cast<const void*>(std::uintptr_t{1} << 20);
+  p.b = reinterpret_cast<const void*>(std::uintptr_t{1} << 21);
+  p.lda = p.ldb = 128;
+  EXPECT_EQ(gd::preferred_path(p, device(9, 0, 132)), blublas::GemmPath::kSm90Wgmma);
+  EXPECT_EQ(gd::preferred_path(p, device(8, 9, 128)), blublas::GemmPath::kSm80Mma);
+  EXPECT_TRUE(gd::sm80_gemm_supports(p, device(8, 9, 128)).ok());
+  EXPECT_TRUE(gd::sm80_gemm_supports(p, device(9, 0, 132)).ok());  // the forced mma.sync path on Hopper
+  const blublas::Status ampere = gd::sm80_gemm_supports(p, device(8, 6, 84));
+  EXPECT_EQ(ampere.code(), blublas::StatusCode::kUnsupportedArch);
+  EXPECT_NE(ampere.message().find("sm_89"), std::string::npos) << ampere.message();
+  p.b_k_major = false;
+  const blublas::Status nmajor = gd::sm80_gemm_supports(p, device(8, 9, 128));
+  EXPECT_EQ(nmajor.code(), blublas::StatusCode::kNotSupported);
+  EXPECT_NE(nmajor.message().find("K-major"), std::string::npos) << nmajor.message();
+}
+
 TEST(GemmProperty, Sm90TileShapes) {
   using T = sm90::Sm90Tile;
   const std::tuple<T, int, int> shapes[] = {{T::k128x128_1c, 128, 128},

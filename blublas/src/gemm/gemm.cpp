@@ -108,10 +108,11 @@ Status check_matrix(const GemmDesc& d, const char* name, const void* ptr, const 
 
 // Note [FP8 GEMM]
 // ab_type e4m3/e5m2 (b_type: B's, any of the four pairs) runs on the sm_90a wgmma kernels
-// (m64nNk32 FP8 instructions, 128-byte K rows = 128 elements a stage). What it takes, checked here
-// before any CUDA call: both operands K-major (the FP8 wgmma has no transpose; cuBLASLt asks the
-// same "TN" form), C/D f32 or bf16, epilogue none or bias, path auto or sm90_wgmma (the mma.sync
-// FP8 path for sm_89 is not built yet: there kAuto reports that no path takes the problem).
+// (m64nNk32 FP8 instructions, 128-byte K rows = 128 elements a stage), and on sm_89 (Ada) on the
+// mma.sync kernels (m16n8k32; Note [sm89 FP8 mma.sync] in sm80_gemm_kernel.cuh), which kSm80Mma
+// also forces on Hopper. What it takes, checked here before any CUDA call: both operands K-major
+// (neither FP8 instruction has a transpose; cuBLASLt asks the same "TN" form), C/D f32 or bf16,
+// epilogue none or bias, path auto, sm90_wgmma or sm80_mma (split-K and the TMA tiles: sm90 only).
 // Scales: the kernel multiplies each accumulator tile by *scale_a * *scale_b once, before the
 // epilogue (and before split-K partials are written, so the reduction sums scaled partials); alpha,
 // beta and bias then apply as for every type. amax_d: max |D| (the values stored, before rounding
@@ -133,8 +134,10 @@ Status validate_fp8(const GemmDesc& d, const std::string& what) {
   BLUBLAS_CHECK(k_major, StatusCode::kNotSupported, what,
                 ": FP8 needs both operands K-major (", d.layout == Layout::kRowMajor ? "NT" : "TN",
                 " in this layout): the FP8 tensor-core instructions take no transposed operand");
-  BLUBLAS_CHECK(d.path == GemmPath::kAuto || d.path == GemmPath::kSm90Wgmma, StatusCode::kNotSupported,
-                what, ": FP8 runs on the sm90_wgmma path only (no SIMT or mma.sync FP8 kernels yet)");
+  BLUBLAS_CHECK(d.path == GemmPath::kAuto || d.path == GemmPath::kSm90Wgmma || d.path == GemmPath::kSm80Mma,
+                StatusCode::kNotSupported, what,
+                ": FP8 runs on the sm90_wgmma path (sm_90) or the sm80_mma path (mma.sync, sm_89 and newer); "
+                "there is no SIMT FP8 kernel");
   return Status::success();
 }
 

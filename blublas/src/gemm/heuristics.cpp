@@ -47,7 +47,9 @@ double wave_fill(int64_t ctas, int64_t slots) {
 }  // namespace
 
 GemmPath preferred_path(const GemmProblem& p, const DeviceInfo& dev) {
-  if (dtype_is_fp8(p.ab_type)) return GemmPath::kSm90Wgmma;  // its only path (Note [FP8 GEMM])
+  if (dtype_is_fp8(p.ab_type)) {  // Note [FP8 GEMM]: wgmma on Hopper, mma.sync on Ada (sm_89)
+    return dev.sm_major == 9 ? GemmPath::kSm90Wgmma : GemmPath::kSm80Mma;
+  }
   const bool tensor_core = is_16bit(p.ab_type) || p.compute == ComputeMode::kTF32;
   if (!tensor_core) return GemmPath::kSimt;
   if (dev.sm_major == 9) return GemmPath::kSm90Wgmma;

@@ -22,7 +22,7 @@ Status simt_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   BLUBLAS_CHECK(!(p.ab_type == Dtype::kF32 && p.cd_type != Dtype::kF32), StatusCode::kNotSupported,
                 "simt path: f32 inputs need f32 output");
   BLUBLAS_CHECK(!dtype_is_fp8(p.ab_type), StatusCode::kNotSupported,
-                "simt path: no FP8 kernels (FP8 runs on sm90_wgmma)");
+                "simt path: no FP8 kernels (FP8 runs on sm90_wgmma, or sm80_mma on sm_89)");
   return Status::success();
 }
 

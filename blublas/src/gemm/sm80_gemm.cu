@@ -21,8 +21,12 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 Status sm80_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
   BLUBLAS_CHECK(dev.sm_version() >= 80, StatusCode::kUnsupportedArch,
                 "sm80_mma path needs sm_80 or newer (device is sm_", dev.sm_version(), ")");
-  BLUBLAS_CHECK(!dtype_is_fp8(p.ab_type), StatusCode::kNotSupported,
-                "sm80_mma path: no FP8 kernels yet (FP8 runs on sm90_wgmma)");
+  if (dtype_is_fp8(p.ab_type)) {  // Note [sm89 FP8 mma.sync]
+    BLUBLAS_CHECK(dev.sm_version() >= 89, StatusCode::kUnsupportedArch,
+                  "sm80_mma path: FP8 mma.sync needs sm_89 or newer (device is sm_", dev.sm_version(), ")");
+    BLUBLAS_CHECK(p.a_k_major && p.b_k_major, StatusCode::kNotSupported,
+                  "sm80_mma path: FP8 needs both operands K-major");
+  }
   const bool tf32 = p.ab_type == Dtype::kF32 && p.compute == ComputeMode::kTF32;
   BLUBLAS_CHECK(p.ab_type != Dtype::kF32 || tf32, StatusCode::kNotSupported,
                 "sm80_mma path: f32 inputs need compute=tf32 (strict fp32 runs on the simt path)");
@@ -53,13 +57,14 @@ std::size_t sm80_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& de
 
 Status sm80_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
-  const Sm80Tile tile = choose_sm80_tile(p, dev);
+  // FP8 on Hopper (the forced mma.sync test path) has the 64x64 tile only (sm80_gemm_kernel.cuh).
+  const Sm80Tile tile = dtype_is_fp8(p.ab_type) && dev.sm_major >= 9 ? Sm80Tile::k64x64 : choose_sm80_tile(p, dev);
   switch (p.ab_type) {
     case Dtype::kBF16: BLUBLAS_RETURN_IF_ERROR(sm80_bf16_launch(p, tile, stream)); break;
     case Dtype::kF16: BLUBLAS_RETURN_IF_ERROR(sm80_f16_launch(p, tile, stream)); break;
     case Dtype::kF32: BLUBLAS_RETURN_IF_ERROR(sm80_tf32_launch(p, tile, stream)); break;
     case Dtype::kE4M3:
-    case Dtype::kE5M2: return Status(StatusCode::kNotSupported, "sm80_mma: no FP8 kernels yet");
+    case Dtype::kE5M2: BLUBLAS_RETURN_IF_ERROR(sm80_fp8_launch(p, tile, stream)); break;
   }
   return bias_grad_run(p, dev, workspace, workspace_bytes, stream);
 }

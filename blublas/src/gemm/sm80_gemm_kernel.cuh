@@ -43,20 +43,46 @@ namespace blublas::gemm_detail::sm80 {
 constexpr int kGroupM = 8;
 
 struct Tf32 {};  // tag: fp32 storage, tf32 tensor-core math
+// FP8 pairs (Note [sm89 FP8 mma.sync]): byte storage, m16n8k32 with A's and B's formats.
+struct E4M3E4M3 {};
+struct E4M3E5M2 {};
+struct E5M2E4M3 {};
+struct E5M2E5M2 {};
+template <typename T>
+inline constexpr bool kIsFp8 = std::is_same_v<T, E4M3E4M3> || std::is_same_v<T, E4M3E5M2> ||
+                               std::is_same_v<T, E5M2E4M3> || std::is_same_v<T, E5M2E5M2>;
 
 template <typename T> struct Storage { using type = T; };
 template <> struct Storage<Tf32> { using type = float; };
+template <> struct Storage<E4M3E4M3> { using type = uint8_t; };
+template <> struct Storage<E4M3E5M2> { using type = uint8_t; };
+template <> struct Storage<E5M2E4M3> { using type = uint8_t; };
+template <> struct Storage<E5M2E5M2> { using type = uint8_t; };
+
+// Note [sm89 FP8 mma.sync]
+// The FP8 kernels are the 16-bit ones with bytes for elements: mma.sync m16n8k32 (sm_89 and
+// newer) takes its A fragment as four .b32 of four FP8 values each at the byte positions where
+// m16n8k16 takes two 16-bit values (row g / g + 8, k bytes 4t..4t+3 and 16 + 4t..), and B the same,
+// so the ldmatrix.x4 (b16) loads of a K-major tile hand out the FP8 fragments unchanged: only the
+// byte offset of the second k half (16 bytes = 16 FP8 or 8 16-bit elements) is written in bytes.
+// ldmatrix .trans moves 16-bit units, so FP8 takes K-major operands only (as the FP8 wgmma does;
+// gemm.cpp checks). The per-tensor scales multiply the accumulators before the epilogue and amax
+// is the max |D| of the stored values (Note [FP8 GEMM] in gemm.cpp). The instantiations
+// (sm80_fp8_gemm.cu) are compiled for sm_89 too; on sm_80/86 code the mma is absent (trap) and the
+// host refuses FP8 below sm_89.
 
 template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
 struct KernelConfig {
   using Elem = typename Storage<T>::type;
   static constexpr bool kTf32 = std::is_same_v<T, Tf32>;
+  static constexpr bool kFp8 = kIsFp8<T>;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int kElem = sizeof(Elem);
   static constexpr int kBK = 64 / kElem;        // elements of k per slice (64 bytes)
   static constexpr int kChunk = 16 / kElem;     // elements per 16-byte cp.async
-  static constexpr int kMmaK = kTf32 ? 8 : 16;
+  static constexpr int kMmaK = kTf32 ? 8 : kFp8 ? 32 : 16;
+  static constexpr int kHalfK = 16 / kElem;       // elements in 16 bytes of k (an ldmatrix column block)
   static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;
   static constexpr int kMT = kWM / 16, kNT = kWN / 8;
   static constexpr int kKMajStride = kBK + kChunk;  // [rows][kBK + 16 bytes]
@@ -130,6 +156,26 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else if constexpr (kIsFp8<T>) {
+#if __CUDA_ARCH__ >= 890
+#define BLUBLAS_FP8_MMA(TA, TB)                                                                         \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, "           \
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                       \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+    if constexpr (std::is_same_v<T, E4M3E4M3>) {
+      BLUBLAS_FP8_MMA("e4m3", "e4m3");
+    } else if constexpr (std::is_same_v<T, E4M3E5M2>) {
+      BLUBLAS_FP8_MMA("e4m3", "e5m2");
+    } else if constexpr (std::is_same_v<T, E5M2E4M3>) {
+      BLUBLAS_FP8_MMA("e5m2", "e4m3");
+    } else {
+      BLUBLAS_FP8_MMA("e5m2", "e5m2");
+    }
+#undef BLUBLAS_FP8_MMA
+#else
+    __trap();  // FP8 mma.sync needs sm_89 (the host never launches it below)
+#endif
   } else {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -180,8 +226,9 @@ __device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const typename Cfg
                                             int kk, int lane) {
   if constexpr (!Cfg::kTf32) {
     if constexpr (KMAJ) {
-      ldmatrix_x4(a, s + (m + lane % 16) * Cfg::kKMajStride + kk + (lane / 16) * 8);
+      ldmatrix_x4(a, s + (m + lane % 16) * Cfg::kKMajStride + kk + (lane / 16) * Cfg::kHalfK);
     } else {
+      static_assert(!Cfg::kFp8, "FP8 operands are K-major only (Note [sm89 FP8 mma.sync])");
       const int q = lane / 8;
       ldmatrix_x4_trans(a, s + (kk + (q / 2) * 8 + lane % 8) * Cfg::kAMStride + m + (q % 2) * 8);
     }
@@ -208,8 +255,9 @@ __device__ __forceinline__ void load_b_frag_pair(uint32_t (&b)[4], const typenam
   if constexpr (!Cfg::kTf32) {
     const int q = lane / 8;
     if constexpr (KMAJ) {
-      ldmatrix_x4(b, s + (n + (q / 2) * 8 + lane % 8) * Cfg::kKMajStride + kk + (q % 2) * 8);
+      ldmatrix_x4(b, s + (n + (q / 2) * 8 + lane % 8) * Cfg::kKMajStride + kk + (q % 2) * Cfg::kHalfK);
     } else {
+      static_assert(!Cfg::kFp8, "FP8 operands are K-major only (Note [sm89 FP8 mma.sync])");
       ldmatrix_x4_trans(b, s + (kk + (q % 2) * 8 + lane % 8) * Cfg::kBNStride + n + (q / 2) * 8);
     }
   } else if constexpr (KMAJ) {
@@ -232,10 +280,35 @@ struct KernelArgs {
   const void* b; int64_t ldb, stride_b;
   int m, n, k;
   int tiles_m, tiles_n;
+  const float* scale_a = nullptr;  // FP8: acc *= *scale_a * *scale_b before the epilogue (null = 1)
+  const float* scale_b = nullptr;
 };
+
+// On sm_90 ptxas builds FP8 mma.sync from other instructions (Hopper's native FP8 is wgmma): with
+// 64 x 64 warp tiles that spills, so the Hopper code keeps only the 32 x 32 warp tile (the 64 x 64
+// CTA tile), which sm80_gemm_run picks for FP8 there: a test path, not Hopper's FP8 GEMM.
+template <typename Cfg>
+inline constexpr bool kFp8WideOnHopper =
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    Cfg::kFp8 && Cfg::kWM * Cfg::kWN > 32 * 32;
+#else
+    false;
+#endif
+
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+__device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e);
 
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
+  if constexpr (kFp8WideOnHopper<Cfg>) {
+    __trap();
+  } else {
+    sm80_gemm_body<Cfg, T, A_KMAJ, B_KMAJ>(args, e);
+  }
+}
+
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+__device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e) {
   using Elem = typename Cfg::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Elem* smem = reinterpret_cast<Elem*>(smem_raw);
@@ -313,6 +386,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs 
   cp_async_wait<0>();
 
   const int g = lane / 4, t = lane % 4;
+  float amax = 0.0f;
+  if constexpr (Cfg::kFp8) {
+    // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc)
+    // + beta C + bias), so they fold into alpha: no per-element multiply, no registers held.
+    e.alpha *= (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
+  }
 #pragma unroll
   for (int i = 0; i < Cfg::kMT; ++i) {
 #pragma unroll
@@ -324,11 +403,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs 
         const int col = n0 + wn0 + j * 8 + 2 * t;
         if constexpr (Cfg::kTf32) {  // f32 inputs take f32 outputs only (validate())
           epilogue_store2<float>(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        } else if constexpr (Cfg::kFp8) {  // f32 or bf16 D (validate_fp8), amax of the stored values
+          const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+          const float2 out = e.cd_type == static_cast<int>(Dtype::kBF16)
+                                 ? epilogue_store2<__nv_bfloat16>(e, batch, row, col, v0, v1)
+                                 : epilogue_store2<float>(e, batch, row, col, v0, v1);
+          amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));
         } else {
           epilogue_store2_any(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
         }
       }
     }
+  }
+  if constexpr (Cfg::kFp8) {
+    if (e.amax != nullptr) amax_warp_commit(e.amax, amax);  // every lane of the warp gets here
   }
 }
 
@@ -339,7 +427,7 @@ Status launch(const GemmProblem& p, cudaStream_t stream) {
   auto kernel = sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   KernelArgs args{p.a, p.lda, p.stride_a, p.b, p.ldb, p.stride_b, p.m, p.n, p.k,
-                  (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN};
+                  (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN, p.scale_a, p.scale_b};
   const dim3 grid(static_cast<unsigned>(args.tiles_m) * static_cast<unsigned>(args.tiles_n), 1, p.batch);
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(args, make_epilogue_args(p));
   BLUBLAS_KERNEL_LAUNCH_CHECK("sm80_gemm_kernel");
@@ -348,10 +436,16 @@ Status launch(const GemmProblem& p, cudaStream_t stream) {
 
 template <typename Cfg, typename T>
 Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
-  if (p.a_k_major) {
-    return p.b_k_major ? launch<Cfg, T, true, true>(p, stream) : launch<Cfg, T, true, false>(p, stream);
+  if constexpr (kIsFp8<T>) {  // K-major only (Note [sm89 FP8 mma.sync])
+    BLUBLAS_CHECK(p.a_k_major && p.b_k_major, StatusCode::kNotSupported,
+                  "sm80_mma FP8: both operands must be K-major");
+    return launch<Cfg, T, true, true>(p, stream);
+  } else {
+    if (p.a_k_major) {
+      return p.b_k_major ? launch<Cfg, T, true, true>(p, stream) : launch<Cfg, T, true, false>(p, stream);
+    }
+    return p.b_k_major ? launch<Cfg, T, false, true>(p, stream) : launch<Cfg, T, false, false>(p, stream);
   }
-  return p.b_k_major ? launch<Cfg, T, false, true>(p, stream) : launch<Cfg, T, false, false>(p, stream);
 }
 
 }  // namespace blublas::gemm_detail::sm80

@@ -13,6 +13,8 @@ namespace blublas::gemm_detail {
 Status sm80_bf16_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream);
 Status sm80_f16_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream);
 Status sm80_tf32_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream);
+// FP8 (A's and B's formats from p.ab_type / p.b_type; K-major operands; sm_89 and newer).
+Status sm80_fp8_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream);
 
 // Dynamic shared memory of the largest configuration (bytes): 4 stages of 128 x 64-byte A and B
 // slices plus padding, whatever the dtype.

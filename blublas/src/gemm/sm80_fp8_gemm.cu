@@ -1,0 +1,34 @@
+// sm80_fp8_gemm.cu: explicit instantiations of the mma.sync GEMM kernel (sm80_gemm_kernel.cuh) for
+// the four FP8 pairs (mma.sync m16n8k32, sm_89 and newer; Note [sm89 FP8 mma.sync]): three CTA
+// tiles, K-major operands only. CMake compiles this file for sm_89 as well as the library's
+// architectures, so an Ada GPU gets FP8 machine code.
+#include "gemm/sm80_gemm_kernel.cuh"
+#include "gemm/sm80_gemm_launch.h"
+
+namespace blublas::gemm_detail {
+namespace {
+
+template <typename T>
+Status launch_tile(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
+  switch (tile) {
+    case Sm80Tile::k128x128:
+      return sm80::launch_majors<sm80::KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, stream);
+    case Sm80Tile::k128x64:
+      return sm80::launch_majors<sm80::KernelConfig<T, 128, 64, 2, 1, 4>, T>(p, stream);
+    case Sm80Tile::k64x64:
+      return sm80::launch_majors<sm80::KernelConfig<T, 64, 64, 2, 2, 4>, T>(p, stream);
+  }
+  return Status(StatusCode::kNotSupported, "sm80 fp8 gemm: unknown tile");
+}
+
+}  // namespace
+
+Status sm80_fp8_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
+  const bool a4 = p.ab_type == Dtype::kE4M3, b4 = p.b_type == Dtype::kE4M3;
+  if (a4 && b4) return launch_tile<sm80::E4M3E4M3>(p, tile, stream);
+  if (a4) return launch_tile<sm80::E4M3E5M2>(p, tile, stream);
+  if (b4) return launch_tile<sm80::E5M2E4M3>(p, tile, stream);
+  return launch_tile<sm80::E5M2E5M2>(p, tile, stream);
+}
+
+}  // namespace blublas::gemm_detail
