@@ -22,7 +22,7 @@
 #include "common/loss_curves.h"
 #include "common/run_command.h"
 #include "support/metrics_losses.h"
-#include "support/pattern_shards.h"
+#include "support/rank_runs.h"
 
 namespace fs = std::filesystem;
 using blu::test::losses_in;
@@ -30,30 +30,16 @@ using blu::test::run_command;
 
 namespace {
 
-class DataParallelTrain : public ::testing::Test {
+class DataParallelTrain : public blu::train::test::RankRuns {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("blu_dp_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    blu::train::test::write_pattern_shards((root_ / "data").string());
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
+  DataParallelTrain() : RankRuns("dp") {}
   // The program with the flags every run here shares: tiny model, fp32 on the CPU, one thread per
   // process (2 cores, 2 ranks), T=32, 12 steps, validation at 0, 6 and the end.
   std::string blutrain(const std::string& out, const std::string& flags) const {
-    return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " +
-           (root_ / "data").string() +
-           " --seq-len 32 --max-steps 12 --lr 2e-3 --warmup-steps 3 --val-every 6 --val-batches 1 "
-           "--sample-tokens 0 --no-plot --threads 1 --vocab corpus --resume none --out-dir " +
-           (root_ / out).string() + " " + flags;
-  }
-  static std::string blurun(int ranks, const std::string& program) {
-    return std::string(BLURUN_EXE) + " --nproc-per-node " + std::to_string(ranks) + " -- " +
-           program;
-  }
-  std::string metrics(const std::string& out) const {
-    return (root_ / out / "metrics.jsonl").string();
+    return program(out,
+                   "--model tiny --device cpu --seq-len 32 --max-steps 12 --lr 2e-3 --warmup-steps 3 --val-every 6 "
+                   "--val-batches 1 --sample-tokens 0 --no-plot --threads 1 --vocab corpus --resume none",
+                   flags);
   }
 
   // Runs `dp_flags` on 2 ranks of B=2 and the one-process run of B=4 (same global batch and
@@ -91,8 +77,6 @@ class DataParallelTrain : public ::testing::Test {
     blu::test::expect_same_loss_curve(losses_in(metrics("resumed"), "train"),
                                       std::vector<double>(all.begin() + 6, all.end()), 1e-5, label);
   }
-
-  fs::path root_;
 };
 
 }  // namespace

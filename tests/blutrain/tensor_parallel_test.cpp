@@ -20,7 +20,7 @@
 #include "common/loss_curves.h"
 #include "common/run_command.h"
 #include "support/metrics_losses.h"
-#include "support/pattern_shards.h"
+#include "support/rank_runs.h"
 
 namespace fs = std::filesystem;
 using blu::test::losses_in;
@@ -38,35 +38,19 @@ std::string sample_of(std::string output) {
   return output.substr(begin + 1, end - begin - 1);
 }
 
-class TensorParallelTrain : public ::testing::Test {
+class TensorParallelTrain : public blu::train::test::RankRuns {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("blu_tp_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    blu::train::test::write_pattern_shards((root_ / "data").string());
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
+  TensorParallelTrain() : RankRuns("tp") {}
   // Tiny model, fp32 on the CPU, one thread per process, T=16, validation every 10 steps, a
   // checkpoint every 10, a greedy 12-token sample at the end (when the vocabulary is installed).
   // GPT-2's vocabulary (50304 padded rows: the lm head is most of the work), so B*T is kept small.
   std::string blutrain(const std::string& out, const std::string& flags) const {
-    return std::string(BLUTRAIN_EXE) + " train --model tiny --device cpu --data " + (root_ / "data").string() +
-           " --seq-len 16 --lr 2e-3 --warmup-steps 3 --val-every 10 --val-batches 1 --final-val-batches 0 "
-           "--ckpt-every 10 --sample-tokens 12 --temperature 0 --no-plot --threads 1 --resume none --out-dir " +
-           (root_ / out).string() + " " + flags;
+    return program(out,
+                   "--model tiny --device cpu --seq-len 16 --lr 2e-3 --warmup-steps 3 --val-every 10 --val-batches 1 "
+                   "--final-val-batches 0 --ckpt-every 10 --sample-tokens 12 --temperature 0 --no-plot --threads 1 "
+                   "--resume none",
+                   flags);
   }
-  static std::string blurun(int ranks, const std::string& program) {
-    return std::string(BLURUN_EXE) + " --nproc-per-node " + std::to_string(ranks) + " -- " + program;
-  }
-  std::string metrics(const std::string& out) const { return (root_ / out / "metrics.jsonl").string(); }
-  std::string checkpoint(const std::string& out, int step) const {
-    char name[32];
-    std::snprintf(name, sizeof(name), "step_%08d", step);
-    return (root_ / out / name).string();
-  }
-
-  fs::path root_;
 };
 
 }  // namespace
