@@ -23,6 +23,10 @@ void run_gloo_ranks(int n, const std::function<void(ProcessGroup&)>& fn, Millise
         o.gloo_hostname = "127.0.0.1";
         auto pg = make_gloo_group(std::make_shared<PrefixStore>("t", store), r, n, o);
         fn(*pg);
+        // No rank tears its group down while a peer may still be connecting to it: a rank whose fn
+        // needs no collective (an argument check that throws at once) used to close its sockets
+        // under a peer's connect ("Connection closed by peer", session 13's CI run).
+        pg->barrier();
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!first) first = std::current_exception();
