@@ -2,6 +2,7 @@
 // unit, the unit recomputed in backward and its gradients reduce-scattered into the shards.
 #include "bludist/zero3.h"
 
+#include <chrono>
 #include <utility>
 
 #include "blutensor/autograd.h"
@@ -22,6 +23,14 @@ class EnableGradGuard {
  private:
   bool previous_;
 };
+
+// Adds the host time of `collective` to *seconds.
+template <typename F>
+void timed(double* seconds, F&& collective) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collective();
+  *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -56,7 +65,8 @@ Tensor Zero3Unit::gather_like(std::size_t i, const Tensor& shard_state) const {
   BLU_CHECK(shard_state.numel() == piece, "Zero3Unit::gather_like: parameter ", i, "'s shard has ", piece,
             " elements, got ", shard_state.describe());
   Tensor all = blu::empty({n_ * piece}, blu::TensorOptions(shard_state.dtype()).device(pg_->device()));
-  pg_->all_gather(all, shard_state.detach().reshape({piece}).contiguous());
+  const Tensor mine = shard_state.detach().reshape({piece}).contiguous();
+  timed(&comm_seconds_, [&] { pg_->all_gather(all, mine); });
   return all.narrow(0, 0, numels_[i]).reshape(shapes_[i]).contiguous();
 }
 
@@ -91,7 +101,7 @@ std::vector<Tensor> Zero3Unit::reduce_grads(const std::vector<Tensor>& whole_gra
     Tensor padded = blu::zeros({n_ * piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
     padded.narrow(0, 0, numels_[i]).copy_(g.reshape({numels_[i]}));
     Tensor mine = blu::empty({piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
-    pg_->reduce_scatter(mine, padded, ReduceOp::kAvg);
+    timed(&comm_seconds_, [&] { pg_->reduce_scatter(mine, padded, ReduceOp::kAvg); });
     out.push_back(mine);
   }
   return out;

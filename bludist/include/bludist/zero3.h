@@ -47,6 +47,8 @@ class Zero3Unit {
   const blu::Shape& whole_shape(std::size_t i) const { return shapes_.at(i); }
   int64_t whole_numel(std::size_t i) const { return numels_.at(i); }
   const std::shared_ptr<ProcessGroup>& group() const { return pg_; }
+  // Host seconds spent inside this unit's collectives so far (as DDP's comm_seconds).
+  double comm_seconds() const { return comm_seconds_; }
 
   // Collective: the whole values (new tensors, no autograd), e.g. for checkpoints and sampling.
   std::vector<Tensor> gather() const;
@@ -71,6 +73,7 @@ class Zero3Unit {
   std::vector<blu::Shape> shapes_;
   std::vector<int64_t> numels_;
   int64_t n_ = 1;
+  mutable double comm_seconds_ = 0;
 };
 
 }  // namespace bludist

@@ -162,6 +162,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
     }
     opt = std::move(sharded);
     zero3_ = true;
+    zero3_model_ = &model;
     return;
   }
   if (cfg_->zero == 0) {
@@ -265,7 +266,7 @@ void DataParallel::release_moments(AdamW& opt) {
 }
 
 double DataParallel::comm_seconds() const {
-  return ddp_ ? ddp_->comm_seconds() : zero_ ? zero_->comm_seconds() : 0.0;
+  return ddp_ ? ddp_->comm_seconds() : zero_ ? zero_->comm_seconds() : zero3_model_ ? zero3_model_->zero3_comm_seconds() : 0.0;
 }
 
 DataParallel::StepReport DataParallel::report_step(double local_loss, double rank_mem_gib) {

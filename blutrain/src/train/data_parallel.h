@@ -155,6 +155,7 @@ class DataParallel {
   std::unique_ptr<bludist::DistributedDataParallel> ddp_;
   std::unique_ptr<bludist::ZeroAdamW> zero_;
   bool zero3_ = false;  // --zero 3: the model holds shards (Note [ZeRO-3 GPT-2]); no DDP on top
+  const GPT2* zero3_model_ = nullptr;  // its units' communication time
   double comm_seconds_reported_ = 0;
 };
 
