@@ -61,6 +61,11 @@ void auto_path_order(const GemmProblem& p, const DeviceInfo& dev, GemmPath order
   int count = 0;
   const GemmPath first = preferred_path(p, dev);
   if (first == GemmPath::kSm90Wgmma) order[count++] = GemmPath::kSm90Wgmma;
+  // FP8 on Hopper: wgmma or nothing (the mma.sync FP8 kernels are a forced test path there).
+  if (dtype_is_fp8(p.ab_type) && first == GemmPath::kSm90Wgmma) {
+    *n = count;
+    return;
+  }
   if (first == GemmPath::kSm90Wgmma || first == GemmPath::kSm80Mma) order[count++] = GemmPath::kSm80Mma;
   order[count++] = GemmPath::kSimt;
   *n = count;
