@@ -119,7 +119,7 @@ struct SharedWorkspace {
   std::size_t bytes = 0;
   Tensor t;
   void* get(const Device& device) {
-    if (!t.defined() && bytes > 0)
+    if (bytes > 0 && (!t.defined() || static_cast<std::size_t>(t.numel()) * 4 < bytes))
       t = empty({static_cast<int64_t>((bytes + 3) / 4 + 1)}, TensorOptions(kInt32).device(device));
     return bytes > 0 ? t.data_ptr() : nullptr;
   }

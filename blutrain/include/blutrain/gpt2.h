@@ -156,7 +156,8 @@ class GPT2 {
   // Collective: the whole value of per-element state laid out like parameter i's shard (an
   // AdamW moment); and a GPT2 with the whole weights.
   Tensor zero3_gather_like(std::size_t i, const Tensor& shard_state) const;
-  std::unique_ptr<GPT2> zero3_whole();
+  // keep = false: the collectives only (the ranks that do not write the checkpoint hold no copy).
+  std::unique_ptr<GPT2> zero3_whole(bool keep = true);
 
   struct Block {
     Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;

@@ -369,10 +369,15 @@ Tensor GPT2::zero3_gather_like(std::size_t i, const Tensor& shard_state) const {
   return unit->gather_like(j, shard_state);
 }
 
-std::unique_ptr<GPT2> GPT2::zero3_whole() {
-  auto whole = std::make_unique<GPT2>(cfg_, device_);
-  std::vector<NamedParam> mine = parameters(), theirs = whole->parameters();
+std::unique_ptr<GPT2> GPT2::zero3_whole(bool keep) {
+  std::vector<NamedParam> mine = parameters();
   NoGradGuard no_grad;
+  if (!keep) {
+    for (std::size_t i = 0; i < mine.size(); ++i) (void)zero3_gather_like(i, *mine[i].tensor);
+    return nullptr;
+  }
+  auto whole = std::make_unique<GPT2>(cfg_, device_);
+  std::vector<NamedParam> theirs = whole->parameters();
   for (std::size_t i = 0; i < mine.size(); ++i) theirs[i].tensor->copy_(zero3_gather_like(i, *mine[i].tensor));
   return whole;
 }

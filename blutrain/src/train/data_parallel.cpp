@@ -248,13 +248,21 @@ void DataParallel::gather_moments(AdamW& opt) {
 bool DataParallel::zero3() const { return zero3_; }
 
 DataParallel::Whole DataParallel::gather_whole(GPT2& model, AdamW& opt) {
+  // Rank 0 writes the checkpoint: only it keeps the whole copies (the others join the collectives).
   Whole w;
-  w.model = model.zero3_whole();
-  w.opt = std::make_unique<AdamW>(w.model->parameters(), AdamWConfig{}, false);
-  w.opt->set_step_count(opt.step_count());
+  const bool keep = pg_->rank() == 0;
+  w.model = model.zero3_whole(keep);
+  if (keep) {
+    w.opt = std::make_unique<AdamW>(w.model->parameters(), AdamWConfig{}, false);
+    w.opt->set_step_count(opt.step_count());
+  }
   for (std::size_t i = 0; i < opt.params().size(); ++i) {
-    w.opt->exp_avg()[i] = model.zero3_gather_like(i, opt.exp_avg()[i]);
-    w.opt->exp_avg_sq()[i] = model.zero3_gather_like(i, opt.exp_avg_sq()[i]);
+    Tensor m = model.zero3_gather_like(i, opt.exp_avg()[i]);
+    Tensor v = model.zero3_gather_like(i, opt.exp_avg_sq()[i]);
+    if (keep) {
+      w.opt->exp_avg()[i] = m;
+      w.opt->exp_avg_sq()[i] = v;
+    }
   }
   return w;
 }
