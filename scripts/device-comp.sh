@@ -4,7 +4,8 @@
 #   scripts/device-comp.sh <blutrain binary> <results dir> <work dir> [static tools dir]
 # 1. capture d12 fp32/bf16 B4 T1024 on CUDA, replayed bit for bit (capture_d12_<p>.txt);
 # 2. d12 B16 T1024, 12 steps each, one process after another: --engine autograd, captured and fused
-#    (the trainer's default on CUDA), tok/s and peak from --summary-json (engine_<e>_d12_<p>.json);
+#    (the trainer's default on CUDA), tok/s and peak from --summary-json (engine_<e>_d12_<p>.summary:
+#    JSON, named so that make_summary.py's *.json glob does not take their e2e.* names for the race's);
 # 3. with the static tools folder (scripts/blucomp-static.sh's gz/blu-plan.gz): d12 fp32 B8 T1024,
 #    record (--engine captured), blu-plan (+ --ptx-dir), then 20 steps compiled vs 20 steps autograd vs
 #    20 fused from the same seed; scripts/comp_report.py writes comp.json (comp.fp32.* metrics).
@@ -22,7 +23,7 @@ for p in bf16 fp32; do
   for e in autograd captured fused; do
     echo "engine $e d12 $p"
     timeout 240 "$bin" train --model d12 --device cuda --engine $e --precision $p $quiet --batch-size 16 \
-      --max-steps 12 --out-dir "$work/engine_${e}_$p" --summary-json "$res/engine_${e}_d12_$p.json.tmp" \
+      --max-steps 12 --out-dir "$work/engine_${e}_$p" --summary-json "$res/engine_${e}_d12_$p.summary" \
       > "$res/engine_${e}_d12_$p.txt" 2>&1 || fail "engine $e d12 $p rc=$?"
   done
 done
@@ -46,7 +47,4 @@ if [ -n "$tools" ] && [ -f "$tools/blu-plan.gz" ]; then
   python3 "$(dirname "$0")/comp_report.py" "$res" > "$res/comp_report.txt" 2>&1 || fail "comp_report rc=$?"
   cat "$res/comp_report.txt"
 fi
-# The per-engine summaries are kept out of make_summary.py's glob (their e2e.* names would shadow
-# the race's); comp_report.py reads them.
-for f in "$res"/engine_*.json.tmp; do [ -f "$f" ] && mv "$f" "${f%.json.tmp}.summary"; done
 true

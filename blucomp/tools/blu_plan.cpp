@@ -7,12 +7,10 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
-#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Support/FileUtilities.h"
 
 #include "blucomp/blu_dialect.h"
+#include "tool_registry.h"
 #include "blucomp/import_capture.h"
 #include "blucomp/passes.h"
 #include "blucomp/plan_export.h"
@@ -36,10 +34,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   mlir::DialectRegistry registry;
-  mlir::registerAllDialects(registry);
-  mlir::registerAllExtensions(registry);
-  mlir::registerAllToLLVMIRTranslations(registry);
-  registry.insert<blu::comp::BluDialect>();
+  blu::comp::registerToolDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadDialect<blu::comp::BluDialect, mlir::func::FuncDialect>();
   mlir::OwningOpRef<mlir::ModuleOp> module = blu::comp::importCapture(file->getBuffer(), &context, &error);

@@ -10,14 +10,12 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
-#include "mlir/Target/LLVMIR/Dialect/All.h"
 
 #include "blucomp/blu_dialect.h"
+#include "tool_registry.h"
 #include "blucomp/passes.h"
 #include "blucomp/ptx.h"
 
@@ -33,10 +31,7 @@ int main(int argc, char** argv) {
   cl::ParseCommandLineOptions(argc, argv, "blu-ptx: blu MLIR -> PTX files\n");
 
   mlir::DialectRegistry registry;
-  mlir::registerAllDialects(registry);
-  mlir::registerAllExtensions(registry);
-  mlir::registerAllToLLVMIRTranslations(registry);
-  registry.insert<blu::comp::BluDialect>();
+  blu::comp::registerToolDialects(registry);
   mlir::MLIRContext context(registry);
 
   std::string error;

@@ -299,16 +299,18 @@ double run_case(const Fp8Case& c, bool check_determinism = false) {
   return worst;
 }
 
-TEST(GemmFp8, EveryPairAndOutputOnOddSizes) {
-  BLU_REQUIRE_SM90();
+// Every A x B format pair and both D types over `shapes`, the options varied case by case (bias,
+// scales, amax, alpha, beta; with batches, some cases batched and some rerun for bitwise equality).
+template <std::size_t N>
+void run_every_pair(blublas::GemmPath path, const int (&shapes)[N][3], bool batches) {
   const Dtype types[2] = {Dtype::kE4M3, Dtype::kE5M2};
-  const int shapes[][3] = {{1, 1, 1}, {17, 33, 64}, {129, 77, 200}, {64, 256, 128}, {200, 300, 640}, {5, 517, 33}};
   int idx = 0;
   for (Dtype a : types) {
     for (Dtype b : types) {
       for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
         for (const auto& s : shapes) {
           Fp8Case c;
+          c.path = path;
           c.a = a; c.b = b; c.cd = cd;
           c.m = s[0]; c.n = s[1]; c.k = s[2];
           c.bias = idx % 2 == 0;
@@ -316,12 +318,19 @@ TEST(GemmFp8, EveryPairAndOutputOnOddSizes) {
           c.amax = idx % 4 != 1;
           c.alpha = idx % 5 == 0 ? -0.75f : 1.0f;
           c.beta = idx % 3 == 2 ? 0.5f : 0.0f;
-          run_case(c);
+          if (batches) c.batch = idx % 7 == 3 ? 2 : 1;
+          run_case(c, /*check_determinism=*/batches && idx % 4 == 0);
           ++idx;
         }
       }
     }
   }
+}
+
+TEST(GemmFp8, EveryPairAndOutputOnOddSizes) {
+  BLU_REQUIRE_SM90();
+  const int shapes[][3] = {{1, 1, 1}, {17, 33, 64}, {129, 77, 200}, {64, 256, 128}, {200, 300, 640}, {5, 517, 33}};
+  run_every_pair(blublas::GemmPath::kAuto, shapes, /*batches=*/false);
 }
 
 TEST(GemmFp8, ColumnMajorTnAndBatches) {
@@ -358,29 +367,8 @@ TEST(GemmFp8, ForcedTilesAndSplitK) {
 // pair, both D types, odd sizes, scales, alpha, beta, bias, amax, batches, bitwise reruns.
 TEST(GemmFp8, Sm80MmaPathEveryPair) {
   BLU_REQUIRE_SM90();
-  const Dtype types[2] = {Dtype::kE4M3, Dtype::kE5M2};
   const int shapes[][3] = {{1, 1, 1}, {17, 33, 64}, {129, 77, 200}, {200, 300, 640}};
-  int idx = 0;
-  for (Dtype a : types) {
-    for (Dtype b : types) {
-      for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
-        for (const auto& s : shapes) {
-          Fp8Case c;
-          c.path = blublas::GemmPath::kSm80Mma;
-          c.a = a; c.b = b; c.cd = cd;
-          c.m = s[0]; c.n = s[1]; c.k = s[2];
-          c.bias = idx % 2 == 0;
-          c.scales = idx % 3 != 0;
-          c.amax = idx % 4 != 1;
-          c.alpha = idx % 5 == 0 ? -0.75f : 1.0f;
-          c.beta = idx % 3 == 2 ? 0.5f : 0.0f;
-          c.batch = idx % 7 == 3 ? 2 : 1;
-          run_case(c, /*check_determinism=*/idx % 4 == 0);
-          ++idx;
-        }
-      }
-    }
-  }
+  run_every_pair(blublas::GemmPath::kSm80Mma, shapes, /*batches=*/true);
 }
 
 // A leading dimension that is not a multiple of 16 bytes: kAuto copies the operand (1-byte repack).

@@ -37,6 +37,7 @@
 #include "common/arch.cuh"
 #include "common/tf32_round.h"
 #include "gemm/epilogue.cuh"
+#include "gemm/heuristics.h"
 
 namespace blublas::gemm_detail::sm80 {
 
@@ -446,6 +447,18 @@ Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
     }
     return p.b_k_major ? launch<Cfg, T, false, true>(p, stream) : launch<Cfg, T, false, false>(p, stream);
   }
+}
+
+// The three CTA tiles of one element type (heuristics.cpp's Sm80Tile): what each per-type
+// instantiation file (sm80_<type>_gemm.cu) launches.
+template <typename T>
+Status launch_tile(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
+  switch (tile) {
+    case Sm80Tile::k128x128: return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, stream);
+    case Sm80Tile::k128x64: return launch_majors<KernelConfig<T, 128, 64, 2, 1, 4>, T>(p, stream);
+    case Sm80Tile::k64x64: return launch_majors<KernelConfig<T, 64, 64, 2, 2, 4>, T>(p, stream);
+  }
+  return Status(StatusCode::kNotSupported, "sm80 gemm: unknown tile");
 }
 
 }  // namespace blublas::gemm_detail::sm80

@@ -7,16 +7,7 @@
 namespace blublas::gemm_detail {
 
 Status sm80_tf32_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
-  using T = sm80::Tf32;
-  switch (tile) {
-    case Sm80Tile::k128x128:
-      return sm80::launch_majors<sm80::KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, stream);
-    case Sm80Tile::k128x64:
-      return sm80::launch_majors<sm80::KernelConfig<T, 128, 64, 2, 1, 4>, T>(p, stream);
-    case Sm80Tile::k64x64:
-      return sm80::launch_majors<sm80::KernelConfig<T, 64, 64, 2, 2, 4>, T>(p, stream);
-  }
-  return Status(StatusCode::kNotSupported, "sm80 tf32 gemm: unknown tile");
+  return sm80::launch_tile<sm80::Tf32>(p, tile, stream);
 }
 
 }  // namespace blublas::gemm_detail

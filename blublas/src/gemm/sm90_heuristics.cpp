@@ -73,15 +73,10 @@ int tile_from_env() {
   return -1;
 }
 
-// BLUBLAS_SM90_PINGPONG=0 keeps kAuto off the ping-pong tiles (A/B measurements).
-bool ping_pong_allowed_by_env() {
-  const char* v = std::getenv("BLUBLAS_SM90_PINGPONG");
-  return v == nullptr || *v == '\0' || std::atoi(v) != 0;
-}
-
-// BLUBLAS_SM90_192=0 keeps kAuto off the 192x192 tile (A/B measurements).
-bool tile192_allowed_by_env() {
-  const char* v = std::getenv("BLUBLAS_SM90_192");
+// A tile family kAuto may take unless `name`=0 (A/B measurements): BLUBLAS_SM90_PINGPONG for the
+// ping-pong tiles, BLUBLAS_SM90_192 for the 192x192 one.
+bool allowed_by_env(const char* name) {
+  const char* v = std::getenv(name);
   return v == nullptr || *v == '\0' || std::atoi(v) != 0;
 }
 
@@ -111,9 +106,9 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   double best = 1e30;
   for (const TileModel& t : candidates) {
     if (forced_tile >= 0 && static_cast<int>(t.tile) != forced_tile) continue;
-    if (t.ping_pong && forced_tile < 0 && !ping_pong_allowed_by_env()) continue;
+    if (t.ping_pong && forced_tile < 0 && !allowed_by_env("BLUBLAS_SM90_PINGPONG")) continue;
     if (t.tile == Sm90Tile::k192x192_3c &&
-        (dtype_is_fp8(p.ab_type) || (forced_tile < 0 && !tile192_allowed_by_env()))) {
+        (dtype_is_fp8(p.ab_type) || (forced_tile < 0 && !allowed_by_env("BLUBLAS_SM90_192")))) {
       continue;
     }
     const int kblocks = ceil_div(p.k, sm90_tile_k(t.tile, p.ab_type));

@@ -220,9 +220,7 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
   if (zero3_) {  // the shards' gradients are averaged already; the norm sums every rank's shards
     const auto pg = pg_;
     r = clip_and_update(opt, grad_clip, lr, true, [pg](const std::vector<NamedParam>& ps) {
-      Tensor s = from_vector(std::vector<double>{grad_sum_of_squares(ps)}, {1}, TensorOptions(kFloat64)).to(pg->device());
-      pg->all_reduce(s, bludist::ReduceOp::kSum);
-      return s.item();
+      return all_reduce_double(*pg, grad_sum_of_squares(ps));
     });
     opt.zero_grad();
     return r;
@@ -247,9 +245,9 @@ void DataParallel::gather_moments(AdamW& opt) {
 
 bool DataParallel::zero3() const { return zero3_; }
 
-DataParallel::Whole DataParallel::gather_whole(GPT2& model, AdamW& opt) {
+WholeModel DataParallel::gather_whole(GPT2& model, AdamW& opt) {
   // Rank 0 writes the checkpoint: only it keeps the whole copies (the others join the collectives).
-  Whole w;
+  WholeModel w;
   const bool keep = pg_->rank() == 0;
   w.model = model.zero3_whole(keep);
   if (keep) {
@@ -297,10 +295,11 @@ DataParallel::StepReport DataParallel::report_step(double local_loss, double ran
   return r;
 }
 
-double DataParallel::mean(double local_value) {
-  Tensor t =
-      from_vector(std::vector<double>{local_value}, {1}, TensorOptions(kFloat64)).to(pg_->device());
-  pg_->all_reduce(t, bludist::ReduceOp::kAvg);
+double DataParallel::mean(double local_value) { return all_reduce_double(*pg_, local_value, true); }
+
+double all_reduce_double(bludist::ProcessGroup& pg, double value, bool mean) {
+  Tensor t = from_vector(std::vector<double>{value}, {1}, TensorOptions(kFloat64)).to(pg.device());
+  pg.all_reduce(t, mean ? bludist::ReduceOp::kAvg : bludist::ReduceOp::kSum);
   return t.item();
 }
 

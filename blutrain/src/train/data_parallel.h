@@ -53,6 +53,7 @@
 #include "blutrain/config.h"
 #include "blutrain/gpt2.h"
 #include "blutrain/optimizer.h"
+#include "train/train_state.h"
 
 namespace bludist {
 class ProcessGroup;
@@ -124,13 +125,10 @@ class DataParallel {
   void gather_moments(AdamW& opt);
   void release_moments(AdamW& opt);
   // --zero 3 (Note [ZeRO-3 GPT-2]): whether the model is sharded, and (collective) a whole GPT2
-  // and AdamW (weights, moments, step count) in the one-process format for a checkpoint.
+  // and AdamW (weights, moments, step count) in the one-process format for a checkpoint, on
+  // rank 0 only (the others join the gathers and get an empty WholeModel).
   bool zero3() const;
-  struct Whole {
-    std::unique_ptr<GPT2> model;
-    std::unique_ptr<AdamW> opt;
-  };
-  Whole gather_whole(GPT2& model, AdamW& opt);
+  WholeModel gather_whole(GPT2& model, AdamW& opt);
 
   // Collective. Returns on rank 0 the mean of `local_loss` over ranks and sets the step's
   // largest per-rank memory (GiB) and communication time (ms); other ranks get their own loss.
@@ -161,5 +159,9 @@ class DataParallel {
 
 // This process's peak resident memory (VmHWM), GiB; 0 when unknown.
 double process_peak_rss_gib();
+
+// Collective over pg: one double summed (mean = false) or averaged over the ranks, in f64 on the
+// group's device (gradient norms, validation means).
+double all_reduce_double(bludist::ProcessGroup& pg, double value, bool mean = false);
 
 }  // namespace blu::train

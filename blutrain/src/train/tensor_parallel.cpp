@@ -9,6 +9,7 @@
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
+#include "train/data_parallel.h"
 
 namespace blu::train {
 
@@ -65,10 +66,8 @@ std::string TensorParallel::describe() const {
 double TensorParallel::grad_sum_of_squares(const std::vector<NamedParam>& params) const {
   std::vector<NamedParam> sharded, replicated;
   for (const NamedParam& p : params) (tp_split(p.name) == TpSplit::kReplicated ? replicated : sharded).push_back(p);
-  Tensor s = from_vector(std::vector<double>{blu::train::grad_sum_of_squares(sharded)}, {1}, TensorOptions(kFloat64))
-                 .to(pg_->device());
-  pg_->all_reduce(s, bludist::ReduceOp::kSum);
-  return s.item() + blu::train::grad_sum_of_squares(replicated);  // identical on every rank: counted once
+  return all_reduce_double(*pg_, blu::train::grad_sum_of_squares(sharded)) +
+         blu::train::grad_sum_of_squares(replicated);  // identical on every rank: counted once
 }
 
 GradSumOfSquares TensorParallel::sum_of_squares_fn() const {
@@ -104,8 +103,8 @@ Tensor TensorParallel::gather_whole(const Tensor& local, TpSplit split) const {
   return mine;
 }
 
-TensorParallel::Whole TensorParallel::gather(GPT2& model, AdamW& opt) const {
-  Whole w;
+WholeModel TensorParallel::gather(GPT2& model, AdamW& opt) const {
+  WholeModel w;
   w.model = std::make_unique<GPT2>(model.config(), model.device());
   std::vector<NamedParam> mine = model.parameters(), all = w.model->parameters();
   w.opt = std::make_unique<AdamW>(all, AdamWConfig{});

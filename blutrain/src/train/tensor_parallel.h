@@ -63,11 +63,7 @@ class TensorParallel {
 
   // Collective: whole-model copies of `model` and `opt` (weights, moments, step count) as a GPT2
   // and AdamW without tensor parallelism, for save_checkpoint.
-  struct Whole {
-    std::unique_ptr<GPT2> model;
-    std::unique_ptr<AdamW> opt;
-  };
-  Whole gather(GPT2& model, AdamW& opt) const;
+  WholeModel gather(GPT2& model, AdamW& opt) const;
   // Reads a whole-model checkpoint and keeps this rank's shards (weights, moments, step count).
   TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW& opt) const;
   // --init-from: the whole Hugging Face weights, this rank's shards kept.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ struct TrainState {
   uint64_t sample_rng = 0;
   std::vector<LossPoint> train_losses;
   std::vector<LossPoint> val_losses;
+};
+
+// A whole-model copy (weights, AdamW moments and step count) in the one-process format, gathered
+// from a sharded model for save_checkpoint (--tp: TensorParallel::gather; --zero 3:
+// DataParallel::gather_whole). Ranks that do not write the checkpoint may hold none.
+struct WholeModel {
+  std::unique_ptr<GPT2> model;
+  std::unique_ptr<AdamW> opt;
 };
 
 // What state.json holds (besides the informational config text).

@@ -306,20 +306,15 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     state.cursor = train_loader.cursor();
     // Note [Tensor-parallel training] / [ZeRO-3 GPT-2]: whole tensors, the one-process format.
-    std::unique_ptr<GPT2> whole_model;
-    std::unique_ptr<AdamW> whole_opt;
+    WholeModel whole;
     if (tp) {
-      TensorParallel::Whole w = tp->gather(model, opt);
-      whole_model = std::move(w.model);
-      whole_opt = std::move(w.opt);
+      whole = tp->gather(model, opt);
     } else if (dp && dp->zero3()) {
-      DataParallel::Whole w = dp->gather_whole(model, opt);
-      whole_model = std::move(w.model);
-      whole_opt = std::move(w.opt);
+      whole = dp->gather_whole(model, opt);
     }
     if (is_main) {
-      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, whole_model ? *whole_model : model,
-                                              whole_opt ? *whole_opt : opt, state, cfg);
+      result.checkpoint_dir = save_checkpoint(cfg.out_dir, cfg.keep_checkpoints, whole.model ? *whole.model : model,
+                                              whole.opt ? *whole.opt : opt, state, cfg);
       out << "checkpoint " << result.checkpoint_dir << "\n";
     }
     if (dp) dp->release_moments(opt);
