@@ -313,6 +313,8 @@ void run_every_pair(blublas::GemmPath path, const int (&shapes)[N][3], bool batc
           c.path = path;
           c.a = a; c.b = b; c.cd = cd;
           c.m = s[0]; c.n = s[1]; c.k = s[2];
+          // A forced path never repacks (gemm.cpp, plan_path): its rows must start 16-byte aligned.
+          if (path != blublas::GemmPath::kAuto) c.ld_pad = (16 - c.k % 16) % 16 + 16;
           c.bias = idx % 2 == 0;
           c.scales = idx % 3 != 0;
           c.amax = idx % 4 != 1;
@@ -369,6 +371,25 @@ TEST(GemmFp8, Sm80MmaPathEveryPair) {
   BLU_REQUIRE_SM90();
   const int shapes[][3] = {{1, 1, 1}, {17, 33, 64}, {129, 77, 200}, {200, 300, 640}};
   run_every_pair(blublas::GemmPath::kSm80Mma, shapes, /*batches=*/true);
+}
+
+// Forced onto the mma.sync path, a leading dimension that is not 16-byte aligned is refused with
+// kMisaligned naming the path (a forced path does not repack), not run and not a fault.
+TEST(GemmFp8, Sm80MmaPathRefusesMisalignedLd) {
+  BLU_REQUIRE_SM90();
+  DevBuf a(64 * 17), b(64 * 17), d(64 * 64 * 4);
+  ASSERT_TRUE(a.ptr && b.ptr && d.ptr);
+  GemmDesc g;
+  g.m = 64; g.n = 64; g.k = 16;
+  g.op_a = Op::kN; g.op_b = Op::kT;
+  g.ab_type = Dtype::kE4M3; g.b_type = Dtype::kE4M3; g.cd_type = Dtype::kF32;
+  g.a = a.ptr; g.lda = 17; g.b = b.ptr; g.ldb = 17;
+  g.c = d.ptr; g.ldc = 64; g.d = d.ptr; g.ldd = 64;
+  g.alpha = 1.0f; g.beta = 0.0f;
+  g.path = blublas::GemmPath::kSm80Mma;
+  const Status s = blublas::gemm(g, nullptr, 0, nullptr);
+  EXPECT_EQ(s.code(), blublas::StatusCode::kMisaligned) << s.to_string();
+  EXPECT_NE(s.to_string().find("sm80_mma"), std::string::npos) << s.to_string();
 }
 
 // A leading dimension that is not a multiple of 16 bytes: kAuto copies the operand (1-byte repack).
