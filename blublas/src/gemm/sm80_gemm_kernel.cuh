@@ -23,8 +23,20 @@
 //   With 64 x 32 warp tiles (6 per 16) the first version ran at 80-200 TFLOP/s on an H200: the
 //   shared-memory instruction queue, not the tensor cores, was the limit.
 // - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
-//   B panels in L2. The epilogue stores straight from the accumulator fragments through
-//   epilogue.cuh, with D's dtype picked at run time (one instantiation for all output dtypes).
+//   B panels in L2. The epilogue goes through shared memory (Note [sm80 staged epilogue]).
+//
+// Note [sm80 staged epilogue]
+// The first epilogue stored straight from the accumulator fragments: 64 pairs per thread, each an
+// inlined copy of epilogue.cuh's store for the three output dtypes (D's dtype is picked at run
+// time). That made the 128x128 kernel ~52K SASS instructions around a ~150-instruction main loop,
+// and Nsight Compute (H100, qkv fwd 16384x2304x768, session 14) showed what it cost: 0.20 issued
+// warps per scheduler, 5.6 warps stalled on "no instruction" per issued one (the code does not fit
+// the instruction cache, every CTA's epilogue streams it from L2), 102 TFLOP/s = 0.16 of cuBLAS.
+// Now the accumulators go to shared memory (the pipeline's, free after the main loop; rows of
+// BN + 8 floats, so the float2 writes of a half-warp, 4 rows x 4 lanes, hit 32 distinct banks),
+// and one rolled loop per output dtype walks the tile row by row: consecutive threads take
+// consecutive column pairs (coalesced stores, where the fragment stores touched 8 rows per warp
+// instruction), and the epilogue is inlined three times instead of 192.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -91,9 +103,14 @@ struct KernelConfig {
   static constexpr int kBNStride = BN + 8;          // [kBK][BN + 8]
   template <bool KMAJ, int ROWS>
   static constexpr int tile_elems() { return KMAJ ? ROWS * kKMajStride : kBK * (ROWS + 8); }
+  // The epilogue stages the fp32 accumulator tile through the pipeline's shared memory
+  // (Note [sm80 staged epilogue]): rows of BN + 8 floats.
+  static constexpr int kStageLd = BN + 8;
   template <bool A_KMAJ, bool B_KMAJ>
   static constexpr int smem_bytes() {
-    return STAGES * (tile_elems<A_KMAJ, BM>() + tile_elems<B_KMAJ, BN>()) * kElem;
+    constexpr int pipeline = STAGES * (tile_elems<A_KMAJ, BM>() + tile_elems<B_KMAJ, BN>()) * kElem;
+    constexpr int staging = BM * kStageLd * 4;
+    return pipeline > staging ? pipeline : staging;
   }
   static_assert(kNT % 2 == 0, "B fragments are loaded in pairs of n8 tiles");
   static_assert((BM * 4) % kThreads == 0 && (BN * 4) % kThreads == 0, "chunks per thread");
@@ -296,6 +313,25 @@ inline constexpr bool kFp8WideOnHopper =
     false;
 #endif
 
+// The staged tile's epilogue (Note [sm80 staged epilogue]): thread x takes column pairs x,
+// x + kThreads, ... of the row-major BM x BN tile, so a warp stores 64 consecutive columns of one
+// row. Rows past m end the walk (rows only grow along it). Returns the thread's max |D| stored
+// (AMAX: the FP8 calls), else 0.
+template <typename Cfg, typename OutT, bool AMAX>
+__device__ __forceinline__ float store_staged(const float* stage, const EpilogueArgs& e, int batch, int m0, int n0) {
+  constexpr int kPairs = Cfg::BN / 2;
+  float amax = 0.0f;
+#pragma unroll 2
+  for (int idx = threadIdx.x; idx < Cfg::BM * kPairs; idx += Cfg::kThreads) {
+    const int r = idx / kPairs, c = (idx % kPairs) * 2;
+    if (m0 + r >= e.m) break;
+    const float2 v = *reinterpret_cast<const float2*>(stage + r * Cfg::kStageLd + c);
+    const float2 out = epilogue_store2<OutT>(e, batch, m0 + r, n0 + c, v.x, v.y);
+    if constexpr (AMAX) amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));
+  }
+  return amax;
+}
+
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e);
 
@@ -385,39 +421,39 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     }
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the pipeline's shared memory: it becomes the staging tile
 
+  // Note [sm80 staged epilogue]: fragments -> shared memory -> one rolled loop per output dtype.
+  float* stage = reinterpret_cast<float*>(smem_raw);
   const int g = lane / 4, t = lane % 4;
-  float amax = 0.0f;
-  if constexpr (Cfg::kFp8) {
-    // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc)
-    // + beta C + bias), so they fold into alpha: no per-element multiply, no registers held.
-    e.alpha *= (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
-  }
 #pragma unroll
   for (int i = 0; i < Cfg::kMT; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = m0 + wm0 + i * 16 + g + h * 8;
-      if (row >= args.m) continue;
 #pragma unroll
       for (int j = 0; j < Cfg::kNT; ++j) {
-        const int col = n0 + wn0 + j * 8 + 2 * t;
-        if constexpr (Cfg::kTf32) {  // f32 inputs take f32 outputs only (validate())
-          epilogue_store2<float>(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        } else if constexpr (Cfg::kFp8) {  // f32 or bf16 D (validate_fp8), amax of the stored values
-          const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-          const float2 out = e.cd_type == static_cast<int>(Dtype::kBF16)
-                                 ? epilogue_store2<__nv_bfloat16>(e, batch, row, col, v0, v1)
-                                 : epilogue_store2<float>(e, batch, row, col, v0, v1);
-          amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));
-        } else {
-          epilogue_store2_any(e, batch, row, col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        }
+        *reinterpret_cast<float2*>(stage + (wm0 + i * 16 + g + h * 8) * Cfg::kStageLd + wn0 + j * 8 + 2 * t) =
+            make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
     }
   }
+  __syncthreads();
   if constexpr (Cfg::kFp8) {
+    // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc)
+    // + beta C + bias), so they fold into alpha: no per-element multiply, no registers held.
+    e.alpha *= (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
+    const float amax = e.cd_type == static_cast<int>(Dtype::kBF16)
+                           ? store_staged<Cfg, __nv_bfloat16, true>(stage, e, batch, m0, n0)
+                           : store_staged<Cfg, float, true>(stage, e, batch, m0, n0);
     if (e.amax != nullptr) amax_warp_commit(e.amax, amax);  // every lane of the warp gets here
+  } else if constexpr (Cfg::kTf32) {  // f32 inputs take f32 outputs only (validate())
+    store_staged<Cfg, float, false>(stage, e, batch, m0, n0);
+  } else if (e.cd_type == static_cast<int>(Dtype::kBF16)) {
+    store_staged<Cfg, __nv_bfloat16, false>(stage, e, batch, m0, n0);
+  } else if (e.cd_type == static_cast<int>(Dtype::kF16)) {
+    store_staged<Cfg, __half, false>(stage, e, batch, m0, n0);
+  } else {
+    store_staged<Cfg, float, false>(stage, e, batch, m0, n0);
   }
 }
 
