@@ -29,6 +29,7 @@
 #include "blublas/device_info.h"
 #include "blublas/gemm.h"
 #include "common/gpu_test.h"
+#include "common/scoped_env.h"
 
 namespace {
 
@@ -111,17 +112,7 @@ std::string sm90_unavailable() {
     if (!why_.empty()) GTEST_SKIP() << "FP8 test skipped: " << why_; \
   } while (0)
 
-// Sets an environment variable for one scope (forced tile / splits of the sm90 heuristic).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (!value.empty()) setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using blu::test::ScopedEnv;
 
 struct Fp8Case {
   Dtype a = Dtype::kE4M3, b = Dtype::kE4M3, cd = Dtype::kBF16;

@@ -43,6 +43,7 @@
 #include "support/gemm_bound.h"
 #include "support/gemm_random_problem.h"
 #include "support/gemm_reference.h"
+#include "common/scoped_env.h"
 
 namespace {
 
@@ -193,25 +194,7 @@ bool is_bias_grad(Epilogue e) {
   return e == Epilogue::kBiasGradA || e == Epilogue::kBiasGradB;
 }
 
-// Sets (or clears) one environment variable for the lifetime of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (!value.empty()) {
-      setenv(name, value.c_str(), 1);
-      set_ = true;
-    }
-  }
-  ~ScopedEnv() {
-    if (set_) unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool set_ = false;
-};
+using blu::test::ScopedEnv;
 
 // ---- one problem on every path ------------------------------------------------------------------
 enum class PathOutcome { kNotRun, kChecked, kRefused, kFailed };
@@ -353,6 +336,8 @@ class CaseRunner {
     ScopedEnv splits("BLUBLAS_SM90_SPLITS",
                      sm90 && g.sm90_splits > 0 ? std::to_string(g.sm90_splits) : "");
     ScopedEnv generic("BLUBLAS_SM90_GENERIC_EPILOGUE", sm90 && g.sm90_generic_epilogue ? "1" : "");
+    const bool sm80 = d.path == GemmPath::kSm80Mma;
+    ScopedEnv sm80_splits("BLUBLAS_SM80_SPLITS", sm80 && g.sm80_splits > 0 ? std::to_string(g.sm80_splits) : "");
 
     std::size_t ws_bytes = 0;
     const Status q = blublas::gemm_workspace_size(d, &ws_bytes);

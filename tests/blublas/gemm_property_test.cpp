@@ -30,6 +30,7 @@
 #include "../../blublas/src/gemm/sm90_heuristics.h"
 #include "../../blublas/src/gemm/sm90_work_units.h"
 #include "support/gemm_random_problem.h"
+#include "common/scoped_env.h"
 
 namespace {
 
@@ -165,6 +166,7 @@ TEST(GemmProperty, GeneratorCoversTheCorners) {
     if (g.workspace_offset != 0) ++n["workspace offset"];
     if (!g.sm90_tile.empty()) ++n["sm90 tile " + g.sm90_tile];
     if (g.sm90_splits > 1) ++n["sm90 forced split-K"];
+    if (g.sm80_splits > 1) ++n["sm80 forced split-K"];
     if (d.ab_type == Dtype::kF16 && d.cd_type == Dtype::kF16 && d.op_a == Op::kT &&
         d.op_b == Op::kT && d.layout == Layout::kRowMajor && d.k <= 2) {
       ++n["issue 11 family"];
@@ -193,6 +195,7 @@ TEST(GemmProperty, GeneratorCoversTheCorners) {
                                                          {"tiny inputs", 300},
                                                          {"workspace offset", 800},
                                                          {"sm90 forced split-K", 1000},
+                                                         {"sm80 forced split-K", 1000},
                                                          {"issue 11 family", 10}};
   for (const auto& [what, at_least] : want) EXPECT_GE(n[what], at_least) << what;
   for (const char* ops : {"NN", "NT", "TN", "TT"}) {
@@ -612,6 +615,61 @@ TEST(GemmProperty, SimtAndSm80Plans) {
     }
   }
   EXPECT_GT(splits_seen, 10) << "deep-K strict fp32 problems should take SIMT split-K";
+}
+
+// Note [sm80 split-K]: every plan covers K with no empty split and at least 8 slices per split;
+// the weight-gradient shapes (few tiles, deep K) split, the forwards (thousands of tiles) do not,
+// and BLUBLAS_SM80_SPLITS forces a count (clamped to the slices).
+TEST(GemmProperty, Sm80SplitKPlans) {
+  if (std::getenv("BLUBLAS_SM80_SPLITS") != nullptr) GTEST_SKIP() << "split-K forced by the environment";
+  const DeviceInfo devs[] = {device(9, 0, 132), device(8, 9, 142), device(8, 0, 108)};
+  int splits_seen = 0;
+  for (int i = 0; i < kProblems; ++i) {
+    const RandomGemm g = bound_problem(kSeed, i);
+    gd::GemmProblem p;
+    ASSERT_TRUE(gd::normalize(g.desc, &p).ok());
+    for (const DeviceInfo& dev : devs) {
+      SCOPED_TRACE(g.describe());
+      const gd::Sm80Plan plan = gd::choose_sm80_plan(p, dev);
+      const int64_t bk = 64 / static_cast<int64_t>(blublas::dtype_size(p.ab_type));
+      const int64_t slices = (p.k + bk - 1) / bk;
+      ASSERT_GE(plan.splits, 1);
+      if (plan.splits == 1) {
+        EXPECT_EQ(gd::sm80_partial_bytes(p, plan), 0u);
+        continue;
+      }
+      splits_seen++;
+      EXPECT_LE(plan.splits, 8);
+      EXPECT_GE(plan.kt_per_split, 8);
+      EXPECT_GE(static_cast<int64_t>(plan.splits) * plan.kt_per_split, slices) << "K not covered";
+      EXPECT_LT(static_cast<int64_t>(plan.splits - 1) * plan.kt_per_split, slices) << "an empty split";
+      EXPECT_EQ(gd::sm80_partial_bytes(p, plan),
+                static_cast<std::size_t>(plan.splits) * p.batch * p.m * gd::sm80_partial_ld(p) * 4);
+      EXPECT_EQ(gd::sm80_partial_ld(p) % 4, 0);
+      EXPECT_GE(gd::sm80_partial_ld(p), p.n);
+    }
+  }
+  EXPECT_GT(splits_seen, 10) << "deep-K problems with few tiles should take sm80 split-K";
+
+  // GPT-2 124M (M = B*T = 16384, C = 768) in bf16 on an H100: dW splits, the forwards do not.
+  const DeviceInfo h100 = device(9, 0, 132);
+  auto bf16 = [](int m, int n, int k) {
+    gd::GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    p.ab_type = p.b_type = p.cd_type = Dtype::kBF16;
+    return p;
+  };
+  EXPECT_GT(gd::choose_sm80_plan(bf16(3072, 768, 16384), h100).splits, 1) << "fc dW";
+  EXPECT_GT(gd::choose_sm80_plan(bf16(768, 768, 16384), h100).splits, 1) << "attn_proj dW";
+  EXPECT_EQ(gd::choose_sm80_plan(bf16(16384, 2304, 768), h100).splits, 1) << "qkv fwd";
+  EXPECT_EQ(gd::choose_sm80_plan(bf16(16384, 768, 3072), h100).splits, 1) << "fc dX";
+  {
+    blu::test::ScopedEnv forced("BLUBLAS_SM80_SPLITS", "3");
+    const gd::Sm80Plan f = gd::choose_sm80_plan(bf16(16384, 2304, 768), h100);
+    EXPECT_EQ(f.splits, 3);
+    EXPECT_EQ(f.kt_per_split, 8);  // 24 slices of 32
+    EXPECT_EQ(gd::choose_sm80_plan(bf16(64, 64, 40), h100).splits, 2) << "clamped to the 2 slices";
+  }
 }
 
 // Note [SIMT NT via a transposed B]: only strict-fp32 NT problems with a large M and a B of at

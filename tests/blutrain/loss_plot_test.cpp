@@ -11,6 +11,7 @@
 
 #include "blutrain/files.h"
 #include "blutrain/metrics.h"
+#include "common/scoped_env.h"
 
 namespace blu::train {
 namespace {
@@ -32,27 +33,7 @@ fs::path fresh_dir(const std::string& tag) {
   return d;
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using blu::test::ScopedEnv;
 
 TEST(LossPlot, ScriptHasTitlesAxesAndBothCurves) {
   const std::string gp = loss_plot_script("/o/loss.png", "/o/loss.dat", true, "run \"x\" lr 2e-3");

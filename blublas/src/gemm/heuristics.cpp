@@ -186,4 +186,63 @@ Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev) {
   return Sm80Tile::k64x64;
 }
 
+// Note [sm80 split-K]
+// A problem whose tiles leave most of the resident-CTA slots empty (the weight gradients: fc dW
+// 3072 x 768 is 144 tiles of 128 x 128 for 264 slots on an H100, attn_proj dW 36) or fill a last
+// wave badly runs its K in splits: split y of every tile sums k slices [y * per, (y + 1) * per)
+// into fp32 partials in the workspace, and splitk_reduce (one pass, splits added in order: the same
+// bits every run) applies the epilogue. The split count minimises a time estimate in units of one
+// wave's k slice: waves(tiles * s) * ceil(slices / s), plus the partials' traffic (written once,
+// read once) at ~2.5 TB/s against a wave slice of resident x 2 BM BN BK flops at ~3 TFLOP/s per SM
+// (mma.sync, bf16; tf32 is half the rate per byte of k, the same per slice). Each split keeps at
+// least 8 slices; up to 8 splits; a split must beat no split by 10%. Slots per SM = the smaller of
+// the register limit (2 CTAs of the 128-row tiles, 4 of 64 x 64) and the shared-memory limit
+// (dev.max_smem_per_sm over the tile's 4 stages: 1 CTA of 128 x 128 on Ada's 100 KB).
+Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
+  Sm80Plan plan;
+  // FP8 on Hopper (the forced mma.sync test path) has the 64x64 tile only (sm80_gemm_kernel.cuh).
+  plan.tile = dtype_is_fp8(p.ab_type) && dev.sm_major >= 9 ? Sm80Tile::k64x64 : choose_sm80_tile(p, dev);
+  const int bm = plan.tile == Sm80Tile::k64x64 ? 64 : 128;
+  const int bn = plan.tile == Sm80Tile::k128x128 ? 128 : 64;
+  const int64_t bk = 64 / static_cast<int64_t>(dtype_size(p.ab_type));
+  const int64_t slices = (static_cast<int64_t>(p.k) + bk - 1) / bk;
+  const int64_t max_splits = std::min<int64_t>(65535 / std::max<int64_t>(p.batch, 1), slices);
+  auto with_splits = [&](int64_t s) {
+    const int64_t per = (slices + s - 1) / s;
+    plan.splits = static_cast<int>((slices + per - 1) / per);
+    plan.kt_per_split = static_cast<int>(per);
+    if (plan.splits == 1) plan.kt_per_split = 0;
+    return plan;
+  };
+  if (const char* env = std::getenv("BLUBLAS_SM80_SPLITS"); env != nullptr && std::atoi(env) > 0) {
+    return with_splits(std::min<int64_t>(std::atoi(env), std::max<int64_t>(max_splits, 1)));
+  }
+  const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
+  const int64_t smem_tile = 4LL * (bm + bn) * 80;
+  const int64_t by_smem = dev.max_smem_per_sm > 0 ? std::max<int64_t>(dev.max_smem_per_sm / smem_tile, 1) : 1;
+  const int64_t per_sm = std::min<int64_t>(plan.tile == Sm80Tile::k64x64 ? 4 : 2, by_smem);
+  const int64_t slots = sms * per_sm;
+  const int64_t tiles = ctas(p, bm, bn);
+  const double wave_slice_us = static_cast<double>(per_sm) * 2.0 * bm * bn * 32 / 3.0e6;
+  const double partial_us_per_split =
+      2.0 * static_cast<double>(p.batch) * p.m * static_cast<double>(sm80_partial_ld(p)) * 4 / 2.5e6;
+  auto cost = [&](int64_t s) {
+    const int64_t per = (slices + s - 1) / s;
+    const int64_t n_splits = (slices + per - 1) / per;
+    const int64_t waves = (tiles * n_splits + slots - 1) / slots;
+    return static_cast<double>(waves * per) * wave_slice_us + (n_splits > 1 ? n_splits * partial_us_per_split : 0.0);
+  };
+  const double base = cost(1);
+  int64_t best = 1;
+  double best_cost = base;
+  for (int64_t s = 2; s <= std::min<int64_t>(8, max_splits) && slices / s >= 8; ++s) {
+    const double c = cost(s);
+    if (c < best_cost) {
+      best_cost = c;
+      best = s;
+    }
+  }
+  return with_splits(best_cost < 0.9 * base ? best : 1);
+}
+
 }  // namespace blublas::gemm_detail

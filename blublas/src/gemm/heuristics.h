@@ -3,6 +3,9 @@
 // touch the other. The kernels only read the decisions (SimtConfig, Sm80Config).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "blublas/device_info.h"
 #include "blublas/gemm.h"
 #include "gemm_problem.h"  // relative: tests include this header without src/ on the path
@@ -37,5 +40,21 @@ bool simt_transpose_b(const GemmProblem& p);
 // mma.sync tile shapes (CTA tile M x N; warps; pipeline stages).
 enum class Sm80Tile : int { k128x128 = 0, k128x64 = 1, k64x64 = 2 };
 Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev);
+// The mma.sync path's launch: tile and split-K (Note [sm80 split-K] in heuristics.cpp).
+struct Sm80Plan {
+  Sm80Tile tile = Sm80Tile::k128x128;
+  int splits = 1;        // 1: no split; else fp32 partials in the workspace + splitk_reduce
+  int kt_per_split = 0;  // k slices (64 bytes of k each) per split when splits > 1
+};
+// BLUBLAS_SM80_SPLITS=N forces N splits (clamped to the k slices; tests), read at every call.
+Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev);
+// Floats per row of the split-K partial tiles: n rounded up to 4 (16-byte rows).
+inline int64_t sm80_partial_ld(const GemmProblem& p) { return (static_cast<int64_t>(p.n) + 3) / 4 * 4; }
+// Workspace bytes of the partials of `plan` (0 without split-K).
+inline std::size_t sm80_partial_bytes(const GemmProblem& p, const Sm80Plan& plan) {
+  return plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * static_cast<std::size_t>(p.batch) *
+                               static_cast<std::size_t>(p.m) * static_cast<std::size_t>(sm80_partial_ld(p)) * 4
+                         : 0;
+}
 
 }  // namespace blublas::gemm_detail

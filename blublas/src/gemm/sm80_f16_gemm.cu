@@ -5,8 +5,8 @@
 
 namespace blublas::gemm_detail {
 
-Status sm80_f16_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
-  return sm80::launch_tile<__half>(p, tile, stream);
+Status sm80_f16_launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
+  return sm80::launch_tile<__half>(p, plan, partial, stream);
 }
 
 }  // namespace blublas::gemm_detail

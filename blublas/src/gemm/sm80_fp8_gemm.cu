@@ -27,13 +27,13 @@ Status check_binary() {
 
 }  // namespace
 
-Status sm80_fp8_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
+Status sm80_fp8_launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   BLUBLAS_RETURN_IF_ERROR(check_binary());
   const bool a4 = p.ab_type == Dtype::kE4M3, b4 = p.b_type == Dtype::kE4M3;
-  if (a4 && b4) return sm80::launch_tile<sm80::E4M3E4M3>(p, tile, stream);
-  if (a4) return sm80::launch_tile<sm80::E4M3E5M2>(p, tile, stream);
-  if (b4) return sm80::launch_tile<sm80::E5M2E4M3>(p, tile, stream);
-  return sm80::launch_tile<sm80::E5M2E5M2>(p, tile, stream);
+  if (a4 && b4) return sm80::launch_tile<sm80::E4M3E4M3>(p, plan, partial, stream);
+  if (a4) return sm80::launch_tile<sm80::E4M3E5M2>(p, plan, partial, stream);
+  if (b4) return sm80::launch_tile<sm80::E5M2E4M3>(p, plan, partial, stream);
+  return sm80::launch_tile<sm80::E5M2E5M2>(p, plan, partial, stream);
 }
 
 }  // namespace blublas::gemm_detail

@@ -2,19 +2,26 @@
 // bf16/f16 operands, or f32 operands with compute=tf32, on sm_80 and newer (the sm_90a build of
 // the same kernels is the forceable kSm80Mma path on Hopper), with 16-byte aligned operand
 // pointers, leading dimensions and batch strides (cp.async granularity). C, D, aux and bias have
-// no alignment requirement. The bias-gradient epilogues run as a fixed-order pass
-// (bias_grad_reduce.cu) after the GEMM; its partials are the only workspace.
+// no alignment requirement. Split-K (Note [sm80 split-K] in heuristics.cpp) keeps fp32 partials in
+// the workspace and reduces them with splitk_reduce; the bias-gradient epilogues run as a
+// fixed-order pass (bias_grad_reduce.cu) after the GEMM, with their partials after the split-K ones.
 #include <cstdint>
 
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/heuristics.h"
 #include "gemm/sm80_gemm_launch.h"
+#include "gemm/splitk_reduce.h"
 
 namespace blublas::gemm_detail {
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The split-K partials first, then the bias-gradient partials at a 256-byte boundary.
+std::size_t partial_region(const GemmProblem& p, const Sm80Plan& plan) {
+  return (sm80_partial_bytes(p, plan) + 255) / 256 * 256;
+}
 
 }  // namespace
 
@@ -52,21 +59,29 @@ Status sm80_gemm_supports(const GemmProblem& p, const DeviceInfo& dev) {
 }
 
 std::size_t sm80_gemm_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev) {
-  return bias_grad_workspace_bytes(p, dev);
+  return partial_region(p, choose_sm80_plan(p, dev)) + bias_grad_workspace_bytes(p, dev);
 }
 
 Status sm80_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
-  // FP8 on Hopper (the forced mma.sync test path) has the 64x64 tile only (sm80_gemm_kernel.cuh).
-  const Sm80Tile tile = dtype_is_fp8(p.ab_type) && dev.sm_major >= 9 ? Sm80Tile::k64x64 : choose_sm80_tile(p, dev);
+  const Sm80Plan plan = choose_sm80_plan(p, dev);
+  const std::size_t region = partial_region(p, plan);
+  BLUBLAS_CHECK(workspace_bytes >= region && (region == 0 || workspace != nullptr), StatusCode::kInvalidArgument,
+                "sm80_mma path: split-K into ", plan.splits, " needs ", region, " bytes of workspace, got ",
+                workspace_bytes);
+  float* partial = static_cast<float*>(workspace);
   switch (p.ab_type) {
-    case Dtype::kBF16: BLUBLAS_RETURN_IF_ERROR(sm80_bf16_launch(p, tile, stream)); break;
-    case Dtype::kF16: BLUBLAS_RETURN_IF_ERROR(sm80_f16_launch(p, tile, stream)); break;
-    case Dtype::kF32: BLUBLAS_RETURN_IF_ERROR(sm80_tf32_launch(p, tile, stream)); break;
+    case Dtype::kBF16: BLUBLAS_RETURN_IF_ERROR(sm80_bf16_launch(p, plan, partial, stream)); break;
+    case Dtype::kF16: BLUBLAS_RETURN_IF_ERROR(sm80_f16_launch(p, plan, partial, stream)); break;
+    case Dtype::kF32: BLUBLAS_RETURN_IF_ERROR(sm80_tf32_launch(p, plan, partial, stream)); break;
     case Dtype::kE4M3:
-    case Dtype::kE5M2: BLUBLAS_RETURN_IF_ERROR(sm80_fp8_launch(p, tile, stream)); break;
+    case Dtype::kE5M2: BLUBLAS_RETURN_IF_ERROR(sm80_fp8_launch(p, plan, partial, stream)); break;
   }
-  return bias_grad_run(p, dev, workspace, workspace_bytes, stream);
+  if (plan.splits > 1) {
+    BLUBLAS_RETURN_IF_ERROR(splitk_reduce(p, partial, sm80_partial_ld(p), plan.splits, stream));
+  }
+  return bias_grad_run(p, dev, region == 0 ? workspace : static_cast<char*>(workspace) + region,
+                       workspace_bytes - region, stream);
 }
 
 }  // namespace blublas::gemm_detail

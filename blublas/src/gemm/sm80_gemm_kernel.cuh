@@ -300,6 +300,12 @@ struct KernelArgs {
   int tiles_m, tiles_n;
   const float* scale_a = nullptr;  // FP8: acc *= *scale_a * *scale_b before the epilogue (null = 1)
   const float* scale_b = nullptr;
+  // Split-K (Note [sm80 split-K] in heuristics.cpp): split blockIdx.y runs k slices
+  // [y * kt_per_split, (y + 1) * kt_per_split) and stores its fp32 tile (times the FP8 scales) to
+  // partial[y][batch][i][j] (rows of partial_ld floats); splitk_reduce applies the epilogue.
+  float* partial = nullptr;
+  int64_t partial_ld = 0;
+  int kt_per_split = 0;
 };
 
 // On sm_90 ptxas builds FP8 mma.sync from other instructions (Hopper's native FP8 is wgmma): with
@@ -379,11 +385,13 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     }
   }
 
-  const int ktiles = (args.k + Cfg::kBK - 1) / Cfg::kBK;
+  const int ktiles_all = (args.k + Cfg::kBK - 1) / Cfg::kBK;
+  const int kt0 = args.partial != nullptr ? static_cast<int>(blockIdx.y) * args.kt_per_split : 0;
+  const int ktiles = args.partial != nullptr ? max(0, min(args.kt_per_split, ktiles_all - kt0)) : ktiles_all;
   auto load_stage = [&](int stage, int kt) {
-    load_slice_async<Cfg, A_KMAJ, Cfg::BM>(sa + stage * kATile, a, args.lda, m0, kt * Cfg::kBK,
+    load_slice_async<Cfg, A_KMAJ, Cfg::BM>(sa + stage * kATile, a, args.lda, m0, (kt0 + kt) * Cfg::kBK,
                                           args.m, args.k);
-    load_slice_async<Cfg, B_KMAJ, Cfg::BN>(sb + stage * kBTile, b, args.ldb, n0, kt * Cfg::kBK,
+    load_slice_async<Cfg, B_KMAJ, Cfg::BN>(sb + stage * kBTile, b, args.ldb, n0, (kt0 + kt) * Cfg::kBK,
                                           args.n, args.k);
   };
 #pragma unroll
@@ -392,31 +400,53 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     cp_async_commit();
   }
 
+  // Note [sm80 fragment pipeline]: the fragments of k step s + 1 are loaded while the MMAs of
+  // step s run: B's into the other of two buffers before them, each A fragment into its own
+  // registers right after the MMAs of its row (A single-buffered: 128 accumulators + 16 A + 32 B
+  // registers; a full double buffer made ptxas spill at 255). The slice boundary (wait for slice
+  // kt + 1, barrier) sits before the last step's MMAs, so the next slice's first fragments load
+  // under them, and slice kt + STAGES - 1 is issued (cp.async) in the first step.
+  constexpr int kSteps = Cfg::kBK / Cfg::kMmaK;
+  static_assert(kSteps % 2 == 0, "the B fragment buffers alternate within a slice and across slices");
+  uint32_t af[Cfg::kMT][4];
+  uint32_t bf[2][Cfg::kNT / 2][4];
+  auto load_b = [&](int buf, int stage, int kk) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kNT / 2; ++j)
+      load_b_frag_pair<Cfg, T, B_KMAJ>(bf[buf][j], sb + stage * kBTile, wn0 + j * 16, kk, lane);
+  };
+  cp_async_wait<Cfg::STAGES - 2>();
+  __syncthreads();
+  if (ktiles > 0) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa, wm0 + i * 16, 0, lane);
+    load_b(0, 0, 0);
+  }
   for (int kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<Cfg::STAGES - 2>();
-    __syncthreads();
-    const int next = kt + Cfg::STAGES - 1;
-    if (next < ktiles) load_stage(next % Cfg::STAGES, next);
-    cp_async_commit();
-
-    const Elem* sa_k = sa + (kt % Cfg::STAGES) * kATile;
-    const Elem* sb_k = sb + (kt % Cfg::STAGES) * kBTile;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBK; kk += Cfg::kMmaK) {
-      uint32_t af[Cfg::kMT][4];
-      uint32_t bf[Cfg::kNT / 2][4];
-#pragma unroll
-      for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa_k, wm0 + i * 16, kk, lane);
-#pragma unroll
-      for (int j = 0; j < Cfg::kNT / 2; ++j) {
-        load_b_frag_pair<Cfg, T, B_KMAJ>(bf[j], sb_k, wn0 + j * 16, kk, lane);
+    for (int ks = 0; ks < kSteps; ++ks) {
+      if (ks == kSteps - 1) {
+        cp_async_wait<Cfg::STAGES - 2>();  // slice kt + 1 has landed
+        __syncthreads();                    // and every warp has loaded its last fragments of slice kt
+      }
+      // The step whose fragments load under this one's MMAs.
+      const bool has_next = ks < kSteps - 1 || kt + 1 < ktiles;
+      const int next_stage = ks < kSteps - 1 ? kt % Cfg::STAGES : (kt + 1) % Cfg::STAGES;
+      const int next_kk = ks < kSteps - 1 ? (ks + 1) * Cfg::kMmaK : 0;
+      const int cbuf = ks % 2;
+      if (has_next) load_b(1 - cbuf, next_stage, next_kk);
+      if (ks == 0) {  // stage (kt - 1) % STAGES: read by nobody since the last barrier
+        const int next = kt + Cfg::STAGES - 1;
+        if (next < ktiles) load_stage(next % Cfg::STAGES, next);
+        cp_async_commit();
       }
 #pragma unroll
       for (int i = 0; i < Cfg::kMT; ++i) {
 #pragma unroll
         for (int j = 0; j < Cfg::kNT; ++j) {
-          mma<T>(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+          mma<T>(acc[i][j], af[i], bf[cbuf][j / 2][(j % 2) * 2], bf[cbuf][j / 2][(j % 2) * 2 + 1]);
         }
+        if (has_next) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa + next_stage * kATile, wm0 + i * 16, next_kk, lane);
       }
     }
   }
@@ -438,6 +468,24 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     }
   }
   __syncthreads();
+  if (args.partial != nullptr) {  // split-K: the raw (FP8: scaled) sums; splitk_reduce does the rest
+    float scale = 1.0f;
+    if constexpr (Cfg::kFp8) {
+      scale = (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
+    }
+    float* out = args.partial + ((static_cast<int64_t>(blockIdx.y) * gridDim.z + batch) * args.m) * args.partial_ld;
+    constexpr int kPairs = Cfg::BN / 2;
+#pragma unroll 2
+    for (int idx = threadIdx.x; idx < Cfg::BM * kPairs; idx += Cfg::kThreads) {
+      const int r = idx / kPairs, c = (idx % kPairs) * 2;
+      if (m0 + r >= args.m) break;
+      if (n0 + c >= args.n) continue;  // partial_ld is a multiple of 4 >= n: a pair never straddles it
+      const float2 v = *reinterpret_cast<const float2*>(stage + r * Cfg::kStageLd + c);
+      *reinterpret_cast<float2*>(out + static_cast<int64_t>(m0 + r) * args.partial_ld + n0 + c) =
+          make_float2(v.x * scale, v.y * scale);
+    }
+    return;
+  }
   if constexpr (Cfg::kFp8) {
     // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc)
     // + beta C + bias), so they fold into alpha: no per-element multiply, no registers held.
@@ -459,40 +507,51 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
 
 // Launches one instantiation (the explicit-instantiation files call this).
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
-Status launch(const GemmProblem& p, cudaStream_t stream) {
+Status launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   constexpr int kSmem = Cfg::template smem_bytes<A_KMAJ, B_KMAJ>();
   auto kernel = sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   KernelArgs args{p.a, p.lda, p.stride_a, p.b, p.ldb, p.stride_b, p.m, p.n, p.k,
                   (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN, p.scale_a, p.scale_b};
-  const dim3 grid(static_cast<unsigned>(args.tiles_m) * static_cast<unsigned>(args.tiles_n), 1, p.batch);
+  if (plan.splits > 1) {
+    args.partial = partial;
+    args.partial_ld = sm80_partial_ld(p);
+    args.kt_per_split = plan.kt_per_split;
+  }
+  const dim3 grid(static_cast<unsigned>(args.tiles_m) * static_cast<unsigned>(args.tiles_n),
+                  static_cast<unsigned>(plan.splits), p.batch);
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(args, make_epilogue_args(p));
   BLUBLAS_KERNEL_LAUNCH_CHECK("sm80_gemm_kernel");
   return Status::success();
 }
 
 template <typename Cfg, typename T>
-Status launch_majors(const GemmProblem& p, cudaStream_t stream) {
+Status launch_majors(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   if constexpr (kIsFp8<T>) {  // K-major only (Note [sm89 FP8 mma.sync])
     BLUBLAS_CHECK(p.a_k_major && p.b_k_major, StatusCode::kNotSupported,
                   "sm80_mma FP8: both operands must be K-major");
-    return launch<Cfg, T, true, true>(p, stream);
+    return launch<Cfg, T, true, true>(p, plan, partial, stream);
   } else {
     if (p.a_k_major) {
-      return p.b_k_major ? launch<Cfg, T, true, true>(p, stream) : launch<Cfg, T, true, false>(p, stream);
+      return p.b_k_major ? launch<Cfg, T, true, true>(p, plan, partial, stream)
+                         : launch<Cfg, T, true, false>(p, plan, partial, stream);
     }
-    return p.b_k_major ? launch<Cfg, T, false, true>(p, stream) : launch<Cfg, T, false, false>(p, stream);
+    return p.b_k_major ? launch<Cfg, T, false, true>(p, plan, partial, stream)
+                       : launch<Cfg, T, false, false>(p, plan, partial, stream);
   }
 }
 
 // The three CTA tiles of one element type (heuristics.cpp's Sm80Tile): what each per-type
 // instantiation file (sm80_<type>_gemm.cu) launches.
 template <typename T>
-Status launch_tile(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
-  switch (tile) {
-    case Sm80Tile::k128x128: return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, stream);
-    case Sm80Tile::k128x64: return launch_majors<KernelConfig<T, 128, 64, 2, 1, 4>, T>(p, stream);
-    case Sm80Tile::k64x64: return launch_majors<KernelConfig<T, 64, 64, 2, 2, 4>, T>(p, stream);
+Status launch_tile(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
+  switch (plan.tile) {
+    case Sm80Tile::k128x128:
+      return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
+    case Sm80Tile::k128x64:
+      return launch_majors<KernelConfig<T, 128, 64, 2, 2, 4>, T>(p, plan, partial, stream);
+    case Sm80Tile::k64x64:
+      return launch_majors<KernelConfig<T, 64, 64, 2, 2, 4>, T>(p, plan, partial, stream);
   }
   return Status(StatusCode::kNotSupported, "sm80 gemm: unknown tile");
 }

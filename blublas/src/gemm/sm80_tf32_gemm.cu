@@ -6,8 +6,8 @@
 
 namespace blublas::gemm_detail {
 
-Status sm80_tf32_launch(const GemmProblem& p, Sm80Tile tile, cudaStream_t stream) {
-  return sm80::launch_tile<sm80::Tf32>(p, tile, stream);
+Status sm80_tf32_launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
+  return sm80::launch_tile<sm80::Tf32>(p, plan, partial, stream);
 }
 
 }  // namespace blublas::gemm_detail

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "gemm/splitk_reduce.h"
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemm_problem.h"

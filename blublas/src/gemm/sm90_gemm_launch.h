@@ -72,10 +72,7 @@ LaunchFn launcher_fp8_128x256_2c(Dtype a, Dtype b, bool a_k_major, bool b_k_majo
 LaunchFn launcher_fp8_64x256_pp(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
 LaunchFn launcher_fp8_128x128_2c(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
 
-// Host support kernel (sm90_gemm_support.cu, plain CUDA, any arch); the tf32 transpose pre-pass
-// is gemm_detail::transpose_f32 (operand_repack.h).
-// D = epilogue(sum over splits of partial[s]) in split order (deterministic).
-Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial_ld, int splits,
-                     cudaStream_t stream);
+// The split-K reduction is gemm_detail::splitk_reduce (splitk_reduce.h); the tf32 transpose
+// pre-pass is gemm_detail::transpose_f32 (operand_repack.h).
 
 }  // namespace blublas::gemm_detail::sm90

@@ -251,6 +251,8 @@ RandomGemm random_gemm(uint64_t seed, int index) {
   const int splits[] = {0, 0, 0, 1, 2, 3, 4, 7};
   g.sm90_splits = r.pick(splits);
   g.sm90_generic_epilogue = r.percent(25);
+  const int sm80_splits[] = {0, 0, 0, 2, 3, 5};  // Note [sm80 split-K]; drawn last: the rest is unchanged
+  g.sm80_splits = r.pick(sm80_splits);
   return g;
 }
 
@@ -365,7 +367,8 @@ std::string RandomGemm::describe() const {
   }
   os << " | workspace offset=" << workspace_offset
      << " | sm90 variant: tile=" << (sm90_tile.empty() ? "heuristic" : sm90_tile)
-     << " splits=" << sm90_splits << " generic_epilogue=" << (sm90_generic_epilogue ? 1 : 0);
+     << " splits=" << sm90_splits << " generic_epilogue=" << (sm90_generic_epilogue ? 1 : 0)
+     << " | sm80 splits=" << sm80_splits;
   return os.str();
 }
 

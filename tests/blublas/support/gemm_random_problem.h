@@ -49,6 +49,8 @@ struct RandomGemm {
   std::string sm90_tile;
   int sm90_splits = 0;
   bool sm90_generic_epilogue = false;
+  // The forced sm80 mma.sync run's split-K count (BLUBLAS_SM80_SPLITS; 0: the heuristic's).
+  int sm80_splits = 0;
 
   // Every field, on one line: enough to rebuild the problem by hand.
   std::string describe() const;

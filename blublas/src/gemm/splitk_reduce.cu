@@ -1,7 +1,6 @@
-// sm90_gemm_support.cu: the plain-CUDA helper of the sm_90a GEMM path (any arch); its tf32
-// transpose pre-pass is transpose_f32 in operand_repack.cu:
-//  - splitk_reduce: D = epilogue(sum of the split-K fp32 partials), splits added in order 0..S-1
-//    (one thread per output pair, no atomics: the same bits every run).
+// splitk_reduce.cu: the split-K reduction of the tensor-core paths (sm_90a wgmma and the sm80
+// mma.sync kernels; plain CUDA, any arch): D = epilogue(sum of the split-K fp32 partials), splits
+// added in order 0..S-1 (one thread per output pair, no atomics: the same bits every run).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,9 +9,9 @@
 
 #include "blublas/check.h"
 #include "gemm/epilogue.cuh"
-#include "gemm/sm90_gemm_launch.h"
+#include "gemm/splitk_reduce.h"
 
-namespace blublas::gemm_detail::sm90 {
+namespace blublas::gemm_detail {
 namespace {
 
 template <class OutT>
@@ -67,10 +66,10 @@ Status splitk_reduce(const GemmProblem& p, const float* partial, int64_t partial
       break;
     case Dtype::kE4M3:
     case Dtype::kE5M2:
-      return Status(StatusCode::kNotSupported, "sm90 splitk_reduce: FP8 output");
+      return Status(StatusCode::kNotSupported, "splitk_reduce: FP8 output");
   }
-  BLUBLAS_KERNEL_LAUNCH_CHECK("sm90 splitk_reduce_kernel");
+  BLUBLAS_KERNEL_LAUNCH_CHECK("splitk_reduce_kernel");
   return Status::success();
 }
 
-}  // namespace blublas::gemm_detail::sm90
+}  // namespace blublas::gemm_detail
