@@ -43,6 +43,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "blublas/check.h"
@@ -205,37 +206,75 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 // ---- global -> shared ---------------------------------------------------------------------------
-// One operand slice (ROWS of the operand's M or N extent, kBK of k) into shared memory.
-// KMAJ: element (r, k) at x[r*ld + k], tile [ROWS][kKMajStride]; else at x[k*ld + r],
-// tile [kBK][ROWS + 8].
+// Note [sm80 slice loader]
+// One operand's slices (ROWS of its M or N extent x kBK of k) into shared memory, 16-byte cp.async
+// chunks, kPer chunks per thread. The first version recomputed every chunk's row, k, bounds and
+// 64-bit address in each slice: ~240 SASS instructions per slice around 64 HMMA (Nsight Compute,
+// session 14: "wait" stalls on the integer chains, 1.8 per issue). What a thread's chunks are does
+// not change from slice to slice: set-up computes the first chunk's source and shared offset, the
+// chunks' row or k step, and what bounds each chunk can meet; a slice then costs an add per chunk
+// plus one compare for the k bound (k-major: the K tail; m/n-major: rows past K).
+//  - k-major (element (r, k) at x[r*ld + k], tile [ROWS][kKMajStride]): chunk l is row
+//    tid/4 + l*(kThreads/4), k offset (tid%4)*E; its row bound is fixed, its k bound moves.
+//  - m/n-major (x[k*ld + r], tile [kBK][ROWS + 8]): chunk l is k row tid/kPerRow + l*(kThreads/kPerRow),
+//    column (tid%kPerRow)*E; its column bound (elements left in the row, 0..E) is fixed.
 template <typename Cfg, bool KMAJ, int ROWS>
-__device__ __forceinline__ void load_slice_async(typename Cfg::Elem* s, const typename Cfg::Elem* x,
-                                                 int64_t ld, int r0, int k0, int n_rows, int n_k) {
-  constexpr int kChunks = ROWS * 4;  // 64-byte rows of k: 4 chunks per row (or per k-row segment)
-  constexpr int E = Cfg::kChunk;
-#pragma unroll
-  for (int l = 0; l < kChunks / Cfg::kThreads; ++l) {
-    const int c = threadIdx.x + l * Cfg::kThreads;
-    int valid;
-    const typename Cfg::Elem* src;
-    typename Cfg::Elem* dst;
+struct SliceLoader {
+  using Elem = typename Cfg::Elem;
+  static constexpr int E = Cfg::kChunk;
+  static constexpr int kPer = ROWS * 4 / Cfg::kThreads;
+  static constexpr int kPerRow = ROWS / E;  // m/n-major chunks per k row
+  static constexpr int kRowStep = KMAJ ? Cfg::kThreads / 4 : Cfg::kThreads / kPerRow;
+  static_assert(kPer >= 1 && (ROWS * 4) % Cfg::kThreads == 0, "whole chunks per thread");
+  static_assert(KMAJ || Cfg::kThreads % kPerRow == 0, "m/n-major k rows split evenly over threads");
+
+  const Elem* x;    // the operand (fallback address of empty chunks)
+  const Elem* src;  // chunk 0's source at k = 0
+  int64_t ld;
+  int soff;         // chunk 0's element offset in a stage tile
+  int lim;          // k-major: rows left from chunk 0's row (chunk l in range if l*kRowStep < lim);
+                    // m/n-major: elements of chunk 0's row segment inside the operand (0..E)
+  int kc;           // k-major: the chunk's k offset in the slice; m/n-major: chunk 0's k row
+
+  __device__ __forceinline__ SliceLoader(const Elem* x_, int64_t ld_, int r0, int n_rows) : x(x_), ld(ld_) {
+    const int t = static_cast<int>(threadIdx.x);
     if constexpr (KMAJ) {
-      const int r = c / 4, kc = (c % 4) * E;
-      const int gr = r0 + r, gk = k0 + kc;
-      valid = gr < n_rows ? max(0, min(E, n_k - gk)) : 0;
-      src = valid > 0 ? x + static_cast<int64_t>(gr) * ld + gk : x;
-      dst = s + r * Cfg::kKMajStride + kc;
+      const int r = t / 4;
+      kc = (t % 4) * E;
+      lim = n_rows - (r0 + r);
+      src = x + static_cast<int64_t>(r0 + r) * ld + kc;
+      soff = r * Cfg::kKMajStride + kc;
     } else {
-      constexpr int kPerRow = ROWS / E;
-      const int kr = c / kPerRow, rc = (c % kPerRow) * E;
-      const int gk = k0 + kr, gr = r0 + rc;
-      valid = gk < n_k ? max(0, min(E, n_rows - gr)) : 0;
-      src = valid > 0 ? x + static_cast<int64_t>(gk) * ld + gr : x;
-      dst = s + kr * (ROWS + 8) + rc;
+      const int rc = (t % kPerRow) * E;
+      kc = t / kPerRow;
+      lim = max(0, min(E, n_rows - (r0 + rc)));
+      src = x + static_cast<int64_t>(kc) * ld + r0 + rc;
+      soff = kc * (ROWS + 8) + rc;
     }
-    cp_async_16(dst, src, valid * Cfg::kElem);
   }
-}
+
+  // Slice at k0 into the stage tile s (n_k: the operand's K).
+  __device__ __forceinline__ void load(Elem* s, int k0, int n_k) const {
+    if constexpr (KMAJ) {
+      const int kvalid = max(0, min(E, n_k - (k0 + kc)));
+      const Elem* p = src + k0;
+#pragma unroll
+      for (int l = 0; l < kPer; ++l) {
+        const int valid = l * kRowStep < lim ? kvalid : 0;
+        cp_async_16(s + soff + l * kRowStep * Cfg::kKMajStride, valid > 0 ? p + l * kRowStep * ld : x,
+                    valid * Cfg::kElem);
+      }
+    } else {
+      const Elem* p = src + static_cast<int64_t>(k0) * ld;
+#pragma unroll
+      for (int l = 0; l < kPer; ++l) {
+        const int valid = k0 + kc + l * kRowStep < n_k ? lim : 0;
+        cp_async_16(s + soff + l * kRowStep * (ROWS + 8), valid > 0 ? p + l * kRowStep * ld : x,
+                    valid * Cfg::kElem);
+      }
+    }
+  }
+};
 
 // ---- fragments ----------------------------------------------------------------------------------
 // A fragment of the 16 x kMmaK tile at (row m, k kk) of the A slice.
@@ -338,19 +377,20 @@ __device__ __forceinline__ float store_staged(const float* stage, const Epilogue
   return amax;
 }
 
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e);
 
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+// PIPE: Note [sm80 fragment pipeline] (on), or each k step's fragments loaded before its MMAs.
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE = true>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
   if constexpr (kFp8WideOnHopper<Cfg>) {
     __trap();
   } else {
-    sm80_gemm_body<Cfg, T, A_KMAJ, B_KMAJ>(args, e);
+    sm80_gemm_body<Cfg, T, A_KMAJ, B_KMAJ, PIPE>(args, e);
   }
 }
 
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e) {
   using Elem = typename Cfg::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -388,11 +428,11 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
   const int ktiles_all = (args.k + Cfg::kBK - 1) / Cfg::kBK;
   const int kt0 = args.partial != nullptr ? static_cast<int>(blockIdx.y) * args.kt_per_split : 0;
   const int ktiles = args.partial != nullptr ? max(0, min(args.kt_per_split, ktiles_all - kt0)) : ktiles_all;
+  const SliceLoader<Cfg, A_KMAJ, Cfg::BM> load_a(a, args.lda, m0, args.m);
+  const SliceLoader<Cfg, B_KMAJ, Cfg::BN> load_b_slice(b, args.ldb, n0, args.n);
   auto load_stage = [&](int stage, int kt) {
-    load_slice_async<Cfg, A_KMAJ, Cfg::BM>(sa + stage * kATile, a, args.lda, m0, (kt0 + kt) * Cfg::kBK,
-                                          args.m, args.k);
-    load_slice_async<Cfg, B_KMAJ, Cfg::BN>(sb + stage * kBTile, b, args.ldb, n0, (kt0 + kt) * Cfg::kBK,
-                                          args.n, args.k);
+    load_a.load(sa + stage * kATile, (kt0 + kt) * Cfg::kBK, args.k);
+    load_b_slice.load(sb + stage * kBTile, (kt0 + kt) * Cfg::kBK, args.k);
   };
 #pragma unroll
   for (int s = 0; s < Cfg::STAGES - 1; ++s) {
@@ -400,6 +440,33 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     cp_async_commit();
   }
 
+  if constexpr (!PIPE) {
+    for (int kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<Cfg::STAGES - 2>();
+      __syncthreads();
+      const int next = kt + Cfg::STAGES - 1;
+      if (next < ktiles) load_stage(next % Cfg::STAGES, next);
+      cp_async_commit();
+      const Elem* sa_k = sa + (kt % Cfg::STAGES) * kATile;
+      const Elem* sb_k = sb + (kt % Cfg::STAGES) * kBTile;
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBK; kk += Cfg::kMmaK) {
+        uint32_t af[Cfg::kMT][4];
+        uint32_t bf[Cfg::kNT / 2][4];
+#pragma unroll
+        for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa_k, wm0 + i * 16, kk, lane);
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT / 2; ++j) load_b_frag_pair<Cfg, T, B_KMAJ>(bf[j], sb_k, wn0 + j * 16, kk, lane);
+#pragma unroll
+        for (int i = 0; i < Cfg::kMT; ++i) {
+#pragma unroll
+          for (int j = 0; j < Cfg::kNT; ++j) {
+            mma<T>(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+          }
+        }
+      }
+    }
+  } else {
   // Note [sm80 fragment pipeline]: the fragments of k step s + 1 are loaded while the MMAs of
   // step s run: B's into the other of two buffers before them, each A fragment into its own
   // registers right after the MMAs of its row (A single-buffered: 128 accumulators + 16 A + 32 B
@@ -449,6 +516,7 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
         if (has_next) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa + next_stage * kATile, wm0 + i * 16, next_kk, lane);
       }
     }
+  }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the pipeline's shared memory: it becomes the staging tile
@@ -505,11 +573,18 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
   }
 }
 
+// BLUBLAS_SM80_FRAG_PIPELINE=0 launches the kernels without Note [sm80 fragment pipeline] (A/B).
+inline bool sm80_frag_pipeline() {
+  const char* v = std::getenv("BLUBLAS_SM80_FRAG_PIPELINE");
+  return v == nullptr || v[0] != '0';
+}
+
 // Launches one instantiation (the explicit-instantiation files call this).
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 Status launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   constexpr int kSmem = Cfg::template smem_bytes<A_KMAJ, B_KMAJ>();
-  auto kernel = sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ>;
+  auto kernel = sm80_frag_pipeline() ? sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ, true>
+                                     : sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ, false>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   KernelArgs args{p.a, p.lda, p.stride_a, p.b, p.ldb, p.stride_b, p.m, p.n, p.k,
                   (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN, p.scale_a, p.scale_b};
