@@ -196,8 +196,8 @@ Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev) {
 // read once) at ~2.5 TB/s against a wave slice of resident x 2 BM BN BK flops at ~3 TFLOP/s per SM
 // (mma.sync, bf16; tf32 is half the rate per byte of k, the same per slice). Each split keeps at
 // least 8 slices; up to 8 splits; a split must beat no split by 10%. Slots per SM = the smaller of
-// the register limit (2 CTAs of the 128-row tiles, 4 of 64 x 64) and the shared-memory limit
-// (dev.max_smem_per_sm over the tile's 4 stages: 1 CTA of 128 x 128 on Ada's 100 KB).
+// the register limit (2 CTAs of 128 x 128, 3 of 128 x 64, 5 of 64 x 64: ptxas's counts) and the
+// shared-memory limit (dev.max_smem_per_sm over the tile's 4 stages: 1 CTA of 128 x 128 on Ada).
 Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
   Sm80Plan plan;
   // FP8 on Hopper (the forced mma.sync test path) has the 64x64 tile only (sm80_gemm_kernel.cuh).
@@ -220,7 +220,8 @@ Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
   const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
   const int64_t smem_tile = 4LL * (bm + bn) * 80;
   const int64_t by_smem = dev.max_smem_per_sm > 0 ? std::max<int64_t>(dev.max_smem_per_sm / smem_tile, 1) : 1;
-  const int64_t per_sm = std::min<int64_t>(plan.tile == Sm80Tile::k64x64 ? 4 : 2, by_smem);
+  const int64_t by_regs = plan.tile == Sm80Tile::k128x128 ? 2 : plan.tile == Sm80Tile::k128x64 ? 3 : 5;
+  const int64_t per_sm = std::min<int64_t>(by_regs, by_smem);
   const int64_t slots = sms * per_sm;
   const int64_t tiles = ctas(p, bm, bn);
   const double wave_slice_us = static_cast<double>(per_sm) * 2.0 * bm * bn * 32 / 3.0e6;

@@ -19,9 +19,17 @@
 //   m/n-major tf32 fragments use 32-bit shared loads (conflict-free: row stride = 8 mod 32
 //   words). Values are rounded as cvt.rna.tf32.f32 does (nearest, ties away; Note [tf32
 //   rounding by integer add]).
-// - Warp tiles are 64 x 64 in the large configurations: 8 ldmatrix.x4 feed 32 mma per k16 step.
-//   With 64 x 32 warp tiles (6 per 16) the first version ran at 80-200 TFLOP/s on an H200: the
-//   shared-memory instruction queue, not the tensor cores, was the limit.
+// - Warp tiles: 64 x 32 in the 128 x 128 tile (8 warps, Note [sm80 warps per scheduler]), 32 x 32
+//   in 128 x 64 and 64 x 64.
+//
+// Note [sm80 warps per scheduler]
+// On Hopper ptxas gives every HMMA.16816 a fixed 6-cycle issue stall (the control bits of the
+// sm_90a SASS, session 14), so one warp issues at most one MMA per 6 cycles; with 4 warps of 64 x 64
+// per CTA (~240 registers, 2 CTAs = 2 warps per scheduler) Nsight Compute showed 2.0 "wait" stalls
+// per issued instruction and the tensor pipe 33% busy. The 128 x 128 tile therefore runs 8 warps of
+// 64 x 32 (64 accumulators) held to 128 registers (__launch_bounds__(256, 2)): 2 CTAs = 4 warps per
+// scheduler. (An early 64 x 32 version, before the staged epilogue and the slice loader, looked
+// limited by shared-memory instructions; its icache misses hid everything else.)
 // - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
 //   B panels in L2. The epilogue goes through shared memory (Note [sm80 staged epilogue]).
 //
@@ -92,6 +100,8 @@ struct KernelConfig {
   static constexpr bool kFp8 = kIsFp8<T>;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  // 8-warp tiles ask ptxas for 2 CTAs per SM (<= 128 registers): Note [sm80 warps per scheduler].
+  static constexpr int kMinBlocks = kThreads >= 256 ? 2 : 1;
   static constexpr int kElem = sizeof(Elem);
   static constexpr int kBK = 64 / kElem;        // elements of k per slice (64 bytes)
   static constexpr int kChunk = 16 / kElem;     // elements per 16-byte cp.async
@@ -377,20 +387,19 @@ __device__ __forceinline__ float store_staged(const float* stage, const Epilogue
   return amax;
 }
 
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE>
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e);
 
-// PIPE: Note [sm80 fragment pipeline] (on), or each k step's fragments loaded before its MMAs.
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE = true>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
   if constexpr (kFp8WideOnHopper<Cfg>) {
     __trap();
   } else {
-    sm80_gemm_body<Cfg, T, A_KMAJ, B_KMAJ, PIPE>(args, e);
+    sm80_gemm_body<Cfg, T, A_KMAJ, B_KMAJ>(args, e);
   }
 }
 
-template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ, bool PIPE>
+template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e) {
   using Elem = typename Cfg::Elem;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -440,83 +449,35 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     cp_async_commit();
   }
 
-  if constexpr (!PIPE) {
-    for (int kt = 0; kt < ktiles; ++kt) {
-      cp_async_wait<Cfg::STAGES - 2>();
-      __syncthreads();
-      const int next = kt + Cfg::STAGES - 1;
-      if (next < ktiles) load_stage(next % Cfg::STAGES, next);
-      cp_async_commit();
-      const Elem* sa_k = sa + (kt % Cfg::STAGES) * kATile;
-      const Elem* sb_k = sb + (kt % Cfg::STAGES) * kBTile;
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kBK; kk += Cfg::kMmaK) {
-        uint32_t af[Cfg::kMT][4];
-        uint32_t bf[Cfg::kNT / 2][4];
-#pragma unroll
-        for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa_k, wm0 + i * 16, kk, lane);
-#pragma unroll
-        for (int j = 0; j < Cfg::kNT / 2; ++j) load_b_frag_pair<Cfg, T, B_KMAJ>(bf[j], sb_k, wn0 + j * 16, kk, lane);
-#pragma unroll
-        for (int i = 0; i < Cfg::kMT; ++i) {
-#pragma unroll
-          for (int j = 0; j < Cfg::kNT; ++j) {
-            mma<T>(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
-          }
-        }
-      }
-    }
-  } else {
-  // Note [sm80 fragment pipeline]: the fragments of k step s + 1 are loaded while the MMAs of
-  // step s run: B's into the other of two buffers before them, each A fragment into its own
-  // registers right after the MMAs of its row (A single-buffered: 128 accumulators + 16 A + 32 B
-  // registers; a full double buffer made ptxas spill at 255). The slice boundary (wait for slice
-  // kt + 1, barrier) sits before the last step's MMAs, so the next slice's first fragments load
-  // under them, and slice kt + STAGES - 1 is issued (cp.async) in the first step.
-  constexpr int kSteps = Cfg::kBK / Cfg::kMmaK;
-  static_assert(kSteps % 2 == 0, "the B fragment buffers alternate within a slice and across slices");
-  uint32_t af[Cfg::kMT][4];
-  uint32_t bf[2][Cfg::kNT / 2][4];
-  auto load_b = [&](int buf, int stage, int kk) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kNT / 2; ++j)
-      load_b_frag_pair<Cfg, T, B_KMAJ>(bf[buf][j], sb + stage * kBTile, wn0 + j * 16, kk, lane);
-  };
-  cp_async_wait<Cfg::STAGES - 2>();
-  __syncthreads();
-  if (ktiles > 0) {
-#pragma unroll
-    for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa, wm0 + i * 16, 0, lane);
-    load_b(0, 0, 0);
-  }
+  // Note [sm80 fragment pipeline], measured and removed: loading step s + 1's fragments under
+  // step s's MMAs (B double-buffered, A row by row) lost on 11 of the 15 GPT-2 shapes (H100,
+  // session 14, same binary A/B: qkv fwd 0.303 -> 0.262 of cuBLAS, fc dX 0.385 -> 0.356): it cost
+  // ~20 registers and the MMAs were not waiting on fragments but on their own issue stalls (Note
+  // [sm80 warps per scheduler]).
   for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<Cfg::STAGES - 2>();
+    __syncthreads();
+    const int next = kt + Cfg::STAGES - 1;
+    if (next < ktiles) load_stage(next % Cfg::STAGES, next);
+    cp_async_commit();
+    const Elem* sa_k = sa + (kt % Cfg::STAGES) * kATile;
+    const Elem* sb_k = sb + (kt % Cfg::STAGES) * kBTile;
 #pragma unroll
-    for (int ks = 0; ks < kSteps; ++ks) {
-      if (ks == kSteps - 1) {
-        cp_async_wait<Cfg::STAGES - 2>();  // slice kt + 1 has landed
-        __syncthreads();                    // and every warp has loaded its last fragments of slice kt
-      }
-      // The step whose fragments load under this one's MMAs.
-      const bool has_next = ks < kSteps - 1 || kt + 1 < ktiles;
-      const int next_stage = ks < kSteps - 1 ? kt % Cfg::STAGES : (kt + 1) % Cfg::STAGES;
-      const int next_kk = ks < kSteps - 1 ? (ks + 1) * Cfg::kMmaK : 0;
-      const int cbuf = ks % 2;
-      if (has_next) load_b(1 - cbuf, next_stage, next_kk);
-      if (ks == 0) {  // stage (kt - 1) % STAGES: read by nobody since the last barrier
-        const int next = kt + Cfg::STAGES - 1;
-        if (next < ktiles) load_stage(next % Cfg::STAGES, next);
-        cp_async_commit();
-      }
+    for (int kk = 0; kk < Cfg::kBK; kk += Cfg::kMmaK) {
+      uint32_t af[Cfg::kMT][4];
+      uint32_t bf[Cfg::kNT / 2][4];
+#pragma unroll
+      for (int i = 0; i < Cfg::kMT; ++i) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa_k, wm0 + i * 16, kk, lane);
+#pragma unroll
+      for (int j = 0; j < Cfg::kNT / 2; ++j) load_b_frag_pair<Cfg, T, B_KMAJ>(bf[j], sb_k, wn0 + j * 16, kk, lane);
 #pragma unroll
       for (int i = 0; i < Cfg::kMT; ++i) {
 #pragma unroll
         for (int j = 0; j < Cfg::kNT; ++j) {
-          mma<T>(acc[i][j], af[i], bf[cbuf][j / 2][(j % 2) * 2], bf[cbuf][j / 2][(j % 2) * 2 + 1]);
+          mma<T>(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
         }
-        if (has_next) load_a_frag<Cfg, T, A_KMAJ>(af[i], sa + next_stage * kATile, wm0 + i * 16, next_kk, lane);
       }
     }
-  }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the pipeline's shared memory: it becomes the staging tile
@@ -573,18 +534,18 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
   }
 }
 
-// BLUBLAS_SM80_FRAG_PIPELINE=0 launches the kernels without Note [sm80 fragment pipeline] (A/B).
-inline bool sm80_frag_pipeline() {
-  const char* v = std::getenv("BLUBLAS_SM80_FRAG_PIPELINE");
-  return v == nullptr || v[0] != '0';
+// BLUBLAS_SM80_WARPS4=1 runs the 128x128 tile on its earlier 4-warp configuration (A/B of Note
+// [sm80 warps per scheduler]).
+inline bool sm80_warps4() {
+  const char* v = std::getenv("BLUBLAS_SM80_WARPS4");
+  return v != nullptr && v[0] == '1';
 }
 
 // Launches one instantiation (the explicit-instantiation files call this).
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 Status launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   constexpr int kSmem = Cfg::template smem_bytes<A_KMAJ, B_KMAJ>();
-  auto kernel = sm80_frag_pipeline() ? sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ, true>
-                                     : sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ, false>;
+  auto kernel = sm80_gemm_kernel<Cfg, T, A_KMAJ, B_KMAJ>;
   BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   KernelArgs args{p.a, p.lda, p.stride_a, p.b, p.ldb, p.stride_b, p.m, p.n, p.k,
                   (p.m + Cfg::BM - 1) / Cfg::BM, (p.n + Cfg::BN - 1) / Cfg::BN, p.scale_a, p.scale_b};
@@ -621,8 +582,9 @@ Status launch_majors(const GemmProblem& p, const Sm80Plan& plan, float* partial,
 template <typename T>
 Status launch_tile(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   switch (plan.tile) {
-    case Sm80Tile::k128x128:
-      return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
+    case Sm80Tile::k128x128:  // Note [sm80 warps per scheduler]: 8 warps of 64 x 32, 2 CTAs per SM
+      if (sm80_warps4()) return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
+      return launch_majors<KernelConfig<T, 128, 128, 2, 4, 4>, T>(p, plan, partial, stream);
     case Sm80Tile::k128x64:
       return launch_majors<KernelConfig<T, 128, 64, 2, 2, 4>, T>(p, plan, partial, stream);
     case Sm80Tile::k64x64:
