@@ -19,17 +19,20 @@
 //   m/n-major tf32 fragments use 32-bit shared loads (conflict-free: row stride = 8 mod 32
 //   words). Values are rounded as cvt.rna.tf32.f32 does (nearest, ties away; Note [tf32
 //   rounding by integer add]).
-// - Warp tiles: 64 x 32 in the 128 x 128 tile (8 warps, Note [sm80 warps per scheduler]), 32 x 32
-//   in 128 x 64 and 64 x 64.
+// - Warp tiles: 64 x 64 in the 128 x 128 tile (4 warps, ~220 registers, 2 CTAs per SM), 64 x 32
+//   in 128 x 64, 32 x 32 in 64 x 64.
 //
 // Note [sm80 warps per scheduler]
-// On Hopper ptxas gives every HMMA.16816 a fixed 6-cycle issue stall (the control bits of the
-// sm_90a SASS, session 14), so one warp issues at most one MMA per 6 cycles; with 4 warps of 64 x 64
-// per CTA (~240 registers, 2 CTAs = 2 warps per scheduler) Nsight Compute showed 2.0 "wait" stalls
-// per issued instruction and the tensor pipe 33% busy. The 128 x 128 tile therefore runs 8 warps of
-// 64 x 32 (64 accumulators) held to 128 registers (__launch_bounds__(256, 2)): 2 CTAs = 4 warps per
-// scheduler. (An early 64 x 32 version, before the staged epilogue and the slice loader, looked
-// limited by shared-memory instructions; its icache misses hid everything else.)
+// On Hopper ptxas gives every HMMA.16816 a fixed 6-cycle issue stall (control bits of the sm_90a
+// SASS, session 14), so one warp issues at most one MMA per 6 cycles; with 2 warps per scheduler
+// Nsight Compute showed 2.0 "wait" stalls per issued instruction and the HMMA pipe 33% busy (qkv
+// fwd). Measured (H100, same binary, A/B): 8 warps of 64 x 32 held to 128 registers (4 warps per
+// scheduler, 24% occupancy) left the pipe at 33% and lost overall (GPT-2 bf16 set 0.316 vs 0.329 of
+// cuBLAS): the stalls moved to shared memory (mio_throttle 1.2, short_scoreboard 1.3 per issue:
+// 6 ldmatrix per 16 MMA instead of 8 per 32) and L2 ran at 63%. Kept: 4 warps of 64 x 64.
+// What is left (0.33 of cuBLAS; an mma.sync kernel tops out near 615 TFLOP/s on an H100, the
+// HMMA pipe's 100%): a 128 x 256 CTA (half the L2 traffic per flop), BK = 64 slices (half the
+// barriers), and the per-slice cp.async set-up (still ~50 SASS instructions for 8 copies).
 // - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
 //   B panels in L2. The epilogue goes through shared memory (Note [sm80 staged epilogue]).
 //
@@ -51,7 +54,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "blublas/check.h"
@@ -93,18 +95,18 @@ template <> struct Storage<E5M2E5M2> { using type = uint8_t; };
 // (sm80_fp8_gemm.cu) are compiled for sm_89 too; on sm_80/86 code the mma is absent (trap) and the
 // host refuses FP8 below sm_89.
 
-template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+// KBYTES_: bytes of k per slice and row (64, or 128: Sm80Plan::kbytes).
+template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int KBYTES_ = 64>
 struct KernelConfig {
   using Elem = typename Storage<T>::type;
   static constexpr bool kTf32 = std::is_same_v<T, Tf32>;
   static constexpr bool kFp8 = kIsFp8<T>;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
-  // 8-warp tiles ask ptxas for 2 CTAs per SM (<= 128 registers): Note [sm80 warps per scheduler].
-  static constexpr int kMinBlocks = kThreads >= 256 ? 2 : 1;
   static constexpr int kElem = sizeof(Elem);
-  static constexpr int kBK = 64 / kElem;        // elements of k per slice (64 bytes)
+  static constexpr int kBK = KBYTES_ / kElem;   // elements of k per slice
   static constexpr int kChunk = 16 / kElem;     // elements per 16-byte cp.async
+  static constexpr int kCPR = KBYTES_ / 16;     // 16-byte chunks per k-major row of a slice
   static constexpr int kMmaK = kTf32 ? 8 : kFp8 ? 32 : 16;
   static constexpr int kHalfK = 16 / kElem;       // elements in 16 bytes of k (an ldmatrix column block)
   static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;
@@ -124,7 +126,7 @@ struct KernelConfig {
     return pipeline > staging ? pipeline : staging;
   }
   static_assert(kNT % 2 == 0, "B fragments are loaded in pairs of n8 tiles");
-  static_assert((BM * 4) % kThreads == 0 && (BN * 4) % kThreads == 0, "chunks per thread");
+  static_assert((BM * kCPR) % kThreads == 0 && (BN * kCPR) % kThreads == 0, "chunks per thread");
 };
 
 // ---- PTX wrappers ---------------------------------------------------------------------------------
@@ -232,10 +234,10 @@ template <typename Cfg, bool KMAJ, int ROWS>
 struct SliceLoader {
   using Elem = typename Cfg::Elem;
   static constexpr int E = Cfg::kChunk;
-  static constexpr int kPer = ROWS * 4 / Cfg::kThreads;
+  static constexpr int kPer = ROWS * Cfg::kCPR / Cfg::kThreads;
   static constexpr int kPerRow = ROWS / E;  // m/n-major chunks per k row
-  static constexpr int kRowStep = KMAJ ? Cfg::kThreads / 4 : Cfg::kThreads / kPerRow;
-  static_assert(kPer >= 1 && (ROWS * 4) % Cfg::kThreads == 0, "whole chunks per thread");
+  static constexpr int kRowStep = KMAJ ? Cfg::kThreads / Cfg::kCPR : Cfg::kThreads / kPerRow;
+  static_assert(kPer >= 1 && (ROWS * Cfg::kCPR) % Cfg::kThreads == 0, "whole chunks per thread");
   static_assert(KMAJ || Cfg::kThreads % kPerRow == 0, "m/n-major k rows split evenly over threads");
 
   const Elem* x;    // the operand (fallback address of empty chunks)
@@ -249,8 +251,8 @@ struct SliceLoader {
   __device__ __forceinline__ SliceLoader(const Elem* x_, int64_t ld_, int r0, int n_rows) : x(x_), ld(ld_) {
     const int t = static_cast<int>(threadIdx.x);
     if constexpr (KMAJ) {
-      const int r = t / 4;
-      kc = (t % 4) * E;
+      const int r = t / Cfg::kCPR;
+      kc = (t % Cfg::kCPR) * E;
       lim = n_rows - (r0 + r);
       src = x + static_cast<int64_t>(r0 + r) * ld + kc;
       soff = r * Cfg::kKMajStride + kc;
@@ -391,7 +393,7 @@ template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueArgs e);
 
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) sm80_gemm_kernel(KernelArgs args, EpilogueArgs e) {
   if constexpr (kFp8WideOnHopper<Cfg>) {
     __trap();
   } else {
@@ -534,13 +536,6 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
   }
 }
 
-// BLUBLAS_SM80_WARPS4=1 runs the 128x128 tile on its earlier 4-warp configuration (A/B of Note
-// [sm80 warps per scheduler]).
-inline bool sm80_warps4() {
-  const char* v = std::getenv("BLUBLAS_SM80_WARPS4");
-  return v != nullptr && v[0] == '1';
-}
-
 // Launches one instantiation (the explicit-instantiation files call this).
 template <typename Cfg, typename T, bool A_KMAJ, bool B_KMAJ>
 Status launch(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
@@ -582,9 +577,11 @@ Status launch_majors(const GemmProblem& p, const Sm80Plan& plan, float* partial,
 template <typename T>
 Status launch_tile(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   switch (plan.tile) {
-    case Sm80Tile::k128x128:  // Note [sm80 warps per scheduler]: 8 warps of 64 x 32, 2 CTAs per SM
-      if (sm80_warps4()) return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
-      return launch_majors<KernelConfig<T, 128, 128, 2, 4, 4>, T>(p, plan, partial, stream);
+    case Sm80Tile::k128x128:  // Note [sm80 warps per scheduler]
+      if (plan.kbytes == 128) {
+        return launch_majors<KernelConfig<T, 128, 128, 2, 2, 3, 128>, T>(p, plan, partial, stream);
+      }
+      return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
     case Sm80Tile::k128x64:
       return launch_majors<KernelConfig<T, 128, 64, 2, 2, 4>, T>(p, plan, partial, stream);
     case Sm80Tile::k64x64:
