@@ -70,9 +70,39 @@ Tensor Zero3Unit::gather_like(std::size_t i, const Tensor& shard_state) const {
   return all.narrow(0, 0, numels_[i]).reshape(shapes_[i]).contiguous();
 }
 
+void Zero3Unit::prefetch() const {
+  if (pending_) return;
+  blu::NoGradGuard no_grad;
+  auto p = std::make_unique<Pending>();
+  CommOptions async;
+  async.async_op = true;
+  timed(&comm_seconds_, [&] {
+    for (const Tensor& shard : shards_) {
+      const int64_t piece = shard.numel();
+      p->versions.push_back(shard.version());
+      p->mine.push_back(shard.detach().reshape({piece}).contiguous());
+      p->all.push_back(blu::empty({n_ * piece}, blu::TensorOptions(shard.dtype()).device(pg_->device())));
+      p->work.push_back(pg_->all_gather(p->all.back(), p->mine.back(), async));
+    }
+  });
+  pending_ = std::move(p);
+}
+
 std::vector<Tensor> Zero3Unit::gather_values() const {
   std::vector<Tensor> out;
-  for (std::size_t i = 0; i < shards_.size(); ++i) out.push_back(gather_like(i, shards_[i]));
+  std::unique_ptr<Pending> p = std::move(pending_);
+  bool fresh = p != nullptr;
+  for (std::size_t i = 0; fresh && i < shards_.size(); ++i) fresh = p->versions[i] == shards_[i].version();
+  if (p != nullptr) {
+    // Used or dropped, a prefetch's collectives are complete on the compute stream before its
+    // buffers are read or freed (a dropped one: the caching allocator may hand the memory out).
+    timed(&comm_seconds_, [&] {
+      for (const Work& w : p->work) w.wait();
+    });
+  }
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    out.push_back(fresh ? p->all[i].narrow(0, 0, numels_[i]).reshape(shapes_[i]) : gather_like(i, shards_[i]));
+  }
   return out;
 }
 
@@ -112,6 +142,7 @@ std::vector<Tensor> Zero3Unit::apply(const Fn& fn, const std::vector<Tensor>& in
   {
     blu::NoGradGuard no_grad;
     const std::vector<Tensor> whole = gather_values();
+    if (forward_next_ != nullptr) forward_next_->prefetch();  // Note [ZeRO-3 prefetch]
     std::vector<Tensor> in;
     for (const Tensor& t : inputs) in.push_back(t.detach());
     outs = fn(whole, in);
@@ -127,6 +158,7 @@ std::vector<Tensor> Zero3Unit::apply(const Fn& fn, const std::vector<Tensor>& in
       "zero3_unit", outs, all_inputs, inputs,
       [this, fn, n_in](const std::vector<Tensor>& grad_outputs, const blu::BackwardContext& ctx) {
         std::vector<Tensor> whole = gather_values();
+        if (backward_next_ != nullptr) backward_next_->prefetch();  // Note [ZeRO-3 prefetch]
         std::vector<Tensor> in;
         std::vector<Tensor> re;
         {
@@ -161,6 +193,7 @@ std::vector<Tensor> Zero3Unit::gathered() {
   {
     blu::NoGradGuard no_grad;
     whole = gather_values();
+    if (forward_next_ != nullptr) forward_next_->prefetch();  // Note [ZeRO-3 prefetch]
   }
   return blu::autograd::record_multi("zero3_gather", whole, shards_, {},
                                      [this](const std::vector<Tensor>& grad_outputs, const blu::BackwardContext&) {

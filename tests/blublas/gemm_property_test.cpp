@@ -631,7 +631,7 @@ TEST(GemmProperty, Sm80SplitKPlans) {
     for (const DeviceInfo& dev : devs) {
       SCOPED_TRACE(g.describe());
       const gd::Sm80Plan plan = gd::choose_sm80_plan(p, dev);
-      const int64_t bk = plan.kbytes / static_cast<int64_t>(blublas::dtype_size(p.ab_type));
+      const int64_t bk = 64 / static_cast<int64_t>(blublas::dtype_size(p.ab_type));
       const int64_t slices = (p.k + bk - 1) / bk;
       ASSERT_GE(plan.splits, 1);
       if (plan.splits == 1) {
@@ -667,7 +667,7 @@ TEST(GemmProperty, Sm80SplitKPlans) {
     blu::test::ScopedEnv forced("BLUBLAS_SM80_SPLITS", "3");
     const gd::Sm80Plan f = gd::choose_sm80_plan(bf16(16384, 2304, 768), h100);
     EXPECT_EQ(f.splits, 3);
-    EXPECT_EQ(f.kt_per_split, f.kbytes == 64 ? 8 : 4);  // 24 slices of 32 (12 of 64)
+    EXPECT_EQ(f.kt_per_split, 8);  // 24 slices of 32
     EXPECT_EQ(gd::choose_sm80_plan(bf16(64, 64, 40), h100).splits, 2) << "clamped to the 2 slices";
   }
 }

@@ -204,12 +204,7 @@ Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
   plan.tile = dtype_is_fp8(p.ab_type) && dev.sm_major >= 9 ? Sm80Tile::k64x64 : choose_sm80_tile(p, dev);
   const int bm = plan.tile == Sm80Tile::k64x64 ? 64 : 128;
   const int bn = plan.tile == Sm80Tile::k128x128 ? 128 : 64;
-  // A/B: 128-byte slices on the 128 x 128 tile (3 stages of 2 x 128 x 144 bytes = 110.6 KB).
-  if (const char* env = std::getenv("BLUBLAS_SM80_BK128"); env != nullptr && env[0] == '1' &&
-      plan.tile == Sm80Tile::k128x128 && dev.max_smem_per_block_optin >= 3 * 2 * 128 * 144) {
-    plan.kbytes = 128;
-  }
-  const int64_t bk = plan.kbytes / static_cast<int64_t>(dtype_size(p.ab_type));
+  const int64_t bk = 64 / static_cast<int64_t>(dtype_size(p.ab_type));
   const int64_t slices = (static_cast<int64_t>(p.k) + bk - 1) / bk;
   const int64_t max_splits = std::min<int64_t>(65535 / std::max<int64_t>(p.batch, 1), slices);
   auto with_splits = [&](int64_t s) {
@@ -223,13 +218,13 @@ Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
     return with_splits(std::min<int64_t>(std::atoi(env), std::max<int64_t>(max_splits, 1)));
   }
   const int64_t sms = dev.sm_count > 0 ? dev.sm_count : 1;
-  const int64_t smem_tile = plan.kbytes == 128 ? 3LL * (bm + bn) * 144 : 4LL * (bm + bn) * 80;
+  const int64_t smem_tile = 4LL * (bm + bn) * 80;
   const int64_t by_smem = dev.max_smem_per_sm > 0 ? std::max<int64_t>(dev.max_smem_per_sm / smem_tile, 1) : 1;
   const int64_t by_regs = plan.tile == Sm80Tile::k128x128 ? 2 : plan.tile == Sm80Tile::k128x64 ? 3 : 5;
   const int64_t per_sm = std::min<int64_t>(by_regs, by_smem);
   const int64_t slots = sms * per_sm;
   const int64_t tiles = ctas(p, bm, bn);
-  const double wave_slice_us = static_cast<double>(per_sm) * 2.0 * bm * bn * 32 * (plan.kbytes / 64) / 3.0e6;
+  const double wave_slice_us = static_cast<double>(per_sm) * 2.0 * bm * bn * 32 / 3.0e6;
   const double partial_us_per_split =
       2.0 * static_cast<double>(p.batch) * p.m * static_cast<double>(sm80_partial_ld(p)) * 4 / 2.5e6;
   auto cost = [&](int64_t s) {

@@ -44,8 +44,7 @@ Sm80Tile choose_sm80_tile(const GemmProblem& p, const DeviceInfo& dev);
 struct Sm80Plan {
   Sm80Tile tile = Sm80Tile::k128x128;
   int splits = 1;        // 1: no split; else fp32 partials in the workspace + splitk_reduce
-  int kt_per_split = 0;  // k slices (kbytes of k each) per split when splits > 1
-  int kbytes = 64;       // k bytes per slice: 64, or 128 (128 x 128 tile, 3 stages; BLUBLAS_SM80_BK128=1)
+  int kt_per_split = 0;  // k slices (64 bytes of k each) per split when splits > 1
 };
 // BLUBLAS_SM80_SPLITS=N forces N splits (clamped to the k slices; tests), read at every call.
 Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev);

@@ -30,9 +30,10 @@
 // scheduler, 24% occupancy) left the pipe at 33% and lost overall (GPT-2 bf16 set 0.316 vs 0.329 of
 // cuBLAS): the stalls moved to shared memory (mio_throttle 1.2, short_scoreboard 1.3 per issue:
 // 6 ldmatrix per 16 MMA instead of 8 per 32) and L2 ran at 63%. Kept: 4 warps of 64 x 64.
-// What is left (0.33 of cuBLAS; an mma.sync kernel tops out near 615 TFLOP/s on an H100, the
-// HMMA pipe's 100%): a 128 x 256 CTA (half the L2 traffic per flop), BK = 64 slices (half the
-// barriers), and the per-slice cp.async set-up (still ~50 SASS instructions for 8 copies).
+// 128-byte k slices (3 stages, half the barriers and cp.async set-ups per flop) measured no better
+// either (0.323). What is left (0.33 of cuBLAS; an mma.sync kernel tops out near 615 TFLOP/s on an
+// H100, the HMMA pipe's 100%): a 128 x 256 CTA (less L2 traffic per flop), fragment reuse across
+// the two k16 steps, and a look at L2 and shared-memory sectors per request in Nsight Compute.
 // - Tiles are visited in groups of kGroupM tile rows so that CTAs running together share A and
 //   B panels in L2. The epilogue goes through shared memory (Note [sm80 staged epilogue]).
 //
@@ -95,7 +96,7 @@ template <> struct Storage<E5M2E5M2> { using type = uint8_t; };
 // (sm80_fp8_gemm.cu) are compiled for sm_89 too; on sm_80/86 code the mma is absent (trap) and the
 // host refuses FP8 below sm_89.
 
-// KBYTES_: bytes of k per slice and row (64, or 128: Sm80Plan::kbytes).
+// KBYTES_: bytes of k per slice and row (64; 128 was measured no faster: Note [sm80 warps per scheduler]).
 template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int KBYTES_ = 64>
 struct KernelConfig {
   using Elem = typename Storage<T>::type;
@@ -578,9 +579,6 @@ template <typename T>
 Status launch_tile(const GemmProblem& p, const Sm80Plan& plan, float* partial, cudaStream_t stream) {
   switch (plan.tile) {
     case Sm80Tile::k128x128:  // Note [sm80 warps per scheduler]
-      if (plan.kbytes == 128) {
-        return launch_majors<KernelConfig<T, 128, 128, 2, 2, 3, 128>, T>(p, plan, partial, stream);
-      }
       return launch_majors<KernelConfig<T, 128, 128, 2, 2, 4>, T>(p, plan, partial, stream);
     case Sm80Tile::k128x64:
       return launch_majors<KernelConfig<T, 128, 64, 2, 2, 4>, T>(p, plan, partial, stream);

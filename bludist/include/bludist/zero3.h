@@ -23,6 +23,17 @@
 // parallel reduction). Gradient accumulation works as with any leaf: each backward adds into
 // the shard's .grad. Both are collectives: every rank must run the same units in the same order.
 // A shard's padding never changes: its gradient is zero there (the gather drops it).
+//
+// Note [ZeRO-3 prefetch]
+// set_prefetch(forward_next, backward_next) chains the units in the order a step runs them: when a
+// unit gathers its parameters (forward in apply() or gathered(), backward in the recompute) it
+// issues the all-gathers of the next unit of that pass asynchronously (CommOptions::async_op: on
+// the group's communication stream, the compute stream not held), so the next unit's parameters
+// travel while this unit computes; that unit's gather then only makes the compute stream wait for
+// them. Two units' whole parameters are alive at once. A prefetched gather is used only if every
+// shard's version counter is what it was at the prefetch (an optimizer step or load() in between
+// bumps it): otherwise it is dropped and the gather runs again, so a stale value is never used.
+// Over Gloo the collectives are synchronous: the prefetch is an early gather with the same result.
 #pragma once
 
 #include <functional>
@@ -63,9 +74,16 @@ class Zero3Unit {
   std::vector<Tensor> apply(const Fn& fn, const std::vector<Tensor>& inputs);
   // Note [ZeRO-3]: the whole parameters as differentiable tensors for the rest of the step.
   std::vector<Tensor> gathered();
+  // Note [ZeRO-3 prefetch]: the units whose gathers start when this one gathers (null: none).
+  void set_prefetch(Zero3Unit* forward_next, Zero3Unit* backward_next) {
+    forward_next_ = forward_next;
+    backward_next_ = backward_next;
+  }
+  // Starts the asynchronous all-gathers of this unit's parameters (no-op if some are pending).
+  void prefetch() const;
 
  private:
-  std::vector<Tensor> gather_values() const;                      // whole, no autograd
+  std::vector<Tensor> gather_values() const;                      // whole, no autograd (a valid prefetch if any)
   std::vector<Tensor> reduce_grads(const std::vector<Tensor>& whole_grads) const;  // per shard
 
   std::shared_ptr<ProcessGroup> pg_;
@@ -74,6 +92,15 @@ class Zero3Unit {
   std::vector<int64_t> numels_;
   int64_t n_ = 1;
   mutable double comm_seconds_ = 0;
+  // Note [ZeRO-3 prefetch]
+  Zero3Unit* forward_next_ = nullptr;
+  Zero3Unit* backward_next_ = nullptr;
+  struct Pending {
+    std::vector<Tensor> all, mine;   // gather outputs and inputs, alive until used
+    std::vector<Work> work;
+    std::vector<uint64_t> versions;  // of the shards when the gathers were issued
+  };
+  mutable std::unique_ptr<Pending> pending_;
 };
 
 }  // namespace bludist

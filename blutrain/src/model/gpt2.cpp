@@ -344,6 +344,13 @@ void GPT2::shard_zero3(std::shared_ptr<bludist::ProcessGroup> pg) {
     b = Block{};  // the whole tensors go: only the shards stay
   }
   wte_ = wpe_ = lnf_w_ = lnf_b_ = Tensor();
+  // Note [ZeRO-3 prefetch]: the embedding gather starts block 0's; block l's forward starts
+  // block l + 1's, its backward (recompute) block l - 1's.
+  const std::size_t n = z3_blocks_.size();
+  if (n > 0) z3_root_->set_prefetch(z3_blocks_[0].get(), nullptr);
+  for (std::size_t l = 0; l < n; ++l) {
+    z3_blocks_[l]->set_prefetch(l + 1 < n ? z3_blocks_[l + 1].get() : nullptr, l > 0 ? z3_blocks_[l - 1].get() : nullptr);
+  }
 }
 
 std::pair<bludist::Zero3Unit*, std::size_t> GPT2::z3_slot(std::size_t i) const {
