@@ -5,12 +5,14 @@
 # then blurun --nproc-per-node 2 -- blutrain train --tp 2 (and --cp 2), 20 steps of synthetic
 # data, validation at 0, 10, 20;
 # prints the largest relative train / val loss difference and the median step time of each.
-# Logs and metrics land in $OUT/tp-results.tar.gz, the table in $OUT/tp.txt. Not run on a device
-# yet (written in session 11, --cp added in session 13): the first call will tell.
+# Logs and metrics land in $OUT/tp-results.tar.gz, the table in $OUT/tp.txt, the metrics in
+# $OUT/tp_metrics.json (flat: dist.<tp|cp>.<model>.fp32.{max_rel_loss_diff, max_rel_val_diff, step_ms,
+# one_gpu_step_ms, tok_s, one_gpu_tok_s, comm_ms, peak_gib}; scripts/make_summary.py reads it).
+# First run on 2x H200 in session 14 (20 steps); the issue's equivalence is over 50 (the default).
 #   run(kind="nvidia-h100-x2", timeout_s=600, command="scripts/device-tp.sh")
 #   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--modes tp,cp] [--steps 20]
 set -uo pipefail
-build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=20
+build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=50
 while (($#)); do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
@@ -37,20 +39,35 @@ blu_device_build "$build" "$logs" blutrain-cli blurun || { echo "build failed" |
 grep -E "bludist: (NCCL|Gloo)" "$logs/configure.txt"
 bt=$build/blutrain/blutrain; br=$build/bludist/blurun
 
-# max relative difference of two metrics.jsonl files' records of one event, and the median step_ms.
+# max relative difference of two metrics.jsonl files' records of one event, the median step_ms
+# (after 3 steps); the metrics go to $work/metrics/<key>.json.
 compare() {
   python3 - "$@" <<'EOF'
-import json, statistics, sys
+import json, os, statistics, sys
 def records(path, event):
     return [r for r in map(json.loads, open(path)) if r.get("event") == event]
-one, two, label, flag = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-out = [label]
-for event, key in (("train", "loss"), ("val", "val_loss")):
-    a, b = [r[key] for r in records(one, event)], [r[key] for r in records(two, event)]
+def med(path, field):
+    v = [r[field] for r in records(path, "train")[3:] if field in r]
+    return statistics.median(v) if v else None
+one, two, label, flag, key, mdir = sys.argv[1:7]
+out, m = [label], {}
+for event, k, name in (("train", "loss", "max_rel_loss_diff"), ("val", "val_loss", "max_rel_val_diff")):
+    a, b = [r[k] for r in records(one, event)], [r[k] for r in records(two, event)]
     worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else float("nan")
     out.append(f"{event} {len(a)}/{len(b)} records, max rel diff {worst:.3g}")
-ms = lambda p: statistics.median(r["step_ms"] for r in records(p, "train")[3:])
-out.append(f"step {ms(one):.1f} ms one GPU, {ms(two):.1f} ms {flag}")
+    if worst == worst:
+        m[f"dist.{key}.{name}"] = worst
+for name, path, field in (("step_ms", two, "step_ms"), ("one_gpu_step_ms", one, "step_ms"),
+                          ("tok_s", two, "tokens_per_s"), ("one_gpu_tok_s", one, "tokens_per_s"),
+                          ("comm_ms", two, "comm_ms"), ("peak_gib", two, "mem_peak_gib")):
+    v = med(path, field)
+    if v is not None:
+        m[f"dist.{key}.{name}"] = v
+out.append(f"step {med(one, 'step_ms'):.1f} ms one GPU, {med(two, 'step_ms'):.1f} ms {flag}")
+if f"dist.{key}.comm_ms" in m:
+    out.append(f"comm {m[f'dist.{key}.comm_ms']:.2f} ms a step")
+os.makedirs(mdir, exist_ok=True)
+json.dump(m, open(os.path.join(mdir, key + ".json"), "w"), indent=1)
 print("; ".join(out))
 EOF
 }
@@ -68,8 +85,11 @@ for m in "${model_list[@]}"; do
     timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags --$mode 2 --out-dir "$runs/$m-${mode}2" \
       > "$logs/$m-${mode}2.txt" 2>&1 || tail -5 "$logs/$m-${mode}2.txt"
     grep -m1 -E "(tensor|context) parallel over" "$logs/$m-${mode}2.txt"
-    compare "$runs/$m-one/metrics.jsonl" "$runs/$m-${mode}2/metrics.jsonl" "$m fp32 --$mode 2" "--$mode 2" | tee -a "$table"
+    compare "$runs/$m-one/metrics.jsonl" "$runs/$m-${mode}2/metrics.jsonl" "$m fp32 --$mode 2" "--$mode 2" \
+      "$mode.$m.fp32" "$work/metrics" | tee -a "$table"
   done
 done
+python3 -c "import glob, json, sys; m = {}; [m.update(json.load(open(f))) for f in sorted(glob.glob(sys.argv[1] + '/*.json'))]; json.dump(m, open(sys.argv[2], 'w'), indent=1, sort_keys=True)" \
+  "$work/metrics" "$OUT/tp_metrics.json"
 stamp done
 cat "$table"
