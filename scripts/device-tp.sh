@@ -10,15 +10,22 @@
 # one_gpu_step_ms, tok_s, one_gpu_tok_s, comm_ms, peak_gib}; scripts/make_summary.py reads it).
 # First run on 2x H200 in session 14 (20 steps); the issue's equivalence is over 50 (the default).
 #   run(kind="nvidia-h100-x2", timeout_s=600, command="scripts/device-tp.sh")
-#   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--modes tp,cp] [--steps 20]
+#   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--modes tp,cp] [--steps 50]
+#                        [--data brown|synthetic]
+# --data: brown (default; the embedded corpus, GPT-2 vocabulary) or synthetic (random tokens). On
+# synthetic tokens the loss cannot fall (it stays near ln V) and the 50-step d12 curves of one GPU
+# and --tp 2 / --cp 2 drifted to 2.8e-5 / 1.8e-4 at a loss spike (step 28, session 14, 2x H100;
+# 5e-7 / 3e-7 over 20 steps), then back to 1e-6: rounding-order differences amplified by a flailing
+# optimizer. Text gives the curve the equivalence is about.
 set -uo pipefail
-build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=50
+build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=50 data=brown
 while (($#)); do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -75,7 +82,7 @@ EOF
 IFS=, read -ra model_list <<< "$models"
 for m in "${model_list[@]}"; do
   flags="train --model $m --device cuda --precision fp32 --engine autograd --batch-size 4 --seq-len 128
-         --max-steps $steps --data synthetic --cache-dir $work/cache --val-every 10 --val-batches 2
+         --max-steps $steps --data $data --vocab gpt2 --cache-dir $work/cache --val-every 10 --val-batches 2
          --final-val-batches 0 --sample-tokens 0 --no-save --no-plot --resume none --time-limit 0"
   stamp "$m: one GPU"
   timeout 200 "$bt" $flags --out-dir "$runs/$m-one" > "$logs/$m-one.txt" 2>&1 || tail -5 "$logs/$m-one.txt"
