@@ -76,6 +76,20 @@ DeviceInfo device(int major, int minor, int sms) {
   return d;
 }
 
+// fn(problem, its normalized form, device) for each of the kProblems bound problems on each device.
+template <typename F>
+void for_each_bound_problem(std::initializer_list<DeviceInfo> devs, F&& fn) {
+  for (int i = 0; i < kProblems; ++i) {
+    const RandomGemm g = bound_problem(kSeed, i);
+    gd::GemmProblem p;
+    ASSERT_TRUE(gd::normalize(g.desc, &p).ok());
+    for (const DeviceInfo& dev : devs) {
+      SCOPED_TRACE(g.describe());
+      fn(g, p, dev);
+    }
+  }
+}
+
 // The sm_90a heuristic reads these; the tests below want the heuristic's own choice.
 void clear_sm90_env() {
   for (const char* v : {"BLUBLAS_SM90_TILE", "BLUBLAS_SM90_SPLITS", "BLUBLAS_SM90_GROUP_M",
@@ -586,34 +600,28 @@ TEST(GemmProperty, Sm90TileShapes) {
 
 TEST(GemmProperty, SimtAndSm80Plans) {
   if (std::getenv("BLUBLAS_SIMT_SPLIT_MAX") != nullptr) GTEST_SKIP() << "split-K capped by the environment";
-  const DeviceInfo devs[] = {device(9, 0, 132), device(8, 0, 108)};
   int splits_seen = 0;
-  for (int i = 0; i < kProblems; ++i) {
-    const RandomGemm g = bound_problem(kSeed, i);
-    gd::GemmProblem p;
-    ASSERT_TRUE(gd::normalize(g.desc, &p).ok());
-    for (const DeviceInfo& dev : devs) {
-      SCOPED_TRACE(g.describe());
-      const gd::SimtPlan s = gd::choose_simt_plan(p, dev);
-      if (p.ab_type != Dtype::kF32) {
-        EXPECT_EQ(s.kernel, gd::SimtKernel::kGeneric);
-      }
-      EXPECT_GE(s.splits, 1);
-      if (s.splits > 1) {
-        splits_seen++;
-        EXPECT_EQ(s.k_split % 8, 0);
-        EXPECT_GE(s.k_split, 512);
-        EXPECT_GE(static_cast<int64_t>(s.splits) * s.k_split, p.k) << "K not covered";
-        EXPECT_LT(static_cast<int64_t>(s.splits - 1) * s.k_split, p.k) << "an empty split";
-        EXPECT_LE(static_cast<int64_t>(s.splits) * p.batch, 65535);
-      }
-      // sm_80 tiles: a larger problem never takes a smaller tile.
-      gd::GemmProblem bigger = p;
-      bigger.m = p.m * 2;
-      EXPECT_LE(static_cast<int>(gd::choose_sm80_tile(bigger, dev)),
-                static_cast<int>(gd::choose_sm80_tile(p, dev)));
+  for_each_bound_problem({device(9, 0, 132), device(8, 0, 108)},
+                         [&](const RandomGemm&, const gd::GemmProblem& p, const DeviceInfo& dev) {
+    const gd::SimtPlan s = gd::choose_simt_plan(p, dev);
+    if (p.ab_type != Dtype::kF32) {
+      EXPECT_EQ(s.kernel, gd::SimtKernel::kGeneric);
     }
-  }
+    EXPECT_GE(s.splits, 1);
+    if (s.splits > 1) {
+      splits_seen++;
+      EXPECT_EQ(s.k_split % 8, 0);
+      EXPECT_GE(s.k_split, 512);
+      EXPECT_GE(static_cast<int64_t>(s.splits) * s.k_split, p.k) << "K not covered";
+      EXPECT_LT(static_cast<int64_t>(s.splits - 1) * s.k_split, p.k) << "an empty split";
+      EXPECT_LE(static_cast<int64_t>(s.splits) * p.batch, 65535);
+    }
+    // sm_80 tiles: a larger problem never takes a smaller tile.
+    gd::GemmProblem bigger = p;
+    bigger.m = p.m * 2;
+    EXPECT_LE(static_cast<int>(gd::choose_sm80_tile(bigger, dev)),
+              static_cast<int>(gd::choose_sm80_tile(p, dev)));
+  });
   EXPECT_GT(splits_seen, 10) << "deep-K strict fp32 problems should take SIMT split-K";
 }
 
@@ -622,33 +630,27 @@ TEST(GemmProperty, SimtAndSm80Plans) {
 // and BLUBLAS_SM80_SPLITS forces a count (clamped to the slices).
 TEST(GemmProperty, Sm80SplitKPlans) {
   if (std::getenv("BLUBLAS_SM80_SPLITS") != nullptr) GTEST_SKIP() << "split-K forced by the environment";
-  const DeviceInfo devs[] = {device(9, 0, 132), device(8, 9, 142), device(8, 0, 108)};
   int splits_seen = 0;
-  for (int i = 0; i < kProblems; ++i) {
-    const RandomGemm g = bound_problem(kSeed, i);
-    gd::GemmProblem p;
-    ASSERT_TRUE(gd::normalize(g.desc, &p).ok());
-    for (const DeviceInfo& dev : devs) {
-      SCOPED_TRACE(g.describe());
-      const gd::Sm80Plan plan = gd::choose_sm80_plan(p, dev);
-      const int64_t bk = 64 / static_cast<int64_t>(blublas::dtype_size(p.ab_type));
-      const int64_t slices = (p.k + bk - 1) / bk;
-      ASSERT_GE(plan.splits, 1);
-      if (plan.splits == 1) {
-        EXPECT_EQ(gd::sm80_partial_bytes(p, plan), 0u);
-        continue;
-      }
-      splits_seen++;
-      EXPECT_LE(plan.splits, 8);
-      EXPECT_GE(plan.kt_per_split, 8);
-      EXPECT_GE(static_cast<int64_t>(plan.splits) * plan.kt_per_split, slices) << "K not covered";
-      EXPECT_LT(static_cast<int64_t>(plan.splits - 1) * plan.kt_per_split, slices) << "an empty split";
-      EXPECT_EQ(gd::sm80_partial_bytes(p, plan),
-                static_cast<std::size_t>(plan.splits) * p.batch * p.m * gd::sm80_partial_ld(p) * 4);
-      EXPECT_EQ(gd::sm80_partial_ld(p) % 4, 0);
-      EXPECT_GE(gd::sm80_partial_ld(p), p.n);
+  for_each_bound_problem({device(9, 0, 132), device(8, 9, 142), device(8, 0, 108)},
+                         [&](const RandomGemm&, const gd::GemmProblem& p, const DeviceInfo& dev) {
+    const gd::Sm80Plan plan = gd::choose_sm80_plan(p, dev);
+    const int64_t bk = 64 / static_cast<int64_t>(blublas::dtype_size(p.ab_type));
+    const int64_t slices = (p.k + bk - 1) / bk;
+    ASSERT_GE(plan.splits, 1);
+    if (plan.splits == 1) {
+      EXPECT_EQ(gd::sm80_partial_bytes(p, plan), 0u);
+      return;
     }
-  }
+    splits_seen++;
+    EXPECT_LE(plan.splits, 8);
+    EXPECT_GE(plan.kt_per_split, 8);
+    EXPECT_GE(static_cast<int64_t>(plan.splits) * plan.kt_per_split, slices) << "K not covered";
+    EXPECT_LT(static_cast<int64_t>(plan.splits - 1) * plan.kt_per_split, slices) << "an empty split";
+    EXPECT_EQ(gd::sm80_partial_bytes(p, plan),
+              static_cast<std::size_t>(plan.splits) * p.batch * p.m * gd::sm80_partial_ld(p) * 4);
+    EXPECT_EQ(gd::sm80_partial_ld(p) % 4, 0);
+    EXPECT_GE(gd::sm80_partial_ld(p), p.n);
+  });
   EXPECT_GT(splits_seen, 10) << "deep-K problems with few tiles should take sm80 split-K";
 
   // GPT-2 124M (M = B*T = 16384, C = 768) in bf16 on an H100: dW splits, the forwards do not.

@@ -69,6 +69,27 @@ Reference reference() {
   return r;
 }
 
+blu::optim::AdamWOptions adamw_options() {
+  blu::optim::AdamWOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.1;
+  return o;
+}
+
+// One process: 4 AdamW steps on the whole parameters over the whole batch; the parameters after.
+std::vector<Tensor> one_process_adamw(const blu::optim::AdamWOptions& o) {
+  std::vector<Tensor> p = whole_params();
+  for (Tensor& t : p) t.requires_grad_();
+  blu::optim::AdamW opt(p, o);
+  for (int step = 0; step < 4; ++step) {
+    Tensor y = mlp(p, {batch()})[0];
+    blu::mean(blu::sum(y * y, {1})).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  return p;
+}
+
 }  // namespace
 
 TEST(Zero3, ShardsGetTheirPieceOfTheWholeBatchGradient) {
@@ -97,19 +118,8 @@ TEST(Zero3, ShardsGetTheirPieceOfTheWholeBatchGradient) {
 
 TEST(Zero3, AdamWOnShardsMatchesOneProcess) {
   BLUDIST_REQUIRE_GLOO();
-  blu::optim::AdamWOptions o;
-  o.lr = 1e-2;
-  o.weight_decay = 0.1;
-  // One process.
-  std::vector<Tensor> p = whole_params();
-  for (Tensor& t : p) t.requires_grad_();
-  blu::optim::AdamW ref_opt(p, o);
-  for (int step = 0; step < 4; ++step) {
-    Tensor y = mlp(p, {batch()})[0];
-    blu::mean(blu::sum(y * y, {1})).backward();
-    ref_opt.step();
-    ref_opt.zero_grad();
-  }
+  const blu::optim::AdamWOptions o = adamw_options();
+  const std::vector<Tensor> p = one_process_adamw(o);
   for (int ranks : {2, 3}) {
     test::run_gloo_ranks(ranks, [&](ProcessGroup& pg) {
       Zero3Unit unit(whole_params(), pg.shared_from_this());
@@ -154,18 +164,8 @@ TEST(Zero3, GatherLoadAndPiecesRoundTrip) {
 // an optimizer step) is dropped, never used stale.
 TEST(Zero3, PrefetchChainMatchesOneProcessAndNeverGoesStale) {
   BLUDIST_REQUIRE_GLOO();
-  blu::optim::AdamWOptions o;
-  o.lr = 1e-2;
-  o.weight_decay = 0.1;
-  std::vector<Tensor> p = whole_params();
-  for (Tensor& t : p) t.requires_grad_();
-  blu::optim::AdamW ref_opt(p, o);
-  for (int step = 0; step < 4; ++step) {
-    Tensor y = mlp(p, {batch()})[0];
-    blu::mean(blu::sum(y * y, {1})).backward();
-    ref_opt.step();
-    ref_opt.zero_grad();
-  }
+  const blu::optim::AdamWOptions o = adamw_options();
+  const std::vector<Tensor> p = one_process_adamw(o);
   auto first = [](const std::vector<Tensor>& w, const std::vector<Tensor>& in) {
     return std::vector<Tensor>{blu::gelu(blu::linear(in[0], w[0], w[1]))};
   };
