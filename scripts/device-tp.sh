@@ -11,14 +11,16 @@
 # First run on 2x H200 in session 14 (20 steps); the issue's equivalence is over 50 (the default).
 #   run(kind="nvidia-h100-x2", timeout_s=600, command="scripts/device-tp.sh")
 #   scripts/device-tp.sh [--build-dir /tmp/bd-tp] [--models tiny,d12] [--modes tp,cp] [--steps 50]
-#                        [--data brown|synthetic]
+#                        [--data brown|synthetic] [--no-throughput]
+# Modes: tp (--tp 2), tpo (--tp 2 --tp-overlap 4: bludist Note [Async TP]), cp (--cp 2); then,
+# unless --no-throughput, d12 fp32 B16 T1024 one GPU vs --tp 2 vs --tp 2 --tp-overlap 4 (12 steps).
 # --data: brown (default; the embedded corpus, GPT-2 vocabulary) or synthetic (random tokens). On
 # synthetic tokens the loss cannot fall (it stays near ln V) and the 50-step d12 curves of one GPU
 # and --tp 2 / --cp 2 drifted to 2.8e-5 / 1.8e-4 at a loss spike (step 28, session 14, 2x H100;
 # 5e-7 / 3e-7 over 20 steps), then back to 1e-6: rounding-order differences amplified by a flailing
 # optimizer. Text gives the curve the equivalence is about.
 set -uo pipefail
-build=/tmp/bd-tp models=tiny,d12 modes=tp,cp steps=50 data=brown
+build=/tmp/bd-tp models=tiny,d12 modes=tp,tpo,cp steps=50 data=brown throughput=1
 while (($#)); do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
@@ -26,6 +28,7 @@ while (($#)); do
     --modes) modes=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
+    --no-throughput) throughput=0; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
 done
@@ -88,14 +91,33 @@ for m in "${model_list[@]}"; do
   timeout 200 "$bt" $flags --out-dir "$runs/$m-one" > "$logs/$m-one.txt" 2>&1 || tail -5 "$logs/$m-one.txt"
   IFS=, read -ra mode_list <<< "$modes"
   for mode in "${mode_list[@]}"; do
-    stamp "$m: --$mode 2"
-    timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags --$mode 2 --out-dir "$runs/$m-${mode}2" \
+    mflags="--$mode 2"
+    [ "$mode" = tpo ] && mflags="--tp 2 --tp-overlap 4"  # Note [Async TP]
+    stamp "$m: $mflags"
+    timeout 200 "$br" --nproc-per-node 2 -- "$bt" $flags $mflags --out-dir "$runs/$m-${mode}2" \
       > "$logs/$m-${mode}2.txt" 2>&1 || tail -5 "$logs/$m-${mode}2.txt"
     grep -m1 -E "(tensor|context) parallel over" "$logs/$m-${mode}2.txt"
-    compare "$runs/$m-one/metrics.jsonl" "$runs/$m-${mode}2/metrics.jsonl" "$m fp32 --$mode 2" "--$mode 2" \
+    compare "$runs/$m-one/metrics.jsonl" "$runs/$m-${mode}2/metrics.jsonl" "$m fp32 $mflags" "$mflags" \
       "$mode.$m.fp32" "$work/metrics" | tee -a "$table"
   done
 done
+# Throughput of the regions' communication (Note [Async TP]): d12 fp32 B16 T1024, 12 steps, one GPU,
+# --tp 2 and --tp 2 --tp-overlap 4 (dist.tpb16.d12.fp32.* and dist.tpob16.d12.fp32.*).
+if ((throughput)); then
+  tflags="train --model d12 --device cuda --precision fp32 --engine autograd --batch-size 16 --seq-len 1024
+          --max-steps 12 --data synthetic --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save
+          --no-plot --resume none --time-limit 0"
+  stamp "d12 B16 T1024: one GPU"
+  timeout 200 "$bt" $tflags --out-dir "$runs/b16-one" > "$logs/b16-one.txt" 2>&1 || tail -5 "$logs/b16-one.txt"
+  for v in tpb16:"--tp 2" tpob16:"--tp 2 --tp-overlap 4"; do
+    key=${v%%:*}; vf=${v#*:}
+    stamp "d12 B16 T1024: $vf"
+    timeout 200 "$br" --nproc-per-node 2 -- "$bt" $tflags $vf --out-dir "$runs/$key" > "$logs/$key.txt" 2>&1 ||
+      tail -5 "$logs/$key.txt"
+    compare "$runs/b16-one/metrics.jsonl" "$runs/$key/metrics.jsonl" "d12 fp32 B16 T1024 $vf" "$vf" \
+      "$key.d12.fp32" "$work/metrics" | tee -a "$table"
+  done
+fi
 python3 -c "import glob, json, sys; m = {}; [m.update(json.load(open(f))) for f in sorted(glob.glob(sys.argv[1] + '/*.json'))]; json.dump(m, open(sys.argv[2], 'w'), indent=1, sort_keys=True)" \
   "$work/metrics" "$OUT/tp_metrics.json"
 stamp done

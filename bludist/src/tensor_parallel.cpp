@@ -1,6 +1,7 @@
 // Tensor-parallel regions and layers (Note [Tensor-parallel regions] in bludist/tensor_parallel.h).
 #include "bludist/tensor_parallel.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -84,6 +85,102 @@ RowParallelLinear::RowParallelLinear(const Tensor& full_weight, const Tensor& fu
   BLU_CHECK(pg_, "RowParallelLinear: null process group");
   weight_ = shard_cols(full_weight, *pg_);
   if (full_bias.defined()) bias_ = new_leaf(full_bias.detach(), full_bias);
+}
+
+namespace {
+// Rows [r0, r0 + n) of `chunks` near-equal pieces of `rows`.
+std::pair<int64_t, int64_t> chunk_rows(int64_t rows, int chunks, int c) {
+  const int64_t per = (rows + chunks - 1) / chunks, r0 = std::min<int64_t>(rows, c * per);
+  return {r0, std::min<int64_t>(per, rows - r0)};
+}
+
+// out = a @ b^T (a [rows, k], b [n, k]) with each of `chunks` row pieces all-reduced (sum) over pg
+// as soon as its GEMM is issued (Note [Async TP]); the pieces are waited for and copied into out.
+Tensor chunked_matmul_all_reduce(const Tensor& a, const Tensor& b_t, const std::shared_ptr<ProcessGroup>& pg,
+                                 int chunks) {
+  const int64_t rows = a.size(0);
+  std::vector<Tensor> pieces;
+  std::vector<Work> works;
+  CommOptions async;
+  async.async_op = true;
+  for (int c = 0; c < chunks; ++c) {
+    const auto [r0, n] = chunk_rows(rows, chunks, c);
+    if (n == 0) break;
+    pieces.push_back(blu::matmul(a.narrow(0, r0, n), b_t).contiguous());
+    works.push_back(pg->all_reduce(pieces.back(), ReduceOp::kSum, async));
+  }
+  Tensor out = blu::empty({rows, b_t.size(1)}, blu::TensorOptions(pieces.at(0).dtype()).device(a.device()));
+  for (std::size_t c = 0; c < pieces.size(); ++c) {
+    works[c].wait();
+    out.narrow(0, chunk_rows(rows, chunks, static_cast<int>(c)).first, pieces[c].size(0)).copy_(pieces[c]);
+  }
+  return out;
+}
+
+void check_chunks(const char* op, int chunks, const Tensor& x, const std::shared_ptr<ProcessGroup>& pg) {
+  BLU_CHECK(pg, op, ": null process group");
+  BLU_CHECK(chunks >= 1, op, ": chunks must be >= 1, got ", chunks);
+  BLU_CHECK(x.defined() && x.dim() >= 2, op, ": expected an input [..., features], got ",
+            x.defined() ? x.describe() : "undefined");
+}
+}  // namespace
+
+Tensor tp_row_linear_overlapped(const Tensor& x_shard, const Tensor& weight_shard,
+                                const std::shared_ptr<ProcessGroup>& pg, int chunks) {
+  check_chunks("tp_row_linear_overlapped", chunks, x_shard, pg);
+  if (chunks == 1) return tp_reduce_from_region(blu::linear(x_shard, weight_shard), pg);
+  const int64_t in = x_shard.size(x_shard.dim() - 1), out_f = weight_shard.size(0);
+  BLU_CHECK(weight_shard.dim() == 2 && weight_shard.size(1) == in, "tp_row_linear_overlapped: weight ",
+            weight_shard.describe(), " does not take inputs ", x_shard.describe());
+  blu::Shape out_shape = x_shard.sizes();
+  out_shape.back() = out_f;
+  Tensor y;
+  {
+    blu::NoGradGuard no_grad;
+    const Tensor x2 = x_shard.detach().reshape({-1, in});
+    y = chunked_matmul_all_reduce(x2, weight_shard.detach().transpose(0, 1), pg, chunks).reshape(out_shape);
+  }
+  return blu::autograd::record(
+      "tp_row_linear_overlapped", y, {x_shard, weight_shard}, {x_shard, weight_shard},
+      [in, out_f](const Tensor& gy, const blu::BackwardContext& ctx) {
+        const Tensor gy2 = gy.reshape({-1, out_f});
+        const Tensor& x = ctx.saved[0];
+        const Tensor& w = ctx.saved[1];
+        Tensor gx = ctx.needs_input_grad[0] ? blu::matmul(gy2, w).reshape(x.sizes()) : Tensor();
+        Tensor gw = ctx.needs_input_grad[1] ? blu::matmul(gy2.transpose(0, 1), x.reshape({-1, in})) : Tensor();
+        return std::vector<Tensor>{gx, gw};
+      });
+}
+
+Tensor tp_column_linear_overlapped(const Tensor& x, const Tensor& weight_shard, const Tensor& bias_shard,
+                                   const std::shared_ptr<ProcessGroup>& pg, int chunks) {
+  check_chunks("tp_column_linear_overlapped", chunks, x, pg);
+  if (chunks == 1) return blu::linear(tp_copy_to_region(x, pg), weight_shard, bias_shard);
+  const int64_t in = x.size(x.dim() - 1), out_f = weight_shard.size(0);
+  BLU_CHECK(weight_shard.dim() == 2 && weight_shard.size(1) == in, "tp_column_linear_overlapped: weight ",
+            weight_shard.describe(), " does not take inputs ", x.describe());
+  Tensor y;
+  {
+    blu::NoGradGuard no_grad;
+    y = blu::linear(x.detach(), weight_shard.detach(), bias_shard.defined() ? bias_shard.detach() : Tensor());
+  }
+  std::vector<Tensor> inputs = {x, weight_shard};
+  if (bias_shard.defined()) inputs.push_back(bias_shard);
+  return blu::autograd::record(
+      "tp_column_linear_overlapped", y, inputs, {x, weight_shard},
+      [in, out_f, pg, chunks, has_bias = bias_shard.defined()](const Tensor& gy, const blu::BackwardContext& ctx) {
+        const Tensor gy2 = gy.reshape({-1, out_f});
+        const Tensor& x_saved = ctx.saved[0];
+        const Tensor& w = ctx.saved[1];
+        // The input gradient's rank partials, all-reduced piece by piece under the next piece's GEMM.
+        Tensor gx = ctx.needs_input_grad[0]
+                        ? chunked_matmul_all_reduce(gy2, w, pg, chunks).reshape(x_saved.sizes())
+                        : Tensor();
+        Tensor gw = ctx.needs_input_grad[1] ? blu::matmul(gy2.transpose(0, 1), x_saved.reshape({-1, in})) : Tensor();
+        std::vector<Tensor> grads = {gx, gw};
+        if (has_bias) grads.push_back(ctx.needs_input_grad[2] ? blu::sum(gy2, {0}) : Tensor());
+        return grads;
+      });
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x_shard) const {

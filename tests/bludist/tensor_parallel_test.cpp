@@ -25,6 +25,14 @@ TEST(TensorParallel, ColumnThenRowMlpMatchesUnsharded) {
   }
 }
 
+// Note [Async TP]: the overlapped region GEMMs, in 1 to 16 row chunks, give the unsharded values.
+TEST(TensorParallel, OverlappedRegionsMatchUnsharded) {
+  BLUDIST_REQUIRE_GLOO();
+  for (int ranks : {2, 3}) {
+    test::run_gloo_ranks(ranks, [](ProcessGroup& pg) { EXPECT_EQ(test::check_tp_mlp_overlapped(pg, blu::kCPU), ""); });
+  }
+}
+
 TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyMatchUnsharded) {
   BLUDIST_REQUIRE_GLOO();
   for (int ranks : {2, 3}) {

@@ -3,7 +3,7 @@
 // 1e-5 relative over 20 steps (and greedy samples, when the GPT-2 vocabulary is installed); its
 // checkpoints are one-process ones (one process resumes a --tp checkpoint, --tp resumes a
 // one-process one, both onto the uninterrupted curve) and --init-from weights are cut into shards;
-// a 2 x 2 mesh (--dp 2 --tp 2, with gradient accumulation) matches too; a non-finite gradient makes
+// a 2 x 2 mesh (--dp 2 --tp 2, with gradient accumulation and --tp-overlap 3) matches too; a non-finite gradient makes
 // both ranks skip the same step;
 // bad --tp flags and launches are clear errors (Note [Tensor-parallel training] in
 // blutrain/src/train/tensor_parallel.h).
@@ -108,14 +108,15 @@ TEST_F(TensorParallelTrain, TwoRanksMatchOneProcessAndCheckpointsAreOneProcessOn
 TEST_F(TensorParallelTrain, TwoByTwoMeshMatchesOneProcess) {
   REQUIRE_GLOO();
   // 4 ranks: tensor-parallel pairs {0, 1} and {2, 3}, each pair reading B=1 of the global batch of 2,
-  // with 2 accumulation micro-steps (DDP's no_sync step in between). The corpus vocabulary (the
+  // with 2 accumulation micro-steps (DDP's no_sync step in between), the region GEMMs in 3 row
+  // chunks (--tp-overlap 3, bludist Note [Async TP]). The corpus vocabulary (the
   // pattern's 24 ids padded to 128 rows: rank 1 of a pair holds only padding) keeps the 4
   // processes cheap.
   const std::string common = "--max-steps 12 --total-batch-tokens 64 --sample-tokens 0 --no-save --vocab corpus "
                              "--cache-dir " + (root_ / "cache").string() + " ";
   auto one = run_command(blutrain("one", common + "--batch-size 2"));
   ASSERT_EQ(one.status, 0) << one.output;
-  auto mesh = run_command(blurun(4, blutrain("mesh", common + "--batch-size 1 --dp 2 --tp 2")));
+  auto mesh = run_command(blurun(4, blutrain("mesh", common + "--batch-size 1 --dp 2 --tp 2 --tp-overlap 3")));
   ASSERT_EQ(mesh.status, 0) << mesh.output;
   std::printf("one process %.1f s, --dp 2 --tp 2 %.1f s\n", one.seconds, mesh.seconds);
   blu::test::expect_same_loss_curve(losses_in(metrics("mesh"), "train"), losses_in(metrics("one"), "train"), 1e-5,
@@ -158,6 +159,8 @@ TEST_F(TensorParallelTrain, BadFlagsAndLaunchesAreClearErrors) {
                "--dp 1 --tp 2 needs 2 processes, one per rank, but this process was not started by a launcher");
   expect_error(run_command(blurun(2, blutrain("e3", common + "--tp 2 --dp 2"))),
                "--dp 2 --tp 2 needs WORLD_SIZE = dp x tp = 4 but the launcher started 2");
+  expect_error(run_command(blutrain("e5", common + "--tp-overlap 0")), "--tp-overlap 0: expected a number of row chunks");
+  expect_error(run_command(blutrain("e6", common + "--tp-overlap 2")), "--tp-overlap 2 needs --tp > 1");
   // The tiny model has 4 heads: 3 ranks cannot take whole heads each.
   expect_error(run_command(blurun(3, blutrain("e4", common + "--tp 3"))),
                "--tp 3: the tiny model's 4 attention heads do not split into 3 equal parts");

@@ -26,7 +26,18 @@
 // own columns of softmax - onehot. The target ids are turned into local indices on the host (N
 // integers a call).
 // GPT-2 on these pieces and blutrain train --tp: Note [Tensor-parallel GPT-2] in blutrain/gpt2.h.
-// Not yet here: the async variant that overlaps chunk i's all-reduce with chunk i+1's GEMM.
+//
+// Note [Async TP]
+// The two collectives of a region sit right after a GEMM: the row-parallel forward all-reduces
+// x_r W_r^T, the column-parallel backward all-reduces gy W_r. The overlapped forms cut that GEMM's
+// rows (tokens) into `chunks` pieces: chunk i's all-reduce is issued asynchronously (CommOptions::
+// async_op: the communication stream waits for chunk i's GEMM, the compute stream does not wait)
+// and chunk i + 1's GEMM runs while it travels; the results are waited for (on the device) and
+// copied into the output at the end. Each chunk is the same rows' sum over the same ranks, so the
+// values equal the unchunked forms' up to the GEMM's rounding (rows do not mix). The other halves
+// need no communication: the row-parallel backward (every rank holds the whole gy) and the
+// column-parallel forward (every rank holds the whole x). chunks = 1 is the plain form. Over Gloo
+// the collectives are synchronous: the same values, no overlap.
 #pragma once
 
 #include <memory>
@@ -72,6 +83,17 @@ class RowParallelLinear {
   std::shared_ptr<ProcessGroup> pg_;
   Tensor weight_, bias_;
 };
+
+// Note [Async TP]: sum over ranks of x_r W_r^T (x_r [..., in/size], weight_shard [out, in/size]),
+// the all-reduce of each of `chunks` row pieces overlapping the next piece's GEMM. Backward: the
+// plain row-parallel gradients (no communication).
+Tensor tp_row_linear_overlapped(const Tensor& x_shard, const Tensor& weight_shard,
+                                const std::shared_ptr<ProcessGroup>& pg, int chunks);
+// Note [Async TP]: x W_r^T + b_r (x [..., in] the same on every rank, weight_shard [out/size, in]):
+// forward as a column-parallel linear after tp_copy_to_region; backward all-reduces x's gradient
+// in `chunks` row pieces, each overlapping the next piece's GEMM.
+Tensor tp_column_linear_overlapped(const Tensor& x, const Tensor& weight_shard, const Tensor& bias_shard,
+                                   const std::shared_ptr<ProcessGroup>& pg, int chunks);
 
 // This rank's heads of a fused [3C, ...] QKV weight or [3C] bias (GPT-2's c_attn: q, k, v rows of
 // all `heads` heads of C / heads rows each): the q, k and v rows of heads [r H/size, (r + 1) H/size),

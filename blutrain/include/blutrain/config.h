@@ -53,6 +53,7 @@ struct TrainConfig {
   int zero = 0;                    // ZeRO stage: 0 (replicated AdamW state) | 1 (state sharded over --dp)
   // tensor parallelism (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h); WORLD_SIZE = dp * tp
   int tp = 1;                      // tensor-parallel ranks (consecutive ranks form a group)
+  int tp_overlap = 1;              // --tp > 1: row chunks of the overlapped region GEMMs (Note [Async TP]); 1 = off
   int cp = 1;                      // context-parallel ranks (consecutive ranks form a group)
   // schedule
   int64_t max_steps = 0;           // 0 = auto

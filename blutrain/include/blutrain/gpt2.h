@@ -120,6 +120,8 @@ class GPT2 {
   // The tensor-parallel group (null without one) and its size (1 without one).
   const std::shared_ptr<bludist::ProcessGroup>& tp_group() const { return tp_; }
   int tp_size() const { return tp_size_; }
+  // Row chunks of the overlapped tensor-parallel GEMMs (bludist Note [Async TP]); 1: plain regions.
+  void set_tp_overlap(int chunks) { tp_overlap_ = chunks; }
   // GPT-2 init from `seed` (std 0.02; residual projections std 0.02/sqrt(2L); biases 0; LN 1/0;
   // padded embedding rows 0). Same numbers on CPU and CUDA.
   void init_weights(uint64_t seed);
@@ -182,6 +184,7 @@ class GPT2 {
   GPT2Config cfg_;
   Device device_;
   std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
+  int tp_overlap_ = 1;
   int tp_size_ = 1, tp_rank_ = 0;
   std::shared_ptr<bludist::ProcessGroup> cp_;  // null: no context parallelism
   Tensor wte_, wpe_, lnf_w_, lnf_b_;

@@ -209,17 +209,22 @@ Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool
                 C = H * D;
   const DType cd = compute_dtype(precision);
   auto w = [cd](const Tensor& p) { return p.to(cd); };
-  // Entering a column-parallel layer (identity without --tp) and leaving a row-parallel one.
-  auto enter = [this](const Tensor& t) { return tp_ ? bludist::tp_copy_to_region(t, tp_) : t; };
+  // A column-parallel layer (its input's gradient all-reduced) and a row-parallel one (its output
+  // all-reduced, the bias added once after the sum); plain linears without --tp. --tp-overlap N:
+  // each all-reduce in N row chunks under the GEMM of the next (bludist Note [Async TP]).
+  auto column_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
+    if (!tp_) return linear(in, w(weight), w(bias));
+    return bludist::tp_column_linear_overlapped(in, w(weight), w(bias), tp_, tp_overlap_);
+  };
   auto row_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
     if (!tp_) return linear(in, w(weight), w(bias));
-    return bludist::tp_reduce_from_region(linear(in, w(weight)), tp_) + w(bias);  // the bias once, after the sum
+    return bludist::tp_row_linear_overlapped(in, w(weight), tp_, tp_overlap_) + w(bias);
   };
   Tensor x = x_in;
   {
     BLU_NVTX_RANGE("attn");
     Tensor h = layer_norm(x, w(b.ln1_w), w(b.ln1_b));
-    Tensor qkv = linear(enter(h), w(b.qkv_w), w(b.qkv_b));  // [B, T, 3C]
+    Tensor qkv = column_linear(h, b.qkv_w, b.qkv_b);  // [B, T, 3C]
     std::vector<Tensor> parts = qkv.split(C, -1);
     auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
     Tensor y = context_parallel  // Note [Context-parallel GPT-2]
@@ -231,7 +236,7 @@ Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool
   {
     BLU_NVTX_RANGE("mlp");
     Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
-    h = gelu(linear(enter(h), w(b.fc_w), w(b.fc_b)));
+    h = gelu(column_linear(h, b.fc_w, b.fc_b));
     x = x + row_linear(h, b.fcproj_w, b.fcproj_b);
   }
   return x;

@@ -64,6 +64,7 @@ const std::vector<Flag>& flag_table() {
       {"zero", "STAGE", &TrainConfig::zero, "ZeRO stage with --dp > 1: 0 (every rank holds all AdamW state) | 1 (AdamW state sharded across the ranks) | 2 (gradients sharded too, reduce-scattered during backward) | 3 (weights sharded too: each block gathered for its forward and again, recomputed, in backward; autograd engine)"},
       {"cp", "N", &TrainConfig::cp, "context-parallel ranks (autograd engine): every sequence cut across N consecutive ranks (2N chunks, rank r taking chunks r and 2N-1-r), attention by ring attention, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --cp N); --seq-len must be a multiple of 2N; with --dp D, WORLD_SIZE = D*N"},
       {"tp", "N", &TrainConfig::tp, "tensor-parallel ranks (autograd engine): Megatron-style GPT-2 with attention heads, MLP and vocabulary cut across N consecutive ranks, one process each, started by blurun (blurun --nproc-per-node N -- blutrain train --tp N); with --dp D, WORLD_SIZE = D*N (a D x N mesh)"},
+      {"tp-overlap", "N", &TrainConfig::tp_overlap, "with --tp: cut the GEMM before each tensor-parallel all-reduce (the row-parallel forwards, the column-parallel input gradients) into N row chunks, each chunk's all-reduce overlapping the next chunk's GEMM (bludist Note [Async TP]); 1 = one GEMM then one all-reduce"},
       {"max-steps", "N", &TrainConfig::max_steps, "optimizer steps (0 = auto: 1000 on GPU, 2500 on CPU, bounded by --time-limit)"},
       {"time-limit", "SEC", &TrainConfig::time_limit_s, "stop training after SEC seconds (0 = none; auto on CPU: 180)"},
       {"lr", "X", &TrainConfig::lr, "peak learning rate (0 = auto: 6e-4 for d12 and up, 2e-3 for tiny)"},
@@ -419,6 +420,9 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   // Tensor parallelism (Note [Tensor-parallel GPT-2]); head and vocabulary divisibility are checked
   // when the model is built.
   BLU_CHECK(cfg.tp >= 1, "--tp ", cfg.tp, ": expected the number of tensor-parallel ranks (>= 1)");
+  BLU_CHECK(cfg.tp_overlap >= 1 && cfg.tp_overlap <= 64, "--tp-overlap ", cfg.tp_overlap,
+            ": expected a number of row chunks in [1, 64]");
+  BLU_CHECK(cfg.tp_overlap == 1 || cfg.tp > 1, "--tp-overlap ", cfg.tp_overlap, " needs --tp > 1");
   BLU_CHECK(cfg.tp == 1 || cfg.engine == "autograd", "--tp ", cfg.tp, " with --engine ", cfg.engine,
             ": tensor parallelism runs on the autograd engine only (the fused step holds the whole model); pass "
             "--engine autograd");

@@ -183,6 +183,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
 
   // Note [Tensor-parallel GPT-2]: this rank's shards; Note [Context-parallel GPT-2]: its chunks.
   GPT2 model(mcfg, device, tp ? tp->group() : nullptr, groups.cp);
+  model.set_tp_overlap(cfg.tp_overlap);
   model.init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
     if (tp) {

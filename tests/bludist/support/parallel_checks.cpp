@@ -76,6 +76,32 @@ std::string check_tp_mlp(ProcessGroup& pg, blu::Device device) {
                 mismatch(row.bias().grad(), b2.grad(), kTol, "row bias gradient")});
 }
 
+std::string check_tp_mlp_overlapped(ProcessGroup& pg, blu::Device device) {
+  Draw d{blu::Generator(7), device};
+  Tensor x = d.leaf({2, 5, 6}, 0.5), w1 = d.leaf({12, 6}, 0.5), b1 = d.leaf({12}, 0.5), w2 = d.leaf({4, 12}, 0.5),
+         b2 = d.leaf({4}, 0.5);
+  Tensor c = d.value({2, 5, 4}, 1);
+  Tensor y = blu::linear(blu::gelu(blu::linear(x, w1, b1)), w2, b2);
+  blu::sum(y * c).backward();
+  auto pgp = pg.shared_from_this();
+  const int64_t h = 12 / pg.size(), lo = pg.rank() * h;
+  for (int chunks : {1, 3, 4, 16}) {
+    Tensor w1r = shard_rows(w1, pg), b1r = shard_rows(b1, pg), w2c = shard_cols(w2, pg);
+    Tensor xt = x.detach().clone().requires_grad_();
+    Tensor yt = tp_row_linear_overlapped(blu::gelu(tp_column_linear_overlapped(xt, w1r, b1r, pgp, chunks)), w2c,
+                                         pgp, chunks) + b2.detach();
+    blu::sum(yt * c).backward();
+    const std::string what = " (" + std::to_string(chunks) + " chunks)";
+    const std::string bad = first({mismatch(yt.detach(), y.detach(), kTol, "output" + what),
+                                   mismatch(xt.grad(), x.grad(), kTol, "input gradient" + what),
+                                   mismatch(w1r.grad(), w1.grad().narrow(0, lo, h), kTol, "column weight shard gradient" + what),
+                                   mismatch(b1r.grad(), b1.grad().narrow(0, lo, h), kTol, "column bias shard gradient" + what),
+                                   mismatch(w2c.grad(), w2.grad().narrow(1, lo, h), kTol, "row weight shard gradient" + what)});
+    if (!bad.empty()) return bad;
+  }
+  return "";
+}
+
 std::string check_vocab_parallel(ProcessGroup& pg, blu::Device device) {
   auto pgp = pg.shared_from_this();
   Draw d{blu::Generator(9), device};

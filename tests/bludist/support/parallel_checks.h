@@ -14,6 +14,9 @@ namespace bludist::test {
 
 // Column- then row-parallel Linear-GELU-Linear (hidden 12: 2, 3, 4 or 6 ranks).
 std::string check_tp_mlp(ProcessGroup& pg, blu::Device device);
+// The same MLP through tp_column_linear_overlapped / tp_row_linear_overlapped (Note [Async TP]) on
+// a [2, 5, 6] input, with 1, 3, 4 and 16 row chunks (16 > the 10 rows: empty chunks).
+std::string check_tp_mlp_overlapped(ProcessGroup& pg, blu::Device device);
 // Vocabulary-parallel embedding and cross-entropy (vocabulary 12).
 std::string check_vocab_parallel(ProcessGroup& pg, blu::Device device);
 // A GPT-2 attention sub-block with its 6 heads split across the ranks.

@@ -48,7 +48,8 @@ int parallel_checks(Backend backend) {
   const blu::Device dev = pg->device();
   if (dev.is_cuda()) blu::cuda::set_device(dev.index);
   for (const std::string& r :
-       {test::check_tp_mlp(*pg, dev), test::check_vocab_parallel(*pg, dev), test::check_tp_attention_block(*pg, dev),
+       {test::check_tp_mlp(*pg, dev), test::check_tp_mlp_overlapped(*pg, dev), test::check_vocab_parallel(*pg, dev),
+        test::check_tp_attention_block(*pg, dev),
         test::check_ring_attention(*pg, dev, true, false), test::check_ring_attention(*pg, dev, true, true),
         test::check_ring_attention(*pg, dev, false, true)}) {
     if (!r.empty()) {
