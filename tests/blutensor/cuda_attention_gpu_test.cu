@@ -12,6 +12,7 @@
 #include "../../blutensor/src/cuda/cuda_ops.h"
 #include "blutensor/autograd.h"
 #include "blutensor/cuda_stream.h"
+#include "blutensor/ops.h"
 #include "blutensor/tensor.h"
 #include "common/gpu_test.h"
 
@@ -212,6 +213,34 @@ TEST(CudaAttention, FusedSdpaAutogradMatchesReference) {
   // Declined cases return an undefined tensor (the composite path takes them).
   Tensor q32 = random_gpu({1, 1, 5, 32}, DType::F32, 15);
   EXPECT_FALSE(co::fused_scaled_dot_product_attention(q32, q32, q32, true, 0.0).defined());
+}
+
+// Note [Strict-fp32 attention]: under kHighest, scaled_dot_product_attention takes the 3xTF32 flash
+// kernel when asked (one fused node, the same reference bounds as the strict kernel) and the
+// composite path by default.
+TEST(CudaAttention, Split3Tf32SdpaMatchesReferenceWhenAsked) {
+  BLU_REQUIRE_GPU();
+  set_matmul_precision(MatmulPrecision::kHighest);
+  struct Restore {
+    ~Restore() { set_fp32_attention(Fp32Attention::kComposite); }
+  } restore;
+  const int64_t B = 2, H = 3, T = 61, D = 64;
+  for (Fp32Attention mode : {Fp32Attention::kSplit3TF32, Fp32Attention::kComposite}) {
+    set_fp32_attention(mode);
+    Tensor q = random_gpu({B, H, T, D}, DType::F32, 21).requires_grad_(true);
+    Tensor k = random_gpu({B, H, T, D}, DType::F32, 22).requires_grad_(true);
+    Tensor v = random_gpu({B, H, T, D}, DType::F32, 23).requires_grad_(true);
+    Tensor y = scaled_dot_product_attention(q, k, v, true);
+    Tensor dout = random_gpu({B, H, T, D}, DType::F32, 24);
+    y.backward(dout);
+    Ref r = reference(values(q), values(k), values(v), values(dout), B, H, T, D, true,
+                      1.0 / std::sqrt(static_cast<double>(D)));
+    const std::string m = mode == Fp32Attention::kSplit3TF32 ? "3xtf32 " : "composite ";
+    EXPECT_TRUE(close(values(y), r.o, 2e-5, 1e-4, m + "output"));
+    EXPECT_TRUE(close(values(q.grad()), r.dq, 4e-5, 2e-4, m + "dq"));
+    EXPECT_TRUE(close(values(k.grad()), r.dk, 4e-5, 2e-4, m + "dk"));
+    EXPECT_TRUE(close(values(v.grad()), r.dv, 4e-5, 2e-4, m + "dv"));
+  }
 }
 
 }  // namespace

@@ -123,4 +123,18 @@ enum class MatmulPrecision : int { kHighest = 0, kHigh = 1, kMedium = 2 };
 void set_matmul_precision(MatmulPrecision precision) noexcept;
 MatmulPrecision matmul_precision() noexcept;
 
+// Note [Strict-fp32 attention]
+// What scaled_dot_product_attention runs on CUDA for float32 under kHighest (process-wide, read
+// at each call; under kHigh / kMedium it is the tf32 flash kernel, for bf16 the bf16 one):
+//   kComposite (default): matmul, scale, causal fill, softmax, matmul: strict fp32, [B,H,T,T]
+//              intermediates (the SIMT flash kernel exists, kStrictFlash, but runs slower);
+//   kStrictFlash: blublas's SIMT fp32 flash attention (no [B,H,T,T] tensor; slow);
+//   kSplit3TF32: blublas's 3xTF32 flash attention (tensor cores on split-tf32 operands: fp32-level
+//              error; PyTorch's fp32 SDPA contract, what the trainer's fused engine runs in fp32).
+// The trainer sets it from --attention for its autograd and captured engines, so that they run
+// the same attention as the fused engine they are compared with (issue 13's compiled step).
+enum class Fp32Attention : int { kComposite = 0, kStrictFlash = 1, kSplit3TF32 = 2 };
+void set_fp32_attention(Fp32Attention mode) noexcept;
+Fp32Attention fp32_attention() noexcept;
+
 }  // namespace blu

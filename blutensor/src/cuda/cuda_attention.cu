@@ -64,9 +64,10 @@ bool make_desc(blublas::AttentionDesc* desc, const Tensor& q, const Tensor& k, c
   if (q.dtype() == DType::BF16) {
     desc->precision = blublas::AttnPrecision::kBF16;
   } else if (q.dtype() == DType::F32) {
-    desc->precision = matmul_precision() == MatmulPrecision::kHighest
-                          ? blublas::AttnPrecision::kF32Strict
-                          : blublas::AttnPrecision::kF32TF32;
+    // Note [Strict-fp32 attention]: kHighest runs the strict (SIMT) or the 3xTF32 kernel.
+    desc->precision = matmul_precision() != MatmulPrecision::kHighest   ? blublas::AttnPrecision::kF32TF32
+                      : fp32_attention() == Fp32Attention::kSplit3TF32 ? blublas::AttnPrecision::kF32Split3TF32
+                                                                         : blublas::AttnPrecision::kF32Strict;
   } else {
     return false;
   }

@@ -109,11 +109,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   double s = scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   // Note [Fused attention on CUDA]
   // On CUDA, bf16 and tf32 attention run as one autograd node over blublas flash attention (no
-  // [B,H,T,T] intermediates: less memory and time). Strict fp32 keeps the composite path for now:
-  // blublas's strict-fp32 flash attention is SIMT (~5 TFLOP/s), slower than SIMT GEMMs + softmax.
+  // [B,H,T,T] intermediates: less memory and time). Strict fp32 takes the composite path unless
+  // Note [Strict-fp32 attention] asks for a flash kernel (blublas's strict one is SIMT, ~5 TFLOP/s,
+  // slower than SIMT GEMMs + softmax; the 3xTF32 one is fp32-accurate on tensor cores).
   // The fused function returns an undefined tensor for shapes it does not take (head dim, layout).
 #if BLU_HAVE_CUDA_OPS
-  if (q.is_cuda() && !(q.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::kHighest)) {
+  if (q.is_cuda() && !(q.dtype() == DType::F32 && matmul_precision() == MatmulPrecision::kHighest &&
+                       fp32_attention() == Fp32Attention::kComposite)) {
     Tensor y = cuda_ops::fused_scaled_dot_product_attention(q, k, v, is_causal, s);
     if (y.defined()) return y;
   }

@@ -36,8 +36,10 @@ struct TrainResult {
 };
 
 // Makes a CUDA device current and sets the matmul precision for `precision` (tf32: TF32 tensor
-// cores; else strict fp32); nothing for the CPU. Every subcommand starts with it.
-void use_device(const Device& device, Precision precision);
+// cores; else strict fp32) and blutensor's strict-fp32 attention from --attention (auto / 3xtf32:
+// the 3xTF32 flash kernel, as the fused engine runs; strict: the strict composite; blutensor Note
+// [Strict-fp32 attention]); nothing for the CPU. Every subcommand starts with it.
+void use_device(const Device& device, Precision precision, const std::string& attention = "auto");
 // AdamW's settings from the flags (--beta1, --beta2, --adam-eps, --weight-decay).
 AdamWConfig adamw_config(const TrainConfig& cfg);
 

@@ -37,7 +37,7 @@ std::vector<uint8_t> host_bytes(const Tensor& t) {
 int run_capture(const TrainConfig& cfg, std::ostream& out) {
   const Device device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
-  use_device(device, precision);
+  use_device(device, precision, cfg.attention);
   const GPT2Config mcfg = gpt2_config(cfg.model);
   GPT2 model(mcfg, device);
   model.init_weights(cfg.seed);

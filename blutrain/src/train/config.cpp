@@ -41,7 +41,7 @@ const std::vector<Flag>& flag_table() {
       {"capture-verify", "", &TrainConfig::capture_verify, "blutrain capture: replay the captured step from its recorded inputs and compare weights and moments with the eager step bit for bit (--no-capture-verify: only write the graph)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
-      {"attention", "MODE", &TrainConfig::attention, "fp32 attention on the fused engine: strict (SIMT FMA) | 3xtf32 (split-TF32 tensor cores, PyTorch's fp32 SDPA contract) | auto"},
+      {"attention", "MODE", &TrainConfig::attention, "fp32 attention on CUDA: strict (fused engine: SIMT FMA flash kernel; autograd/captured: the strict composite) | 3xtf32 (split-TF32 tensor-core flash kernel, PyTorch's fp32 SDPA contract) | auto (3xtf32)"},
       {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: 8192 rows at GPT-2's vocabulary, about 800 MiB of bf16 or 1.6 GiB of f32 logits)"},
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
       {"profile-step", "N", &TrainConfig::profile_step, "trace every kernel of step N (CUPTI) and write a per-family breakdown to --profile-json"},

@@ -19,7 +19,7 @@ namespace blu::train {
 int run_fidelity_dump(const TrainConfig& cfg, std::ostream& out) {
   const Device device(cfg.device);
   const Precision precision = parse_precision(cfg.precision);
-  use_device(device, precision);
+  use_device(device, precision, cfg.attention);
   const GPT2Config mcfg = cfg.checkpoint.empty() ? gpt2_config(cfg.model) : checkpoint_model_config(cfg.checkpoint);
   GPT2 model(mcfg, device);
   model.init_weights(cfg.seed);

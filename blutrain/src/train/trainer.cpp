@@ -115,10 +115,11 @@ double rank_memory_gib(Device d) {
 
 }  // namespace
 
-void use_device(const Device& device, Precision precision) {
+void use_device(const Device& device, Precision precision, const std::string& attention) {
   if (!device.is_cuda()) return;
   blu::cuda::set_device(device.index);
   set_matmul_precision(precision == Precision::kTf32 ? MatmulPrecision::kHigh : MatmulPrecision::kHighest);
+  set_fp32_attention(attention == "strict" ? Fp32Attention::kComposite : Fp32Attention::kSplit3TF32);
 }
 
 AdamWConfig adamw_config(const TrainConfig& cfg) {
@@ -146,7 +147,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   // of a context-parallel group read the same batch: Note [Context-parallel training]).
   const int rank = dp ? dp->rank() / cfg.cp : 0, world = dp ? dp->size() / cfg.cp : 1;
   const Precision precision = parse_precision(cfg.precision);
-  use_device(device, precision);
+  use_device(device, precision, cfg.attention);
   GPT2Config mcfg = gpt2_config(cfg.model);
   if (cfg.block_size > 0) mcfg.block_size = cfg.block_size;
   BLU_CHECK(cfg.seq_len <= mcfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the ", cfg.model, " model's context ",
