@@ -51,12 +51,14 @@ if ((do_build)); then
   stamp "build rc=$? (${bins[*]})"; grep -E "error|FAILED" "$work/build.txt" | head -10
 fi
 
+ci=0
 for line in "${cases[@]}"; do
+  ci=$((ci + 1))  # the case's line number: a binary may have several lines (one per filter)
   read -r bin case_tools tmo filter <<< "$line"
   [ -n "$only" ] && [[ ",$only," != *",$bin,"* ]] && continue
   for tool in ${tools//,/ }; do
     [[ $case_tools == "*" || ",$case_tools," == *",$tool,"* ]] || continue
-    log="$work/logs/${bin}.${tool}.txt"
+    log="$work/logs/${bin}.${tool}~$(printf %02d $ci).txt"
     # No run outlives the budget: its timeout is cut to what is left (session 9: a 240 s run
     # started at 500 s took the whole device call, and its results, past the call's limit).
     # Two-GPU binaries (tests/sanitize/cases.txt marks them) run only where two GPUs are, and
@@ -86,7 +88,7 @@ for line in "${cases[@]}"; do
     env "${envs[@]}" timeout -k 5 "$tmo" "$san" --target-processes all --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
       "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
     rc=$?
-    echo "rc=$rc seconds=$(( $(date +%s) - s0 ))" >> "$log"
+    echo "rc=$rc seconds=$(( $(date +%s) - s0 )) filter=$filter" >> "$log"
     stamp "$bin $tool rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)"
   done
 done
@@ -103,9 +105,13 @@ for line in open(allow_path):
     allow.append((tool, binary, re.compile(pattern), reason))
 runs, failed = [], 0
 for name in sorted(os.listdir(os.path.join(work, "logs"))):
-    binary, tool, _ = name.rsplit(".", 2)
+    binary, tool_case, _ = name.rsplit(".", 2)
+    tool, _, case = tool_case.partition("~")  # case: the line of tests/sanitize/cases.txt
     text = open(os.path.join(work, "logs", name), errors="replace").read()
-    r = {"binary": binary, "tool": tool}
+    r = {"binary": binary, "tool": tool, "case": case}
+    fm = re.search(r"filter=(\S*)", text)
+    if fm:
+        r["filter"] = fm.group(1)
     if text.startswith("skipped"):
         r["status"] = "skipped"; runs.append(r); continue
     m = re.search(r"rc=(-?\d+) seconds=(\d+)", text)
@@ -158,10 +164,10 @@ for name in sorted(os.listdir(os.path.join(work, "logs"))):
     failed += r["status"] not in ("clean", "allowed")
     runs.append(r)
 json.dump({"commit": commit, "runs": runs, "failed": failed}, open(out, "w"), indent=1)
-print("| binary | tool | status | reports | seconds |")
-print("|---|---|---|---|---|")
+print("| binary | tool | case | status | reports | seconds |")
+print("|---|---|---|---|---|---|")
 for r in runs:
-    print(f"| {r['binary']} | {r['tool']} | {r['status']} | {r.get('reports')} | {r.get('seconds')} |")
+    print(f"| {r['binary']} | {r['tool']} | {r.get('case')} | {r['status']} | {r.get('reports')} | {r.get('seconds')} |")
 print(f"failed runs: {failed}")
 sys.exit(1 if failed else 0)
 PY
