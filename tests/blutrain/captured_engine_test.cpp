@@ -1,12 +1,16 @@
 // captured_engine_test.cpp: `--engine captured` (Note [Captured engine]) trains the tiny GPT-2 on
 // the CPU exactly like the autograd engine: every train and val loss and the final checkpoint's
 // weights and moments bit for bit (step 2 recorded, steps 3.. run from the record); unsupported
-// configurations are clear errors. (Stopping a run at a host read: capture_test.)
+// configurations are clear errors. --compile (Note [blutrain --compile]) runs blu-plan on the record
+// where the build has it (on the CPU nothing binds: the same losses) and, without blu-plan, says so
+// and trains on as recorded, the same losses. (Stopping a run at a host read: capture_test.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "common/scoped_env.h"
 
 #include "blutrain/checkpoint_dir.h"
 #include "blutrain/trainer.h"
@@ -85,5 +89,45 @@ TEST_F(CapturedEngine, UnsupportedConfigurationsAreClearErrors) {
     FAIL() << "--dp 2 accepted";
   } catch (const blu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("--engine captured runs on one process"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CapturedEngine, CompileRunsBluPlanOrFallsBackWithTheSameLosses) {
+  std::ostringstream log_a;
+  const TrainResult a = run_training(config("autograd"), log_a);
+  auto compiled = [&](const std::string& name, const std::string& blu_plan, const std::string& expect) {
+    SCOPED_TRACE(name);
+    blu::test::ScopedEnv env("BLU_PLAN", blu_plan);
+    TrainConfig c = config(name);
+    c.engine = "auto";
+    c.compile = true;
+    resolve_auto(c, false);
+    EXPECT_EQ(c.engine, "captured");
+    std::ostringstream log;
+    const TrainResult r = run_training(c, log);
+    EXPECT_NE(log.str().find(expect), std::string::npos) << log.str();
+    ASSERT_EQ(r.train_losses.size(), a.train_losses.size());
+    for (size_t i = 0; i < a.train_losses.size(); ++i) EXPECT_EQ(r.train_losses[i].loss, a.train_losses[i].loss) << i;
+  };
+  compiled("no_tool", "/nonexistent/blu-plan",
+           "compile: /nonexistent/blu-plan not found; the step runs as recorded (no fused kernels)");
+#ifdef BLU_PLAN_EXE
+  compiled("with_tool", BLU_PLAN_EXE, "compile: blu-plan wrote a plan");
+  EXPECT_TRUE(fs::exists(root_ / "with_tool" / "compiled_plan.json"));
+#endif
+  for (const auto& [engine, plan, error] :
+       {std::tuple<std::string, std::string, std::string>{"fused", "", "--compile runs the captured engine (got --engine fused)"},
+        {"captured", "p.json", "--compile makes its own plan; --plan p.json binds an existing one"}}) {
+    TrainConfig d;
+    d.device = "cpu";
+    d.compile = true;
+    d.engine = engine;
+    d.plan = plan;
+    try {
+      resolve_auto(d, false);
+      FAIL() << "accepted: --compile --engine " << engine << " --plan " << plan;
+    } catch (const blu::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(error), std::string::npos) << e.what();
+    }
   }
 }

@@ -24,3 +24,8 @@ blutrain_program_test(blutrain_context_parallel_test ON)
 if(TARGET blutrain_tp_model_test AND TARGET bludist_test_support)
   target_link_libraries(blutrain_tp_model_test PRIVATE bludist_test_support blu::dist)
 endif()
+# blutrain train --compile (Note [blutrain --compile]) runs blu-plan where the build has MLIR.
+if(TARGET blutrain_captured_engine_test AND TARGET blu-plan)
+  add_dependencies(blutrain_captured_engine_test blu-plan)
+  target_compile_definitions(blutrain_captured_engine_test PRIVATE BLU_PLAN_EXE="$<TARGET_FILE:blu-plan>")
+endif()

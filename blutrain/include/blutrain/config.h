@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string engine = "auto";     // fused | autograd | auto (fused on CUDA, autograd on the CPU)
   bool graph = true;               // fused: capture the step as a CUDA graph (--no-graph: eager)
   std::string plan = "";          // --engine captured: bind this blu-plan (Note [Step runtime])
+  bool compile = false;            // captured engine + blu-plan on its record (Note [blutrain --compile])
   bool capture_verify = true;      // blutrain capture: replay the graph and compare with the eager step
   std::string recompute = "auto";  // fused: none | gelu | layernorm | block | auto
   std::string attention = "auto";  // fused, fp32: strict | 3xtf32 | auto

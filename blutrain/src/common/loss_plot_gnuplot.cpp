@@ -10,10 +10,6 @@
 // machine that has gnuplot when the training machine did not). The process is spawned directly
 // (posix_spawnp, no shell: paths need no quoting); its stderr goes to loss.gp.log. BLU_GNUPLOT
 // names the program ("none" skips it: the built-in plot is drawn).
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +21,7 @@
 #include "blutensor/error.h"
 #include "blutrain/files.h"
 #include "blutrain/metrics.h"
-
-extern char** environ;
+#include "common/run_program.h"
 
 namespace blu::train {
 namespace {
@@ -53,33 +48,6 @@ std::string data_block(const std::vector<LossPoint>& pts) {
     if (std::isfinite(p.loss)) os << p.step << " " << p.loss << "\n";
   }
   return os.str();
-}
-
-// Runs `program script` and waits; false (and why) when it cannot start or fails.
-bool run_gnuplot(const std::string& program, const std::string& script, const std::string& log,
-                 std::string& why) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>(script.c_str()),
-                             nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    why = program + " not found (Debian: apt-get install gnuplot-nox)";
-    return false;
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    // posix_spawnp may report a missing program as exit status 127 of the child.
-    why = (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-              ? program + " not found (Debian: apt-get install gnuplot-nox)"
-              : program + " failed (see " + log + ")";
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -131,7 +99,8 @@ LossPlot plot_loss_curve(const std::string& png_path, const std::vector<LossPoin
     // Draw into a temporary file, then rename: a failed run never leaves a half-written loss.png.
     const std::string tmp_script = script + ".tmp";
     write_file_atomic(tmp_script, loss_plot_script(tmp, data, !val_block.empty(), title));
-    const bool ok = run_gnuplot(program, tmp_script, script + ".log", why);
+    const bool ok = run_program({program, tmp_script}, script + ".log", false,
+                                "Debian: apt-get install gnuplot-nox", &why);
     std::error_code ec;
     fs::remove(tmp_script, ec);
     if (ok && fs::exists(tmp) && fs::file_size(tmp) > 0) {

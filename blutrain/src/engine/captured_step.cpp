@@ -11,14 +11,15 @@
 namespace blu::train {
 
 CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan,
-                           std::string graph_path, std::string ptx_dir)
+                           std::string graph_path, std::string ptx_dir, CompileFn compile)
     : model_(model),
       opt_(opt),
       precision_(precision),
       grad_clip_(grad_clip),
       plan_(std::move(plan)),
       graph_path_(std::move(graph_path)),
-      ptx_dir_(std::move(ptx_dir)) {}
+      ptx_dir_(std::move(ptx_dir)),
+      compile_(std::move(compile)) {}
 
 UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double grad_clip, const Tensor& x,
                            const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
@@ -61,12 +62,29 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       write_file_atomic(graph_path_, g.to_json());
       describe_ += "graph: " + graph_path_ + " (blu-plan's input)\n";
     }
+    // Note [blutrain --compile]: blu-plan on the record just written; a failure leaves the record.
+    bool compiled = false;
+    if (plan_.empty() && compile_ && !graph_path_.empty()) {
+      std::string why;
+      compiled = compile_(graph_path_, &plan_, &ptx_dir_, &why);
+      describe_ += compiled ? "compile: blu-plan wrote a plan (" + ptx_dir_ + ")\n"
+                            : "compile: " + why + "; the step runs as recorded (no fused kernels)\n";
+    }
+    std::unique_ptr<capture::Graph> record_copy;
+    if (compiled) record_copy = std::make_unique<capture::Graph>(g);  // to fall back to if binding fails
     exe_ = std::make_unique<capture::Executable>(std::move(g));
     if (!plan_.empty()) {
-      const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
-      describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +
-                   " left as recorded calls\n";
-      for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";
+      try {
+        const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
+        describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +
+                     " left as recorded calls\n";
+        for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";
+      } catch (const std::exception& e) {
+        if (!compiled) throw;  // --plan FILE: the user's plan is an error to report
+        exe_ = std::make_unique<capture::Executable>(std::move(*record_copy));
+        describe_ += std::string("compile: the plan did not bind (") + e.what() +
+                     "); the step runs as recorded (no fused kernels)\n";
+      }
     }
     return u;
   }

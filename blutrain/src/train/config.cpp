@@ -41,6 +41,7 @@ const std::vector<Flag>& flag_table() {
       {"capture-verify", "", &TrainConfig::capture_verify, "blutrain capture: replay the captured step from its recorded inputs and compare weights and moments with the eager step bit for bit (--no-capture-verify: only write the graph)"},
       {"graph", "", &TrainConfig::graph, "fused engine: capture the whole step as a CUDA graph (--no-graph: eager launches, for debugging)"},
       {"recompute", "WHAT", &TrainConfig::recompute, "fused engine: recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32)"},
+      {"compile", "", &TrainConfig::compile, "compile the step with blucomp: the captured engine records step 2, blu-plan (BLU_PLAN, beside blutrain, or on PATH) fuses it into <out-dir>/compiled_plan.json, and later steps run the fused kernels; without blu-plan, or if it fails, the step runs as recorded and the output says why (one micro-batch, one process)"},
       {"attention", "MODE", &TrainConfig::attention, "fp32 attention on CUDA: strict (fused engine: SIMT FMA flash kernel; autograd/captured: the strict composite) | 3xtf32 (split-TF32 tensor-core flash kernel, PyTorch's fp32 SDPA contract) | auto (3xtf32)"},
       {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: 8192 rows at GPT-2's vocabulary, about 800 MiB of bf16 or 1.6 GiB of f32 logits)"},
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
@@ -365,6 +366,12 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.block_size > 0 && cfg.block_size <= (1 << 20), "--block-size ", cfg.block_size, " out of range");
   BLU_CHECK(cfg.seq_len <= cfg.block_size, "--seq-len ", cfg.seq_len, " exceeds the model's context (--block-size ",
             cfg.block_size, ")");
+  // Note [blutrain --compile]: the captured engine with blu-plan on its record.
+  if (cfg.compile) {
+    BLU_CHECK(cfg.plan.empty(), "--compile makes its own plan; --plan ", cfg.plan, " binds an existing one: pass one of them");
+    if (cfg.engine == "auto") cfg.engine = "captured";
+    BLU_CHECK(cfg.engine == "captured", "--compile runs the captured engine (got --engine ", cfg.engine, ")");
+  }
   if (cfg.engine == "auto") cfg.engine = on_gpu ? "fused" : "autograd";
   BLU_CHECK(cfg.engine == "fused" || cfg.engine == "autograd" || cfg.engine == "captured", "--engine '", cfg.engine,
             "': expected fused, autograd, captured or auto");

@@ -32,6 +32,7 @@
 #include "blutrain/corpus_vocab.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
+#include "train/compile_step.h"
 #include "train/data_parallel.h"
 #include "train/nonfinite.h"
 #include "train/tensor_parallel.h"
@@ -264,7 +265,13 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
                                               cfg.plan.empty() ? std::string() : read_file(cfg.plan, "--plan"),
                                               is_main ? cfg.out_dir + "/captured_step.json" : std::string(),
                                               cfg.plan.empty() ? std::string()
-                                                               : std::filesystem::path(cfg.plan).parent_path().string());
+                                                               : std::filesystem::path(cfg.plan).parent_path().string(),
+                                              cfg.compile && is_main ? CapturedStep::CompileFn(
+                                                  [dir = cfg.out_dir](const std::string& graph, std::string* plan,
+                                                                      std::string* ptx, std::string* why) {
+                                                    return compile_recorded_step(graph, dir, plan, ptx, why);
+                                                  })
+                                                                     : CapturedStep::CompileFn());
   }
 
   // Note [Non-finite steps]: the policy.
