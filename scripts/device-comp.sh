@@ -7,8 +7,8 @@
 #    (the trainer's default on CUDA), tok/s and peak from --summary-json (engine_<e>_d12_<p>.summary:
 #    JSON, named so that make_summary.py's *.json glob does not take their e2e.* names for the race's);
 # 3. with the static tools folder (scripts/blucomp-static.sh's gz/blu-plan.gz): d12 fp32 B8 T1024,
-#    record (--engine captured), blu-plan (+ --ptx-dir), then 20 steps compiled vs 20 steps autograd vs
-#    20 fused from the same seed; scripts/comp_report.py writes comp.json (comp.fp32.* metrics).
+#    20 steps of `train --compile` (record, blu-plan, bound plan: Note [blutrain --compile]) vs 20
+#    steps autograd vs 20 fused from the same seed; scripts/comp_report.py writes comp.json.
 set -uo pipefail
 bin=$1; res=$2; work=$3; tools=${4:-}
 mkdir -p "$res" "$work"
@@ -31,12 +31,13 @@ if [ -n "$tools" ] && [ -f "$tools/blu-plan.gz" ]; then
   mkdir -p "$work/tools" "$res/comp_plan"
   gunzip -c "$tools/blu-plan.gz" > "$work/tools/blu-plan" && chmod +x "$work/tools/blu-plan"
   common="--model d12 --device cuda --precision fp32 $quiet --batch-size 8"
-  echo "compiled step d12 fp32"
-  { timeout 200 "$bin" train $common --max-steps 3 --engine captured --out-dir "$work/plan_rec" \
-    && "$work/tools/blu-plan" "$work/plan_rec/captured_step.json" -o "$res/comp_plan/plan_d12_fp32.json" \
-         --ptx-dir "$res/comp_plan" \
-    && timeout 240 "$bin" train $common --max-steps 20 --engine captured --plan "$res/comp_plan/plan_d12_fp32.json" \
-         --out-dir "$work/comp_compiled"; } > "$res/compiled_d12_fp32.txt" 2>&1 || fail "compiled d12 fp32 rc=$?"
+  echo "compiled step d12 fp32 (--compile)"
+  # Note [blutrain --compile]: the record, blu-plan on it and the bound plan in one run.
+  BLU_PLAN="$work/tools/blu-plan" timeout 300 "$bin" train $common --max-steps 20 --compile \
+    --out-dir "$work/comp_compiled" > "$res/compiled_d12_fp32.txt" 2>&1 || fail "compiled d12 fp32 rc=$?"
+  grep -q "compile: blu-plan wrote a plan" "$res/compiled_d12_fp32.txt" || fail "compiled d12 fp32: no plan (see compiled_d12_fp32.txt)"
+  cp "$work/comp_compiled/compiled_plan.json" "$res/comp_plan/plan_d12_fp32.json" 2>/dev/null
+  cp "$work/comp_compiled/compiled_plan.log" "$res/comp_plan/" 2>/dev/null
   for e in autograd fused; do
     timeout 240 "$bin" train $common --max-steps 20 --engine $e --out-dir "$work/comp_$e" \
       > "$res/comp_${e}_d12_fp32.txt" 2>&1 || fail "comp reference $e rc=$?"
