@@ -99,6 +99,7 @@ std::pair<int64_t, int64_t> chunk_rows(int64_t rows, int chunks, int c) {
 Tensor chunked_matmul_all_reduce(const Tensor& a, const Tensor& b_t, const std::shared_ptr<ProcessGroup>& pg,
                                  int chunks) {
   const int64_t rows = a.size(0);
+  if (rows == 0) return blu::empty({0, b_t.size(1)}, blu::TensorOptions(a.dtype()).device(a.device()));
   std::vector<Tensor> pieces;
   std::vector<Work> works;
   CommOptions async;
@@ -117,10 +118,11 @@ Tensor chunked_matmul_all_reduce(const Tensor& a, const Tensor& b_t, const std::
   return out;
 }
 
+// chunks == 1 is the plain form (any input it takes); chunks > 1 cuts rows: [..., features].
 void check_chunks(const char* op, int chunks, const Tensor& x, const std::shared_ptr<ProcessGroup>& pg) {
   BLU_CHECK(pg, op, ": null process group");
   BLU_CHECK(chunks >= 1, op, ": chunks must be >= 1, got ", chunks);
-  BLU_CHECK(x.defined() && x.dim() >= 2, op, ": expected an input [..., features], got ",
+  BLU_CHECK(chunks == 1 || (x.defined() && x.dim() >= 2), op, ": ", chunks, " row chunks need an input [..., features], got ",
             x.defined() ? x.describe() : "undefined");
 }
 }  // namespace

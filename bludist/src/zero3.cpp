@@ -71,7 +71,13 @@ Tensor Zero3Unit::gather_like(std::size_t i, const Tensor& shard_state) const {
 }
 
 void Zero3Unit::prefetch() const {
-  if (pending_) return;
+  if (pending_) {
+    bool fresh = true;
+    for (std::size_t i = 0; fresh && i < shards_.size(); ++i) fresh = pending_->versions[i] == shards_[i].version();
+    if (fresh) return;
+    for (const Work& w : pending_->work) w.wait();  // a stale one: its buffers go, a new gather starts
+    pending_.reset();
+  }
   blu::NoGradGuard no_grad;
   auto p = std::make_unique<Pending>();
   CommOptions async;

@@ -133,6 +133,8 @@ MatmulPrecision matmul_precision() noexcept;
 //              error; PyTorch's fp32 SDPA contract, what the trainer's fused engine runs in fp32).
 // The trainer sets it from --attention for its autograd and captured engines, so that they run
 // the same attention as the fused engine they are compared with (issue 13's compiled step).
+// Like the matmul precision it is read at each call, the backward's included: change it between
+// steps, not between a forward and its backward.
 enum class Fp32Attention : int { kComposite = 0, kStrictFlash = 1, kSplit3TF32 = 2 };
 void set_fp32_attention(Fp32Attention mode) noexcept;
 Fp32Attention fp32_attention() noexcept;

@@ -53,6 +53,9 @@ bool compile_recorded_step(const std::string& graph_path, const std::string& out
   const std::string plan_path = (fs::path(out_dir) / "compiled_plan.json").string();
   const std::string ptx = (fs::path(out_dir) / "compiled_ptx").string();
   std::error_code ec;
+  fs::remove(plan_path, ec);  // an earlier run's plan and PTX never pass for this one's
+  fs::remove_all(ptx, ec);
+  ec.clear();
   fs::create_directories(ptx, ec);
   if (ec) {
     *why = "cannot create " + ptx + ": " + ec.message();
