@@ -1,11 +1,11 @@
 // DistributedDataParallel and all_reduce_gradients (Note [DDP buckets] in bludist/ddp.h).
 #include "bludist/ddp.h"
 
-#include <chrono>
 
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
+#include "comm_timer.h"
 
 namespace bludist {
 
@@ -100,9 +100,7 @@ void DistributedDataParallel::on_grad_ready(std::size_t param) {
 void DistributedDataParallel::launch(Bucket& b) {
   CommOptions o;
   o.async_op = true;
-  const auto t0 = std::chrono::steady_clock::now();
-  b.work = pg_->all_reduce(b.flat, ReduceOp::kAvg, o);
-  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  detail::timed(&comm_seconds_, [&] { b.work = pg_->all_reduce(b.flat, ReduceOp::kAvg, o); });
   b.launched = true;
   ++buckets_reduced_;
 }
@@ -115,9 +113,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::complete() {
   blu::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
-    const auto t0 = std::chrono::steady_clock::now();
-    b.work.wait();  // CUDA: the current stream waits for the all-reduce; the host does not
-    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    detail::timed(&comm_seconds_, [&] { b.work.wait(); });  // CUDA: the stream waits, the host does not
     for (const Slot& s : b.slots) {
       Tensor p = params_[s.param];
       Tensor avg = b.flat.narrow(0, s.offset, p.numel()).view(p.sizes());

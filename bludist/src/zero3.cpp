@@ -2,12 +2,12 @@
 // unit, the unit recomputed in backward and its gradients reduce-scattered into the shards.
 #include "bludist/zero3.h"
 
-#include <chrono>
 #include <utility>
 
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
+#include "comm_timer.h"
 
 namespace bludist {
 namespace {
@@ -23,14 +23,6 @@ class EnableGradGuard {
  private:
   bool previous_;
 };
-
-// Adds the host time of `collective` to *seconds.
-template <typename F>
-void timed(double* seconds, F&& collective) {
-  const auto t0 = std::chrono::steady_clock::now();
-  collective();
-  *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -66,23 +58,18 @@ Tensor Zero3Unit::gather_like(std::size_t i, const Tensor& shard_state) const {
             " elements, got ", shard_state.describe());
   Tensor all = blu::empty({n_ * piece}, blu::TensorOptions(shard_state.dtype()).device(pg_->device()));
   const Tensor mine = shard_state.detach().reshape({piece}).contiguous();
-  timed(&comm_seconds_, [&] { pg_->all_gather(all, mine); });
+  detail::timed(&comm_seconds_, [&] { pg_->all_gather(all, mine); });
   return all.narrow(0, 0, numels_[i]).reshape(shapes_[i]).contiguous();
 }
 
 void Zero3Unit::prefetch() const {
-  if (pending_) {
-    bool fresh = true;
-    for (std::size_t i = 0; fresh && i < shards_.size(); ++i) fresh = pending_->versions[i] == shards_[i].version();
-    if (fresh) return;
-    for (const Work& w : pending_->work) w.wait();  // a stale one: its buffers go, a new gather starts
-    pending_.reset();
-  }
+  if (prefetch_is_fresh()) return;
+  take_prefetch();  // a stale one goes; a new gather starts
   blu::NoGradGuard no_grad;
   auto p = std::make_unique<Pending>();
   CommOptions async;
   async.async_op = true;
-  timed(&comm_seconds_, [&] {
+  detail::timed(&comm_seconds_, [&] {
     for (const Tensor& shard : shards_) {
       const int64_t piece = shard.numel();
       p->versions.push_back(shard.version());
@@ -94,18 +81,28 @@ void Zero3Unit::prefetch() const {
   pending_ = std::move(p);
 }
 
-std::vector<Tensor> Zero3Unit::gather_values() const {
-  std::vector<Tensor> out;
+bool Zero3Unit::prefetch_is_fresh() const {
+  if (!pending_) return false;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (pending_->versions[i] != shards_[i].version()) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Zero3Unit::Pending> Zero3Unit::take_prefetch() const {
   std::unique_ptr<Pending> p = std::move(pending_);
-  bool fresh = p != nullptr;
-  for (std::size_t i = 0; fresh && i < shards_.size(); ++i) fresh = p->versions[i] == shards_[i].version();
-  if (p != nullptr) {
-    // Used or dropped, a prefetch's collectives are complete on the compute stream before its
-    // buffers are read or freed (a dropped one: the caching allocator may hand the memory out).
-    timed(&comm_seconds_, [&] {
+  if (p) {
+    detail::timed(&comm_seconds_, [&] {
       for (const Work& w : p->work) w.wait();
     });
   }
+  return p;
+}
+
+std::vector<Tensor> Zero3Unit::gather_values() const {
+  std::vector<Tensor> out;
+  const bool fresh = prefetch_is_fresh();
+  const std::unique_ptr<Pending> p = take_prefetch();  // used if fresh, else dropped
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     out.push_back(fresh ? p->all[i].narrow(0, 0, numels_[i]).reshape(shapes_[i]) : gather_like(i, shards_[i]));
   }
@@ -137,7 +134,7 @@ std::vector<Tensor> Zero3Unit::reduce_grads(const std::vector<Tensor>& whole_gra
     Tensor padded = blu::zeros({n_ * piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
     padded.narrow(0, 0, numels_[i]).copy_(g.reshape({numels_[i]}));
     Tensor mine = blu::empty({piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
-    timed(&comm_seconds_, [&] { pg_->reduce_scatter(mine, padded, ReduceOp::kAvg); });
+    detail::timed(&comm_seconds_, [&] { pg_->reduce_scatter(mine, padded, ReduceOp::kAvg); });
     out.push_back(mine);
   }
   return out;

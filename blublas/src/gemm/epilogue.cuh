@@ -271,29 +271,6 @@ __device__ __forceinline__ void amax_warp_commit(float* amax, float m) {
   if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
 }
 
-// The same with D's dtype chosen at run time (e.cd_type): one kernel instantiation serves all
-// output dtypes at the cost of a uniform branch per store.
-__device__ __forceinline__ void epilogue_store2_any(const EpilogueArgs& e, int batch, int i, int j,
-                                                   float acc0, float acc1) {
-  if (e.cd_type == static_cast<int>(Dtype::kBF16)) {
-    epilogue_store2<__nv_bfloat16>(e, batch, i, j, acc0, acc1);
-  } else if (e.cd_type == static_cast<int>(Dtype::kF16)) {
-    epilogue_store2<__half>(e, batch, i, j, acc0, acc1);
-  } else {
-    epilogue_store2<float>(e, batch, i, j, acc0, acc1);
-  }
-}
-__device__ __forceinline__ void epilogue_store1_any(const EpilogueArgs& e, int batch, int i, int j,
-                                                   float acc) {
-  if (e.cd_type == static_cast<int>(Dtype::kBF16)) {
-    epilogue_store1<__nv_bfloat16>(e, batch, i, j, acc);
-  } else if (e.cd_type == static_cast<int>(Dtype::kF16)) {
-    epilogue_store1<__half>(e, batch, i, j, acc);
-  } else {
-    epilogue_store1<float>(e, batch, i, j, acc);
-  }
-}
-
 // ---- bias gradient (kBiasGradA / kBiasGradB) ------------------------------------------------------
 // A separate, deterministic pass over the operand (A' rows for kBiasGradA, B' columns for
 // kBiasGradB), fixed summation order independent of the GEMM tiling; fp32 accumulation of the

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace blublas::gemm_detail {
 namespace {
@@ -207,11 +208,15 @@ Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
   const int64_t bk = 64 / static_cast<int64_t>(dtype_size(p.ab_type));
   const int64_t slices = (static_cast<int64_t>(p.k) + bk - 1) / bk;
   const int64_t max_splits = std::min<int64_t>(65535 / std::max<int64_t>(p.batch, 1), slices);
-  auto with_splits = [&](int64_t s) {
+  // About s splits of the slices: {the splits there are once each has ceil(slices / s), that count}.
+  auto split_of = [&](int64_t s) {
     const int64_t per = (slices + s - 1) / s;
-    plan.splits = static_cast<int>((slices + per - 1) / per);
-    plan.kt_per_split = static_cast<int>(per);
-    if (plan.splits == 1) plan.kt_per_split = 0;
+    return std::pair<int64_t, int64_t>{(slices + per - 1) / per, per};
+  };
+  auto with_splits = [&](int64_t s) {
+    const auto [n, per] = split_of(s);
+    plan.splits = static_cast<int>(n);
+    plan.kt_per_split = n > 1 ? static_cast<int>(per) : 0;
     return plan;
   };
   if (const char* env = std::getenv("BLUBLAS_SM80_SPLITS"); env != nullptr && std::atoi(env) > 0) {
@@ -228,8 +233,7 @@ Sm80Plan choose_sm80_plan(const GemmProblem& p, const DeviceInfo& dev) {
   const double partial_us_per_split =
       2.0 * static_cast<double>(p.batch) * p.m * static_cast<double>(sm80_partial_ld(p)) * 4 / 2.5e6;
   auto cost = [&](int64_t s) {
-    const int64_t per = (slices + s - 1) / s;
-    const int64_t n_splits = (slices + per - 1) / per;
+    const auto [n_splits, per] = split_of(s);
     const int64_t waves = (tiles * n_splits + slots - 1) / slots;
     return static_cast<double>(waves * per) * wave_slice_us + (n_splits > 1 ? n_splits * partial_us_per_split : 0.0);
   };

@@ -96,8 +96,7 @@ template <> struct Storage<E5M2E5M2> { using type = uint8_t; };
 // (sm80_fp8_gemm.cu) are compiled for sm_89 too; on sm_80/86 code the mma is absent (trap) and the
 // host refuses FP8 below sm_89.
 
-// KBYTES_: bytes of k per slice and row (64; 128 was measured no faster: Note [sm80 warps per scheduler]).
-template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int KBYTES_ = 64>
+template <typename T, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
 struct KernelConfig {
   using Elem = typename Storage<T>::type;
   static constexpr bool kTf32 = std::is_same_v<T, Tf32>;
@@ -105,9 +104,10 @@ struct KernelConfig {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int kElem = sizeof(Elem);
-  static constexpr int kBK = KBYTES_ / kElem;   // elements of k per slice
+  static constexpr int kBK = 64 / kElem;        // elements of k per slice (64 bytes; 128 measured no
+                                                // faster: Note [sm80 warps per scheduler])
   static constexpr int kChunk = 16 / kElem;     // elements per 16-byte cp.async
-  static constexpr int kCPR = KBYTES_ / 16;     // 16-byte chunks per k-major row of a slice
+  static constexpr int kCPR = 4;                // 16-byte chunks per k-major row of a slice
   static constexpr int kMmaK = kTf32 ? 8 : kFp8 ? 32 : 16;
   static constexpr int kHalfK = 16 / kElem;       // elements in 16 bytes of k (an ldmatrix column block)
   static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;
@@ -371,22 +371,29 @@ inline constexpr bool kFp8WideOnHopper =
     false;
 #endif
 
-// The staged tile's epilogue (Note [sm80 staged epilogue]): thread x takes column pairs x,
-// x + kThreads, ... of the row-major BM x BN tile, so a warp stores 64 consecutive columns of one
-// row. Rows past m end the walk (rows only grow along it). Returns the thread's max |D| stored
-// (AMAX: the FP8 calls), else 0.
-template <typename Cfg, typename OutT, bool AMAX>
-__device__ __forceinline__ float store_staged(const float* stage, const EpilogueArgs& e, int batch, int m0, int n0) {
+// The walk over the staged tile (Note [sm80 staged epilogue]): thread x takes column pairs x,
+// x + kThreads, ... of the row-major BM x BN tile, so a warp covers 64 consecutive columns of one
+// row; fn(tile row, tile column, the pair). Rows past m end the walk (rows only grow along it).
+template <typename Cfg, typename F>
+__device__ __forceinline__ void for_each_staged_pair(const float* stage, int rows_left, F&& fn) {
   constexpr int kPairs = Cfg::BN / 2;
-  float amax = 0.0f;
 #pragma unroll 2
   for (int idx = threadIdx.x; idx < Cfg::BM * kPairs; idx += Cfg::kThreads) {
     const int r = idx / kPairs, c = (idx % kPairs) * 2;
-    if (m0 + r >= e.m) break;
-    const float2 v = *reinterpret_cast<const float2*>(stage + r * Cfg::kStageLd + c);
+    if (r >= rows_left) break;
+    fn(r, c, *reinterpret_cast<const float2*>(stage + r * Cfg::kStageLd + c));
+  }
+}
+
+// The staged tile through the epilogue; returns the thread's max |D| stored (AMAX: the FP8
+// calls), else 0.
+template <typename Cfg, typename OutT, bool AMAX>
+__device__ __forceinline__ float store_staged(const float* stage, const EpilogueArgs& e, int batch, int m0, int n0) {
+  float amax = 0.0f;
+  for_each_staged_pair<Cfg>(stage, e.m - m0, [&](int r, int c, float2 v) {
     const float2 out = epilogue_store2<OutT>(e, batch, m0 + r, n0 + c, v.x, v.y);
     if constexpr (AMAX) amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));
-  }
+  });
   return amax;
 }
 
@@ -500,28 +507,24 @@ __device__ __forceinline__ void sm80_gemm_body(const KernelArgs& args, EpilogueA
     }
   }
   __syncthreads();
+  // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc) +
+  // beta C + bias): a split-K partial carries them, else they fold into alpha (no per-element
+  // multiply, no registers held).
+  float scale = 1.0f;
+  if constexpr (Cfg::kFp8) {
+    scale = (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
+  }
   if (args.partial != nullptr) {  // split-K: the raw (FP8: scaled) sums; splitk_reduce does the rest
-    float scale = 1.0f;
-    if constexpr (Cfg::kFp8) {
-      scale = (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
-    }
     float* out = args.partial + ((static_cast<int64_t>(blockIdx.y) * gridDim.z + batch) * args.m) * args.partial_ld;
-    constexpr int kPairs = Cfg::BN / 2;
-#pragma unroll 2
-    for (int idx = threadIdx.x; idx < Cfg::BM * kPairs; idx += Cfg::kThreads) {
-      const int r = idx / kPairs, c = (idx % kPairs) * 2;
-      if (m0 + r >= args.m) break;
-      if (n0 + c >= args.n) continue;  // partial_ld is a multiple of 4 >= n: a pair never straddles it
-      const float2 v = *reinterpret_cast<const float2*>(stage + r * Cfg::kStageLd + c);
+    for_each_staged_pair<Cfg>(stage, args.m - m0, [&](int r, int c, float2 v) {
+      if (n0 + c >= args.n) return;  // partial_ld is a multiple of 4 >= n: a pair never straddles it
       *reinterpret_cast<float2*>(out + static_cast<int64_t>(m0 + r) * args.partial_ld + n0 + c) =
           make_float2(v.x * scale, v.y * scale);
-    }
+    });
     return;
   }
   if constexpr (Cfg::kFp8) {
-    // Note [sm89 FP8 mma.sync]: the per-tensor scales multiply the product only (alpha (sa sb acc)
-    // + beta C + bias), so they fold into alpha: no per-element multiply, no registers held.
-    e.alpha *= (args.scale_a != nullptr ? *args.scale_a : 1.0f) * (args.scale_b != nullptr ? *args.scale_b : 1.0f);
+    e.alpha *= scale;
     const float amax = e.cd_type == static_cast<int>(Dtype::kBF16)
                            ? store_staged<Cfg, __nv_bfloat16, true>(stage, e, batch, m0, n0)
                            : store_staged<Cfg, float, true>(stage, e, batch, m0, n0);

@@ -138,8 +138,6 @@ class ZeroAdamW {
   int64_t first_nonfinite_ = -1;
   bool in_backward_ = false;
 
-  template <typename F>
-  void timed(F&& collective);
   std::pair<int64_t, int64_t> overlap(std::size_t i, int64_t lo, int64_t hi) const;
   void pack_chunk(int64_t k, bool grads);
   void unpack_chunk(int64_t k);

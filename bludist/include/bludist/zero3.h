@@ -101,6 +101,10 @@ class Zero3Unit {
     std::vector<uint64_t> versions;  // of the shards when the gathers were issued
   };
   mutable std::unique_ptr<Pending> pending_;
+  bool prefetch_is_fresh() const;  // pending, and every shard as it was when the gathers started
+  // The pending prefetch (null if none), its collectives waited for on the compute stream: after
+  // this its buffers may be read or freed.
+  std::unique_ptr<Pending> take_prefetch() const;
 };
 
 }  // namespace bludist

@@ -7,11 +7,12 @@
 #include "blucomp/step_runtime.h"
 #include "blutensor/ops.h"
 #include "blutrain/files.h"
+#include "engine/compile_step.h"
 
 namespace blu::train {
 
 CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan,
-                           std::string graph_path, std::string ptx_dir, CompileFn compile)
+                           std::string graph_path, std::string ptx_dir, std::string compile_dir)
     : model_(model),
       opt_(opt),
       precision_(precision),
@@ -19,7 +20,7 @@ CapturedStep::CapturedStep(GPT2& model, AdamW& opt, Precision precision, double 
       plan_(std::move(plan)),
       graph_path_(std::move(graph_path)),
       ptx_dir_(std::move(ptx_dir)),
-      compile_(std::move(compile)) {}
+      compile_dir_(std::move(compile_dir)) {}
 
 UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double grad_clip, const Tensor& x,
                            const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
@@ -64,9 +65,9 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     }
     // Note [blutrain --compile]: blu-plan on the record just written; a failure leaves the record.
     bool compiled = false;
-    if (plan_.empty() && compile_ && !graph_path_.empty()) {
+    if (plan_.empty() && !compile_dir_.empty() && !graph_path_.empty()) {
       std::string why;
-      compiled = compile_(graph_path_, &plan_, &ptx_dir_, &why);
+      compiled = compile_recorded_step(graph_path_, compile_dir_, &plan_, &ptx_dir_, &why);
       describe_ += compiled ? "compile: blu-plan wrote a plan (" + ptx_dir_ + ")\n"
                             : "compile: " + why + "; the step runs as recorded (no fused kernels)\n";
     }

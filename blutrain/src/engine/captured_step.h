@@ -2,7 +2,6 @@
 // recorded once (blutensor's Note [Step capture]) and then run as a capture::Executable.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,13 +36,10 @@ class CapturedStep {
   // plan: blu-plan JSON text to bind after the capture (Note [Step runtime]); "" = none.
   // graph_path: where the record's JSON is written once captured ("" = nowhere): blu-plan's input.
   // ptx_dir: where the plan's fused-group PTX files are (blu-plan --ptx-dir; the plan's folder).
-  // compile: with no plan, called on graph_path once recorded (Note [blutrain --compile] in
-  // train/compile_step.h): true with the plan's JSON and PTX folder, or false and why (the step
-  // then runs as recorded).
-  using CompileFn = std::function<bool(const std::string& graph_path, std::string* plan, std::string* ptx_dir,
-                                       std::string* why)>;
+  // compile_dir: with no plan, blu-plan runs on graph_path once recorded and writes there (Note
+  // [blutrain --compile] in engine/compile_step.h); "" = no compiling.
   CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan = "",
-               std::string graph_path = "", std::string ptx_dir = "", CompileFn compile = nullptr);
+               std::string graph_path = "", std::string ptx_dir = "", std::string compile_dir = "");
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
@@ -61,7 +57,7 @@ class CapturedStep {
   std::string plan_;
   std::string graph_path_;
   std::string ptx_dir_;
-  CompileFn compile_;
+  std::string compile_dir_;
 };
 
 }  // namespace blu::train

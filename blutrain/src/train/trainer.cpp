@@ -32,7 +32,6 @@
 #include "blutrain/corpus_vocab.h"
 #include "blutrain/tokenizer.h"
 #include "blutrain/trainer.h"
-#include "train/compile_step.h"
 #include "train/data_parallel.h"
 #include "train/nonfinite.h"
 #include "train/tensor_parallel.h"
@@ -266,12 +265,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
                                               is_main ? cfg.out_dir + "/captured_step.json" : std::string(),
                                               cfg.plan.empty() ? std::string()
                                                                : std::filesystem::path(cfg.plan).parent_path().string(),
-                                              cfg.compile && is_main ? CapturedStep::CompileFn(
-                                                  [dir = cfg.out_dir](const std::string& graph, std::string* plan,
-                                                                      std::string* ptx, std::string* why) {
-                                                    return compile_recorded_step(graph, dir, plan, ptx, why);
-                                                  })
-                                                                     : CapturedStep::CompileFn());
+                                              cfg.compile && is_main ? cfg.out_dir : std::string());
   }
 
   // Note [Non-finite steps]: the policy.

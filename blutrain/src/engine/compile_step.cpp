@@ -1,6 +1,6 @@
 // compile_step.cpp: blu-plan for `blutrain train --compile` (Note [blutrain --compile] in
 // compile_step.h).
-#include "train/compile_step.h"
+#include "engine/compile_step.h"
 
 #include <unistd.h>
 
