@@ -293,6 +293,27 @@ void ZeroAdamW::load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   }
 }
 
+std::vector<ZeroAdamW::OwnedRange> ZeroAdamW::owned_ranges(int rank) const {
+  BLU_CHECK(rank >= 0 && rank < pg_->size(), "ZeroAdamW::owned_ranges: rank ", rank, " is not a rank of ",
+            pg_->describe());
+  std::vector<OwnedRange> out;
+  for (int64_t k = 0; k < nchunks_; ++k) {
+    const int64_t lo = k * chunk_ + rank * piece_;
+    const int64_t len = std::max<int64_t>(0, std::min(piece_, total_ - lo));
+    if (len > 0) out.push_back({lo, len, k * piece_});
+  }
+  return out;
+}
+
+void ZeroAdamW::load_shard_state(const Tensor& exp_avg_shard, const Tensor& exp_avg_sq_shard) {
+  BLU_CHECK(exp_avg_shard.numel() == shard_ && exp_avg_sq_shard.numel() == shard_,
+            "ZeroAdamW::load_shard_state: moment shards ", exp_avg_shard.describe(), " and ",
+            exp_avg_sq_shard.describe(), " must have ", shard_, " elements each");
+  blu::NoGradGuard no_grad;
+  exp_avg_.copy_(exp_avg_shard.reshape({shard_}).to(pg_->device(), exp_avg_.dtype()));
+  exp_avg_sq_.copy_(exp_avg_sq_shard.reshape({shard_}).to(pg_->device(), exp_avg_sq_.dtype()));
+}
+
 void ZeroAdamW::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }

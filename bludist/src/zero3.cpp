@@ -38,6 +38,12 @@ Zero3Unit::Zero3Unit(const std::vector<Tensor>& whole, std::shared_ptr<ProcessGr
   }
 }
 
+std::pair<int64_t, int64_t> Zero3Unit::piece_range(std::size_t i, int rank) const {
+  const int64_t numel = numels_.at(i), piece = (numel + n_ - 1) / n_;
+  const int64_t begin = std::min(numel, rank * piece);
+  return {begin, std::min(numel, begin + piece)};
+}
+
 Tensor Zero3Unit::piece_of(std::size_t i, const Tensor& whole) const {
   BLU_CHECK(whole.numel() == numels_.at(i), "Zero3Unit: parameter ", i, " has ", numels_.at(i), " elements, got ",
             whole.describe());

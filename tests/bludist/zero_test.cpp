@@ -166,6 +166,26 @@ TEST(Zero2, ChunkedShardsReduceInBackwardAndFreeGradients) {
     Tensor saved = zero.exp_avg_shard().clone();
     zero.load_state(m, v);
     EXPECT_EQ(saved.to_double_vector(), zero.exp_avg_shard().to_double_vector());
+    // owned_ranges (sharded checkpoints): the ranks' ranges tile the 13 elements without padding,
+    // and this rank's shard holds the flat moments of its ranges where the ranges say.
+    std::vector<int> owner(13, -1);
+    for (int r = 0; r < pg.size(); ++r) {
+      for (const ZeroAdamW::OwnedRange& o : zero.owned_ranges(r)) {
+        for (int64_t j = o.flat_begin; j < o.flat_begin + o.length; ++j) {
+          ASSERT_TRUE(j >= 0 && j < 13 && owner[static_cast<std::size_t>(j)] == -1) << r << " " << j;
+          owner[static_cast<std::size_t>(j)] = r;
+        }
+      }
+    }
+    for (int x : owner) EXPECT_GE(x, 0);
+    const std::vector<double> shard = saved.to_double_vector();
+    for (const ZeroAdamW::OwnedRange& o : zero.owned_ranges(pg.rank())) {
+      for (int64_t j = 0; j < o.length; ++j)
+        EXPECT_EQ(shard[static_cast<std::size_t>(o.shard_begin + j)], mm[static_cast<std::size_t>(o.flat_begin + j)]);
+    }
+    zero.load_shard_state(saved * 0.0 + 1.0, zero.exp_avg_sq_shard());
+    EXPECT_EQ(zero.exp_avg_shard().to_double_vector(), std::vector<double>(shard.size(), 1.0));
+    zero.load_state(m, v);
     // Gathered to one rank only: the same vectors there, nothing on the others.
     auto [m1, v1] = zero.gather_state(1);
     if (pg.rank() == 1) {

@@ -26,7 +26,9 @@
 //    its shard by max_norm / (norm + 1e-6) when the norm is larger (blutrain's clip_grad_norm).
 //  - checkpoints: gather_state() gathers the moments into whole flat vectors (a collective,
 //    temporary memory), so a checkpoint holds the one-process optimizer state and loads onto any
-//    number of ranks; load_state() takes this rank's slice of such vectors.
+//    number of ranks; load_state() takes this rank's slice of such vectors. Without a gather:
+//    owned_ranges(rank) says which flat elements a rank's shards hold (so each rank can write
+//    its own and a reader on another rank count can find them), load_shard_state() takes shards.
 //
 // Note [ZeRO memory]
 // In units of the parameter count P, per rank of n, besides the parameters themselves: DDP + AdamW
@@ -108,6 +110,15 @@ class ZeroAdamW {
   std::pair<Tensor, Tensor> gather_state(int root = -1);
   // Takes this rank's slice of whole flat moments (total_numel() elements each, any device).
   void load_state(const Tensor& exp_avg, const Tensor& exp_avg_sq);
+  // The flat elements rank `rank` owns (Note [ZeRO-2] layout), in shard order, padding left out:
+  // elements [flat_begin, flat_begin + length) of the flat vector sit at shard_begin of its shard.
+  // Sharded checkpoints write and read these ranges (blutrain's Note [Sharded checkpoints]).
+  struct OwnedRange {
+    int64_t flat_begin = 0, length = 0, shard_begin = 0;
+  };
+  std::vector<OwnedRange> owned_ranges(int rank) const;
+  // Takes this rank's moments as shards (shard_numel() elements each, any device; padding zero).
+  void load_shard_state(const Tensor& exp_avg_shard, const Tensor& exp_avg_sq_shard);
   // This rank's moments (shard_numel() elements each, in the chunked layout of Note [ZeRO-2]).
   const Tensor& exp_avg_shard() const { return exp_avg_; }
   const Tensor& exp_avg_sq_shard() const { return exp_avg_sq_; }

@@ -38,6 +38,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "bludist/process_group.h"
@@ -65,6 +66,9 @@ class Zero3Unit {
   std::vector<Tensor> gather() const;
   // The whole value of flat per-element state laid out like shard i (an AdamW moment), collective.
   Tensor gather_like(std::size_t i, const Tensor& shard_state) const;
+  // The elements [begin, end) of parameter i's flat whole value that rank `rank` holds (its shard's
+  // first end - begin elements; the rest is padding, empty past the end).
+  std::pair<int64_t, int64_t> piece_range(std::size_t i, int rank) const;
   // This rank's piece of a whole tensor of parameter i's shape (checkpoint loading), as a new tensor.
   Tensor piece_of(std::size_t i, const Tensor& whole) const;
   // Copies this rank's pieces of whole values into the shards (no autograd).

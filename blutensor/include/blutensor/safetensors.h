@@ -18,10 +18,20 @@
 //   found CRC. Files without checksums (older blutrain checkpoints, Hugging Face weights) load as
 //   before; SafetensorsData says how much was verified so callers can say so. The checksum keys
 //   are reserved: they are stripped from the metadata returned and refused in metadata passed in.
+//
+// Note [Ranged safetensors reads]
+//   A reader that needs only some tensors of a large file (a rank resuming from a sharded
+//   checkpoint: blutrain's Note [Sharded checkpoints]) reads the 8-byte length, then the header
+//   (safetensors_header_bytes, parse_safetensors_header: every check of parse_safetensors that
+//   needs no data, the header CRC included), then only the bytes of the tensors it wants, each
+//   checked against its CRC with verify_safetensors_tensor before use. parse_safetensors is that
+//   same header parse followed by every tensor's check and copy.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "blutensor/tensor.h"
 
@@ -36,6 +46,34 @@ struct SafetensorsData {
   bool header_checksummed = false;  // the header's CRC-32C was verified
   bool has_checksums() const { return header_checksummed || checksummed_tensors > 0; }
 };
+
+// One tensor of a parsed header (Note [Ranged safetensors reads]); begin/end are offsets into the
+// data section, which starts at SafetensorsHeader::data_start in the file.
+struct SafetensorsEntry {
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+  bool has_crc = false;
+  uint32_t crc = 0;
+};
+
+struct SafetensorsHeader {
+  uint64_t data_start = 0;  // 8 + the header length: the file offset of the data section
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;  // without the checksum keys
+  bool header_checksummed = false;
+};
+
+// From the file's first 8 bytes and its size: the bytes of length field + header (data_start);
+// throws naming `what` when the length is absurd or runs past the file.
+uint64_t safetensors_header_bytes(std::string_view first8, uint64_t file_bytes, const std::string& what);
+// Parses and checks the header: `head` holds at least the first safetensors_header_bytes bytes of
+// a file of `file_bytes` bytes (all of parse_safetensors' checks but the tensors' CRCs).
+SafetensorsHeader parse_safetensors_header(std::string_view head, uint64_t file_bytes, const std::string& what);
+// Checks one tensor's data bytes against its CRC-32C (when the file has checksums); throws naming
+// `what` and the tensor.
+void verify_safetensors_tensor(const SafetensorsHeader& header, const std::string& name, const void* data,
+                               uint64_t bytes, const std::string& what);
 
 // Tensors may be on any device and strided (written contiguous).
 std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,

@@ -139,25 +139,34 @@ std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
   return out;
 }
 
-SafetensorsData parse_safetensors(const std::string& bytes, const std::string& what) {
+uint64_t safetensors_header_bytes(std::string_view first8, uint64_t file_bytes, const std::string& what) {
   const std::string ctx = "safetensors " + what + ": ";
-  BLU_CHECK(bytes.size() >= 8, ctx, "file is ", bytes.size(), " bytes, too short for the 8-byte header length");
+  BLU_CHECK(file_bytes >= 8 && first8.size() >= 8, ctx, "file is ", file_bytes,
+            " bytes, too short for the 8-byte header length");
   uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
+  std::memcpy(&n, first8.data(), 8);
   BLU_CHECK(n <= kMaxHeaderBytes, ctx, "header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)");
-  BLU_CHECK(n <= bytes.size() - 8, ctx, "header length ", n, " exceeds the ", bytes.size() - 8,
+  BLU_CHECK(n <= file_bytes - 8, ctx, "header length ", n, " exceeds the ", file_bytes - 8,
             " bytes after the length field (truncated file?)");
   BLU_CHECK(n >= 2, ctx, "header of ", n, " bytes cannot hold a JSON object");
+  return 8 + n;
+}
+
+SafetensorsHeader parse_safetensors_header(std::string_view head, uint64_t file_bytes, const std::string& what) {
+  const std::string ctx = "safetensors " + what + ": ";
+  const uint64_t start = safetensors_header_bytes(head, file_bytes, what);
+  BLU_CHECK(head.size() >= start, ctx, "only ", head.size(), " of the ", start, " header bytes were read");
+  const uint64_t n = start - 8;
   json::Value header;
   try {
-    header = json::parse(bytes.substr(8, n));
+    header = json::parse(std::string(head.substr(8, n)));
   } catch (const Error& e) {
     BLU_THROW(ctx, "bad JSON header: ", e.what());
   }
   BLU_CHECK(header.is_object(), ctx, "header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const char* data = bytes.data() + 8 + n;
-  SafetensorsData out;
+  const uint64_t data_size = file_bytes - start;
+  SafetensorsHeader out;
+  out.data_start = start;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.as_object()) {
     if (name == "__metadata__") {
@@ -222,7 +231,7 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& w
     BLU_CHECK(cur->begin >= prev->end, ctx, "data ranges of '", prev->name, "' [", prev->begin, ", ", prev->end,
               ") and '", cur->name, "' [", cur->begin, ", ", cur->end, ") overlap");
   }
-  // Checksums (Note [Safetensors checksums]), all verified before any tensor is built.
+  // Checksums (Note [Safetensors checksums]): the header's here, the tensors' by the caller.
   std::map<std::string, std::string> sums;
   for (auto it = out.metadata.begin(); it != out.metadata.end();) {
     if (is_checksum_key(it->first)) {
@@ -248,35 +257,56 @@ SafetensorsData parse_safetensors(const std::string& bytes, const std::string& w
               "; the file is damaged");
     out.header_checksummed = true;
   }
-  std::size_t tensor_sums = 0;
+  for (const Entry& e : entries) out.entries[e.name] = SafetensorsEntry{e.dtype, e.shape, e.begin, e.end, false, 0};
   for (const auto& [k, v] : sums) {
     if (k == kHeaderCrcKey) continue;
     const std::string name = k.substr(kTensorCrcPrefix.size());
-    const auto e = std::find_if(entries.begin(), entries.end(), [&](const Entry& x) { return x.name == name; });
-    BLU_CHECK(e != entries.end(), ctx, "__metadata__ holds a checksum for tensor '", name,
+    const auto e = out.entries.find(name);
+    BLU_CHECK(e != out.entries.end(), ctx, "__metadata__ holds a checksum for tensor '", name,
               "', which the file does not hold (damaged header)");
-    const uint32_t expected = recorded(k, v);
-    const uint32_t found = crc32c(data + e->begin, e->end - e->begin);
-    BLU_CHECK(found == expected, ctx, "checksum mismatch in tensor '", name, "' (", e->end - e->begin,
-              " bytes at data offset ", e->begin, "): crc32c expected ", crc32c_hex(expected), ", found ",
-              crc32c_hex(found), "; the file is damaged");
-    ++tensor_sums;
+    e->second.has_crc = true;
+    e->second.crc = recorded(k, v);
   }
   // All or nothing: a checksummed file whose header lost a checksum key (a flipped bit in the key
   // turns it into plain metadata) must not load as a partly verified one.
   if (!sums.empty()) {
     BLU_CHECK(sums.count(kHeaderCrcKey), ctx, "the file has tensor checksums but no \"", kHeaderCrcKey,
               "\" (damaged header)");
-    for (const Entry& e : entries) {
-      BLU_CHECK(sums.count(kTensorCrcPrefix + e.name), ctx, "tensor '", e.name,
-                "' has no checksum while the file has checksums (damaged header)");
+    for (const auto& [name, e] : out.entries) {
+      BLU_CHECK(e.has_crc, ctx, "tensor '", name, "' has no checksum while the file has checksums (damaged header)");
     }
   }
-  out.checksummed_tensors = static_cast<int64_t>(tensor_sums);
-  for (const Entry& e : entries) {
+  return out;
+}
+
+void verify_safetensors_tensor(const SafetensorsHeader& header, const std::string& name, const void* data,
+                               uint64_t bytes, const std::string& what) {
+  const auto e = header.entries.find(name);
+  BLU_CHECK(e != header.entries.end(), "safetensors ", what, ": no tensor '", name, "'");
+  BLU_CHECK(bytes == e->second.end - e->second.begin, "safetensors ", what, ": tensor '", name, "' has ",
+            e->second.end - e->second.begin, " bytes, ", bytes, " were given");
+  if (!e->second.has_crc) return;
+  const uint32_t found = crc32c(data, bytes);
+  BLU_CHECK(found == e->second.crc, "safetensors ", what, ": checksum mismatch in tensor '", name, "' (", bytes,
+            " bytes at data offset ", e->second.begin, "): crc32c expected ", crc32c_hex(e->second.crc), ", found ",
+            crc32c_hex(found), "; the file is damaged");
+}
+
+SafetensorsData parse_safetensors(const std::string& bytes, const std::string& what) {
+  const SafetensorsHeader header = parse_safetensors_header(bytes, bytes.size(), what);
+  const char* data = bytes.data() + header.data_start;
+  SafetensorsData out;
+  out.metadata = header.metadata;
+  out.header_checksummed = header.header_checksummed;
+  for (const auto& [name, e] : header.entries) {  // every checksum before a byte is copied
+    if (!e.has_crc) continue;
+    verify_safetensors_tensor(header, name, data + e.begin, e.end - e.begin, what);
+    ++out.checksummed_tensors;
+  }
+  for (const auto& [name, e] : header.entries) {
     Tensor t = empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
-    out.tensors[e.name] = t;
+    out.tensors[name] = t;
   }
   return out;
 }
