@@ -226,6 +226,29 @@ TEST(Config, TensorParallelFlagCombinations) {
   EXPECT_NE(err(parse({"--tp", "2048", "--dp", "1024"}), false).find("too many ranks"), std::string::npos);
 }
 
+// Note [Sharded checkpoints]: --checkpoint-format auto is sharded under --zero 1/2/3, whole
+// otherwise; sharded without ZeRO and unknown formats are errors naming the flag.
+TEST(Config, CheckpointFormat) {
+  auto resolved = [](TrainConfig c) {
+    try {
+      resolve_auto(c, false);
+    } catch (const blu::Error& e) {
+      return std::string("error: ") + e.what();
+    }
+    return c.checkpoint_format;
+  };
+  EXPECT_EQ(TrainConfig().checkpoint_format, "auto");
+  EXPECT_EQ(resolved(parse({})), "whole");
+  EXPECT_EQ(resolved(parse({"--dp", "2"})), "whole");
+  for (const char* zero : {"1", "2", "3"}) EXPECT_EQ(resolved(parse({"--dp", "2", "--zero", zero})), "sharded");
+  EXPECT_EQ(resolved(parse({"--dp", "2", "--zero", "1", "--checkpoint-format", "whole"})), "whole");
+  EXPECT_NE(resolved(parse({"--dp", "2", "--checkpoint-format", "sharded"}))
+                .find("--checkpoint-format sharded with --zero 0: each rank writes the state it owns"),
+            std::string::npos);
+  EXPECT_NE(resolved(parse({"--checkpoint-format", "zip"})).find("--checkpoint-format 'zip': expected whole, sharded"),
+            std::string::npos);
+}
+
 // Found by tests/fuzz/config_file_fuzz.cpp: B*T*dp from a config file overflowed int64 in
 // resolve_auto (signed overflow, then a garbage total batch); it is now an error naming the flags.
 TEST(Config, TokensPerStepOverflowIsAnError) {

@@ -1,8 +1,9 @@
 // data_parallel_test.cpp: `blutrain train --dp 2` as two CPU ranks under blurun (Gloo), with DDP
 // (and accumulation micro-steps) and with --zero 1, reproduces the per-step train and val losses
-// of the one-process run of the same global batch within 1e-5 relative; a ZeRO-1 checkpoint
-// (moments gathered from the shards) resumes in one process, and a gang restarted by blurun
-// --max-restarts resumes on 2 ranks, onto the uninterrupted curve; only rank 0 writes; a
+// of the one-process run of the same global batch within 1e-5 relative; a whole ZeRO-1/3
+// checkpoint (moments gathered from the shards) and a sharded ZeRO-2 one resume in one process,
+// and a gang restarted by blurun --max-restarts resumes on 2 ranks from its sharded checkpoint,
+// onto the uninterrupted curve; only rank 0 writes; a
 // non-finite gradient makes every rank skip the same step (DDP and ZeRO-1 stay on the one-process
 // curve) or stop with the report (Note [Non-finite steps]); bad --dp / --zero flags and launches
 // are clear errors naming the values (Note [Data-parallel training] in
@@ -66,11 +67,12 @@ class DataParallelTrain : public blu::train::test::RankRuns {
     EXPECT_EQ(two.output.find("[rank 1] step"), std::string::npos) << two.output;
   }
 
-  // One process of B=4 resumes the 2-rank run's checkpoint of step 6 ("two/step_00000006") and
-  // continues on the one-process curve ("one").
-  void expect_one_process_resumes_at_step_6(const std::string& flags, const std::string& label) {
+  // One process of B=4 resumes the 2-rank run's checkpoint of step 6 ("two/step_00000006"; whole,
+  // or sharded: Note [Sharded checkpoints]) and continues on the one-process curve ("one").
+  void expect_one_process_resumes_at_step_6(const std::string& flags, const std::string& label,
+                                            const std::string& format) {
     const std::string ckpt = (root_ / "two" / "step_00000006").string();
-    ASSERT_TRUE(fs::exists(ckpt + "/optimizer.safetensors")) << ckpt;
+    ASSERT_TRUE(fs::exists(ckpt + (format == "whole" ? "/optimizer.safetensors" : "/shard_index.json"))) << ckpt;
     auto resumed = run_command(blutrain("resumed", "--batch-size 4 " + flags + " --resume " + ckpt));
     ASSERT_EQ(resumed.status, 0) << resumed.output;
     const std::vector<double> all = losses_in(metrics("one"), "train");
@@ -92,16 +94,17 @@ TEST_F(DataParallelTrain, Zero2TwoRanksWithAccumulationMatchOneProcessAndItsChec
   // Gradients reduce-scattered inside each micro-step's backward, in 1 MiB chunks (~17 of them).
   const std::string common = "--total-batch-tokens 256 --ckpt-every 6";
   expect_two_ranks_match_one_process("--dp 2 --zero 2 --dp-bucket-mb 1", common);
-  // The moments gathered from the chunked shards are the one-process layout.
-  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-2");
+  // Its checkpoint is sharded by default (each rank wrote its chunked ranges): one process
+  // assembles whole moments from it.
+  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-2", "sharded");
 }
 
 TEST_F(DataParallelTrain, Zero1TwoRanksMatchOneProcessAndItsCheckpointResumesInOne) {
   REQUIRE_GLOO();
-  expect_two_ranks_match_one_process("--dp 2 --zero 1", "--ckpt-every 6");
-  // The ZeRO-1 checkpoint of step 6 holds the moments gathered from both shards: one process
-  // resuming from it continues on the one-process curve.
-  expect_one_process_resumes_at_step_6("", "resumed from ZeRO-1");
+  expect_two_ranks_match_one_process("--dp 2 --zero 1 --checkpoint-format whole", "--ckpt-every 6");
+  // The whole ZeRO-1 checkpoint of step 6 holds the moments gathered from both shards: one
+  // process resuming from it continues on the one-process curve.
+  expect_one_process_resumes_at_step_6("", "resumed from ZeRO-1", "whole");
 }
 
 TEST_F(DataParallelTrain, Zero3TwoRanksWithAccumulationMatchOneProcessAndCheckpointsAreOneProcessOnes) {
@@ -109,9 +112,9 @@ TEST_F(DataParallelTrain, Zero3TwoRanksWithAccumulationMatchOneProcessAndCheckpo
   // Note [ZeRO-3 GPT-2]: weights, gradients and moments sharded, every block gathered and
   // recomputed in backward; 2 accumulation micro-steps.
   const std::string common = "--total-batch-tokens 256 --ckpt-every 6";
-  expect_two_ranks_match_one_process("--dp 2 --zero 3", common);
-  // Its checkpoint (weights and moments gathered from the shards) is the one-process format...
-  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-3");
+  expect_two_ranks_match_one_process("--dp 2 --zero 3 --checkpoint-format whole", common);
+  // Its whole checkpoint (weights and moments gathered from the shards) is the one-process format...
+  expect_one_process_resumes_at_step_6("--total-batch-tokens 256", "resumed from ZeRO-3", "whole");
   // ...and the one-process checkpoint of step 6 resumes on 2 ZeRO-3 ranks (each keeps its pieces).
   auto z3 = run_command(blurun(2, blutrain("z3_resumed", "--batch-size 2 --dp 2 --zero 3 --total-batch-tokens 256 "
                                                           "--resume " + (root_ / "one" / "step_00000006").string())));

@@ -15,6 +15,8 @@ function(blutrain_program_test target gloo)
 endfunction()
 
 blutrain_program_test(blutrain_data_parallel_test ON)
+# Sharded checkpoints written and resharded by CPU ranks (Note [Sharded checkpoints]).
+blutrain_program_test(blutrain_sharded_checkpoint_test ON)
 # The fused engine's data parallelism on two GPUs (blutrain --engine fused --dp 2 under blurun).
 blutrain_program_test(blutrain_fused_dp_gpu_test OFF)
 # blutrain train --tp 2 / --cp 2 as CPU ranks under blurun.

@@ -18,6 +18,8 @@
 //   or is itself malformed is an error naming the checkpoint file, expected and found values.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -25,8 +27,19 @@ namespace blu::train {
 
 inline constexpr const char* kChecksumManifest = "checksums.crc32c";
 
-// Writes <dir>/checksums.crc32c for every regular file in dir (streamed: bounded memory).
-void write_checksum_manifest(const std::string& dir);
+// One manifest line: a file's CRC-32C and size.
+struct FileChecksum {
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+};
+
+// Writes <dir>/checksums.crc32c for every regular file in dir (streamed: bounded memory); a file
+// named in `known` takes that sum instead of being read (it must exist).
+void write_checksum_manifest(const std::string& dir, const std::map<std::string, FileChecksum>& known = {});
+
+// The manifest's line for <dir>/<name>: false when the checkpoint has no manifest; an error naming
+// the file when the manifest exists but does not list it.
+bool manifest_checksum(const std::string& dir, const std::string& name, FileChecksum* out);
 
 // True when <dir>/checksums.crc32c exists.
 bool has_checksum_manifest(const std::string& dir);

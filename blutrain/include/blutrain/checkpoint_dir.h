@@ -8,6 +8,10 @@
 //                          /checksums.crc32c       CRC-32C and size of each file above
 //                                                  (Note [Checkpoint checksums])
 //   <out_dir>/latest                               "step_00000100": the newest complete checkpoint
+// Under --zero 1/2/3 the default is a sharded checkpoint instead: per-rank model/optimizer shards,
+// shard_index.json, config.json, state.json, checksums.crc32c, written by all ranks into one
+// staging directory and committed the same way (Note [Sharded checkpoints] in
+// src/train/sharded_checkpoint.h).
 // A checkpoint is written into <out_dir>/.step_00000100.tmp-<pid>/, every file fsync'ed, then the
 // directory is renamed into place (exchanged atomically with an existing directory of the same
 // step, renameat2 RENAME_EXCHANGE) and only then `latest` is replaced (itself atomically). A crash
@@ -16,7 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+
+#include "blutrain/checkpoint_checksums.h"
 
 namespace blu::train {
 
@@ -25,7 +32,12 @@ std::string checkpoint_dir_name(int64_t step);  // "step_00000100"
 class CheckpointStaging {
  public:
   CheckpointStaging(const std::string& out_dir, int64_t step);
-  ~CheckpointStaging();  // removes the temp directory unless committed
+  // A staging directory shared by the ranks of a sharded checkpoint (Note [Sharded checkpoints] in
+  // src/train/sharded_checkpoint.h): .<name>.tmp-<tag>, the same tag on every rank. The owner
+  // (rank 0) creates it (removing a leftover of that name), commits it, and removes it when it
+  // goes uncommitted; the others only name files in it.
+  CheckpointStaging(const std::string& out_dir, int64_t step, const std::string& tag, bool owner);
+  ~CheckpointStaging();  // the owner removes the temp directory unless committed
   CheckpointStaging(const CheckpointStaging&) = delete;
   CheckpointStaging& operator=(const CheckpointStaging&) = delete;
 
@@ -34,12 +46,16 @@ class CheckpointStaging {
   // Moves the directory into place, points `latest` at it, prunes to the `keep` newest; returns
   // the final directory.
   std::string commit(int keep);
+  // The same, with the whole-file sums of some files already known (the other ranks' shards:
+  // Note [Sharded checkpoints]), so they are not read back.
+  std::string commit(int keep, const std::map<std::string, FileChecksum>& known_sums);
 
  private:
   std::string out_dir_;
   std::string tmp_dir_;
   std::string final_dir_;
   bool committed_ = false;
+  bool owner_ = true;
 };
 
 // The newest complete checkpoint directory in out_dir ("" when there is none): `latest` if it

@@ -82,6 +82,7 @@ struct TrainConfig {
   std::string out_dir = "";        // "" = out/<model>
   int64_t ckpt_every = 0;          // 0 = only at the end
   int keep_checkpoints = 2;
+  std::string checkpoint_format = "auto";  // whole | sharded | auto (Note [Sharded checkpoints] in src/train/sharded_checkpoint.h)
   std::string resume = "auto";     // auto (latest in out_dir if any) | none | a checkpoint dir
   int64_t log_every = 1;
   bool plot = true;                // loss-curve PNG at the end

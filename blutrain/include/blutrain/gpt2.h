@@ -50,8 +50,9 @@
 // one unit per block, gathered inside the block's forward and again in its backward, where the
 // block is recomputed (activation checkpointing per block comes with it). parameters() hands out
 // the shards under the usual names and decay flags, so blutrain's AdamW holds 1/n of the moments
-// with no change; checkpoints gather the whole weights and moments into the one-process format
-// (zero3_whole) and a resume takes this rank's pieces (zero3_piece).
+// with no change; whole checkpoints gather the whole weights and moments into the one-process
+// format (zero3_whole) and a resume takes this rank's pieces (zero3_piece); sharded ones write and
+// read each rank's pieces (zero3_piece_range; Note [Sharded checkpoints]).
 #pragma once
 
 #include <cstdint>
@@ -155,6 +156,9 @@ class GPT2 {
   double zero3_comm_seconds() const;  // host seconds in the units' collectives so far
   // This rank's piece of a whole tensor shaped like parameter i (a checkpoint's moment).
   Tensor zero3_piece(std::size_t i, const Tensor& whole) const;
+  // The elements [begin, end) of parameter i's flat whole value held by rank `rank` (the first
+  // end - begin elements of its shard; Note [Sharded checkpoints] in src/train/sharded_checkpoint.h).
+  std::pair<int64_t, int64_t> zero3_piece_range(std::size_t i, int rank) const;
   // Collective: the whole value of per-element state laid out like parameter i's shard (an
   // AdamW moment); and a GPT2 with the whole weights.
   Tensor zero3_gather_like(std::size_t i, const Tensor& shard_state) const;
@@ -198,6 +202,8 @@ class GPT2 {
 // Writes <dir>/model.safetensors (Hugging Face GPT-2 names and layouts, vocab 50257, fp32) and
 // <dir>/config.json (GPT2Config), so GPT2LMHeadModel.from_pretrained(dir) loads it.
 void save_hf_weights(GPT2& model, const std::string& dir);
+// The config.json save_hf_weights writes (Hugging Face GPT2Config), for the model `cfg`.
+std::string hf_config_json(const GPT2Config& cfg);
 // Reads them back (exact: fp32, transposes are lossless); padded embedding rows are set to 0
 // unless `extra` provides them (see checkpoint). Errors name the file and tensor.
 void load_hf_weights(GPT2& model, const std::string& dir);

@@ -20,10 +20,7 @@ namespace {
 
 constexpr const char* kManifestHeader = "# blutrain checkpoint manifest v1: crc32c bytes name";
 
-struct FileSum {
-  uint32_t crc = 0;
-  uint64_t bytes = 0;
-};
+using FileSum = FileChecksum;
 
 FileSum sum_of_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -68,7 +65,7 @@ std::map<std::string, FileSum> read_manifest(const std::string& dir) {
 
 }  // namespace
 
-void write_checksum_manifest(const std::string& dir) {
+void write_checksum_manifest(const std::string& dir, const std::map<std::string, FileChecksum>& known) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string n = entry.path().filename().string();
@@ -81,10 +78,25 @@ void write_checksum_manifest(const std::string& dir) {
   for (const std::string& n : names) {
     BLU_CHECK(n.find_first_of(" \t\r\n") == std::string::npos, "checkpoint: file name '", n,
               "' has whitespace");
-    const FileSum s = sum_of_file((fs::path(dir) / n).string());
+    const auto k = known.find(n);
+    const FileSum s = k != known.end() ? k->second : sum_of_file((fs::path(dir) / n).string());
     os << crc32c_hex(s.crc) << " " << s.bytes << " " << n << "\n";
   }
+  for (const auto& [n, sum] : known) {
+    BLU_CHECK(std::binary_search(names.begin(), names.end(), n), "checkpoint: '", (fs::path(dir) / n).string(),
+              "' is missing at commit (its rank reported ", sum.bytes, " bytes written)");
+  }
   write_file_atomic((fs::path(dir) / kChecksumManifest).string(), os.str());
+}
+
+bool manifest_checksum(const std::string& dir, const std::string& name, FileChecksum* out) {
+  if (!has_checksum_manifest(dir)) return false;
+  const auto manifest = read_manifest(dir);
+  const auto it = manifest.find(name);
+  BLU_CHECK(it != manifest.end(), "checkpoint file '", (fs::path(dir) / name).string(), "' is not listed in '",
+            kChecksumManifest, "' (damaged manifest, or a file added after the checkpoint was written)");
+  *out = it->second;
+  return true;
 }
 
 bool has_checksum_manifest(const std::string& dir) {

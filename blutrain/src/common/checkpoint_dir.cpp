@@ -24,10 +24,15 @@ std::string checkpoint_dir_name(int64_t step) {
   return buf;
 }
 
-CheckpointStaging::CheckpointStaging(const std::string& out_dir, int64_t step) : out_dir_(out_dir) {
+CheckpointStaging::CheckpointStaging(const std::string& out_dir, int64_t step)
+    : CheckpointStaging(out_dir, step, std::to_string(::getpid()), true) {}
+
+CheckpointStaging::CheckpointStaging(const std::string& out_dir, int64_t step, const std::string& tag, bool owner)
+    : out_dir_(out_dir), owner_(owner) {
   const std::string name = checkpoint_dir_name(step);
   final_dir_ = (fs::path(out_dir) / name).string();
-  tmp_dir_ = (fs::path(out_dir) / ("." + name + ".tmp-" + std::to_string(::getpid()))).string();
+  tmp_dir_ = (fs::path(out_dir) / ("." + name + ".tmp-" + tag)).string();
+  if (!owner_) return;
   std::error_code ec;
   fs::remove_all(tmp_dir_, ec);
   fs::create_directories(tmp_dir_, ec);
@@ -35,7 +40,7 @@ CheckpointStaging::CheckpointStaging(const std::string& out_dir, int64_t step) :
 }
 
 CheckpointStaging::~CheckpointStaging() {
-  if (!committed_) {
+  if (owner_ && !committed_) {
     std::error_code ec;
     fs::remove_all(tmp_dir_, ec);
   }
@@ -45,10 +50,13 @@ std::string CheckpointStaging::file(const std::string& name) const {
   return (fs::path(tmp_dir_) / name).string();
 }
 
-std::string CheckpointStaging::commit(int keep) {
+std::string CheckpointStaging::commit(int keep) { return commit(keep, {}); }
+
+std::string CheckpointStaging::commit(int keep, const std::map<std::string, FileChecksum>& known_sums) {
+  BLU_CHECK(owner_, "checkpoint: '", tmp_dir_, "' is committed by the rank that created it");
   BLU_CHECK(!committed_, "checkpoint: '", final_dir_, "' committed twice");
   BLU_CHECK(file_exists(file("state.json")), "checkpoint: '", tmp_dir_, "' has no state.json; not committing");
-  write_checksum_manifest(tmp_dir_);  // Note [Checkpoint checksums]
+  write_checksum_manifest(tmp_dir_, known_sums);  // Note [Checkpoint checksums]
   std::error_code ec;
   if (fs::exists(final_dir_) &&
       ::renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_EXCHANGE) == 0) {

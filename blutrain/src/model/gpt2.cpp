@@ -376,6 +376,11 @@ Tensor GPT2::zero3_piece(std::size_t i, const Tensor& whole) const {
   return unit->piece_of(j, whole);
 }
 
+std::pair<int64_t, int64_t> GPT2::zero3_piece_range(std::size_t i, int rank) const {
+  auto [unit, j] = z3_slot(i);
+  return unit->piece_range(j, rank);
+}
+
 Tensor GPT2::zero3_gather_like(std::size_t i, const Tensor& shard_state) const {
   auto [unit, j] = z3_slot(i);
   return unit->gather_like(j, shard_state);

@@ -45,13 +45,7 @@ void load_hf_tensors(GPT2& model, const std::string& bytes, const std::string& p
 
 }  // namespace
 
-void save_hf_weights(GPT2& model, const std::string& dir) {
-  const GPT2Config& cfg = model.config();
-  std::map<std::string, Tensor> tensors;
-  for (const NamedParam& p : model.parameters()) tensors[p.name] = hf_view(p, cfg).to(kFloat32);
-  write_file_atomic(dir + "/model.safetensors",
-                    serialize_safetensors(tensors, {{"format", "pt"}, {"blutrain_model", cfg.name}},
-                                          Checksums::kCrc32c));
+std::string hf_config_json(const GPT2Config& cfg) {
   std::ostringstream js;
   js << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
      << "  \"vocab_size\": " << cfg.vocab_size << ",\n  \"n_positions\": " << cfg.block_size
@@ -61,7 +55,17 @@ void save_hf_weights(GPT2& model, const std::string& dir) {
      << "  \"initializer_range\": 0.02,\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"
      << "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\",\n  \"blutrain_model\": "
      << json::quote(cfg.name) << "\n}\n";
-  write_file_atomic(dir + "/config.json", js.str());
+  return js.str();
+}
+
+void save_hf_weights(GPT2& model, const std::string& dir) {
+  const GPT2Config& cfg = model.config();
+  std::map<std::string, Tensor> tensors;
+  for (const NamedParam& p : model.parameters()) tensors[p.name] = hf_view(p, cfg).to(kFloat32);
+  write_file_atomic(dir + "/model.safetensors",
+                    serialize_safetensors(tensors, {{"format", "pt"}, {"blutrain_model", cfg.name}},
+                                          Checksums::kCrc32c));
+  write_file_atomic(dir + "/config.json", hf_config_json(cfg));
 }
 
 void load_hf_weights(GPT2& model, const std::string& dir) {

@@ -90,6 +90,7 @@ const std::vector<Flag>& flag_table() {
       {"out-dir", "DIR", &TrainConfig::out_dir, "checkpoints, metrics.jsonl and loss.png go here (default: out/<model>)"},
       {"ckpt-every", "N", &TrainConfig::ckpt_every, "write a checkpoint every N steps (0 = only at the end)"},
       {"keep-checkpoints", "N", &TrainConfig::keep_checkpoints, "keep the N newest checkpoints"},
+      {"checkpoint-format", "FORMAT", &TrainConfig::checkpoint_format, "whole (one model.safetensors in Hugging Face's layout + optimizer.safetensors, gathered onto rank 0) | sharded (--zero 1/2/3: each rank writes the weights and AdamW moments it owns, model/optimizer.rankR-of-N.safetensors, plus shard_index.json; loads onto any number of ranks) | auto (sharded with --zero 1, 2 or 3, else whole)"},
       {"resume", "WHAT", &TrainConfig::resume, "auto (continue from the latest checkpoint in --out-dir) | none | a checkpoint directory"},
       {"log-every", "N", &TrainConfig::log_every, "print the progress line every N steps"},
       {"plot", "", &TrainConfig::plot, "write loss.png (train/val loss curve) at the end (--no-plot to skip)"},
@@ -417,6 +418,13 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(cfg.dp == 1 || cfg.zero == 0 || cfg.engine == "autograd", "--zero ", cfg.zero, " with --engine ",
             cfg.engine, ": ZeRO runs on the autograd engine only for now (the fused step keeps the whole AdamW "
             "state on every rank); pass --engine autograd, or --zero 0 for data parallelism on the fused engine");
+  // Note [Sharded checkpoints] (src/train/sharded_checkpoint.h).
+  BLU_CHECK(cfg.checkpoint_format == "auto" || cfg.checkpoint_format == "whole" || cfg.checkpoint_format == "sharded",
+            "--checkpoint-format '", cfg.checkpoint_format, "': expected whole, sharded or auto");
+  if (cfg.checkpoint_format == "auto") cfg.checkpoint_format = cfg.zero >= 1 ? "sharded" : "whole";
+  BLU_CHECK(cfg.checkpoint_format == "whole" || cfg.zero >= 1, "--checkpoint-format sharded with --zero ", cfg.zero,
+            ": each rank writes the state it owns, which needs --zero 1, 2 or 3 with --dp N (with --zero 0 every rank "
+            "holds everything); pass --checkpoint-format whole");
   BLU_CHECK(cfg.dp_bucket_mb > 0, "--dp-bucket-mb ", cfg.dp_bucket_mb,
             ": expected the size of a gradient bucket in MiB (> 0)");
   BLU_CHECK(cfg.dp_embedding_grad == "allreduce" || cfg.dp_embedding_grad == "gather", "--dp-embedding-grad '",

@@ -142,9 +142,13 @@ Tensor flatten(const std::vector<Tensor>& parts, Device device) {
 }
 }  // namespace
 
-void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments) {
+void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments,
+                          ShardedCheckpointReader* resume) {
   if (cfg_->engine == "fused") return;  // the fused step broadcasts and reduces itself
   std::vector<Tensor> params = tensors_of(opt.params());
+  whole_shapes_.clear();
+  for (const Tensor& p : params) whole_shapes_.push_back(p.sizes());
+  BLU_CHECK(resume == nullptr || cfg_->zero >= 1, "DataParallel::attach: a sharded resume needs --zero 1, 2 or 3");
   if (cfg_->zero == 3) {  // Note [ZeRO-3 GPT-2]: rank 0's weights everywhere, then shards
     {
       NoGradGuard no_grad;
@@ -163,6 +167,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
     opt = std::move(sharded);
     zero3_ = true;
     zero3_model_ = &model;
+    if (resume != nullptr) load_sharded_pieces(*resume, opt);  // Note [Sharded checkpoints]
     return;
   }
   if (cfg_->zero == 0) {
@@ -180,6 +185,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
   bludist::ZeroOptions zo;
   zo.stage = cfg_->zero;
   zo.bucket_cap_bytes = static_cast<std::size_t>(cfg_->dp_bucket_mb * 1024.0 * 1024.0);
+  if (resume != nullptr && rank() == 0) load_sharded_weights(*resume, opt);  // broadcast next
   zero_ = std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay, zo);  // broadcasts rank 0's weights
   zero_->set_step_count(opt.step_count());
   if (opt_has_moments) {
@@ -187,6 +193,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
     zero_->load_state(flatten(opt.exp_avg(), model.device()),
                       flatten(opt.exp_avg_sq(), model.device()));
   }
+  if (resume != nullptr) load_sharded_moments(*resume, opt);
   release_moments(opt);
 }
 

@@ -21,9 +21,11 @@
 //  - Gradients, --zero 1: no DDP (ZeroAdamW reduce-scatters the raw local gradients itself, after
 //    backward: it needs all of them at once); clipping and decay groups happen on the shards
 //    (Note [ZeRO-1 for a trainer] in bludist/zero.h); the AdamW moments of only 1/dp of the
-//    parameters live on each rank. blutrain's AdamW object holds no moments then: checkpoints
-//    gather them for the save and drop them after, and a resume loads them and keeps this rank's
-//    slice, so a ZeRO checkpoint is an ordinary one and loads onto any number of ranks.
+//    parameters live on each rank. blutrain's AdamW object holds no moments then. Checkpoints are
+//    sharded by default: each rank writes its ranges and a resume on any number of ranks reads
+//    only its own (Note [Sharded checkpoints] in sharded_checkpoint.h); --checkpoint-format whole
+//    gathers them for the save and drops them after, and a resume from a whole checkpoint loads
+//    them and keeps this rank's slice.
 //  - Gradients, --zero 2: as --zero 1, but ZeroAdamW's grad-ready hooks reduce-scatter the
 //    gradients chunk by chunk (--dp-bucket-mb) while backward runs and free each .grad once its
 //    chunks are reduced (Note [ZeRO-2] in bludist/zero.h); every micro-step is reduced and summed
@@ -45,6 +47,7 @@
 #pragma once
 
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +56,7 @@
 #include "blutrain/config.h"
 #include "blutrain/gpt2.h"
 #include "blutrain/optimizer.h"
+#include "train/sharded_checkpoint.h"
 #include "train/train_state.h"
 
 namespace bludist {
@@ -107,7 +111,10 @@ class DataParallel {
   // Wraps the model after any resume: DDP hooks (zero 0) or ZeroAdamW (zero 1, taking the
   // moments `opt` loaded, if any, and then dropping them). Broadcasts rank 0's weights. With the
   // fused engine it does nothing: the fused step does both (give it process_group()).
-  void attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments);
+  // resume: a sharded checkpoint to take this rank's part of (Note [Sharded checkpoints]): ZeRO-1/2
+  // rank 0's weights and every rank's moment ranges, ZeRO-3 every rank's pieces.
+  void attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments,
+              ShardedCheckpointReader* resume = nullptr);
   // Gradient sync for the coming backward (off on all but the last micro-step).
   void set_gradient_sync(bool on);
   // After the last backward: completes DDP's gradient reduction (nothing for ZeRO-1).
@@ -129,6 +136,11 @@ class DataParallel {
   // rank 0 only (the others join the gathers and get an empty WholeModel).
   bool zero3() const;
   WholeModel gather_whole(GPT2& model, AdamW& opt);
+  // Note [Sharded checkpoints] (--zero 1/2/3, --checkpoint-format sharded; zero_checkpoint.cpp):
+  // collective: every rank writes the weights and moments it owns, rank 0 the index and
+  // `rank0_files` (config.json, state.json), and commits. Returns the directory on every rank.
+  std::string save_sharded(const std::string& out_dir, int keep, int64_t step, AdamW& opt,
+                           const std::map<std::string, std::string>& rank0_files);
 
   // Collective. Returns on rank 0 the mean of `local_loss` over ranks and sets the step's
   // largest per-rank memory (GiB) and communication time (ms); other ranks get their own loss.
@@ -155,6 +167,19 @@ class DataParallel {
   bool zero3_ = false;  // --zero 3: the model holds shards (Note [ZeRO-3 GPT-2]); no DDP on top
   const GPT2* zero3_model_ = nullptr;  // its units' communication time
   double comm_seconds_reported_ = 0;
+  std::vector<Shape> whole_shapes_;  // the parameters' whole shapes (as attach() found them)
+
+  // Note [Sharded checkpoints]: parameter `param`'s elements [begin, end) held by a rank, at
+  // `local` in its storage (ZeRO-1/2: the moment shard; ZeRO-3: the parameter's shard).
+  struct OwnedSlice {
+    std::size_t param = 0;
+    int64_t begin = 0, end = 0, local = 0;
+  };
+  std::vector<OwnedSlice> owned_slices(int rank, std::size_t n_params) const;
+  ShardIndex shard_index(const AdamW& opt) const;
+  void load_sharded_weights(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-1/2, before ZeroAdamW
+  void load_sharded_moments(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-1/2, after it
+  void load_sharded_pieces(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-3
 };
 
 // This process's peak resident memory (VmHWM), GiB; 0 when unknown.

@@ -3,6 +3,8 @@
 // config) written last, so its presence marks a complete checkpoint.
 #include "train/train_state.h"
 
+#include "train/sharded_checkpoint.h"
+
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -55,6 +57,19 @@ std::vector<LossPoint> losses_from(const json::Value& v, const std::string& what
 
 }  // namespace
 
+std::string checkpoint_state_json(const GPT2Config& mcfg, int64_t adamw_step, const TrainState& state,
+                                  const TrainConfig& cfg) {
+  std::ostringstream js;
+  js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
+     << json::quote(mcfg.name) << vocab_member(mcfg.vocab_ids) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
+     << adamw_step << ",\n  \"data_cursor\": {\"shard\": " << state.cursor.shard
+     << ", \"position\": " << state.cursor.position << ", \"epoch\": " << state.cursor.epoch
+     << "},\n  \"sample_rng\": \"" << state.sample_rng << "\",\n  \"train_losses\": " << losses_json(state.train_losses)
+     << ",\n  \"val_losses\": " << losses_json(state.val_losses) << ",\n  \"config\": "
+     << json::quote(config_to_text(cfg)) << "\n}\n";
+  return js.str();
+}
+
 std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
                             const TrainConfig& cfg) {
   CheckpointStaging staging(out_dir, state.step);
@@ -70,15 +85,7 @@ std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, A
   write_file_atomic(staging.file("optimizer.safetensors"),
                     serialize_safetensors(moments, {{"format", "pt"}, {"adamw_step", std::to_string(opt.step_count())}},
                                           Checksums::kCrc32c));
-  std::ostringstream js;
-  js << "{\n  \"blutrain_version\": " << json::quote(BLUTRAIN_VERSION_STRING) << ",\n  \"model\": "
-     << json::quote(model.config().name) << vocab_member(model.config().vocab_ids) << ",\n  \"step\": " << state.step << ",\n  \"adamw_step\": "
-     << opt.step_count() << ",\n  \"data_cursor\": {\"shard\": " << state.cursor.shard
-     << ", \"position\": " << state.cursor.position << ", \"epoch\": " << state.cursor.epoch
-     << "},\n  \"sample_rng\": \"" << state.sample_rng << "\",\n  \"train_losses\": " << losses_json(state.train_losses)
-     << ",\n  \"val_losses\": " << losses_json(state.val_losses) << ",\n  \"config\": "
-     << json::quote(config_to_text(cfg)) << "\n}\n";
-  write_file_atomic(staging.file("state.json"), js.str());
+  write_file_atomic(staging.file("state.json"), checkpoint_state_json(model.config(), opt.step_count(), state, cfg));
   return staging.commit(keep);
 }
 
@@ -144,17 +151,31 @@ CheckpointState parse_checkpoint_state(const std::string& text, const std::strin
   return out;
 }
 
-TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
+CheckpointState load_checkpoint_state(const std::string& dir, const GPT2Config& mcfg, AdamW* opt) {
   if (!has_checksum_manifest(dir) && file_exists(dir + "/state.json")) {
     std::cerr << "note: checkpoint '" << dir << "' has no " << kChecksumManifest
               << " (written before checkpoints carried checksums): loading it unverified\n";
   }
   CheckpointState cs = read_checkpoint_state(dir);
-  BLU_CHECK(cs.model == model.config().name, "checkpoint '", dir, "' is of model '", cs.model,
-            "', not '", model.config().name, "' (pass --model ", cs.model, " or another --out-dir)");
-  BLU_CHECK(cs.vocab_ids == model.config().vocab_ids, "checkpoint '", dir, "' has a vocabulary of ",
-            vocab_name(cs.vocab_ids), ", this run ", vocab_name(model.config().vocab_ids),
+  BLU_CHECK(cs.model == mcfg.name, "checkpoint '", dir, "' is of model '", cs.model, "', not '", mcfg.name,
+            "' (pass --model ", cs.model, " or another --out-dir)");
+  BLU_CHECK(cs.vocab_ids == mcfg.vocab_ids, "checkpoint '", dir, "' has a vocabulary of ", vocab_name(cs.vocab_ids),
+            ", this run ", vocab_name(mcfg.vocab_ids),
             " (Note [Corpus vocabulary]: pass the same --vocab and data, or another --out-dir)");
+  if (opt != nullptr) {
+    BLU_CHECK(cs.adamw_step >= 0, dir + "/state.json", ": missing key \"adamw_step\"");
+    opt->set_step_count(cs.adamw_step);
+  }
+  return cs;
+}
+
+TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
+  CheckpointState cs = load_checkpoint_state(dir, model.config(), opt);
+  if (is_sharded_checkpoint(dir)) {  // Note [Sharded checkpoints]: whole tensors from the shards
+    ShardedCheckpointReader reader(dir);
+    load_whole_from_shards(reader, model, opt);
+    return cs.state;
+  }
   load_hf_weights(model, dir);
   if (opt != nullptr) {
     const std::string path = dir + "/optimizer.safetensors";
@@ -173,8 +194,6 @@ TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt) {
         dst.copy_(it->second);
       }
     }
-    BLU_CHECK(cs.adamw_step >= 0, dir + "/state.json", ": missing key \"adamw_step\"");
-    opt->set_step_count(cs.adamw_step);
   }
   return cs.state;
 }

@@ -44,13 +44,22 @@ struct CheckpointState {
 // data set (DataLoader::set_cursor does that).
 CheckpointState parse_checkpoint_state(const std::string& text, const std::string& path);
 
+// state.json's text (Note [Checkpoint layout]): model, vocabulary, step, AdamW step count, data
+// cursor, sampling RNG, loss history and the config (informational).
+std::string checkpoint_state_json(const GPT2Config& mcfg, int64_t adamw_step, const TrainState& state,
+                                  const TrainConfig& cfg);
+// Reads a checkpoint's state.json (verified) and checks it against the model configuration (size,
+// vocabulary); sets opt's step count when opt is given. Loads no tensors.
+CheckpointState load_checkpoint_state(const std::string& dir, const GPT2Config& mcfg, AdamW* opt);
+
 // Writes a complete checkpoint for `state.step` atomically; returns its directory.
 std::string save_checkpoint(const std::string& out_dir, int keep, GPT2& model, AdamW& opt, const TrainState& state,
                             const TrainConfig& cfg);
 // The model configuration a checkpoint holds (from its state.json): the size ("tiny", "d12", ...)
 // and the vocabulary (Note [Corpus vocabulary]).
 GPT2Config checkpoint_model_config(const std::string& dir);
-// Loads weights, optimizer moments and step; returns the rest. Errors name the file.
+// Loads weights, optimizer moments and step into a whole (unsharded) model, from a whole or a
+// sharded checkpoint (Note [Sharded checkpoints]); returns the rest. Errors name the file.
 TrainState load_checkpoint(const std::string& dir, GPT2& model, AdamW* opt);
 
 }  // namespace blu::train

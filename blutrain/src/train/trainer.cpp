@@ -34,6 +34,7 @@
 #include "blutrain/trainer.h"
 #include "train/data_parallel.h"
 #include "train/nonfinite.h"
+#include "train/sharded_checkpoint.h"
 #include "train/tensor_parallel.h"
 #include "train/train_state.h"
 
@@ -206,9 +207,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   } else if (cfg.resume != "none") {
     resume_dir = cfg.resume;
   }
+  // Note [Sharded checkpoints]: under --zero 1/2/3 a sharded checkpoint is read in attach(), each
+  // rank taking only its part; anything else loads whole tensors here (a sharded one assembled).
+  std::unique_ptr<ShardedCheckpointReader> sharded_resume;
   if (!resume_dir.empty()) {
-    opt.allocate_moments();  // ZeRO-1 takes its slice in attach() and drops the rest
-    state = tp ? tp->load_checkpoint(resume_dir, model, opt) : load_checkpoint(resume_dir, model, &opt);
+    if (dp && cfg.zero >= 1 && is_sharded_checkpoint(resume_dir)) {
+      sharded_resume = std::make_unique<ShardedCheckpointReader>(resume_dir);
+      state = load_checkpoint_state(resume_dir, model.config(), &opt).state;
+    } else {
+      opt.allocate_moments();  // ZeRO-1 takes its slice in attach() and drops the rest
+      state = tp ? tp->load_checkpoint(resume_dir, model, opt) : load_checkpoint(resume_dir, model, &opt);
+    }
     train_loader.set_cursor(state.cursor);
     result.resumed_from = state.step;
     out << "resumed from " << resume_dir << " at step " << state.step << "\n";
@@ -220,8 +229,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   int64_t inject_step = 0;  // the step being run, 1-based, for an injection armed in backward
   if (dp && cfg.zero == 2) inject.arm_in_backward(opt.params(), &inject_step);
   if (dp) {
-    dp->attach(model, opt, acfg, !resume_dir.empty());  // rank 0's weights everywhere
+    dp->attach(model, opt, acfg, !resume_dir.empty() && !sharded_resume, sharded_resume.get());  // rank 0's weights everywhere
     out << dp->describe() << "\n";
+    if (sharded_resume) {
+      const ShardIndex& ix = sharded_resume->index();
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), "sharded resume: %d -> %d ranks; rank 0 read %.3f of %.3f MiB of shard data\n",
+                    ix.world_size, dp->size(), static_cast<double>(sharded_resume->bytes_read()) / (1 << 20),
+                    static_cast<double>(sharded_resume->bytes_total()) / (1 << 20));
+      out << buf;
+      sharded_resume.reset();
+    }
   }
   if (tp) out << tp->describe() << "\n";
   if (groups.cp) {
@@ -306,8 +324,19 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   std::string profile_trace_json;  // the CUPTI breakdown of --profile-step (Note [Step profile])  // device memory in use by the process (context included), max over steps
   auto checkpoint = [&] {
     if (!cfg.save) return;
-    if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     state.cursor = train_loader.cursor();
+    if (cfg.checkpoint_format == "sharded") {  // Note [Sharded checkpoints]: no gather (collective)
+      const std::string dir = dp->save_sharded(
+          cfg.out_dir, cfg.keep_checkpoints, state.step, opt,
+          {{"config.json", hf_config_json(model.config())},
+           {"state.json", checkpoint_state_json(model.config(), opt.step_count(), state, cfg)}});
+      if (is_main) {
+        result.checkpoint_dir = dir;
+        out << "checkpoint " << dir << " (sharded over " << dp->size() << " ranks)\n";
+      }
+      return;
+    }
+    if (dp) dp->gather_moments(opt);  // ZeRO-1: whole moments for the save (collective)
     // Note [Tensor-parallel training] / [ZeRO-3 GPT-2]: whole tensors, the one-process format.
     WholeModel whole;
     if (tp) {
