@@ -84,10 +84,22 @@ for line in "${cases[@]}"; do
     [ "$tool" = racecheck ] && extra+=(--racecheck-report all --show-backtrace no)
     limit=40; [ "$tool" = racecheck ] && limit=100000
     s0=$(date +%s)
-    # --target-processes all: the two-GPU tests start their ranks as child processes (blurun).
-    env "${envs[@]}" timeout -k 5 "$tmo" "$san" --target-processes all --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
-      "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
-    rc=$?
+    if [[ " $multi_gpu_bins " == *" $bin "* ]]; then
+      # Note [Sanitized ranks] (tests/common/run_command.h): the gtest parent runs unwrapped and
+      # each rank blurun starts runs under its own sanitizer, writing per-process logs that are
+      # appended to this case's log (the parse below sums every ERROR SUMMARY in it).
+      rdir="$work/ranks/${bin}.${tool}~$(printf %02d $ci)"; mkdir -p "$rdir"
+      env "${envs[@]}" BLU_RANK_WRAPPER="$san --tool $tool --print-limit $limit ${extra[*]} --log-file $rdir/rank.%p.txt" \
+        timeout -k 5 "$tmo" "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
+      rc=$?
+      for f in "$rdir"/rank.*.txt; do [ -f "$f" ] && { echo "--- sanitizer log $(basename "$f")"; cat "$f"; } >> "$log"; done
+      grep -q "SUMMARY" "$log" || echo "no rank sanitizer log (was BLU_RANK_WRAPPER used?)" >> "$log"
+    else
+      # --target-processes all: a test that starts programs has them checked too.
+      env "${envs[@]}" timeout -k 5 "$tmo" "$san" --target-processes all --tool "$tool" --error-exitcode 99 --print-limit "$limit" "${extra[@]}" \
+        "$build/tests/$bin" --gtest_filter="$filter" > "$log" 2>&1
+      rc=$?
+    fi
     echo "rc=$rc seconds=$(( $(date +%s) - s0 )) filter=$filter" >> "$log"
     stamp "$bin $tool rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)"
   done
@@ -116,8 +128,11 @@ for name in sorted(os.listdir(os.path.join(work, "logs"))):
         r["status"] = "skipped"; runs.append(r); continue
     m = re.search(r"rc=(-?\d+) seconds=(\d+)", text)
     r["rc"], r["seconds"] = (int(m.group(1)), int(m.group(2))) if m else (None, None)
-    s = re.search(r"(ERROR|RACECHECK) SUMMARY: (\d+) (error|hazard)", text)
-    r["reports"] = int(s.group(2)) if s else None
+    # Every summary counts: a two-GPU case's log holds one per rank (Note [Sanitized ranks]).
+    sums = re.findall(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)", text)
+    r["reports"] = sum(int(x) for x in sums) if sums else None
+    if "no rank sanitizer log" in text:
+        r["reports"] = None
     # Report headers: memcheck/initcheck/synccheck "========= <kind>", racecheck "Error/Warning: Race ..."
     # A racecheck hazard's header is followed by its two sides ("Read Thread ... at f+0x.. in
     # file:line", "Write Thread ..."): they are joined to it, so an allow-list entry can name the
@@ -128,7 +143,16 @@ for name in sorted(os.listdir(os.path.join(work, "logs"))):
         if not re.match(r"=+ +(Invalid|Uninitialized|Barrier|Race|Error|Warning|Program hit|Malloc|Out-of-range|Misaligned|Address)", l):
             continue
         h = l.strip("= ").strip()
-        if "hazard" in h:
+        if h.startswith("Program hit"):  # an API error: the named frames say whose call it was
+            frames = []
+            for x in lines[i + 1:i + 24]:
+                fm2 = re.search(r"Host Frame:\s*([A-Za-z_][^\s(\[]*)", x)
+                if fm2:
+                    frames.append(fm2.group(1))
+                elif frames and not re.search(r"Host Frame|Saved host backtrace|in lib|^\S*=+\s*$", x):
+                    break
+            h = h + " ; frames: " + " < ".join(frames[:8])
+        elif "hazard" in h:
             sides = [x.strip("= ").strip() for x in lines[i + 1:i + 3]
                      if re.match(r"=+ +(Read|Write) Thread", x)]
             h = " ; ".join([h] + sides)

@@ -14,6 +14,7 @@
 #include "support/mlp_ddp.h"
 
 using namespace bludist;
+using bludist::test::rank_program;
 using bludist::test::run_command;
 
 namespace {
@@ -45,7 +46,8 @@ std::vector<double> read_losses(const std::string& path) {
 TEST(Nccl, CollectivesOnTwoGpus) {
   require_two_gpus();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
-  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " collectives nccl");
+  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
+                       rank_program(std::string(BLUDIST_TEST_WORKER) + " collectives nccl"));
   std::printf("%s", r.output.c_str());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
@@ -58,7 +60,8 @@ TEST(Nccl, CollectivesOnTwoGpus) {
 TEST(Nccl, TensorAndContextParallelMatchUnsharded) {
   require_two_gpus();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
-  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " parallel nccl");
+  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
+                       rank_program(std::string(BLUDIST_TEST_WORKER) + " parallel nccl"));
   std::printf("%s", r.output.c_str());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] parallel ok: nccl group (rank 0 of 2)"), std::string::npos);
@@ -71,8 +74,8 @@ TEST(Nccl, DdpOnTwoGpusMatchesOneGpu) {
   for (int accum : {1, 2}) {
     std::string out = ::testing::TempDir() + "bludist_nccl_ddp_" + std::to_string(accum) + ".txt";
     std::remove(out.c_str());
-    auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " ddp nccl " +
-                         out + " " + std::to_string(accum));
+    auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
+                         rank_program(std::string(BLUDIST_TEST_WORKER) + " ddp nccl " + out + " " + std::to_string(accum)));
     ASSERT_EQ(r.status, 0) << r.output;
     std::vector<double> ddp = read_losses(out);
     test::MlpRunOptions o;
@@ -103,8 +106,9 @@ TEST(Nccl, ZeroStagesOnTwoGpusMatchOneGpu) {
       std::string out = ::testing::TempDir() + "bludist_nccl_zero" + std::to_string(stage) + "_" +
                         std::to_string(accum) + ".txt";
       std::remove(out.c_str());
-      auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + BLUDIST_TEST_WORKER + " zero nccl " +
-                           out + " " + std::to_string(stage) + " " + std::to_string(accum));
+      auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
+                           rank_program(std::string(BLUDIST_TEST_WORKER) + " zero nccl " + out + " " +
+                                        std::to_string(stage) + " " + std::to_string(accum)));
       ASSERT_EQ(r.status, 0) << r.output;
       std::vector<double> z = read_losses(out);
       test::MlpRunOptions o;

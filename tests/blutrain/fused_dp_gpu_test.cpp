@@ -22,6 +22,7 @@
 #include "support/pattern_shards.h"
 
 namespace fs = std::filesystem;
+using blu::test::rank_program;
 using blu::test::run_command;
 
 namespace {
@@ -85,7 +86,7 @@ class FusedDataParallel : public ::testing::Test {
                                                       std::to_string(one_total_tokens) + " " + common));
     ASSERT_EQ(one.status, 0) << one.output;
     auto two = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
-                           blutrain(tag + "_two", "--batch-size 4 --dp 2 " + batch + " " + common));
+                           rank_program(blutrain(tag + "_two", "--batch-size 4 --dp 2 " + batch + " " + common)));
     if (two.status != 0 && two.output.find("this build has no NCCL") != std::string::npos) {
       if (env_is_1("BLU_REQUIRE_GPU") || env_is_1("BLU_REQUIRE_MULTI_GPU")) FAIL() << "built without NCCL";
       GTEST_SKIP() << "built without NCCL";

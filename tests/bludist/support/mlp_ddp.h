@@ -34,6 +34,7 @@ std::vector<double> train_mlp(const std::shared_ptr<ProcessGroup>& pg, const Mlp
 
 // Shell commands (blurun and its programs): tests/common/run_command.h.
 using blu::test::CommandResult;
+using blu::test::rank_program;
 using blu::test::run_command;
 
 }  // namespace bludist::test
