@@ -20,8 +20,10 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "bludist/process_group.h"
 #include "blutensor/error.h"
@@ -230,6 +232,8 @@ class GlooProcessGroup final : public ProcessGroup {
     return {};
   }
 
+  CommTiming take_comm_timing() override { return std::exchange(timing_, CommTiming{}); }
+
   void barrier() override {
     if (size_ == 1) return;
     run("barrier", 0, DType::F32, [&] {
@@ -294,7 +298,14 @@ class GlooProcessGroup final : public ProcessGroup {
           BLU_THROW("bludist gloo all_reduce: dtype ", blu::dtype_name(dtype), " is not supported (f32, f64, bf16, i32, i64)");
     }
     try {
+      const auto t0 = std::chrono::steady_clock::now();
       f();
+      if (options_.time_comm) {  // Note [Communication timing]: a blocking call's host time is all exposed
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        timing_.comm_ms += ms;
+        timing_.exposed_ms += ms;
+        ++timing_.ops;
+      }
     } catch (const ::gloo::Exception& e) {
       BLU_THROW("bludist gloo ", op, " of ", count, " ", blu::dtype_name(dtype), " on rank ", rank_, " of the ",
                 describe(), " failed: ", e.what(), " (a peer rank died, or did not call the same operation within ",
@@ -302,6 +313,7 @@ class GlooProcessGroup final : public ProcessGroup {
     }
   }
 
+  CommTiming timing_;
   std::shared_ptr<::gloo::transport::Device> dev_;
   std::shared_ptr<::gloo::rendezvous::Context> ctx_;
   uint32_t tag_ = 0;

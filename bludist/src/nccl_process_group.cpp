@@ -5,6 +5,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "bludist/process_group.h"
 #include "blutensor/cuda_allocator.h"
@@ -331,12 +333,14 @@ class NcclProcessGroup final : public ProcessGroup {
     }
     std::string what = blu::detail::str_cat(op, " of ", count, " ", blu::dtype_name(dtype), " (#", seq_++, ")");
     watchdog_->take_finished();  // releases completed work here, on the issuing thread
+    std::shared_ptr<TimedOp> timed = start_timing(compute);
     {
       Watchdog::Timer::Scope h(watchdog_->timer(), what, Watchdog::Timer::Kind::kHostCall);
       BLU_NCCL_CHECK(call(comm_stream_), "in ", what, " on rank ", rank_, " of ", size_);
     }
     auto w = std::make_shared<Work::State>();
     w->device = device_;
+    w->timed = std::move(timed);
     BLU_CUDA_CHECK(cudaEventCreateWithFlags(&w->event, cudaEventDisableTiming));
     if (group_depth_ > 0) {
       pending_.push_back({w, compute, o.async_op, std::move(what)});
@@ -348,13 +352,78 @@ class NcclProcessGroup final : public ProcessGroup {
 
   void finish(const std::shared_ptr<Work::State>& w, cudaStream_t compute, bool async, const std::string& what) {
     BLU_CUDA_CHECK(cudaEventRecord(w->event, comm_stream_));
+    if (w->timed) BLU_CUDA_CHECK(cudaEventRecord(w->timed->end.e, comm_stream_));
     w->recorded = true;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     BLU_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
     // Events recorded during graph capture are nodes, not queryable: no watchdog for them.
     if (capture == cudaStreamCaptureStatusNone) watchdog_->watch(w, what);
-    if (!async && compute != comm_stream_) BLU_CUDA_CHECK(cudaStreamWaitEvent(compute, w->event, 0));
+    if (!async && compute != comm_stream_) {
+      if (w->timed) w->timed->mark_wait(compute);
+      BLU_CUDA_CHECK(cudaStreamWaitEvent(compute, w->event, 0));
+    }
   }
+
+  // Note [Communication timing]: a timed collective's start event, recorded on the communication
+  // stream once it waits for the compute stream (the window's reference event first, on `compute`);
+  // null when timing is off or the compute stream is being captured into a graph.
+  std::shared_ptr<TimedOp> start_timing(cudaStream_t compute) {
+    if (!options_.time_comm || compute == comm_stream_) return nullptr;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    BLU_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    if (!window_ref_) {
+      window_ref_ = std::make_shared<TimingEvent>();
+      BLU_CUDA_CHECK(cudaEventRecord(window_ref_->e, compute));
+    }
+    if (timed_.size() >= 4096) harvest();  // a program that never takes the timing stays bounded
+    auto t = std::make_shared<TimedOp>();
+    t->ref = window_ref_;
+    BLU_CUDA_CHECK(cudaEventRecord(t->start.e, comm_stream_));
+    timed_.push_back(t);
+    return t;
+  }
+
+ public:
+  CommTiming take_comm_timing() override {
+    harvest();
+    CommTiming r = std::exchange(harvested_, CommTiming{});
+    window_ref_.reset();  // the next collective opens a new window
+    r.device_timed = r.ops > 0;
+    return r;
+  }
+
+ private:
+  // Adds the finished timed collectives to harvested_ (never blocks): one not finished yet, in an
+  // open group, or whose wait the compute stream has not reached stays for a later call.
+  void harvest() {
+    blu::cuda::DeviceGuard g(device_);
+    auto done = [](const TimingEvent& e) {
+      const cudaError_t q = cudaEventQuery(e.e);
+      if (q == cudaErrorNotReady) return false;
+      BLU_CUDA_CHECK(q);
+      return true;
+    };
+    std::vector<std::shared_ptr<TimedOp>> pending;
+    for (auto& t : timed_) {
+      if (!done(t->end) || (t->wait && !done(*t->wait))) {
+        pending.push_back(std::move(t));
+        continue;
+      }
+      float run_ms = 0;
+      BLU_CUDA_CHECK(cudaEventElapsedTime(&run_ms, t->start.e, t->end.e));
+      harvested_.comm_ms += run_ms;
+      if (t->wait) {
+        float at_wait = 0, at_end = 0;  // both after the reference: no backwards difference
+        BLU_CUDA_CHECK(cudaEventElapsedTime(&at_wait, t->ref->e, t->wait->e));
+        BLU_CUDA_CHECK(cudaEventElapsedTime(&at_end, t->ref->e, t->end.e));
+        harvested_.exposed_ms += std::max(0.0f, at_end - at_wait);
+      }
+      ++harvested_.ops;
+    }
+    timed_ = std::move(pending);
+  }
+
 
   int device_;
   ncclComm_t comm_ = nullptr;
@@ -365,6 +434,9 @@ class NcclProcessGroup final : public ProcessGroup {
   int group_depth_ = 0;
   std::vector<Pending> pending_;
   uint64_t seq_ = 0;
+  std::shared_ptr<TimingEvent> window_ref_;        // Note [Communication timing]
+  std::vector<std::shared_ptr<TimedOp>> timed_;    // issued, not yet harvested
+  CommTiming harvested_;                           // finished, not yet taken
 };
 
 }  // namespace

@@ -31,6 +31,11 @@ Milliseconds ProcessGroupOptions::default_timeout() {
   return std::chrono::seconds(300);
 }
 
+bool ProcessGroupOptions::default_time_comm() {
+  const char* v = std::getenv("BLUDIST_COMM_TIMING");
+  return !(v && std::string(v) == "0");
+}
+
 // ---------------------------------------------------------------- Work
 // Only NCCL works carry an event; a CPU-only build (Note [CPU-only build]) has none, so every
 // Work there is complete and these are no-ops.
@@ -40,6 +45,7 @@ void Work::wait(std::optional<cudaStream_t> stream) const {
   BLU_CHECK(state_->recorded, "bludist: Work::wait() inside the open group that issued it (call group_end() first)");
   blu::cuda::DeviceGuard g(state_->device);
   cudaStream_t s = stream ? *stream : blu::cuda::current_stream(state_->device);
+  if (state_->timed) state_->timed->mark_wait(s);  // Note [Communication timing]
   BLU_CUDA_CHECK(cudaStreamWaitEvent(s, state_->event, 0));
 }
 

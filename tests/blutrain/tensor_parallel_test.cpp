@@ -74,6 +74,18 @@ TEST_F(TensorParallelTrain, TwoRanksMatchOneProcessAndCheckpointsAreOneProcessOn
   EXPECT_NE(two.output.find("[rank 0] step 20/20 | loss"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("| tp 2"), std::string::npos) << two.output;
   EXPECT_EQ(two.output.find("[rank 1] step"), std::string::npos) << two.output;
+  // bludist Note [Communication timing]: every step reports its collectives; Gloo's calls block,
+  // so all of their time is exposed (the NCCL path measures the hidden share on the device).
+  const std::vector<double> comm = blu::test::field_in(metrics("two"), "train", "comm_ms");
+  const std::vector<double> exposed = blu::test::field_in(metrics("two"), "train", "comm_exposed_ms");
+  ASSERT_EQ(comm.size(), 20u) << two.output;
+  ASSERT_EQ(exposed.size(), 20u) << two.output;
+  for (std::size_t i = 0; i < comm.size(); ++i) {
+    EXPECT_GT(comm[i], 0.0) << "step " << i + 1;
+    EXPECT_EQ(exposed[i], comm[i]) << "step " << i + 1;
+  }
+  EXPECT_NE(two.output.find("| tp 2, comm "), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find(" ms, 0% hidden)"), std::string::npos) << two.output;
   // The logits all-gathered for sampling give the one-process greedy tokens.
   EXPECT_EQ(sample_of(two.output), sample_of(one.output)) << two.output;
   if (!sample_of(one.output).empty()) std::printf("greedy sample: %s\n", sample_of(one.output).c_str());

@@ -41,6 +41,14 @@ TEST(Progress, LineHasEveryField) {
   p.device_used_gib = 5.1;
   EXPECT_EQ(format_progress_line(p),
             cpu + " | MFU 41.2% | mem 3.21/4.00 GiB (peak 3.50) | dev 5.10 GiB");
+  const std::string single = format_progress_line(p);
+  p.dp_ranks = 2;
+  p.rank_mem_gib = 3.5;
+  p.tp_ranks = 2;
+  p.comm_ms = 12.34;  // host-timed (Gloo) or no exposure measured: the time alone
+  EXPECT_EQ(format_progress_line(p), single + " | dp 2: rank mem 3.50 GiB | tp 2, comm 12.3 ms");
+  p.comm_exposed_ms = 4.1;  // Note [Communication timing]: 1 - 4.1 / 12.34 = 66.8% hidden
+  EXPECT_EQ(format_progress_line(p), single + " | dp 2: rank mem 3.50 GiB | tp 2, comm 12.3 ms (exposed 4.1 ms, 67% hidden)");
 }
 
 TEST(MetricsLog, WritesOneJsonObjectPerLine) {

@@ -79,12 +79,45 @@ class Work {
   std::shared_ptr<State> state_;
 };
 
+// Note [Communication timing]
+// What a group's collectives cost since the last take_comm_timing(), for the trainer's progress
+// line and metrics (comm_ms, comm_exposed_ms, comm_hidden). NCCL, from CUDA events (Work::State's
+// TimedOp, nccl_process_group.cpp): `comm_ms` is the time the collectives ran on the
+// communication stream (start event after the stream waited for the compute stream's writes, end
+// event after the collective: one stream, so the sum is its busy time); `exposed_ms` the part of it
+// the compute stream spent waiting: for each collective the compute stream waited on (Work::wait,
+// or at once without async_op), max(0, end - the moment the compute stream reached the wait), all
+// on one reference event recorded on the compute stream before the window's first collective, so
+// no difference of events is ever taken backwards in time. 1 - exposed/comm is the overlap the
+// step achieved (a synchronous collective is all exposed; DDP's buckets or async TP's chunks hide
+// what runs beside compute). Only collectives whose end event has completed are harvested (the
+// take never blocks; the rest count in a later window); collectives issued while the stream is
+// captured into a CUDA graph are not timed (a graph's event nodes are not this timer's), nor does a
+// host wait (Work::synchronize, barrier) count as exposed. Gloo (CPU): the calls block, so each
+// one's host time is both comm and exposed. Off with BLUDIST_COMM_TIMING=0.
+struct CommTiming {
+  int64_t ops = 0;            // collectives timed
+  double comm_ms = 0;         // time they ran
+  double exposed_ms = 0;      // time the compute stream (or the host, for Gloo) waited for them
+  bool device_timed = false;  // from CUDA events (NCCL); false: host time (Gloo) or nothing timed
+  double hidden_fraction() const { return comm_ms > 0 ? 1.0 - exposed_ms / comm_ms : 0.0; }
+  CommTiming& operator+=(const CommTiming& o) {
+    ops += o.ops;
+    comm_ms += o.comm_ms;
+    exposed_ms += o.exposed_ms;
+    device_timed = device_timed || o.device_timed;
+    return *this;
+  }
+};
+
 struct ProcessGroupOptions {
   Milliseconds timeout = default_timeout();
+  bool time_comm = default_time_comm();  // Note [Communication timing]
   // Gloo: the address this rank's transport binds (empty: 127.0.0.1 when the store host is a
   // loopback address, else this host's name; $BLUDIST_GLOO_HOSTNAME overrides).
   std::string gloo_hostname;
   static Milliseconds default_timeout();  // $BLUDIST_TIMEOUT_S, else 300 s
+  static bool default_time_comm();        // $BLUDIST_COMM_TIMING (0 = off), else on
 };
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
@@ -136,6 +169,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // (ranks of this group, ascending order not required: position = rank in the new group).
   // Members get the new group; the others get nullptr.
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+
+  // The collectives' cost since the last call (Note [Communication timing]); resets the window.
+  virtual CommTiming take_comm_timing() { return CommTiming{}; }
 
  protected:
   ProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options);

@@ -35,15 +35,16 @@ struct ProgressInfo {
   double mem_peak_gib = -1;
   double device_used_gib = -1;
   int dp_ranks = 0;            // > 1: data parallel (Note [Data-parallel training])
-  double comm_ms = -1;         // the step's largest per-rank time in collectives
+  double comm_ms = -1;         // the step's largest per-rank time in collectives (bludist Note [Communication timing])
+  double comm_exposed_ms = -1; // of it, the largest per-rank time compute waited for them (< 0: not measured)
   double rank_mem_gib = -1;    // the largest per-rank memory (GPU peak allocated, CPU peak RSS)
   int tp_ranks = 0;            // > 1: tensor parallel (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h)
   int cp_ranks = 0;            // > 1: context parallel (Note [Context-parallel GPT-2] in blutrain/gpt2.h)
 };
 
 // "step   12/1000 | loss 5.4321 | lr 6.00e-04 | norm 1.234 | 123.4 ms | 132.8K tok/s | MFU 41.2% |
-//  mem 3.21/4.00 GiB (peak 3.50) | dev 5.10 GiB | dp 2: rank mem 3.50 GiB, comm 12.3 ms | tp 2" (the
-//  largest over ranks)
+//  mem 3.21/4.00 GiB (peak 3.50) | dev 5.10 GiB | dp 2: rank mem 3.50 GiB | tp 2, comm 12.3 ms
+//  (exposed 4.1 ms, 67% hidden)" (rank memory and communication: the largest over ranks)
 std::string format_progress_line(const ProgressInfo& p);
 
 // Appends one JSON object per line; flushed per record so a killed run keeps its log.

@@ -70,12 +70,20 @@ std::string format_progress_line(const ProgressInfo& p) {
     line += buf;
   }
   if (p.dp_ranks > 1) {
-    std::snprintf(buf, sizeof(buf), " | dp %d: rank mem %.2f GiB, comm %.1f ms", p.dp_ranks, p.rank_mem_gib,
-                  p.comm_ms);
+    std::snprintf(buf, sizeof(buf), " | dp %d: rank mem %.2f GiB", p.dp_ranks, p.rank_mem_gib);
     line += buf;
   }
   if (p.tp_ranks > 1) line += " | tp " + std::to_string(p.tp_ranks);
   if (p.cp_ranks > 1) line += " | cp " + std::to_string(p.cp_ranks);
+  if (p.comm_ms >= 0) {  // "comm 12.3 ms (exposed 4.1 ms, 67% hidden)"
+    std::snprintf(buf, sizeof(buf), ", comm %.1f ms", p.comm_ms);
+    line += buf;
+    if (p.comm_exposed_ms >= 0 && p.comm_ms > 0) {
+      std::snprintf(buf, sizeof(buf), " (exposed %.1f ms, %.0f%% hidden)", p.comm_exposed_ms,
+                    100.0 * (1.0 - p.comm_exposed_ms / p.comm_ms));
+      line += buf;
+    }
+  }
   return line;
 }
 

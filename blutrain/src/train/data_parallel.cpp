@@ -282,21 +282,28 @@ double DataParallel::comm_seconds() const {
   return ddp_ ? ddp_->comm_seconds() : zero_ ? zero_->comm_seconds() : zero3_model_ ? zero3_model_->zero3_comm_seconds() : 0.0;
 }
 
-DataParallel::StepReport DataParallel::report_step(double local_loss, double rank_mem_gib) {
-  const double comm_ms = (comm_seconds() - comm_seconds_reported_) * 1e3;
+DataParallel::StepReport DataParallel::report_step(double local_loss, double rank_mem_gib,
+                                                   const bludist::CommTiming& comm) {
+  const double host_comm_ms = (comm_seconds() - comm_seconds_reported_) * 1e3;
   comm_seconds_reported_ = comm_seconds();
+  const bool timed = comm.ops > 0;
+  const double comm_ms = timed ? comm.comm_ms : host_comm_ms;
+  const double exposed_ms = timed ? comm.exposed_ms : -1.0;
   const int n = size();
+  constexpr int kFields = 4;
   const TensorOptions opts(kFloat64);
-  Tensor mine = from_vector(std::vector<double>{local_loss, rank_mem_gib, comm_ms}, {3}, opts)
+  Tensor mine = from_vector(std::vector<double>{local_loss, rank_mem_gib, comm_ms, exposed_ms}, {kFields}, opts)
                     .to(pg_->device());
-  Tensor all = zeros({3 * n}, TensorOptions(kFloat64).device(pg_->device()));
+  Tensor all = zeros({kFields * n}, TensorOptions(kFloat64).device(pg_->device()));
   pg_->all_gather(all, mine);
   const std::vector<double> v = all.to_double_vector();
   StepReport r;
   for (int k = 0; k < n; ++k) {  // rank order: the same sum on every rank
-    r.loss += v[static_cast<size_t>(3 * k)];
-    r.max_rank_mem_gib = std::max(r.max_rank_mem_gib, v[static_cast<size_t>(3 * k + 1)]);
-    r.max_comm_ms = std::max(r.max_comm_ms, v[static_cast<size_t>(3 * k + 2)]);
+    const double* f = &v[static_cast<size_t>(kFields * k)];
+    r.loss += f[0];
+    r.max_rank_mem_gib = std::max(r.max_rank_mem_gib, f[1]);
+    r.max_comm_ms = std::max(r.max_comm_ms, f[2]);
+    r.max_comm_exposed_ms = std::max(r.max_comm_exposed_ms, f[3]);
   }
   r.loss /= n;
   return r;

@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "bludist/process_group.h"
 #include "blutensor/device.h"
 #include "blutrain/config.h"
 #include "blutrain/gpt2.h"
@@ -148,8 +149,12 @@ class DataParallel {
     double loss = 0;
     double max_rank_mem_gib = 0;
     double max_comm_ms = 0;
+    double max_comm_exposed_ms = -1;  // < 0: not measured (no timed collective this step)
   };
-  StepReport report_step(double local_loss, double rank_mem_gib);
+  // Collective. `comm`: this rank's collectives of the step over all its groups (bludist Note
+  // [Communication timing]); with none timed (a graph-captured step) the host time inside the
+  // DDP / ZeRO calls stands in and the exposed time is not measured.
+  StepReport report_step(double local_loss, double rank_mem_gib, const bludist::CommTiming& comm);
   // Collective: the mean over ranks (validation losses).
   double mean(double local_value);
   // The world group (the fused step's gradient all-reduce).

@@ -140,6 +140,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   const TensorParallel::Groups groups = TensorParallel::split_world(cfg, world_group);
   std::unique_ptr<DataParallel> dp = DataParallel::create(cfg, groups.dp, device_index);
   std::unique_ptr<TensorParallel> tp = TensorParallel::create(cfg, groups.tp);
+  std::vector<std::shared_ptr<bludist::ProcessGroup>> mesh_groups;  // each once: whose collectives a step times
+  for (const auto& g : {groups.dp, groups.tp, groups.cp}) {
+    if (g && std::find(mesh_groups.begin(), mesh_groups.end(), g) == mesh_groups.end()) mesh_groups.push_back(g);
+  }
   const bool is_main = !world_group || world_group->rank() == 0;
   std::ostream dropped(nullptr);
   std::ostream& out = is_main ? progress : dropped;
@@ -420,6 +424,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (cfg.sample_every > 0 && step > 0 && step % cfg.sample_every == 0) print_sample(step);
     BLU_NVTX_RANGE("step");
     sync_device(device);
+    for (const auto& g : mesh_groups) g->take_comm_timing();  // the window opens with the step
     const Clock::time_point t0 = Clock::now();
     const double lr = learning_rate(step, cfg.lr, min_lr, cfg.warmup_steps, cfg.max_steps);
     double loss = 0, norm = 0;
@@ -498,10 +503,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     }
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    // bludist Note [Communication timing]: this step's collectives over every group of the mesh
+    // (taken before report_step's own all-gather, which then counts in the next step's window).
+    bludist::CommTiming comm;
+    for (const auto& g : mesh_groups) comm += g->take_comm_timing();
     DataParallel::StepReport dp_report;
     if (dp) {
-      dp_report = dp->report_step(loss, rank_memory_gib(device));
+      dp_report = dp->report_step(loss, rank_memory_gib(device), comm);
       loss = dp_report.loss;  // the global-batch mean
+    } else if (tp) {  // one tensor-parallel group: ranks are symmetric, world rank 0 reports its own
+      dp_report.max_comm_ms = comm.comm_ms;
+      dp_report.max_comm_exposed_ms = comm.ops > 0 ? comm.exposed_ms : -1.0;
     }
     if (fused && !cfg.dump.empty() && step + 1 == cfg.dump_step) {
       std::vector<std::string> patterns;
@@ -554,8 +566,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     p.step_ms = ms;
     if (dp) {
       p.dp_ranks = world;
-      p.comm_ms = dp_report.max_comm_ms;
       p.rank_mem_gib = dp_report.max_rank_mem_gib;
+    }
+    if (dp || tp) {
+      p.comm_ms = dp_report.max_comm_ms;
+      p.comm_exposed_ms = dp_report.max_comm_exposed_ms;
     }
     if (tp) p.tp_ranks = tp->size();
     if (cfg.cp > 1) p.cp_ranks = cfg.cp;
@@ -582,8 +597,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
         {"mem_allocated_gib", p.mem_allocated_gib}};
     if (dp) {
       record.push_back({"dp_ranks", static_cast<double>(world)});
-      record.push_back({"comm_ms", p.comm_ms});
       record.push_back({"rank_mem_gib", p.rank_mem_gib});
+    }
+    if (dp || tp) {
+      record.push_back({"comm_ms", p.comm_ms});
+      if (p.comm_exposed_ms >= 0) record.push_back({"comm_exposed_ms", p.comm_exposed_ms});
     }
     if (tp) record.push_back({"tp_ranks", static_cast<double>(tp->size())});
     if (cfg.cp > 1) record.push_back({"cp_ranks", static_cast<double>(cfg.cp)});
@@ -637,8 +655,17 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
                   "\"e2e.%s.state_gib\": %.3f, \"e2e.%s.launches_per_step\": %lld, \"e2e.%s.fused_engine\": %d}\n",
                   m, result.median_tokens_per_s, m, result.peak_allocated_gib, m, device_used_max_gib, m, state_gib,
                   m, static_cast<long long>(fused ? fused->launches_per_step() : -1), m, fused ? 1 : 0);
-    write_file_atomic(cfg.summary_json, buf);
-    out << buf;
+    std::string summary = buf;
+    if (captured && captured->captured()) {  // Note [Step arena]: the captured step's planned arena
+      const capture::ArenaStats a = captured->arena();
+      char more[256];
+      std::snprintf(more, sizeof(more), ", \"e2e.%s.arena_gib\": %.3f, \"e2e.%s.arena_lower_bound_gib\": %.3f, "
+                    "\"e2e.%s.arena_enabled\": %d}\n", m, static_cast<double>(a.bytes) / (1 << 30), m,
+                    static_cast<double>(a.lower_bound_bytes) / (1 << 30), m, a.enabled ? 1 : 0);
+      summary = summary.substr(0, summary.rfind('}')) + more;
+    }
+    write_file_atomic(cfg.summary_json, summary);
+    out << summary;
   }
   result.train_losses = state.train_losses;
   result.val_losses = state.val_losses;

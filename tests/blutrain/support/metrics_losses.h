@@ -19,19 +19,25 @@
 
 namespace blu::test {
 
-// The loss of every record of `event` ("train" or "val") in a metrics.jsonl, in order.
-inline std::vector<double> losses_in(const std::string& metrics_path, const std::string& event) {
+// The values of `field` in the records of `event`, in file order (records without it skipped).
+inline std::vector<double> field_in(const std::string& metrics_path, const std::string& event,
+                                    const std::string& field) {
   std::vector<double> out;
   std::ifstream f(metrics_path);
   std::string line;
   const std::string tag = "{\"event\":\"" + event + "\"";
-  const std::string key = event == "val" ? "\"val_loss\":" : "\"loss\":";
+  const std::string key = "\"" + field + "\":";
   while (std::getline(f, line)) {
     if (line.rfind(tag, 0) != 0) continue;
     const size_t at = line.find(key);
     if (at != std::string::npos) out.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
   }
   return out;
+}
+
+// The loss of every record of `event` ("train" or "val") in a metrics.jsonl, in order.
+inline std::vector<double> losses_in(const std::string& metrics_path, const std::string& event) {
+  return field_in(metrics_path, event, event == "val" ? "val_loss" : "loss");
 }
 
 }  // namespace blu::test
