@@ -73,6 +73,13 @@ double value(int rank, std::size_t i, int salt) {
       return 1;                                                                                         \
     }                                                                                                   \
   } while (0)
+#define CHECK_TRUE(cond, what)                                                  \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "FAILED %s: %s\n", std::string(what).c_str(), #cond); \
+      return 1;                                                                \
+    }                                                                          \
+  } while (0)
 
 int collectives(Backend backend) {
   auto pg = init_process_group(backend);
@@ -143,6 +150,14 @@ int collectives(Backend backend) {
     CHECK_NEAR(tw.back(), want, 0, "async all_reduce");
   }
   pg->barrier();
+  {  // bludist Note [Communication timing]: every collective above was timed; exposure within its time
+    const bludist::CommTiming t = pg->take_comm_timing();
+    CHECK_TRUE(t.ops > 0 && t.comm_ms > 0, "comm timing: the collectives were timed");
+    CHECK_TRUE(t.exposed_ms >= 0 && t.exposed_ms <= t.comm_ms * (1 + 1e-6) + 1e-3, "comm timing: 0 <= exposed <= comm");
+    CHECK_TRUE(t.device_timed == dev.is_cuda(), "comm timing: from CUDA events exactly on NCCL");
+    std::printf("comm timing: %lld collectives, %.3f ms, %.3f ms exposed\n", static_cast<long long>(t.ops), t.comm_ms,
+                t.exposed_ms);
+  }
   std::printf("collectives ok: %s\n", pg->describe().c_str());
   return 0;
 }
