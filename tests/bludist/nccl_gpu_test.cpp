@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "bludist/process_group.h"
+#include "bludist/store.h"
 #include "blutensor/cuda_stream.h"
 #include "support/mlp_ddp.h"
 
@@ -48,6 +49,31 @@ TEST(Nccl, CollectivesOnTwoGpus) {
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
                        rank_program(std::string(BLUDIST_TEST_WORKER) + " collectives nccl"));
+  std::printf("%s", r.output.c_str());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
+  EXPECT_NE(r.output.find("[rank 1] collectives ok: nccl group (rank 1 of 2)"), std::string::npos);
+}
+
+// Multi-node through the launcher: two blurun launchers on this host stand in for two nodes of one
+// GPU each (CUDA_VISIBLE_DEVICES gives each its own card, as a node would have), meeting at the
+// store of node 0 (--master-addr / --master-port): the NCCL collectives over the two "nodes".
+TEST(Nccl, TwoLaunchersStandInForTwoNodes) {
+  require_two_gpus();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  int port;
+  {
+    bludist::TcpStoreServer probe(0);  // a free port, released before the launchers start
+    port = probe.port();
+  }
+  auto node = [&](int r) {
+    return "CUDA_VISIBLE_DEVICES=" + std::to_string(r) + " " + std::string(BLURUN_EXE) + " --nnodes 2 --node-rank " +
+           std::to_string(r) + " --nproc-per-node 1 --master-addr 127.0.0.1 --master-port " + std::to_string(port) +
+           " -- " + rank_program(std::string(BLUDIST_TEST_WORKER) + " collectives nccl");
+  };
+  const std::string log = ::testing::TempDir() + "bludist_nccl_node1_" + std::to_string(port) + ".log";
+  auto r = run_command("sh -c '" + node(1) + " > " + log + " 2>&1 & p=$!; " + node(0) + "; s0=$?; wait $p; s1=$?; cat " +
+                       log + "; exit $((s0 + s1))'");
   std::printf("%s", r.output.c_str());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
