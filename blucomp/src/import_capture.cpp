@@ -9,7 +9,8 @@
 //     differs: an alias, no kernel); any other read is blu.view (offset and strides into the
 //     flattened value, a copy);
 //   - a write of the whole buffer, contiguous, makes the written value the buffer's; any other write
-//     is blu.insert_view into the current value (in place at run time);
+//     is blu.insert_view into the current value (in place at run time), into a tensor.empty when
+//     an internal buffer has no value yet (blutensor's Note [Fresh buffers]);
 //   - output buffers (alive after the step and written) are returned in buffer-id order.
 // Calls become blu ops where the dialect has one with the same meaning, else blu.kernel "<op>":
 //   unary kGelu -> blu.gelu_tanh; binary kAdd (alpha 1) -> blu.add, or blu.bias_add when b is a
@@ -34,6 +35,7 @@
 
 #include "llvm/Support/JSON.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
@@ -235,7 +237,9 @@ Capture parseCapture(StringRef text) {
 
 class Importer {
  public:
-  Importer(MLIRContext* ctx, Capture capture) : ctx_(ctx), b_(ctx), c_(std::move(capture)) {}
+  Importer(MLIRContext* ctx, Capture capture) : ctx_(ctx), b_(ctx), c_(std::move(capture)) {
+    ctx_->getOrLoadDialect<tensor::TensorDialect>();  // tensor.empty: freshValue
+  }
 
   OwningOpRef<ModuleOp> run() {
     assignDtypes();
@@ -381,11 +385,27 @@ class Importer {
       return;
     }
     Value dest = cur_[static_cast<size_t>(r.buffer)];
-    if (!dest) fail("writes part of buffer " + std::to_string(r.buffer) + " before it has a value");
+    if (!dest && c_.buffers[static_cast<size_t>(r.buffer)].input)
+      fail("writes part of input buffer " + std::to_string(r.buffer) + " before it has a value");
+    if (!dest) dest = freshValue(r.buffer);
     Value whole_value = b_.create<InsertViewOp>(loc_, reshape(v, r.sizes), dest, b_.getI64IntegerAttr(r.offset),
                                                 b_.getDenseI64ArrayAttr(r.strides));
     cur_[static_cast<size_t>(r.buffer)] = whole_value;
     markBuffer(whole_value, r.buffer);
+  }
+
+  // An internal buffer first written in part (blutensor's Note [Fresh buffers]: allocated in the
+  // step, then filled by writes into its windows) starts as tensor.empty: its bytes before the
+  // first write are undefined and nothing reads them. blu.buffer names the buffer, so CSE never
+  // merges two such values (the insert_views into each are in place: two buffers on one value
+  // would share arena bytes); no kernel (blu-count-kernels counts blu ops only); blu-plan-memory
+  // gives it the buffer's arena bytes, which the insert_views into it alias.
+  Value freshValue(int buffer) {
+    auto empty = b_.create<tensor::EmptyOp>(loc_, flatType(buffer).getShape(), flatType(buffer).getElementType());
+    empty->setAttr("blu.buffer", b_.getI64IntegerAttr(buffer));
+    if (c_.buffers[static_cast<size_t>(buffer)].alive) markPersistent(empty.getResult());
+    markBuffer(empty.getResult(), buffer);
+    return empty.getResult();
   }
 
   // v (an op's result) lands in a persistent buffer: its op lists it in blu.persistent_results.

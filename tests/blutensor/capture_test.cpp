@@ -154,46 +154,53 @@ TEST(Capture, ReplayReproducesTheEagerStepBitForBit) {
 
 // Note [Running a captured step]: model A trains eagerly; model B (same init) is captured at step
 // 2 and then trained by running the capture on new batches with the step count advancing: the
-// losses and the final weights are A's, bit for bit.
+// losses and the final weights are A's, bit for bit: with the temporaries in one arena (Note
+// [Step arena]; the loss, a temporary read on the host, stays readable after run()) and with a
+// storage each (BLU_CAPTURE_ARENA=0).
 TEST(Capture, ExecutableTrainsLikeTheEagerSteps) {
-  TinyBlock a(21), b(21);
-  AdamW opt_a(a.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
-  AdamW opt_b(b.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
-  auto x_of = [](int step) { return batch(100 + step, 3, 5); };
-  auto y_of = [](int step) { return batch(200 + step, 3, 5); };
-  EXPECT_EQ(train_step(a, opt_a, x_of(1), y_of(1)), train_step(b, opt_b, x_of(1), y_of(1)));
-  Tensor xb = x_of(2), yb = y_of(2);  // B's batch tensors: the capture reads them, later runs refill them
-  const double loss_a2 = train_step(a, opt_a, x_of(2), y_of(2));
-  capture::Scope scope(true);
-  const double loss_b2 = train_step(b, opt_b, xb, yb);
-  capture::Executable exe(scope.finish());
-  EXPECT_EQ(loss_a2, loss_b2);
-  EXPECT_GE(exe.persistent_buffers(), 29u);  // 9 weights, 18 moments, the batch
-  for (int step = 3; step <= 8; ++step) {
-    const double loss_a = train_step(a, opt_a, x_of(step), y_of(step));
-    {
-      NoGradGuard ng;
-      xb.copy_(x_of(step));
-      yb.copy_(y_of(step));
+  for (const bool arena : {true, false}) {
+    SCOPED_TRACE(arena ? "arena" : "a storage per temporary");
+    TinyBlock a(21), b(21);
+    AdamW opt_a(a.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
+    AdamW opt_b(b.params(), AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
+    auto x_of = [](int step) { return batch(100 + step, 3, 5); };
+    auto y_of = [](int step) { return batch(200 + step, 3, 5); };
+    EXPECT_EQ(train_step(a, opt_a, x_of(1), y_of(1)), train_step(b, opt_b, x_of(1), y_of(1)));
+    Tensor xb = x_of(2), yb = y_of(2);  // B's batch tensors: the capture reads them, later runs refill them
+    const double loss_a2 = train_step(a, opt_a, x_of(2), y_of(2));
+    capture::Scope scope(true);
+    const double loss_b2 = train_step(b, opt_b, xb, yb);
+    capture::Executable exe(scope.finish());
+    exe.use_arena(arena);
+    EXPECT_EQ(exe.arena().enabled, arena);
+    EXPECT_EQ(loss_a2, loss_b2);
+    EXPECT_GE(exe.persistent_buffers(), 29u);  // 9 weights, 18 moments, the batch
+    for (int step = 3; step <= 8; ++step) {
+      const double loss_a = train_step(a, opt_a, x_of(step), y_of(step));
+      {
+        NoGradGuard ng;
+        xb.copy_(x_of(step));
+        yb.copy_(y_of(step));
+      }
+      exe.run({3e-3, step});
+      ASSERT_EQ(exe.host_reads().size(), 2u);
+      EXPECT_EQ(exe.host_reads().back().item(), loss_a) << "step " << step;
     }
-    exe.run({3e-3, step});
-    ASSERT_EQ(exe.host_reads().size(), 2u);
-    EXPECT_EQ(exe.host_reads().back().item(), loss_a) << "step " << step;
+    for (size_t i = 0; i < a.params().size(); ++i) {
+      EXPECT_EQ(bytes(a.params()[i]), bytes(b.params()[i])) << "parameter " << i;
+      EXPECT_EQ(bytes(opt_a.exp_avg_sq(i)), bytes(opt_b.exp_avg_sq(i))) << "exp_avg_sq " << i;
+    }
+    // A run stopped at its first host read (the embedding's index check, before any update) leaves
+    // every weight as it was.
+    const std::vector<uint8_t> before = bytes(b.params()[3]);
+    EXPECT_FALSE(exe.run({3e-3, 9}, [](std::size_t, const Tensor&) { return false; }));
+    EXPECT_EQ(bytes(b.params()[3]), before);
+    EXPECT_EQ(exe.host_reads().size(), 1u);
+    // Without the step count advancing the bias correction is step 2's: the weights drift from A's.
+    exe.run({3e-3, -1});
+    train_step(a, opt_a, x_of(9), y_of(9));
+    EXPECT_NE(bytes(a.params()[0]), bytes(b.params()[0]));
   }
-  for (size_t i = 0; i < a.params().size(); ++i) {
-    EXPECT_EQ(bytes(a.params()[i]), bytes(b.params()[i])) << "parameter " << i;
-    EXPECT_EQ(bytes(opt_a.exp_avg_sq(i)), bytes(opt_b.exp_avg_sq(i))) << "exp_avg_sq " << i;
-  }
-  // A run stopped at its first host read (the embedding's index check, before any update) leaves
-  // every weight as it was.
-  const std::vector<uint8_t> before = bytes(b.params()[3]);
-  EXPECT_FALSE(exe.run({3e-3, 9}, [](std::size_t, const Tensor&) { return false; }));
-  EXPECT_EQ(bytes(b.params()[3]), before);
-  EXPECT_EQ(exe.host_reads().size(), 1u);
-  // Without the step count advancing the bias correction is step 2's: the weights drift from A's.
-  exe.run({3e-3, -1});
-  train_step(a, opt_a, x_of(9), y_of(9));
-  EXPECT_NE(bytes(a.params()[0]), bytes(b.params()[0]));
 }
 
 // Note [Kernel overrides]: the step's first GELU call replaced by a launch that computes the same

@@ -1,6 +1,7 @@
 // captured_engine_test.cpp: `--engine captured` (Note [Captured engine]) trains the tiny GPT-2 on
 // the CPU exactly like the autograd engine: every train and val loss and the final checkpoint's
-// weights and moments bit for bit (step 2 recorded, steps 3.. run from the record); unsupported
+// weights and moments bit for bit (step 2 recorded, steps 3.. run from the record, on the arena
+// of Note [Step arena] and with a storage per temporary); unsupported
 // configurations are clear errors. --compile (Note [blutrain --compile]) runs blu-plan on the record
 // where the build has it (on the CPU nothing binds: the same losses) and, without blu-plan, says so
 // and trains on as recorded, the same losses. (Stopping a run at a host read: capture_test.)
@@ -67,6 +68,23 @@ TEST_F(CapturedEngine, TrainsExactlyLikeTheAutogradEngine) {
   ASSERT_FALSE(cc.empty());
   EXPECT_EQ(file_bytes(cc / "model.safetensors"), file_bytes(ca / "model.safetensors"));
   EXPECT_EQ(file_bytes(cc / "optimizer.safetensors"), file_bytes(ca / "optimizer.safetensors"));
+  // Note [Step arena]: the temporaries ran in one arena, reported with its lower bound; with
+  // BLU_CAPTURE_ARENA=0 (a storage per temporary) the losses are the same.
+  EXPECT_NE(log_c.str().find("captured engine: arena "), std::string::npos) << log_c.str();
+  EXPECT_NE(log_c.str().find(" (lower bound "), std::string::npos) << log_c.str();
+  blu::test::ScopedEnv off("BLU_CAPTURE_ARENA", "0");
+  std::ostringstream log_p;
+  TrainConfig p = config("captured");
+  p.out_dir = (root_ / "per_buffer").string();
+  p.summary_json = (root_ / "per_buffer" / "summary.json").string();
+  const TrainResult r = run_training(p, log_p);
+  EXPECT_NE(log_p.str().find("captured engine: a storage per temporary (BLU_CAPTURE_ARENA=0; the arena would be "),
+            std::string::npos)
+      << log_p.str();
+  EXPECT_NE(file_bytes(p.summary_json).find("\"e2e.fp32.arena_enabled\": 0}"), std::string::npos)
+      << file_bytes(p.summary_json);
+  ASSERT_EQ(r.train_losses.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(r.train_losses[i].loss, a.train_losses[i].loss) << "step " << i + 1;
 }
 
 TEST_F(CapturedEngine, UnsupportedConfigurationsAreClearErrors) {

@@ -329,6 +329,9 @@ BindReport bind_plan(capture::Executable& exe, const std::string& plan_json, con
     BLU_CHECK(h->as_string() == mine, "bind_plan: the plan was made for another capture (", key, " ", h->as_string(),
               ", this step's ", mine, "): capture this configuration again and rerun blu-plan");
   }
+  if (const json::Value* a = root.find("arena_bytes"); a != nullptr && a->is_integer()) r.plan_arena_bytes = a->as_integer();
+  if (const json::Value* a = root.find("arena_lower_bound_bytes"); a != nullptr && a->is_integer())
+    r.plan_arena_lower_bound_bytes = a->as_integer();
 #if BLU_WITH_CUDA
   const auto workspace = std::make_shared<SharedWorkspace>();
 #endif

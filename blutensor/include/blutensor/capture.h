@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "blutensor/capture_arena.h"
 #include "blutensor/tensor.h"
 
 namespace blu::capture {
@@ -150,8 +151,12 @@ Tensor bytes_of(const Tensor& t);
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw
 // (weights, moments, the batch tensors: whatever is still referenced), so each run() updates them
-// in place like the eager step would, while the step's temporaries get new storage at their first
-// use and are released after their last (the eager step's allocation pattern). Inputs no longer
+// in place like the eager step would, while the step's temporaries live in one arena per device,
+// allocated at the first run() and kept, each at a fixed offset from its live range (Note [Step
+// arena]; the buffers a host read reads live to the end of the step, so host_reads() stay valid
+// after run()). BLU_CAPTURE_ARENA=0 in the environment, or use_arena(false), gives each temporary
+// its own storage at its first use, released after its last (the eager step's allocation
+// pattern: for debugging). Inputs no longer
 // referenced after the capture (a scalar made from a host value inside the step) replay their
 // snapshot: capture with Scope(true). Per-run scalars: AdamW's lr and step count (the key leaves
 // them out, Graph::structure_hash). To feed a new batch, write it into the batch tensors the
@@ -190,7 +195,22 @@ class Executable {
   void replace(std::vector<int> nodes, LaunchFn launch);
   const Graph& graph() const { return graph_; }
 
+  // The arena plan of the temporaries (made on first need, again after replace()); enabled false
+  // with per-buffer storage.
+  ArenaStats arena();
+  void use_arena(bool on);  // before or between runs
+  // Buffer id's bytes as run() addresses them (bytes_of's form): a persistent buffer, or a
+  // temporary's window of the arena (planned and allocated on first need); undefined for a
+  // temporary without the arena (its storage exists only during a run).
+  Tensor buffer(int id);
+
  private:
+  void plan_temporaries();
+  bool use_arena_ = true;
+  bool planned_ = false;
+  ArenaStats stats_;
+  std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null
+  std::vector<int> first_use_;                         // node index of each buffer's first use
   struct Override {
     std::vector<int> nodes;
     LaunchFn launch;

@@ -1,5 +1,5 @@
 // The captured graph (Note [Step capture], blutensor/capture.h): queries, hashes and cache key,
-// the byte-level helpers, and replay through the backends.
+// the byte-level helpers, and replay through the backends (the Executable: capture_executable.cpp).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -190,13 +190,7 @@ Tensor bytes_of(const Tensor& t) {
 
 namespace {
 
-// Replay's state: one storage per buffer.
-struct Ctx {
-  std::vector<std::shared_ptr<Storage>> storages;
-  Tensor view(const TensorRef& r) const {
-    return r.defined() ? detail::view_of(storages[static_cast<size_t>(r.buffer)], r) : Tensor();
-  }
-};
+using detail::Ctx;
 
 struct Cursor {
   const Node& node;
@@ -302,6 +296,10 @@ const std::unordered_map<std::string, Runner>& runners() {
   return table;
 }
 
+}  // namespace
+
+namespace detail {
+
 void run_node(const Node& n, size_t index, const Ctx& ctx) {
   auto it = runners().find(n.op);
   BLU_CHECK(it != runners().end(), "capture: node ", index, " op '", n.op, "' cannot be run here");
@@ -320,9 +318,11 @@ void fill_from(const std::shared_ptr<Storage>& s, const Buffer& b, const Tensor&
   BLU_DISPATCH(b.device, copy_, dst, value);
 }
 
-}  // namespace
+}  // namespace detail
 
 std::map<int, Tensor> replay(const Graph& g) {
+  using detail::fill_from;
+  using detail::run_node;
   BLU_CHECK(!recording(), "capture::replay: not inside a capture Scope");
   Ctx ctx;
   for (const Buffer& b : g.buffers) {
@@ -339,118 +339,6 @@ std::map<int, Tensor> replay(const Graph& g) {
     out[id] = detail::byte_view(ctx.storages[static_cast<size_t>(id)], g.buffers[static_cast<size_t>(id)].nbytes);
   }
   return out;
-}
-
-Executable::Executable(Graph g) : graph_(std::move(g)) {
-  BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
-  const size_t n = graph_.buffers.size();
-  live_.resize(n);
-  last_use_.assign(n, -1);
-  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-    for (const Arg& a : graph_.nodes[i].args) {
-      for (const TensorRef& t : a.tensors) {
-        if (t.defined()) last_use_[static_cast<size_t>(t.buffer)] = static_cast<int>(i);
-      }
-    }
-  }
-  for (const Buffer& b : graph_.buffers) {
-    const size_t id = static_cast<size_t>(b.id);
-    std::shared_ptr<Storage> s = id < graph_.storages.size() ? graph_.storages[id].lock() : nullptr;
-    if (b.origin == Origin::kInput && s == nullptr) {
-      // No longer referenced: a value made inside the captured step; its snapshot is a constant.
-      auto it = graph_.initial.find(b.id);
-      BLU_CHECK(it != graph_.initial.end(), "capture::Executable: input buffer ", b.id, " (", b.nbytes,
-                " bytes) is no longer referenced and has no snapshot: capture with Scope(true)");
-      s = std::make_shared<Storage>(b.nbytes, b.device);
-      fill_from(s, b, it->second);
-      if (b.written) refill_.push_back(b.id);  // the step changes it: every run starts from the snapshot
-    }
-    if (b.origin == Origin::kInput || b.alive) {
-      BLU_CHECK(s != nullptr, "capture::Executable: output buffer ", b.id, " is no longer referenced");
-      live_[id] = s;
-      ++persistent_;
-    }
-  }
-  // The constants are filled in; the live inputs need no snapshot.
-  for (auto it = graph_.initial.begin(); it != graph_.initial.end();) {
-    it = std::find(refill_.begin(), refill_.end(), it->first) == refill_.end() ? graph_.initial.erase(it) : std::next(it);
-  }
-}
-
-void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
-  BLU_CHECK(!nodes.empty() && launch, "capture::Executable::replace: no nodes or no launch");
-  std::sort(nodes.begin(), nodes.end());
-  override_of_.resize(graph_.nodes.size(), -1);
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    const int n = nodes[k];
-    BLU_CHECK(n >= 0 && static_cast<size_t>(n) < graph_.nodes.size(), "capture::Executable::replace: node ", n,
-              " of ", graph_.nodes.size());
-    BLU_CHECK(k == 0 || nodes[k - 1] != n, "capture::Executable::replace: node ", n, " listed twice");
-    BLU_CHECK(graph_.nodes[static_cast<size_t>(n)].op != "host_read", "capture::Executable::replace: node ", n,
-              " is a host read (it stays where it is)");
-    BLU_CHECK(override_of_[static_cast<size_t>(n)] < 0, "capture::Executable::replace: node ", n,
-              " is already replaced by override ", override_of_[static_cast<size_t>(n)]);
-  }
-  for (int n : nodes) {
-    override_of_[static_cast<size_t>(n)] = static_cast<int>(overrides_.size());
-    // The kernel runs at the set's last node: what the set touches lives until then at least.
-    for (const Arg& a : graph_.nodes[static_cast<size_t>(n)].args) {
-      for (const TensorRef& t : a.tensors) {
-        if (t.defined()) last_use_[static_cast<size_t>(t.buffer)] = std::max(last_use_[static_cast<size_t>(t.buffer)], nodes.back());
-      }
-    }
-  }
-  overrides_.push_back({std::move(nodes), std::move(launch)});
-}
-
-bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read) {
-  BLU_CHECK(!recording(), "capture::Executable::run: not inside a capture Scope");
-  Ctx ctx;
-  ctx.storages = live_;
-  host_reads_.clear();
-  for (int id : refill_) fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)], graph_.initial.at(id));
-  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-    Node& node = graph_.nodes[i];
-    if (node.op == "adamw_step") {
-      for (Arg& a : node.args) {
-        if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
-        if (a.name == "hp.step" && scalars.step >= 0) a.integer = scalars.step;
-      }
-    }
-    for (const Arg& a : node.args) {
-      for (const TensorRef& t : a.tensors) {
-        if (!t.defined()) continue;
-        std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(t.buffer)];
-        if (s == nullptr) {
-          const Buffer& b = graph_.buffers[static_cast<size_t>(t.buffer)];
-          s = std::make_shared<Storage>(b.nbytes, b.device);
-        }
-      }
-    }
-    const int ov = i < override_of_.size() ? override_of_[i] : -1;
-    if (ov < 0) {
-      run_node(node, i, ctx);
-    } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
-      const ViewFn view = [&ctx](const TensorRef& r) { return ctx.view(r); };
-      try {
-        overrides_[static_cast<size_t>(ov)].launch(view);
-      } catch (const Error& e) {
-        BLU_THROW("capture::Executable: the override of nodes ending at ", i, " failed: ", e.what());
-      }
-    }
-    if (node.op == "host_read") {
-      host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
-      if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) return false;
-    }
-    // Temporaries die after their last use (the storage lives on in a host-read view if any).
-    for (const Arg& a : node.args) {
-      for (const TensorRef& t : a.tensors) {
-        const size_t id = static_cast<size_t>(t.buffer);
-        if (t.defined() && live_[id] == nullptr && last_use_[id] == static_cast<int>(i)) ctx.storages[id].reset();
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace blu::capture

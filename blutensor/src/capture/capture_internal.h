@@ -1,8 +1,9 @@
 // blutensor/src/capture/capture_internal.h: byte-level tensors over storages, shared by the
-// recorder (input snapshots) and replay (Note [Step capture]).
+// recorder (input snapshots), replay and the Executable (Note [Step capture]); running one node.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "blutensor/capture.h"
 
@@ -15,5 +16,18 @@ Tensor byte_view(const std::shared_ptr<Storage>& s, std::size_t nbytes);
 Tensor byte_tensor(std::size_t nbytes, Device device);
 // The strided view r of storage s.
 Tensor view_of(const std::shared_ptr<Storage>& s, const TensorRef& r);
+
+// A run's state: one storage per buffer (null: not allocated).
+struct Ctx {
+  std::vector<std::shared_ptr<Storage>> storages;
+  Tensor view(const TensorRef& r) const {
+    return r.defined() ? view_of(storages[static_cast<size_t>(r.buffer)], r) : Tensor();
+  }
+};
+
+// Runs node n (index: for the error message) through its backend on ctx's storages.
+void run_node(const Node& n, size_t index, const Ctx& ctx);
+// Copies the snapshot `value` into storage s (byte views, same size as buffer b).
+void fill_from(const std::shared_ptr<Storage>& s, const Buffer& b, const Tensor& value);
 
 }  // namespace blu::capture::detail

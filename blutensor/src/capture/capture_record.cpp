@@ -5,8 +5,10 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "blutensor/capture.h"
+#include "capture/capture_fresh.h"
 #include "capture/capture_internal.h"
 #include "dispatch.h"
 
@@ -117,6 +119,8 @@ struct Recorder {
   std::unordered_map<const Storage*, int> ids;
   std::vector<std::weak_ptr<Storage>> storages;  // by buffer id
   std::vector<bool> touched;
+  std::vector<bool> fresh_buffer;                // by buffer id: allocated during the capture
+  std::unordered_set<const Storage*> fresh;      // storages allocated during the capture
   Node node;
   const OpSig* sig = nullptr;
   size_t param = 0;
@@ -140,6 +144,7 @@ struct Recorder {
       graph.buffers.push_back(b);
       storages.push_back(s);
       touched.push_back(false);
+      fresh_buffer.push_back(fresh.count(s.get()) > 0);
       ids[s.get()] = b.id;
       r.buffer = b.id;
     } else {
@@ -152,14 +157,15 @@ struct Recorder {
     return r;
   }
 
-  // First touch of a buffer: by a read, or by a write that leaves some of it as it was.
-  void touch(const TensorRef& r, bool full_write) {
+  // First touch of a buffer: by a read, or by a write that leaves some of it as it was (an input
+  // unless the storage is fresh: Note [Fresh buffers]).
+  void touch(const TensorRef& r, bool write, bool full_write) {
     if (!r.defined()) return;
     const size_t id = static_cast<size_t>(r.buffer);
     if (touched[id]) return;
     touched[id] = true;
     Buffer& b = graph.buffers[id];
-    b.origin = full_write ? Origin::kInternal : Origin::kInput;
+    b.origin = full_write || (write && fresh_buffer[id]) ? Origin::kInternal : Origin::kInput;
     if (b.origin == Origin::kInput && snapshot_inputs) {
       std::shared_ptr<Storage> s = storages[id].lock();
       graph.initial[b.id] = copy_bytes(s, b.nbytes, b.device);
@@ -175,6 +181,25 @@ struct Recorder {
     return out;
   }
 };
+
+// Note [Fresh buffers]
+// A buffer is an input when the step depends on its value at capture start: its first touch
+// reads it, or writes only part of it. But a storage allocated after the Scope opened has no
+// value from before: whatever it held is garbage that no correct step reads. Such a buffer
+// first written in parts (an uninitialised gradient assembled by copies into its slices, the
+// select backward of GPT-2's qkv; CUDA attention's output and dq/dk/dv, written whole through
+// permuted [B, T, H, D] views, which the contiguity test reads as partial) is internal: a
+// temporary of the step, not an input to snapshot, keep alive and refill on every run. (On an
+// H100 at d12 B8 T1024 these were 60 buffers, 2.11 GB, each held twice by the Executable, as the
+// constant storage and as its snapshot: Note [Captured step memory] in capture_arena.h.) Storage's
+// allocating constructor reports itself to the open recorder of its thread; a storage from
+// another thread, or wrapping outside memory, is treated as before. Addresses are safe keys: a
+// storage alive at capture start cannot share its address with one allocated while it lives,
+// and every later storage at a freed address is itself fresh. A fresh buffer first touched by a
+// read (garbage read) stays an input, as before.
+void note_storage_allocated(const Storage* s) {
+  if (Recorder* r = t_recorder) r->fresh.insert(s);
+}
 
 Recorder* active() {
   Recorder* r = t_recorder;
@@ -251,7 +276,7 @@ void end_node(Recorder* r) {
   // Reads first: an in-place op's buffer is an input when the op is its first touch.
   for (const Arg& a : r->node.args) {
     if (!a.read) continue;
-    for (const TensorRef& t : a.tensors) r->touch(t, false);
+    for (const TensorRef& t : a.tensors) r->touch(t, false, false);
   }
   for (const Arg& a : r->node.args) {
     if (!a.write) continue;
@@ -260,7 +285,7 @@ void end_node(Recorder* r) {
       const Buffer& b = r->graph.buffers[static_cast<size_t>(t.buffer)];
       const bool full = t.contiguous() && t.offset == 0 &&
                         static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype) == b.nbytes;
-      r->touch(t, full);
+      r->touch(t, true, full);
       r->graph.buffers[static_cast<size_t>(t.buffer)].written = true;
     }
   }

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "blutensor/cuda_stream.h"
+#include "capture/capture_fresh.h"
 #include "blutensor/tensor.h"
 #ifndef BLU_TENSOR_NO_CUDA_BACKEND
 #include "blutensor/cuda_allocator.h"
@@ -63,6 +64,7 @@ class CpuBlockCache {
 }
 
 Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  capture::detail::note_storage_allocated(this);  // Note [Fresh buffers]
   if (device.is_cpu()) {
     std::size_t rounded = (nbytes + kCpuAlignmentBytes - 1) / kCpuAlignmentBytes * kCpuAlignmentBytes;
     if (rounded == 0) rounded = kCpuAlignmentBytes;

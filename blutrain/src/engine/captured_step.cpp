@@ -2,6 +2,7 @@
 #include "engine/captured_step.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "blutensor/autograd.h"
 #include "blucomp/step_runtime.h"
@@ -32,6 +33,31 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
   if (loss_tensor != nullptr) *loss_tensor = l;
   return u;
 }
+
+namespace {
+
+std::string gib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// Note [Step arena] (blutensor/capture_arena.h) as the progress output says it, and blu-plan's
+// own arena when a plan is bound.
+std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t plan_bound_bytes) {
+  std::string s = "captured engine: ";
+  s += a.enabled ? "arena " + gib(a.bytes)
+                 : "a storage per temporary (BLU_CAPTURE_ARENA=0; the arena would be " + gib(a.bytes) + ")";
+  s += " (lower bound " + gib(a.lower_bound_bytes) + "; " + std::to_string(a.temporaries) + " temporaries, " +
+       gib(a.summed_bytes) + " summed)";
+  if (plan_bytes >= 0) {
+    s += "; blu-plan's arena " + gib(static_cast<std::size_t>(plan_bytes)) + " (lower bound " +
+         gib(static_cast<std::size_t>(plan_bound_bytes)) + ")";
+  }
+  return s + "\n";
+}
+
+}  // namespace
 
 UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, double* loss) {
   ++steps_;
@@ -71,6 +97,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       describe_ += compiled ? "compile: blu-plan wrote a plan (" + ptx_dir_ + ")\n"
                             : "compile: " + why + "; the step runs as recorded (no fused kernels)\n";
     }
+    int64_t plan_arena_bytes = -1, plan_arena_bound_bytes = -1;
     std::unique_ptr<capture::Graph> record_copy;
     if (compiled) record_copy = std::make_unique<capture::Graph>(g);  // to fall back to if binding fails
     exe_ = std::make_unique<capture::Executable>(std::move(g));
@@ -79,6 +106,8 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
         const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
         describe_ += "plan: " + std::to_string(r.bound) + " kernels bound, " + std::to_string(r.kept) +
                      " left as recorded calls\n";
+        plan_arena_bytes = r.plan_arena_bytes;
+        plan_arena_bound_bytes = r.plan_arena_lower_bound_bytes;
         for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";
       } catch (const std::exception& e) {
         if (!compiled) throw;  // --plan FILE: the user's plan is an error to report
@@ -87,6 +116,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
                      "); the step runs as recorded (no fused kernels)\n";
       }
     }
+    describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes);
     return u;
   }
   {

@@ -43,6 +43,9 @@ class CapturedStep {
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
+  // The executable's arena (Note [Step arena] in blutensor/capture_arena.h); enabled false before
+  // the capture or with BLU_CAPTURE_ARENA=0.
+  capture::ArenaStats arena() const { return exe_ ? exe_->arena() : capture::ArenaStats(); }
 
  private:
   GPT2& model_;

@@ -2,6 +2,7 @@
 // (blu-plan's JSON) to a capture::Executable. No MLIR at run time.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@ struct BindReport {
   int bound = 0;                     // plan kernels now running in place of their calls
   int kept = 0;                      // left as their recorded calls
   std::vector<std::string> reasons;  // one per kept kernel: which and why
+  // blu-plan's arena over the imported step's values (Note [Arena plan]; -1 when the plan has
+  // none). Reported beside the Executable's own arena over the capture's buffers (Note [Step
+  // arena]), which is what runs: a capture buffer keeps one address for the whole step, where
+  // blu-plan may place each SSA value written into it (in-place updates, insert_views) apart.
+  int64_t plan_arena_bytes = -1;
+  int64_t plan_arena_lower_bound_bytes = -1;
 };
 
 // Note [Step runtime]

@@ -1,0 +1,74 @@
+// blutensor/capture_arena.h: placement of a captured step's temporaries in one arena by their
+// live ranges (Note [Step arena]), the interval placement itself (plan_arena) and what a
+// capture::Executable reports of it. Why the step needs it: Note [Captured step memory].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace blu::capture {
+
+// Note [Captured step memory]
+// Measured on an H100 (commit 827e940, d12 fp32 B8 T1024, `blutrain train --compile`): allocator
+// peak 12.82 GiB for the compiled step against 9.02 GiB for the autograd engine it replays and a
+// blu-plan arena of 7.88 GB (= its lower bound). The progress lines say where it went: between
+// steps the autograd engine holds 1.39 GiB (weights and both AdamW moments, 3 x 124.5M x 4 B), the
+// executable 5.48 GiB; above that, a step adds 7.63 GiB (autograd) and 7.34 GiB (executable: the
+// same liveness as the plan's lower bound, 7.88 GB). The 4.09 GiB held between steps:
+//  - the record counted 508 inputs of 3.61 GB where the weights and moments are 1.49 GB: 60 buffers
+//    of 2.11 GB were classed as inputs because their first write covered them only "in part"
+//    (Note [Fresh buffers] in capture_record.cpp): 12 attention outputs and 36 dq/dk/dv (25.2 MB
+//    each, written whole but through permuted [B, T, H, D] views) and 12 qkv gradients (75.5 MB,
+//    assembled by three copies into slices). An input no longer referenced after the capture was
+//    taken for a constant made inside the step: the Executable kept its snapshot as a persistent
+//    buffer (1.97 GiB) and, as the step writes it, the snapshot again to refill it before every run
+//    (1.97 GiB, plus a 2.11 GB copy per step). 3.94 GiB; the rest (0.15 GiB) is bind_plan's and the
+//    host reads' small buffers and the caching allocator's rounding.
+//  - the peak then is 5.48 + 7.34 = 12.82 GiB. blu-plan's arena did not count these 60 buffers at
+//    all (function arguments of the imported step: persistent), so its 7.88 GB was low too.
+// At B16 the same 60 buffers are 4.23 GB, held twice: 7.88 GiB, the measured 23.95 vs 16.64 GiB.
+// With the buffers classed as temporaries and placed in one arena (Note [Step arena]), the peak
+// is the persistent state (1.39 GiB + the batch and the loss) plus the arena, which at B8 is the
+// liveness lower bound of the temporaries (the 7.34 GiB plus the 60 buffers' few live at once:
+// one layer's dq/dk/dv/dqkv, about 0.14 GiB): about 8.9 GiB predicted for --compile and
+// --engine captured at d12 fp32 B8 T1024, below the autograd engine's 9.02 GiB. Most of the arena
+// is the classifier: logits and their gradient, B*T*V*4 = 1.65 GB each at B8, both live at once
+// across cross_entropy_backward, plus the 12 layers' saved activations. To go below the fused
+// engine's 7.48 GiB the plan needs what the fused engine does: the classifier in row chunks (the
+// logits chunk's gradient written in place of the logits, one chunk of 8192 rows at a time
+// instead of B*T rows; a graph rewrite blu-plan does not make yet), the GELU output recomputed in
+// the backward instead of kept (12 x 4*B*T*C*4 = 1.21 GB at B8), and gradients written into
+// a flat buffer the optimizer reads (no per-parameter copies).
+
+// One temporary: its size and the first and last node (closed) that use it.
+struct ArenaInterval {
+  std::size_t bytes = 0;
+  int first = 0, last = 0;
+};
+
+struct ArenaPlan {
+  std::vector<std::size_t> offsets;   // per interval, bytes from the arena's start
+  std::size_t bytes = 0;              // the arena's size
+  std::size_t lower_bound_bytes = 0;  // the largest sum of (aligned) sizes live at one node
+  std::size_t summed_bytes = 0;       // every interval with bytes of its own (no reuse)
+};
+
+// Note [Step arena]
+// Greedy interval placement, as blu-plan's Note [Arena plan]: largest first (ties: earlier first,
+// then lower index: deterministic), each at the lowest aligned offset where it overlaps no placed
+// interval whose node range intersects its own (closed ranges: a node's operands and results never
+// share bytes). Not optimal in general (sized interval colouring is NP-hard); the lower bound is
+// reported beside it. alignment: a power of two (256: every dtype, every vector load).
+ArenaPlan plan_arena(const std::vector<ArenaInterval>& intervals, std::size_t alignment = 256);
+
+// What capture::Executable::arena() reports.
+struct ArenaStats {
+  bool enabled = false;               // temporaries in one arena (else: a storage each)
+  std::size_t temporaries = 0;        // buffers placed in the arena
+  std::size_t bytes = 0;              // the arena (all devices)
+  std::size_t lower_bound_bytes = 0;  // liveness lower bound (all devices)
+  std::size_t summed_bytes = 0;       // the temporaries' sizes summed
+};
+
+}  // namespace blu::capture

@@ -1,0 +1,258 @@
+// capture::Executable (Note [Running a captured step], blutensor/capture.h): a captured step run
+// again on the live buffers, its temporaries in one arena per device (Note [Step arena]) or, for
+// debugging, a storage each.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "blutensor/capture.h"
+#include "capture/capture_internal.h"
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+#include "blutensor/cuda_allocator.h"
+#endif
+
+namespace blu::capture {
+
+using detail::Ctx;
+using detail::fill_from;
+using detail::run_node;
+
+namespace {
+
+constexpr std::size_t kArenaAlignmentBytes = 256;
+
+bool arena_from_env() {
+  const char* v = std::getenv("BLU_CAPTURE_ARENA");
+  return v == nullptr ||
+         !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+}
+
+}  // namespace
+
+Executable::Executable(Graph g) : use_arena_(arena_from_env()), graph_(std::move(g)) {
+  BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
+  const size_t n = graph_.buffers.size();
+  live_.resize(n);
+  last_use_.assign(n, -1);
+  first_use_.assign(n, -1);
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    for (const Arg& a : graph_.nodes[i].args) {
+      for (const TensorRef& t : a.tensors) {
+        if (!t.defined()) continue;
+        last_use_[static_cast<size_t>(t.buffer)] = static_cast<int>(i);
+        if (first_use_[static_cast<size_t>(t.buffer)] < 0)
+          first_use_[static_cast<size_t>(t.buffer)] = static_cast<int>(i);
+      }
+    }
+  }
+  for (const Buffer& b : graph_.buffers) {
+    const size_t id = static_cast<size_t>(b.id);
+    std::shared_ptr<Storage> s = id < graph_.storages.size() ? graph_.storages[id].lock() : nullptr;
+    if (b.origin == Origin::kInput && s == nullptr) {
+      // No longer referenced: a value made inside the captured step; its snapshot is a constant.
+      auto it = graph_.initial.find(b.id);
+      BLU_CHECK(it != graph_.initial.end(), "capture::Executable: input buffer ", b.id, " (",
+                b.nbytes,
+                " bytes) is no longer referenced and has no snapshot: capture with Scope(true)");
+      s = std::make_shared<Storage>(b.nbytes, b.device);
+      fill_from(s, b, it->second);
+      if (b.written)
+        refill_.push_back(b.id);  // the step changes it: every run starts from the snapshot
+    }
+    if (b.origin == Origin::kInput || b.alive) {
+      BLU_CHECK(s != nullptr, "capture::Executable: output buffer ", b.id,
+                " is no longer referenced");
+      live_[id] = s;
+      ++persistent_;
+    }
+  }
+  // The constants are filled in; the live inputs need no snapshot.
+  for (auto it = graph_.initial.begin(); it != graph_.initial.end();) {
+    it = std::find(refill_.begin(), refill_.end(), it->first) == refill_.end()
+             ? graph_.initial.erase(it)
+             : std::next(it);
+  }
+}
+
+void Executable::use_arena(bool on) {
+  if (on == use_arena_) return;
+  use_arena_ = on;
+  planned_ = false;
+  arena_views_.clear();
+}
+
+ArenaStats Executable::arena() {
+  if (!planned_) plan_temporaries();
+  return stats_;
+}
+
+Tensor Executable::buffer(int id) {
+  BLU_CHECK(id >= 0 && static_cast<size_t>(id) < graph_.buffers.size(),
+            "capture::Executable::buffer: buffer ", id, " of ", graph_.buffers.size());
+  if (!planned_) plan_temporaries();
+  const size_t i = static_cast<size_t>(id);
+  const std::shared_ptr<Storage>& s =
+      live_[i] != nullptr ? live_[i] : (use_arena_ ? arena_views_[i] : nullptr);
+  return s != nullptr ? detail::byte_view(s, graph_.buffers[i].nbytes) : Tensor();
+}
+
+// Note [Step arena] for the Executable: every temporary (not persistent, used by some node) is an
+// interval [first use, last use] over the node order, last use extended to the end for a buffer a
+// host read reads (its view outlives the step) and to an override's last node for what the
+// override touches (replace() did that). One plan per device; each temporary then gets a Storage
+// that is a window of its device's arena (the arena kept alive by every window), so views, host
+// reads and overrides address it like any storage, and nothing is allocated per run. The arena is
+// allocated here, once per plan: on CUDA by the caching allocator (a Storage), so its statistics
+// count it.
+void Executable::plan_temporaries() {
+  planned_ = true;
+  stats_ = ArenaStats();
+  arena_views_.assign(graph_.buffers.size(), nullptr);
+  stats_.enabled = use_arena_;
+  const int end = static_cast<int>(graph_.nodes.size()) - 1;
+  std::vector<int> last = last_use_;
+  for (const Node& node : graph_.nodes) {
+    if (node.op != "host_read") continue;
+    for (const TensorRef& t : node.arg("src").tensors) {
+      if (t.defined()) last[static_cast<size_t>(t.buffer)] = end;
+    }
+  }
+  std::map<std::string, std::vector<int>> by_device;  // device -> temporaries
+  for (const Buffer& b : graph_.buffers) {
+    const size_t id = static_cast<size_t>(b.id);
+    if (live_[id] != nullptr || first_use_[id] < 0) continue;
+    by_device[b.device.str()].push_back(b.id);
+  }
+  for (const auto& [device_name, ids] : by_device) {
+    std::vector<ArenaInterval> intervals;
+    for (int id : ids) {
+      const size_t i = static_cast<size_t>(id);
+      intervals.push_back({graph_.buffers[i].nbytes, first_use_[i], last[i]});
+    }
+    const ArenaPlan plan = plan_arena(intervals, kArenaAlignmentBytes);
+    stats_.temporaries += ids.size();
+    stats_.bytes += plan.bytes;
+    stats_.lower_bound_bytes += plan.lower_bound_bytes;
+    stats_.summed_bytes += plan.summed_bytes;
+    if (!use_arena_ || plan.bytes == 0) continue;
+    const Device device = graph_.buffers[static_cast<size_t>(ids.front())].device;
+    // Host storage is 64-byte aligned, CUDA's (the caching allocator's blocks) 512: on the host,
+    // room to start the arena at the plan's alignment.
+    const std::size_t slack = device.is_cpu() ? kArenaAlignmentBytes - 1 : 0;
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+    // The eager steps before left their blocks cached (free, reserved): hand them back first, so
+    // that the one large block does not come on top of them (device memory, not the allocator's
+    // allocated bytes, would otherwise peak at the eager step's reserve plus the arena).
+    if (device.is_cuda()) cuda::CachingAllocator::get().empty_cache(device.index);
+#endif
+    auto arena = std::make_shared<Storage>(plan.bytes + slack, device);
+    const auto start = reinterpret_cast<uintptr_t>(arena->data());
+    char* base = static_cast<char*>(arena->data()) +
+                 (kArenaAlignmentBytes - start % kArenaAlignmentBytes) % kArenaAlignmentBytes;
+    BLU_CHECK(reinterpret_cast<uintptr_t>(base) + plan.bytes <= start + plan.bytes + slack,
+              "capture::Executable: the arena of ", plan.bytes, " bytes on ", device.str(),
+              " is not ", kArenaAlignmentBytes, "-byte aligned");
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const Buffer& b = graph_.buffers[static_cast<size_t>(ids[k])];
+      arena_views_[static_cast<size_t>(b.id)] =
+          std::make_shared<Storage>(base + plan.offsets[k], b.nbytes, device, [arena](void*) {});
+    }
+  }
+}
+
+void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
+  BLU_CHECK(!nodes.empty() && launch, "capture::Executable::replace: no nodes or no launch");
+  std::sort(nodes.begin(), nodes.end());
+  override_of_.resize(graph_.nodes.size(), -1);
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const int n = nodes[k];
+    BLU_CHECK(n >= 0 && static_cast<size_t>(n) < graph_.nodes.size(),
+              "capture::Executable::replace: node ", n, " of ", graph_.nodes.size());
+    BLU_CHECK(k == 0 || nodes[k - 1] != n, "capture::Executable::replace: node ", n,
+              " listed twice");
+    BLU_CHECK(graph_.nodes[static_cast<size_t>(n)].op != "host_read",
+              "capture::Executable::replace: node ", n, " is a host read (it stays where it is)");
+    BLU_CHECK(override_of_[static_cast<size_t>(n)] < 0, "capture::Executable::replace: node ", n,
+              " is already replaced by override ", override_of_[static_cast<size_t>(n)]);
+  }
+  for (int n : nodes) {
+    override_of_[static_cast<size_t>(n)] = static_cast<int>(overrides_.size());
+    // The kernel runs at the set's last node: what the set touches lives until then at least.
+    for (const Arg& a : graph_.nodes[static_cast<size_t>(n)].args) {
+      for (const TensorRef& t : a.tensors) {
+        if (t.defined())
+          last_use_[static_cast<size_t>(t.buffer)] =
+              std::max(last_use_[static_cast<size_t>(t.buffer)], nodes.back());
+      }
+    }
+  }
+  overrides_.push_back({std::move(nodes), std::move(launch)});
+  planned_ = false;  // the live ranges changed: plan (and allocate) again at the next run
+  arena_views_.clear();
+}
+
+bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read) {
+  BLU_CHECK(!recording(), "capture::Executable::run: not inside a capture Scope");
+  if (!planned_) plan_temporaries();
+  Ctx ctx;
+  ctx.storages = live_;
+  if (use_arena_) {
+    for (size_t id = 0; id < live_.size(); ++id) {
+      if (arena_views_[id] != nullptr) ctx.storages[id] = arena_views_[id];
+    }
+  }
+  host_reads_.clear();
+  for (int id : refill_)
+    fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)],
+              graph_.initial.at(id));
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    Node& node = graph_.nodes[i];
+    if (node.op == "adamw_step") {
+      for (Arg& a : node.args) {
+        if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
+        if (a.name == "hp.step" && scalars.step >= 0) a.integer = scalars.step;
+      }
+    }
+    // Without the arena: a storage per temporary, from its first use (with it, only a device's
+    // temporaries of zero bytes in all come here).
+    for (const Arg& a : node.args) {
+      for (const TensorRef& t : a.tensors) {
+        if (!t.defined()) continue;
+        std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(t.buffer)];
+        if (s == nullptr) {
+          const Buffer& b = graph_.buffers[static_cast<size_t>(t.buffer)];
+          s = std::make_shared<Storage>(b.nbytes, b.device);
+        }
+      }
+    }
+    const int ov = i < override_of_.size() ? override_of_[i] : -1;
+    if (ov < 0) {
+      run_node(node, i, ctx);
+    } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
+      const ViewFn view = [&ctx](const TensorRef& r) { return ctx.view(r); };
+      try {
+        overrides_[static_cast<size_t>(ov)].launch(view);
+      } catch (const Error& e) {
+        BLU_THROW("capture::Executable: the override of nodes ending at ", i,
+                  " failed: ", e.what());
+      }
+    }
+    if (node.op == "host_read") {
+      host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
+      if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) return false;
+    }
+    if (use_arena_) continue;
+    // Temporaries die after their last use (the storage lives on in a host-read view if any).
+    for (const Arg& a : node.args) {
+      for (const TensorRef& t : a.tensors) {
+        const size_t id = static_cast<size_t>(t.buffer);
+        if (t.defined() && live_[id] == nullptr && last_use_[id] == static_cast<int>(i))
+          ctx.storages[id].reset();
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace blu::capture
