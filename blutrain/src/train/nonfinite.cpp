@@ -112,6 +112,14 @@ void NonfiniteInjection::apply(const std::vector<NamedParam>& params, double& lo
   }
 }
 
+void NonfiniteInjection::poison_weight(const std::vector<NamedParam>& params) const {
+  BLU_CHECK(target != "loss", kInjectNonfiniteEnv, ": the fused engine takes a parameter target, not loss");
+  NoGradGuard no_grad;
+  for (const NamedParam& p : params) {
+    if (p.name == target) p.tensor->reshape({-1}).narrow(0, 0, 1).fill_(value);
+  }
+}
+
 NonfinitePolicy::NonfinitePolicy(const std::string& policy, int max_skips)
     : skip_(policy == "skip"), max_skips_(max_skips) {
   BLU_CHECK(policy == "stop" || policy == "skip", "--nonfinite '", policy,

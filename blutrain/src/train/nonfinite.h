@@ -37,8 +37,11 @@
 // (1-based, inclusive), TARGET = a parameter name (element 0 of its gradient is overwritten after
 // the backward and DDP's reduction, before clipping; with --zero 2 in backward, before its
 // reduction: arm_in_backward) or "loss" (the step's loss value; one process
-// only, see --dp above); default: the last parameter in the optimizer's order. Autograd engine
-// only; every rank applies it.
+// only, see --dp above); default: the last parameter in the optimizer's order. Every rank applies
+// it. The fused CUDA engine computes its gradients inside a CUDA graph, so there the hook writes
+// element 0 of the target's *weight* before the step instead (poison_weight: a weight gone bad, the
+// way a real divergence starts): the forward then makes the loss and every gradient downstream
+// non-finite, which tests the engine's own device-side path to the report; "loss" is refused there.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +70,8 @@ struct NonfiniteInjection {
   // Writes `value` into element 0 of the target's gradient, or into `loss` (a no-op for a
   // parameter target once armed in backward).
   void apply(const std::vector<NamedParam>& params, double& loss) const;
+  // The fused engine's form (see the Note): `value` into element 0 of the target parameter.
+  void poison_weight(const std::vector<NamedParam>& params) const;
   // --zero 2 reduce-scatters and frees each gradient inside backward, so a parameter target is
   // written by a grad-ready hook instead, into this rank's local gradient while *step (1-based)
   // is active; register it before the data-parallel hooks so it runs first.

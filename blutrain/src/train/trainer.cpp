@@ -292,7 +292,9 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
 
   // Note [Non-finite steps]: the policy.
   NonfinitePolicy nonfinite(cfg.nonfinite, cfg.nonfinite_max_skips);
-  BLU_CHECK(!inject.enabled() || (!fused && !captured), kInjectNonfiniteEnv, " needs --engine autograd");
+  BLU_CHECK(!inject.enabled() || !captured, kInjectNonfiniteEnv, " needs --engine autograd or fused");
+  BLU_CHECK(!inject.enabled() || !fused || inject.target != "loss", kInjectNonfiniteEnv,
+            " with --engine fused poisons a weight (Note [Non-finite steps]): name a parameter, not loss");
 
   const int64_t n_params = model.num_params();
   const double flops_tok = flops_per_token(n_params, mcfg.n_layer, mcfg.n_embd, T);
@@ -451,6 +453,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       }
     }
     if (fused) {
+      if (inject.active(step + 1)) inject.poison_weight(opt.params());  // Note [Non-finite steps]
       const FusedStepResult r = fused->step(
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
       loss = r.loss;
