@@ -29,17 +29,28 @@ namespace blu::capture {
 //    all (function arguments of the imported step: persistent), so its 7.88 GB was low too.
 // At B16 the same 60 buffers are 4.23 GB, held twice: 7.88 GiB, the measured 23.95 vs 16.64 GiB.
 // With the buffers classed as temporaries and placed in one arena (Note [Step arena]), the peak
-// is the persistent state (1.39 GiB + the batch and the loss) plus the arena, which at B8 is the
-// liveness lower bound of the temporaries (the 7.34 GiB plus the 60 buffers' few live at once:
-// one layer's dq/dk/dv/dqkv, about 0.14 GiB): about 8.9 GiB predicted for --compile and
-// --engine captured at d12 fp32 B8 T1024, below the autograd engine's 9.02 GiB. Most of the arena
-// is the classifier: logits and their gradient, B*T*V*4 = 1.65 GB each at B8, both live at once
-// across cross_entropy_backward, plus the 12 layers' saved activations. To go below the fused
-// engine's 7.48 GiB the plan needs what the fused engine does: the classifier in row chunks (the
-// logits chunk's gradient written in place of the logits, one chunk of 8192 rows at a time
-// instead of B*T rows; a graph rewrite blu-plan does not make yet), the GELU output recomputed in
-// the backward instead of kept (12 x 4*B*T*C*4 = 1.21 GB at B8), and gradients written into
-// a flat buffer the optimizer reads (no per-parameter copies).
+// is the persistent state (1.39 GiB, the batch, the loss) plus the arena plus bind_plan's GEMM
+// workspace. The arena's liveness is the eager step's own (the record frees where autograd did),
+// so it lands where the autograd engine's in-step rise is: the 7.34 GiB above plus the 12
+// attention outputs, saved for the backward and so live at the peak (the classifier's backward:
+// every saved activation, the logits and their gradient), 0.28 GiB; one layer's dq/dk/dv/dqkv is
+// live only inside that layer's backward. Prediction for the H100, d12 fp32 B8 T1024, both
+// --compile and --engine captured: "captured engine: arena ~7.6 GiB (lower bound ~7.6 GiB)",
+// allocator peak ~9.0-9.2 GiB (was 12.82), i.e. about the autograd engine's 9.02 and not yet
+// below it; device memory no longer stacks the eager steps' cached blocks under the arena (they
+// are released before it is allocated). At B16 ~17-18 GiB (was 23.95; autograd 16.64). On the
+// CPU (d12 fp32 B1 T64) the arena is its lower bound, 0.75 GiB, and the inputs are exactly the
+// weights, moments and tokens (447 buffers, 1.49 GB). blu-plan's arena over the same step is
+// larger (0.93 GiB there): it places SSA values, and every strided read is a blu.view copy with
+// bytes of its own, where the Executable reads the view in place.
+// Below the fused engine's 7.48 GiB takes what the fused engine does, in the record or in
+// blu-plan's rewrite of it: (1) the logits' gradient written over the logits (cross-entropy's
+// backward reads each row's logits once, then writes that row's gradient: an in-place-safe op),
+// which alone removes 1.65 GB = 1.54 GiB at B8 from the peak (arena ~6.1 GiB, peak ~7.6 GiB);
+// (2) the classifier in row chunks (logits of 8192 rows at a time: the fused engine's
+// --logits-chunk), which removes most of the other 1.65 GB; (3) the GELU output recomputed in the
+// backward instead of kept (12 x 4*B*T*C*4 = 1.21 GB at B8); (4) gradients written into one flat
+// buffer the optimizer reads (0.5 GB live from the backward to AdamW, no copies).
 
 // One temporary: its size and the first and last node (closed) that use it.
 struct ArenaInterval {
