@@ -31,6 +31,11 @@ ZeRO runs (<m>.2gpu.autograd.zero<k>, BLU_DIST_ZERO; k = 0 is DDP on the same en
   dist.zero<k>.<m>.state_gib               rank 0's allocated memory after the last step: weights,
                                            gradients and optimizer state (what ZeRO shards)
   dist.zero<k>.<m>.loss_rel_diff_vs_zero0  max relative loss difference against the DDP run
+Communication (bludist Note [Communication timing]; medians after the warm-up, the largest rank's):
+  dist.ddp.<m>.comm_ms, dist.zero<k>.<m>.comm_ms              the collectives' time a step
+  dist.ddp.<m>.comm_exposed_ms, dist.zero<k>.<m>.comm_exposed_ms   of it, what compute waited for
+  dist.ddp.<m>.comm_hidden, dist.zero<k>.<m>.comm_hidden      1 - exposed / comm (the overlap)
+  (a graph-captured step times no collective: only the host time inside the calls, no exposed)
 Usage: dist_report.py RUNS MODES OUT_JSON GPU_NAME [--warmup 5]"""
 import argparse, json, os, re, statistics
 
@@ -57,8 +62,8 @@ def blutrain_record(runs, tag, warmup):
     d = os.path.join(runs, tag)
     rc, skipped = read_status(d)
     r = {"framework": "blutrain", "rc": rc, "skipped": skipped, "tok_s": None, "peak_gib": None,
-         "state_gib": None, "losses": [], "step_ms": []}
-    rates, peak = [], None
+         "state_gib": None, "losses": [], "step_ms": [], "comm_ms": None, "comm_exposed_ms": None}
+    rates, peak, comm, exposed = [], None, [], []
     try:
         for line in open(os.path.join(d, "metrics.jsonl")):
             try:
@@ -76,6 +81,10 @@ def blutrain_record(runs, tag, warmup):
                 peak = max(peak or 0.0, p)
             if j.get("step", 0) > warmup and j.get("tokens_per_s"):
                 rates.append(j["tokens_per_s"])
+            if j.get("step", 0) > warmup and num(j.get("comm_ms")):
+                comm.append(j["comm_ms"])
+                if num(j.get("comm_exposed_ms")):
+                    exposed.append(j["comm_exposed_ms"])
     except OSError:
         pass
     try:
@@ -84,8 +93,22 @@ def blutrain_record(runs, tag, warmup):
         pass
     if rates:
         r["tok_s"] = statistics.median(rates)
+    if comm:
+        r["comm_ms"] = statistics.median(comm)
+    if exposed:
+        r["comm_exposed_ms"] = statistics.median(exposed)
     r["peak_gib"] = peak
     return r
+
+
+def comm_metrics(metrics, prefix, r):
+    """The run's communication metrics (see the module's docstring) under prefix."""
+    if num(r.get("comm_ms")):
+        metrics[prefix + "comm_ms"] = r["comm_ms"]
+        if num(r.get("comm_exposed_ms")):
+            metrics[prefix + "comm_exposed_ms"] = r["comm_exposed_ms"]
+            if r["comm_ms"] > 0:
+                metrics[prefix + "comm_hidden"] = 1.0 - r["comm_exposed_ms"] / r["comm_ms"]
 
 
 def torch_record(runs, tag):
@@ -164,6 +187,7 @@ def collect(runs, modes, warmup):
                      (p + "peak_gib", b["peak_gib"]), (p + "peak_gib_1gpu", a["peak_gib"])):
             if num(v):
                 metrics[k] = v
+        comm_metrics(metrics, p, b)
         for kind in ("ddp", "1gpu"):
             for v in VARIANTS:
                 tag = f"{m}.torch_{kind}_{v}"
@@ -197,6 +221,7 @@ def collect(runs, modes, warmup):
         for k in ("tok_s", "peak_gib", "state_gib"):
             if num(r[k]):
                 metrics[p + k] = r[k]
+        comm_metrics(metrics, p, r)
         base = zero0.get(mode)
         if stage == "0":
             zero0[mode] = r["losses"]

@@ -24,7 +24,7 @@ def close(a, b, rel=1e-9):
     return a is not None and b is not None and abs(a - b) <= rel * max(abs(a), abs(b))
 
 
-def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0, state=None, loss_scale=1.0):
+def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0, state=None, loss_scale=1.0, comm=None):
     d = os.path.join(runs, tag)
     os.makedirs(d)
     open(os.path.join(d, "rc"), "w").write(f"{rc}\n")
@@ -41,6 +41,10 @@ def blutrain_run(runs, tag, global_tok_s, peak, ranks, rc=0, state=None, loss_sc
                 rec["mem_allocated_gib"] = state + (0.5 if s < STEPS else 0.0)  # the last step's counts
             if ranks > 1:
                 rec["rank_mem_gib"] = peak
+            if comm is not None:  # (comm_ms, comm_exposed_ms or None): warm-up steps 10x
+                rec["comm_ms"] = comm[0] * (10 if s <= WARMUP else 1)
+                if comm[1] is not None:
+                    rec["comm_exposed_ms"] = comm[1] * (10 if s <= WARMUP else 1)
             f.write(json.dumps(rec) + "\n")
 
 
@@ -71,7 +75,7 @@ def main():
         os.makedirs(runs)
         # fp32: both PyTorch variants, eager faster; one-GPU PyTorch runs too.
         blutrain_run(runs, "fp32.1gpu", 50000.0, 10.0, 1)
-        blutrain_run(runs, "fp32.2gpu", 99000.0, 10.5, 2)
+        blutrain_run(runs, "fp32.2gpu", 99000.0, 10.5, 2, comm=(8.0, None))
         torch_run(runs, "fp32.torch_ddp_eager", 100000.0, 20.0, 2, False)
         torch_run(runs, "fp32.torch_ddp_compile", 90000.0, 14.0, 2, True)
         torch_run(runs, "fp32.torch_1gpu_eager", 52000.0, 19.0, 1, False)
@@ -90,7 +94,8 @@ def main():
         blutrain_run(runs, "bf16.2gpu.gather", 790000.0, 7.7, 2)
         blutrain_run(runs, "bf16.2gpu.nch4", 800000.0, 7.6, 2)
         blutrain_run(runs, "fp32.2gpu.autograd.zero0", 70000.0, 26.0, 2, state=2.0)
-        blutrain_run(runs, "fp32.2gpu.autograd.zero2", 69000.0, 25.0, 2, state=1.25, loss_scale=1.000001)
+        blutrain_run(runs, "fp32.2gpu.autograd.zero2", 69000.0, 25.0, 2, state=1.25, loss_scale=1.000001,
+                     comm=(20.0, 5.0))
 
         res = os.path.join(tmp, "logs", "results")
         out = os.path.join(res, "dist_fp32_tf32_bf16.json")
@@ -129,6 +134,10 @@ def main():
         check(close(m["dist.zero2.fp32.state_gib"], 1.25) and close(m["dist.zero0.fp32.state_gib"], 2.0)
               and close(m["dist.zero2.fp32.peak_gib"], 25.0) and close(m["dist.zero2.fp32.tok_s"], 69000.0),
               "ZeRO runs: tok/s, peak and the last step's allocated memory")
+        check(close(m["dist.ddp.fp32.comm_ms"], 8.0) and "dist.ddp.fp32.comm_exposed_ms" not in m
+              and "dist.ddp.fp32.comm_hidden" not in m, "host-timed comm (graph step): time, no overlap")
+        check(close(m["dist.zero2.fp32.comm_ms"], 20.0) and close(m["dist.zero2.fp32.comm_exposed_ms"], 5.0)
+              and close(m["dist.zero2.fp32.comm_hidden"], 0.75), "device-timed comm: medians after warm-up, hidden share")
         check(close(m["dist.zero2.fp32.loss_rel_diff_vs_zero0"], 1e-6, 1e-3) and "dist.zero0.fp32.loss_rel_diff_vs_zero0" not in m,
               "ZeRO runs: losses against the --zero 0 run")
         check("fp32 --zero 2 (autograd engine): 69000 tok/s, peak 25.00 GiB, after the step 1.25 GiB" in p.stdout,
