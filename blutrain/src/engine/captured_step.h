@@ -30,6 +30,10 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
 // the run before AdamW, leaving weights and moments as they were (--nonfinite stop then reports
 // the step; which parameter's gradient was first non-finite is not tracked here). If step 2 itself
 // is non-finite its record has no update, so the capture is taken again on the next step.
+// The step's temporaries run in one arena (blutensor's Note [Step arena]); the progress output
+// gives it after the record ("captured engine: arena X GiB (lower bound Y GiB; ...)", with blu-
+// plan's beside it when a plan is bound) and --summary-json as e2e.<mode>.arena_gib;
+// BLU_CAPTURE_ARENA=0 gives each temporary its own storage instead (debugging).
 // Limits: one micro-batch per step, no --dp/--tp, the non-finite test hook refused.
 class CapturedStep {
  public:
