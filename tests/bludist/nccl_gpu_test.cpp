@@ -44,15 +44,26 @@ std::vector<double> read_losses(const std::string& path) {
 
 }  // namespace
 
+// The test worker's `mode` over NCCL, as a rank blurun starts (Note [Sanitized ranks]).
+std::string nccl_worker(const std::string& mode) {
+  return rank_program(std::string(BLUDIST_TEST_WORKER) + " " + mode + " nccl");
+}
+
+// Runs `command`, which starts two ranks of the worker's `mode`: both must report "<mode> ok".
+void expect_two_ranks_ok(const std::string& command, const std::string& mode) {
+  auto r = run_command(command);
+  std::printf("%s", r.output.c_str());
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_NE(r.output.find("[rank " + rank + "] " + mode + " ok: nccl group (rank " + rank + " of 2)"),
+              std::string::npos) << r.output;
+  }
+}
+
 TEST(Nccl, CollectivesOnTwoGpus) {
   require_two_gpus();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
-  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
-                       rank_program(std::string(BLUDIST_TEST_WORKER) + " collectives nccl"));
-  std::printf("%s", r.output.c_str());
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
-  EXPECT_NE(r.output.find("[rank 1] collectives ok: nccl group (rank 1 of 2)"), std::string::npos);
+  expect_two_ranks_ok(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + nccl_worker("collectives"), "collectives");
 }
 
 // Multi-node through the launcher: two blurun launchers on this host stand in for two nodes of one
@@ -69,15 +80,12 @@ TEST(Nccl, TwoLaunchersStandInForTwoNodes) {
   auto node = [&](int r) {
     return "CUDA_VISIBLE_DEVICES=" + std::to_string(r) + " " + std::string(BLURUN_EXE) + " --nnodes 2 --node-rank " +
            std::to_string(r) + " --nproc-per-node 1 --master-addr 127.0.0.1 --master-port " + std::to_string(port) +
-           " -- " + rank_program(std::string(BLUDIST_TEST_WORKER) + " collectives nccl");
+           " -- " + nccl_worker("collectives");
   };
   const std::string log = ::testing::TempDir() + "bludist_nccl_node1_" + std::to_string(port) + ".log";
-  auto r = run_command("sh -c '" + node(1) + " > " + log + " 2>&1 & p=$!; " + node(0) + "; s0=$?; wait $p; s1=$?; cat " +
-                       log + "; exit $((s0 + s1))'");
-  std::printf("%s", r.output.c_str());
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] collectives ok: nccl group (rank 0 of 2)"), std::string::npos);
-  EXPECT_NE(r.output.find("[rank 1] collectives ok: nccl group (rank 1 of 2)"), std::string::npos);
+  expect_two_ranks_ok("sh -c '" + node(1) + " > " + log + " 2>&1 & p=$!; " + node(0) + "; s0=$?; wait $p; s1=$?; cat " +
+                          log + "; exit $((s0 + s1))'",
+                      "collectives");
 }
 
 // Tensor parallelism (MLP, vocabulary-parallel embedding / cross-entropy, heads-split attention) and
@@ -86,12 +94,7 @@ TEST(Nccl, TwoLaunchersStandInForTwoNodes) {
 TEST(Nccl, TensorAndContextParallelMatchUnsharded) {
   require_two_gpus();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
-  auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
-                       rank_program(std::string(BLUDIST_TEST_WORKER) + " parallel nccl"));
-  std::printf("%s", r.output.c_str());
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] parallel ok: nccl group (rank 0 of 2)"), std::string::npos);
-  EXPECT_NE(r.output.find("[rank 1] parallel ok: nccl group (rank 1 of 2)"), std::string::npos);
+  expect_two_ranks_ok(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + nccl_worker("parallel"), "parallel");
 }
 
 TEST(Nccl, DdpOnTwoGpusMatchesOneGpu) {
@@ -101,7 +104,7 @@ TEST(Nccl, DdpOnTwoGpusMatchesOneGpu) {
     std::string out = ::testing::TempDir() + "bludist_nccl_ddp_" + std::to_string(accum) + ".txt";
     std::remove(out.c_str());
     auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
-                         rank_program(std::string(BLUDIST_TEST_WORKER) + " ddp nccl " + out + " " + std::to_string(accum)));
+                         nccl_worker("ddp") + " " + out + " " + std::to_string(accum));
     ASSERT_EQ(r.status, 0) << r.output;
     std::vector<double> ddp = read_losses(out);
     test::MlpRunOptions o;
@@ -132,9 +135,8 @@ TEST(Nccl, ZeroStagesOnTwoGpusMatchOneGpu) {
       std::string out = ::testing::TempDir() + "bludist_nccl_zero" + std::to_string(stage) + "_" +
                         std::to_string(accum) + ".txt";
       std::remove(out.c_str());
-      auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " +
-                           rank_program(std::string(BLUDIST_TEST_WORKER) + " zero nccl " + out + " " +
-                                        std::to_string(stage) + " " + std::to_string(accum)));
+      auto r = run_command(std::string(BLURUN_EXE) + " --nproc-per-node 2 -- " + nccl_worker("zero") + " " + out + " " +
+                           std::to_string(stage) + " " + std::to_string(accum));
       ASSERT_EQ(r.status, 0) << r.output;
       std::vector<double> z = read_losses(out);
       test::MlpRunOptions o;
