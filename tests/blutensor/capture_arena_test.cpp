@@ -16,6 +16,7 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
+#include "support/random_leaf.h"
 
 namespace {
 
@@ -122,15 +123,7 @@ struct Block {
   std::vector<Tensor> params() const { return {wte, w_qkv, w_fc, w_proj}; }
   explicit Block(uint64_t seed) {
     Generator g(seed);
-    auto p = [&](Shape s, double scale) {
-      Tensor t;
-      {
-        NoGradGuard ng;
-        t = mul(randn(s, TensorOptions(kFloat32), &g), scale);
-      }
-      t.requires_grad_(true);
-      return t;
-    };
+    auto p = [&](Shape s, double scale) { return test::random_leaf(s, scale, g); };
     wte = p({kVocab, kEmbd}, 0.3);
     w_qkv = p({3 * kEmbd, kEmbd}, 0.2);
     w_fc = p({4 * kEmbd, kEmbd}, 0.2);

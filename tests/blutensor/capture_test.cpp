@@ -14,6 +14,7 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
+#include "support/random_leaf.h"
 
 namespace {
 
@@ -28,15 +29,7 @@ struct TinyBlock {
 
   explicit TinyBlock(uint64_t seed) {
     Generator g(seed);
-    auto p = [&](Shape s, double scale) {
-      Tensor t;
-      {
-        NoGradGuard ng;
-        t = mul(randn(s, TensorOptions(kFloat32), &g), scale);
-      }
-      t.requires_grad_(true);
-      return t;
-    };
+    auto p = [&](Shape s, double scale) { return test::random_leaf(s, scale, g); };
     wte = p({kVocab, kEmbd}, 0.3);
     ln_w = p({kEmbd}, 0.1);
     ln_b = p({kEmbd}, 0.1);
