@@ -1,13 +1,18 @@
 // capture_arena_test.cpp: Note [Step arena] (blutensor/capture_arena.h). The interval placement
 // on hand-made cases (offsets, alignment, the lower bound, bad input) and on random step-shaped
-// interval sets (no two intervals live at one node share a byte; the arena stays within 1.25x of
-// the lower bound); a captured transformer step on the arena: its temporaries live at once never
+// interval sets (no two intervals live at one node share a byte but an in-place pair at its node;
+// the arena stays within 1.25x of the lower bound); a captured transformer step on the arena: its temporaries live at once never
 // overlap in memory, the arena is its lower bound, and Note [Fresh buffers] keeps the buffers
-// the step allocates out of its inputs.
+// the step allocates out of its inputs; with in-place pairs (Note [In-place reuse]: elementwise
+// chains, the logits' gradient on the logits) the arena shrinks, a pair shares bytes only at the
+// node that makes it, and the step trains bit for bit like the eager one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <random>
+#include <set>
 
 #include "blutensor/autograd.h"
 #include "blutensor/capture.h"
@@ -24,12 +29,16 @@ using namespace blu;
 using capture::ArenaInterval;
 using capture::plan_arena;
 
-// Every pair of intervals live at one node is disjoint in bytes; every offset aligned; the
-// arena holds them all and is at least the lower bound.
-void expect_valid(const std::vector<ArenaInterval>& v, const capture::ArenaPlan& p,
-                  std::size_t align) {
-  ASSERT_EQ(p.offsets.size(), v.size());
+// Every pair of intervals live at one node is disjoint in bytes, but an in-place pair (Note
+// [In-place reuse]) placed at one offset, live together only at the node that makes it; every
+// offset aligned; the arena holds them all and is at least the lower bound. Returns the in-place
+// pairs that share bytes.
+std::size_t expect_valid(const std::vector<ArenaInterval>& v, const capture::ArenaPlan& p,
+                         std::size_t align) {
+  EXPECT_EQ(p.offsets.size(), v.size());
+  if (p.offsets.size() != v.size()) return 0;
   const auto round_up = [align](std::size_t x) { return (x + align - 1) / align * align; };
+  std::size_t shared = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(p.offsets[i] % align, 0u) << i;
     EXPECT_LE(p.offsets[i] + v[i].bytes, p.bytes) << i;
@@ -37,11 +46,18 @@ void expect_valid(const std::vector<ArenaInterval>& v, const capture::ArenaPlan&
       const bool live_together = v[i].first <= v[j].last && v[j].first <= v[i].last;
       const bool overlap = p.offsets[i] < p.offsets[j] + round_up(v[j].bytes) &&
                            p.offsets[j] < p.offsets[i] + round_up(v[i].bytes);
-      EXPECT_FALSE(live_together && overlap && v[i].bytes > 0 && v[j].bytes > 0)
-          << "intervals " << i << " and " << j;
+      if (!(live_together && overlap && v[i].bytes > 0 && v[j].bytes > 0)) continue;
+      const bool pair = (v[i].inplace_of == static_cast<int>(j) && v[j].last == v[i].first) ||
+                        (v[j].inplace_of == static_cast<int>(i) && v[i].last == v[j].first);
+      EXPECT_TRUE(pair && p.offsets[i] == p.offsets[j])
+          << "intervals " << i << " [" << v[i].first << ", " << v[i].last << "] and " << j << " ["
+          << v[j].first << ", " << v[j].last << "]";
+      ++shared;
     }
   }
   EXPECT_GE(p.bytes, p.lower_bound_bytes);
+  EXPECT_LE(shared, p.inplace_pairs);
+  return shared;
 }
 
 TEST(CaptureArena, PlacesByLiveRangeLargestFirst) {
@@ -63,6 +79,39 @@ TEST(CaptureArena, PlacesByLiveRangeLargestFirst) {
   EXPECT_EQ(plan_arena({}, 256).bytes, 0u);
 }
 
+// Note [In-place reuse]: an elementwise chain a -> b -> c of one size, each dying at the op that
+// makes the next, takes one slot; without the hints, two (a result never on its operand).
+TEST(CaptureArena, InPlaceChainTakesOneSlot) {
+  std::vector<ArenaInterval> v = {{1000, 0, 1}, {1000, 1, 2, 0}, {1000, 2, 3, 1}};
+  const capture::ArenaPlan p = plan_arena(v, 256);
+  EXPECT_EQ(p.offsets, (std::vector<std::size_t>{0, 0, 0}));
+  EXPECT_EQ(p.bytes, 1024u);
+  EXPECT_EQ(p.lower_bound_bytes, 1024u);
+  EXPECT_EQ(p.inplace_pairs, 2u);
+  EXPECT_EQ(expect_valid(v, p, 256), 2u);
+  for (ArenaInterval& a : v) a.inplace_of = -1;
+  const capture::ArenaPlan q = plan_arena(v, 256);
+  EXPECT_EQ(q.bytes, 2048u);
+  EXPECT_EQ(q.lower_bound_bytes, 2048u);
+  EXPECT_EQ(q.inplace_pairs, 0u);
+  // The partner placed first may sit where a third interval, live with the other one only,
+  // needs the bytes: z [0,0] 3000 and w [2,2] 2000 go first (both at 0), b [1,2] 1500 above w;
+  // a [0,1] on b's bytes would cross z: a goes above both and the pair does not share.
+  const std::vector<ArenaInterval> w = {{1000, 0, 1}, {1500, 1, 2, 0}, {3000, 0, 0}, {2000, 2, 2}};
+  const capture::ArenaPlan r = plan_arena(w, 256);
+  EXPECT_EQ(r.offsets, (std::vector<std::size_t>{3584, 2048, 0, 0}));
+  EXPECT_EQ(r.inplace_pairs, 0u);
+  EXPECT_EQ(expect_valid(w, r, 256), 0u);
+  EXPECT_EQ(r.lower_bound_bytes, 4096u);  // node 0: z and a
+  // A result larger than its operand: shares the operand's start, its tail checked like any.
+  const std::vector<ArenaInterval> x = {{1000, 0, 1}, {2000, 1, 2, 0}, {500, 0, 2}};
+  const capture::ArenaPlan t = plan_arena(x, 256);
+  EXPECT_EQ(t.offsets[0], t.offsets[1]);
+  EXPECT_EQ(expect_valid(x, t, 256), 1u);
+  EXPECT_EQ(t.bytes, 2048u + 512);
+  EXPECT_EQ(t.lower_bound_bytes, 2048u + 512);  // node 1: b over a, beside the 500
+}
+
 TEST(CaptureArena, BadInputIsAClearError) {
   try {
     plan_arena({{8, 0, 1}}, 48);
@@ -78,15 +127,36 @@ TEST(CaptureArena, BadInputIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("interval 1 has nodes [3, 2]"), std::string::npos)
         << e.what();
   }
+  try {
+    plan_arena({{8, 0, 2}, {8, 1, 3, 0}}, 64);
+    FAIL() << "an in-place hint at a node where the operand lives on accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interval 1 [1, 3] cannot take the bytes of interval 0 "
+                                         "(its last node is not this one's first)"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    plan_arena({{8, 0, 1}, {8, 1, 2, 0}, {8, 1, 3, 0}}, 64);
+    FAIL() << "one operand given in place to two results accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interval 0 gives its bytes in place to two intervals"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Random step-shaped lifetimes: most temporaries short (an op's output read by the next few ops),
 // some long (a forward activation saved for its backward: born in the first half, dying in the
 // second, the later-born dying earlier), sizes spread over four orders of magnitude.
+// Half the trials also carry random in-place hints (Note [In-place reuse]): some intervals start
+// where one ends (elementwise chains), and a share of those, and of the chance meetings, take
+// their predecessor's bytes.
 TEST(CaptureArena, RandomGraphsNeverOverlapLiveIntervals) {
   std::mt19937_64 rng(20261127);
-  double worst = 1;
-  for (int trial = 0; trial < 60; ++trial) {
+  double worst = 1, worst_hinted = 1;
+  std::size_t hints = 0, shared = 0, smaller = 0, hinted_trials = 0;
+  for (int trial = 0; trial < 120; ++trial) {
     const int nodes = 20 + static_cast<int>(rng() % 300);
     std::vector<ArenaInterval> v;
     const int count = 5 + static_cast<int>(rng() % 200);
@@ -102,23 +172,62 @@ TEST(CaptureArena, RandomGraphsNeverOverlapLiveIntervals) {
         a.last = std::min(nodes - 1, a.first + static_cast<int>(rng() % 4));
       }
       v.push_back(a);
+      if (trial % 2 == 1 && rng() % 3 == 0 && a.last < nodes - 1) {
+        // the next op of an elementwise chain: starts where a dies, a's size or near it
+        ArenaInterval b;
+        b.bytes = rng() % 4 == 0 ? a.bytes / 2 + rng() % (a.bytes + 1) : a.bytes;
+        b.first = a.last;
+        b.last = std::min(nodes - 1, b.first + static_cast<int>(rng() % 4));
+        v.push_back(b);
+      }
+    }
+    if (trial % 2 == 1) {
+      ++hinted_trials;
+      std::vector<char> gives(v.size(), 0);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (rng() % 4 == 0) continue;
+        for (size_t j = 0; j < v.size(); ++j) {
+          if (j != i && !gives[j] && v[j].last == v[i].first) {
+            v[i].inplace_of = static_cast<int>(j);
+            gives[j] = 1;
+            ++hints;
+            break;
+          }
+        }
+      }
     }
     const std::size_t align = std::size_t{1} << (rng() % 9);
     const capture::ArenaPlan p = plan_arena(v, align);
     SCOPED_TRACE("trial " + std::to_string(trial));
-    expect_valid(v, p, align);
-    if (p.lower_bound_bytes > 0)
-      worst =
-          std::max(worst, static_cast<double>(p.bytes) / static_cast<double>(p.lower_bound_bytes));
+    shared += expect_valid(v, p, align);
+    if (trial % 2 == 1) {
+      std::vector<ArenaInterval> plain = v;
+      for (ArenaInterval& a : plain) a.inplace_of = -1;
+      const capture::ArenaPlan q = plan_arena(plain, align);
+      EXPECT_LE(p.lower_bound_bytes, q.lower_bound_bytes);
+      smaller += p.bytes < q.bytes ? 1 : 0;
+      EXPECT_EQ(plan_arena(v, align).offsets, p.offsets) << "not deterministic";
+    }
+    if (p.lower_bound_bytes > 0) {
+      double& w = trial % 2 == 1 ? worst_hinted : worst;
+      w = std::max(w, static_cast<double>(p.bytes) / static_cast<double>(p.lower_bound_bytes));
+    }
   }
-  std::printf("worst arena / lower bound over the random graphs: %.3f\n", worst);
+  std::printf("worst arena / lower bound over the random graphs: %.3f without hints, %.3f with\n",
+              worst, worst_hinted);
+  std::printf("in-place hints %zu, pairs sharing bytes %zu; arena smaller with them in %zu of %zu "
+              "trials\n", hints, shared, smaller, hinted_trials);
   EXPECT_LE(worst, 1.25);
+  // The lower bound with hints counts every pair as sharing; the greedy takes about 40% of them.
+  EXPECT_LE(worst_hinted, 1.35);
+  EXPECT_GT(shared, hints / 4) << "few hints taken: the test lost its case";
+  EXPECT_GT(smaller, hinted_trials / 4);
 }
 
 // A transformer-like step (as capture_test's TinyBlock, with q, k, v split from one tensor as
 // GPT-2 does: the split's backward assembles the qkv gradient from three copies into its slices).
 struct Block {
-  static constexpr int64_t kVocab = 23, kEmbd = 16, kHeads = 2;
+  static constexpr int64_t kVocab = 301, kEmbd = 16, kHeads = 2;  // logits dominate, as in GPT-2
   Tensor wte, w_qkv, w_fc, w_proj;
   std::vector<Tensor> params() const { return {wte, w_qkv, w_fc, w_proj}; }
   explicit Block(uint64_t seed) {
@@ -212,11 +321,36 @@ TEST(CaptureArena, CapturedStepTemporariesLiveAtOnceNeverShareBytes) {
     }
   }
   capture::Executable exe(std::move(g));
+  exe.use_inplace(false);
+  const capture::ArenaStats off = exe.arena();
+  EXPECT_FALSE(off.inplace);
+  EXPECT_TRUE(exe.inplace_pairs().empty());
+  exe.use_inplace(true);
   const capture::ArenaStats a = exe.arena();
   ASSERT_TRUE(a.enabled);
+  ASSERT_TRUE(a.inplace);
+  std::printf("captured block step: arena %zu B (lower bound %zu B) without in-place pairs, %zu B "
+              "(lower bound %zu B) with %zu of %zu pairs sharing\n",
+              off.bytes, off.lower_bound_bytes, a.bytes, a.lower_bound_bytes, a.inplace_pairs,
+              a.inplace_candidates);
   EXPECT_GT(a.temporaries, 20u);
   EXPECT_EQ(a.bytes, a.lower_bound_bytes) << "greedy placement above the liveness lower bound";
+  EXPECT_LE(off.bytes, off.lower_bound_bytes * 5 / 4);
+  EXPECT_LT(a.bytes, off.bytes) << "in-place pairs did not shrink the arena";
+  EXPECT_LT(a.lower_bound_bytes, off.lower_bound_bytes);
   EXPECT_LT(a.bytes, a.summed_bytes / 2);
+  // The pairs (Note [In-place reuse]): the logits' gradient on the logits, and elementwise ops.
+  std::map<std::string, int> pair_ops;
+  std::set<std::pair<int, int>> pairs;
+  for (const capture::InplacePair& ip : exe.inplace_pairs()) {
+    ++pair_ops[exe.graph().nodes[static_cast<size_t>(ip.node)].op];
+    pairs.insert({std::min(ip.operand, ip.result), std::max(ip.operand, ip.result)});
+    EXPECT_EQ(last[static_cast<size_t>(ip.operand)], ip.node);
+    EXPECT_EQ(first[static_cast<size_t>(ip.result)], ip.node);
+  }
+  EXPECT_EQ(pair_ops["cross_entropy_backward"], 1);
+  EXPECT_GT(pair_ops["binary"] + pair_ops["unary"], 0);
+  EXPECT_EQ(a.inplace_candidates, exe.inplace_pairs().size());
   struct Placed {
     int id;
     uintptr_t lo, hi;
@@ -230,18 +364,77 @@ TEST(CaptureArena, CapturedStepTemporariesLiveAtOnceNeverShareBytes) {
     EXPECT_EQ(lo % 256, 0u) << "buffer " << b.id;
     placed.push_back({b.id, lo, lo + b.nbytes});
   }
+  std::size_t sharing = 0;
   for (size_t i = 0; i < placed.size(); ++i) {
     for (size_t j = i + 1; j < placed.size(); ++j) {
       const size_t p = static_cast<size_t>(placed[i].id), q = static_cast<size_t>(placed[j].id);
       const bool live_together = first[p] <= last[q] && first[q] <= last[p];
       const bool overlap = placed[i].lo < placed[j].hi && placed[j].lo < placed[i].hi;
-      EXPECT_FALSE(live_together && overlap) << "buffers " << p << " and " << q;
+      if (!(live_together && overlap)) continue;
+      // Allowed only for an in-place pair, on the same bytes, live together at its node alone.
+      const bool pair = pairs.count({std::min(placed[i].id, placed[j].id),
+                                     std::max(placed[i].id, placed[j].id)}) > 0;
+      EXPECT_TRUE(pair && placed[i].lo == placed[j].lo &&
+                  (last[p] == first[q] || last[q] == first[p]))
+          << "buffers " << p << " and " << q;
+      ++sharing;
     }
   }
+  EXPECT_EQ(sharing, a.inplace_pairs);
   // Without the arena a temporary has no storage between runs.
   exe.use_arena(false);
   EXPECT_FALSE(exe.buffer(placed.front().id).defined());
   EXPECT_FALSE(exe.arena().enabled);
+}
+
+// Note [In-place reuse] end to end: model A trains eagerly, model B (same init) is captured at
+// step 2 and then runs the record with its results in place of dying operands: the losses and
+// the weights stay A's bit for bit over six more steps; the same with in-place reuse off
+// (BLU_CAPTURE_INPLACE=0's switch) and without the arena.
+std::vector<uint8_t> bytes(const Tensor& t) {
+  const Tensor b = capture::bytes_of(t);
+  std::vector<uint8_t> out(static_cast<size_t>(b.numel()) * b.element_size());
+  std::memcpy(out.data(), b.data_ptr(), out.size());
+  return out;
+}
+
+TEST(CaptureArena, InPlaceStepTrainsLikeTheEagerSteps) {
+  struct Mode {
+    const char* name;
+    bool arena, inplace;
+  };
+  for (const Mode mode : {Mode{"in place", true, true}, Mode{"no in-place pairs", true, false},
+                          Mode{"a storage per temporary", false, true}}) {
+    SCOPED_TRACE(mode.name);
+    Block a(7), b(7);
+    const optim::AdamWOptions o{3e-3, 0.9, 0.99, 1e-8, 0.01};
+    optim::AdamW opt_a(a.params(), o), opt_b(b.params(), o);
+    EXPECT_EQ(step(a, opt_a, tokens(11), tokens(12)), step(b, opt_b, tokens(11), tokens(12)));
+    Tensor xb = tokens(13), yb = tokens(14);
+    const double loss_a2 = step(a, opt_a, tokens(13), tokens(14));
+    capture::Scope scope(true);
+    const double loss_b2 = step(b, opt_b, xb, yb);
+    capture::Executable exe(scope.finish());
+    exe.use_arena(mode.arena);
+    exe.use_inplace(mode.inplace);
+    EXPECT_EQ(loss_a2, loss_b2);
+    const capture::ArenaStats st = exe.arena();
+    EXPECT_EQ(st.inplace_pairs > 0, mode.inplace);  // planned (without the arena: what it would be)
+    for (int k = 3; k <= 8; ++k) {
+      const double loss_a = step(a, opt_a, tokens(100 + k), tokens(200 + k));
+      {
+        NoGradGuard ng;
+        xb.copy_(tokens(100 + k));
+        yb.copy_(tokens(200 + k));
+      }
+      ASSERT_TRUE(exe.run({3e-3, k}));
+      EXPECT_EQ(exe.host_reads().back().item(), loss_a) << "step " << k;
+    }
+    for (size_t i = 0; i < a.params().size(); ++i) {
+      EXPECT_EQ(bytes(a.params()[i]), bytes(b.params()[i])) << "parameter " << i;
+      EXPECT_EQ(bytes(opt_a.exp_avg(i)), bytes(opt_b.exp_avg(i))) << "exp_avg " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -72,6 +72,19 @@ TEST_F(CapturedEngine, TrainsExactlyLikeTheAutogradEngine) {
   // BLU_CAPTURE_ARENA=0 (a storage per temporary) the losses are the same.
   EXPECT_NE(log_c.str().find("captured engine: arena "), std::string::npos) << log_c.str();
   EXPECT_NE(log_c.str().find(" (lower bound "), std::string::npos) << log_c.str();
+  EXPECT_NE(log_c.str().find(" in-place pairs shared)"), std::string::npos) << log_c.str();
+  {
+    // Note [In-place reuse] off alone (BLU_CAPTURE_INPLACE=0): the arena without the pairs, the
+    // same losses.
+    blu::test::ScopedEnv no_inplace("BLU_CAPTURE_INPLACE", "0");
+    std::ostringstream log_n;
+    TrainConfig n = config("captured");
+    n.out_dir = (root_ / "no_inplace").string();
+    const TrainResult r = run_training(n, log_n);
+    EXPECT_NE(log_n.str().find("in place off: BLU_CAPTURE_INPLACE=0)"), std::string::npos) << log_n.str();
+    ASSERT_EQ(r.train_losses.size(), 9u);
+    for (size_t i = 0; i < 9; ++i) EXPECT_EQ(r.train_losses[i].loss, a.train_losses[i].loss) << "step " << i + 1;
+  }
   blu::test::ScopedEnv off("BLU_CAPTURE_ARENA", "0");
   std::ostringstream log_p;
   TrainConfig p = config("captured");

@@ -154,7 +154,9 @@ Tensor bytes_of(const Tensor& t);
 // in place like the eager step would, while the step's temporaries live in one arena per device,
 // allocated at the first run() and kept, each at a fixed offset from its live range (Note [Step
 // arena]; the buffers a host read reads live to the end of the step, so host_reads() stay valid
-// after run()). BLU_CAPTURE_ARENA=0 in the environment, or use_arena(false), gives each temporary
+// after run()); a result may take the bytes of an operand that dies at its node where the op is
+// in-place safe (Note [In-place reuse]; BLU_CAPTURE_INPLACE=0 or use_inplace(false): never, for
+// A/B). BLU_CAPTURE_ARENA=0 in the environment, or use_arena(false), gives each temporary
 // its own storage at its first use, released after its last (the eager step's allocation
 // pattern: for debugging). Inputs no longer
 // referenced after the capture (a scalar made from a host value inside the step) replay their
@@ -199,6 +201,10 @@ class Executable {
   // with per-buffer storage.
   ArenaStats arena();
   void use_arena(bool on);  // before or between runs
+  // Results in place of dying operands (Note [In-place reuse]); on unless BLU_CAPTURE_INPLACE=0.
+  // Before or between runs. inplace_pairs(): the pairs the plan was given (empty when off).
+  void use_inplace(bool on);
+  const std::vector<InplacePair>& inplace_pairs();
   // Buffer id's bytes as run() addresses them (bytes_of's form): a persistent buffer, or a
   // temporary's window of the arena (planned and allocated on first need); undefined for a
   // temporary without the arena (its storage exists only during a run).
@@ -207,7 +213,9 @@ class Executable {
  private:
   void plan_temporaries();
   bool use_arena_ = true;
+  bool use_inplace_ = true;
   bool planned_ = false;
+  std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null
   std::vector<int> first_use_;                         // node index of each buffer's first use

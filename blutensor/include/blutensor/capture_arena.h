@@ -52,26 +52,42 @@ namespace blu::capture {
 // backward instead of kept (12 x 4*B*T*C*4 = 1.21 GB at B8); (4) gradients written into one flat
 // buffer the optimizer reads (0.5 GB live from the backward to AdamW, no copies).
 
-// One temporary: its size and the first and last node (closed) that use it.
+// One temporary: its size and the first and last node (closed) that use it. inplace_of: the
+// interval whose bytes this one may take at its first node (Note [In-place reuse]): that one's
+// last node is this one's first, and each interval gives its bytes to at most one other.
 struct ArenaInterval {
   std::size_t bytes = 0;
   int first = 0, last = 0;
+  int inplace_of = -1;
 };
 
 struct ArenaPlan {
   std::vector<std::size_t> offsets;   // per interval, bytes from the arena's start
   std::size_t bytes = 0;              // the arena's size
-  std::size_t lower_bound_bytes = 0;  // the largest sum of (aligned) sizes live at one node
+  std::size_t lower_bound_bytes = 0;  // the largest sum of (aligned) sizes live at one node, less
+                                      // what the in-place pairs at that node may share
   std::size_t summed_bytes = 0;       // every interval with bytes of its own (no reuse)
+  std::size_t inplace_pairs = 0;      // hints taken: the pair placed at one offset
 };
 
 // Note [Step arena]
 // Greedy interval placement, as blu-plan's Note [Arena plan]: largest first (ties: earlier first,
 // then lower index: deterministic), each at the lowest aligned offset where it overlaps no placed
 // interval whose node range intersects its own (closed ranges: a node's operands and results never
-// share bytes). Not optimal in general (sized interval colouring is NP-hard); the lower bound is
-// reported beside it. alignment: a power of two (256: every dtype, every vector load).
+// share bytes). The one exception is an in-place pair (inplace_of, either way round): an interval
+// whose partner is placed tries the partner's offset first, where it may overlap the partner (and
+// only the partner, only at that same offset: element i of the result lands on element i of the
+// operand); where that offset collides with a third interval it is placed as any other. Not
+// optimal in general (sized interval colouring is NP-hard); the lower bound is reported beside it.
+// alignment: a power of two (256: every dtype, every vector load).
 ArenaPlan plan_arena(const std::vector<ArenaInterval>& intervals, std::size_t alignment = 256);
+
+// An in-place pair of a captured step (Note [In-place reuse], src/capture/capture_inplace.cpp):
+// at node `node`, buffer `result` (first used there) may take the bytes of buffer `operand` (last
+// used there).
+struct InplacePair {
+  int node = -1, operand = -1, result = -1;
+};
 
 // What capture::Executable::arena() reports.
 struct ArenaStats {
@@ -80,6 +96,9 @@ struct ArenaStats {
   std::size_t bytes = 0;              // the arena (all devices)
   std::size_t lower_bound_bytes = 0;  // liveness lower bound (all devices)
   std::size_t summed_bytes = 0;       // the temporaries' sizes summed
+  bool inplace = false;               // in-place pairs allowed (BLU_CAPTURE_INPLACE, use_inplace)
+  std::size_t inplace_candidates = 0;  // pairs the ops allow (Note [In-place reuse])
+  std::size_t inplace_pairs = 0;       // of those, placed on the same bytes
 };
 
 }  // namespace blu::capture

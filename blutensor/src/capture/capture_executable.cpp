@@ -1,6 +1,7 @@
 // capture::Executable (Note [Running a captured step], blutensor/capture.h): a captured step run
-// again on the live buffers, its temporaries in one arena per device (Note [Step arena]) or, for
-// debugging, a storage each.
+// again on the live buffers, its temporaries in one arena per device (Note [Step arena], results
+// in place of dying operands where the op allows: Note [In-place reuse]) or, for debugging, a
+// storage each.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,15 +23,19 @@ namespace {
 
 constexpr std::size_t kArenaAlignmentBytes = 256;
 
-bool arena_from_env() {
-  const char* v = std::getenv("BLU_CAPTURE_ARENA");
+// An on/off switch from the environment: unset or anything but 0/off/false is on.
+bool on_in_env(const char* name) {
+  const char* v = std::getenv(name);
   return v == nullptr ||
          !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
 }
 
 }  // namespace
 
-Executable::Executable(Graph g) : use_arena_(arena_from_env()), graph_(std::move(g)) {
+Executable::Executable(Graph g)
+    : use_arena_(on_in_env("BLU_CAPTURE_ARENA")),
+      use_inplace_(on_in_env("BLU_CAPTURE_INPLACE")),
+      graph_(std::move(g)) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
   const size_t n = graph_.buffers.size();
   live_.resize(n);
@@ -82,6 +87,18 @@ void Executable::use_arena(bool on) {
   arena_views_.clear();
 }
 
+void Executable::use_inplace(bool on) {
+  if (on == use_inplace_) return;
+  use_inplace_ = on;
+  planned_ = false;
+  arena_views_.clear();
+}
+
+const std::vector<InplacePair>& Executable::inplace_pairs() {
+  if (!planned_) plan_temporaries();
+  return inplace_pairs_;
+}
+
 ArenaStats Executable::arena() {
   if (!planned_) plan_temporaries();
   return stats_;
@@ -100,7 +117,9 @@ Tensor Executable::buffer(int id) {
 // Note [Step arena] for the Executable: every temporary (not persistent, used by some node) is an
 // interval [first use, last use] over the node order, last use extended to the end for a buffer a
 // host read reads (its view outlives the step) and to an override's last node for what the
-// override touches (replace() did that). One plan per device; each temporary then gets a Storage
+// override touches (replace() did that). With use_inplace, a result may take the bytes of an
+// operand that dies at its node where the op allows it (Note [In-place reuse]; never at a node an
+// override replaced). One plan per device; each temporary then gets a Storage
 // that is a window of its device's arena (the arena kept alive by every window), so views, host
 // reads and overrides address it like any storage, and nothing is allocated per run. The arena is
 // allocated here, once per plan: on CUDA by the caching allocator (a Storage), so its statistics
@@ -119,22 +138,39 @@ void Executable::plan_temporaries() {
     }
   }
   std::map<std::string, std::vector<int>> by_device;  // device -> temporaries
+  std::vector<char> temporary(graph_.buffers.size(), 0);
   for (const Buffer& b : graph_.buffers) {
     const size_t id = static_cast<size_t>(b.id);
     if (live_[id] != nullptr || first_use_[id] < 0) continue;
     by_device[b.device.str()].push_back(b.id);
+    temporary[id] = 1;
   }
+  stats_.inplace = use_inplace_;
+  inplace_pairs_.clear();
+  std::vector<int> taker(graph_.buffers.size(), -1);  // per result buffer: the operand it takes
+  if (use_inplace_) {
+    inplace_pairs_ = detail::inplace_pairs(graph_, first_use_, last, temporary, override_of_);
+    for (const InplacePair& p : inplace_pairs_) taker[static_cast<size_t>(p.result)] = p.operand;
+  }
+  stats_.inplace_candidates = inplace_pairs_.size();
   for (const auto& [device_name, ids] : by_device) {
     std::vector<ArenaInterval> intervals;
+    std::map<int, int> index_of;  // buffer id -> interval
     for (int id : ids) {
       const size_t i = static_cast<size_t>(id);
+      index_of[id] = static_cast<int>(intervals.size());
       intervals.push_back({graph_.buffers[i].nbytes, first_use_[i], last[i]});
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const int operand = taker[static_cast<size_t>(ids[k])];
+      if (operand >= 0) intervals[k].inplace_of = index_of.at(operand);
     }
     const ArenaPlan plan = plan_arena(intervals, kArenaAlignmentBytes);
     stats_.temporaries += ids.size();
     stats_.bytes += plan.bytes;
     stats_.lower_bound_bytes += plan.lower_bound_bytes;
     stats_.summed_bytes += plan.summed_bytes;
+    stats_.inplace_pairs += plan.inplace_pairs;
     if (!use_arena_ || plan.bytes == 0) continue;
     const Device device = graph_.buffers[static_cast<size_t>(ids.front())].device;
     // Host storage is 64-byte aligned, CUDA's (the caching allocator's blocks) 512: on the host,

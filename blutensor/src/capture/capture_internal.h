@@ -30,4 +30,12 @@ void run_node(const Node& n, size_t index, const Ctx& ctx);
 // Copies the snapshot `value` into storage s (byte views, same size as buffer b).
 void fill_from(const std::shared_ptr<Storage>& s, const Buffer& b, const Tensor& value);
 
+// The in-place pairs of g (Note [In-place reuse], capture_inplace.cpp), in node order: per buffer
+// its first and last node, whether it is a temporary (placed by the arena), and per node the
+// override that replaced it (-1: none; may be shorter than the node list).
+std::vector<InplacePair> inplace_pairs(const Graph& g, const std::vector<int>& first,
+                                       const std::vector<int>& last,
+                                       const std::vector<char>& temporary,
+                                       const std::vector<int>& override_of);
+
 }  // namespace blu::capture::detail

@@ -49,7 +49,11 @@ std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t
   s += a.enabled ? "arena " + gib(a.bytes)
                  : "a storage per temporary (BLU_CAPTURE_ARENA=0; the arena would be " + gib(a.bytes) + ")";
   s += " (lower bound " + gib(a.lower_bound_bytes) + "; " + std::to_string(a.temporaries) + " temporaries, " +
-       gib(a.summed_bytes) + " summed)";
+       gib(a.summed_bytes) + " summed; " +
+       (a.inplace ? std::to_string(a.inplace_pairs) + " of " + std::to_string(a.inplace_candidates) +
+                        " in-place pairs shared"
+                  : std::string("in place off: BLU_CAPTURE_INPLACE=0")) +
+       ")";
   if (plan_bytes >= 0) {
     s += "; blu-plan's arena " + gib(static_cast<std::size_t>(plan_bytes)) + " (lower bound " +
          gib(static_cast<std::size_t>(plan_bound_bytes)) + ")";

@@ -33,7 +33,9 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
 // The step's temporaries run in one arena (blutensor's Note [Step arena]); the progress output
 // gives it after the record ("captured engine: arena X GiB (lower bound Y GiB; ...)", with blu-
 // plan's beside it when a plan is bound) and --summary-json as e2e.<mode>.arena_gib;
-// BLU_CAPTURE_ARENA=0 gives each temporary its own storage instead (debugging).
+// BLU_CAPTURE_ARENA=0 gives each temporary its own storage instead (debugging); results take the
+// bytes of operands dying at their op where the op allows it (Note [In-place reuse]; the line
+// says how many pairs), BLU_CAPTURE_INPLACE=0 turns that alone off (A/B on the device).
 // Limits: one micro-batch per step, no --dp/--tp, the non-finite test hook refused.
 class CapturedStep {
  public:

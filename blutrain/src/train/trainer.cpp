@@ -661,10 +661,11 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     std::string summary = buf;
     if (captured && captured->captured()) {  // Note [Step arena]: the captured step's planned arena
       const capture::ArenaStats a = captured->arena();
-      char more[256];
+      char more[384];
       std::snprintf(more, sizeof(more), ", \"e2e.%s.arena_gib\": %.3f, \"e2e.%s.arena_lower_bound_gib\": %.3f, "
-                    "\"e2e.%s.arena_enabled\": %d}\n", m, static_cast<double>(a.bytes) / (1 << 30), m,
-                    static_cast<double>(a.lower_bound_bytes) / (1 << 30), m, a.enabled ? 1 : 0);
+                    "\"e2e.%s.arena_inplace_pairs\": %lld, \"e2e.%s.arena_enabled\": %d}\n", m,
+                    static_cast<double>(a.bytes) / (1 << 30), m, static_cast<double>(a.lower_bound_bytes) / (1 << 30),
+                    m, a.inplace ? static_cast<long long>(a.inplace_pairs) : -1LL, m, a.enabled ? 1 : 0);
       summary = summary.substr(0, summary.rfind('}')) + more;
     }
     write_file_atomic(cfg.summary_json, summary);
