@@ -51,6 +51,27 @@ namespace blu::capture {
 // --logits-chunk), which removes most of the other 1.65 GB; (3) the GELU output recomputed in the
 // backward instead of kept (12 x 4*B*T*C*4 = 1.21 GB at B8); (4) gradients written into one flat
 // buffer the optimizer reads (0.5 GB live from the backward to AdamW, no copies).
+// (1) is in (Note [In-place reuse], src/capture/capture_inplace.cpp): cross_entropy_backward
+// writes the logits' gradient over the logits, and elementwise results take the bytes of operands
+// that die at their op. CPU, d12 fp32 B1 T64 (`blutrain train --engine captured`, 629
+// temporaries): arena 0.752 -> 0.608 GiB, each its lower bound (0.752 -> 0.608), 97 of 136
+// candidate pairs placed on one offset, losses unchanged bit for bit. At that size the step's
+// peak is the gradients at the end of the backward, and the 0.144 GiB is one wte-sized buffer
+// (50304 x 768 x 4 B): the tied embedding's two gradients summed into a third (binary kAdd) now
+// land on the first; the logits there are 12.9 MB. Prediction for the H100, d12 fp32 B8 T1024
+// (`--engine captured` or `--compile`; the first line BLU_CAPTURE_INPLACE=0 for A/B):
+//   in place off: "captured engine: arena ~7.6 GiB (lower bound ~7.6 GiB ...)", peak ~9.0-9.2 GiB
+//   in place on:  arena ~6.2 GiB (= its lower bound), allocator peak ~7.6-7.8 GiB
+// Assumptions: the peak is the classifier's backward (every saved activation, S, plus the
+// logits L and their gradient dL, 1.65 GB each); with dL on L's bytes the largest live set moves
+// one node on, to the GEMMs after it: S + dL + dX (25 MB) + the classifier's wte gradient
+// (154.5 MB), i.e. the old arena - 1.54 GiB + 0.17 GiB; no override covers the cross-entropy
+// backward (blu-plan fuses elementwise groups and GEMM epilogues, not this op) nor keeps L alive
+// past it; the rest of the peak (persistent 1.39 GiB, the GEMM workspace, small buffers, the
+// allocator's rounding: 1.4-1.6 GiB over the arena in the earlier prediction) is unchanged. So
+// the compiled step comes to about the fused engine's 7.48 GiB, not clearly below: (2) the
+// classifier in row chunks (most of the remaining 1.65 GB) or (3) the GELU recompute (1.21 GB)
+// is what takes it under.
 
 // One temporary: its size and the first and last node (closed) that use it. inplace_of: the
 // interval whose bytes this one may take at its first node (Note [In-place reuse]): that one's

@@ -38,7 +38,7 @@ namespace {
 
 std::string gib(std::size_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(buf, sizeof(buf), "%.3f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
 
