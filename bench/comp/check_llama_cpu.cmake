@@ -1,0 +1,36 @@
+# check_llama_cpu.cmake: ctest bench.llama_block_cpu. Runs llama_block_bench on the CPU at a tiny
+# shape (fp32 and bf16; with blu-plan when BLU_PLAN names one) and checks that it wrote its JSON
+# with the expected metrics and one safetensors file per mode.
+#   cmake -DBENCH=<llama_block_bench> -DOUT_DIR=<dir> [-DBLU_PLAN=<blu-plan>] -P check_llama_cpu.cmake
+file(REMOVE_RECURSE ${OUT_DIR})
+set(args --device cpu --modes fp32,bf16 --batch 2 --seq 16 --dim 64 --heads 4 --hidden 176
+         --warmup 1 --iters 3 --out-dir ${OUT_DIR})
+if(BLU_PLAN)
+  list(APPEND args --blu-plan ${BLU_PLAN})
+endif()
+execute_process(COMMAND ${BENCH} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "llama_block_bench exited with ${rc}")
+endif()
+file(READ ${OUT_DIR}/llama_block.json json)
+set(keys eager_ms captured_ms launches_before captured_max_grad_rel_l2_vs_eager)
+if(BLU_PLAN)
+  list(APPEND keys compiled_ms ratio_vs_eager kernels_bound launches_after compiled_max_grad_rel_l2_vs_eager)
+endif()
+foreach(mode fp32 bf16)
+  if(NOT EXISTS ${OUT_DIR}/llama_block_${mode}.safetensors)
+    message(FATAL_ERROR "no ${OUT_DIR}/llama_block_${mode}.safetensors")
+  endif()
+  foreach(key ${keys})
+    string(JSON value ERROR_VARIABLE missing GET "${json}" metrics comp.llama.${mode}.${key})
+    if(missing)
+      message(FATAL_ERROR "llama_block.json has no comp.llama.${mode}.${key}")
+    endif()
+  endforeach()
+  # The captured step runs the recorded calls again on the same values: bit for bit.
+  string(JSON rel GET "${json}" metrics comp.llama.${mode}.captured_max_grad_rel_l2_vs_eager)
+  if(NOT rel EQUAL 0)
+    message(FATAL_ERROR "${mode}: captured step differs from eager (max rel L2 ${rel})")
+  endif()
+endforeach()
