@@ -5,9 +5,9 @@
 // gradients' agreement to JSON, plus a safetensors file for bench/torch_llama_block.py.
 // Note [Llama block benchmark].
 //
-//   llama_block_bench --out-dir DIR [--device cuda|cpu] [--modes fp32,bf16] [--batch 8] [--seq 1024]
-//                     [--dim 1024] [--heads 16] [--hidden 2816] [--warmup 5] [--iters 20]
-//                     [--blu-plan PATH] [--seed 1]
+//   llama_block_bench --out-dir DIR [--device cuda|cpu] [--modes fp32,bf16]
+//       [--batch 8] [--seq 1024] [--dim 1024] [--heads 16] [--hidden 2816]
+//       [--warmup 5] [--iters 20] [--blu-plan PATH] [--seed 1]
 //
 // Note [Llama block benchmark]
 // What one "step" is: block.zero_grad() (gradients to undefined, like PyTorch's set_to_none),
@@ -27,16 +27,18 @@
 //     Executable of the same graph (blucomp Note [Step runtime]; the first one is destroyed before,
 //     so the peaks do not add up), timed the same way. No blu-plan: no compiled_* metrics.
 // Peak memory: the caching allocator's peak of allocated bytes, reset before each variant's
-// warm-up (so it includes weights, batch and gradients, as torch.cuda.max_memory_allocated does).
+// warm-up (so it includes weights, batch and gradients, as torch.cuda.max_memory_allocated does;
+// the captured and compiled peaks also the capture's snapshot of its inputs, Scope(true): weights,
+// batch and rotary tables once more, ~0.09 GB in fp32 at the default shape).
 // Launches per step: the graph's kernel launches (launches_before; the eager step launches the
 // same calls), and with the plan bound launches_before - sum over bound kernels of (calls - 1).
 // After each variant its loss and gradients are compared with step 1's (relative L2 per tensor,
 // the largest reported): the captured step must give 0 (same calls, same order), the compiled
 // one differs by GEMM-epilogue / fused-group rounding. Ratios are speed-ups, reference time over
 // ours (> 1: ours is faster), like the tok/s ratios of comp_report.py.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -96,24 +98,38 @@ Options parse_args(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--out-dir") o.out_dir = need(i);
-    else if (a == "--device") o.device = need(i);
-    else if (a == "--modes") o.modes = split(need(i), ',');
-    else if (a == "--batch") o.batch = std::stoll(need(i));
-    else if (a == "--seq") o.seq = std::stoll(need(i));
-    else if (a == "--dim") o.dim = std::stoll(need(i));
-    else if (a == "--heads") o.heads = std::stoll(need(i));
-    else if (a == "--hidden") o.hidden = std::stoll(need(i));
-    else if (a == "--warmup") o.warmup = std::stoi(need(i));
-    else if (a == "--iters") o.iters = std::stoi(need(i));
-    else if (a == "--blu-plan") o.blu_plan = need(i);
-    else if (a == "--seed") o.seed = std::stoull(need(i));
-    else BLU_THROW("unknown argument ", a, " (see the header of bench/comp/llama_block_bench.cpp)");
+    if (a == "--out-dir")
+      o.out_dir = need(i);
+    else if (a == "--device")
+      o.device = need(i);
+    else if (a == "--modes")
+      o.modes = split(need(i), ',');
+    else if (a == "--batch")
+      o.batch = std::stoll(need(i));
+    else if (a == "--seq")
+      o.seq = std::stoll(need(i));
+    else if (a == "--dim")
+      o.dim = std::stoll(need(i));
+    else if (a == "--heads")
+      o.heads = std::stoll(need(i));
+    else if (a == "--hidden")
+      o.hidden = std::stoll(need(i));
+    else if (a == "--warmup")
+      o.warmup = std::stoi(need(i));
+    else if (a == "--iters")
+      o.iters = std::stoi(need(i));
+    else if (a == "--blu-plan")
+      o.blu_plan = need(i);
+    else if (a == "--seed")
+      o.seed = std::stoull(need(i));
+    else
+      BLU_THROW("unknown argument ", a, " (see the header of bench/comp/llama_block_bench.cpp)");
   }
   BLU_CHECK(!o.out_dir.empty(), "--out-dir is required");
   BLU_CHECK(o.device == "cuda" || o.device == "cpu", "--device cuda|cpu, got ", o.device);
   BLU_CHECK(o.iters > 0 && o.warmup >= 0, "--iters > 0 and --warmup >= 0");
-  for (const std::string& m : o.modes) BLU_CHECK(m == "fp32" || m == "tf32" || m == "bf16", "unknown mode ", m);
+  for (const std::string& m : o.modes)
+    BLU_CHECK(m == "fp32" || m == "tf32" || m == "bf16", "unknown mode ", m);
   return o;
 }
 
@@ -188,7 +204,9 @@ void reset_peak(const Device& dev) {
 double peak_gib_of(const Device& dev) {
 #if BLU_WITH_CUDA
   if (dev.is_cuda())
-    return static_cast<double>(cuda::CachingAllocator::get().stats(dev.index).peak_allocated_bytes) / (1 << 30);
+    return static_cast<double>(
+               cuda::CachingAllocator::get().stats(dev.index).peak_allocated_bytes) /
+           (1 << 30);
 #else
   (void)dev;
 #endif
@@ -196,7 +214,8 @@ double peak_gib_of(const Device& dev) {
 }
 
 // metrics[name] = the peak, left out on the CPU.
-void put_peak(const Device& dev, const std::string& name, std::map<std::string, json::Value>* metrics) {
+void put_peak(const Device& dev, const std::string& name,
+              std::map<std::string, json::Value>* metrics) {
   if (const double gib = peak_gib_of(dev); gib >= 0) (*metrics)[name] = json::Value::number(gib);
 }
 
@@ -239,13 +258,15 @@ StepValues read_values(const nn::LlamaBlock& block, const Tensor& loss) {
 // The largest relative L2 difference over the loss and every gradient of `got` vs `ref`.
 double max_rel_l2(const StepValues& got, const StepValues& ref) {
   double worst = rel_l2(got.loss, ref.loss).first;
-  for (const auto& [name, g] : ref.grads) worst = std::max(worst, rel_l2(got.grads.at(name), g).first);
+  for (const auto& [name, g] : ref.grads)
+    worst = std::max(worst, rel_l2(got.grads.at(name), g).first);
   return worst;
 }
 
 // launches_before minus what the bound kernels save: a bound kernel replaces its calls by one
 // launch; a kept one (named in report.reasons by its first node) leaves them.
-int launches_after(const std::string& plan_json, const comp::BindReport& report, int launches_before) {
+int launches_after(const std::string& plan_json, const comp::BindReport& report,
+                   int launches_before) {
   std::set<int64_t> kept_first;
   const std::regex over(" over nodes ([0-9]+)\\.\\.:");
   for (const std::string& why : report.reasons) {
@@ -254,7 +275,8 @@ int launches_after(const std::string& plan_json, const comp::BindReport& report,
   }
   int after = launches_before;
   const json::Value root = json::parse(plan_json);
-  if (const json::Value* kernels = root.find("kernels"); kernels != nullptr && kernels->is_array()) {
+  if (const json::Value* kernels = root.find("kernels");
+      kernels != nullptr && kernels->is_array()) {
     for (const json::Value& k : kernels->as_array()) {
       const json::Value* nodes = k.find("nodes");
       if (nodes == nullptr || !nodes->is_array() || nodes->as_array().empty()) continue;
@@ -276,7 +298,8 @@ void set_mode(const std::string& mode) {
 }
 
 // One mode: returns its metrics (names without the "comp.llama.<mode>." prefix) and info lines.
-void run_mode(const Options& o, const std::string& mode, std::map<std::string, json::Value>* metrics,
+void run_mode(const Options& o, const std::string& mode,
+              std::map<std::string, json::Value>* metrics,
               std::map<std::string, json::Value>* info) {
   const Device dev(o.device);
   const DType dtype = mode == "bf16" ? DType::BF16 : DType::F32;
@@ -298,15 +321,19 @@ void run_mode(const Options& o, const std::string& mode, std::map<std::string, j
   const std::string matmul = mode == "bf16"   ? "bf16 tensor cores, fp32 accumulation"
                              : mode == "tf32" ? "tf32 (MatmulPrecision::kHigh)"
                                               : "strict fp32 (MatmulPrecision::kHighest)";
-  const std::string attention = mode == "bf16"   ? "bf16 flash attention"
-                                : mode == "tf32" ? "tf32 flash attention"
-                                                 : "3xTF32 flash attention (Fp32Attention::kSplit3TF32)";
-  (*info)["settings"] = json::Value::string(o.device == "cpu" ? "CPU backend" : matmul + "; " + attention);
+  const std::string attention = mode == "bf16" ? "bf16 flash attention"
+                                : mode == "tf32"
+                                    ? "tf32 flash attention"
+                                    : "3xTF32 flash attention (Fp32Attention::kSplit3TF32)";
+  (*info)["settings"] =
+      json::Value::string(o.device == "cpu" ? "CPU backend" : matmul + "; " + attention);
 
   // 1. Step 1 and its record for PyTorch.
-  std::map<std::string, Tensor> saved{{"x", x.to(Device::cpu())}, {"rope.cos", cos.to(Device::cpu())},
+  std::map<std::string, Tensor> saved{{"x", x.to(Device::cpu())},
+                                      {"rope.cos", cos.to(Device::cpu())},
                                       {"rope.sin", sin.to(Device::cpu())}};
-  for (const auto& [name, p] : block.named_parameters()) saved["w." + name] = p.detach().to(Device::cpu()).clone();
+  for (const auto& [name, p] : block.named_parameters())
+    saved["w." + name] = p.detach().to(Device::cpu()).clone();
   StepValues ref;
   {
     auto [y, loss] = step();
@@ -349,20 +376,25 @@ void run_mode(const Options& o, const std::string& mode, std::map<std::string, j
     (*metrics)["captured_ms"] = json::Value::number(ms);
     (*metrics)["captured_ratio_vs_eager"] = json::Value::number(eager_ms / ms);
     put_peak(dev, "captured_peak_gib", metrics);
-    (*metrics)["captured_arena_gib"] = json::Value::number(static_cast<double>(exe.arena().bytes) / (1 << 30));
-    (*metrics)["captured_max_grad_rel_l2_vs_eager"] = json::Value::number(max_rel_l2(read_values(block, captured_loss), ref));
+    (*metrics)["captured_arena_gib"] =
+        json::Value::number(static_cast<double>(exe.arena().bytes) / (1 << 30));
+    (*metrics)["captured_max_grad_rel_l2_vs_eager"] =
+        json::Value::number(max_rel_l2(read_values(block, captured_loss), ref));
   }
-  std::printf("[%s] eager %.3f ms, captured %.3f ms, %d launches per step\n", mode.c_str(), eager_ms,
-              metrics->at("captured_ms").as_number(), launches_before);
+  std::printf("[%s] eager %.3f ms, captured %.3f ms, %d launches per step\n", mode.c_str(),
+              eager_ms, metrics->at("captured_ms").as_number(), launches_before);
 
   // 4. Compiled: blu-plan on the record, the plan bound to a second Executable.
   std::string tool = o.blu_plan;
   if (tool.empty() && std::getenv("BLU_PLAN") != nullptr) tool = std::getenv("BLU_PLAN");
   if (tool.empty()) {
-    (*info)["compiled"] = json::Value::string("not run: no blu-plan (--blu-plan PATH or $BLU_PLAN)");
-    std::printf("[%s] compiled: not run (no blu-plan: --blu-plan PATH or $BLU_PLAN)\n", mode.c_str());
+    (*info)["compiled"] =
+        json::Value::string("not run: no blu-plan (--blu-plan PATH or $BLU_PLAN)");
+    std::printf("[%s] compiled: not run (no blu-plan: --blu-plan PATH or $BLU_PLAN)\n",
+                mode.c_str());
   } else {
-    const std::string plan_path = prefix + "_plan.json", ptx_dir = prefix + "_ptx", log = prefix + "_plan.log";
+    const std::string plan_path = prefix + "_plan.json", ptx_dir = prefix + "_ptx",
+                      log = prefix + "_plan.log";
     fs::remove_all(ptx_dir);
     fs::create_directories(ptx_dir);
     fs::remove(plan_path);
@@ -386,27 +418,29 @@ void run_mode(const Options& o, const std::string& mode, std::map<std::string, j
     (*metrics)["kernels_bound"] = json::Value::integer(r.bound);
     (*metrics)["kernels_kept"] = json::Value::integer(r.kept);
     (*metrics)["launches_after"] = json::Value::integer(after);
-    if (const json::Value* planned = json::parse(plan).find("launches_after"); planned != nullptr && planned->is_integer())
-      (*metrics)["launches_after_planned"] = json::Value::integer(planned->as_integer());  // all bound
+    if (const json::Value* planned = json::parse(plan).find("launches_after");
+        planned != nullptr && planned->is_integer())
+      (*metrics)["launches_after_planned"] =
+          json::Value::integer(planned->as_integer());  // all bound
     (*metrics)["compiled_max_grad_rel_l2_vs_eager"] = json::Value::number(max_rel_l2(got, ref));
     saved["compiled.loss"] = got.loss;
     for (const auto& [name, g] : got.grads) saved["compiled.grad." + name] = g;
-    std::printf("[%s] compiled %.3f ms (%d kernels bound, %d kept; %d -> %d launches)\n", mode.c_str(), ms, r.bound,
-                r.kept, launches_before, after);
-    for (const std::string& why : r.reasons) std::printf("[%s]   kept: %s\n", mode.c_str(), why.c_str());
+    std::printf("[%s] compiled %.3f ms (%d kernels bound, %d kept; %d -> %d launches)\n",
+                mode.c_str(), ms, r.bound, r.kept, launches_before, after);
+    for (const std::string& why : r.reasons)
+      std::printf("[%s]   kept: %s\n", mode.c_str(), why.c_str());
   }
-  const std::map<std::string, std::string> meta{
-      {"mode", mode},
-      {"batch", std::to_string(o.batch)},
-      {"seq", std::to_string(o.seq)},
-      {"dim", std::to_string(o.dim)},
-      {"heads", std::to_string(o.heads)},
-      {"hidden", std::to_string(o.hidden)},
-      {"rms_eps", "1e-6"},
-      {"rope_base", "10000"},
-      {"loss", "mean(float32(y)^2)"},
-      {"matmul", matmul},
-      {"attention", attention}};
+  const std::map<std::string, std::string> meta{{"mode", mode},
+                                                {"batch", std::to_string(o.batch)},
+                                                {"seq", std::to_string(o.seq)},
+                                                {"dim", std::to_string(o.dim)},
+                                                {"heads", std::to_string(o.heads)},
+                                                {"hidden", std::to_string(o.hidden)},
+                                                {"rms_eps", "1e-6"},
+                                                {"rope_base", "10000"},
+                                                {"loss", "mean(float32(y)^2)"},
+                                                {"matmul", matmul},
+                                                {"attention", attention}};
   save_safetensors(prefix + ".safetensors", saved, meta);
 }
 
