@@ -142,6 +142,42 @@ Tensor flatten(const std::vector<Tensor>& parts, Device device) {
 }
 }  // namespace
 
+// Note [Failing together]
+// A part of the resume that some ranks can fail while the others succeed (rank 0 reading the
+// weights it is about to broadcast, each rank reading its own shard slices: a damaged file is seen
+// by the rank that reads it) must not leave the others in their next collective: they would fail
+// there with a transport error ("connection closed by peer") and the launcher, seeing that rank's
+// exit first, would stop the one that knows what happened before it printed (session 15: the
+// damaged-shard test lost rank 0's checksum message this way in 2 of 3 runs). So each such part
+// runs on every rank, the ranks then all-gather a flag and the start of their message, and every
+// rank throws the first failing rank's message (naming that rank) when any failed.
+void DataParallel::fail_together(const std::function<void()>& part) {
+  std::string error;
+  try {
+    part();
+  } catch (const blu::Error& e) {
+    error = e.what();
+  }
+  constexpr int64_t kChars = 2047;  // of each rank's message (a longer one is cut)
+  const int64_t row = kChars + 1;   // flag, then one char per element
+  std::vector<double> mine(static_cast<std::size_t>(row), 0.0);
+  mine[0] = error.empty() ? 0.0 : 1.0;
+  for (std::size_t i = 0; i < error.size() && i < static_cast<std::size_t>(kChars); ++i)
+    mine[i + 1] = static_cast<double>(static_cast<unsigned char>(error[i]));
+  const int n = size();
+  Tensor all = zeros({n * row}, TensorOptions(kFloat64).device(pg_->device()));
+  pg_->all_gather(all, from_vector(mine, {row}, TensorOptions(kFloat64)).to(pg_->device()));
+  const std::vector<double> v = all.to_double_vector();
+  if (!error.empty()) BLU_THROW(error);
+  for (int r = 0; r < n; ++r) {
+    const double* f = &v[static_cast<std::size_t>(r * row)];
+    if (f[0] == 0.0) continue;
+    std::string msg;
+    for (int64_t i = 1; i < row && f[i] != 0.0; ++i) msg.push_back(static_cast<char>(static_cast<unsigned char>(f[i])));
+    BLU_THROW(msg, " (rank ", r, " of the data-parallel group failed this; rank ", rank(), " stops with it)");
+  }
+}
+
 void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool opt_has_moments,
                           ShardedCheckpointReader* resume) {
   if (cfg_->engine == "fused") return;  // the fused step broadcasts and reduces itself
@@ -167,7 +203,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
     opt = std::move(sharded);
     zero3_ = true;
     zero3_model_ = &model;
-    if (resume != nullptr) load_sharded_pieces(*resume, opt);  // Note [Sharded checkpoints]
+    if (resume != nullptr) fail_together([&] { load_sharded_pieces(*resume, opt); });  // Note [Sharded checkpoints]
     return;
   }
   if (cfg_->zero == 0) {
@@ -185,7 +221,11 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
   bludist::ZeroOptions zo;
   zo.stage = cfg_->zero;
   zo.bucket_cap_bytes = static_cast<std::size_t>(cfg_->dp_bucket_mb * 1024.0 * 1024.0);
-  if (resume != nullptr && rank() == 0) load_sharded_weights(*resume, opt);  // broadcast next
+  if (resume != nullptr) {  // rank 0 reads, ZeroAdamW broadcasts next
+    fail_together([&] {
+      if (rank() == 0) load_sharded_weights(*resume, opt);
+    });
+  }
   zero_ = std::make_unique<bludist::ZeroAdamW>(params, pg_, o, decay, zo);  // broadcasts rank 0's weights
   zero_->set_step_count(opt.step_count());
   if (opt_has_moments) {
@@ -193,7 +233,7 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
     zero_->load_state(flatten(opt.exp_avg(), model.device()),
                       flatten(opt.exp_avg_sq(), model.device()));
   }
-  if (resume != nullptr) load_sharded_moments(*resume, opt);
+  if (resume != nullptr) fail_together([&] { load_sharded_moments(*resume, opt); });
   release_moments(opt);
 }
 

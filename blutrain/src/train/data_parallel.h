@@ -46,6 +46,7 @@
 //    fused engine is refused (config.cpp): ZeRO-1 there is not built.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -182,6 +183,8 @@ class DataParallel {
   };
   std::vector<OwnedSlice> owned_slices(int rank, std::size_t n_params) const;
   ShardIndex shard_index(const AdamW& opt) const;
+  // Runs part on every rank; when it threw on any, every rank throws (Note [Failing together]).
+  void fail_together(const std::function<void()>& part);
   void load_sharded_weights(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-1/2, before ZeroAdamW
   void load_sharded_moments(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-1/2, after it
   void load_sharded_pieces(ShardedCheckpointReader& reader, AdamW& opt);  // ZeRO-3
