@@ -352,7 +352,7 @@ class NcclProcessGroup final : public ProcessGroup {
 
   void finish(const std::shared_ptr<Work::State>& w, cudaStream_t compute, bool async, const std::string& what) {
     BLU_CUDA_CHECK(cudaEventRecord(w->event, comm_stream_));
-    if (w->timed) BLU_CUDA_CHECK(cudaEventRecord(w->timed->end.e, comm_stream_));
+    if (w->timed) w->timed->record(w->timed->end, comm_stream_);
     w->recorded = true;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     BLU_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
@@ -366,21 +366,31 @@ class NcclProcessGroup final : public ProcessGroup {
 
   // Note [Communication timing]: a timed collective's start event, recorded on the communication
   // stream once it waits for the compute stream (the window's reference event first, on `compute`);
-  // null when timing is off or the compute stream is being captured into a graph.
+  // null when timing is off, or the compute stream is being captured into a graph and graph timing
+  // is off (Note [Communication timing in graphs]).
   std::shared_ptr<TimedOp> start_timing(cudaStream_t compute) {
     if (!options_.time_comm || compute == comm_stream_) return nullptr;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    BLU_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return nullptr;
-    if (!window_ref_) {
-      window_ref_ = std::make_shared<TimingEvent>();
-      BLU_CUDA_CHECK(cudaEventRecord(window_ref_->e, compute));
+    unsigned long long capture_id = 0;
+    BLU_CUDA_CHECK(cudaStreamGetCaptureInfo(compute, &capture, &capture_id));
+    const bool in_graph = capture != cudaStreamCaptureStatusNone;
+    if (in_graph && !time_graphs_) return nullptr;
+    std::shared_ptr<TimingEvent>& ref = in_graph ? graph_ref_ : window_ref_;
+    if (in_graph && capture_id != graph_capture_id_) {  // a new graph: the older one's ops are dropped
+      graph_timed_.clear();
+      ref.reset();
+      graph_capture_id_ = capture_id;
     }
-    if (timed_.size() >= 4096) harvest();  // a program that never takes the timing stays bounded
     auto t = std::make_shared<TimedOp>();
-    t->ref = window_ref_;
-    BLU_CUDA_CHECK(cudaEventRecord(t->start.e, comm_stream_));
-    timed_.push_back(t);
+    t->in_graph = in_graph;
+    if (!ref) {
+      ref = std::make_shared<TimingEvent>();
+      t->record(*ref, compute);
+    }
+    if (!in_graph && timed_.size() >= 4096) harvest();  // a program that never takes the timing stays bounded
+    t->ref = ref;
+    t->record(t->start, comm_stream_);
+    (in_graph ? graph_timed_ : timed_).push_back(t);
     return t;
   }
 
@@ -388,12 +398,47 @@ class NcclProcessGroup final : public ProcessGroup {
   CommTiming take_comm_timing() override {
     harvest();
     CommTiming r = std::exchange(harvested_, CommTiming{});
+    for (const auto& t : graph_timed_) add_if_timed(*t, &r, /*in_graph=*/true);
     window_ref_.reset();  // the next collective opens a new window
     r.device_timed = r.ops > 0;
     return r;
   }
 
  private:
+  // Note [Communication timing in graphs]
+  // With BLUDIST_COMM_TIMING_GRAPHS=1 (off by default: not yet run on a GPU, session 15) the
+  // collectives a CUDA graph captures (the fused engine's bucket all-reduces) are timed too: the
+  // reference, start, end and wait events are recorded as external event nodes
+  // (cudaEventRecordExternal), which each replay records again, so after a replay they hold that
+  // replay's times. They are kept for the group's life (the graph's nodes name them) and every take
+  // reports them as of the last replay: take once per replay (the trainer takes at the end of each
+  // step, after its graph ran; the take at the start of a step is discarded). A new capture on the
+  // group drops the previous graph's events (one graph with collectives per group at a time); an
+  // event no replay has recorded yet is skipped.
+  static bool graphs_from_env() {
+    const char* v = std::getenv("BLUDIST_COMM_TIMING_GRAPHS");
+    return v && std::string(v) == "1";
+  }
+
+  // Adds t's time (and exposed time) to *r when its events hold times; false when not (yet).
+  static bool add_if_timed(const TimedOp& t, CommTiming* r, bool in_graph) {
+    auto elapsed = [&](const TimingEvent& a, const TimingEvent& b, float* ms) {
+      const cudaError_t e = cudaEventElapsedTime(ms, a.e, b.e);
+      if (e == cudaSuccess) return true;
+      if (!in_graph) BLU_CUDA_CHECK(e);
+      (void)cudaGetLastError();  // a graph event before its first replay: not recorded yet
+      return false;
+    };
+    float run_ms = 0, at_wait = 0, at_end = 0;
+    if (!elapsed(t.start, t.end, &run_ms)) return false;
+    // Both against the reference, recorded before them: no difference is taken backwards in time.
+    if (t.wait && (!elapsed(*t.ref, *t.wait, &at_wait) || !elapsed(*t.ref, t.end, &at_end))) return false;
+    r->comm_ms += run_ms;
+    if (t.wait) r->exposed_ms += std::max(0.0f, at_end - at_wait);
+    ++r->ops;
+    return true;
+  }
+
   // Adds the finished timed collectives to harvested_ (never blocks): one not finished yet, in an
   // open group, or whose wait the compute stream has not reached stays for a later call.
   void harvest() {
@@ -410,20 +455,10 @@ class NcclProcessGroup final : public ProcessGroup {
         pending.push_back(std::move(t));
         continue;
       }
-      float run_ms = 0;
-      BLU_CUDA_CHECK(cudaEventElapsedTime(&run_ms, t->start.e, t->end.e));
-      harvested_.comm_ms += run_ms;
-      if (t->wait) {
-        float at_wait = 0, at_end = 0;  // both after the reference: no backwards difference
-        BLU_CUDA_CHECK(cudaEventElapsedTime(&at_wait, t->ref->e, t->wait->e));
-        BLU_CUDA_CHECK(cudaEventElapsedTime(&at_end, t->ref->e, t->end.e));
-        harvested_.exposed_ms += std::max(0.0f, at_end - at_wait);
-      }
-      ++harvested_.ops;
+      add_if_timed(*t, &harvested_, /*in_graph=*/false);
     }
     timed_ = std::move(pending);
   }
-
 
   int device_;
   ncclComm_t comm_ = nullptr;
@@ -437,6 +472,10 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<TimingEvent> window_ref_;        // Note [Communication timing]
   std::vector<std::shared_ptr<TimedOp>> timed_;    // issued, not yet harvested
   CommTiming harvested_;                           // finished, not yet taken
+  const bool time_graphs_ = graphs_from_env();     // Note [Communication timing in graphs]
+  std::shared_ptr<TimingEvent> graph_ref_;
+  std::vector<std::shared_ptr<TimedOp>> graph_timed_;
+  unsigned long long graph_capture_id_ = 0;
 };
 
 }  // namespace

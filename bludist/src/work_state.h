@@ -21,17 +21,29 @@ struct TimingEvent {
 
 // The events of one timed collective: `ref` (shared by a window's collectives, recorded on the
 // compute stream before the first of them), `start` / `end` on the communication stream around
-// it, `wait` on the stream that first waited for it.
+// it, `wait` on the stream that first waited for it. in_graph: recorded while the streams were
+// captured into a CUDA graph, as external event nodes that every replay records again (Note
+// [Communication timing in graphs] in nccl_process_group.cpp).
 struct TimedOp {
   std::shared_ptr<TimingEvent> ref;
   TimingEvent start, end;
   std::unique_ptr<TimingEvent> wait;
+  bool in_graph = false;
+  // Records e on s: a plain record, or under capture an external event node (a graph op only).
+  void record(const TimingEvent& e, cudaStream_t s) const {
+    if (in_graph) {
+      BLU_CUDA_CHECK(cudaEventRecordWithFlags(e.e, s, cudaEventRecordExternal));
+    } else {
+      BLU_CUDA_CHECK(cudaEventRecord(e.e, s));
+    }
+  }
   void mark_wait(cudaStream_t s) {
     if (wait) return;  // the first wait is where the compute stream stalls
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return;
+    if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) return;
+    if ((capture != cudaStreamCaptureStatusNone) != in_graph) return;  // a wait outside the op's own world
     wait = std::make_unique<TimingEvent>();
-    BLU_CUDA_CHECK(cudaEventRecord(wait->e, s));
+    record(*wait, s);
   }
 };
 #else

@@ -92,7 +92,8 @@ class Work {
 // step achieved (a synchronous collective is all exposed; DDP's buckets or async TP's chunks hide
 // what runs beside compute). Only collectives whose end event has completed are harvested (the
 // take never blocks; the rest count in a later window); collectives issued while the stream is
-// captured into a CUDA graph are not timed (a graph's event nodes are not this timer's), nor does a
+// captured into a CUDA graph are not timed unless BLUDIST_COMM_TIMING_GRAPHS=1 (then as of their
+// graph's last replay: Note [Communication timing in graphs] in nccl_process_group.cpp), nor does a
 // host wait (Work::synchronize, barrier) count as exposed. Gloo (CPU): the calls block, so each
 // one's host time is both comm and exposed. Off with BLUDIST_COMM_TIMING=0.
 struct CommTiming {
