@@ -207,6 +207,7 @@ def collect(runs, modes, warmup):
             if num(r["tok_s"]):
                 p = f"dist.ddp.{mb.group(1)}.{mb.group(2)}."
                 metrics[p + "tok_s"] = r["tok_s"]
+                comm_metrics(metrics, p, r)  # e.g. BLU_DIST_ENV=BLUDIST_COMM_TIMING_GRAPHS=1
                 one = metrics.get(f"dist.ddp.{mb.group(1)}.tok_s_1gpu")
                 if not mb.group(2).startswith("bucket") and num(one) and one > 0:
                     metrics[p + "scaling_2gpu"] = r["tok_s"] / one
