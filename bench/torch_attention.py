@@ -25,25 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import median_ms  # noqa: E402
+
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-
-
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(reps)]
-    for e0, e1 in events:
-        e0.record()
-        fn()
-        e1.record()
-    torch.cuda.synchronize()
-    ms = sorted(e0.elapsed_time(e1) for e0, e1 in events)
-    return ms[len(ms) // 2]
 
 
 def make_inputs(B, T, H, d, dtype=torch.bfloat16, requires_grad=True):

@@ -41,6 +41,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import median_ms  # noqa: E402
+
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 FLOORS = {"fp32": 1e-6, "tf32": 1e-4, "bf16": 1e-3}
 PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
@@ -100,19 +103,6 @@ class LlamaBlock(nn.Module):
     def named_grads(self):
         mods = {"attn_norm": self.attn_norm, "mlp_norm": self.mlp_norm}
         return {name: (mods[name].weight if name in mods else getattr(self, name).weight).grad for name in PARAMS}
-
-
-def median_ms(step, warmup, iters):
-    for _ in range(warmup):
-        step()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for e0, e1 in events:
-        e0.record()
-        step()
-        e1.record()
-    torch.cuda.synchronize()
-    ms = sorted(e0.elapsed_time(e1) for e0, e1 in events)
-    return ms[len(ms) // 2]
 
 
 def diff(a, b):
