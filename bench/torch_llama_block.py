@@ -39,10 +39,29 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_timing import median_ms  # noqa: E402
+
+try:
+    from safetensors.torch import load_file
+except ImportError:  # the device's PyTorch had it in sessions 6-14; without it, the format is simple
+    def load_file(path):
+        """{name: tensor} of a safetensors file: 8-byte little-endian header size, JSON header, data."""
+        kinds = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16, "F16": torch.float16,
+                 "I32": torch.int32, "I64": torch.int64, "U8": torch.uint8}
+        with open(path, "rb") as f:
+            blob = f.read()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8:8 + n])
+        out = {}
+        for name, v in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = v["data_offsets"]
+            raw = bytearray(blob[8 + n + begin:8 + n + end])
+            out[name] = torch.frombuffer(raw, dtype=kinds[v["dtype"]]).reshape(v["shape"]).clone()
+        return out
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 FLOORS = {"fp32": 1e-6, "tf32": 1e-4, "bf16": 1e-3}
