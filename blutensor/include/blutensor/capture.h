@@ -190,12 +190,40 @@ class Executable {
   // graph, no host reads, disjoint from earlier overrides) are not run; where the last of them was,
   // `launch` runs with `view`, which gives the tensor of any TensorRef of the graph on this run's
   // buffers (a call's arguments: graph().nodes[i].args). The kernel must leave what the calls left
-  // in every buffer read later or kept after the step; buffers only the set uses are still
-  // allocated (an arena plan will drop them).
+  // in every buffer read later or kept after the step. A buffer only override sets use (every
+  // node that names it is replaced) gets no bytes: not in the arena, not allocated per run (the
+  // chunked classifier's logits and their gradient); should a launch still view one, it gets a
+  // storage of its own, made once and kept (correct, not lean). scratch_bytes > 0: the launch also
+  // gets a scratch tensor of that many bytes (byte_view's form), placed in the arena as a
+  // temporary live at the set's last node only (a storage of its own without the arena).
   using ViewFn = std::function<Tensor(const TensorRef&)>;
   using LaunchFn = std::function<void(const ViewFn& view)>;
+  using ScratchLaunchFn = std::function<void(const ViewFn& view, const Tensor& scratch)>;
   void replace(std::vector<int> nodes, LaunchFn launch);
+  void replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch);
   const Graph& graph() const { return graph_; }
+
+  // The classifier in row chunks (Note [Chunked classifier], src/capture/capture_classifier.cpp):
+  // recognises the lm-head GEMM, cross-entropy forward/backward and the two backward GEMMs and
+  // replaces them by two chunked launches (forward, backward), so the [N, V] logits and their
+  // gradient get no bytes. chunk_rows <= 0: BLU_CAPTURE_CLASSIFIER_ROWS, else the rows whose
+  // logits fit kClassifierChunkBytes. Where the pattern is not exactly there (or a node is already
+  // replaced) the record is left as is and the report says why. Once per Executable (a second
+  // call returns the first report). Callers switch it off by not calling it (the trainer:
+  // BLU_CAPTURE_CHUNKED_CLASSIFIER=0).
+  static constexpr std::size_t kClassifierChunkBytes = std::size_t{128} << 20;
+  struct ClassifierChunks {
+    bool applied = false;
+    std::string why;              // not applied: the part of the pattern that is missing
+    int64_t rows = 0, vocab = 0;  // the logits' [N, V]
+    int64_t chunk_rows = 0, chunks = 0;
+    std::size_t logits_bytes = 0;   // the recorded logits (their gradient: as many)
+    std::size_t scratch_bytes = 0;  // one chunk's logits (each launch's scratch)
+    std::vector<int> forward_nodes, backward_nodes;
+    std::string describe() const;  // one line, no newline
+  };
+  const ClassifierChunks& chunk_classifier(int64_t chunk_rows = 0);
+  const ClassifierChunks& classifier() const { return classifier_; }
 
   // The arena plan of the temporaries (made on first need, again after replace()); enabled false
   // with per-buffer storage.
@@ -212,6 +240,8 @@ class Executable {
 
  private:
   void plan_temporaries();
+  void add_override(std::vector<int> nodes, LaunchFn launch, std::size_t scratch_bytes,
+                    ScratchLaunchFn scratch_launch);
   bool use_arena_ = true;
   bool use_inplace_ = true;
   bool planned_ = false;
@@ -222,7 +252,14 @@ class Executable {
   struct Override {
     std::vector<int> nodes;
     LaunchFn launch;
+    std::size_t scratch_bytes = 0;
+    ScratchLaunchFn scratch_launch;
+    std::shared_ptr<Storage> scratch;  // its window of the arena (null without the arena)
   };
+  ClassifierChunks classifier_;
+  bool classifier_tried_ = false;
+  std::vector<char> dropped_;  // per buffer: only override sets use it (no bytes)
+  std::map<int, std::shared_ptr<Storage>> dropped_fallback_;  // a dropped buffer a launch viewed
   std::vector<Override> overrides_;
   std::vector<int> override_of_;  // per node: index into overrides_, -1 when the node runs itself
   Graph graph_;

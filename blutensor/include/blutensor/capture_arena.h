@@ -120,6 +120,9 @@ struct ArenaStats {
   bool inplace = false;               // in-place pairs allowed (BLU_CAPTURE_INPLACE, use_inplace)
   std::size_t inplace_candidates = 0;  // pairs the ops allow (Note [In-place reuse])
   std::size_t inplace_pairs = 0;       // of those, placed on the same bytes
+  std::size_t dropped = 0;             // buffers only override sets use: no bytes (Note [Kernel
+  std::size_t dropped_bytes = 0;       // overrides]), and their sizes summed
+  std::size_t scratch_bytes = 0;       // overrides' scratch, summed (placed in the arena)
 };
 
 }  // namespace blu::capture

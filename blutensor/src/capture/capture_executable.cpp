@@ -117,7 +117,9 @@ Tensor Executable::buffer(int id) {
 // Note [Step arena] for the Executable: every temporary (not persistent, used by some node) is an
 // interval [first use, last use] over the node order, last use extended to the end for a buffer a
 // host read reads (its view outlives the step) and to an override's last node for what the
-// override touches (replace() did that). With use_inplace, a result may take the bytes of an
+// override touches (replace() did that); a buffer only overridden nodes use is no temporary (no
+// bytes: Note [Kernel overrides]) and an override's scratch is one, live at the set's last node.
+// With use_inplace, a result may take the bytes of an
 // operand that dies at its node where the op allows it (Note [In-place reuse]; never at a node an
 // override replaced). One plan per device; each temporary then gets a Storage
 // that is a window of its device's arena (the arena kept alive by every window), so views, host
@@ -137,13 +139,44 @@ void Executable::plan_temporaries() {
       if (t.defined()) last[static_cast<size_t>(t.buffer)] = end;
     }
   }
-  std::map<std::string, std::vector<int>> by_device;  // device -> temporaries
+  // A buffer every node of which an override replaced gets no bytes (Note [Kernel overrides]).
+  dropped_.assign(graph_.buffers.size(), 0);
+  if (!overrides_.empty()) {
+    std::vector<char> outside(graph_.buffers.size(), 0);  // some node that runs itself uses it
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      if (i < override_of_.size() && override_of_[i] >= 0) continue;
+      for (const Arg& a : graph_.nodes[i].args) {
+        for (const TensorRef& t : a.tensors) {
+          if (t.defined()) outside[static_cast<size_t>(t.buffer)] = 1;
+        }
+      }
+    }
+    for (const Buffer& b : graph_.buffers) {
+      const size_t id = static_cast<size_t>(b.id);
+      if (live_[id] != nullptr || first_use_[id] < 0 || outside[id]) continue;
+      dropped_[id] = 1;
+      ++stats_.dropped;
+      stats_.dropped_bytes += b.nbytes;
+    }
+  }
+  // device -> temporaries: a buffer id, or -(k + 1) for override k's scratch.
+  std::map<std::string, std::vector<int>> by_device;
   std::vector<char> temporary(graph_.buffers.size(), 0);
   for (const Buffer& b : graph_.buffers) {
     const size_t id = static_cast<size_t>(b.id);
-    if (live_[id] != nullptr || first_use_[id] < 0) continue;
+    if (live_[id] != nullptr || first_use_[id] < 0 || dropped_[id]) continue;
     by_device[b.device.str()].push_back(b.id);
     temporary[id] = 1;
+  }
+  std::map<std::string, Device> device_of;
+  for (size_t k = 0; k < overrides_.size(); ++k) {
+    Override& o = overrides_[k];
+    o.scratch = nullptr;
+    if (o.scratch_bytes == 0) continue;
+    const Device d = graph_.nodes[static_cast<size_t>(o.nodes.back())].device;
+    by_device[d.str()].push_back(-static_cast<int>(k) - 1);
+    device_of.emplace(d.str(), d);
+    stats_.scratch_bytes += o.scratch_bytes;
   }
   stats_.inplace = use_inplace_;
   inplace_pairs_.clear();
@@ -157,22 +190,28 @@ void Executable::plan_temporaries() {
     std::vector<ArenaInterval> intervals;
     std::map<int, int> index_of;  // buffer id -> interval
     for (int id : ids) {
-      const size_t i = static_cast<size_t>(id);
       index_of[id] = static_cast<int>(intervals.size());
+      if (id < 0) {  // an override's scratch: live at the node its launch runs at
+        const Override& o = overrides_[static_cast<size_t>(-id - 1)];
+        intervals.push_back({o.scratch_bytes, o.nodes.back(), o.nodes.back()});
+        continue;
+      }
+      const size_t i = static_cast<size_t>(id);
       intervals.push_back({graph_.buffers[i].nbytes, first_use_[i], last[i]});
     }
     for (size_t k = 0; k < ids.size(); ++k) {
-      const int operand = taker[static_cast<size_t>(ids[k])];
+      const int operand = ids[k] >= 0 ? taker[static_cast<size_t>(ids[k])] : -1;
       if (operand >= 0) intervals[k].inplace_of = index_of.at(operand);
     }
     const ArenaPlan plan = plan_arena(intervals, kArenaAlignmentBytes);
-    stats_.temporaries += ids.size();
+    stats_.temporaries += static_cast<size_t>(std::count_if(ids.begin(), ids.end(), [](int id) { return id >= 0; }));
     stats_.bytes += plan.bytes;
     stats_.lower_bound_bytes += plan.lower_bound_bytes;
     stats_.summed_bytes += plan.summed_bytes;
     stats_.inplace_pairs += plan.inplace_pairs;
     if (!use_arena_ || plan.bytes == 0) continue;
-    const Device device = graph_.buffers[static_cast<size_t>(ids.front())].device;
+    const Device device =
+        ids.front() >= 0 ? graph_.buffers[static_cast<size_t>(ids.front())].device : device_of.at(device_name);
     // Host storage is 64-byte aligned, CUDA's (the caching allocator's blocks) 512: on the host,
     // room to start the arena at the plan's alignment.
     const std::size_t slack = device.is_cpu() ? kArenaAlignmentBytes - 1 : 0;
@@ -190,6 +229,11 @@ void Executable::plan_temporaries() {
               "capture::Executable: the arena of ", plan.bytes, " bytes on ", device.str(),
               " is not ", kArenaAlignmentBytes, "-byte aligned");
     for (size_t k = 0; k < ids.size(); ++k) {
+      if (ids[k] < 0) {
+        Override& o = overrides_[static_cast<size_t>(-ids[k] - 1)];
+        o.scratch = std::make_shared<Storage>(base + plan.offsets[k], o.scratch_bytes, device, [arena](void*) {});
+        continue;
+      }
       const Buffer& b = graph_.buffers[static_cast<size_t>(ids[k])];
       arena_views_[static_cast<size_t>(b.id)] =
           std::make_shared<Storage>(base + plan.offsets[k], b.nbytes, device, [arena](void*) {});
@@ -198,7 +242,18 @@ void Executable::plan_temporaries() {
 }
 
 void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
-  BLU_CHECK(!nodes.empty() && launch, "capture::Executable::replace: no nodes or no launch");
+  BLU_CHECK(launch, "capture::Executable::replace: no launch");
+  add_override(std::move(nodes), std::move(launch), 0, nullptr);
+}
+
+void Executable::replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch) {
+  BLU_CHECK(launch, "capture::Executable::replace: no launch");
+  add_override(std::move(nodes), nullptr, scratch_bytes, std::move(launch));
+}
+
+void Executable::add_override(std::vector<int> nodes, LaunchFn launch, std::size_t scratch_bytes,
+                              ScratchLaunchFn scratch_launch) {
+  BLU_CHECK(!nodes.empty(), "capture::Executable::replace: no nodes");
   std::sort(nodes.begin(), nodes.end());
   override_of_.resize(graph_.nodes.size(), -1);
   for (size_t k = 0; k < nodes.size(); ++k) {
@@ -223,7 +278,7 @@ void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
       }
     }
   }
-  overrides_.push_back({std::move(nodes), std::move(launch)});
+  overrides_.push_back({std::move(nodes), std::move(launch), scratch_bytes, std::move(scratch_launch), nullptr});
   planned_ = false;  // the live ranges changed: plan (and allocate) again at the next run
   arena_views_.clear();
 }
@@ -256,7 +311,7 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       for (const TensorRef& t : a.tensors) {
         if (!t.defined()) continue;
         std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(t.buffer)];
-        if (s == nullptr) {
+        if (s == nullptr && !dropped_[static_cast<size_t>(t.buffer)]) {
           const Buffer& b = graph_.buffers[static_cast<size_t>(t.buffer)];
           s = std::make_shared<Storage>(b.nbytes, b.device);
         }
@@ -266,9 +321,25 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     if (ov < 0) {
       run_node(node, i, ctx);
     } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
-      const ViewFn view = [&ctx](const TensorRef& r) { return ctx.view(r); };
+      const ViewFn view = [&ctx, this](const TensorRef& r) {
+        if (r.defined() && ctx.storages[static_cast<size_t>(r.buffer)] == nullptr) {
+          // A buffer only override sets use (no bytes planned): one storage of its own, kept.
+          std::shared_ptr<Storage>& f = dropped_fallback_[r.buffer];
+          const Buffer& b = graph_.buffers[static_cast<size_t>(r.buffer)];
+          if (f == nullptr) f = std::make_shared<Storage>(b.nbytes, b.device);
+          ctx.storages[static_cast<size_t>(r.buffer)] = f;
+        }
+        return ctx.view(r);
+      };
+      Override& o = overrides_[static_cast<size_t>(ov)];
       try {
-        overrides_[static_cast<size_t>(ov)].launch(view);
+        if (o.scratch_launch) {
+          const std::shared_ptr<Storage> scratch =
+              o.scratch != nullptr ? o.scratch : std::make_shared<Storage>(o.scratch_bytes, node.device);
+          o.scratch_launch(view, detail::byte_view(scratch, o.scratch_bytes));
+        } else {
+          o.launch(view);
+        }
       } catch (const Error& e) {
         BLU_THROW("capture::Executable: the override of nodes ending at ", i,
                   " failed: ", e.what());

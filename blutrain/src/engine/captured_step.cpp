@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "blutensor/autograd.h"
 #include "blucomp/step_runtime.h"
@@ -44,7 +45,8 @@ std::string gib(std::size_t bytes) {
 
 // Note [Step arena] (blutensor/capture_arena.h) as the progress output says it, and blu-plan's
 // own arena when a plan is bound.
-std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t plan_bound_bytes) {
+std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t plan_bound_bytes,
+                       const std::string& classifier) {
   std::string s = "captured engine: ";
   s += a.enabled ? "arena " + gib(a.bytes)
                  : "a storage per temporary (BLU_CAPTURE_ARENA=0; the arena would be " + gib(a.bytes) + ")";
@@ -54,6 +56,7 @@ std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t
                         " in-place pairs shared"
                   : std::string("in place off: BLU_CAPTURE_INPLACE=0")) +
        ")";
+  s += "; " + classifier;
   if (plan_bytes >= 0) {
     s += "; blu-plan's arena " + gib(static_cast<std::size_t>(plan_bytes)) + " (lower bound " +
          gib(static_cast<std::size_t>(plan_bound_bytes)) + ")";
@@ -120,7 +123,14 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
                      "); the step runs as recorded (no fused kernels)\n";
       }
     }
-    describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes);
+    // Note [Chunked classifier] (blutensor): after the plan's kernels (a classifier call one of
+    // them replaced keeps the record's classifier).
+    const char* chunked = std::getenv("BLU_CAPTURE_CHUNKED_CLASSIFIER");
+    const bool chunk = chunked == nullptr || !(std::string(chunked) == "0" || std::string(chunked) == "off" ||
+                                               std::string(chunked) == "false");
+    const std::string classifier = chunk ? exe_->chunk_classifier().describe()
+                                         : "classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)";
+    describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes, classifier);
     return u;
   }
   {

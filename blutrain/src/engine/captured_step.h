@@ -35,7 +35,11 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
 // plan's beside it when a plan is bound) and --summary-json as e2e.<mode>.arena_gib;
 // BLU_CAPTURE_ARENA=0 gives each temporary its own storage instead (debugging); results take the
 // bytes of operands dying at their op where the op allows it (Note [In-place reuse]; the line
-// says how many pairs), BLU_CAPTURE_INPLACE=0 turns that alone off (A/B on the device).
+// says how many pairs), BLU_CAPTURE_INPLACE=0 turns that alone off (A/B on the device). The
+// classifier runs in row chunks (blutensor's Note [Chunked classifier]: the [N, V] logits and their
+// gradient never exist); the arena line ends with "classifier in K chunks of R rows ..." or
+// "classifier as recorded (why)"; BLU_CAPTURE_CHUNKED_CLASSIFIER=0 keeps the recorded calls (A/B),
+// BLU_CAPTURE_CLASSIFIER_ROWS=R sets the rows of a chunk.
 // Limits: one micro-batch per step, no --dp/--tp, the non-finite test hook refused.
 class CapturedStep {
  public:
@@ -52,6 +56,10 @@ class CapturedStep {
   // The executable's arena (Note [Step arena] in blutensor/capture_arena.h); enabled false before
   // the capture or with BLU_CAPTURE_ARENA=0.
   capture::ArenaStats arena() const { return exe_ ? exe_->arena() : capture::ArenaStats(); }
+  // Note [Chunked classifier] (blutensor): chunk_rows 0 when the classifier runs as recorded.
+  capture::Executable::ClassifierChunks classifier() const {
+    return exe_ ? exe_->classifier() : capture::Executable::ClassifierChunks();
+  }
 
  private:
   GPT2& model_;

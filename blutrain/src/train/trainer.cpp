@@ -661,11 +661,16 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     std::string summary = buf;
     if (captured && captured->captured()) {  // Note [Step arena]: the captured step's planned arena
       const capture::ArenaStats a = captured->arena();
-      char more[384];
+      const long long chunk_rows = static_cast<long long>(captured->classifier().chunk_rows);
+      char more[512];
       std::snprintf(more, sizeof(more), ", \"e2e.%s.arena_gib\": %.3f, \"e2e.%s.arena_lower_bound_gib\": %.3f, "
-                    "\"e2e.%s.arena_inplace_pairs\": %lld, \"e2e.%s.arena_enabled\": %d}\n", m,
+                    "\"e2e.%s.arena_inplace_pairs\": %lld, \"e2e.%s.classifier_chunk_rows\": %lld, "
+                    "\"e2e.%s.arena_bytes\": %llu, \"e2e.%s.arena_dropped_bytes\": %llu, "
+                    "\"e2e.%s.arena_enabled\": %d}\n", m,
                     static_cast<double>(a.bytes) / (1 << 30), m, static_cast<double>(a.lower_bound_bytes) / (1 << 30),
-                    m, a.inplace ? static_cast<long long>(a.inplace_pairs) : -1LL, m, a.enabled ? 1 : 0);
+                    m, a.inplace ? static_cast<long long>(a.inplace_pairs) : -1LL, m, chunk_rows, m,
+                    static_cast<unsigned long long>(a.bytes), m, static_cast<unsigned long long>(a.dropped_bytes), m,
+                    a.enabled ? 1 : 0);
       summary = summary.substr(0, summary.rfind('}')) + more;
     }
     write_file_atomic(cfg.summary_json, summary);
