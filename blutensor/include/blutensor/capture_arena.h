@@ -71,7 +71,8 @@ namespace blu::capture {
 // allocator's rounding: 1.4-1.6 GiB over the arena in the earlier prediction) is unchanged. So
 // the compiled step comes to about the fused engine's 7.48 GiB, not clearly below: (2) the
 // classifier in row chunks (most of the remaining 1.65 GB) or (3) the GELU recompute (1.21 GB)
-// is what takes it under.
+// is what takes it under. (2) is in: Note [Chunked classifier] (src/capture/capture_classifier.cpp,
+// on by default in the captured engine; prediction there: arena ~4.8 GiB, peak ~6.2-6.4 GiB).
 
 // One temporary: its size and the first and last node (closed) that use it. inplace_of: the
 // interval whose bytes this one may take at its first node (Note [In-place reuse]): that one's
