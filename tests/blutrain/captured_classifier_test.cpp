@@ -186,27 +186,21 @@ TEST_F(CapturedClassifier, ArenaShrinksByTheLogits) {
 }
 
 TEST_F(CapturedClassifier, D12ShapedInChunksMatchesTheAutogradEngine) {
-  // d12 at B1 T64: 64 rows in chunks of 10 (6 of 10, one of 4).
-  const Run a = run(config("autograd", "autograd", "d12", 1, 64, 8));
-  Run c, off;
+  // d12 at B1 T64: 64 rows in chunks of 10 (6 of 10, one of 4); 5 steps (the record is step 2, so
+  // three replays). GPT-2 124M trained twice on the CPU is this test's cost (~60 s), so the switch
+  // off (bitwise as recorded) and the arena's shrinking are left to the tiny tests above: at B1 T64
+  // the arena's peak is the gradients at the end of the backward (Note [Captured step memory]),
+  // which the 12.9 MB logits leaving it does not lower.
+  constexpr int kSteps = 5;
+  const Run a = run(config("autograd", "autograd", "d12", 1, 64, kSteps));
+  Run c;
   {
     blu::test::ScopedEnv rows("BLU_CAPTURE_CLASSIFIER_ROWS", "10");
-    c = run(config("chunked", "captured", "d12", 1, 64, 8));
-    blu::test::ScopedEnv sw("BLU_CAPTURE_CHUNKED_CLASSIFIER", "0");
-    off = run(config("off", "captured", "d12", 1, 64, 8));
+    c = run(config("chunked", "captured", "d12", 1, 64, kSteps));
   }
   EXPECT_NE(c.log.find("classifier in 7 chunks of 10 rows (of 64;"), std::string::npos) << c.log;
   const double worst = expect_close(a, c, 1e-6, 1e-6, 1e-5);
-  std::printf("d12, 7 chunks: largest weight difference after 8 steps %.3g\n", worst);
-  expect_close(a, off, 0, 0, 0);
+  std::printf("d12, 7 chunks: largest weight difference after %d steps %.3g\n", kSteps, worst);
   const unsigned long long logits_bytes = 64ull * 50257 * 4;
-  const unsigned long long arena_off = summary_value(off.summary, "e2e.fp32.arena_bytes");
-  const unsigned long long arena_chunked = summary_value(c.summary, "e2e.fp32.arena_bytes");
-  std::printf("d12 B1 T64: arena %llu bytes recorded, %llu chunked (10 rows)\n", arena_off,
-              arena_chunked);
-  EXPECT_GE(summary_value(c.summary, "e2e.fp32.arena_dropped_bytes"), 2 * logits_bytes)
-      << c.summary;
-  // At B1 T64 the arena's peak is the gradients at the end of the backward (Note [Captured step
-  // memory]): the logits (12.9 MB) leave it without lowering it.
-  EXPECT_LE(arena_chunked, arena_off);
+  EXPECT_GE(summary_value(c.summary, "e2e.fp32.arena_dropped_bytes"), 2 * logits_bytes) << c.summary;
 }
