@@ -453,7 +453,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       }
     }
     if (fused) {
-      if (inject.active(step + 1)) inject.poison_weight(opt.params());  // Note [Non-finite steps]
+      if (inject.active(step + 1)) {  // Note [Non-finite steps]; written before the graph's stream reads it
+        inject.poison_weight(opt.params());
+        sync_device(device);
+      }
       const FusedStepResult r = fused->step(
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
       loss = r.loss;
