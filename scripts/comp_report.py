@@ -2,7 +2,9 @@
 """comp_report.py <results dir>: issue 13's metrics from scripts/device-comp.sh's files: per-step
 loss of the compiled d12 fp32 step against the autograd engine (the step it was recorded from) and
 the fused engine (blutrain's default eager step on CUDA), and tok/s (median step after 3 warm-up
-steps) of each. Writes <results>/comp.json ({"metrics": {...}}) and prints a table."""
+steps) and allocator peak of each, the A/B runs of the compiled step included (comp.fp32.
+compiled_recorded.* with the classifier as recorded, compiled_noinplace.* without in-place reuse).
+Writes <results>/comp.json ({"metrics": {...}}) and prints a table."""
 import json, os, statistics, sys
 
 
@@ -20,14 +22,19 @@ def steps(path):
 
 def main():
     res = sys.argv[1]
-    runs = {e: steps(os.path.join(res, f"comp_{e}_d12_fp32_metrics.jsonl")) for e in ("compiled", "autograd", "fused")}
+    # compiled_recorded / compiled_noinplace: device-comp.sh's A/B runs of the compiled step with the
+    # classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0) and without in-place reuse
+    # (BLU_CAPTURE_INPLACE=0); absent when not run.
+    runs = {e: steps(os.path.join(res, f"comp_{e}_d12_fp32_metrics.jsonl"))
+            for e in ("compiled", "autograd", "fused", "compiled_recorded", "compiled_noinplace")}
     m = {}
     print("| engine | steps | median tok/s (after 3) | peak GiB | final loss |")
     print("|---|---|---|---|---|")
     tok = {}
     for e, r in runs.items():
         if not r:
-            print(f"| {e} | 0 | - | - | - |")
+            if not e.startswith("compiled_"):
+                print(f"| {e} | 0 | - | - | - |")
             continue
         ks = sorted(r)
         tail = [r[k]["tokens_per_s"] for k in ks if k > 3 and r[k].get("tokens_per_s")]

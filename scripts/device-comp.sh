@@ -42,7 +42,18 @@ if [ -n "$tools" ] && [ -f "$tools/blu-plan.gz" ]; then
     timeout 240 "$bin" train $common --max-steps 20 --engine $e --out-dir "$work/comp_$e" \
       > "$res/comp_${e}_d12_fp32.txt" 2>&1 || fail "comp reference $e rc=$?"
   done
-  for e in compiled autograd fused; do
+  # A/B of the captured step's memory plan (blutensor Notes [Chunked classifier], [In-place reuse]):
+  # the compiled step with the classifier as recorded, and without in-place reuse. BLU_COMP_AB=0
+  # skips them (~40 s).
+  if [ "${BLU_COMP_AB:-1}" = 1 ]; then
+    for v in recorded:BLU_CAPTURE_CHUNKED_CLASSIFIER noinplace:BLU_CAPTURE_INPLACE; do
+      name=${v%%:*}; var=${v#*:}
+      env "$var=0" BLU_PLAN="$work/tools/blu-plan" timeout 300 "$bin" train $common --max-steps 20 --compile \
+        --out-dir "$work/comp_compiled_$name" > "$res/compiled_${name}_d12_fp32.txt" 2>&1 ||
+        fail "compiled ($var=0) rc=$?"
+    done
+  fi
+  for e in compiled autograd fused compiled_recorded compiled_noinplace; do
     cp "$work/comp_$e/metrics.jsonl" "$res/comp_${e}_d12_fp32_metrics.jsonl" 2>/dev/null || true
   done
   python3 "$(dirname "$0")/comp_report.py" "$res" > "$res/comp_report.txt" 2>&1 || fail "comp_report rc=$?"
