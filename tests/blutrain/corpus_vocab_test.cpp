@@ -11,6 +11,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "blutensor/error.h"
@@ -90,11 +91,55 @@ TEST_F(CorpusVocabTest, IdsShardsAndCache) {
   CorpusVocab rebuilt = ensure_corpus_vocab(src, p("cache"));
   EXPECT_EQ(rebuilt.ids, (std::vector<int32_t>{7, 9, 12, 300, 50000, Tokenizer::kEndOfText}));
   EXPECT_EQ(read_all(rebuilt.shards.train[0]).back(), 1);  // 9 -> compact 1
+  // One directory per source under the cache (Note [Atomic data caches]): the first source's is kept.
+  EXPECT_NE(fs::path(rebuilt.shards.train[0]).parent_path(), fs::path(v.shards.train[0]).parent_path());
+  EXPECT_TRUE(fs::exists(v.shards.train[0]));
   // A damaged manifest is rebuilt too, not an error.
+  const fs::path dir = fs::path(rebuilt.shards.train[0]).parent_path();
   {
-    std::ofstream(p("cache/manifest.json")) << "{ not json";
+    std::ofstream(dir / "manifest.json") << "{ not json";
   }
   EXPECT_EQ(ensure_corpus_vocab(src, p("cache")).ids, rebuilt.ids);
+  EXPECT_EQ(read_all((dir / fs::path(rebuilt.shards.train[0]).filename()).string()).back(), 1);
+}
+
+// Note [Atomic data caches]: processes (here threads) building the same cache at once, and two
+// sources whose directories share a name, each get a complete cache of their own source; no
+// staging directory is left behind. (CI, session 15: two tests wrote one corpus cache at once.)
+TEST_F(CorpusVocabTest, ConcurrentBuildersAndSameNamedSourcesGetTheirOwnCompleteCache) {
+  fs::create_directories(p("a"));
+  fs::create_directories(p("b"));
+  std::vector<int32_t> train_a(20000), train_b(20000);
+  for (size_t i = 0; i < train_a.size(); ++i) {
+    train_a[i] = static_cast<int32_t>(3197 + (i * 7) % 4000);
+    train_b[i] = static_cast<int32_t>(i % 24);
+  }
+  write_shard(p("a/d_train_000000.bin"), train_a);
+  write_shard(p("b/d_train_000000.bin"), train_b);
+  const ShardSet src_a{{p("a/d_train_000000.bin")}, {}}, src_b{{p("b/d_train_000000.bin")}, {}};
+  std::vector<CorpusVocab> got(6);
+  std::vector<std::string> errors(6);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      errors[t] = error_of([&] { got[t] = ensure_corpus_vocab(t % 2 ? src_b : src_a, p("cache")); });
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < got.size(); ++t) {
+    ASSERT_EQ(errors[t], "") << "builder " << t;
+    const std::vector<int32_t>& original = t % 2 ? train_b : train_a;
+    ASSERT_EQ(got[t].shards.train.size(), 1u);
+    const std::vector<int32_t> c = read_all(got[t].shards.train[0]);
+    ASSERT_EQ(c.size(), original.size()) << "builder " << t;
+    for (size_t i = 0; i < c.size(); i += 97) EXPECT_EQ(to_gpt2_id(got[t].ids, c[i]), original[i]) << t << " " << i;
+  }
+  EXPECT_EQ(got[1].ids.size(), 25u);  // b: 24 ids + end of text
+  for (const auto& e : fs::directory_iterator(p("cache"))) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+    EXPECT_EQ(name.find(".old-"), std::string::npos) << name;
+  }
 }
 
 TEST_F(CorpusVocabTest, MapsConfigAndValidation) {

@@ -30,8 +30,9 @@ struct CorpusVocab {
 };
 
 // The corpus vocabulary of `source` (train and val shards), its shards rewritten in compact ids
-// under `dir` (reused when the cache matches the source). GPT-2 ids only (< 50257).
-CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir);
+// under `cache_dir`/<the source's CRC> (reused when the cache matches the source; built aside and
+// installed by one rename: Note [Atomic data caches]). GPT-2 ids only (< 50257).
+CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& cache_dir);
 
 // Sets cfg's vocabulary to `ids` (empty: GPT-2's): vocab_size, padded_vocab (a multiple of 128:
 // Note [Padded vocabulary]), vocab_ids.

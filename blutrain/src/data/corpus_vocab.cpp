@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <sstream>
 #include <tuple>
 
@@ -11,6 +13,7 @@
 #include "blutensor/error.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "data/cache_install.h"
 #include "data/shard_writer.h"
 
 namespace blu::train {
@@ -85,27 +88,34 @@ void set_model_vocab(GPT2Config& cfg, const std::vector<int32_t>& ids) {
   cfg.padded_vocab = (cfg.vocab_size + 127) / 128 * 128;  // Note [Padded vocabulary]
 }
 
-CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) {
+// The cache in `dir` when it is complete and made from the source with `key`; nothing otherwise.
+static std::optional<CorpusVocab> load_corpus_vocab(const std::string& dir, const std::string& key, bool with_val) {
+  const std::string manifest_path = dir + "/manifest.json";
+  if (!file_exists(manifest_path)) return std::nullopt;
+  try {
+    json::Value m = parse_json(read_file(manifest_path, "corpus vocabulary manifest"), manifest_path);
+    if (json_member(m, "version", manifest_path).as_string() != kCacheVersion ||
+        json_member(m, "source", manifest_path).as_string() != key)
+      return std::nullopt;
+    CorpusVocab v;
+    v.ids = vocab_ids_from_json(json_member(m, "ids", manifest_path), manifest_path + " \"ids\"");
+    v.shards.train = find_shards(dir, "corpus", "train");
+    if (with_val) v.shards.val = find_shards(dir, "corpus", "val");
+    for (const auto* split : {&v.shards.train, &v.shards.val})
+      for (const std::string& p : *split) TokenShard::open(p).verify_checksum();
+    return v;
+  } catch (const blu::Error&) {
+    return std::nullopt;  // a stale or damaged cache is rebuilt
+  }
+}
+
+CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& cache_dir) {
   BLU_CHECK(!source.train.empty(), "--vocab corpus: no train shards");
   const std::string key = source_key(source);
-  const std::string manifest_path = dir + "/manifest.json";
-  if (file_exists(manifest_path)) {
-    try {
-      json::Value m = parse_json(read_file(manifest_path, "corpus vocabulary manifest"), manifest_path);
-      if (json_member(m, "version", manifest_path).as_string() == kCacheVersion &&
-          json_member(m, "source", manifest_path).as_string() == key) {
-        CorpusVocab v;
-        v.ids = vocab_ids_from_json(json_member(m, "ids", manifest_path), manifest_path + " \"ids\"");
-        v.shards.train = find_shards(dir, "corpus", "train");
-        if (!source.val.empty()) v.shards.val = find_shards(dir, "corpus", "val");
-        for (const auto* split : {&v.shards.train, &v.shards.val})
-          for (const std::string& p : *split) TokenShard::open(p).verify_checksum();
-        return v;
-      }
-    } catch (const blu::Error&) {
-      // A stale or damaged cache is rebuilt below.
-    }
-  }
+  // One directory per source (its key's CRC), so that different corpora of one name never share it.
+  const std::string dir = cache_dir + "/" + crc32c_hex(crc32c(key.data(), key.size()));
+  const bool with_val = !source.val.empty();
+  if (std::optional<CorpusVocab> v = load_corpus_vocab(dir, key, with_val)) return *v;
   std::vector<char> used(kGpt2Vocab, 0);
   used[Tokenizer::kEndOfText] = 1;
   for (const auto* split : {&source.train, &source.val}) {
@@ -115,31 +125,37 @@ CorpusVocab ensure_corpus_vocab(const ShardSet& source, const std::string& dir) 
       for (uint16_t t : s.tokens()) used[t] = 1;
     }
   }
-  CorpusVocab v;
+  std::vector<int32_t> ids;
   std::vector<int32_t> compact(kGpt2Vocab, -1);
   for (int32_t id = 0; id < kGpt2Vocab; ++id) {
     if (!used[static_cast<size_t>(id)]) continue;
-    compact[static_cast<size_t>(id)] = static_cast<int32_t>(v.ids.size());
-    v.ids.push_back(id);
+    compact[static_cast<size_t>(id)] = static_cast<int32_t>(ids.size());
+    ids.push_back(id);
   }
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  for (const auto& [split, src, dst] : {std::tuple{"train", &source.train, &v.shards.train},
-                                        std::tuple{"val", &source.val, &v.shards.val}}) {
-    ShardSplitWriter writer(dir, "corpus", split, TokenizeOptions{}.shard_tokens);
-    for (const std::string& path : *src) {
-      TokenShard s = TokenShard::open(path);
-      std::vector<int32_t> out(static_cast<size_t>(s.size()));
-      for (size_t j = 0; j < out.size(); ++j) out[j] = compact[s.tokens()[j]];
-      writer.append(out);
-    }
-    *dst = writer.finish();
-  }
-  std::ostringstream m;
-  m << "{\"version\": " << json::quote(kCacheVersion) << ", \"source\": " << json::quote(key)
-    << ", \"ids\": " << vocab_ids_json(v.ids) << "}\n";
-  write_file_atomic(manifest_path, m.str());
-  return v;
+  // Note [Atomic data caches]: written aside, installed by one rename.
+  install_cache_dir(
+      dir,
+      [&](const std::string& staging) {
+        for (const auto& [split, src] :
+             {std::pair{"train", &source.train}, std::pair{"val", &source.val}}) {
+          ShardSplitWriter writer(staging, "corpus", split, TokenizeOptions{}.shard_tokens);
+          for (const std::string& path : *src) {
+            TokenShard s = TokenShard::open(path);
+            std::vector<int32_t> out(static_cast<size_t>(s.size()));
+            for (size_t j = 0; j < out.size(); ++j) out[j] = compact[s.tokens()[j]];
+            writer.append(out);
+          }
+          writer.finish();
+        }
+        std::ostringstream m;
+        m << "{\"version\": " << json::quote(kCacheVersion) << ", \"source\": " << json::quote(key)
+          << ", \"ids\": " << vocab_ids_json(ids) << "}\n";
+        write_file_atomic(staging + "/manifest.json", m.str());
+      },
+      [&](const std::string& d) { return load_corpus_vocab(d, key, with_val).has_value(); });
+  std::optional<CorpusVocab> v = load_corpus_vocab(dir, key, with_val);
+  BLU_CHECK(v.has_value(), "--vocab corpus: the cache in '", dir, "' was written but does not load");
+  return *v;
 }
 
 }  // namespace blu::train
