@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "blutensor/error.h"
 #include "blutrain/data.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "data/cache_install.h"
 
 #ifndef BLUTRAIN_SOURCE_ROOT
 #define BLUTRAIN_SOURCE_ROOT "."
@@ -101,40 +103,53 @@ std::vector<TextDocument> load_brown_corpus(const std::string& corpus_dir) {
 ShardSet ensure_brown_shards(const Tokenizer& tok, const std::string& corpus_dir,
                              const std::string& cache_dir) {
   const std::string dir = cache_dir + "/brown";
-  const std::string manifest_path = dir + "/manifest.json";
-  if (file_exists(manifest_path)) {
+  // The cache in d when complete for this tokenizer; `why` says what is wrong otherwise.
+  const auto load = [&tok](const std::string& d, std::string* why) -> std::optional<ShardSet> {
+    const std::string manifest_path = d + "/manifest.json";
+    if (!file_exists(manifest_path)) return std::nullopt;
     try {
       json::Value m = parse_json(read_file(manifest_path, "Brown cache manifest"), manifest_path);
-      if (json_member(m, "version", manifest_path).as_string() == kBrownCacheVersion &&
-          json_member(m, "vocab_size", manifest_path).as_integer() == tok.vocab_size()) {
-        ShardSet s{find_shards(dir, "brown", "train"), find_shards(dir, "brown", "val")};
-        for (const auto& p : s.train) TokenShard::open(p).verify_checksum();  // a damaged cache is rebuilt
-        for (const auto& p : s.val) TokenShard::open(p).verify_checksum();
-        return s;
-      }
+      if (json_member(m, "version", manifest_path).as_string() != kBrownCacheVersion ||
+          json_member(m, "vocab_size", manifest_path).as_integer() != tok.vocab_size())
+        return std::nullopt;
+      ShardSet s{find_shards(d, "brown", "train"), find_shards(d, "brown", "val")};
+      for (const auto& p : s.train) TokenShard::open(p).verify_checksum();  // a damaged cache is rebuilt
+      for (const auto& p : s.val) TokenShard::open(p).verify_checksum();
+      return s;
     } catch (const blu::Error& e) {
-      std::fprintf(stderr, "blutrain: Brown cache in '%s' unusable (%s); re-tokenizing\n", dir.c_str(),
-                   e.what());
+      if (why != nullptr) *why = e.what();
+      return std::nullopt;
     }
-  }
+  };
+  std::string why;
+  if (std::optional<ShardSet> s = load(dir, &why)) return *s;
+  if (!why.empty())
+    std::fprintf(stderr, "blutrain: Brown cache in '%s' unusable (%s); re-tokenizing\n", dir.c_str(), why.c_str());
   std::fprintf(stderr, "blutrain: tokenizing the Brown corpus (%s) into %s (first run only)\n",
                corpus_dir.c_str(), dir.c_str());
-  std::filesystem::remove_all(dir);
-  std::vector<TextDocument> docs = load_brown_corpus(corpus_dir);
-  TokenizeOptions opt;
-  opt.out_dir = dir;
-  opt.name = "brown";
-  opt.val_fraction = 0.05;
-  TokenizeResult r = tokenize_documents(tok, docs, opt);
-  std::ostringstream m;
-  m << "{\"version\": " << json::quote(kBrownCacheVersion) << ", \"vocab_size\": " << tok.vocab_size()
-    << ", \"documents\": " << r.documents << ", \"train_tokens\": " << r.train_tokens
-    << ", \"val_tokens\": " << r.val_tokens << "}\n";
-  write_file_atomic(manifest_path, m.str());
-  std::fprintf(stderr, "blutrain: Brown corpus: %lld documents, %lld train + %lld val tokens\n",
-               static_cast<long long>(r.documents), static_cast<long long>(r.train_tokens),
-               static_cast<long long>(r.val_tokens));
-  return ShardSet{r.train_shards, r.val_shards};
+  const bool mine = install_cache_dir(  // Note [Atomic data caches]: written aside, installed by one rename
+      dir,
+      [&](const std::string& staging) {
+        std::vector<TextDocument> docs = load_brown_corpus(corpus_dir);
+        TokenizeOptions opt;
+        opt.out_dir = staging;
+        opt.name = "brown";
+        opt.val_fraction = 0.05;
+        TokenizeResult r = tokenize_documents(tok, docs, opt);
+        std::ostringstream m;
+        m << "{\"version\": " << json::quote(kBrownCacheVersion) << ", \"vocab_size\": " << tok.vocab_size()
+          << ", \"documents\": " << r.documents << ", \"train_tokens\": " << r.train_tokens
+          << ", \"val_tokens\": " << r.val_tokens << "}\n";
+        write_file_atomic(staging + "/manifest.json", m.str());
+        std::fprintf(stderr, "blutrain: Brown corpus: %lld documents, %lld train + %lld val tokens\n",
+                     static_cast<long long>(r.documents), static_cast<long long>(r.train_tokens),
+                     static_cast<long long>(r.val_tokens));
+      },
+      [&](const std::string& d) { return load(d, nullptr).has_value(); });
+  std::optional<ShardSet> s = load(dir, &why);
+  BLU_CHECK(s.has_value(), "Brown corpus: the cache in '", dir, "' was ", mine ? "written" : "installed by another process",
+            " but does not load: ", why);
+  return *s;
 }
 
 }  // namespace blu::train

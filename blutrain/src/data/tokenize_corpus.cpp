@@ -16,6 +16,7 @@
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
 #include "common/splitmix64.h"
+#include "data/cache_install.h"
 #include "data/shard_writer.h"
 #include "data/text_stream_encoder.h"
 
@@ -124,23 +125,28 @@ namespace blu::train {
 ShardSet ensure_synthetic_shards(const std::string& cache_dir, int64_t train_tokens, uint64_t seed) {
   const std::string dir = cache_dir + "/synthetic";
   const std::string tag = "synthetic_" + std::to_string(train_tokens) + "_" + std::to_string(seed);
-  const std::string manifest = dir + "/manifest.txt";
-  if (file_exists(manifest) && read_file(manifest, "synthetic data manifest") == tag) {
-    return ShardSet{find_shards(dir, "synthetic", "train"), find_shards(dir, "synthetic", "val")};
-  }
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  uint64_t state = seed;
-  auto next = [&state] { return splitmix64_next(state); };
-  auto make = [&](int64_t n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& v : t) v = static_cast<int32_t>(next() % Tokenizer::kGpt2VocabSize);
-    return t;
+  const auto complete = [&tag](const std::string& d) {
+    const std::string manifest = d + "/manifest.txt";
+    return file_exists(manifest) && read_file(manifest, "synthetic data manifest") == tag;
   };
-  write_shard(dir + "/synthetic_train_000000.bin", make(train_tokens));
-  write_shard(dir + "/synthetic_val_000000.bin", make(std::max<int64_t>(train_tokens / 16, 1 << 16)));
-  write_file_atomic(manifest, tag);
-  return ShardSet{{dir + "/synthetic_train_000000.bin"}, {dir + "/synthetic_val_000000.bin"}};
+  if (!complete(dir)) {  // Note [Atomic data caches]: written aside, installed by one rename
+    install_cache_dir(
+        dir,
+        [&](const std::string& staging) {
+          uint64_t state = seed;
+          auto next = [&state] { return splitmix64_next(state); };
+          auto make = [&](int64_t n) {
+            std::vector<int32_t> t(static_cast<size_t>(n));
+            for (auto& v : t) v = static_cast<int32_t>(next() % Tokenizer::kGpt2VocabSize);
+            return t;
+          };
+          write_shard(staging + "/synthetic_train_000000.bin", make(train_tokens));
+          write_shard(staging + "/synthetic_val_000000.bin", make(std::max<int64_t>(train_tokens / 16, 1 << 16)));
+          write_file_atomic(staging + "/manifest.txt", tag);
+        },
+        complete);
+  }
+  return ShardSet{find_shards(dir, "synthetic", "train"), find_shards(dir, "synthetic", "val")};
 }
 
 ShardSet find_shard_set(const std::string& dir, const std::string& name) {
