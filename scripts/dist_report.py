@@ -35,7 +35,7 @@ Communication (bludist Note [Communication timing]; medians after the warm-up, t
   dist.ddp.<m>.comm_ms, dist.zero<k>.<m>.comm_ms              the collectives' time a step
   dist.ddp.<m>.comm_exposed_ms, dist.zero<k>.<m>.comm_exposed_ms   of it, what compute waited for
   dist.ddp.<m>.comm_hidden, dist.zero<k>.<m>.comm_hidden      1 - exposed / comm (the overlap)
-  (a graph-captured step times no collective: only the host time inside the calls, no exposed)
+  (a graph-captured step's collectives are timed only with BLUDIST_COMM_TIMING_GRAPHS=1)
 Usage: dist_report.py RUNS MODES OUT_JSON GPU_NAME [--warmup 5]"""
 import argparse, json, os, re, statistics
 

@@ -5,7 +5,6 @@
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
-#include "comm_timer.h"
 
 namespace bludist {
 
@@ -100,7 +99,7 @@ void DistributedDataParallel::on_grad_ready(std::size_t param) {
 void DistributedDataParallel::launch(Bucket& b) {
   CommOptions o;
   o.async_op = true;
-  detail::timed(&comm_seconds_, [&] { b.work = pg_->all_reduce(b.flat, ReduceOp::kAvg, o); });
+  b.work = pg_->all_reduce(b.flat, ReduceOp::kAvg, o);
   b.launched = true;
   ++buckets_reduced_;
 }
@@ -113,7 +112,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::complete() {
   blu::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
-    detail::timed(&comm_seconds_, [&] { b.work.wait(); });  // CUDA: the stream waits, the host does not
+    b.work.wait();  // CUDA: the stream waits, the host does not
     for (const Slot& s : b.slots) {
       Tensor p = params_[s.param];
       Tensor avg = b.flat.narrow(0, s.offset, p.numel()).view(p.sizes());

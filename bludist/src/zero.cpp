@@ -7,7 +7,6 @@
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
-#include "comm_timer.h"
 
 namespace bludist {
 
@@ -126,10 +125,10 @@ void ZeroAdamW::reduce_chunk(int64_t k, bool accumulate) {
   pack_chunk(k, true);
   Tensor dst = grad_shard_.narrow(0, k * piece_, piece_);
   if (accumulate) {
-    detail::timed(&comm_seconds_, [&] { pg_->reduce_scatter(piece_tmp_, staging_, ReduceOp::kAvg); });
+    pg_->reduce_scatter(piece_tmp_, staging_, ReduceOp::kAvg);
     dst.add_(piece_tmp_);
   } else {
-    detail::timed(&comm_seconds_, [&] { pg_->reduce_scatter(dst, staging_, ReduceOp::kAvg); });
+    pg_->reduce_scatter(dst, staging_, ReduceOp::kAvg);
   }
   ++chunks_reduced_;
 }
@@ -177,7 +176,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
     const double shard_norm = blu::optim::global_norm({grad_shard_}).norm.item();
     Tensor sum_sq = blu::from_vector(std::vector<double>{shard_norm * shard_norm}, {1}, blu::TensorOptions(DType::F64))
                         .to(pg_->device());
-    detail::timed(&comm_seconds_, [&] { pg_->all_reduce(sum_sq, ReduceOp::kSum); });
+    pg_->all_reduce(sum_sq, ReduceOp::kSum);
     norm = std::sqrt(sum_sq.item());
     if (max_grad_norm > 0 && norm > max_grad_norm) {
       const double scale = max_grad_norm / (norm + 1e-6);
@@ -217,7 +216,7 @@ double ZeroAdamW::step(double max_grad_norm, bool compute_norm, bool skip_nonfin
   // Every rank's updated pieces to every rank, chunk by chunk.
   for (int64_t k = 0; k < nchunks_; ++k) {
     pack_own_piece(k);
-    detail::timed(&comm_seconds_, [&] { pg_->all_gather(staging_, piece_tmp_); });
+    pg_->all_gather(staging_, piece_tmp_);
     unpack_chunk(k);
   }
   if (zero_.stage == 2) grad_shard_.zero_();  // the next step's gradients accumulate from zero

@@ -7,7 +7,6 @@
 #include "blutensor/autograd.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
-#include "comm_timer.h"
 
 namespace bludist {
 namespace {
@@ -64,7 +63,7 @@ Tensor Zero3Unit::gather_like(std::size_t i, const Tensor& shard_state) const {
             " elements, got ", shard_state.describe());
   Tensor all = blu::empty({n_ * piece}, blu::TensorOptions(shard_state.dtype()).device(pg_->device()));
   const Tensor mine = shard_state.detach().reshape({piece}).contiguous();
-  detail::timed(&comm_seconds_, [&] { pg_->all_gather(all, mine); });
+  pg_->all_gather(all, mine);
   return all.narrow(0, 0, numels_[i]).reshape(shapes_[i]).contiguous();
 }
 
@@ -75,15 +74,13 @@ void Zero3Unit::prefetch() const {
   auto p = std::make_unique<Pending>();
   CommOptions async;
   async.async_op = true;
-  detail::timed(&comm_seconds_, [&] {
-    for (const Tensor& shard : shards_) {
-      const int64_t piece = shard.numel();
-      p->versions.push_back(shard.version());
-      p->mine.push_back(shard.detach().reshape({piece}).contiguous());
-      p->all.push_back(blu::empty({n_ * piece}, blu::TensorOptions(shard.dtype()).device(pg_->device())));
-      p->work.push_back(pg_->all_gather(p->all.back(), p->mine.back(), async));
-    }
-  });
+  for (const Tensor& shard : shards_) {
+    const int64_t piece = shard.numel();
+    p->versions.push_back(shard.version());
+    p->mine.push_back(shard.detach().reshape({piece}).contiguous());
+    p->all.push_back(blu::empty({n_ * piece}, blu::TensorOptions(shard.dtype()).device(pg_->device())));
+    p->work.push_back(pg_->all_gather(p->all.back(), p->mine.back(), async));
+  }
   pending_ = std::move(p);
 }
 
@@ -98,9 +95,7 @@ bool Zero3Unit::prefetch_is_fresh() const {
 std::unique_ptr<Zero3Unit::Pending> Zero3Unit::take_prefetch() const {
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p) {
-    detail::timed(&comm_seconds_, [&] {
-      for (const Work& w : p->work) w.wait();
-    });
+    for (const Work& w : p->work) w.wait();
   }
   return p;
 }
@@ -140,7 +135,7 @@ std::vector<Tensor> Zero3Unit::reduce_grads(const std::vector<Tensor>& whole_gra
     Tensor padded = blu::zeros({n_ * piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
     padded.narrow(0, 0, numels_[i]).copy_(g.reshape({numels_[i]}));
     Tensor mine = blu::empty({piece}, blu::TensorOptions(shards_[i].dtype()).device(pg_->device()));
-    detail::timed(&comm_seconds_, [&] { pg_->reduce_scatter(mine, padded, ReduceOp::kAvg); });
+    pg_->reduce_scatter(mine, padded, ReduceOp::kAvg);
     out.push_back(mine);
   }
   return out;

@@ -68,10 +68,6 @@ class DistributedDataParallel {
   std::vector<std::size_t> bucket_parameters(std::size_t bucket) const;
   // Bucket all-reduces launched so far (tests, metrics).
   int64_t buckets_reduced() const { return buckets_reduced_; }
-  // Host seconds spent inside the bucket collectives so far (launching them and waiting for
-  // them): on Gloo (synchronous) the communication time itself; on NCCL only the host's share
-  // (enqueueing; the wait is on the device).
-  double comm_seconds() const { return comm_seconds_; }
   ProcessGroup& process_group() const { return *pg_; }
 
  private:
@@ -104,7 +100,6 @@ class DistributedDataParallel {
   bool in_backward_ = false;
   bool sync_enabled_ = true;
   int64_t buckets_reduced_ = 0;
-  double comm_seconds_ = 0;
 };
 
 // Averages n fp32 gradients in place across the group (a trainer that keeps all gradients in one

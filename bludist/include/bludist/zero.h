@@ -98,8 +98,6 @@ class ZeroAdamW {
   int64_t total_numel() const { return total_; }
   int64_t shard_numel() const { return shard_; }
   int64_t step_count() const { return step_; }
-  // Host seconds spent inside step()'s collectives so far (as DistributedDataParallel's).
-  double comm_seconds() const { return comm_seconds_; }
   void set_lr(double lr) { options_.lr = lr; }
   void set_step_count(int64_t step) { step_ = step; }
   // Where parameter i starts in the flat vector (elements).
@@ -134,7 +132,6 @@ class ZeroAdamW {
   // Layout (Note [ZeRO-2]): nchunks_ chunks of chunk_ flat elements; rank r owns elements
   // [k chunk_ + r piece_, k chunk_ + (r + 1) piece_) of chunk k at shard positions [k piece_, ...).
   int64_t chunk_ = 0, piece_ = 0, nchunks_ = 0, chunks_reduced_ = 0;
-  double comm_seconds_ = 0;
   Tensor staging_;  // one chunk: gradients before its reduce-scatter, parameters after its all-gather
   Tensor piece_tmp_;  // one piece: stage 2's reduced piece before it is added into grad_shard_; this
                      // rank's updated parameters before their all-gather

@@ -59,9 +59,6 @@ class Zero3Unit {
   const blu::Shape& whole_shape(std::size_t i) const { return shapes_.at(i); }
   int64_t whole_numel(std::size_t i) const { return numels_.at(i); }
   const std::shared_ptr<ProcessGroup>& group() const { return pg_; }
-  // Host seconds spent inside this unit's collectives so far (as DDP's comm_seconds).
-  double comm_seconds() const { return comm_seconds_; }
-
   // Collective: the whole values (new tensors, no autograd), e.g. for checkpoints and sampling.
   std::vector<Tensor> gather() const;
   // The whole value of flat per-element state laid out like shard i (an AdamW moment), collective.
@@ -95,7 +92,6 @@ class Zero3Unit {
   std::vector<blu::Shape> shapes_;
   std::vector<int64_t> numels_;
   int64_t n_ = 1;
-  mutable double comm_seconds_ = 0;
   // Note [ZeRO-3 prefetch]
   Zero3Unit* forward_next_ = nullptr;
   Zero3Unit* backward_next_ = nullptr;

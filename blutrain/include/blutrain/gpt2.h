@@ -153,7 +153,6 @@ class GPT2 {
   // decay flags and order); forward() and logits() become collective over pg.
   void shard_zero3(std::shared_ptr<bludist::ProcessGroup> pg);
   bool zero3() const { return z3_root_ != nullptr; }
-  double zero3_comm_seconds() const;  // host seconds in the units' collectives so far
   // This rank's piece of a whole tensor shaped like parameter i (a checkpoint's moment).
   Tensor zero3_piece(std::size_t i, const Tensor& whole) const;
   // The elements [begin, end) of parameter i's flat whole value held by rank `rank` (the first

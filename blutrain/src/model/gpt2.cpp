@@ -365,12 +365,6 @@ std::pair<bludist::Zero3Unit*, std::size_t> GPT2::z3_slot(std::size_t i) const {
   return {z3_blocks_[(i - 2) / per_block].get(), (i - 2) % per_block};
 }
 
-double GPT2::zero3_comm_seconds() const {
-  double s = z3_root_ ? z3_root_->comm_seconds() : 0.0;
-  for (const auto& u : z3_blocks_) s += u->comm_seconds();
-  return s;
-}
-
 Tensor GPT2::zero3_piece(std::size_t i, const Tensor& whole) const {
   auto [unit, j] = z3_slot(i);
   return unit->piece_of(j, whole);

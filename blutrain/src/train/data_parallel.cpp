@@ -201,7 +201,6 @@ void DataParallel::attach(GPT2& model, AdamW& opt, const AdamWConfig& acfg, bool
       }
     }
     opt = std::move(sharded);
-    zero3_ = true;
     zero3_model_ = &model;
     if (resume != nullptr) fail_together([&] { load_sharded_pieces(*resume, opt); });  // Note [Sharded checkpoints]
     return;
@@ -264,7 +263,7 @@ UpdateResult DataParallel::clip_and_step(AdamW& opt, double grad_clip, double lr
     opt.zero_grad();
     return r;
   }
-  if (zero3_) {  // the shards' gradients are averaged already; the norm sums every rank's shards
+  if (zero3()) {  // the shards' gradients are averaged already; the norm sums every rank's shards
     const auto pg = pg_;
     r = clip_and_update(opt, grad_clip, lr, true, [pg](const std::vector<NamedParam>& ps) {
       return all_reduce_double(*pg, grad_sum_of_squares(ps));
@@ -290,7 +289,7 @@ void DataParallel::gather_moments(AdamW& opt) {
   }
 }
 
-bool DataParallel::zero3() const { return zero3_; }
+bool DataParallel::zero3() const { return zero3_model_ != nullptr; }
 
 WholeModel DataParallel::gather_whole(GPT2& model, AdamW& opt) {
   // Rank 0 writes the checkpoint: only it keeps the whole copies (the others join the collectives).
@@ -318,17 +317,19 @@ void DataParallel::release_moments(AdamW& opt) {
   for (Tensor& t : opt.exp_avg_sq()) t = Tensor();
 }
 
-double DataParallel::comm_seconds() const {
-  return ddp_ ? ddp_->comm_seconds() : zero_ ? zero_->comm_seconds() : zero3_model_ ? zero3_model_->zero3_comm_seconds() : 0.0;
+DataParallel::StepReport DataParallel::StepReport::of(const bludist::CommTiming& comm) {
+  StepReport r;
+  if (comm.ops > 0) {
+    r.max_comm_ms = comm.comm_ms;
+    r.max_comm_exposed_ms = comm.exposed_ms;
+  }
+  return r;
 }
 
 DataParallel::StepReport DataParallel::report_step(double local_loss, double rank_mem_gib,
                                                    const bludist::CommTiming& comm) {
-  const double host_comm_ms = (comm_seconds() - comm_seconds_reported_) * 1e3;
-  comm_seconds_reported_ = comm_seconds();
-  const bool timed = comm.ops > 0;
-  const double comm_ms = timed ? comm.comm_ms : host_comm_ms;
-  const double exposed_ms = timed ? comm.exposed_ms : -1.0;
+  const StepReport own = StepReport::of(comm);
+  const double comm_ms = own.max_comm_ms, exposed_ms = own.max_comm_exposed_ms;
   const int n = size();
   constexpr int kFields = 4;
   const TensorOptions opts(kFloat64);

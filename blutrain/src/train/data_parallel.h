@@ -149,12 +149,13 @@ class DataParallel {
   struct StepReport {
     double loss = 0;
     double max_rank_mem_gib = 0;
-    double max_comm_ms = 0;
-    double max_comm_exposed_ms = -1;  // < 0: not measured (no timed collective this step)
+    double max_comm_ms = -1;          // < 0: not measured (no timed collective this step, on any
+    double max_comm_exposed_ms = -1;  // rank: a graph-captured step, BLUDIST_COMM_TIMING=0)
+    // This rank's own communication fields from its step's collectives (bludist Note
+    // [Communication timing]): what one tensor-parallel group reports without a data-parallel one.
+    static StepReport of(const bludist::CommTiming& comm);
   };
-  // Collective. `comm`: this rank's collectives of the step over all its groups (bludist Note
-  // [Communication timing]); with none timed (a graph-captured step) the host time inside the
-  // DDP / ZeRO calls stands in and the exposed time is not measured.
+  // Collective. `comm`: this rank's collectives of the step over all its groups.
   StepReport report_step(double local_loss, double rank_mem_gib, const bludist::CommTiming& comm);
   // Collective: the mean over ranks (validation losses).
   double mean(double local_value);
@@ -163,16 +164,15 @@ class DataParallel {
 
  private:
   DataParallel() = default;
-  double comm_seconds() const;
 
   const TrainConfig* cfg_ = nullptr;
   int device_index_ = -1;
   std::shared_ptr<bludist::ProcessGroup> pg_;
   std::unique_ptr<bludist::DistributedDataParallel> ddp_;
   std::unique_ptr<bludist::ZeroAdamW> zero_;
-  bool zero3_ = false;  // --zero 3: the model holds shards (Note [ZeRO-3 GPT-2]); no DDP on top
-  const GPT2* zero3_model_ = nullptr;  // its units' communication time
-  double comm_seconds_reported_ = 0;
+  // --zero 3: the model, which holds shards (Note [ZeRO-3 GPT-2]; no DDP on top), for its pieces'
+  // ranges (Note [Sharded checkpoints]); null otherwise.
+  const GPT2* zero3_model_ = nullptr;
   std::vector<Shape> whole_shapes_;  // the parameters' whole shapes (as attach() found them)
 
   // Note [Sharded checkpoints]: parameter `param`'s elements [begin, end) held by a rank, at

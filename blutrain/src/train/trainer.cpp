@@ -510,7 +510,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     sync_device(device);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     // bludist Note [Communication timing]: this step's collectives over every group of the mesh
-    // (taken before report_step's own all-gather, which then counts in the next step's window).
+    // (report_step's own all-gather falls in the next window, discarded where the next step opens).
     bludist::CommTiming comm;
     for (const auto& g : mesh_groups) comm += g->take_comm_timing();
     DataParallel::StepReport dp_report;
@@ -518,8 +518,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       dp_report = dp->report_step(loss, rank_memory_gib(device), comm);
       loss = dp_report.loss;  // the global-batch mean
     } else if (tp) {  // one tensor-parallel group: ranks are symmetric, world rank 0 reports its own
-      dp_report.max_comm_ms = comm.comm_ms;
-      dp_report.max_comm_exposed_ms = comm.ops > 0 ? comm.exposed_ms : -1.0;
+      dp_report = DataParallel::StepReport::of(comm);
     }
     if (fused && !cfg.dump.empty() && step + 1 == cfg.dump_step) {
       std::vector<std::string> patterns;
@@ -605,10 +604,8 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       record.push_back({"dp_ranks", static_cast<double>(world)});
       record.push_back({"rank_mem_gib", p.rank_mem_gib});
     }
-    if (dp || tp) {
-      record.push_back({"comm_ms", p.comm_ms});
-      if (p.comm_exposed_ms >= 0) record.push_back({"comm_exposed_ms", p.comm_exposed_ms});
-    }
+    if (p.comm_ms >= 0) record.push_back({"comm_ms", p.comm_ms});  // measured: --dp / --tp / --cp
+    if (p.comm_exposed_ms >= 0) record.push_back({"comm_exposed_ms", p.comm_exposed_ms});
     if (tp) record.push_back({"tp_ranks", static_cast<double>(tp->size())});
     if (cfg.cp > 1) record.push_back({"cp_ranks", static_cast<double>(cfg.cp)});
     if (!skipped) metrics->write("train", record);  // a skipped step has its "nonfinite" event

@@ -26,7 +26,7 @@ std::vector<DataParallel::OwnedSlice> DataParallel::owned_slices(int rank, std::
     for (int64_t b = begin; b < end; b += kMaxSliceElements)
       out.push_back({param, b, std::min(end, b + kMaxSliceElements), local + (b - begin)});
   };
-  if (zero3_) {
+  if (zero3()) {
     for (std::size_t i = 0; i < n_params; ++i) {
       const auto [b, e] = zero3_model_->zero3_piece_range(i, rank);
       add(i, b, e, 0);
@@ -53,7 +53,7 @@ ShardIndex DataParallel::shard_index(const AdamW& opt) const {
   ix.world_size = size();
   ix.zero_stage = cfg_->zero;
   const auto& params = opt.params();
-  if (zero3_) {
+  if (zero3()) {
     ix.partitioning = "ZeRO-3: each parameter's flat values cut into world_size pieces of ceil(numel / world_size) "
                       "elements; rank r holds piece r of the weights and of both moments";
   } else {
@@ -64,7 +64,7 @@ ShardIndex DataParallel::shard_index(const AdamW& opt) const {
         "parameters begin and end, of the weights and of both moments");
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const int64_t off = zero3_ ? -1 : zero_->offset(i);
+    const int64_t off = zero3() ? -1 : zero_->offset(i);
     ix.tensors[params[i].name] = {"model", whole_shapes_[i], off};
     for (int which = 0; which < 2; ++which) ix.tensors[moment_name(which, params[i].name)] = {"optimizer", whole_shapes_[i], off};
   }
@@ -91,9 +91,9 @@ std::string DataParallel::save_sharded(const std::string& out_dir, int keep, int
     const Tensor flat = params[s.param].tensor->detach().reshape({-1});
     // ZeRO-1/2: the weights are whole on every rank, the moments in ZeroAdamW's shard; ZeRO-3: the
     // parameter and its moments are this rank's pieces.
-    mine["model"][slice_name(name, s.begin)] = flat.narrow(0, zero3_ ? s.local : s.begin, len);
+    mine["model"][slice_name(name, s.begin)] = flat.narrow(0, zero3() ? s.local : s.begin, len);
     for (int which = 0; which < 2; ++which) {
-      const Tensor moments = zero3_ ? (which == 0 ? opt.exp_avg() : opt.exp_avg_sq())[s.param].reshape({-1})
+      const Tensor moments = zero3() ? (which == 0 ? opt.exp_avg() : opt.exp_avg_sq())[s.param].reshape({-1})
                                     : (which == 0 ? zero_->exp_avg_shard() : zero_->exp_avg_sq_shard());
       mine["optimizer"][slice_name(moment_name(which, name), s.begin)] = moments.narrow(0, s.local, len);
     }
