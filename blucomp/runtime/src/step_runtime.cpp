@@ -337,11 +337,16 @@ BindReport bind_plan(capture::Executable& exe, const std::string& plan_json, con
 #endif
   for (const PlanKernel& k : parse_plan(root)) {
     std::string why;
+    for (int n : k.nodes) {
+      // A call an earlier override took (the chunked classifier: Note [Chunked classifier]).
+      if (why.empty() && exe.replaced(n)) why = "call " + std::to_string(n) + " is already replaced";
+    }
 #if BLU_WITH_CUDA
-    why = k.kind == "matmul_epilogue" ? bind_epilogue(exe, k, workspace) : bind_fused(exe, k, ptx_dir);
+    if (why.empty())
+      why = k.kind == "matmul_epilogue" ? bind_epilogue(exe, k, workspace) : bind_fused(exe, k, ptx_dir);
 #else
     (void)ptx_dir;
-    why = "this build has no CUDA";
+    if (why.empty()) why = "this build has no CUDA";
 #endif
     if (why.empty()) {
       ++r.bound;

@@ -202,6 +202,10 @@ class Executable {
   void replace(std::vector<int> nodes, LaunchFn launch);
   void replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch);
   const Graph& graph() const { return graph_; }
+  // Whether call `node` is in a replace()d set (it no longer runs itself).
+  bool replaced(int node) const {
+    return node >= 0 && static_cast<size_t>(node) < override_of_.size() && override_of_[static_cast<size_t>(node)] >= 0;
+  }
 
   // The classifier in row chunks (Note [Chunked classifier], src/capture/capture_classifier.cpp):
   // recognises the lm-head GEMM, cross-entropy forward/backward and the two backward GEMMs and

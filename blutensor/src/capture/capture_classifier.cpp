@@ -20,8 +20,14 @@ namespace blu::capture {
 //   G2 gemm                   dX [1, N, C] = D @ W ([1, V, C], row-major)
 //   G3 gemm                   dW [1, V, C] = D^T ([1, V, N], a transposed view) @ X' [1, N, C]
 // (then dW is copied into the padded wte gradient and summed with the embedding's: outside the
-// pattern). L is used by G1, F and B only, D by B, G2 and G3 only. Two override sets replace them:
-// {G1, F} (runs at F) and {B, G2, G3} (runs at the later GEMM); between them the record reduces
+// pattern), and on CUDA one more between G1 and F:
+//   A  binary kAdd            L += bias (in place; GPT2::head's padded-vocabulary mask, -inf on
+//                             the 47 padding columns, a persistent [V] input broadcast to [1, N, V])
+// which the device's first --compile run (2026-11-27, H100) found refusing the pattern ("the
+// logits are used by call 173 (binary out)"): the CPU head narrows W instead and has no A.
+// L is used by G1, (A,) F and B only, D by B, G2 and G3 only. Two override sets replace them:
+// {G1, (A,) F} (runs at F) and {B, G2, G3} (runs at the later GEMM; A is applied again after the
+// recomputed chunk GEMM, so the bias must be persistent and unwritten after A); between them the record reduces
 // the losses and makes dlosses (the loss's host read is at the step's end, so the forward set
 // has to write losses/lse/valid before the reductions read them: two sets, not one). Per chunk
 // of R rows [r0, r0 + R), with S the scratch ([R, V], one per launch, placed by the arena at
@@ -39,9 +45,10 @@ namespace blu::capture {
 // is the recorded one on other bytes: bit for bit.
 // The pattern is matched on op names and buffer flow (never positions): exactly one F and one B
 // sharing L, lse, targets and ignore_index; L's and D's only users as above, dense, at offset 0;
-// X's rows and dX's rows row-major; none of the nodes already replaced (blu-plan's kernels bind
-// first); no node between a set's first and last call writes what the set reads, or touches what
-// it writes. Anything else: the record stays, `why` says what was missing.
+// X's rows and dX's rows row-major; none of the nodes already replaced (the trainer chunks before
+// binding blu-plan's kernels, which then keep theirs); no node between a set's first and last
+// call writes what the set reads, or touches what it writes. Anything else: the record stays,
+// `why` says what was missing.
 // R: BLU_CAPTURE_CLASSIFIER_ROWS, else the rows whose logits fit kClassifierChunkBytes (128 MiB),
 // a multiple of 64 when that many fit, at most N. The scratch is the arena's (Executable::replace
 // with scratch_bytes: live at the launch's node only, so both launches may share its bytes).
@@ -182,19 +189,25 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
       }
     }
   }
-  // L: G1's out, F's logits, B's logits.
-  int g1 = -1;
+  // L: G1's out, F's logits, B's logits, and the optional bias add A's out and a.
+  int g1 = -1, ab = -1;
   for (const auto& [i, a] : uses_l) {
     if (i == f && a->name == "logits") continue;
     if (i == b && a->name == "logits") continue;
-    if (g1 < 0 && g.nodes[static_cast<size_t>(i)].op == "gemm" && a->name == "out") {
+    const Node& nu = g.nodes[static_cast<size_t>(i)];
+    if (g1 < 0 && nu.op == "gemm" && a->name == "out") {
       g1 = i;
       continue;
     }
-    return refuse("the logits are used by call " + std::to_string(i) + " (" +
-                  g.nodes[static_cast<size_t>(i)].op + " " + a->name + ")");
+    if (nu.op == "binary" && nu.arg("op").enum_name == "kAdd" && (a->name == "out" || a->name == "a") &&
+        (ab < 0 || ab == i)) {
+      ab = i;
+      continue;
+    }
+    return refuse("the logits are used by call " + std::to_string(i) + " (" + nu.op + " " + a->name +
+                  ")");
   }
-  if (g1 < 0 || g1 > f || uses_l.size() != 3)
+  if (g1 < 0 || g1 > f || uses_l.size() != (ab < 0 ? 3u : 5u))
     return refuse("no lm-head GEMM writes the logits before the loss");
   const Node& n1 = g.nodes[static_cast<size_t>(g1)];
   const TensorRef &x = n1.arg("a").tensors.at(0), &wt = n1.arg("bm").tensors.at(0),
@@ -202,6 +215,30 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
   if (n1.arg("accumulate").integer != 0 || l3.offset != 0 || l3.sizes != Shape{1, n, v} ||
       !l3.contiguous())
     return refuse("the lm-head GEMM does not overwrite the logits as [1, N, V]");
+  TensorRef bias;  // A: L += alpha * bias, in place, between G1 and F (GPT2::head's vocabulary mask)
+  double bias_alpha = 1.0;
+  if (ab >= 0) {
+    const Node& na = g.nodes[static_cast<size_t>(ab)];
+    const TensorRef &ao = na.arg("out").tensors.at(0), &aa = na.arg("a").tensors.at(0);
+    bias = na.arg("b").tensors.at(0);
+    bias_alpha = na.arg("alpha").number;
+    if (ab < g1 || ab > f || ao.sizes != l3.sizes || ao.strides != l3.strides || ao.offset != 0 ||
+        aa.sizes != l3.sizes || aa.strides != l3.strides || aa.offset != 0 || !bias.defined() ||
+        bias.sizes != l3.sizes || bias.buffer == l || bias.buffer == d || bias.dtype != logits.dtype)
+      return refuse("the add into the logits is not logits += bias [1, N, V] in place");
+    // The backward launch adds it again: it must keep its bytes (a persistent buffer that no
+    // call after A writes).
+    if (live_[static_cast<size_t>(bias.buffer)] == nullptr)
+      return refuse("the bias added to the logits is a temporary of the step");
+    for (int i = ab + 1; i < count; ++i) {
+      for (const Arg& a : g.nodes[static_cast<size_t>(i)].args) {
+        for (const TensorRef& t : a.tensors) {
+          if (a.write && t.buffer == bias.buffer)
+            return refuse("call " + std::to_string(i) + " writes the bias added to the logits");
+        }
+      }
+    }
+  }
   if (x.buffer == l || wt.buffer == l || x.sizes.size() != 3 || x.sizes[0] != 1 ||
       x.sizes[1] != n || x.strides[2] != 1 || wt.sizes.size() != 3 || wt.sizes[0] != 1 ||
       wt.sizes[2] != v)
@@ -241,11 +278,13 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
       return refuse("the GEMMs' operands differ in dtype or alias the logits");
   }
   std::vector<int> fwd{g1, f}, bwd{b, g2, g3};
+  if (ab >= 0) fwd.insert(fwd.begin() + 1, ab);
   std::sort(bwd.begin(), bwd.end());
-  for (int i : {g1, f, b, g2, g3}) {
+  for (int i : {g1, ab, f, b, g2, g3}) {
+    if (i < 0) continue;
     if (static_cast<size_t>(i) < override_of_.size() && override_of_[static_cast<size_t>(i)] >= 0)
       return refuse("call " + std::to_string(i) + " (" + g.nodes[static_cast<size_t>(i)].op +
-                    ") is already replaced by a compiled kernel");
+                    ") is already replaced by another launch");
   }
   // Hazards: between a set's first and last call, no other call writes what the set reads or
   // touches what it writes (the launch reads and writes everything at the set's last call).
@@ -292,14 +331,17 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
   const TensorRef losses = nf.arg("losses").tensors.at(0), lse = nf.arg("lse").tensors.at(0),
                   valid = nf.arg("valid").tensors.at(0), dlosses = nb.arg("dlosses").tensors.at(0),
                   b_lse = nb.arg("lse").tensors.at(0), b_targets = nb.arg("targets").tensors.at(0);
-  const TensorRef xr = x, wtr = wt, wr = w, x3r = x3, dxr = dx, dwr = dw, tr = targets;
+  const TensorRef xr = x, wtr = wt, wr = w, x3r = x3, dxr = dx, dwr = dw, tr = targets, br = bias;
   const int64_t ignore = nf.arg("ignore_index").integer;
   const bool acc2 = n2.arg("accumulate").integer != 0, acc3 = n3.arg("accumulate").integer != 0;
   replace(fwd, scratch, [=](const ViewFn& view, const Tensor& s) {
     const Tensor wt_t = view(wtr);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
       const int64_t r = std::min(rows, n - r0);
-      BLU_DISPATCH(device, gemm, chunk_logits(s, r, 1), view(rows_of(xr, r0, r)), wt_t, false);
+      const Tensor s3 = chunk_logits(s, r, 1);
+      BLU_DISPATCH(device, gemm, s3, view(rows_of(xr, r0, r)), wt_t, false);
+      if (br.defined())
+        BLU_DISPATCH(device, binary, BinaryOp::kAdd, s3, s3, view(rows_of(br, r0, r)), bias_alpha);
       BLU_DISPATCH(device, cross_entropy_forward, view(rows_of(losses, r0, r)),
                    view(rows_of(lse, r0, r)), view(rows_of(valid, r0, r)), chunk_logits(s, r, 0),
                    view(rows_of(tr, r0, r)), ignore);
@@ -312,6 +354,8 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
       const Tensor s3 = chunk_logits(s, r, 1), s2 = chunk_logits(s, r, 0),
                    st = chunk_logits(s, r, 2);
       BLU_DISPATCH(device, gemm, s3, view(rows_of(xr, r0, r)), wt_t, false);
+      if (br.defined())
+        BLU_DISPATCH(device, binary, BinaryOp::kAdd, s3, s3, view(rows_of(br, r0, r)), bias_alpha);
       BLU_DISPATCH(device, cross_entropy_backward, s2, view(rows_of(dlosses, r0, r)), s2,
                    view(rows_of(b_lse, r0, r)), view(rows_of(b_targets, r0, r)), ignore);
       BLU_DISPATCH(device, gemm, view(rows_of(dxr, r0, r)), s3, w_t, acc2);

@@ -108,6 +108,16 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     std::unique_ptr<capture::Graph> record_copy;
     if (compiled) record_copy = std::make_unique<capture::Graph>(g);  // to fall back to if binding fails
     exe_ = std::make_unique<capture::Executable>(std::move(g));
+    // Note [Chunked classifier] (blutensor): before the plan's kernels, which then keep the
+    // classifier's calls (the lm head's GEMM + mask epilogue: bind_plan says "already replaced");
+    // chunking saves the [N, V] logits and their gradient, the epilogue one pass over them.
+    const char* chunked = std::getenv("BLU_CAPTURE_CHUNKED_CLASSIFIER");
+    const bool chunk = chunked == nullptr || !(std::string(chunked) == "0" || std::string(chunked) == "off" ||
+                                               std::string(chunked) == "false");
+    const auto chunk_now = [&] {
+      return chunk ? exe_->chunk_classifier().describe() : "classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)";
+    };
+    std::string classifier = chunk_now();
     if (!plan_.empty()) {
       try {
         const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
@@ -119,17 +129,11 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       } catch (const std::exception& e) {
         if (!compiled) throw;  // --plan FILE: the user's plan is an error to report
         exe_ = std::make_unique<capture::Executable>(std::move(*record_copy));
+        classifier = chunk_now();
         describe_ += std::string("compile: the plan did not bind (") + e.what() +
                      "); the step runs as recorded (no fused kernels)\n";
       }
     }
-    // Note [Chunked classifier] (blutensor): after the plan's kernels (a classifier call one of
-    // them replaced keeps the record's classifier).
-    const char* chunked = std::getenv("BLU_CAPTURE_CHUNKED_CLASSIFIER");
-    const bool chunk = chunked == nullptr || !(std::string(chunked) == "0" || std::string(chunked) == "off" ||
-                                               std::string(chunked) == "false");
-    const std::string classifier = chunk ? exe_->chunk_classifier().describe()
-                                         : "classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)";
     describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes, classifier);
     return u;
   }
