@@ -1,10 +1,12 @@
 // main.cpp: the `blutrain` program: subcommands train (default), tokenize, sample,
 // fidelity-dump, capture. The only place that catches blu::Error: it prints the message and exits 1.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "blutensor/error.h"
@@ -40,6 +42,9 @@ int run_tokenize(int argc, char** argv) {
   TokenizeOptions opt;
   opt.out_dir = cfg.out_dir;
   opt.name = cfg.data_name.empty() ? "data" : cfg.data_name;
+  // Note [Parallel tokenize]: --threads N encodes N files at once (0: the cores, at most 8).
+  opt.jobs = cfg.threads > 0 ? cfg.threads
+                             : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   TokenizeResult r = tokenize_files(tok, inputs, opt);  // streamed: Note [Streaming tokenize]
   std::cout << "tokenized " << r.documents << " document(s): " << r.train_tokens << " train tokens in "
             << r.train_shards.size() << " shard(s), " << r.val_tokens << " val tokens in " << r.val_shards.size()

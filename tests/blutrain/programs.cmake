@@ -21,6 +21,8 @@ blutrain_program_test(blutrain_sharded_checkpoint_test ON)
 blutrain_program_test(blutrain_fused_dp_gpu_test OFF)
 # The fused engine's --nonfinite stop on one GPU (a weight poisoned by the test hook).
 blutrain_program_test(blutrain_fused_nonfinite_gpu_test OFF)
+# The program killed with SIGKILL at a random moment and resumed (issue 14).
+blutrain_program_test(blutrain_kill_resume_test OFF)
 # blutrain train --tp 2 / --cp 2 as CPU ranks under blurun.
 blutrain_program_test(blutrain_tensor_parallel_test ON)
 blutrain_program_test(blutrain_context_parallel_test ON)

@@ -6,8 +6,10 @@
 // GPT-2's when installed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,6 +20,7 @@
 #include "blutrain/data.h"
 #include "blutrain/files.h"
 #include "blutrain/tokenizer.h"
+#include "data/ordered_encode.h"
 
 using namespace blu::train;
 namespace fs = std::filesystem;
@@ -245,6 +248,112 @@ TEST_F(TokenizeStreamTest, FilesEqualTheReferenceIncludingTheMovedValTail) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
   EXPECT_THROW(tokenize_files(tok, {(root_ / "missing.txt").string()}, opt), blu::Error);
+}
+
+// Note [Parallel tokenize]: 1-4 threads give byte-identical shard files (both val rules, chunk
+// sizes down to 1 byte, documents of very different sizes, an empty one), equal to the in-memory
+// reference, and leave no spill files; --threads reaches it through the program's flags.
+TEST_F(TokenizeStreamTest, ParallelFilesGiveTheShardsOfOneThread) {
+  const Tokenizer tok = small_tokenizer(root_ / "vocab");
+  std::vector<TextDocument> docs;
+  std::vector<std::string> paths;
+  for (uint32_t d = 0; d < 23; ++d) {
+    const size_t bytes = d == 5 ? 0 : (d % 4 == 0 ? 9000 : 200 + 97 * d);
+    docs.push_back({(root_ / ("doc" + std::to_string(d) + ".txt")).string(), tricky_text(100 + d, bytes)});
+    std::ofstream(docs.back().name, std::ios::binary) << docs.back().text;
+    paths.push_back(docs.back().name);
+  }
+  const auto file_bytes = [](const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (const std::string& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return out;
+  };
+  // val 0.1: every 10th document (23 >= 10); val 0.02: the tail (23 < 50 documents).
+  for (double val_fraction : {0.1, 0.02}) {
+    for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{4096}}) {
+      std::vector<std::string> one_train, one_val;
+      for (int jobs : {1, 2, 3, 4}) {
+        SCOPED_TRACE("val " + std::to_string(val_fraction) + " chunk " + std::to_string(chunk) + " jobs " +
+                     std::to_string(jobs));
+        TokenizeOptions opt;
+        opt.val_fraction = val_fraction;
+        opt.shard_tokens = 3001;
+        opt.chunk_bytes = chunk;
+        opt.jobs = jobs;
+        opt.out_dir = (root_ / ("par_" + std::to_string(jobs))).string();
+        fs::remove_all(opt.out_dir);
+        const TokenizeResult r = tokenize_files(tok, paths, opt);
+        EXPECT_EQ(r.documents, 23);
+        EXPECT_FALSE(fs::exists(opt.out_dir + "/.tokenize-spill")) << "spill files left";
+        if (jobs == 1) {
+          one_train = file_bytes(r.train_shards);
+          one_val = file_bytes(r.val_shards);
+          std::vector<uint16_t> ref_train, ref_val;
+          reference_split(tok, docs, opt, ref_train, ref_val);
+          EXPECT_EQ(read_split(r.train_shards), ref_train);
+          EXPECT_EQ(read_split(r.val_shards), ref_val);
+          EXPECT_GT(one_train.size(), 2u);
+        } else {
+          EXPECT_EQ(file_bytes(r.train_shards), one_train);
+          EXPECT_EQ(file_bytes(r.val_shards), one_val);
+        }
+      }
+    }
+  }
+  // A missing file among many is the same clear error with several threads, and nothing is left.
+  TokenizeOptions opt;
+  opt.jobs = 4;
+  opt.out_dir = (root_ / "par_missing").string();
+  std::vector<std::string> with_missing = paths;
+  with_missing.insert(with_missing.begin() + 7, (root_ / "missing.txt").string());
+  try {
+    tokenize_files(tok, with_missing, opt);
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.txt"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(opt.out_dir + "/.tokenize-spill"));
+  // Bad jobs: an error naming them.
+  opt.jobs = 0;
+  EXPECT_THROW(tokenize_files(tok, paths, opt), blu::Error);
+
+  // A document failing on a worker thread halfway through: its error, in its turn (documents
+  // before it delivered whole, none after it), on whichever thread read it; the workers stop and
+  // no spill file is left.
+  for (int jobs : {1, 3}) {
+    SCOPED_TRACE("jobs " + std::to_string(jobs));
+    const std::string spill = (root_ / ("spill_" + std::to_string(jobs))).string();
+    std::vector<size_t> begun;
+    std::atomic<int> readers_off_main{0};
+    const std::thread::id main_id = std::this_thread::get_id();
+    const DocumentReader read = [&](size_t i, const std::function<void(std::string_view)>& slice) {
+      if (std::this_thread::get_id() != main_id) ++readers_off_main;
+      const std::string& text = docs[i].text;
+      for (size_t at = 0; at < text.size(); at += 100) {
+        if (i == 9 && at >= 300) throw blu::Error("document 9 could not be read");
+        slice(std::string_view(text).substr(at, 100));
+      }
+    };
+    try {
+      encode_in_order(tok, docs.size(), read, jobs, spill, [&](size_t i) { begun.push_back(i); },
+                      [](std::span<const int32_t>) {});
+      ADD_FAILURE() << "the failing document was not reported";
+    } catch (const blu::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("document 9"), std::string::npos) << e.what();
+    }
+    std::vector<size_t> expected;
+    for (size_t i = 0; i < 10; ++i) expected.push_back(i);
+    if (jobs > 1) expected.pop_back();  // a worker's document fails before its turn begins
+    if (jobs > 1 && begun.size() == 10) expected.push_back(9);  // unless this thread read it itself
+    EXPECT_EQ(begun, expected);
+    EXPECT_FALSE(fs::exists(spill)) << "spill files left";
+    if (jobs > 1) {
+      EXPECT_GT(readers_off_main.load(), 0) << "no worker thread read a document";
+    }
+  }
 }
 
 namespace {

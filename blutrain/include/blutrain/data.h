@@ -91,6 +91,7 @@ struct TokenizeOptions {
   double val_fraction = 0.05;
   int64_t shard_tokens = 100'000'000;  // tokens per shard file (< 2^31)
   int64_t chunk_bytes = int64_t{64} << 10;  // input read and encoded this much at a time
+  int jobs = 1;  // threads encoding documents (Note [Parallel tokenize]); the output is the same
 };
 
 struct TokenizeResult {
@@ -119,6 +120,19 @@ struct TokenizeResult {
 //   kTokenizeMemoryBoundBytes (32 MiB) is the stated bound, held by a test that tokenizes 256 MiB
 //   and checks the growth of the peak RSS (VmHWM).
 inline constexpr int64_t kTokenizeMemoryBoundBytes = int64_t{32} << 20;
+
+// Note [Parallel tokenize]
+//   A corpus of many files (documents) is encoded by opt.jobs threads (`blutrain tokenize
+//   --threads N`; 0 = the cores, at most 8): documents are independent (each starts a fresh
+//   TextStreamEncoder after <|endoftext|>), so the calling thread streams the document it is at
+//   into the shards as above while jobs - 1 workers, each with its own Tokenizer::copy() (the BPE
+//   cache is per thread), encode the next documents (at most 2 x jobs ahead) into spill files of
+//   raw ids under <out>/.tokenize-spill; each is appended in document order when its turn comes
+//   and deleted. So the shards are byte for byte those of one thread (tested with 1-4 threads, both
+//   val-split rules and chunk sizes down to 1 byte), memory is at most jobs x the bound above
+//   (each thread's tables copy adds ~10 MiB), the spill files hold at most 2 x jobs documents' ids,
+//   and a document's error (an unreadable file) is raised when its turn comes, after the workers
+//   stopped and every spill file is gone. One huge file gains nothing (one document, one thread).
 
 // Each document is preceded by <|endoftext|> (GPT-2 / llm.c convention). Streamed in
 // opt.chunk_bytes slices like tokenize_files (the output does not depend on chunk_bytes).

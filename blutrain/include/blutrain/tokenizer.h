@@ -31,8 +31,13 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  // Another tokenizer with the same tables and an empty BPE cache, for another thread (Note
+  // [Parallel tokenize] in blutrain/data.h): copying reads only the tables, which encode never
+  // changes, so it may run while this one encodes.
+  Tokenizer copy() const;
+
   // Text (any bytes; invalid UTF-8 becomes U+FFFD first) -> token ids. Not thread-safe: it
-  // memoises the BPE of each pre-token.
+  // memoises the BPE of each pre-token (one Tokenizer per thread: copy()).
   std::vector<int32_t> encode(std::string_view text) const;
   // The BPE step of encode alone: appends the ids of pieces that pretokenize() produced from valid
   // UTF-8 (sanitize_utf8's output). encode(t) == encode_pretokens(pretokenize(sanitize_utf8(t))).

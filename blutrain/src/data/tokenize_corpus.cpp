@@ -17,14 +17,11 @@
 #include "blutrain/tokenizer.h"
 #include "common/splitmix64.h"
 #include "data/cache_install.h"
+#include "data/ordered_encode.h"
 #include "data/shard_writer.h"
-#include "data/text_stream_encoder.h"
 
 namespace blu::train {
 namespace {
-
-// Calls `slice` with consecutive pieces of document i (at most opt.chunk_bytes each).
-using DocumentReader = std::function<void(size_t i, const std::function<void(std::string_view)>& slice)>;
 
 TokenizeResult tokenize_stream(const Tokenizer& tok, size_t n_docs, const DocumentReader& read,
                                const TokenizeOptions& opt) {
@@ -41,22 +38,17 @@ TokenizeResult tokenize_stream(const Tokenizer& tok, size_t n_docs, const Docume
   const bool split_by_document = every > 0 && static_cast<int64_t>(n_docs) >= every;
   ShardSplitWriter train(opt.out_dir, opt.name, "train", opt.shard_tokens);
   ShardSplitWriter val(opt.out_dir, opt.name, "val", opt.shard_tokens);
-  TextStreamEncoder encoder(tok);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < n_docs; ++i) {
-    const bool to_val = split_by_document && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1;
-    ShardSplitWriter& dst = to_val ? val : train;
-    const int32_t eot = Tokenizer::kEndOfText;
-    dst.append(std::span<const int32_t>(&eot, 1));
-    read(i, [&](std::string_view slice) {
-      ids.clear();
-      encoder.feed(slice, ids);
-      dst.append(ids);
-    });
-    ids.clear();
-    encoder.finish(ids);
-    dst.append(ids);
-  }
+  BLU_CHECK(opt.jobs >= 1, "tokenize: jobs ", opt.jobs, " must be at least 1");
+  ShardSplitWriter* dst = &train;
+  encode_in_order(
+      tok, n_docs, read, opt.jobs, opt.out_dir + "/.tokenize-spill",
+      [&](size_t i) {
+        const bool to_val = split_by_document && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1;
+        dst = to_val ? &val : &train;
+        const int32_t eot = Tokenizer::kEndOfText;
+        dst->append(std::span<const int32_t>(&eot, 1));
+      },
+      [&](std::span<const int32_t> ids) { dst->append(ids); });
   TokenizeResult r;
   r.documents = static_cast<int64_t>(n_docs);
   r.train_shards = train.finish();
@@ -102,10 +94,10 @@ TokenizeResult tokenize_files(const Tokenizer& tok, const std::vector<std::strin
     std::ifstream probe(p, std::ios::binary);
     BLU_CHECK(probe.good(), "tokenize: cannot open input '", p, "': ", std::strerror(errno));
   }
-  std::vector<char> buf(static_cast<size_t>(std::max<int64_t>(opt.chunk_bytes, 1)));
   return tokenize_stream(
       tok, paths.size(),
-      [&](size_t i, const std::function<void(std::string_view)>& slice) {
+      [&](size_t i, const std::function<void(std::string_view)>& slice) {  // on several threads
+        std::vector<char> buf(static_cast<size_t>(std::max<int64_t>(opt.chunk_bytes, 1)));
         std::ifstream in(paths[i], std::ios::binary);
         BLU_CHECK(in.good(), "tokenize: cannot open input '", paths[i], "': ", std::strerror(errno));
         while (in) {

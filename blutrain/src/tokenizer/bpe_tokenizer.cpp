@@ -148,6 +148,15 @@ struct Tokenizer::Impl {
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Tokenizer Tokenizer::copy() const {
+  auto impl = std::make_unique<Impl>();
+  impl->token_to_id = impl_->token_to_id;
+  impl->id_to_token = impl_->id_to_token;
+  impl->merge_rank = impl_->merge_rank;
+  impl->num_merges = impl_->num_merges;
+  return Tokenizer(std::move(impl));  // the cache starts empty
+}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
