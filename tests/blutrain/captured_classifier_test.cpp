@@ -25,6 +25,9 @@ namespace {
 
 class CapturedClassifier : public ::testing::Test {
  protected:
+  // The capture-level chunking needs the record's [N, V] logits: GPT-2's loss without them (Note
+  // [Linear cross-entropy]) leaves nothing to chunk.
+  blu::test::ScopedEnv unfused_loss_{"BLU_LINEAR_CROSS_ENTROPY", "0"};
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("blu_classifier_" + std::to_string(::getpid()));
     fs::remove_all(root_);

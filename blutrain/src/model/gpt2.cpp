@@ -6,6 +6,8 @@
 #include "blutrain/gpt2.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "bludist/context_parallel.h"
 #include "bludist/process_group.h"
@@ -198,6 +200,11 @@ Tensor GPT2::tp_shard(const Tensor& full, TpSplit split) const {
 
 namespace {
 DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kFloat32; }
+// BLU_LINEAR_CROSS_ENTROPY=0: the lm head's logits and cross_entropy as before (A/B).
+bool linear_cross_entropy_enabled() {
+  const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY");
+  return v == nullptr || !(std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false");
+}
 }  // namespace
 
 GPT2::~GPT2() = default;
@@ -329,7 +336,17 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
     tgt = mine(targets, 1);
     pos = mine(pos, 0);
   }
-  Tensor logits = head(hidden(ids, pos, r, precision, cp_ != nullptr), r.wte_c, precision);
+  Tensor h = hidden(ids, pos, r, precision, cp_ != nullptr);
+  if (logits_out == nullptr && !tp_ && h.dtype() == kFloat32 && linear_cross_entropy_enabled()) {
+    // Note [Linear cross-entropy] (blutensor): the loss without the [N, V] logits or their gradient
+    // (fp32 and tf32; bf16 keeps the logits: its chunked weight gradient would round per chunk).
+    BLU_NVTX_RANGE("lm_head_loss");
+    const int64_t N = ids.numel();
+    if (device_.is_cpu())
+      return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}));
+    return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(kFloat32), tgt.reshape({N}));
+  }
+  Tensor logits = head(h, r.wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
   BLU_NVTX_RANGE("loss");
   const int64_t N = ids.numel();

@@ -1,0 +1,112 @@
+// classifier_ops.cpp: linear_cross_entropy, a classifier's GEMM (+ bias) and mean cross-entropy
+// in row chunks that never holds the [N, V] logits or their gradient (Note [Linear
+// cross-entropy]).
+#include <algorithm>
+
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+#include "dispatch.h"
+#include "ops/op_helpers.h"
+
+namespace blu {
+
+// Note [Linear cross-entropy]
+// mean_i CE(x_i W^T + b, t_i) over the rows whose target is not ignore_index, for x [..., C],
+// W [V, C] and b [V] (no gradient: GPT-2's padded-vocabulary mask), without the [N, V] logits:
+// R rows at a time (chunk_rows; <= 0: the rows whose fp32 logits fit 128 MiB, a multiple of 64)
+//   S = x[r0:r0+R] W^T (+ b)             one [R, V] scratch for all chunks
+//   losses[r0:], lse[r0:], valid[r0:] = cross_entropy_forward(S, t[r0:])
+//   S = cross_entropy_backward(dlosses = 1) in place: softmax - onehot (0 on ignored rows)
+//   dX_u[r0:] = S W;  dW_u (+)= S^T x[r0:]
+// and the loss is sum(losses) / sum(valid). The gradient is linear in the upstream one, and a
+// scalar loss gets one scalar G, so the backward only scales: dx = dX_u G / count, dW = dW_u G /
+// count. Nothing is recomputed (the chunked capture override, Note [Chunked classifier], redoes the
+// lm-head GEMM), so the flops equal linear + cross_entropy's; the memory is the scratch (R V), dX_u
+// (N C) and dW_u (V C) where linear + cross_entropy hold the logits, their gradient (2 N V) and
+// the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.13 + 0.03 + 0.15 GB.
+// Rounding: every row's logits, loss and lse are one GEMM row as before (up to the kernel's
+// choice for another M); dW_u sums its chunks in the output dtype (fp32: the order of an fp32 sum
+// changes; bf16 would round once per chunk, so GPT-2 keeps linear + cross_entropy there), and the
+// unscaled gradient times G / count rounds once more than the scaled one.
+// The gradient is computed in the forward: it costs the backward's work even when no backward
+// follows (evaluation: call it under no_grad, which skips that part).
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
+                            int64_t ignore_index, int64_t chunk_rows) {
+  detail::check_defined("linear_cross_entropy", x, "input");
+  detail::check_defined("linear_cross_entropy", weight, "weight");
+  detail::check_defined("linear_cross_entropy", targets, "targets");
+  detail::check_same_device("linear_cross_entropy", {x, weight, bias, targets});
+  detail::check_same_float_dtype("linear_cross_entropy", {x, weight, bias});
+  BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear_cross_entropy: input ",
+            x.describe(), " does not match weight ", weight.describe(),
+            " (expected input [..., C] and weight [V, C])");
+  BLU_CHECK(targets.dtype() == kInt64 || targets.dtype() == kInt32 || targets.dtype() == kUInt16,
+            "linear_cross_entropy: targets must be i64, i32 or u16, got ", targets.describe());
+  const int64_t c = weight.size(1), v = weight.size(0), n = x.numel() / std::max<int64_t>(c, 1);
+  BLU_CHECK(targets.numel() == n, "linear_cross_entropy: input ", x.describe(), " has ", n, " rows but targets ",
+            targets.describe(), " has ", targets.numel());
+  if (bias.defined()) {
+    BLU_CHECK(bias.dim() == 1 && bias.size(0) == v, "linear_cross_entropy: bias ", bias.describe(),
+              " does not match weight ", weight.describe());
+    BLU_CHECK(!bias.requires_grad(), "linear_cross_entropy: bias ", bias.describe(),
+              " needs a gradient, which this op does not give (use linear + cross_entropy)");
+  }
+  BLU_CHECK(n > 0 && v > 0, "linear_cross_entropy: no rows or no classes (input ", x.describe(), ", weight ",
+            weight.describe(), ")");
+  const Device dev = x.device();
+  const DType dt = x.dtype();
+  const bool grad = GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  int64_t rows = chunk_rows;
+  if (rows <= 0) {
+    rows = static_cast<int64_t>((std::size_t{128} << 20) / (static_cast<std::size_t>(v) * sizeof(float)));
+    if (rows >= 64) rows = rows / 64 * 64;
+  }
+  rows = std::clamp<int64_t>(rows, 1, n);
+
+  const Tensor x2 = detail::contiguous_nograd(x.detach()).view({n, c});
+  const Tensor w = weight.detach();
+  const Tensor wt = w.t().unsqueeze(0);  // [1, C, V], a transposed view
+  const Tensor w3 = w.unsqueeze(0);      // [1, V, C]
+  const Tensor t = detail::contiguous_nograd(targets).view({n});
+  const DType sd = dt == kFloat64 ? kFloat64 : kFloat32;
+  Tensor losses = detail::new_empty({n}, sd, dev), lse = detail::new_empty({n}, sd, dev),
+         valid = detail::new_empty({n}, sd, dev);
+  Tensor scratch = detail::new_empty({rows * v}, dt, dev);
+  Tensor dx_u, dw_u, ones;
+  if (grad) {
+    dx_u = detail::new_empty({n, c}, dt, dev);
+    dw_u = detail::new_empty({1, v, c}, dt, dev);
+    ones = detail::new_empty({rows}, sd, dev);
+    BLU_DISPATCH(dev, fill_, ones, 1.0);
+  }
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    const int64_t r = std::min(rows, n - r0);
+    const Tensor s3 = scratch.narrow(0, 0, r * v).view({1, r, v}), s2 = s3.view({r, v});
+    const Tensor xr = x2.narrow(0, r0, r).view({1, r, c});
+    BLU_DISPATCH(dev, gemm, s3, xr, wt, false);
+    if (bias.defined())
+      BLU_DISPATCH(dev, binary, BinaryOp::kAdd, s3, s3, detail::broadcast_alias(bias.detach(), s3.sizes()), 1.0);
+    BLU_DISPATCH(dev, cross_entropy_forward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
+                 valid.narrow(0, r0, r), s2, t.narrow(0, r0, r), ignore_index);
+    if (!grad) continue;
+    BLU_DISPATCH(dev, cross_entropy_backward, s2, ones.narrow(0, 0, r), s2, lse.narrow(0, r0, r),
+                 t.narrow(0, r0, r), ignore_index);
+    BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
+    BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
+  }
+  scratch = Tensor();
+  const Tensor count = detail::reduce_kernel(ReduceOp::kSum, valid, {0}).view({});
+  Tensor loss = div(detail::reduce_kernel(ReduceOp::kSum, losses, {0}).view({}), count);
+  if (!grad) return loss;
+  return autograd::record("linear_cross_entropy", loss, {x, weight}, {dx_u, dw_u, count},
+                          [x_shape = x.sizes(), v, c](const Tensor& g, const BackwardContext& ctx) {
+                            Tensor scale = div(g, ctx.saved[2]);
+                            if (scale.dtype() != ctx.saved[0].dtype()) scale = scale.to(ctx.saved[0].dtype());
+                            Tensor dx, dw;
+                            if (ctx.needs_input_grad[0]) dx = mul(ctx.saved[0], scale).view(x_shape);
+                            if (ctx.needs_input_grad[1]) dw = mul(ctx.saved[1], scale).view({v, c});
+                            return std::vector<Tensor>{dx, dw};
+                          });
+}
+
+}  // namespace blu

@@ -1,0 +1,129 @@
+// classifier_ops_test.cpp: linear_cross_entropy (Note [Linear cross-entropy]) against
+// cross_entropy(linear(x, W, b), t) in float64 on random odd shapes: the loss and the gradients of
+// x and W (with an upstream gradient other than 1, ignored targets, a mask bias with -inf columns),
+// for chunks of 1 row, odd chunks, one chunk and more rows than exist; float32 within rounding;
+// no_grad gives the same loss without the gradient; bad input is a clear error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "blutensor/autograd.h"
+#include "blutensor/ops.h"
+#include "blutensor/random.h"
+
+namespace {
+
+using namespace blu;
+
+struct Case {
+  Tensor x, w, b, t;
+};
+
+Case make_case(uint64_t seed, int64_t n, int64_t c, int64_t v, DType dt, bool with_bias, bool with_ignored) {
+  Generator g(seed);
+  Case k;
+  NoGradGuard ng;
+  k.x = mul(randn({n, c}, TensorOptions(dt), &g), 0.7);
+  k.w = mul(randn({v, c}, TensorOptions(dt), &g), 0.5);
+  if (with_bias) {
+    k.b = mul(randn({v}, TensorOptions(dt), &g), 0.3);
+    k.b.narrow(0, v - 2, 2).fill_(-std::numeric_limits<double>::infinity());  // padded classes
+  }
+  k.t = randint(0, v - 2, {n}, TensorOptions(kInt64), &g);
+  if (with_ignored) {
+    if (n > 2) k.t.narrow(0, 1, 1).fill_(-100);
+    if (n > 5) k.t.narrow(0, n - 3, 1).fill_(-100);
+  }
+  return k;
+}
+
+double max_abs(const Tensor& t) {
+  NoGradGuard ng;
+  return max_abs_diff(t, mul(t, 0.0));
+}
+
+struct Result {
+  double loss;
+  Tensor dx, dw;
+};
+
+Result run(const Case& k, bool fused, int64_t rows, double upstream) {
+  Tensor x = k.x.detach().clone(), w = k.w.detach().clone();
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor loss = fused ? linear_cross_entropy(x, w, k.b, k.t, -100, rows) : cross_entropy(linear(x, w, k.b), k.t);
+  mul(loss, upstream).backward();
+  return {loss.item(), x.grad(), w.grad()};
+}
+
+TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInFloat64) {
+  std::mt19937 rng(7);
+  int cases = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = 1 + rng() % 37, c = 1 + rng() % 19, v = 3 + rng() % 41;
+    const bool bias = trial % 2 == 0, ignored = trial % 3 == 0;
+    const Case k = make_case(100 + trial, n, c, v, kFloat64, bias, ignored);
+    const double upstream = 0.25 + (trial % 5);
+    const Result ref = run(k, false, 0, upstream);
+    for (int64_t rows : {int64_t{1}, int64_t{3}, n / 2 + 1, n, n + 5, int64_t{0}}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " c " + std::to_string(c) + " v " + std::to_string(v) + " rows " +
+                   std::to_string(rows));
+      const Result got = run(k, true, rows, upstream);
+      EXPECT_NEAR(got.loss, ref.loss, 1e-12 * std::max(1.0, std::fabs(ref.loss)));
+      EXPECT_LT(max_abs_diff(got.dx, ref.dx), 1e-12);
+      EXPECT_LT(max_abs_diff(got.dw, ref.dw), 1e-12);
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 240);
+}
+
+TEST(LinearCrossEntropy, Float32WithinRoundingAndNoGradSkipsTheGradient) {
+  const Case k = make_case(3, 53, 24, 67, kFloat32, true, true);
+  const Result ref = run(k, false, 0, 1.0);
+  const Result got = run(k, true, 8, 1.0);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-6 * std::fabs(ref.loss));
+  const double scale_dx = std::max(1e-3, max_abs(ref.dx)), scale_dw = std::max(1e-3, max_abs(ref.dw));
+  EXPECT_LT(max_abs_diff(got.dx, ref.dx), 1e-5 * scale_dx);
+  EXPECT_LT(max_abs_diff(got.dw, ref.dw), 1e-5 * scale_dw);
+  // The gradient of a graph that uses the loss twice: 2x.
+  {
+    Tensor x = k.x.detach().clone(), w = k.w.detach().clone();
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    Tensor loss = linear_cross_entropy(x, w, k.b, k.t, -100, 8);
+    add(loss, loss).backward();
+    EXPECT_LT(max_abs_diff(w.grad(), mul(ref.dw, 2.0)), 2e-5 * scale_dw);
+  }
+  NoGradGuard ng;
+  Tensor x = k.x.detach().clone();
+  const Tensor loss = linear_cross_entropy(x, k.w, k.b, k.t, -100, 5);
+  EXPECT_NEAR(loss.item(), ref.loss, 1e-6 * std::fabs(ref.loss));
+  EXPECT_FALSE(loss.requires_grad());
+}
+
+TEST(LinearCrossEntropy, BadInputIsAClearError) {
+  const Case k = make_case(5, 9, 4, 11, kFloat32, true, false);
+  const auto expect_error = [](const std::function<void()>& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error (expected '" << part << "')";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { linear_cross_entropy(k.x, k.w.narrow(1, 0, 3), k.b, k.t); }, "does not match weight");
+  expect_error([&] { linear_cross_entropy(k.x, k.w, k.b.narrow(0, 0, 5), k.t); }, "bias");
+  expect_error([&] { linear_cross_entropy(k.x, k.w, k.b, k.t.narrow(0, 0, 4)); }, "9 rows but targets");
+  expect_error([&] { linear_cross_entropy(k.x, k.w, k.b, k.t.to(kFloat32)); }, "targets must be");
+  Tensor b = k.b.detach().clone();
+  b.requires_grad_(true);
+  expect_error([&] { linear_cross_entropy(k.x, k.w, b, k.t); }, "needs a gradient");
+  expect_error([&] { linear_cross_entropy(k.x.to(kFloat64), k.w, k.b, k.t); }, "linear_cross_entropy");
+}
+
+}  // namespace
