@@ -243,6 +243,11 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
                                  rc = x.c ? std::optional<TensorRef>(*x.c) : std::nullopt,
                                  raux = x.aux ? std::optional<TensorRef>(*x.aux) : std::nullopt,
                                  rbg = x.bias_grad ? std::optional<TensorRef>(*x.bias_grad) : std::nullopt;
+  // Note [Kernel overrides]: the buffers the launch views (a value another launch hands over
+  // keeps its bytes; inner values of the set that no launch views get none).
+  std::vector<int> views{ra.buffer, rb.buffer, rout.buffer};
+  for (const std::optional<TensorRef>* r : {&rbias, &rc, &raux, &rbg})
+    if (r->has_value()) views.push_back((*r)->buffer);
   exe.replace(k.nodes, [d, ws_bytes, workspace, device, ra, rb, rout, rbias, rc, raux,
                         rbg](const capture::Executable::ViewFn& view) mutable {
     d.a = view(ra).data_ptr();
@@ -254,9 +259,9 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
     if (rbg) d.bias_grad = static_cast<float*>(view(*rbg).data_ptr());
     DeviceGuard guard(device);
     const blublas::Status s = blublas::gemm(d, workspace->get(device), workspace->bytes, cuda::current_stream(device.index));
-    BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
+      BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
               "): ", s.message());
-  });
+  }, views);
   return "";
 }
 
@@ -301,6 +306,8 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
   const dim3 grid(static_cast<unsigned>(k.grid[0]), static_cast<unsigned>(k.grid[1]), static_cast<unsigned>(k.grid[2]));
   const dim3 block(static_cast<unsigned>(k.block[0]), static_cast<unsigned>(k.block[1]), static_cast<unsigned>(k.block[2]));
   const std::string name = k.kernel;
+  std::vector<int> views;
+  for (const TensorRef& r : refs) views.push_back(r.buffer);
   exe.replace(k.nodes, [kernel, grid, block, refs, device, name](const capture::Executable::ViewFn& view) {
     std::vector<void*> ptrs;
     for (const TensorRef& r : refs) ptrs.push_back(view(r).data_ptr());
@@ -310,7 +317,7 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
     const cudaError_t rc = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args.data(), 0,
                                             cuda::current_stream(device.index));
     BLU_CHECK(rc == cudaSuccess, "compiled kernel ", name, ": cudaLaunchKernel failed: ", cudaGetErrorString(rc));
-  });
+  }, views);
   return "";
 }
 #endif

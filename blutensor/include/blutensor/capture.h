@@ -190,17 +190,22 @@ class Executable {
   // graph, no host reads, disjoint from earlier overrides) are not run; where the last of them was,
   // `launch` runs with `view`, which gives the tensor of any TensorRef of the graph on this run's
   // buffers (a call's arguments: graph().nodes[i].args). The kernel must leave what the calls left
-  // in every buffer read later or kept after the step. A buffer only override sets use (every
-  // node that names it is replaced) gets no bytes: not in the arena, not allocated per run (the
-  // chunked classifier's logits and their gradient); should a launch still view one, it gets a
-  // storage of its own, made once and kept (correct, not lean). scratch_bytes > 0: the launch also
-  // gets a scratch tensor of that many bytes (byte_view's form), placed in the arena as a
-  // temporary live at the set's last node only (a storage of its own without the arena).
+  // in every buffer read later or kept after the step. `views`: the buffers the launch views
+  // (empty: every buffer its calls name). A buffer that only replaced calls use and that no
+  // launch views gets no bytes: not in the arena, not allocated per run (the chunked classifier's
+  // logits and their gradient, a fused group's inner values); a viewed one is a temporary from its
+  // first use to the last launch that views it (a value one compiled kernel hands to another: the
+  // session-16 device run found such values dropped, each then given a storage of its own at run
+  // time, 2.3 GiB outside the arena at d12 B8). Viewing an undeclared buffer with no bytes is an
+  // error naming it. scratch_bytes > 0: the launch also gets a scratch tensor of that many bytes
+  // (byte_view's form), placed in the arena as a temporary live at the set's last node only (a
+  // storage of its own without the arena).
   using ViewFn = std::function<Tensor(const TensorRef&)>;
   using LaunchFn = std::function<void(const ViewFn& view)>;
   using ScratchLaunchFn = std::function<void(const ViewFn& view, const Tensor& scratch)>;
-  void replace(std::vector<int> nodes, LaunchFn launch);
-  void replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch);
+  void replace(std::vector<int> nodes, LaunchFn launch, std::vector<int> views = {});
+  void replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch,
+               std::vector<int> views = {});
   const Graph& graph() const { return graph_; }
   // Whether call `node` is in a replace()d set (it no longer runs itself).
   bool replaced(int node) const {
@@ -245,7 +250,7 @@ class Executable {
  private:
   void plan_temporaries();
   void add_override(std::vector<int> nodes, LaunchFn launch, std::size_t scratch_bytes,
-                    ScratchLaunchFn scratch_launch);
+                    ScratchLaunchFn scratch_launch, std::vector<int> views);
   bool use_arena_ = true;
   bool use_inplace_ = true;
   bool planned_ = false;
@@ -259,11 +264,11 @@ class Executable {
     std::size_t scratch_bytes = 0;
     ScratchLaunchFn scratch_launch;
     std::shared_ptr<Storage> scratch;  // its window of the arena (null without the arena)
+    std::vector<int> views;            // the buffers the launch views (empty: all its calls name)
   };
   ClassifierChunks classifier_;
   bool classifier_tried_ = false;
   std::vector<char> dropped_;  // per buffer: only override sets use it (no bytes)
-  std::map<int, std::shared_ptr<Storage>> dropped_fallback_;  // a dropped buffer a launch viewed
   std::vector<Override> overrides_;
   std::vector<int> override_of_;  // per node: index into overrides_, -1 when the node runs itself
   Graph graph_;

@@ -52,9 +52,9 @@ namespace blu::capture {
 // R: BLU_CAPTURE_CLASSIFIER_ROWS, else the rows whose logits fit kClassifierChunkBytes (128 MiB),
 // a multiple of 64 when that many fit, at most N. The scratch is the arena's (Executable::replace
 // with scratch_bytes: live at the launch's node only, so both launches may share its bytes).
-// Buffers only the two sets use get no bytes: L and D, and lse ([N] fp32, written by the forward
-// launch and read by the backward one), which therefore gets a storage of its own at the first
-// launch (the fallback of Note [Kernel overrides]; 32 KB at N = 8192).
+// Buffers only the two sets use get no bytes when no launch views them: L and D. lse ([N] fp32,
+// written by the forward launch and read by the backward one) is a declared view, so the arena
+// keeps it between the two.
 // Measured on the CPU (captured_classifier_test, GPT-2's vocabulary, fp32): tiny B8 T64 (N = 512,
 // L = 103 MB), chunks of 64 rows: arena 148.4 -> 70.9 MB (in-place reuse off: 225.3 -> 80.6 MB);
 // the peak moves off the classifier. tiny B4 T32 and d12 B1 T64: the arena is unchanged (its peak
@@ -334,6 +334,15 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
   const TensorRef xr = x, wtr = wt, wr = w, x3r = x3, dxr = dx, dwr = dw, tr = targets, br = bias;
   const int64_t ignore = nf.arg("ignore_index").integer;
   const bool acc2 = n2.arg("accumulate").integer != 0, acc3 = n3.arg("accumulate").integer != 0;
+  // What the launches view (L and D are not among them: they get no bytes); lse is handed from
+  // the forward launch to the backward one.
+  std::vector<int> fwd_views{xr.buffer, wtr.buffer, losses.buffer, lse.buffer, valid.buffer, tr.buffer};
+  std::vector<int> bwd_views{xr.buffer,      wtr.buffer,   wr.buffer, x3r.buffer, dxr.buffer,
+                             dwr.buffer,     dlosses.buffer, b_lse.buffer, b_targets.buffer};
+  if (br.defined()) {
+    fwd_views.push_back(br.buffer);
+    bwd_views.push_back(br.buffer);
+  }
   replace(fwd, scratch, [=](const ViewFn& view, const Tensor& s) {
     const Tensor wt_t = view(wtr);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
@@ -346,7 +355,7 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
                    view(rows_of(lse, r0, r)), view(rows_of(valid, r0, r)), chunk_logits(s, r, 0),
                    view(rows_of(tr, r0, r)), ignore);
     }
-  });
+  }, fwd_views);
   replace(bwd, scratch, [=](const ViewFn& view, const Tensor& s) {
     const Tensor wt_t = view(wtr), w_t = view(wr), dw_t = view(dwr);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
@@ -361,7 +370,7 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
       BLU_DISPATCH(device, gemm, view(rows_of(dxr, r0, r)), s3, w_t, acc2);
       BLU_DISPATCH(device, gemm, dw_t, st, view(rows_of(x3r, r0, r)), r0 == 0 ? acc3 : true);
     }
-  });
+  }, bwd_views);
   info.applied = true;
   info.rows = n;
   info.vocab = v;

@@ -139,17 +139,26 @@ void Executable::plan_temporaries() {
       if (t.defined()) last[static_cast<size_t>(t.buffer)] = end;
     }
   }
-  // A buffer every node of which an override replaced gets no bytes (Note [Kernel overrides]).
+  // A buffer every node of which an override replaced, and that no launch views, gets no bytes
+  // (Note [Kernel overrides]).
   dropped_.assign(graph_.buffers.size(), 0);
   if (!overrides_.empty()) {
-    std::vector<char> outside(graph_.buffers.size(), 0);  // some node that runs itself uses it
-    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-      if (i < override_of_.size() && override_of_[i] >= 0) continue;
+    std::vector<char> outside(graph_.buffers.size(), 0);  // some node that runs itself uses it, or a launch views it
+    const auto mark_args = [&](size_t i) {
       for (const Arg& a : graph_.nodes[i].args) {
         for (const TensorRef& t : a.tensors) {
           if (t.defined()) outside[static_cast<size_t>(t.buffer)] = 1;
         }
       }
+    };
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      if (i >= override_of_.size() || override_of_[i] < 0) mark_args(i);
+    }
+    for (const Override& o : overrides_) {
+      if (o.views.empty()) {
+        for (int i : o.nodes) mark_args(static_cast<size_t>(i));
+      }
+      for (int b : o.views) outside[static_cast<size_t>(b)] = 1;
     }
     for (const Buffer& b : graph_.buffers) {
       const size_t id = static_cast<size_t>(b.id);
@@ -241,19 +250,24 @@ void Executable::plan_temporaries() {
   }
 }
 
-void Executable::replace(std::vector<int> nodes, LaunchFn launch) {
+void Executable::replace(std::vector<int> nodes, LaunchFn launch, std::vector<int> views) {
   BLU_CHECK(launch, "capture::Executable::replace: no launch");
-  add_override(std::move(nodes), std::move(launch), 0, nullptr);
+  add_override(std::move(nodes), std::move(launch), 0, nullptr, std::move(views));
 }
 
-void Executable::replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch) {
+void Executable::replace(std::vector<int> nodes, std::size_t scratch_bytes, ScratchLaunchFn launch,
+                         std::vector<int> views) {
   BLU_CHECK(launch, "capture::Executable::replace: no launch");
-  add_override(std::move(nodes), nullptr, scratch_bytes, std::move(launch));
+  add_override(std::move(nodes), nullptr, scratch_bytes, std::move(launch), std::move(views));
 }
 
 void Executable::add_override(std::vector<int> nodes, LaunchFn launch, std::size_t scratch_bytes,
-                              ScratchLaunchFn scratch_launch) {
+                              ScratchLaunchFn scratch_launch, std::vector<int> views) {
   BLU_CHECK(!nodes.empty(), "capture::Executable::replace: no nodes");
+  for (int b : views) {
+    BLU_CHECK(b >= 0 && static_cast<size_t>(b) < graph_.buffers.size(), "capture::Executable::replace: viewed buffer ",
+              b, " of ", graph_.buffers.size());
+  }
   std::sort(nodes.begin(), nodes.end());
   override_of_.resize(graph_.nodes.size(), -1);
   for (size_t k = 0; k < nodes.size(); ++k) {
@@ -278,7 +292,11 @@ void Executable::add_override(std::vector<int> nodes, LaunchFn launch, std::size
       }
     }
   }
-  overrides_.push_back({std::move(nodes), std::move(launch), scratch_bytes, std::move(scratch_launch), nullptr});
+  for (int b : views) {  // a viewed buffer lives until the launch, wherever the calls named it
+    last_use_[static_cast<size_t>(b)] = std::max(last_use_[static_cast<size_t>(b)], nodes.back());
+  }
+  overrides_.push_back({std::move(nodes), std::move(launch), scratch_bytes, std::move(scratch_launch), nullptr,
+                        std::move(views)});
   planned_ = false;  // the live ranges changed: plan (and allocate) again at the next run
   arena_views_.clear();
 }
@@ -321,14 +339,10 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     if (ov < 0) {
       run_node(node, i, ctx);
     } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
-      const ViewFn view = [&ctx, this](const TensorRef& r) {
-        if (r.defined() && ctx.storages[static_cast<size_t>(r.buffer)] == nullptr) {
-          // A buffer only override sets use (no bytes planned): one storage of its own, kept.
-          std::shared_ptr<Storage>& f = dropped_fallback_[r.buffer];
-          const Buffer& b = graph_.buffers[static_cast<size_t>(r.buffer)];
-          if (f == nullptr) f = std::make_shared<Storage>(b.nbytes, b.device);
-          ctx.storages[static_cast<size_t>(r.buffer)] = f;
-        }
+      const ViewFn view = [&ctx, i](const TensorRef& r) {
+        BLU_CHECK(!r.defined() || ctx.storages[static_cast<size_t>(r.buffer)] != nullptr,
+                  "capture::Executable: the override of nodes ending at ", i, " viewed buffer ", r.buffer,
+                  ", which has no bytes: declare it in replace()'s views");
         return ctx.view(r);
       };
       Override& o = overrides_[static_cast<size_t>(ov)];
