@@ -106,6 +106,38 @@ TEST(LinearCrossEntropy, Float32WithinRoundingAndNoGradSkipsTheGradient) {
   EXPECT_FALSE(loss.requires_grad());
 }
 
+// bf16: the same casts as linear + .to(f32) + cross_entropy (chunk logits to fp32 for the loss,
+// the gradient back to bf16): the loss within fp32 rounding of that path, the gradients within a
+// few bf16 roundings of it (dW summed over chunks in fp32, one extra bf16 rounding of dX).
+TEST(LinearCrossEntropy, Bfloat16FollowsTheCastPath) {
+  const Case k32 = make_case(9, 61, 32, 53, kFloat32, true, true);
+  Case k = k32;
+  k.x = k32.x.to(kBFloat16);
+  k.w = k32.w.to(kBFloat16);
+  k.b = k32.b.to(kBFloat16);
+  const auto run_bf16 = [&](bool fused, int64_t rows) {
+    Tensor x = k.x.detach().clone(), w = k.w.detach().clone();
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    Tensor loss = fused ? linear_cross_entropy(x, w, k.b, k.t, -100, rows)
+                        : cross_entropy(linear(x, w, k.b).to(kFloat32), k.t);
+    mul(loss, 0.75).backward();
+    return Result{loss.item(), x.grad(), w.grad()};
+  };
+  const Result ref = run_bf16(false, 0);
+  for (int64_t rows : {int64_t{7}, int64_t{61}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const Result got = run_bf16(true, rows);
+    EXPECT_EQ(got.dx.dtype(), kBFloat16);
+    EXPECT_EQ(got.dw.dtype(), kBFloat16);
+    EXPECT_NEAR(got.loss, ref.loss, 1e-6 * std::fabs(ref.loss));
+    const double sdx = max_abs(ref.dx.to(kFloat32)), sdw = max_abs(ref.dw.to(kFloat32));
+    EXPECT_LT(max_abs_diff(got.dx.to(kFloat32), ref.dx.to(kFloat32)), 3 * 0.0079 * sdx);
+    EXPECT_LT(max_abs_diff(got.dw.to(kFloat32), ref.dw.to(kFloat32)), 3 * 0.0079 * sdw);
+    EXPECT_GT(sdx, 0.0);
+  }
+}
+
 TEST(LinearCrossEntropy, BadInputIsAClearError) {
   const Case k = make_case(5, 9, 4, 11, kFloat32, true, false);
   const auto expect_error = [](const std::function<void()>& f, const std::string& part) {
@@ -124,6 +156,7 @@ TEST(LinearCrossEntropy, BadInputIsAClearError) {
   b.requires_grad_(true);
   expect_error([&] { linear_cross_entropy(k.x, k.w, b, k.t); }, "needs a gradient");
   expect_error([&] { linear_cross_entropy(k.x.to(kFloat64), k.w, k.b, k.t); }, "linear_cross_entropy");
+  expect_error([&] { linear_cross_entropy(k.x.to(kBFloat16), k.w, k.b, k.t); }, "linear_cross_entropy");
 }
 
 }  // namespace

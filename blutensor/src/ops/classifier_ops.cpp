@@ -23,11 +23,15 @@ namespace blu {
 // count. Nothing is recomputed (the chunked capture override, Note [Chunked classifier], redoes the
 // lm-head GEMM), so the flops equal linear + cross_entropy's; the memory is the scratch (R V), dX_u
 // (N C) and dW_u (V C) where linear + cross_entropy hold the logits, their gradient (2 N V) and
-// the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.13 + 0.03 + 0.15 GB.
+// the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.13 + 0.03 + 0.15 GB; bf16 at B16:
+// the bf16 logits, their fp32 copy, its gradient and the bf16 gradient (9.9 GB) -> ~0.6 GB.
 // Rounding: every row's logits, loss and lse are one GEMM row as before (up to the kernel's
-// choice for another M); dW_u sums its chunks in the output dtype (fp32: the order of an fp32 sum
-// changes; bf16 would round once per chunk, so GPT-2 keeps linear + cross_entropy there), and the
-// unscaled gradient times G / count rounds once more than the scaled one.
+// choice for another M); dW_u sums its chunks in fp32 (fp32 inputs: the GEMM accumulates into it,
+// another order of an fp32 sum; bf16/f16 inputs: each chunk's dW GEMM rounds to bf16 once, then is
+// added in fp32, so the sum's error is at most the one final bf16 rounding of linear's dW again),
+// and the unscaled gradient times G / count rounds once more than the scaled one (bf16 dX: one
+// extra bf16 rounding; the scaling itself is in fp32). bf16 inputs take the linear + .to(f32) +
+// cross_entropy path's casts: the chunk's logits to fp32 for the loss, its gradient back to bf16.
 // The gradient is computed in the forward: it costs the backward's work even when no backward
 // follows (evaluation: call it under no_grad, which skips that part).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
@@ -68,43 +72,68 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   const Tensor wt = w.t().unsqueeze(0);  // [1, C, V], a transposed view
   const Tensor w3 = w.unsqueeze(0);      // [1, V, C]
   const Tensor t = detail::contiguous_nograd(targets).view({n});
+  // bf16 / f16: the chunk's logits cast to fp32 for the loss, its gradient cast back for the GEMMs
+  // (what linear + .to(f32) + cross_entropy do), dW summed over chunks in fp32.
+  const bool low = dt == kBFloat16 || dt == kFloat16;
   const DType sd = dt == kFloat64 ? kFloat64 : kFloat32;
   Tensor losses = detail::new_empty({n}, sd, dev), lse = detail::new_empty({n}, sd, dev),
          valid = detail::new_empty({n}, sd, dev);
-  Tensor scratch = detail::new_empty({rows * v}, dt, dev);
-  Tensor dx_u, dw_u, ones;
+  Tensor scratch = detail::new_empty({rows * v}, dt, dev), scratch32;
+  if (low) scratch32 = detail::new_empty({rows * v}, kFloat32, dev);
+  Tensor dx_u, dw_u, ones, dw_chunk, dw_chunk32;
   if (grad) {
     dx_u = detail::new_empty({n, c}, dt, dev);
-    dw_u = detail::new_empty({1, v, c}, dt, dev);
+    dw_u = detail::new_empty({1, v, c}, low ? kFloat32 : dt, dev);
     ones = detail::new_empty({rows}, sd, dev);
     BLU_DISPATCH(dev, fill_, ones, 1.0);
+    if (low) {
+      dw_chunk = detail::new_empty({1, v, c}, dt, dev);
+      dw_chunk32 = detail::new_empty({1, v, c}, kFloat32, dev);
+    }
   }
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r = std::min(rows, n - r0);
     const Tensor s3 = scratch.narrow(0, 0, r * v).view({1, r, v}), s2 = s3.view({r, v});
+    const Tensor l2 = low ? scratch32.narrow(0, 0, r * v).view({r, v}) : s2;  // the loss's logits
     const Tensor xr = x2.narrow(0, r0, r).view({1, r, c});
     BLU_DISPATCH(dev, gemm, s3, xr, wt, false);
     if (bias.defined())
       BLU_DISPATCH(dev, binary, BinaryOp::kAdd, s3, s3, detail::broadcast_alias(bias.detach(), s3.sizes()), 1.0);
+    if (low) BLU_DISPATCH(dev, copy_, l2, s2);
     BLU_DISPATCH(dev, cross_entropy_forward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
-                 valid.narrow(0, r0, r), s2, t.narrow(0, r0, r), ignore_index);
+                 valid.narrow(0, r0, r), l2, t.narrow(0, r0, r), ignore_index);
     if (!grad) continue;
-    BLU_DISPATCH(dev, cross_entropy_backward, s2, ones.narrow(0, 0, r), s2, lse.narrow(0, r0, r),
+    BLU_DISPATCH(dev, cross_entropy_backward, l2, ones.narrow(0, 0, r), l2, lse.narrow(0, r0, r),
                  t.narrow(0, r0, r), ignore_index);
+    if (low) BLU_DISPATCH(dev, copy_, s2, l2);
     BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
-    BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
+    if (!low) {
+      BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
+      continue;
+    }
+    BLU_DISPATCH(dev, gemm, dw_chunk, s3.transpose(1, 2), xr, false);
+    if (r0 == 0) {
+      BLU_DISPATCH(dev, copy_, dw_u, dw_chunk);
+    } else {
+      BLU_DISPATCH(dev, copy_, dw_chunk32, dw_chunk);
+      BLU_DISPATCH(dev, binary, BinaryOp::kAdd, dw_u, dw_u, dw_chunk32, 1.0);
+    }
   }
-  scratch = Tensor();
+  scratch = scratch32 = dw_chunk = dw_chunk32 = Tensor();
   const Tensor count = detail::reduce_kernel(ReduceOp::kSum, valid, {0}).view({});
   Tensor loss = div(detail::reduce_kernel(ReduceOp::kSum, losses, {0}).view({}), count);
   if (!grad) return loss;
   return autograd::record("linear_cross_entropy", loss, {x, weight}, {dx_u, dw_u, count},
-                          [x_shape = x.sizes(), v, c](const Tensor& g, const BackwardContext& ctx) {
-                            Tensor scale = div(g, ctx.saved[2]);
-                            if (scale.dtype() != ctx.saved[0].dtype()) scale = scale.to(ctx.saved[0].dtype());
+                          [x_shape = x.sizes(), v, c, dt](const Tensor& g, const BackwardContext& ctx) {
+                            // Scaled in the loss's dtype (fp32 for bf16 inputs), then cast.
+                            const Tensor scale = div(g, ctx.saved[2]);
+                            const auto scaled = [&](const Tensor& u) {
+                              Tensor r = mul(u.dtype() == scale.dtype() ? u : u.to(scale.dtype()), scale);
+                              return r.dtype() == dt ? r : r.to(dt);
+                            };
                             Tensor dx, dw;
-                            if (ctx.needs_input_grad[0]) dx = mul(ctx.saved[0], scale).view(x_shape);
-                            if (ctx.needs_input_grad[1]) dw = mul(ctx.saved[1], scale).view({v, c});
+                            if (ctx.needs_input_grad[0]) dx = scaled(ctx.saved[0]).view(x_shape);
+                            if (ctx.needs_input_grad[1]) dw = scaled(ctx.saved[1]).view({v, c});
                             return std::vector<Tensor>{dx, dw};
                           });
 }

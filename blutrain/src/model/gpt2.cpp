@@ -337,14 +337,14 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
     pos = mine(pos, 0);
   }
   Tensor h = hidden(ids, pos, r, precision, cp_ != nullptr);
-  if (logits_out == nullptr && !tp_ && h.dtype() == kFloat32 && linear_cross_entropy_enabled()) {
-    // Note [Linear cross-entropy] (blutensor): the loss without the [N, V] logits or their gradient
-    // (fp32 and tf32; bf16 keeps the logits: its chunked weight gradient would round per chunk).
+  if (logits_out == nullptr && !tp_ && linear_cross_entropy_enabled()) {
+    // Note [Linear cross-entropy] (blutensor): the loss without the [N, V] logits or their
+    // gradient, in every precision (bf16: each chunk's logits cast to fp32 for the loss, as below).
     BLU_NVTX_RANGE("lm_head_loss");
     const int64_t N = ids.numel();
     if (device_.is_cpu())
       return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}));
-    return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(kFloat32), tgt.reshape({N}));
+    return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(h.dtype()), tgt.reshape({N}));
   }
   Tensor logits = head(h, r.wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
