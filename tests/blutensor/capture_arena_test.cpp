@@ -21,6 +21,7 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
+#include "support/adamw_step.h"
 #include "support/random_leaf.h"
 
 namespace {
@@ -252,11 +253,7 @@ struct Block {
 };
 
 double step(const Block& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-  Tensor loss = m.loss(x, y);
-  loss.backward();
-  opt.step();
-  opt.zero_grad();
-  return loss.item();
+  return test::adamw_step(m, opt, x, y);
 }
 
 Tensor tokens(uint64_t seed) {
