@@ -143,6 +143,8 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
     if (g.nodes[static_cast<size_t>(i)].op == "cross_entropy_forward") f = i, ++fs;
     if (g.nodes[static_cast<size_t>(i)].op == "cross_entropy_backward") b = i, ++bs;
   }
+  if (fs > 1 && bs == fs)  // linear_cross_entropy (Note [Linear cross-entropy]) chunks it already
+    return refuse("the loss is already in " + std::to_string(fs) + " row chunks: no [N, V] logits to chunk");
   if (fs != 1 || bs != 1)
     return refuse(std::to_string(fs) + " cross_entropy_forward and " + std::to_string(bs) +
                   " cross_entropy_backward calls, not one each");
