@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # device-engine-memory.sh: a short device call for issue 13's memory question: d12 fp32 B8 T1024
 # on each engine (compiled with the static blu-plan, autograd, fused, captured) and the autograd
-# engine without Note [Linear cross-entropy] (BLU_LINEAR_CROSS_ENTROPY=0), 8 steps each: the
-# progress lines (tok/s, allocator peak, device memory) and the captured engine's arena line.
+# engine without Note [Linear cross-entropy] (BLU_LINEAR_CROSS_ENTROPY=0), 12 steps each: the
+# progress lines (tok/s, allocator peak, device memory), the captured engine's arena line, and a
+# CUPTI breakdown of step 10 (--profile-step, Note [Step profile]: per kernel family, launches,
+# host gaps; the fused engine also times its ops eagerly in step 11).
 #   BLU_COMMIT=<sha> scripts/device-engine-memory.sh <tools dir with blu-plan.gz> [build dir]
-# Writes $OUT/engine_<name>.txt and $OUT/engine_memory.md (median tok/s of steps 3-8, peak GiB).
+# Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
+# of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side).
+# BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -21,13 +25,14 @@ fi
 bin=$build/blutrain/blutrain
 mkdir -p /tmp/em-tools && gunzip -c "$tools/blu-plan.gz" > /tmp/em-tools/blu-plan && chmod +x /tmp/em-tools/blu-plan
 q="--data synthetic --seq-len 1024 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot"
-q="$q --model d12 --device cuda --precision fp32 --batch-size 8 --max-steps 8"
+q="$q --model d12 --device cuda --precision ${BLU_EM_PRECISION:-fp32} --batch-size ${BLU_EM_BATCH:-8} --max-steps 12 --profile-step 10"
 run() {  # name, env assignments..., -- engine flags...
   local name=$1; shift
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   env "${envs[@]}" BLU_PLAN=/tmp/em-tools/blu-plan timeout 60 "$bin" train $q "$@" --out-dir "/tmp/em_$name" \
+    --profile-json "$OUT/profile_$name.json" \
     > "$OUT/engine_$name.txt" 2>&1
   stamp "$name rc=$?"
 }
@@ -37,21 +42,37 @@ run fused -- --engine fused
 run autograd_logits BLU_LINEAR_CROSS_ENTROPY=0 -- --engine autograd
 run captured -- --engine captured
 python3 - "$OUT" <<'EOF'
-import re, statistics, sys, os
+import json, re, statistics, sys, os
 out = sys.argv[1]
-rows = ["| engine | tok/s (median, steps 3-8) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
-for name in ["compiled", "autograd", "fused", "autograd_logits", "captured"]:
+names = ["compiled", "autograd", "fused", "autograd_logits", "captured"]
+rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
+for name in names:
     p = os.path.join(out, f"engine_{name}.txt")
     if not os.path.exists(p):
         continue
     text = open(p).read()
     tok, peak, dev = [], 0.0, 0.0
     for m in re.finditer(r"step\s+(\d+)/\d+ \| loss \S+ .*?\| ([\d.]+)K tok/s .*?peak ([\d.]+)\) \| dev ([\d.]+) GiB", text):
-        if int(m.group(1)) >= 3:
+        if 4 <= int(m.group(1)) <= 9:
             tok.append(float(m.group(2)))
         peak, dev = max(peak, float(m.group(3))), max(dev, float(m.group(4)))
-    notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine:", "compile:", "plan:")))
+    notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine: arena", "compile:", "plan:")))
     rows.append(f"| {name} | {statistics.median(tok) if tok else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
+# The profiled step, per kernel family (ms and launches), side by side.
+prof = {}
+for name in names:
+    p = os.path.join(out, f"profile_{name}.json")
+    if os.path.exists(p):
+        d = json.load(open(p))
+        prof[name] = d.get("kernel_trace") or d.get("profile") or {}
+if prof:
+    fams = sorted({f for d in prof.values() for f in d.get("families", {})})
+    rows += ["", "| step 10 | " + " | ".join(prof) + " |", "|---|" + "---|" * len(prof)]
+    for key in ["step_wall_ms", "busy_ms", "host_gap_ms", "launches"]:
+        rows.append(f"| {key} | " + " | ".join(str(round(d.get(key, 0), 2)) for d in prof.values()) + " |")
+    for f in fams:
+        cells = [d.get("families", {}).get(f, {}) for d in prof.values()]
+        rows.append(f"| {f} ms (launches) | " + " | ".join(f"{c.get('ms', 0):.2f} ({c.get('count', 0)})" for c in cells) + " |")
 open(os.path.join(out, "engine_memory.md"), "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 EOF
