@@ -42,3 +42,9 @@ for tool in blu-opt blu-ptx blu-import blu-plan; do
   gzip -c "$OUT/$tool" > "$OUT/gz/$tool.gz"
   echo "$tool: $(du -h "$OUT/$tool" | cut -f1) ($(du -h "$OUT/gz/$tool.gz" | cut -f1) gzipped): $(ldd "$OUT/$tool" | awk '{print $1}' | tr '\n' ' ')"
 done
+# What the tools were built from (the sources they link, not blucomp/runtime; session 16: a blu-plan
+# older than the capture format failed on the device): scripts/check-static-tools.sh compares it
+# with the working tree before a carry.
+BLUCOMP_TOOL_SOURCES="blucomp/include blucomp/src blucomp/tools blucomp/CMakeLists.txt"
+(cd "$SRC" && echo "$(git ls-tree -r HEAD $BLUCOMP_TOOL_SOURCES | sha1sum | cut -c1-40) $(git status --porcelain -- $BLUCOMP_TOOL_SOURCES | wc -l)") \
+  > "$OUT/gz/blucomp-tree.txt"
