@@ -73,6 +73,15 @@ namespace blu::capture {
 // classifier in row chunks (most of the remaining 1.65 GB) or (3) the GELU recompute (1.21 GB)
 // is what takes it under. (2) is in: Note [Chunked classifier] (src/capture/capture_classifier.cpp,
 // on by default in the captured engine; prediction there: arena ~4.8 GiB, peak ~6.2-6.4 GiB).
+// Session 16 (H100): the capture-level chunking never engaged on CUDA (the lm head's mask add;
+// fixed), and the eager steps 1-2 that precede the record peaked at 9.0-9.5 GiB anyway, so (2)
+// moved into the model: GPT-2's loss is linear_cross_entropy (Note [Linear cross-entropy] in
+// src/ops/classifier_ops.cpp), no [N, V] tensor in the eager step or the record. Measured at
+// b2f33ee, d12 fp32 B8: autograd peak 6.32 GiB, captured arena 4.840 GiB (predicted 4.7-4.9),
+// captured and compiled allocator peak 6.79 GiB (the record step's), below the fused engine's
+// 7.48. The compiled step's in-use memory then rose by ~2.3 GiB at its first run: values one
+// bound kernel hands to another had no arena bytes and got storages at run time (Note [Kernel
+// overrides]: launches now declare what they view, fixed after the run, not yet measured).
 
 // One temporary: its size and the first and last node (closed) that use it. inplace_of: the
 // interval whose bytes this one may take at its first node (Note [In-place reuse]): that one's
