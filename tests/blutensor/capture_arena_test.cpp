@@ -22,6 +22,7 @@
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
 #include "support/adamw_step.h"
+#include "support/recorded_twin.h"
 #include "support/random_leaf.h"
 
 namespace {
@@ -252,10 +253,6 @@ struct Block {
   }
 };
 
-double step(const Block& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-  return test::adamw_step(m, opt, x, y);
-}
-
 Tensor tokens(uint64_t seed) {
   Generator g(seed);
   return randint(0, Block::kVocab, {3, 7}, TensorOptions(kInt64), &g);
@@ -264,10 +261,10 @@ Tensor tokens(uint64_t seed) {
 TEST(CaptureArena, CapturedStepTemporariesLiveAtOnceNeverShareBytes) {
   Block m(5);
   optim::AdamW opt(m.params(), optim::AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01});
-  step(m, opt, tokens(1), tokens(2));
+  test::adamw_step(m, opt, tokens(1), tokens(2));
   Tensor x = tokens(3), y = tokens(4);
   capture::Scope scope(true);
-  step(m, opt, x, y);
+  test::adamw_step(m, opt, x, y);
   capture::Graph g = scope.finish();
 
   // Note [Fresh buffers]: the inputs the step writes are the weights and moments, nothing it
@@ -403,33 +400,23 @@ TEST(CaptureArena, InPlaceStepTrainsLikeTheEagerSteps) {
   for (const Mode mode : {Mode{"in place", true, true}, Mode{"no in-place pairs", true, false},
                           Mode{"a storage per temporary", false, true}}) {
     SCOPED_TRACE(mode.name);
-    Block a(7), b(7);
-    const optim::AdamWOptions o{3e-3, 0.9, 0.99, 1e-8, 0.01};
-    optim::AdamW opt_a(a.params(), o), opt_b(b.params(), o);
-    EXPECT_EQ(step(a, opt_a, tokens(11), tokens(12)), step(b, opt_b, tokens(11), tokens(12)));
-    Tensor xb = tokens(13), yb = tokens(14);
-    const double loss_a2 = step(a, opt_a, tokens(13), tokens(14));
-    capture::Scope scope(true);
-    const double loss_b2 = step(b, opt_b, xb, yb);
-    capture::Executable exe(scope.finish());
+    test::RecordedTwin<Block> t(optim::AdamWOptions{3e-3, 0.9, 0.99, 1e-8, 0.01}, tokens, 7);
+    capture::Executable& exe = *t.exe;
     exe.use_arena(mode.arena);
     exe.use_inplace(mode.inplace);
-    EXPECT_EQ(loss_a2, loss_b2);
+    EXPECT_EQ(t.loss_a1, t.loss_b1);
+    EXPECT_EQ(t.loss_a2, t.loss_b2);
     const capture::ArenaStats st = exe.arena();
     EXPECT_EQ(st.inplace_pairs > 0, mode.inplace);  // planned (without the arena: what it would be)
     for (int k = 3; k <= 8; ++k) {
-      const double loss_a = step(a, opt_a, tokens(100 + k), tokens(200 + k));
-      {
-        NoGradGuard ng;
-        xb.copy_(tokens(100 + k));
-        yb.copy_(tokens(200 + k));
-      }
-      ASSERT_TRUE(exe.run({3e-3, k}));
-      EXPECT_EQ(exe.host_reads().back().item(), loss_a) << "step " << k;
+      bool ran = false;
+      const auto [loss_a, loss_b] = t.step(k, 3e-3, &ran);
+      ASSERT_TRUE(ran);
+      EXPECT_EQ(loss_b, loss_a) << "step " << k;
     }
-    for (size_t i = 0; i < a.params().size(); ++i) {
-      EXPECT_EQ(bytes(a.params()[i]), bytes(b.params()[i])) << "parameter " << i;
-      EXPECT_EQ(bytes(opt_a.exp_avg(i)), bytes(opt_b.exp_avg(i))) << "exp_avg " << i;
+    for (size_t i = 0; i < t.a.params().size(); ++i) {
+      EXPECT_EQ(bytes(t.a.params()[i]), bytes(t.b.params()[i])) << "parameter " << i;
+      EXPECT_EQ(bytes(t.opt_a.exp_avg(i)), bytes(t.opt_b.exp_avg(i))) << "exp_avg " << i;
     }
   }
 }

@@ -18,6 +18,7 @@
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
 #include "support/adamw_step.h"
+#include "support/recorded_twin.h"
 #include "support/random_leaf.h"
 
 namespace {
@@ -60,10 +61,6 @@ struct Head {
   }
 };
 
-double step(const Head& m, optim::AdamW& opt, const Tensor& x, const Tensor& y) {
-  return test::adamw_step(m, opt, x, y);
-}
-
 Tensor tokens(uint64_t seed) {
   Generator g(seed);
   return randint(0, kVocab, {kB, kT}, TensorOptions(kInt64), &g);
@@ -72,16 +69,10 @@ Tensor tokens(uint64_t seed) {
 TEST(CaptureClassifier, MaskedHeadInChunksTrainsLikeTheEagerSteps) {
   for (const int64_t rows : {5, 8, 21, 64}) {
     SCOPED_TRACE("chunk rows " + std::to_string(rows));
-    Head a(7, BiasKind::kMask), b(7, BiasKind::kMask);
-    const optim::AdamWOptions o{1e-2, 0.9, 0.99, 1e-8, 0.01};
-    optim::AdamW opt_a(a.params(), o), opt_b(b.params(), o);
-    EXPECT_EQ(step(a, opt_a, tokens(11), tokens(12)), step(b, opt_b, tokens(11), tokens(12)));
-    Tensor xb = tokens(13), yb = tokens(14);
-    const double loss_a2 = step(a, opt_a, tokens(13), tokens(14));
-    capture::Scope scope(true);
-    const double loss_b2 = step(b, opt_b, xb, yb);
-    capture::Executable exe(scope.finish());
-    EXPECT_EQ(loss_a2, loss_b2);
+    test::RecordedTwin<Head> t(optim::AdamWOptions{1e-2, 0.9, 0.99, 1e-8, 0.01}, tokens, 7, BiasKind::kMask);
+    capture::Executable& exe = *t.exe;
+    EXPECT_EQ(t.loss_a1, t.loss_b1);
+    EXPECT_EQ(t.loss_a2, t.loss_b2);
     const capture::ArenaStats before = exe.arena();
     const auto& info = exe.chunk_classifier(rows);
     ASSERT_TRUE(info.applied) << info.describe();
@@ -95,18 +86,13 @@ TEST(CaptureClassifier, MaskedHeadInChunksTrainsLikeTheEagerSteps) {
       EXPECT_LT(after.bytes, before.bytes);
     }
     for (int k = 3; k <= 10; ++k) {
-      const double loss_a = step(a, opt_a, tokens(100 + k), tokens(200 + k));
-      {
-        NoGradGuard ng;
-        xb.copy_(tokens(100 + k));
-        yb.copy_(tokens(200 + k));
-      }
-      ASSERT_TRUE(exe.run({1e-2, k}));
-      const double loss_b = exe.host_reads().back().item();
+      bool ran = false;
+      const auto [loss_a, loss_b] = t.step(k, 1e-2, &ran);
+      ASSERT_TRUE(ran);
       EXPECT_NEAR(loss_b, loss_a, 1e-6 * std::fabs(loss_a)) << "step " << k;
     }
-    for (size_t i = 0; i < a.params().size(); ++i)
-      EXPECT_LT(max_abs_diff(a.params()[i], b.params()[i]), 1e-5) << "parameter " << i;
+    for (size_t i = 0; i < t.a.params().size(); ++i)
+      EXPECT_LT(max_abs_diff(t.a.params()[i], t.b.params()[i]), 1e-5) << "parameter " << i;
   }
 }
 
@@ -114,10 +100,10 @@ TEST(CaptureClassifier, BiasTheStepComputesOrTrainsKeepsTheRecord) {
   for (const BiasKind kind : {BiasKind::kComputed, BiasKind::kTrainable}) {
     Head m(3, kind);
     optim::AdamW opt(m.params(), optim::AdamWOptions{1e-2, 0.9, 0.99, 1e-8, 0.01});
-    step(m, opt, tokens(1), tokens(2));
+    test::adamw_step(m, opt, tokens(1), tokens(2));
     Tensor x = tokens(3), y = tokens(4);
     capture::Scope scope(true);
-    step(m, opt, x, y);
+    test::adamw_step(m, opt, x, y);
     capture::Executable exe(scope.finish());
     const auto& info = exe.chunk_classifier(5);
     EXPECT_FALSE(info.applied);
