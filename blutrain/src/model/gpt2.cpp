@@ -5,6 +5,7 @@
 // same blocks run on this rank's shards (Note [Tensor-parallel GPT-2] in blutrain/gpt2.h).
 #include "blutrain/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -205,6 +206,11 @@ bool linear_cross_entropy_enabled() {
   const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY");
   return v == nullptr || !(std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false");
 }
+// BLU_LINEAR_CROSS_ENTROPY_ROWS: its chunk rows (0 or unset: 128 MiB of fp32 logits), for A/B.
+int64_t linear_cross_entropy_rows() {
+  const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY_ROWS");
+  return v == nullptr ? 0 : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
+}
 }  // namespace
 
 GPT2::~GPT2() = default;
@@ -342,9 +348,10 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
     // gradient, in every precision (bf16: each chunk's logits cast to fp32 for the loss, as below).
     BLU_NVTX_RANGE("lm_head_loss");
     const int64_t N = ids.numel();
+    const int64_t rows = linear_cross_entropy_rows();
     if (device_.is_cpu())
-      return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}));
-    return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(h.dtype()), tgt.reshape({N}));
+      return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}), -100, rows);
+    return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(h.dtype()), tgt.reshape({N}), -100, rows);
   }
   Tensor logits = head(h, r.wte_c, precision);
   if (logits_out != nullptr) *logits_out = logits;
