@@ -162,3 +162,34 @@ TEST_F(CapturedEngine, CompileRunsBluPlanOrFallsBackWithTheSameLosses) {
     }
   }
 }
+
+// Note [GELU recompute]: --recompute none keeps the MLP's GELU outputs from the forward to the
+// backward, --recompute gelu (auto in fp32) computes them again there: the same losses bit for bit,
+// one GELU call more per layer in the record, and a smaller arena (the tiny model's T=32 rows: the
+// saved GELU outputs are part of the arena's peak, the backward's live set).
+TEST_F(CapturedEngine, GeluRecomputeTrainsTheSameInLessArena) {
+  const auto arena_of = [](const std::string& log) {
+    const std::string key = "captured engine: arena ";
+    const size_t at = log.find(key);
+    return at == std::string::npos ? -1.0 : std::strtod(log.c_str() + at + key.size(), nullptr);
+  };
+  std::vector<double> losses[2];
+  double arena[2];
+  std::string logs[2];
+  for (int k = 0; k < 2; ++k) {
+    TrainConfig c = config("captured");
+    c.recompute = k == 0 ? "none" : "gelu";
+    c.out_dir = (root_ / ("recompute_" + c.recompute)).string();
+    std::ostringstream log;
+    const TrainResult r = run_training(c, log);
+    logs[k] = log.str();
+    for (const auto& l : r.train_losses) losses[k].push_back(l.loss);
+    arena[k] = arena_of(logs[k]);
+  }
+  ASSERT_EQ(losses[0].size(), 9u);
+  EXPECT_EQ(losses[1], losses[0]);
+  ASSERT_GT(arena[0], 0.0) << logs[0];
+  ASSERT_GT(arena[1], 0.0) << logs[1];
+  EXPECT_LT(arena[1], arena[0]) << logs[0] << "\n" << logs[1];
+  std::printf("arena: recompute none %.4f GiB, gelu %.4f GiB\n", arena[0], arena[1]);
+}

@@ -49,6 +49,9 @@ Tensor sum_to(const Tensor& a, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x [..., in] @ weight[out, in]^T + bias[out] (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// linear(gelu(pre), weight, bias), bit for bit, saving pre instead of gelu(pre): the backward
+// computes the GELU again (Note [GELU recompute]).
+Tensor gelu_linear(const Tensor& pre, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- normalisation, activations, attention
 // Over the last dim; weight/bias [C] (either may be undefined).

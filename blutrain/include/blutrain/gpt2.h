@@ -123,6 +123,9 @@ class GPT2 {
   int tp_size() const { return tp_size_; }
   // Row chunks of the overlapped tensor-parallel GEMMs (bludist Note [Async TP]); 1: plain regions.
   void set_tp_overlap(int chunks) { tp_overlap_ = chunks; }
+  // The MLP's GELU output recomputed in the backward instead of saved (Note [GELU recompute] in
+  // blutensor; not under --tp). Bit for bit the same step.
+  void set_recompute_gelu(bool on) { recompute_gelu_ = on; }
   // GPT-2 init from `seed` (std 0.02; residual projections std 0.02/sqrt(2L); biases 0; LN 1/0;
   // padded embedding rows 0). Same numbers on CPU and CUDA.
   void init_weights(uint64_t seed);
@@ -188,6 +191,7 @@ class GPT2 {
   Device device_;
   std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
   int tp_overlap_ = 1;
+  bool recompute_gelu_ = false;
   int tp_size_ = 1, tp_rank_ = 0;
   std::shared_ptr<bludist::ProcessGroup> cp_;  // null: no context parallelism
   Tensor wte_, wpe_, lnf_w_, lnf_b_;

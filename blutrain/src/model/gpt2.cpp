@@ -249,8 +249,12 @@ Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool
   {
     BLU_NVTX_RANGE("mlp");
     Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
-    h = gelu(column_linear(h, b.fc_w, b.fc_b));
-    x = x + row_linear(h, b.fcproj_w, b.fcproj_b);
+    h = column_linear(h, b.fc_w, b.fc_b);
+    if (recompute_gelu_ && !tp_) {  // Note [GELU recompute] (blutensor): the GELU output not saved
+      x = x + gelu_linear(h, w(b.fcproj_w), w(b.fcproj_b));
+    } else {
+      x = x + row_linear(gelu(h), b.fcproj_w, b.fcproj_b);
+    }
   }
   return x;
 }

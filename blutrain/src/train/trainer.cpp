@@ -190,6 +190,10 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   // Note [Tensor-parallel GPT-2]: this rank's shards; Note [Context-parallel GPT-2]: its chunks.
   GPT2 model(mcfg, device, tp ? tp->group() : nullptr, groups.cp);
   model.set_tp_overlap(cfg.tp_overlap);
+  // --recompute for the autograd-recorded step (the fused engine reads it itself): the GELU output
+  // (Note [GELU recompute]) for gelu, layernorm and block, the part this engine implements; auto as
+  // the fused engine: in fp32/tf32, not in bf16.
+  model.set_recompute_gelu(cfg.recompute == "auto" ? precision != Precision::kBf16 : cfg.recompute != "none");
   model.init_weights(cfg.seed);
   if (!cfg.init_from.empty()) {
     if (tp) {
