@@ -6,14 +6,14 @@
 # Writes $OUT/sanitize.json (per binary and tool: errors/hazards, allowed, seconds, exit status,
 # the first lines of each report) and $OUT/sanitize.tar.gz (the full logs); the table prints last.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sanitize.sh [--no-build] [--build-dir /tmp/bd-san]
-#     [--tools memcheck,racecheck,synccheck,initcheck] [--only bin1,bin2] [--budget 540]
+#     [--tools memcheck,racecheck,synccheck,initcheck] [--only bin1,bin2] [--budget 540] [--part K/N]
 # --budget: seconds from the start (build included) that the runs may use: a run's timeout
 # (tests/sanitize/cases.txt) is cut to what is left, a run with under 20 s left is listed as
 # skipped. Progress lines go to $OUT/progress.txt as they happen. Keep the device call's command
 # free of `| tail` (a pipeline killed at the call's limit returns nothing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-do_build=1; build=/tmp/bd-san; tools="memcheck,racecheck,synccheck,initcheck"; only=""; budget=540
+do_build=1; build=/tmp/bd-san; tools="memcheck,racecheck,synccheck,initcheck"; only=""; budget=540; part=""
 while (($#)); do
   case $1 in
     --no-build) do_build=0 ;;
@@ -21,6 +21,7 @@ while (($#)); do
     --tools) tools=$2; shift ;;
     --only) only=$2; shift ;;
     --budget) budget=$2; shift ;;
+    --part) part=$2; shift ;;
     *) echo "device-sanitize.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -51,6 +52,37 @@ if ((do_build)); then
   stamp "build rc=$? (${bins[*]})"; grep -E "error|FAILED" "$work/build.txt" | head -10
 fi
 
+# --part K/N: this call runs the K-th of N groups of binaries, balanced by tests/sanitize/seconds.txt
+# (greedy, longest first), so the whole suite fits N device calls (session 16: 1151 s of sanitizer
+# time, more than one call's 540 s). The groups depend only on the binaries and the seconds file;
+# every call builds all of them (a later part can then run --no-build on the warm machine). With
+# session 16's seconds, 3 parts are ~390 s each and the first call's build ~160 s: use --part K/4 on
+# fresh machines, or K/3 with the later two --no-build on the warm one.
+if [ -n "$part" ]; then
+  [[ $part =~ ^[0-9]+/[0-9]+$ ]] || { echo "device-sanitize.sh: --part K/N, got '$part'" >&2; exit 2; }
+  mapfile -t bins < <(python3 - "$part" "${bins[@]}" <<'EOF'
+import sys
+k, n = map(int, sys.argv[1].split("/"))
+if not 1 <= k <= n:
+    sys.exit(f"device-sanitize.sh: --part {k}/{n}: K must be in 1..N")
+bins = sys.argv[2:]
+secs = {}
+for line in open("tests/sanitize/seconds.txt"):
+    if line.strip() and not line.startswith("#"):
+        b, s = line.split()
+        secs[b] = float(s)
+load, part = [0.0] * n, {}
+for b in sorted(bins, key=lambda b: (-secs.get(b, 60.0), b)):
+    i = min(range(n), key=lambda j: load[j])
+    load[i] += secs.get(b, 60.0)
+    part[b] = i + 1
+print("\n".join(b for b in bins if part[b] == k))
+EOF
+)
+  only=$(IFS=,; echo "${bins[*]}")
+  [ -n "$only" ] || only="(none)"
+  echo "part $part: ${bins[*]}" | tee -a "$OUT/progress.txt"
+fi
 ci=0
 for line in "${cases[@]}"; do
   ci=$((ci + 1))  # the case's line number: a binary may have several lines (one per filter)
