@@ -588,6 +588,8 @@ class Importer {
   bool importGemm(const JNode& n) {
     const Ref &out = tensor(n, "out"), &a = tensor(n, "a"), &bm = tensor(n, "bm");
     if (!arithmetic(out.dtype) || out.sizes.size() != 3 || out.sizes[0] != 1) return false;
+    // bf16 inputs into an f32 output (linear_cross_entropy's weight gradient): an opaque kernel.
+    if (a.dtype != out.dtype || bm.dtype != out.dtype) return false;
     std::optional<std::pair<Ref, bool>> lhs = matrix(a), rhs = matrix(bm);
     if (!lhs || !rhs) return false;
     auto product_type = RankedTensorType::get({out.sizes[1], out.sizes[2]}, elementType(out.dtype));

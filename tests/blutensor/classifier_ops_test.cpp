@@ -138,6 +138,35 @@ TEST(LinearCrossEntropy, Bfloat16FollowsTheCastPath) {
   }
 }
 
+// Every target ignored: the loss is NaN (0 / 0, as cross_entropy's) and the gradients are zero
+// (as cross_entropy's backward gives), not NaN: a masked-out micro-batch must not poison an
+// accumulation. And with only one input needing a gradient, that one is the reference's.
+TEST(LinearCrossEntropy, AllIgnoredGivesZeroGradientsAndOneSidedGradientsMatch) {
+  Case k = make_case(21, 13, 6, 9, kFloat64, true, false);
+  {
+    NoGradGuard ng;
+    k.t.fill_(-100);
+  }
+  const Result got = run(k, true, 4, 1.0);
+  EXPECT_TRUE(std::isnan(got.loss));
+  EXPECT_EQ(max_abs(got.dx), 0.0);
+  EXPECT_EQ(max_abs(got.dw), 0.0);
+  const Case k2 = make_case(22, 17, 6, 9, kFloat64, true, true);
+  const Result ref = run(k2, false, 0, 2.0);
+  for (int side = 0; side < 2; ++side) {
+    Tensor x = k2.x.detach().clone(), w = k2.w.detach().clone();
+    (side == 0 ? x : w).requires_grad_(true);
+    mul(linear_cross_entropy(x, w, k2.b, k2.t, -100, 5), 2.0).backward();
+    if (side == 0) {
+      EXPECT_LT(max_abs_diff(x.grad(), ref.dx), 1e-12);
+      EXPECT_FALSE(w.grad().defined());
+    } else {
+      EXPECT_LT(max_abs_diff(w.grad(), ref.dw), 1e-12);
+      EXPECT_FALSE(x.grad().defined());
+    }
+  }
+}
+
 TEST(LinearCrossEntropy, BadInputIsAClearError) {
   const Case k = make_case(5, 9, 4, 11, kFloat32, true, false);
   const auto expect_error = [](const std::function<void()>& f, const std::string& part) {

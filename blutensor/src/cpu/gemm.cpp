@@ -315,6 +315,19 @@ void gemm_typed(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
 }  // namespace
 
 void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
+  const auto half = [](DType t) { return t == DType::BF16 || t == DType::F16; };
+  if (a.dtype() != out.dtype() || b.dtype() != out.dtype()) {
+    // bf16/f16 inputs, f32 output (linear_cross_entropy's weight gradient accumulated in fp32):
+    // f32 copies of the inputs, the product in float into the f32 output.
+    BLU_CHECK(out.dtype() == DType::F32 && a.dtype() == b.dtype() && half(a.dtype()), "gemm: inputs ",
+              a.describe(), " and ", b.describe(), " with output ", out.describe(),
+              ": mixed dtypes are bf16 or f16 inputs (both the same) with an f32 output only");
+    Tensor a32 = empty(a.sizes(), kFloat32), b32 = empty(b.sizes(), kFloat32);
+    copy_(a32, a);
+    copy_(b32, b);
+    gemm_typed<float>(out, a32, b32, accumulate);
+    return;
+  }
   switch (out.dtype()) {
     case DType::F32: gemm_typed<float>(out, a, b, accumulate); return;
     case DType::F64: gemm_typed<double>(out, a, b, accumulate); return;

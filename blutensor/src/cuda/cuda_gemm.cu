@@ -144,8 +144,8 @@ bool to_blublas_dtype(DType t, blublas::Dtype* out) {
 }
 
 bool gemm_blublas(const Tensor& out, const Tensor& a, const Tensor& bm, bool accumulate) {
-  blublas::Dtype dt;
-  if (!to_blublas_dtype(out.dtype(), &dt)) return false;
+  blublas::Dtype dt, cdt;  // A's and B's dtype; C's and D's (f32 for bf16/f16 inputs, or the same)
+  if (!to_blublas_dtype(a.dtype(), &dt) || !to_blublas_dtype(out.dtype(), &cdt)) return false;
   const Operand oa = describe_operand(a), ob = describe_operand(bm);
   if (!oa.ok || !ob.ok) return false;
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
@@ -160,7 +160,7 @@ bool gemm_blublas(const Tensor& out, const Tensor& a, const Tensor& bm, bool acc
   d.op_b = ob.op;
   d.layout = blublas::Layout::kRowMajor;
   d.ab_type = dt;
-  d.cd_type = dt;
+  d.cd_type = cdt;
   if (dt == blublas::Dtype::kF32) {
     d.compute = matmul_precision() == MatmulPrecision::kHighest ? blublas::ComputeMode::kStrictF32
                                                                 : blublas::ComputeMode::kTF32;
@@ -197,6 +197,16 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, bool accumulate)
   if (out.numel() == 0) return;
   if (a.size(2) == 0) {
     if (!accumulate) fill_(out, 0.0);
+    return;
+  }
+  if (a.dtype() != out.dtype() || bm.dtype() != out.dtype()) {
+    // bf16/f16 inputs with an f32 output (linear_cross_entropy's weight gradient): blublas only.
+    BLU_CHECK(out.dtype() == DType::F32 && a.dtype() == bm.dtype() &&
+                  (a.dtype() == DType::BF16 || a.dtype() == DType::F16),
+              "gemm (CUDA): inputs ", a.describe(), " and ", bm.describe(), " with output ", out.describe(),
+              ": mixed dtypes are bf16 or f16 inputs (both the same) with an f32 output only");
+    BLU_CHECK(gemm_blublas(out, a, bm, accumulate), "gemm (CUDA): blublas refused the mixed-dtype problem out ",
+              out.describe(), ", a ", a.describe(), ", b ", bm.describe());
     return;
   }
   if (gemm_blublas(out, a, bm, accumulate)) return;

@@ -24,14 +24,15 @@ namespace blu {
 // lm-head GEMM), so the flops equal linear + cross_entropy's; the memory is the scratch (R V), dX_u
 // (N C) and dW_u (V C) where linear + cross_entropy hold the logits, their gradient (2 N V) and
 // the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.13 + 0.03 + 0.15 GB; bf16 at B16:
-// the bf16 logits, their fp32 copy, its gradient and the bf16 gradient (9.9 GB) -> ~0.6 GB.
+// the bf16 logits, their fp32 copy, its gradient and the bf16 gradient (9.9 GB) -> ~0.4 GB.
 // Rounding: every row's logits, loss and lse are one GEMM row as before (up to the kernel's
-// choice for another M); dW_u sums its chunks in fp32 (fp32 inputs: the GEMM accumulates into it,
-// another order of an fp32 sum; bf16/f16 inputs: each chunk's dW GEMM rounds to bf16 once, then is
-// added in fp32, so the sum's error is at most the one final bf16 rounding of linear's dW again),
-// and the unscaled gradient times G / count rounds once more than the scaled one (bf16 dX: one
-// extra bf16 rounding; the scaling itself is in fp32). bf16 inputs take the linear + .to(f32) +
-// cross_entropy path's casts: the chunk's logits to fp32 for the loss, its gradient back to bf16.
+// choice for another M); dW_u sums its chunks in fp32: the dW GEMM accumulates into it (beta = 1;
+// bf16/f16 inputs with an fp32 output, so no chunk is rounded to bf16 before the sum and an f16
+// unscaled sum cannot overflow), another order of an fp32 sum, then one rounding to the weight's
+// dtype after the scaling; the unscaled gradient times G / count rounds once more than the scaled
+// one (bf16 dX: one extra bf16 rounding; the scaling itself is in fp32). bf16 inputs take the
+// linear + .to(f32) + cross_entropy path's casts: the chunk's logits to fp32 for the loss, its
+// gradient back to bf16 for the GEMMs.
 // The gradient is computed in the forward: it costs the backward's work even when no backward
 // follows (evaluation: call it under no_grad, which skips that part).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
@@ -59,7 +60,9 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
             weight.describe(), ")");
   const Device dev = x.device();
   const DType dt = x.dtype();
-  const bool grad = GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  const bool need_dx = GradMode::is_enabled() && x.requires_grad();
+  const bool need_dw = GradMode::is_enabled() && weight.requires_grad();
+  const bool grad = need_dx || need_dw;
   int64_t rows = chunk_rows;
   if (rows <= 0) {
     rows = static_cast<int64_t>((std::size_t{128} << 20) / (static_cast<std::size_t>(v) * sizeof(float)));
@@ -80,16 +83,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
          valid = detail::new_empty({n}, sd, dev);
   Tensor scratch = detail::new_empty({rows * v}, dt, dev), scratch32;
   if (low) scratch32 = detail::new_empty({rows * v}, kFloat32, dev);
-  Tensor dx_u, dw_u, ones, dw_chunk, dw_chunk32;
+  Tensor dx_u, dw_u, ones;
   if (grad) {
-    dx_u = detail::new_empty({n, c}, dt, dev);
-    dw_u = detail::new_empty({1, v, c}, low ? kFloat32 : dt, dev);
+    if (need_dx) dx_u = detail::new_empty({n, c}, dt, dev);
+    if (need_dw) dw_u = detail::new_empty({1, v, c}, low ? kFloat32 : dt, dev);
     ones = detail::new_empty({rows}, sd, dev);
     BLU_DISPATCH(dev, fill_, ones, 1.0);
-    if (low) {
-      dw_chunk = detail::new_empty({1, v, c}, dt, dev);
-      dw_chunk32 = detail::new_empty({1, v, c}, kFloat32, dev);
-    }
   }
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r = std::min(rows, n - r0);
@@ -106,24 +105,19 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     BLU_DISPATCH(dev, cross_entropy_backward, l2, ones.narrow(0, 0, r), l2, lse.narrow(0, r0, r),
                  t.narrow(0, r0, r), ignore_index);
     if (low) BLU_DISPATCH(dev, copy_, s2, l2);
-    BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
-    if (!low) {
-      BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
-      continue;
-    }
-    BLU_DISPATCH(dev, gemm, dw_chunk, s3.transpose(1, 2), xr, false);
-    if (r0 == 0) {
-      BLU_DISPATCH(dev, copy_, dw_u, dw_chunk);
-    } else {
-      BLU_DISPATCH(dev, copy_, dw_chunk32, dw_chunk);
-      BLU_DISPATCH(dev, binary, BinaryOp::kAdd, dw_u, dw_u, dw_chunk32, 1.0);
-    }
+    if (need_dx) BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
+    // dW (+)= chunk^T x: bf16/f16 inputs accumulate into the fp32 dw_u (a mixed-dtype GEMM).
+    if (need_dw) BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
   }
-  scratch = scratch32 = dw_chunk = dw_chunk32 = Tensor();
+  scratch = scratch32 = Tensor();
   const Tensor count = detail::reduce_kernel(ReduceOp::kSum, valid, {0}).view({});
   Tensor loss = div(detail::reduce_kernel(ReduceOp::kSum, losses, {0}).view({}), count);
   if (!grad) return loss;
-  return autograd::record("linear_cross_entropy", loss, {x, weight}, {dx_u, dw_u, count},
+  // The backward divides by max(count, 1): with every target ignored the loss is 0 / 0 (NaN, as
+  // cross_entropy's), but its gradient is 0 (the unscaled one is 0 on ignored rows), as
+  // cross_entropy's backward gives, so one masked-out micro-batch does not poison an accumulation.
+  const Tensor count_safe = neg(clamp_max(neg(count), -1.0));
+  return autograd::record("linear_cross_entropy", loss, {x, weight}, {dx_u, dw_u, count_safe},
                           [x_shape = x.sizes(), v, c, dt](const Tensor& g, const BackwardContext& ctx) {
                             // Scaled in the loss's dtype (fp32 for bf16 inputs), then cast.
                             const Tensor scale = div(g, ctx.saved[2]);
@@ -132,8 +126,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                               return r.dtype() == dt ? r : r.to(dt);
                             };
                             Tensor dx, dw;
-                            if (ctx.needs_input_grad[0]) dx = scaled(ctx.saved[0]).view(x_shape);
-                            if (ctx.needs_input_grad[1]) dw = scaled(ctx.saved[1]).view({v, c});
+                            if (ctx.needs_input_grad[0] && ctx.saved[0].defined()) dx = scaled(ctx.saved[0]).view(x_shape);
+                            if (ctx.needs_input_grad[1] && ctx.saved[1].defined()) dw = scaled(ctx.saved[1]).view({v, c});
                             return std::vector<Tensor>{dx, dw};
                           });
 }
