@@ -81,31 +81,44 @@ TEST_F(KillResume, SigkillAtARandomMomentThenResumeIsBitwiseTheUninterruptedRun)
     const int delay_us = std::uniform_int_distribution<int>(0, static_cast<int>(1000 * step_ms))(rng);
     const std::string out = "killed" + std::to_string(trial);
     const std::string log = (root_ / (out + ".log")).string();
+    const std::string cmd = "exec " + blutrain(out, "none") + " > " + log + " 2>&1";  // built before fork()
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      ::execl("/bin/sh", "sh", "-c", ("exec " + blutrain(out, "none") + " > " + log + " 2>&1").c_str(),
-              static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
+    // Whatever way this trial ends (a failed assertion returns early), the child is gone after it.
+    struct Reaper {
+      pid_t pid;
+      bool reaped = false;
+      ~Reaper() {
+        if (reaped) return;
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+      }
+    } reaper{pid};
     // Wait for the checkpoint of step kill_after, then a random part of a step, then SIGKILL.
     const auto t0 = std::chrono::steady_clock::now();
     int status = 0;
     bool exited = false;
     while (latest(out) < kill_after) {
       if (::waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
+        exited = reaper.reaped = true;
         break;
       }
       ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(120)) << bytes(log);
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_FALSE(exited) << "the run ended before step " << kill_after << ": " << bytes(log);
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    reaper.reaped = true;
     const int resumed_from = latest(out);
     if (WIFEXITED(status)) {  // finished before the signal: nothing was interrupted, still checked
+      ASSERT_EQ(WEXITSTATUS(status), 0) << bytes(log);
       std::printf("trial %d: the run finished before the kill\n", trial);
     } else {
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);

@@ -127,12 +127,12 @@ inline constexpr int64_t kTokenizeMemoryBoundBytes = int64_t{32} << 20;
 //   TextStreamEncoder after <|endoftext|>), so the calling thread streams the document it is at
 //   into the shards as above while jobs - 1 workers, each with its own Tokenizer::copy() (the BPE
 //   cache is per thread), encode the next documents (at most 2 x jobs ahead) into spill files of
-//   raw ids under <out>/.tokenize-spill; each is appended in document order when its turn comes
+//   raw ids under <out>/.tokenize-spill-<pid>-<n>; each is appended in document order when its turn comes
 //   and deleted. So the shards are byte for byte those of one thread (tested with 1-4 threads, both
 //   val-split rules and chunk sizes down to 1 byte), memory is at most jobs x the bound above
 //   (each thread's tables copy adds ~10 MiB), the spill files hold at most 2 x jobs documents' ids,
 //   and a document's error (an unreadable file) is raised when its turn comes, after the workers
-//   stopped and every spill file is gone. One huge file gains nothing (one document, one thread).
+//   stopped (a worker inside a long document stops at its next slice) and every spill file is gone. One huge file gains nothing (one document, one thread).
 
 // Each document is preceded by <|endoftext|> (GPT-2 / llm.c convention). Streamed in
 // opt.chunk_bytes slices like tokenize_files (the output does not depend on chunk_bytes).

@@ -3,6 +3,7 @@
 // documents are delivered in order, so the output does not depend on the number of threads.
 #include "data/ordered_encode.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -21,9 +23,17 @@ namespace {
 
 using Emit = std::function<void(std::span<const int32_t>)>;
 
-void encode_document(TextStreamEncoder& enc, size_t i, const DocumentReader& read, const Emit& emit) {
+// Thrown out of a worker's reader when the run stops early (another document failed).
+struct Cancelled {};
+
+// strerror is not thread-safe; the workers report errors through this.
+std::string error_text(int e) { return std::generic_category().message(e); }
+
+void encode_document(TextStreamEncoder& enc, size_t i, const DocumentReader& read, const Emit& emit,
+                     const std::atomic<bool>* stop = nullptr) {
   std::vector<int32_t> ids;
   read(i, [&](std::string_view slice) {
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) throw Cancelled{};
     ids.clear();
     enc.feed(slice, ids);
     if (!ids.empty()) emit(ids);
@@ -55,6 +65,7 @@ void encode_in_order(const Tokenizer& tok, size_t n_docs, const DocumentReader& 
   std::condition_variable cv;
   size_t next = 0, consumed = 0;  // the first unclaimed document; documents delivered
   bool stop = false;
+  std::atomic<bool> cancel{false};  // read without the lock by the workers' readers
   const size_t ahead = 2 * static_cast<size_t>(jobs);  // spill files at most
   const auto spill = [&spill_dir](size_t i) { return spill_dir + "/" + std::to_string(i) + ".ids"; };
   std::filesystem::create_directories(spill_dir);
@@ -78,10 +89,13 @@ void encode_in_order(const Tokenizer& tok, size_t n_docs, const DocumentReader& 
           enc = std::make_unique<TextStreamEncoder>(*local);
         }
         std::ofstream out(spill(i), std::ios::binary | std::ios::trunc);
-        BLU_CHECK(out.good(), "tokenize: cannot create the spill file '", spill(i), "': ", std::strerror(errno));
-        encode_document(*enc, i, read, [&](std::span<const int32_t> ids) {
-          out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size_bytes()));
-        });
+        BLU_CHECK(out.good(), "tokenize: cannot create the spill file '", spill(i), "': ", error_text(errno));
+        encode_document(
+            *enc, i, read,
+            [&](std::span<const int32_t> ids) {
+              out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size_bytes()));
+            },
+            &cancel);
         out.close();
         BLU_CHECK(!out.fail(), "tokenize: cannot write the spill file '", spill(i), "' (disk full?)");
       } catch (...) {
@@ -107,6 +121,7 @@ void encode_in_order(const Tokenizer& tok, size_t n_docs, const DocumentReader& 
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
     }
+    cancel = true;  // a worker inside a long document stops at its next slice
     cv.notify_all();
     for (std::thread& t : threads) t.join();
     std::error_code ec;
@@ -134,7 +149,7 @@ void encode_in_order(const Tokenizer& tok, size_t n_docs, const DocumentReader& 
       encode_document(mine, i, read, emit);
     } else {
       std::ifstream in(spill(i), std::ios::binary);
-      BLU_CHECK(in.good(), "tokenize: cannot open the spill file '", spill(i), "': ", std::strerror(errno));
+      BLU_CHECK(in.good(), "tokenize: cannot open the spill file '", spill(i), "': ", error_text(errno));
       while (in) {
         in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size() * sizeof(int32_t)));
         const auto n = static_cast<size_t>(in.gcount()) / sizeof(int32_t);

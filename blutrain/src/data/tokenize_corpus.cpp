@@ -2,7 +2,10 @@
 // (Note [Streaming tokenize] in blutrain/data.h). Documents are split deterministically (every
 // k-th document to val), each is preceded by <|endoftext|>, and shards are cut every
 // `shard_tokens` tokens.
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +26,13 @@
 namespace blu::train {
 namespace {
 
+// A spill folder of this call's own (Note [Parallel tokenize]): two runs into one output folder,
+// or a folder of that name the user has, are never touched.
+std::string spill_dir_for(const std::string& out_dir) {
+  static std::atomic<int> calls{0};
+  return out_dir + "/.tokenize-spill-" + std::to_string(::getpid()) + "-" + std::to_string(calls++);
+}
+
 TokenizeResult tokenize_stream(const Tokenizer& tok, size_t n_docs, const DocumentReader& read,
                                const TokenizeOptions& opt) {
   BLU_CHECK(n_docs > 0, "tokenize: no input documents");
@@ -41,7 +51,7 @@ TokenizeResult tokenize_stream(const Tokenizer& tok, size_t n_docs, const Docume
   BLU_CHECK(opt.jobs >= 1, "tokenize: jobs ", opt.jobs, " must be at least 1");
   ShardSplitWriter* dst = &train;
   encode_in_order(
-      tok, n_docs, read, opt.jobs, opt.out_dir + "/.tokenize-spill",
+      tok, n_docs, read, opt.jobs, spill_dir_for(opt.out_dir),
       [&](size_t i) {
         const bool to_val = split_by_document && static_cast<int64_t>(i % static_cast<size_t>(every)) == every - 1;
         dst = to_val ? &val : &train;
