@@ -14,6 +14,7 @@
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
+#include "common/expect_error.h"
 
 namespace {
 
@@ -169,14 +170,7 @@ TEST(LinearCrossEntropy, AllIgnoredGivesZeroGradientsAndOneSidedGradientsMatch) 
 
 TEST(LinearCrossEntropy, BadInputIsAClearError) {
   const Case k = make_case(5, 9, 4, 11, kFloat32, true, false);
-  const auto expect_error = [](const std::function<void()>& f, const std::string& part) {
-    try {
-      f();
-      ADD_FAILURE() << "no error (expected '" << part << "')";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   expect_error([&] { linear_cross_entropy(k.x, k.w.narrow(1, 0, 3), k.b, k.t); }, "does not match weight");
   expect_error([&] { linear_cross_entropy(k.x, k.w, k.b.narrow(0, 0, 5), k.t); }, "bias");
   expect_error([&] { linear_cross_entropy(k.x, k.w, k.b, k.t.narrow(0, 0, 4)); }, "9 rows but targets");

@@ -12,6 +12,7 @@
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
+#include "common/expect_error.h"
 
 namespace {
 
@@ -64,14 +65,7 @@ TEST(GeluLinear, EqualsLinearOverGeluBitForBit) {
 
 TEST(GeluLinear, BadInputIsAClearError) {
   const Tensor pre = zeros({3, 5}), w = zeros({4, 5});
-  const auto expect_error = [](const std::function<void()>& f, const std::string& part) {
-    try {
-      f();
-      ADD_FAILURE() << "no error (expected '" << part << "')";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
+  using test::expect_error;
   expect_error([&] { gelu_linear(pre, zeros({4, 6})); }, "gelu_linear: input");
   expect_error([&] { gelu_linear(pre, w, zeros({5})); }, "gelu_linear: bias");
   expect_error([&] { gelu_linear(pre.to(kFloat64), w); }, "gelu_linear");
