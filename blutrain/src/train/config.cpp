@@ -94,7 +94,7 @@ const std::vector<Flag>& flag_table() {
       {"resume", "WHAT", &TrainConfig::resume, "auto (continue from the latest checkpoint in --out-dir) | none | a checkpoint directory"},
       {"log-every", "N", &TrainConfig::log_every, "print the progress line every N steps"},
       {"plot", "", &TrainConfig::plot, "write loss.png (train/val loss curve) at the end (--no-plot to skip)"},
-      {"threads", "N", &TrainConfig::threads, "CPU threads (0 = all cores)"},
+      {"threads", "N", &TrainConfig::threads, "CPU threads (0 = all cores); tokenize: files encoded at once (0 = the cores, at most 8)"},
       {"save", "", &TrainConfig::save, "write checkpoints (--no-save for benchmark runs)"},
       {"summary-json", "FILE", &TrainConfig::summary_json, "write {\"e2e.<precision>.tok_s\", \"e2e.<precision>.peak_gib\"} (median tok/s after 3 warm-up steps, peak GiB allocated) to FILE"},
       {"checkpoint", "DIR", &TrainConfig::checkpoint, "sample / fidelity-dump: the checkpoint directory to load (default: latest in --out-dir)"},
