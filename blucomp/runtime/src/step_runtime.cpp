@@ -259,7 +259,7 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
     if (rbg) d.bias_grad = static_cast<float*>(view(*rbg).data_ptr());
     DeviceGuard guard(device);
     const blublas::Status s = blublas::gemm(d, workspace->get(device), workspace->bytes, cuda::current_stream(device.index));
-      BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
+    BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
               "): ", s.message());
   }, views);
   return "";

@@ -282,9 +282,8 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
   std::vector<int> fwd{g1, f}, bwd{b, g2, g3};
   if (ab >= 0) fwd.insert(fwd.begin() + 1, ab);
   std::sort(bwd.begin(), bwd.end());
-  for (int i : {g1, ab, f, b, g2, g3}) {
-    if (i < 0) continue;
-    if (static_cast<size_t>(i) < override_of_.size() && override_of_[static_cast<size_t>(i)] >= 0)
+  for (int i : {g1, ab, f, b, g2, g3}) {  // ab is -1 without the bias add: never replaced
+    if (replaced(i))
       return refuse("call " + std::to_string(i) + " (" + g.nodes[static_cast<size_t>(i)].op +
                     ") is already replaced by another launch");
   }

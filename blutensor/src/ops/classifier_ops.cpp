@@ -37,25 +37,16 @@ namespace blu {
 // follows (evaluation: call it under no_grad, which skips that part).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
                             int64_t ignore_index, int64_t chunk_rows) {
-  detail::check_defined("linear_cross_entropy", x, "input");
-  detail::check_defined("linear_cross_entropy", weight, "weight");
+  detail::check_linear_args("linear_cross_entropy", x, weight, bias);
   detail::check_defined("linear_cross_entropy", targets, "targets");
-  detail::check_same_device("linear_cross_entropy", {x, weight, bias, targets});
-  detail::check_same_float_dtype("linear_cross_entropy", {x, weight, bias});
-  BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear_cross_entropy: input ",
-            x.describe(), " does not match weight ", weight.describe(),
-            " (expected input [..., C] and weight [V, C])");
+  detail::check_same_device("linear_cross_entropy", {x, targets});
   BLU_CHECK(targets.dtype() == kInt64 || targets.dtype() == kInt32 || targets.dtype() == kUInt16,
             "linear_cross_entropy: targets must be i64, i32 or u16, got ", targets.describe());
   const int64_t c = weight.size(1), v = weight.size(0), n = x.numel() / std::max<int64_t>(c, 1);
   BLU_CHECK(targets.numel() == n, "linear_cross_entropy: input ", x.describe(), " has ", n, " rows but targets ",
             targets.describe(), " has ", targets.numel());
-  if (bias.defined()) {
-    BLU_CHECK(bias.dim() == 1 && bias.size(0) == v, "linear_cross_entropy: bias ", bias.describe(),
-              " does not match weight ", weight.describe());
-    BLU_CHECK(!bias.requires_grad(), "linear_cross_entropy: bias ", bias.describe(),
-              " needs a gradient, which this op does not give (use linear + cross_entropy)");
-  }
+  BLU_CHECK(!bias.defined() || !bias.requires_grad(), "linear_cross_entropy: bias ", bias.describe(),
+            " needs a gradient, which this op does not give (use linear + cross_entropy)");
   BLU_CHECK(n > 0 && v > 0, "linear_cross_entropy: no rows or no classes (input ", x.describe(), ", weight ",
             weight.describe(), ")");
   const Device dev = x.device();

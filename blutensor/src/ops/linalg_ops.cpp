@@ -73,25 +73,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out.reshape(out_shape);
 }
 
-namespace {
-// linear's and gelu_linear's argument checks: input [..., in], weight [out, in], bias [out].
-void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_defined(op, x, "input");
-  detail::check_defined(op, weight, "weight");
-  detail::check_same_device(op, {x, weight, bias});
-  detail::check_same_float_dtype(op, {x, weight, bias});
-  BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), op, ": input ", x.describe(),
-            " does not match weight ", weight.describe(), " (expected input [..., ",
-            weight.dim() == 2 ? weight.size(1) : -1, "] and weight [out, in])");
-  if (bias.defined()) {
-    BLU_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.describe(),
-              " does not match weight ", weight.describe());
-  }
-}
-}  // namespace
-
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_linear_args("linear", x, weight, bias);
+  detail::check_linear_args("linear", x, weight, bias);
   // One primitive over x2 [N, in] (Note: the weight gradient comes out [out, in] directly, no
   // transposed copy): y = x2 W^T + b; dx = g W; dW = g^T x2; db = sum_rows(g).
   const int64_t in = weight.size(1), out_f = weight.size(0);
@@ -124,7 +107,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 // order: dx = g W, dpre = gelu'(pre) dx (blu-plan's gelu_grad epilogue fuses the pair), then the
 // GELU recomputed, dW = g^T gelu(pre), db = sum(g) (its bias_grad epilogue fuses the last two).
 Tensor gelu_linear(const Tensor& pre, const Tensor& weight, const Tensor& bias) {
-  check_linear_args("gelu_linear", pre, weight, bias);
+  detail::check_linear_args("gelu_linear", pre, weight, bias);
   const int64_t in = weight.size(1), out_f = weight.size(0);
   Shape out_shape = pre.sizes();
   out_shape.back() = out_f;

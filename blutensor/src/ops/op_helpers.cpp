@@ -37,6 +37,20 @@ void check_same_device(const char* op, const std::vector<Tensor>& ts) {
   }
 }
 
+void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_defined(op, x, "input");
+  check_defined(op, weight, "weight");
+  check_same_device(op, {x, weight, bias});
+  check_same_float_dtype(op, {x, weight, bias});
+  BLU_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), op, ": input ", x.describe(),
+            " does not match weight ", weight.describe(), " (expected input [..., ",
+            weight.dim() == 2 ? weight.size(1) : -1, "] and weight [out, in])");
+  if (bias.defined()) {
+    BLU_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias ", bias.describe(),
+              " does not match weight ", weight.describe());
+  }
+}
+
 void check_same_float_dtype(const char* op, const std::vector<Tensor>& ts) {
   const Tensor* first = nullptr;
   for (const Tensor& t : ts) {

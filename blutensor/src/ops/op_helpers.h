@@ -18,6 +18,9 @@ void check_same_device(const char* op, const std::vector<Tensor>& ts);
 // All defined tensors floating and the same dtype.
 void check_same_float_dtype(const char* op, const std::vector<Tensor>& ts);
 void check_defined(const char* op, const Tensor& t, const char* what);
+// A linear layer's operands: input [..., in], weight [out, in], optional bias [out], one device
+// and float dtype; throws naming the op and the shapes (linear, gelu_linear, linear_cross_entropy).
+void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
 // In-place ops refuse tensors that take part in autograd while grad mode is on.
 void check_inplace(const char* op, const Tensor& self, const Tensor& other = Tensor());
 // NumPy broadcasting of two shapes; throws naming the op.
