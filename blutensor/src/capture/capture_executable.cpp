@@ -8,6 +8,7 @@
 #include <map>
 
 #include "blutensor/capture.h"
+#include "blutensor/env_switch.h"
 #include "capture/capture_internal.h"
 #ifndef BLU_TENSOR_NO_CUDA_BACKEND
 #include "blutensor/cuda_allocator.h"
@@ -23,18 +24,11 @@ namespace {
 
 constexpr std::size_t kArenaAlignmentBytes = 256;
 
-// An on/off switch from the environment: unset or anything but 0/off/false is on.
-bool on_in_env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ||
-         !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
-}
-
 }  // namespace
 
 Executable::Executable(Graph g)
-    : use_arena_(on_in_env("BLU_CAPTURE_ARENA")),
-      use_inplace_(on_in_env("BLU_CAPTURE_INPLACE")),
+    : use_arena_(env_switch_on("BLU_CAPTURE_ARENA")),
+      use_inplace_(env_switch_on("BLU_CAPTURE_INPLACE")),
       graph_(std::move(g)) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
   const size_t n = graph_.buffers.size();

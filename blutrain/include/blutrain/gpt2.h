@@ -192,6 +192,8 @@ class GPT2 {
   std::shared_ptr<bludist::ProcessGroup> tp_;  // null: no tensor parallelism
   int tp_overlap_ = 1;
   bool recompute_gelu_ = false;
+  bool linear_cross_entropy_ = true;      // Note [Linear cross-entropy] (blutensor)
+  int64_t linear_cross_entropy_rows_ = 0;  // its chunk rows; 0: its default
   int tp_size_ = 1, tp_rank_ = 0;
   std::shared_ptr<bludist::ProcessGroup> cp_;  // null: no context parallelism
   Tensor wte_, wpe_, lnf_w_, lnf_b_;

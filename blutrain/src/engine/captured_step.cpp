@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "blutensor/autograd.h"
+#include "blutensor/env_switch.h"
 #include "blucomp/step_runtime.h"
 #include "blutensor/ops.h"
 #include "blutrain/files.h"
@@ -111,9 +112,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     // Note [Chunked classifier] (blutensor): before the plan's kernels, which then keep the
     // classifier's calls (the lm head's GEMM + mask epilogue: bind_plan says "already replaced");
     // chunking saves the [N, V] logits and their gradient, the epilogue one pass over them.
-    const char* chunked = std::getenv("BLU_CAPTURE_CHUNKED_CLASSIFIER");
-    const bool chunk = chunked == nullptr || !(std::string(chunked) == "0" || std::string(chunked) == "off" ||
-                                               std::string(chunked) == "false");
+    const bool chunk = env_switch_on("BLU_CAPTURE_CHUNKED_CLASSIFIER");
     const auto chunk_now = [&] {
       return chunk ? exe_->chunk_classifier().describe() : "classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)";
     };

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 
 #include "bludist/context_parallel.h"
 #include "bludist/process_group.h"
 #include "bludist/tensor_parallel.h"
 #include "bludist/zero3.h"
 #include "blutensor/autograd.h"
+#include "blutensor/env_switch.h"
 #include "blutensor/ops.h"
 #include "blutensor/random.h"
 #include "blutrain/nvtx.h"
@@ -64,6 +64,12 @@ TpSplit tp_split(const std::string& name) {
 GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::ProcessGroup> tp,
            std::shared_ptr<bludist::ProcessGroup> cp)
     : cfg_(cfg), device_(device) {
+  // A/B switches, read once: BLU_LINEAR_CROSS_ENTROPY=0 keeps the lm head's logits and
+  // cross_entropy; BLU_LINEAR_CROSS_ENTROPY_ROWS sets its chunk rows (0 or unset: 128 MiB of fp32
+  // logits).
+  linear_cross_entropy_ = env_switch_on("BLU_LINEAR_CROSS_ENTROPY");
+  if (const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY_ROWS"))
+    linear_cross_entropy_rows_ = std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
   BLU_CHECK(cfg.n_embd % cfg.n_head == 0, "GPT2: n_embd ", cfg.n_embd, " not divisible by n_head ", cfg.n_head);
   if (cp && cp->size() > 1) {  // Note [Context-parallel GPT-2]
     BLU_CHECK(!(tp && tp->size() > 1), "GPT2: tensor and context parallelism together are not implemented");
@@ -201,16 +207,6 @@ Tensor GPT2::tp_shard(const Tensor& full, TpSplit split) const {
 
 namespace {
 DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kFloat32; }
-// BLU_LINEAR_CROSS_ENTROPY=0: the lm head's logits and cross_entropy as before (A/B).
-bool linear_cross_entropy_enabled() {
-  const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY");
-  return v == nullptr || !(std::string(v) == "0" || std::string(v) == "off" || std::string(v) == "false");
-}
-// BLU_LINEAR_CROSS_ENTROPY_ROWS: its chunk rows (0 or unset: 128 MiB of fp32 logits), for A/B.
-int64_t linear_cross_entropy_rows() {
-  const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY_ROWS");
-  return v == nullptr ? 0 : std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
-}
 }  // namespace
 
 GPT2::~GPT2() = default;
@@ -347,12 +343,12 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
     pos = mine(pos, 0);
   }
   Tensor h = hidden(ids, pos, r, precision, cp_ != nullptr);
-  if (logits_out == nullptr && !tp_ && linear_cross_entropy_enabled()) {
+  if (logits_out == nullptr && !tp_ && linear_cross_entropy_) {
     // Note [Linear cross-entropy] (blutensor): the loss without the [N, V] logits or their
     // gradient, in every precision (bf16: each chunk's logits cast to fp32 for the loss, as below).
     BLU_NVTX_RANGE("lm_head_loss");
     const int64_t N = ids.numel();
-    const int64_t rows = linear_cross_entropy_rows();
+    const int64_t rows = linear_cross_entropy_rows_;
     if (device_.is_cpu())
       return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}), -100, rows);
     return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(h.dtype()), tgt.reshape({N}), -100, rows);
