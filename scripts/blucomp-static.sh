@@ -18,8 +18,9 @@ LLVM_CONFIG="${LLVM_CONFIG:-llvm-config-19}"
 for a in libzstd.a libz.a; do
   [ -e "/usr/lib/x86_64-linux-gnu/$a" ] || { echo "blucomp-static.sh: needs $a (apt-get install libzstd-dev zlib1g-dev)"; exit 1; }
 done
+mkdir -p "$BUILD"
 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_WITH_CUDA=OFF -DBLUCOMP_LINK_STATIC=ON \
-  -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF > "$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
+  -DBLU_BUILD_TESTS=OFF -DBLU_BUILD_BENCH=OFF > "$BUILD/blucomp-static.configure.log" 2>&1 || { cat "$BUILD/blucomp-static.configure.log"; exit 1; }
 ninja -C "$BUILD" blu-opt blu-ptx blu-import blu-plan
 mkdir -p "$OUT"
 libdir=$("$LLVM_CONFIG" --libdir)
