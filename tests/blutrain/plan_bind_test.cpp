@@ -17,22 +17,13 @@
 #include "blutensor/ops.h"
 #include "blutensor/optim.h"
 #include "blutensor/random.h"
+#include "blutensor/support/random_leaf.h"  // tests/blutensor/support
 
 namespace {
 
 using namespace blu;
 
 constexpr int64_t kV = 24, kC = 8, kB = 2, kT = 5;
-
-Tensor leaf(Shape s, double scale, Generator& g) {
-  Tensor t;
-  {
-    NoGradGuard ng;
-    t = mul(randn(s, TensorOptions(kFloat32), &g), scale);
-  }
-  t.requires_grad_(true);
-  return t;
-}
 
 // One step of a tied-weight classifier whose head is a GEMM plus an in-place mask add, as the
 // CUDA GPT-2 records it; returns the captured graph.
@@ -66,7 +57,7 @@ std::string plan_for(const capture::Graph& g, const std::vector<int>& nodes, con
 
 TEST(PlanBind, KernelOverChunkedClassifierCallsIsKeptNamingTheCall) {
   Generator g(3);
-  Tensor wte = leaf({kV, kC}, 0.3, g), mask;
+  Tensor wte = test::random_leaf({kV, kC}, 0.3, g), mask;
   {
     NoGradGuard ng;
     mask = zeros({kV}, TensorOptions(kFloat32));
