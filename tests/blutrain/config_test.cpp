@@ -11,6 +11,7 @@
 
 #include "blutensor/error.h"
 #include "blutrain/config.h"
+#include "blutrain/gpt2.h"
 
 using namespace blu::train;
 namespace fs = std::filesystem;
@@ -173,6 +174,26 @@ TEST(Config, ConfigsThatDoNotFitAreRejected) {
   TrainConfig c;
   c.model = "d13";
   EXPECT_NE(err(c, false).find("unknown model size"), std::string::npos);
+  // Note [Model shapes]: LxHxC, strictly three positive numbers; the width a multiple of the heads.
+  for (const char* bad : {"2x2", "2x2x128x1", "0x2x128", "2x0x128", "2x2x-128", "2x2x128 ", "x2x128", "2X2X128",
+                          "2x3x128", "99999999x1x64", "2x2x100000"}) {
+    c = TrainConfig();
+    c.model = bad;
+    const std::string e = err(c, false);
+    EXPECT_NE(e.find("--model: "), std::string::npos) << bad;
+    EXPECT_TRUE(e.find("unknown model size") != std::string::npos || e.find("model shape") != std::string::npos)
+        << bad << ": " << e;
+  }
+  c = TrainConfig();
+  c.model = "2x2x128";
+  EXPECT_EQ(err(c, false), "");
+  {
+    const GPT2Config m = gpt2_config("3x2x128");
+    EXPECT_EQ(m.n_layer, 3);
+    EXPECT_EQ(m.n_head, 2);
+    EXPECT_EQ(m.n_embd, 128);
+    EXPECT_EQ(m.name, "3x2x128");
+  }
   c = TrainConfig();
   c.device = "cuda";
   EXPECT_NE(err(c, false).find("no CUDA device"), std::string::npos);

@@ -85,7 +85,8 @@ struct GPT2Config {
 };
 
 // "tiny" (4 layers, C 128, 4 heads, context 256: for the CPU), "d12" (GPT-2 124M), "d24"
-// (350M), "d36" (774M), "d48" (1.5B). Throws blu::Error for any other name.
+// (350M), "d36" (774M), "d48" (1.5B), or "LxHxC" (L layers, H heads, width C; Note [Model shapes]
+// in gpt2.cpp). Throws blu::Error for any other name.
 GPT2Config gpt2_config(const std::string& name);
 
 enum class Precision { kFp32, kTf32, kBf16 };

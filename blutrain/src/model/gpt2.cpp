@@ -21,6 +21,41 @@
 
 namespace blu::train {
 
+namespace {
+
+// Note [Model shapes]: besides the GPT-2 family by name, `--model LxHxC` is any GPT-2-shaped model
+// of L layers, H heads and width C (C a multiple of H; the fused engine also needs C / H = 64). The
+// name is what a checkpoint records, so a resumed run rebuilds the same shape from it. Small shapes
+// make the whole trainer cheap to run under tools that slow kernels 100x (compute-sanitizer's
+// memcheck on the fused engine: 2x2x128 instead of d12).
+bool parse_model_shape(const std::string& name, GPT2Config& c) {
+  int v[3] = {0, 0, 0};
+  size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) {
+      if (pos >= name.size() || name[pos] != 'x') return false;
+      ++pos;
+    }
+    const size_t start = pos;
+    long long x = 0;
+    while (pos < name.size() && name[pos] >= '0' && name[pos] <= '9' && pos - start < 7) {
+      x = x * 10 + (name[pos] - '0');
+      ++pos;
+    }
+    if (pos == start || x <= 0) return false;
+    v[i] = static_cast<int>(x);
+  }
+  if (pos != name.size()) return false;
+  BLU_CHECK(v[0] <= 1024 && v[1] <= 1024 && v[2] <= 65536, "model shape '", name,
+            "': at most 1024 layers, 1024 heads and width 65536");
+  BLU_CHECK(v[2] % v[1] == 0, "model shape '", name, "': the width ", v[2], " is not a multiple of the ", v[1],
+            " heads");
+  c.n_layer = v[0], c.n_head = v[1], c.n_embd = v[2];
+  return true;
+}
+
+}  // namespace
+
 GPT2Config gpt2_config(const std::string& name) {
   GPT2Config c;
   c.name = name;
@@ -37,8 +72,9 @@ GPT2Config gpt2_config(const std::string& name) {
     c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
   } else if (name == "d48") {
     c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
-  } else {
-    BLU_THROW("unknown model size '", name, "' (expected tiny, d12, d24, d36, d48)");
+  } else if (!parse_model_shape(name, c)) {
+    BLU_THROW("unknown model size '", name,
+              "' (expected tiny, d12, d24, d36, d48, or LxHxC: layers x heads x width, e.g. 2x2x128)");
   }
   return c;
 }

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "blutensor/error.h"
+#include "blutrain/gpt2.h"
 #include "blutrain/files.h"
 
 namespace blu::train {
@@ -32,7 +33,7 @@ struct Flag {
 const std::vector<Flag>& flag_table() {
   static const std::vector<Flag> table = {
       {"config", "FILE", &TrainConfig::checkpoint /*unused*/, "read settings from FILE ('key = value' lines; flags override)"},
-      {"model", "NAME", &TrainConfig::model, "tiny | d12 (GPT-2 124M) | d24 (350M) | d36 (774M) | d48 (1.5B) | auto: d12 on a GPU, tiny on CPU"},
+      {"model", "NAME", &TrainConfig::model, "tiny | d12 (GPT-2 124M) | d24 (350M) | d36 (774M) | d48 (1.5B) | LxHxC (layers x heads x width) | auto: d12 on a GPU, tiny on CPU"},
       {"device", "DEV", &TrainConfig::device, "cpu | cuda | cuda:N | auto (cuda when a GPU is present)"},
       {"precision", "MODE", &TrainConfig::precision, "fp32 (strict) | tf32 | bf16 (mixed: fp32 master weights and optimizer) | auto (bf16 on GPU, fp32 on CPU)"},
       {"block-size", "N", &TrainConfig::block_size, "context length: rows of the position table (0 = the model's: 1024, tiny 256); --seq-len may not exceed it"},
@@ -352,9 +353,11 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
   BLU_CHECK(on_gpu || cfg.device == "cpu", "--device '", cfg.device, "': expected cpu, cuda, cuda:N or auto");
   BLU_CHECK(!on_gpu || have_gpu, "--device ", cfg.device, ": no CUDA device is available");
   if (cfg.model == "auto") cfg.model = on_gpu ? "d12" : "tiny";
-  BLU_CHECK(cfg.model == "tiny" || cfg.model == "d12" || cfg.model == "d24" || cfg.model == "d36" ||
-                cfg.model == "d48",
-            "--model '", cfg.model, "': unknown model size (expected tiny, d12, d24, d36, d48)");
+  try {
+    (void)gpt2_config(cfg.model);  // tiny, d12 .. d48 or LxHxC (Note [Model shapes])
+  } catch (const blu::Error& e) {
+    BLU_THROW("--model: ", e.what());
+  }
   if (cfg.precision == "auto") cfg.precision = on_gpu ? "bf16" : "fp32";
   BLU_CHECK(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16",
             "--precision '", cfg.precision, "': expected fp32, tf32 or bf16");
