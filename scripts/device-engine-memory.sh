@@ -7,7 +7,8 @@
 # host gaps; the fused engine also times its ops eagerly in step 11).
 #   BLU_COMMIT=<sha> scripts/device-engine-memory.sh <tools dir with blu-plan.gz> [build dir]
 # Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
-# of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side).
+# of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
+# $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py).
 # BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB adds runs.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
@@ -78,5 +79,29 @@ if prof:
         cells = [d.get("families", {}).get(f, {}) for d in prof.values()]
         rows.append(f"| {f} ms (launches) | " + " | ".join(f"{c.get('ms', 0):.2f} ({c.get('count', 0)})" for c in cells) + " |")
 open(os.path.join(out, "engine_memory.md"), "w").write("\n".join(rows) + "\n")
+# The results contract's comp.<precision>.* metrics (scripts/make_summary.py reads this file).
+prec, batch = os.environ.get("BLU_EM_PRECISION", "fp32"), os.environ.get("BLU_EM_BATCH", "8")
+m = {}
+for name in names:
+    p = os.path.join(out, f"engine_{name}.txt")
+    if not os.path.exists(p):
+        continue
+    tok, peak, dev = [], 0.0, 0.0
+    for mm in re.finditer(r"step\s+(\d+)/\d+ \| loss \S+ .*?\| ([\d.]+)K tok/s .*?peak ([\d.]+)\) \| dev ([\d.]+) GiB", open(p).read()):
+        if 4 <= int(mm.group(1)) <= 9:
+            tok.append(float(mm.group(2)) * 1000)
+        peak, dev = max(peak, float(mm.group(3))), max(dev, float(mm.group(4)))
+    if tok:
+        m[f"comp.{prec}.{name}.tok_s"] = statistics.median(tok)
+        m[f"comp.{prec}.{name}.peak_gib"], m[f"comp.{prec}.{name}.device_gib"] = peak, dev
+def r(name, a, b):
+    if a in m and b in m and m[b]:
+        m[name] = m[a] / m[b]
+r(f"comp.{prec}.ratio_vs_eager", f"comp.{prec}.compiled.tok_s", f"comp.{prec}.fused.tok_s")
+r(f"comp.{prec}.ratio_vs_autograd", f"comp.{prec}.compiled.tok_s", f"comp.{prec}.autograd.tok_s")
+r(f"comp.{prec}.compiled.peak_ratio_vs_eager", f"comp.{prec}.compiled.peak_gib", f"comp.{prec}.fused.peak_gib")
+cfg = (f"d12 {prec} B{batch} T1024, synthetic data, 12 steps, tok/s median of steps 4-9 from the progress "
+       f"lines, allocator peak and device memory over the run; scripts/device-engine-memory.sh")
+json.dump({"metrics": m, "config": cfg}, open(os.path.join(out, f"comp_{prec}.json"), "w"), indent=1)
 print("\n".join(rows))
 EOF

@@ -36,6 +36,9 @@ san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 multi_gpu_bins="bludist_nccl_gpu_test blutrain_fused_dp_gpu_test"
+# Binaries whose GPU work runs in programs they start: the parent runs unwrapped, each program under
+# the sanitizer (Note [Sanitized ranks] in tests/common/run_command.h).
+wrapped_bins="$multi_gpu_bins blutrain_fused_nonfinite_gpu_test"
 ((gpus >= 2)) && export BLU_REQUIRE_MULTI_GPU=1
 # The cases: "binary  tools|*  timeout_s  gtest-filter" per line (# comments).
 mapfile -t cases < <(grep -vE '^\s*(#|$)' tests/sanitize/cases.txt)
@@ -116,7 +119,7 @@ for line in "${cases[@]}"; do
     [ "$tool" = racecheck ] && extra+=(--racecheck-report all --show-backtrace no)
     limit=40; [ "$tool" = racecheck ] && limit=100000
     s0=$(date +%s)
-    if [[ " $multi_gpu_bins " == *" $bin "* ]]; then
+    if [[ " $wrapped_bins " == *" $bin "* ]]; then
       # Note [Sanitized ranks] (tests/common/run_command.h): the gtest parent runs unwrapped and
       # each rank blurun starts runs under its own sanitizer, writing per-process logs that are
       # appended to this case's log (the parse below sums every ERROR SUMMARY in it).

@@ -37,8 +37,9 @@ inline CommandResult run_command(const std::string& cmd) {
 // CollectivesOnTwoGpus past 200 s under memcheck, racecheck and synccheck alike), while the same ranks
 // under the sanitizer without the gtest parent finished in ~30 s: the parent, which holds a CUDA
 // context and waits on the launcher's pipe, is what the tool cannot follow. So the tests put
-// $BLU_RANK_WRAPPER (when set) in front of every program they start through blurun, and
-// scripts/device-sanitize.sh runs a two-GPU binary unwrapped with BLU_RANK_WRAPPER naming the
+// $BLU_RANK_WRAPPER (when set) in front of every program they start through blurun (and the
+// one-GPU test that starts blutrain itself, fused_nonfinite_gpu_test: the same hang, session 17),
+// and scripts/device-sanitize.sh runs such a binary unwrapped with BLU_RANK_WRAPPER naming the
 // sanitizer: each rank runs under its own sanitizer (reports to per-process log files), the gtest
 // process checks the results as usual. The one-GPU reference runs the parents do are the same code
 // as the one-GPU tests, which run under the sanitizer themselves.
