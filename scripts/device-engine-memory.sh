@@ -43,7 +43,7 @@ run fused -- --engine fused
 run autograd_logits BLU_LINEAR_CROSS_ENTROPY=0 -- --engine autograd
 run captured -- --engine captured
 # BLU_EM_ROWS_AB="2048 8192": the autograd engine with linear_cross_entropy in chunks of that many
-# rows (BLU_LINEAR_CROSS_ENTROPY_ROWS; the default is 128 MiB of fp32 logits, 640 rows at d12).
+# rows (BLU_LINEAR_CROSS_ENTROPY_ROWS; the default is 512 MiB of fp32 logits, 2624 rows at d12).
 for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_ROWS="$r" -- --engine autograd; done
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os

@@ -57,7 +57,7 @@ void cublas_ok(cublasStatus_t s, const char* what) {
 
 // ---- flags --------------------------------------------------------------------------------------
 struct Options {
-  int m = 4096, n = 4096, k = 4096, batch = 1, reps = 20;
+  int m = 4096, n = 4096, k = 4096, batch = 1, reps = 20, beta = 0;
   std::string dtype = "bf16", out, op_a = "n", op_b = "t", layout = "row", epilogue = "none",
               path = "auto";
   bool json = false;
@@ -66,12 +66,13 @@ struct Options {
 const char* kUsage =
     "--m=4096 --n=4096 --k=4096 --batch=1 --dtype=bf16|f16|tf32|f32 --out=bf16|f16|f32 "
     "(default: bf16/f16 in -> same out, tf32/f32 -> f32) --op_a=n|t --op_b=t|n --layout=row|col "
-    "--epilogue=none|bias|bias_gelu|gelu|bgrada|bgradb --path=auto|simt|sm80|sm90 --reps=20 --json";
+    "--epilogue=none|bias|bias_gelu|gelu|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
+    "C = D in place) --reps=20 --json";
 
 // Returns "" or the usage error.
 std::string parse(const Args& a, Options* o) {
   static const std::set<std::string> known{"m", "n", "k", "batch", "dtype", "out", "op_a", "op_b",
-                                           "layout", "epilogue", "path", "reps", "json"};
+                                           "layout", "epilogue", "path", "reps", "beta", "json"};
   for (auto& [k, v] : a.kv)
     if (!known.count(k)) return std::string("gemm: unknown flag --").append(k).append(" (flags: ").append(kUsage).append(")");
   auto pick = [&](const char* key, std::string* dst, std::initializer_list<const char*> allowed) {
@@ -114,6 +115,7 @@ std::string parse(const Args& a, Options* o) {
   if (!(e = integer("k", &o->k, 1, 1 << 30)).empty()) return e;
   if (!(e = integer("batch", &o->batch, 1, 1 << 20)).empty()) return e;
   if (!(e = integer("reps", &o->reps, 1, 100000)).empty()) return e;
+  if (!(e = integer("beta", &o->beta, 0, 1)).empty()) return e;
   if (!(e = pick("dtype", &o->dtype, {"bf16", "f16", "tf32", "f32"})).empty()) return e;
   o->out = o->dtype == "bf16" || o->dtype == "f16" ? o->dtype : "f32";
   if (!(e = pick("out", &o->out, {"bf16", "f16", "f32"})).empty()) return e;
@@ -289,6 +291,7 @@ int run_gemm(const Args& args) {
   d.compute = o.dtype == "tf32" ? ComputeMode::kTF32 : o.dtype == "f32" ? ComputeMode::kStrictF32 : ComputeMode::kDefault;
   d.epilogue = epilogue_of(o.epilogue);
   d.path = path_of(o.path);
+  d.beta = static_cast<float>(o.beta);  // C = D: accumulate in place (the chunked weight gradient's GEMM)
   const bool row = d.layout == Layout::kRowMajor;
   // Tight leading dimensions of the stored matrices.
   const int64_t a_rows = d.op_a == Op::kN ? d.m : d.k, a_cols = d.op_a == Op::kN ? d.k : d.m;
@@ -321,6 +324,10 @@ int run_gemm(const Args& args) {
     s.a = mem.alloc(a_el * ab); fill(const_cast<void*>(s.a), d.ab_type, a_el, 100 * r + 1);
     s.b = mem.alloc(b_el * ab); fill(const_cast<void*>(s.b), d.ab_type, b_el, 100 * r + 2);
     s.d = mem.alloc(d_el * cd);
+    if (d.beta != 0.0f) {
+      fill(s.d, d.cd_type, d_el, 100 * r + 4);
+      s.c = s.d;
+    }
     if (has_bias) { s.bias = mem.alloc(d.n * cd); fill(const_cast<void*>(s.bias), d.cd_type, d.n, 100 * r + 3); }
     if (has_aux) s.aux = mem.alloc(d_el * cd);
     if (has_bgrad) s.bias_grad = static_cast<float*>(mem.alloc(bgrad_len * 4));
@@ -338,8 +345,14 @@ int run_gemm(const Args& args) {
   if (st.ok()) (void)(st = blublas::gemm_workspace_size(sets[0], &ws_bytes));
   if (!st.ok()) return report_error(o, 1, st.to_string());
   void* ws = ws_bytes ? mem.alloc(ws_bytes) : nullptr;
-  fill(sets[0].d, d.cd_type, d_el, 0, true);
+  if (d.beta == 0.0f) fill(sets[0].d, d.cd_type, d_el, 0, true);  // poisoned (C = D keeps its values)
   if (has_aux) fill(sets[0].aux, d.cd_type, d_el, 0, true);
+  // With beta, cuBLAS's output starts from the same C as ours (set 0's D before our checked run).
+  void* ref_c0 = nullptr;
+  if (d.beta != 0.0f) {
+    ref_c0 = mem.alloc(d_el * cd);
+    cuda_ok(cudaMemcpy(ref_c0, sets[0].d, d_el * cd, cudaMemcpyDeviceToDevice), "copy C");
+  }
   if (has_bgrad) fill(sets[0].bias_grad, Dtype::kF32, bgrad_len, 0, true);
   if (!(st = blublas::gemm(sets[0], ws, ws_bytes, stream)).ok()) return report_error(o, 1, st.to_string());
   cuda_ok(cudaStreamSynchronize(stream), "blublas gemm");
@@ -354,6 +367,10 @@ int run_gemm(const Args& args) {
   // cuBLAS: the same problem into separate outputs (set 0's inputs), checked once, then timed.
   GemmDesc ref = sets[0];
   ref.d = mem.alloc(d_el * cd);
+  if (ref_c0 != nullptr) {
+    cuda_ok(cudaMemcpy(ref.d, ref_c0, d_el * cd, cudaMemcpyDeviceToDevice), "copy C");
+    ref.c = ref.d;
+  }
   if (has_aux) ref.aux = mem.alloc(d_el * cd);
   if (has_bgrad) ref.bias_grad = static_cast<float*>(mem.alloc(bgrad_len * 4));
   cublasHandle_t h;
@@ -410,18 +427,18 @@ int run_gemm(const Args& args) {
   const char* ran = blublas::gemm_path_name(taken);
   if (o.json) {
     std::printf("{\"command\": \"gemm\", \"m\": %d, \"n\": %d, \"k\": %d, \"batch\": %d, \"dtype\": %s, \"out\": %s, "
-                "\"op_a\": %s, \"op_b\": %s, \"layout\": %s, \"epilogue\": %s, \"path_requested\": %s, \"path\": %s, "
+                "\"op_a\": %s, \"op_b\": %s, \"layout\": %s, \"epilogue\": %s, \"beta\": %d, \"path_requested\": %s, \"path\": %s, "
                 "\"blublas_ms\": %s, \"blublas_tflops\": %s, \"cublas_impl\": %s, \"cublas_ms\": %s, "
                 "\"cublas_tflops\": %s, \"ratio\": %s, \"max_abs_diff\": %s, \"max_rel_diff\": %s, \"note\": %s}\n",
                 d.m, d.n, d.k, d.batch, json_str(o.dtype).c_str(), json_str(o.out).c_str(), json_str(o.op_a).c_str(),
-                json_str(o.op_b).c_str(), json_str(o.layout).c_str(), json_str(o.epilogue).c_str(),
+                json_str(o.op_b).c_str(), json_str(o.layout).c_str(), json_str(o.epilogue).c_str(), o.beta,
                 json_str(o.path).c_str(), json_str(ran).c_str(), num(ours_ms).c_str(), num(ours_tf).c_str(),
                 json_str(impl).c_str(), num(ref_ms).c_str(), num(ref_tf).c_str(), num(ratio).c_str(),
                 num(diff).c_str(), num(rel).c_str(), json_str(note).c_str());
   } else {
-    std::printf("gemm M=%d N=%d K=%d batch=%d op=%s%s %s-major %s->%s epilogue=%s path=%s (ran %s)\n", d.m, d.n, d.k,
-                d.batch, o.op_a.c_str(), o.op_b.c_str(), o.layout.c_str(), o.dtype.c_str(), o.out.c_str(),
-                o.epilogue.c_str(), o.path.c_str(), ran);
+    std::printf("gemm M=%d N=%d K=%d batch=%d op=%s%s %s-major %s->%s epilogue=%s beta=%d path=%s (ran %s)\n", d.m,
+                d.n, d.k, d.batch, o.op_a.c_str(), o.op_b.c_str(), o.layout.c_str(), o.dtype.c_str(), o.out.c_str(),
+                o.epilogue.c_str(), o.beta, o.path.c_str(), ran);
     std::printf("  blublas : %9.4f ms  %8.1f TFLOP/s\n", ours_ms, ours_tf);
     if (std::isfinite(ref_ms)) {
       std::printf("  cuBLAS  : %9.4f ms  %8.1f TFLOP/s  (%s)\n", ref_ms, ref_tf, impl.c_str());

@@ -194,53 +194,8 @@ __device__ __forceinline__ void epilogue_store1(const EpilogueArgs& e, int batch
   d[static_cast<int64_t>(i) * e.ldd + j] = from_f32<OutT>(v);
 }
 
-// The values an epilogue reads for D(i, j) and D(i, j+1) besides the accumulators: C (when beta !=
-// 0) and aux (kGeluGrad); 0 where not read or past n. Note [Epilogue loads ahead]: a kernel whose
-// epilogue walks many elements per thread (the sm90 generic epilogue) loads these for several
-// pairs before it finishes any, so their latencies overlap. C may be D itself (accumulate in
-// place): each element is read and written by the same thread, its read first, so loading ahead
-// is safe.
-struct EpilogueIn2 {
-  float c0 = 0.0f, c1 = 0.0f, a0 = 0.0f, a1 = 0.0f;
-};
-
-// Whether the pair (j, j+1) uses 2-element accesses (both in range, aligned, j even).
-__device__ __forceinline__ bool epilogue_pair(const EpilogueArgs& e, int j) {
-  return e.pair_ok && (j & 1) == 0 && j + 1 < e.n;
-}
-
-template <typename OutT>
-__device__ __forceinline__ EpilogueIn2 epilogue_load2(const EpilogueArgs& e, int batch, int i, int j) {
-  EpilogueIn2 in;
-  if (j >= e.n) return in;
-  const bool in1 = j + 1 < e.n;
-  const bool pair = epilogue_pair(e, j);
-  if (e.c != nullptr) {
-    const OutT* c =
-        static_cast<const OutT*>(e.c) + batch * e.stride_c + static_cast<int64_t>(i) * e.ldc + j;
-    if (pair) {
-      load_pair_f32(c, &in.c0, &in.c1);
-    } else {
-      in.c0 = to_f32(c[0]);
-      if (in1) in.c1 = to_f32(c[1]);
-    }
-  }
-  if (e.kind == static_cast<int>(Epilogue::kGeluGrad)) {
-    const OutT* aux = static_cast<const OutT*>(e.aux) + batch * e.stride_aux +
-                      static_cast<int64_t>(i) * e.ld_aux + j;
-    if (pair) {
-      load_pair_f32(aux, &in.a0, &in.a1);
-    } else {
-      in.a0 = to_f32(aux[0]);
-      if (in1) in.a1 = to_f32(aux[1]);
-    }
-  }
-  return in;
-}
-
-// D(i, j) and D(i, j+1) from the accumulators and what epilogue_load2 read for the same pair.
-// Checks both columns against n; the caller checks i < m. Returns the two values stored, before
-// the rounding to D's type (0 for a column past n: what amax needs).
+// D(i, j) and D(i, j+1). Checks both columns against n; the caller checks i < m. Returns the two
+// values stored, before the rounding to D's type (0 for a column past n: what amax needs).
 // Note [One epilogue body]: the paired (vector) and the scalar (odd column, unaligned, last
 // column) forms share one copy of the arithmetic and differ only in their loads and stores. Two
 // calls of epilogue_store1 for the scalar form doubled every inlined epilogue (x 3 output dtypes
@@ -248,15 +203,24 @@ __device__ __forceinline__ EpilogueIn2 epilogue_load2(const EpilogueArgs& e, int
 // SASS instructions for a ~500-instruction main loop, and ptxas took 70% of the build's longest
 // objects (bench/NOTES.md, "CI build time (session 10)"). Each element gets the same fp32 math.
 template <typename OutT>
-__device__ __forceinline__ float2 epilogue_finish2(const EpilogueArgs& e, int batch, int i, int j,
-                                                   float acc0, float acc1, const EpilogueIn2& in) {
+__device__ __forceinline__ float2 epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
+                                                  float acc0, float acc1) {
   if (j >= e.n) return make_float2(0.0f, 0.0f);
   const bool in1 = j + 1 < e.n;
-  const bool pair = epilogue_pair(e, j);
+  const bool pair = e.pair_ok && (j & 1) == 0 && in1;
   float v0 = e.alpha * acc0, v1 = e.alpha * acc1;
   if (e.c != nullptr) {
-    v0 += e.beta * in.c0;
-    v1 += e.beta * in.c1;
+    const OutT* c =
+        static_cast<const OutT*>(e.c) + batch * e.stride_c + static_cast<int64_t>(i) * e.ldc + j;
+    float c0, c1 = 0.0f;
+    if (pair) {
+      load_pair_f32(c, &c0, &c1);
+    } else {
+      c0 = to_f32(c[0]);
+      if (in1) c1 = to_f32(c[1]);
+    }
+    v0 += e.beta * c0;
+    v1 += e.beta * c1;
   }
   if (e.bias != nullptr) {
     v0 += epilogue_bias<OutT>(e, i, j);
@@ -276,8 +240,17 @@ __device__ __forceinline__ float2 epilogue_finish2(const EpilogueArgs& e, int ba
     v0 = gelu_tanh(v0);
     v1 = gelu_tanh(v1);
   } else if (e.kind == static_cast<int>(Epilogue::kGeluGrad)) {
-    v0 *= gelu_tanh_grad(in.a0);
-    v1 *= gelu_tanh_grad(in.a1);
+    const OutT* aux = static_cast<const OutT*>(e.aux) + batch * e.stride_aux +
+                      static_cast<int64_t>(i) * e.ld_aux + j;
+    float a0, a1 = 0.0f;
+    if (pair) {
+      load_pair_f32(aux, &a0, &a1);
+    } else {
+      a0 = to_f32(aux[0]);
+      if (in1) a1 = to_f32(aux[1]);
+    }
+    v0 *= gelu_tanh_grad(a0);
+    v1 *= gelu_tanh_grad(a1);
   }
   OutT* d = static_cast<OutT*>(e.d) + batch * e.stride_d + static_cast<int64_t>(i) * e.ldd + j;
   if (pair) {
@@ -287,14 +260,6 @@ __device__ __forceinline__ float2 epilogue_finish2(const EpilogueArgs& e, int ba
     if (in1) d[1] = from_f32<OutT>(v1);
   }
   return make_float2(v0, in1 ? v1 : 0.0f);
-}
-
-// D(i, j) and D(i, j+1): epilogue_load2 then epilogue_finish2, for kernels that take one pair at a
-// time.
-template <typename OutT>
-__device__ __forceinline__ float2 epilogue_store2(const EpilogueArgs& e, int batch, int i, int j,
-                                                  float acc0, float acc1) {
-  return epilogue_finish2<OutT>(e, batch, i, j, acc0, acc1, epilogue_load2<OutT>(e, batch, i, j));
 }
 
 // amax of an FP8 call (Note [FP8 GEMM]): this warp's maximum of the lanes' running max |D| (>= 0,

@@ -190,52 +190,29 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 
 // Writes one chunk of staged values (rows x kEpiCols) to D through the epilogue, or to the
 // split-K partial buffer. row0/col0: the chunk's first row and column in D.
-// Note [Epilogue loads ahead] (epilogue.cuh): each thread walks kPerThread pairs; it loads C / aux
-// for kAhead of them before finishing any. One pair at a time, an epilogue that reads C (beta = 1:
-// linear_cross_entropy's chunked weight gradient, the compiled step's residual GEMMs) waited one
-// global-load latency per pair: the 64x256 f32 tile took ~26 us instead of ~5 (H100, session 17).
 template <class OutT, int kRows>
 __device__ __forceinline__ void store_chunk(const KernelParams& p, const WorkUnit& w,
                                             const float* staging, int row0, int col0, int t,
                                             float& amax) {
-  constexpr int kPairs = kRows * (kEpiCols / 2);
-  static_assert(kPairs % 128 == 0, "a chunk's pairs split evenly over the warpgroup");
-  constexpr int kPerThread = kPairs / 128;
-  constexpr int kAhead = kPerThread < 8 ? kPerThread : 8;
-  static_assert(kPerThread % kAhead == 0, "whole groups of loads ahead");
 #pragma unroll 1
-  for (int i0 = 0; i0 < kPerThread; i0 += kAhead) {
-    EpilogueIn2 in[kAhead];
-    if constexpr (!std::is_same_v<OutT, void>) {
-#pragma unroll
-      for (int b = 0; b < kAhead; ++b) {
-        const int idx = t + (i0 + b) * 128;
-        const int r = idx / (kEpiCols / 2);
-        const int row = row0 + r, col = col0 + 2 * (idx - r * (kEpiCols / 2));
-        if (row < p.m) in[b] = epilogue_load2<OutT>(p.epi, w.batch, row, col);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kAhead; ++b) {
-      const int idx = t + (i0 + b) * 128;
-      const int r = idx / (kEpiCols / 2);
-      const int cp = idx - r * (kEpiCols / 2);
-      const int row = row0 + r;
-      const int col = col0 + 2 * cp;
-      if (row >= p.m || col >= p.n) continue;
-      const float2 v = *reinterpret_cast<const float2*>(staging + r * kEpiLd + 2 * cp);
-      if constexpr (std::is_same_v<OutT, void>) {
-        float* out = p.partial + static_cast<int64_t>(w.split) * p.partial_split_stride +
-                     (static_cast<int64_t>(w.batch) * p.m + row) * p.partial_ld + col;
-        if (col + 1 < p.n) {
-          *reinterpret_cast<float2*>(out) = v;
-        } else {
-          out[0] = v.x;
-        }
+  for (int idx = t; idx < kRows * (kEpiCols / 2); idx += 128) {
+    const int r = idx / (kEpiCols / 2);
+    const int cp = idx - r * (kEpiCols / 2);
+    const int row = row0 + r;
+    const int col = col0 + 2 * cp;
+    if (row >= p.m || col >= p.n) continue;
+    const float2 v = *reinterpret_cast<const float2*>(staging + r * kEpiLd + 2 * cp);
+    if constexpr (std::is_same_v<OutT, void>) {
+      float* out = p.partial + static_cast<int64_t>(w.split) * p.partial_split_stride +
+                   (static_cast<int64_t>(w.batch) * p.m + row) * p.partial_ld + col;
+      if (col + 1 < p.n) {
+        *reinterpret_cast<float2*>(out) = v;
       } else {
-        const float2 out = epilogue_finish2<OutT>(p.epi, w.batch, row, col, v.x, v.y, in[b]);
-        amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));  // dead code unless FP8 reads it
+        out[0] = v.x;
       }
+    } else {
+      const float2 out = epilogue_store2<OutT>(p.epi, w.batch, row, col, v.x, v.y);
+      amax = fmaxf(amax, fmaxf(fabsf(out.x), fabsf(out.y)));  // dead code unless FP8 reads it
     }
   }
 }

@@ -72,7 +72,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // logits [N, V] (or [..., V]), targets [N] (or [...]) integer; mean over targets != ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // cross_entropy(linear(x, weight, bias), targets) without the [N, V] logits or their gradient:
-// row chunks of chunk_rows (<= 0: 128 MiB of fp32 logits), the gradient made in the forward and
+// row chunks of chunk_rows (<= 0: 512 MiB of fp32 logits), the gradient made in the forward and
 // scaled in the backward (Note [Linear cross-entropy]); bias (optional) gets no gradient.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
                             int64_t ignore_index = -100, int64_t chunk_rows = 0);

@@ -101,7 +101,7 @@ GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::Proces
            std::shared_ptr<bludist::ProcessGroup> cp)
     : cfg_(cfg), device_(device) {
   // A/B switches, read once: BLU_LINEAR_CROSS_ENTROPY=0 keeps the lm head's logits and
-  // cross_entropy; BLU_LINEAR_CROSS_ENTROPY_ROWS sets its chunk rows (0 or unset: 128 MiB of fp32
+  // cross_entropy; BLU_LINEAR_CROSS_ENTROPY_ROWS sets its chunk rows (0 or unset: 512 MiB of fp32
   // logits).
   linear_cross_entropy_ = env_switch_on("BLU_LINEAR_CROSS_ENTROPY");
   if (const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY_ROWS"))
