@@ -356,6 +356,12 @@ int run_gemm(const Args& args) {
   if (has_bgrad) fill(sets[0].bias_grad, Dtype::kF32, bgrad_len, 0, true);
   if (!(st = blublas::gemm(sets[0], ws, ws_bytes, stream)).ok()) return report_error(o, 1, st.to_string());
   cuda_ok(cudaStreamSynchronize(stream), "blublas gemm");
+  // With beta the timed runs below accumulate into set 0's D again: compare the checked run's copy.
+  void* ours_d = sets[0].d;
+  if (d.beta != 0.0f) {
+    ours_d = mem.alloc(d_el * cd);
+    cuda_ok(cudaMemcpy(ours_d, sets[0].d, d_el * cd, cudaMemcpyDeviceToDevice), "copy D");
+  }
   const double flop = 2.0 * d.m * d.n * double(d.k) * d.batch;
   blublas::Status run_st;
   const double ours_ms = median_ms([&](int i) {
@@ -392,6 +398,8 @@ int run_gemm(const Args& args) {
   // The bias gradient comes in D's type (cuBLASLt's default), else in fp32.
   std::unique_ptr<cref::LtPlan> plan = plan_and_try(cref::data_type(d.cd_type));
   if (!plan->ok && has_bgrad && d.cd_type != Dtype::kF32) plan = plan_and_try(CUDA_R_32F);
+  // The plan's trial call accumulated into ref.d when beta != 0: start the checked run from C again.
+  if (ref_c0 != nullptr) cuda_ok(cudaMemcpy(ref.d, ref_c0, d_el * cd, cudaMemcpyDeviceToDevice), "copy C");
   auto gemm_ex = [&](const GemmDesc& x) { cublas_ok(cref::gemm_ex(h, x), "cublasGemmStridedBatchedEx"); };
   auto lt_run = [&](const GemmDesc& x) {
     cublas_ok(cref::lt_matmul(lt, *plan, x, lt_ws, kCublasWorkspaceBytes, stream), "cublasLtMatmul");
@@ -402,7 +410,7 @@ int run_gemm(const Args& args) {
   if (!epi || plan->ok) {
     if (epi) lt_run(ref); else gemm_ex(ref);
     cuda_ok(cudaStreamSynchronize(stream), "cuBLAS reference");
-    auto [dd, dm] = max_diff(sets[0].d, d.cd_type, ref.d, d.cd_type, d_el, scratch);
+    auto [dd, dm] = max_diff(ours_d, d.cd_type, ref.d, d.cd_type, d_el, scratch);
     diff = dd;
     rel = dm > 0 ? dd / dm : dd;
     if (has_aux) {
