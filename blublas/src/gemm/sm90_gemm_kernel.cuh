@@ -138,9 +138,10 @@ struct KernelConfig {
   // Epilogue staging per consumer warpgroup: kWgM rows x 256 bytes (TMA-store path; the generic
   // path's kWgM rows x 40 floats fit in it).
   static constexpr int kStagingBytes = kConsumers * kWgM * 256;
-  // + full[kStages], empty[kStages] and the ping-pong order[2] mbarriers.
+  // + full[kStages], empty[kStages], the ping-pong order[2] and one C-load mbarrier per consumer
+  // warpgroup (Note [sm90 C through TMA]).
   static constexpr int kSmemBytes =
-      1024 + kStages * kStageBytes + kStagingBytes + (2 * kStages + 2) * 8;
+      1024 + kStages * kStageBytes + kStagingBytes + (2 * kStages + 2 + kConsumers) * 8;
   // Registers after setmaxnreg (only with two or more consumer warpgroups). The register file
   // (64K) must hold 128 * (kProducerRegs + kConsumers * kConsumerRegs): 2 consumers 232 (128
   // accumulators of m64n256), 3 consumers 152 (96 of m64n192; Note [sm90 192x192 tile]).
@@ -263,7 +264,8 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
 }
 
 // Note [sm90 TMA-store epilogue]
-// When D is 16-bit, beta == 0 and D (and aux) are TMA-aligned, the epilogue stays in registers:
+// When D (and aux, and C with beta != 0: Note [sm90 C through TMA]) are TMA-aligned, the
+// epilogue stays in registers:
 // alpha, bias and GELU are applied to the accumulators, the 16-bit results are written to a
 // 128B-swizzled staging tile (the same XOR pattern TMA uses, so the stores are conflict-free) and
 // one thread per warpgroup issues TMA stores of 64x64 boxes (TMA clips the tile edges). The
@@ -307,6 +309,36 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float v0, float 
 #endif
 }
 
+__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t addr) {
+  uint32_t v = 0;
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
+  float2 v = make_float2(0.0f, 0.0f);
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+
+// The C pair a TMA load left at a staging address (the address this thread writes D's pair to).
+template <class OutT>
+__device__ __forceinline__ float2 staged_c_pair(uint32_t addr) {
+  if constexpr (std::is_same_v<OutT, float>) {
+    return ld_shared_v2_f32(addr);
+  } else if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
+    const uint32_t v = ld_shared_b32(addr);
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  } else {
+    const uint32_t v = ld_shared_b32(addr);
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+}
+
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
@@ -316,7 +348,8 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float v0, float 
 template <class Cfg, class OutT, int kWhat>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
-                                           float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax) {
+                                           float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax,
+                                           bool has_c) {
   using Shape = StoreShape<OutT>;
   constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
@@ -354,8 +387,16 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       const uint32_t chunk_xor = static_cast<uint32_t>(((jj % kGroupsPerBox) * 8 * kEs / 16) << 4);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
-        float v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
+        const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
+        float v0, v1;
+        if (has_c) {  // the generic epilogue's order: alpha * acc, + beta * C, + bias
+          const float2 cv = staged_c_pair<OutT>(addr);
+          v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
+          v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
+        } else {
+          v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
+          v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
+        }
         if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
           if constexpr (std::is_same_v<OutT, float>) {
             v0 = gelu_tanh(v0);
@@ -371,7 +412,6 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           if (grow < p.m && gcol < p.n) amax = fmaxf(amax, fabsf(v0));
           if (grow < p.m && gcol + 1 < p.n) amax = fmaxf(amax, fabsf(v1));
         }
-        const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         if constexpr (std::is_same_v<OutT, float>) {
           st_shared_v2_f32(addr, v0, v1);
         } else {
@@ -406,11 +446,59 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
   bulk_commit();
 }
 
+// Note [sm90 C through TMA]
+// With beta != 0 (D += A B: the chunked weight gradient's accumulation, the compiled step's
+// residual GEMMs) the TMA-store epilogue first loads the pass's C boxes with TMA into the staging
+// tile, in the same 128B-swizzled layout the store uses: each thread then finds C's pair at the
+// address it writes D's pair to, so C costs one shared load per pair and one bulk load per box
+// instead of a global load per pair. The generic epilogue's per-pair C loads left the consumer
+// warps waiting on each (H100, session 17: the 50304 x 768 x 640 f32 accumulate took 0.479 ms at
+// 9.1 long-scoreboard stalls per issue and 22% of DRAM bandwidth; cuBLAS 0.184). One thread issues
+// the loads on the warpgroup's own mbarrier (cbar[c], count 1 with the byte count) after the
+// previous pass's stores have read the staging tile; every thread of the warpgroup waits on the
+// barrier's phase (c_phase, flipped once per pass). Boxes past M or N are not loaded (nor
+// stored); rows and columns of a loaded box past the matrix read as zeros. C = D (in place) is
+// safe: a pass loads, then overwrites, then stores the same elements, and no other tile or pass
+// touches them. Not with the GELU epilogues (their aux pass would overwrite C in the staging tile
+// before the D pass reads it): those keep the generic epilogue when beta != 0.
+template <class Cfg, class OutT>
+__device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtensorMap* map, int pass,
+                                            int row_base, int col_base, int batch, uint8_t* stg,
+                                            uint64_t* bar) {
+  using Shape = StoreShape<OutT>;
+  uint32_t bytes = 0;
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {
+      if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
+      const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
+      const int r0 = row_base + mi * 64;
+      if (c0 >= p.n || r0 >= p.m) continue;
+      bytes += 64 * 128;
+    }
+  }
+  mbar_arrive_expect_tx(bar, bytes);
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi) {
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {
+      if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
+      const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
+      const int r0 = row_base + mi * 64;
+      if (c0 >= p.n || r0 >= p.m) continue;
+      tma_load(stg + (mi * 2 + box) * (64 * 128), map, bar, p.d_rank3, c0, r0, batch);
+    }
+  }
+}
+
 template <class Cfg, class OutT>
 __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, const WorkUnit& w,
                                                       int c, uint8_t* stg,
                                                       const CUtensorMap* map_d,
                                                       const CUtensorMap* map_aux,
+                                                      const CUtensorMap* map_c, uint64_t* cbar,
+                                                      uint32_t& c_phase,
                                                       float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
   const int t = threadIdx.x % 128;
   const int row_base = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
@@ -418,6 +506,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                     p.epi.kind == static_cast<int>(Epilogue::kGelu);
   const bool aux = gelu && p.epi.aux != nullptr;
+  const bool has_c = p.epi.c != nullptr;  // never with GELU here (Note [sm90 C through TMA])
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
@@ -428,17 +517,22 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       if (t == 0) bulk_wait_read<0>();
       named_barrier_sync(1 + c, 128);
       float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
-      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax);
+      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax, false);
       fence_proxy_async_smem();
       named_barrier_sync(1 + c, 128);
       if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
     }
     if (t == 0) bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
+    if (has_c) {
+      if (t == 0) load_c_pass<Cfg, OutT>(p, map_c, pass, row_base, col_base, w.batch, stg, cbar);
+      mbar_wait(cbar, c_phase);
+      c_phase ^= 1u;
+    }
     if (gelu) {
-      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax);
+      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax, false);
     } else {
-      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax);
+      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax, has_c);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + c, 128);
@@ -465,7 +559,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                      const __grid_constant__ CUtensorMap map_b,
                      const __grid_constant__ CUtensorMap map_d,
-                     const __grid_constant__ CUtensorMap map_aux, const KernelParams p) {
+                     const __grid_constant__ CUtensorMap map_aux,
+                     const __grid_constant__ CUtensorMap map_c, const KernelParams p) {
 #if BLUBLAS_SM90A_ENABLED
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
@@ -478,6 +573,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * Cfg::kBBytes + Cfg::kStagingBytes);
   uint64_t* empty = full + kStages;
   uint64_t* order = empty + kStages;  // Note [sm90 ping-pong]
+  uint64_t* cbar = order + 2;         // Note [sm90 C through TMA]: one per consumer warpgroup
 
   // Warp-uniform by construction (a shuffle from lane 0), so ptxas treats the role branches as
   // warpgroup-uniform and applies the setmaxnreg register limits per branch.
@@ -491,6 +587,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     mbar_init(&order[0], 1);
     mbar_init(&order[1], 1);
+#pragma unroll
+    for (int i = 0; i < Cfg::kConsumers; ++i) mbar_init(&cbar[i], 1);
     mbar_fence_init();
   }
   __syncthreads();
@@ -576,6 +674,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t phase = 0;
     float acc[Cfg::kMI][BN / 2];
     int turn = 0;  // ping-pong: index of the unit in this CTA's sequence
+    uint32_t c_phase = 0;  // parity of this warpgroup's next C load (Note [sm90 C through TMA])
     for (int u = first_unit; u < p.num_units; u += unit_step, ++turn) {
       // Only the k-block count stays live through the main loop (registers are scarce next to
       // the accumulators); the unit is decoded again for the epilogue.
@@ -664,11 +763,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
         if (p.out_type == 1) {
-          consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, acc);
+          consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                    c_phase, acc);
         } else if (p.out_type == 2) {
-          consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, acc);
+          consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                    c_phase, acc);
         } else {
-          consumer_epilogue_tma<Cfg, float>(p, w, c, stg, &map_d, &map_aux, acc);
+          consumer_epilogue_tma<Cfg, float>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                    c_phase, acc);
         }
       } else {
         consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);
@@ -683,6 +785,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   (void)map_b;
   (void)map_d;
   (void)map_aux;
+  (void)map_c;
   (void)p;
   __trap();
 #endif

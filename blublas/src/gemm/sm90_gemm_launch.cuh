@@ -55,12 +55,14 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
                                                   dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes D (and aux) with beta == 0, no
-// split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte aligned and row /
-// batch strides multiples of 16 bytes.
+// The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes D (and aux, and C when beta != 0
+// without GELU) with no split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte
+// aligned and row / batch strides multiples of 16 bytes.
 inline bool tma_store_ok(const GemmProblem& p, int splits) {
-  // kGeluGrad reads aux, which only the generic epilogue does.
-  if (splits > 1 || p.beta != 0.0f || p.epilogue == Epilogue::kGeluGrad) return false;
+  // kGeluGrad reads aux, which only the generic epilogue does; C goes through TMA too (Note [sm90
+  // C through TMA] in sm90_gemm_kernel.cuh), but not next to GELU's aux pass.
+  const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
+  if (splits > 1 || p.epilogue == Epilogue::kGeluGrad || (p.beta != 0.0f && gelu)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
   // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
   if ((static_cast<int64_t>(p.n) * es) % 16 != 0) return false;
@@ -68,8 +70,8 @@ inline bool tma_store_ok(const GemmProblem& p, int splits) {
     return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (ld * es) % 16 == 0 &&
            (p.batch == 1 || (stride * es) % 16 == 0);
   };
-  const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
   if (!ok(p.d, p.ldd, p.stride_d)) return false;
+  if (p.beta != 0.0f && !ok(p.c, p.ldc, p.stride_c)) return false;
   if (gelu && p.aux != nullptr && !ok(p.aux, p.ld_aux, p.stride_aux)) return false;
   return true;
 }
@@ -138,10 +140,14 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   }
   alignas(64) CUtensorMap map_d = map_a;  // placeholders unless the TMA-store epilogue runs
   alignas(64) CUtensorMap map_aux = map_a;
+  alignas(64) CUtensorMap map_c = map_a;
   if (kEnableTmaStoreEpilogue && !args.generic_epilogue && tma_store_ok(p, kp.splits)) {
     BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_d, p, p.d, p.ldd, p.stride_d));
     if (kp.epi.aux != nullptr) {
       BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_aux, p, p.aux, p.ld_aux, p.stride_aux));
+    }
+    if (kp.epi.c != nullptr) {  // the same box and swizzle as D's (Note [sm90 C through TMA])
+      BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_c, p, const_cast<void*>(p.c), p.ldc, p.stride_c));
     }
     kp.fast_epi = 1;
     kp.d_rank3 = p.batch > 1 ? 1 : 0;
@@ -151,7 +157,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   if constexpr (Cfg::kCluster == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, kp);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {
     cudaLaunchConfig_t cfg = {};
@@ -180,7 +186,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     const int clusters =
         static_cast<int>(std::min<int64_t>(want, max_clusters.load(std::memory_order_relaxed)));
     cfg.gridDim = dim3(Cfg::kCluster * clusters);
-    BLUBLAS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_d, map_aux, kp));
+    BLUBLAS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_d, map_aux, map_c, kp));
   }
   return Status::success();
 }
