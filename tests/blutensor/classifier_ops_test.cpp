@@ -107,9 +107,10 @@ TEST(LinearCrossEntropy, Float32WithinRoundingAndNoGradSkipsTheGradient) {
   EXPECT_FALSE(loss.requires_grad());
 }
 
-// bf16: the same casts as linear + .to(f32) + cross_entropy (chunk logits to fp32 for the loss,
-// the gradient back to bf16): the loss within fp32 rounding of that path, the gradients within a
-// few bf16 roundings of it (dW summed over chunks in fp32, one extra bf16 rounding of dX).
+// bf16: the arithmetic of linear + .to(f32) + cross_entropy (the chunk widened to fp32 inside the
+// loss kernels, the gradient rounded to bf16 once): the loss within fp32 rounding of that path,
+// the gradients within a few bf16 roundings of it (dW summed over chunks in fp32, one extra bf16
+// rounding of dX).
 TEST(LinearCrossEntropy, Bfloat16FollowsTheCastPath) {
   const Case k32 = make_case(9, 61, 32, 53, kFloat32, true, true);
   Case k = k32;

@@ -461,6 +461,12 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
 // safe: a pass loads, then overwrites, then stores the same elements, and no other tile or pass
 // touches them. Not with the GELU epilogues (their aux pass would overwrite C in the staging tile
 // before the D pass reads it): those keep the generic epilogue when beta != 0.
+// Status: written in session 17 after its device time was spent, so not yet run on a GPU: off by
+// default (the launcher takes beta != 0 to the generic epilogue) unless BLUBLAS_SM90_C_TMA=1 or
+// Sm90Override::c_through_tma (the gemm_sm90 tests force it; CThroughTma checks it against float64
+// and against its generic twin). Turn it on by default once those pass and blublas-profiler
+// `gemm --m=50304 --n=768 --k=640 --dtype=bf16 --out=f32 --op_a=t --op_b=n --beta=1` is measured
+// (predicted: 0.479 ms -> ~0.15-0.2, cuBLAS 0.184; GPT-2 d12 bf16 B16 autograd +3-5% tok/s).
 template <class Cfg, class OutT>
 __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtensorMap* map, int pass,
                                             int row_base, int col_base, int batch, uint8_t* stg,

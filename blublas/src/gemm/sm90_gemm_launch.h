@@ -41,6 +41,7 @@ struct LaunchArgs {
   int64_t partial_ld = 0;
   int max_smem_optin = 0;          // device limit, bytes
   bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
+  bool c_through_tma = false;      // beta != 0 may take the TMA-store epilogue (Note [sm90 C through TMA])
 };
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);

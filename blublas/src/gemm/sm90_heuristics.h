@@ -20,12 +20,14 @@ struct Sm90Plan {
 // BLUBLAS_SM90_SPLITS override the heuristic too,
 // BLUBLAS_SM90_GROUP_M sets the tile rows per group of the L2-friendly tile order,
 // BLUBLAS_SM90_PINGPONG=0 keeps the heuristic off the ping-pong tiles,
-// and BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
-// bisecting a failure).
+// BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
+// bisecting a failure), and BLUBLAS_SM90_C_TMA=1 lets it take beta != 0 (Note [sm90 C through
+// TMA]; off by default until measured on a device).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
   bool generic_epilogue = false;  // never the TMA-store epilogue
+  bool c_through_tma = false;     // beta != 0 on the TMA-store epilogue (also BLUBLAS_SM90_C_TMA=1)
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);

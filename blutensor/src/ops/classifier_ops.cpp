@@ -23,16 +23,20 @@ namespace blu {
 // count. Nothing is recomputed (the chunked capture override, Note [Chunked classifier], redoes the
 // lm-head GEMM), so the flops equal linear + cross_entropy's; the memory is the scratch (R V), dX_u
 // (N C) and dW_u (V C) where linear + cross_entropy hold the logits, their gradient (2 N V) and
-// the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.13 + 0.03 + 0.15 GB; bf16 at B16:
-// the bf16 logits, their fp32 copy, its gradient and the bf16 gradient (9.9 GB) -> ~0.4 GB.
+// the saved input. GPT-2 d12 at B8 T1024 fp32: 2 x 1.65 GB -> 0.53 + 0.03 + 0.15 GB; bf16 at B16:
+// the bf16 logits, their fp32 copy, its gradient and the bf16 gradient (9.9 GB) -> ~0.5 GB.
 // Rounding: every row's logits, loss and lse are one GEMM row as before (up to the kernel's
 // choice for another M); dW_u sums its chunks in fp32: the dW GEMM accumulates into it (beta = 1;
 // bf16/f16 inputs with an fp32 output, so no chunk is rounded to bf16 before the sum and an f16
 // unscaled sum cannot overflow), another order of an fp32 sum, then one rounding to the weight's
 // dtype after the scaling; the unscaled gradient times G / count rounds once more than the scaled
-// one (bf16 dX: one extra bf16 rounding; the scaling itself is in fp32). bf16 inputs take the
-// linear + .to(f32) + cross_entropy path's casts: the chunk's logits to fp32 for the loss, its
-// gradient back to bf16 for the GEMMs.
+// one (bf16 dX: one extra bf16 rounding; the scaling itself is in fp32). bf16 / f16 chunks go to
+// the cross-entropy kernels as they are: those compute in fp32 (exact widening of each logit, the
+// log-sum-exp and the gradient in fp32, one rounding of the gradient to the chunk's dtype), which
+// is the arithmetic of the linear + .to(f32) + cross_entropy path without its two casts over the
+// [R, V] chunk and its fp32 copy (CUDA: the same kernel loops; the CPU's fp32 log-sum-exp has its
+// own vectorised sum, so there the loss agrees to fp32 rounding, not bit for bit). The casts cost
+// ~3 ms of a 61 ms GPT-2 d12 bf16 B16 step on the H100 (session 17 profile).
 // The gradient is computed in the forward: it costs the backward's work even when no backward
 // follows (evaluation: call it under no_grad, which skips that part).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& targets,
@@ -71,14 +75,13 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   const Tensor wt = w.t().unsqueeze(0);  // [1, C, V], a transposed view
   const Tensor w3 = w.unsqueeze(0);      // [1, V, C]
   const Tensor t = detail::contiguous_nograd(targets).view({n});
-  // bf16 / f16: the chunk's logits cast to fp32 for the loss, its gradient cast back for the GEMMs
-  // (what linear + .to(f32) + cross_entropy do), dW summed over chunks in fp32.
+  // bf16 / f16: the loss and the gradient from the chunk as it is (fp32 arithmetic inside the
+  // kernels), dW summed over chunks in fp32.
   const bool low = dt == kBFloat16 || dt == kFloat16;
   const DType sd = dt == kFloat64 ? kFloat64 : kFloat32;
   Tensor losses = detail::new_empty({n}, sd, dev), lse = detail::new_empty({n}, sd, dev),
          valid = detail::new_empty({n}, sd, dev);
-  Tensor scratch = detail::new_empty({rows * v}, dt, dev), scratch32;
-  if (low) scratch32 = detail::new_empty({rows * v}, kFloat32, dev);
+  Tensor scratch = detail::new_empty({rows * v}, dt, dev);
   Tensor dx_u, dw_u, ones;
   if (grad) {
     if (need_dx) dx_u = detail::new_empty({n, c}, dt, dev);
@@ -89,23 +92,20 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r = std::min(rows, n - r0);
     const Tensor s3 = scratch.narrow(0, 0, r * v).view({1, r, v}), s2 = s3.view({r, v});
-    const Tensor l2 = low ? scratch32.narrow(0, 0, r * v).view({r, v}) : s2;  // the loss's logits
     const Tensor xr = x2.narrow(0, r0, r).view({1, r, c});
     BLU_DISPATCH(dev, gemm, s3, xr, wt, false);
     if (bias.defined())
       BLU_DISPATCH(dev, binary, BinaryOp::kAdd, s3, s3, detail::broadcast_alias(bias.detach(), s3.sizes()), 1.0);
-    if (low) BLU_DISPATCH(dev, copy_, l2, s2);
     BLU_DISPATCH(dev, cross_entropy_forward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
-                 valid.narrow(0, r0, r), l2, t.narrow(0, r0, r), ignore_index);
+                 valid.narrow(0, r0, r), s2, t.narrow(0, r0, r), ignore_index);
     if (!grad) continue;
-    BLU_DISPATCH(dev, cross_entropy_backward, l2, ones.narrow(0, 0, r), l2, lse.narrow(0, r0, r),
+    BLU_DISPATCH(dev, cross_entropy_backward, s2, ones.narrow(0, 0, r), s2, lse.narrow(0, r0, r),
                  t.narrow(0, r0, r), ignore_index);
-    if (low) BLU_DISPATCH(dev, copy_, s2, l2);
     if (need_dx) BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
     // dW (+)= chunk^T x: bf16/f16 inputs accumulate into the fp32 dw_u (a mixed-dtype GEMM).
     if (need_dw) BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
   }
-  scratch = scratch32 = Tensor();
+  scratch = Tensor();
   const Tensor count = detail::reduce_kernel(ReduceOp::kSum, valid, {0}).view({});
   Tensor loss = div(detail::reduce_kernel(ReduceOp::kSum, losses, {0}).view({}), count);
   if (!grad) return loss;
