@@ -380,6 +380,63 @@ TEST(CudaKernels, BinaryOpsWithBroadcasting) {
   }
 }
 
+// Note [Broadcast fast path]: a bias [C] over [N, C], positions [T, C] over [B, T, C], a 0-d
+// scalar, mixed with full operands, in every float dtype (and a cast), against the host; plus the
+// shapes that must fall back to the strided kernel (C not a multiple of the vector width, a
+// misaligned bias, a broadcast that is not a leading run).
+TEST(CudaKernels, BroadcastFastPath) {
+  BLU_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (DType dt : kFloatTypes) {
+    for (int64_t c : {int64_t{64}, int64_t{63}}) {
+      const Shape out_shape{6, 5, c};
+      const int64_t n = shape_numel(out_shape);
+      Tensor full = gpu_random(out_shape, dt, ++seed), bias = gpu_random({c + 1}, dt, ++seed);
+      Tensor pos = gpu_random({5, c}, dt, ++seed), scalar = gpu_random({}, dt, ++seed);
+      const std::vector<double> fv = values(full), bv = values(bias), pv = values(pos), sv = values(scalar);
+      struct Run {
+        const char* name;
+        Tensor a, b;
+        std::function<double(int64_t, int64_t, int64_t, int64_t)> ref;  // (i, t, j, linear)
+      };
+      Tensor bias0 = bias.narrow(0, 0, c), bias1 = bias.narrow(0, 1, c);  // aligned / misaligned
+      const std::vector<Run> runs = {
+          {"full + bias", full, bias0.expand(out_shape),
+           [&](int64_t, int64_t, int64_t j, int64_t l) { return fv[l] + bv[j]; }},
+          {"bias + full", bias0.expand(out_shape), full,
+           [&](int64_t, int64_t, int64_t j, int64_t l) { return bv[j] + fv[l]; }},
+          {"full + misaligned bias", full, bias1.expand(out_shape),
+           [&](int64_t, int64_t, int64_t j, int64_t l) { return fv[l] + bv[j + 1]; }},
+          {"pos + full", pos.expand(out_shape), full,
+           [&](int64_t, int64_t t, int64_t j, int64_t l) { return pv[t * c + j] + fv[l]; }},
+          {"full + scalar", full, scalar.expand(out_shape),
+           [&](int64_t, int64_t, int64_t, int64_t l) { return fv[l] + sv[0]; }},
+          {"bias + pos", bias0.expand(out_shape), pos.expand(out_shape),
+           [&](int64_t, int64_t t, int64_t j, int64_t) { return bv[j] + pv[t * c + j]; }},
+          {"full + transposed-broadcast", full, pos.narrow(1, 0, 1).expand(out_shape),
+           [&](int64_t, int64_t t, int64_t, int64_t l) { return fv[l] + pv[t * c]; }},
+      };
+      for (const Run& r : runs) {
+        Tensor out = gpu_poisoned(out_shape, dt);
+        co::binary(BinaryOp::kAdd, out, r.a, r.b, 1.0);
+        std::vector<double> ref(static_cast<std::size_t>(n));
+        for (int64_t l = 0; l < n; ++l) {
+          const int64_t i = l / (5 * c), t = (l / c) % 5, j = l % c;
+          ref[static_cast<std::size_t>(l)] = round_to(r.ref(i, t, j, l), dt);
+        }
+        EXPECT_TRUE(all_close(values(out), ref, tol_for(dt),
+                              std::string(r.name) + " C=" + std::to_string(c) + " " + dtype_name(dt)));
+      }
+      // A cast with a broadcast input (f32 out of dt's bias).
+      Tensor out32 = gpu_poisoned(out_shape, DType::F32);
+      co::copy_(out32, bias0.expand(out_shape));
+      std::vector<double> ref32(static_cast<std::size_t>(n));
+      for (int64_t l = 0; l < n; ++l) ref32[static_cast<std::size_t>(l)] = bv[static_cast<std::size_t>(l % c)];
+      EXPECT_TRUE(all_close(values(out32), ref32, {0, 0}, std::string("broadcast cast ") + dtype_name(dt)));
+    }
+  }
+}
+
 TEST(CudaKernels, ElementwiseContiguousVectorPathWithTail) {
   BLU_REQUIRE_GPU();
   // 1e5 + 3 elements: the vectorised body plus a tail; also an offset (misaligned) view.
@@ -902,6 +959,8 @@ TEST(CudaKernels, BlublasFastPathsAreTakenOnTrainingLayouts) {
     co::layer_norm_backward(dx, dg, db, ln, h, g, mean, rstd);  // blublas::layernorm_backward
     Tensor bias_grad = gpu_poisoned({1, 768}, DType::F32);
     co::reduce(ReduceOp::kSum, bias_grad, h);                    // blublas::column_sum
+    Tensor bias_grad16 = gpu_poisoned({1, 768}, DType::BF16);
+    co::reduce(ReduceOp::kSum, bias_grad16, h.to(DType::BF16));  // blublas::column_sum (bf16 in)
     std::vector<Tensor> p{gpu_random({768, 768}, DType::F32, 14), gpu_random({768}, DType::F32, 15)};
     std::vector<Tensor> gr{gpu_random({768, 768}, DType::F32, 16), gpu_random({768}, DType::F32, 17)};
     std::vector<Tensor> m{gpu_random({768, 768}, DType::F32, 18), gpu_random({768}, DType::F32, 19)};
