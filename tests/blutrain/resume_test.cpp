@@ -87,6 +87,53 @@ TEST(Resume, KillAndResumeIsBitwiseEqual) {
   fs::remove_all(root);
 }
 
+// Note [Model shapes] (gpt2.cpp): a checkpoint of an LxHxC model records that name, a resumed run
+// of the same shape continues from it, and another shape is refused with both names.
+TEST(Resume, ModelShapeIsRecordedAndChecked) {
+  const fs::path root = fs::temp_directory_path() / ("blu_resume_shape_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 8000; ++i) tokens.push_back((i * 37 + i / 11) % 500);
+  write_shard((root / "data" / "r_train_000000.bin").string(), tokens);
+  write_shard((root / "data" / "r_val_000000.bin").string(), std::vector<int32_t>(tokens.begin(), tokens.begin() + 2000));
+  auto config = [&](const std::string& model, int64_t steps) {
+    TrainConfig c;
+    c.model = model;
+    c.device = "cpu";
+    c.data = (root / "data").string();
+    c.batch_size = 2;
+    c.seq_len = 16;
+    c.block_size = 16;
+    c.max_steps = steps;
+    c.val_every = -1;
+    c.val_batches = 1;
+    c.sample_tokens = 0;
+    c.plot = false;
+    c.ckpt_every = 2;
+    c.out_dir = (root / "out").string();
+    c.resume = "auto";
+    c.vocab = "corpus";
+    resolve_auto(c, false);
+    c.time_limit_s = 0;
+    return c;
+  };
+  std::ostringstream log;
+  TrainResult first = run_training(config("3x2x32", 2), log);
+  ASSERT_EQ(first.train_losses.size(), 2u);
+  TrainResult resumed = run_training(config("3x2x32", 3), log);
+  EXPECT_EQ(resumed.resumed_from, 2);
+  ASSERT_EQ(resumed.train_losses.size(), 3u);
+  EXPECT_EQ(resumed.train_losses[1].loss, first.train_losses[1].loss);
+  try {
+    run_training(config("2x2x32", 4), log);
+    ADD_FAILURE() << "a 2x2x32 run resumed a 3x2x32 checkpoint";
+  } catch (const blu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is of model '3x2x32', not '2x2x32'"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
 // Note [state.json is input] (train_state.cpp), found by tests/fuzz/checkpoint_fuzz.cpp: a
 // damaged state.json is a blu::Error naming the file and the field, never another exception
 // (a non-numeric "sample_rng" escaped as std::invalid_argument "stoull") nor a negative cursor

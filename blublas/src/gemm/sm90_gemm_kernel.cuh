@@ -422,27 +422,36 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   }
 }
 
-template <class Cfg, class OutT>
-__device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensorMap* map, int pass,
-                                           int row_base, int col_base, int batch, uint8_t* stg) {
+// fn(mi, box offset in the staging tile, c0, r0) for each 64-row x 128-byte box of pass `pass` that
+// holds columns of the tile (BN = 192 with 16-bit D: the second pass holds one box) and starts
+// inside the matrix (TMA clips the rest of a box at the edges).
+template <class Cfg, class OutT, class Fn>
+__device__ __forceinline__ void for_each_pass_box(const KernelParams& p, int pass, int row_base, int col_base,
+                                                  Fn&& fn) {
   using Shape = StoreShape<OutT>;
 #pragma unroll
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
     for (int box = 0; box < 2; ++box) {
-      // BN = 192 with 16-bit D: the second pass holds one box (columns 128..191 of the tile).
       if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
       const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
       const int r0 = row_base + mi * 64;
       if (c0 >= p.n || r0 >= p.m) continue;
-      const uint8_t* src = stg + (mi * 2 + box) * (64 * 128);
-      if (p.d_rank3) {
-        tma_store_3d(map, src, c0, r0, batch);
-      } else {
-        tma_store_2d(map, src, c0, r0);
-      }
+      fn((mi * 2 + box) * (64 * 128), c0, r0);
     }
   }
+}
+
+template <class Cfg, class OutT>
+__device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensorMap* map, int pass,
+                                           int row_base, int col_base, int batch, uint8_t* stg) {
+  for_each_pass_box<Cfg, OutT>(p, pass, row_base, col_base, [&](int offset, int c0, int r0) {
+    if (p.d_rank3) {
+      tma_store_3d(map, stg + offset, c0, r0, batch);
+    } else {
+      tma_store_2d(map, stg + offset, c0, r0);
+    }
+  });
   bulk_commit();
 }
 
@@ -471,31 +480,12 @@ template <class Cfg, class OutT>
 __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtensorMap* map, int pass,
                                             int row_base, int col_base, int batch, uint8_t* stg,
                                             uint64_t* bar) {
-  using Shape = StoreShape<OutT>;
-  uint32_t bytes = 0;
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMI; ++mi) {
-#pragma unroll
-    for (int box = 0; box < 2; ++box) {
-      if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
-      const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
-      const int r0 = row_base + mi * 64;
-      if (c0 >= p.n || r0 >= p.m) continue;
-      bytes += 64 * 128;
-    }
-  }
+  uint32_t bytes = 0;  // whole boxes: TMA counts the zero-filled part past the edges too
+  for_each_pass_box<Cfg, OutT>(p, pass, row_base, col_base, [&](int, int, int) { bytes += 64 * 128; });
   mbar_arrive_expect_tx(bar, bytes);
-#pragma unroll
-  for (int mi = 0; mi < Cfg::kMI; ++mi) {
-#pragma unroll
-    for (int box = 0; box < 2; ++box) {
-      if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
-      const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
-      const int r0 = row_base + mi * 64;
-      if (c0 >= p.n || r0 >= p.m) continue;
-      tma_load(stg + (mi * 2 + box) * (64 * 128), map, bar, p.d_rank3, c0, r0, batch);
-    }
-  }
+  for_each_pass_box<Cfg, OutT>(p, pass, row_base, col_base, [&](int offset, int c0, int r0) {
+    tma_load(stg + offset, map, bar, p.d_rank3, c0, r0, batch);
+  });
 }
 
 template <class Cfg, class OutT>

@@ -36,6 +36,25 @@ struct Ptrs {
   const T* p[N > 0 ? N : 1];
 };
 
+// y[j] = f(x[0][j], ..., x[NIN-1][j]) for the V lanes of one vector (NIN = 0: f()).
+template <int V, typename OutT, typename InT, int NIN, typename F>
+__device__ __forceinline__ Vec<OutT, V> apply_lanes(const F& f, const Vec<InT, V> (&x)[NIN > 0 ? NIN : 1]) {
+  Vec<OutT, V> y;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if constexpr (NIN == 0) {
+      y.v[j] = f();
+    } else if constexpr (NIN == 1) {
+      y.v[j] = f(x[0].v[j]);
+    } else if constexpr (NIN == 2) {
+      y.v[j] = f(x[0].v[j], x[1].v[j]);
+    } else {
+      y.v[j] = f(x[0].v[j], x[1].v[j], x[2].v[j]);
+    }
+  }
+  return y;
+}
+
 template <int V, typename OutT, typename InT, int NIN, typename F>
 __global__ void
     map_contiguous_kernel(OutT* __restrict__ out, Ptrs<InT, NIN> in, int64_t n, F f) {
@@ -46,20 +65,7 @@ __global__ void
     Vec<InT, V> x[NIN > 0 ? NIN : 1];
 #pragma unroll
     for (int a = 0; a < NIN; ++a) x[a] = reinterpret_cast<const Vec<InT, V>*>(in.p[a])[i];
-    Vec<OutT, V> y;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      if constexpr (NIN == 0) {
-        y.v[j] = f();
-      } else if constexpr (NIN == 1) {
-        y.v[j] = f(x[0].v[j]);
-      } else if constexpr (NIN == 2) {
-        y.v[j] = f(x[0].v[j], x[1].v[j]);
-      } else {
-        y.v[j] = f(x[0].v[j], x[1].v[j], x[2].v[j]);
-      }
-    }
-    reinterpret_cast<Vec<OutT, V>*>(out)[i] = y;
+    reinterpret_cast<Vec<OutT, V>*>(out)[i] = apply_lanes<V, OutT, InT, NIN>(f, x);
   }
 }
 
@@ -88,18 +94,7 @@ __global__ void map_broadcast_kernel(OutT* __restrict__ out, Ptrs<InT, NIN> in, 
         x[a] = reinterpret_cast<const Vec<InT, V>*>(in.p[a])[iv];
       }
     }
-    Vec<OutT, V> y;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      if constexpr (NIN == 1) {
-        y.v[j] = f(x[0].v[j]);
-      } else if constexpr (NIN == 2) {
-        y.v[j] = f(x[0].v[j], x[1].v[j]);
-      } else {
-        y.v[j] = f(x[0].v[j], x[1].v[j], x[2].v[j]);
-      }
-    }
-    reinterpret_cast<Vec<OutT, V>*>(out)[i] = y;
+    reinterpret_cast<Vec<OutT, V>*>(out)[i] = apply_lanes<V, OutT, InT, NIN>(f, x);
   }
 }
 
