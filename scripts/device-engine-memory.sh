@@ -9,7 +9,8 @@
 # Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
 # of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
 # $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py).
-# BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB adds runs.
+# BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB and
+# BLU_EM_FUSED_AB add runs.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -45,10 +46,13 @@ run captured -- --engine captured
 # BLU_EM_ROWS_AB="2048 8192": the autograd engine with linear_cross_entropy in chunks of that many
 # rows (BLU_LINEAR_CROSS_ENTROPY_ROWS; the default is 512 MiB of fp32 logits, 2624 rows at d12).
 for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_ROWS="$r" -- --engine autograd; done
+# BLU_EM_FUSED_AB="VAR=value ...": one more fused-engine run with those variables (fused_ab).
+# shellcheck disable=SC2086
+[ -n "${BLU_EM_FUSED_AB:-}" ] && run fused_ab ${BLU_EM_FUSED_AB} -- --engine fused
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os
 out = sys.argv[1]
-names = ["compiled", "autograd", "fused", "autograd_logits", "captured"]
+names = ["compiled", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
 rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
 for name in names:

@@ -127,6 +127,12 @@ std::string sm90_unavailable(blublas::DeviceInfo* dev) {
 const char* dname(Dtype t) { return blublas::dtype_name(t); }
 const char* ename(Epilogue e) { return blublas::epilogue_name(e); }
 
+double gelu_grad_ref(double x) {  // d/dx of gelu_ref (the tanh form)
+  const double k = 0.7978845608028654, c3 = 0.044715;
+  const double t = std::tanh(k * (x + c3 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c3 * x * x);
+}
+
 double gelu_ref(double x) {
   const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
   return 0.5 * x * (1.0 + std::tanh(u));
@@ -224,10 +230,12 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   const bool has_bias = c.epi == Epilogue::kBias || c.epi == Epilogue::kBiasGelu;
   const bool has_gelu = c.epi == Epilogue::kBiasGelu || c.epi == Epilogue::kGelu;
   const bool has_aux = has_gelu && c.aux;
+  const bool gelu_grad = c.epi == Epilogue::kGeluGrad;  // aux is an input: D = pre * gelu'(aux)
+  const HostMat haux_in = random_mat(c.cd, d_count, rng);
   const bool bias_grad = c.epi == Epilogue::kBiasGradA || c.epi == Epilogue::kBiasGradB;
   p.bias = has_bias ? dbias.ptr : nullptr;
   p.bias_per_col = true;
-  p.aux = has_aux ? daux.ptr : nullptr; p.ld_aux = ldd; p.stride_aux = stride_d;
+  p.aux = has_aux || gelu_grad ? daux.ptr : nullptr; p.ld_aux = ldd; p.stride_aux = stride_d;
   p.bias_grad = bias_grad ? static_cast<float*>(dbg.ptr) : nullptr;
 
   Status st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
@@ -247,7 +255,11 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
     } else {
       EXPECT_EQ(cudaMemset(dd.ptr, 0xFF, dd.bytes), cudaSuccess);
     }
-    EXPECT_EQ(cudaMemset(daux.ptr, 0xFF, daux.bytes), cudaSuccess);
+    if (gelu_grad) {
+      EXPECT_TRUE(upload(daux, haux_in));
+    } else {
+      EXPECT_EQ(cudaMemset(daux.ptr, 0xFF, daux.bytes), cudaSuccess);
+    }
     EXPECT_EQ(cudaMemset(dbg.ptr, 0xFF, dbg.bytes), cudaSuccess);
     Status s = sm90::run_with(p, dev, force, ws.ptr, ws_bytes, nullptr);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -303,7 +315,12 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
       pre += hbias.get(static_cast<std::size_t>(j));
       scale += std::fabs(hbias.get(static_cast<std::size_t>(j)));
     }
-    const double ref = has_gelu ? gelu_ref(pre) : pre;
+    double ref = has_gelu ? gelu_ref(pre) : pre;
+    if (gelu_grad) {
+      const double g = gelu_grad_ref(haux_in.get(di));
+      ref = pre * g;
+      scale *= std::max(1.0, std::fabs(g));
+    }
     const double bound = tol * (scale + 1e-6) * (has_gelu ? 1.2 : 1.0);
     const double v = got.get(di);
     const double err = std::fabs(v - ref);
@@ -489,6 +506,20 @@ TEST(GemmSm90Gpu, CThroughTma) {
         c.generic_epi = true;
         run_case(c, dev);
       }
+    }
+  }
+  // kGeluGrad (aux read through TMA the same way), every tile, with a bias on one of them.
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
+    for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
+      Case c;
+      c.ab = Dtype::kBF16; c.cd = cd;
+      c.m = 300; c.n = 520; c.k = 200;
+      c.a_k = true; c.b_k = false;
+      c.epi = Epilogue::kGeluGrad;
+      c.tile = tile;
+      run_case(c, dev);
+      c.generic_epi = true;
+      run_case(c, dev);
     }
   }
   // tf32 (f32 in, f32 out), the ping-pong tile with several units per CTA.

@@ -339,6 +339,9 @@ __device__ __forceinline__ float2 staged_c_pair(uint32_t addr) {
   }
 }
 
+// What a TMA load left in the staging tile for stage_pass to read (Note [sm90 C through TMA]).
+constexpr int kStagedNone = 0, kStagedC = 1, kStagedGeluGradAux = 2;
+
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
@@ -349,7 +352,7 @@ template <class Cfg, class OutT, int kWhat>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
                                            float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax,
-                                           bool has_c) {
+                                           int staged_in) {
   using Shape = StoreShape<OutT>;
   constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
@@ -389,13 +392,18 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       for (int h = 0; h < 2; ++h) {
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         float v0, v1;
-        if (has_c) {  // the generic epilogue's order: alpha * acc, + beta * C, + bias
+        if (staged_in == kStagedC) {  // the generic epilogue's order: alpha * acc, + beta * C, + bias
           const float2 cv = staged_c_pair<OutT>(addr);
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
+          if (staged_in == kStagedGeluGradAux) {  // kGeluGrad: times gelu'(pre-activation)
+            const float2 av = staged_c_pair<OutT>(addr);
+            v0 *= gelu_tanh_grad(av.x);
+            v1 *= gelu_tanh_grad(av.y);
+          }
         }
         if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
           if constexpr (std::is_same_v<OutT, float>) {
@@ -469,7 +477,11 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
 // stored); rows and columns of a loaded box past the matrix read as zeros. C = D (in place) is
 // safe: a pass loads, then overwrites, then stores the same elements, and no other tile or pass
 // touches them. Not with the GELU epilogues (their aux pass would overwrite C in the staging tile
-// before the D pass reads it): those keep the generic epilogue when beta != 0.
+// before the D pass reads it): those keep the generic epilogue when beta != 0. kGeluGrad (D = (alpha
+// acc + bias) * gelu'(aux), the fc_proj dX GEMM with the GELU backward) reads aux the same way
+// through map_aux (without beta): the generic epilogue made that fused GEMM slower than the GEMM
+// plus an elementwise kernel (fused_step.cpp, gelu_grad_epilogue: 7.95 vs 1.74 + 1.0 ms a bf16
+// step, H100).
 // Status: written in session 17 after its device time was spent, so not yet run on a GPU: off by
 // default (the launcher takes beta != 0 to the generic epilogue) unless BLUBLAS_SM90_C_TMA=1 or
 // Sm90Override::c_through_tma (the gemm_sm90 tests force it; CThroughTma checks it against float64
@@ -502,7 +514,11 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                     p.epi.kind == static_cast<int>(Epilogue::kGelu);
   const bool aux = gelu && p.epi.aux != nullptr;
-  const bool has_c = p.epi.c != nullptr;  // never with GELU here (Note [sm90 C through TMA])
+  // Note [sm90 C through TMA]: C (beta != 0) or, for kGeluGrad, the pre-activation is loaded into
+  // the staging tile per pass; never both, never next to GELU's aux store.
+  const int staged_in = p.epi.c != nullptr ? kStagedC
+                        : p.epi.kind == static_cast<int>(Epilogue::kGeluGrad) ? kStagedGeluGradAux
+                                                                               : kStagedNone;
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
@@ -513,22 +529,25 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       if (t == 0) bulk_wait_read<0>();
       named_barrier_sync(1 + c, 128);
       float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
-      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax, false);
+      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax, kStagedNone);
       fence_proxy_async_smem();
       named_barrier_sync(1 + c, 128);
       if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
     }
     if (t == 0) bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
-    if (has_c) {
-      if (t == 0) load_c_pass<Cfg, OutT>(p, map_c, pass, row_base, col_base, w.batch, stg, cbar);
+    if (staged_in != kStagedNone) {
+      if (t == 0) {
+        load_c_pass<Cfg, OutT>(p, staged_in == kStagedC ? map_c : map_aux, pass, row_base, col_base, w.batch,
+                               stg, cbar);
+      }
       mbar_wait(cbar, c_phase);
       c_phase ^= 1u;
     }
     if (gelu) {
-      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax, false);
+      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax, kStagedNone);
     } else {
-      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax, has_c);
+      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax, staged_in);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + c, 128);

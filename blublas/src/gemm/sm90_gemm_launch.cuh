@@ -59,12 +59,13 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
 // without GELU) with no split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte
 // aligned and row / batch strides multiples of 16 bytes.
 inline bool tma_store_ok(const GemmProblem& p, int splits, bool c_through_tma) {
-  // kGeluGrad reads aux, which only the generic epilogue does; C goes through TMA too (Note [sm90
-  // C through TMA] in sm90_gemm_kernel.cuh), but not next to GELU's aux pass.
+  // C (beta != 0) and kGeluGrad's aux are read through TMA loads (Note [sm90 C through TMA] in
+  // sm90_gemm_kernel.cuh) when c_through_tma, one of them at a time, C not next to GELU's aux pass.
   const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
-  if (splits > 1 || p.epilogue == Epilogue::kGeluGrad || (p.beta != 0.0f && (gelu || !c_through_tma))) {
-    return false;
-  }
+  const bool gelu_grad = p.epilogue == Epilogue::kGeluGrad;
+  if (splits > 1) return false;
+  if (gelu_grad && (!c_through_tma || p.beta != 0.0f || p.aux == nullptr)) return false;
+  if (p.beta != 0.0f && (gelu || !c_through_tma)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
   // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
   if ((static_cast<int64_t>(p.n) * es) % 16 != 0) return false;
@@ -74,7 +75,7 @@ inline bool tma_store_ok(const GemmProblem& p, int splits, bool c_through_tma) {
   };
   if (!ok(p.d, p.ldd, p.stride_d)) return false;
   if (p.beta != 0.0f && !ok(p.c, p.ldc, p.stride_c)) return false;
-  if (gelu && p.aux != nullptr && !ok(p.aux, p.ld_aux, p.stride_aux)) return false;
+  if ((gelu || gelu_grad) && p.aux != nullptr && !ok(p.aux, p.ld_aux, p.stride_aux)) return false;
   return true;
 }
 

@@ -96,7 +96,9 @@ struct FusedGPT2Step::Impl {
   // the elementwise kernel: off by default, measured slower (H100, run 3: the fused GEMM took
   // 7.95 ms per bf16 step against 1.74 + 1.0 ms for the GEMM and the kernel; 34.1 against 29.8 ms
   // in strict fp32): reading aux goes through the generic per-element epilogue, not the sm90
-  // TMA-store path. BLUTRAIN_GELU_GRAD_EPILOGUE=1 turns it on for A/B timing.
+  // TMA-store path. BLUTRAIN_GELU_GRAD_EPILOGUE=1 turns it on for A/B timing; with
+  // BLUBLAS_SM90_C_TMA=1 the sm90 kernel reads aux through TMA into the store's staging tile
+  // (blublas Note [sm90 C through TMA], session 17, not yet measured).
   bool gelu_grad_epilogue = false;
   ActivationPlan plan;
   std::string attention_name;
