@@ -399,10 +399,13 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
-          if (staged_in == kStagedGeluGradAux) {  // kGeluGrad: times gelu'(pre-activation)
-            const float2 av = staged_c_pair<OutT>(addr);
-            v0 *= gelu_tanh_grad(av.x);
-            v1 *= gelu_tanh_grad(av.y);
+          // kGeluGrad: times gelu'(pre-activation) (not in the 3-consumer tile: see the caller).
+          if constexpr (Cfg::kConsumers < 3) {
+            if (staged_in == kStagedGeluGradAux) {
+              const float2 av = staged_c_pair<OutT>(addr);
+              v0 *= gelu_tanh_grad(av.x);
+              v1 *= gelu_tanh_grad(av.y);
+            }
           }
         }
         if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
@@ -481,7 +484,9 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
 // acc + bias) * gelu'(aux), the fc_proj dX GEMM with the GELU backward) reads aux the same way
 // through map_aux (without beta): the generic epilogue made that fused GEMM slower than the GEMM
 // plus an elementwise kernel (fused_step.cpp, gelu_grad_epilogue: 7.95 vs 1.74 + 1.0 ms a bf16
-// step, H100).
+// step, H100). Not in the 3-consumer 192x192 tile: at 152 registers a consumer thread it spilled
+// with the staged loads (4-16 bytes), so the launcher keeps its beta != 0 and kGeluGrad problems on
+// the generic epilogue (loads_ok in tma_store_ok).
 // Status: written in session 17 after its device time was spent, so not yet run on a GPU: off by
 // default (the launcher takes beta != 0 to the generic epilogue) unless BLUBLAS_SM90_C_TMA=1 or
 // Sm90Override::c_through_tma (the gemm_sm90 tests force it; CThroughTma checks it against float64
@@ -516,9 +521,15 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool aux = gelu && p.epi.aux != nullptr;
   // Note [sm90 C through TMA]: C (beta != 0) or, for kGeluGrad, the pre-activation is loaded into
   // the staging tile per pass; never both, never next to GELU's aux store.
-  const int staged_in = p.epi.c != nullptr ? kStagedC
-                        : p.epi.kind == static_cast<int>(Epilogue::kGeluGrad) ? kStagedGeluGradAux
-                                                                               : kStagedNone;
+  // Not in the 3-consumer tile (152 registers a thread: it spilled with these; the launcher keeps
+  // beta != 0 and kGeluGrad on the generic epilogue there).
+  int staged_in = kStagedNone;
+  if constexpr (Cfg::kConsumers < 3) {
+    staged_in = p.epi.c != nullptr ? kStagedC
+                : p.epi.kind == static_cast<int>(Epilogue::kGeluGrad) ? kStagedGeluGradAux
+                                                                       : kStagedNone;
+  }
+  const CUtensorMap* load_map = staged_in == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
@@ -537,10 +548,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     if (t == 0) bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
     if (staged_in != kStagedNone) {
-      if (t == 0) {
-        load_c_pass<Cfg, OutT>(p, staged_in == kStagedC ? map_c : map_aux, pass, row_base, col_base, w.batch,
-                               stg, cbar);
-      }
+      if (t == 0) load_c_pass<Cfg, OutT>(p, load_map, pass, row_base, col_base, w.batch, stg, cbar);
       mbar_wait(cbar, c_phase);
       c_phase ^= 1u;
     }

@@ -58,14 +58,15 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t s
 // The TMA-store epilogue (Note [sm90 TMA-store epilogue]) takes D (and aux, and C when beta != 0
 // without GELU) with no split-K, rows of N elements a multiple of 16 bytes, base pointers 16-byte
 // aligned and row / batch strides multiples of 16 bytes.
-inline bool tma_store_ok(const GemmProblem& p, int splits, bool c_through_tma) {
+inline bool tma_store_ok(const GemmProblem& p, int splits, bool c_through_tma, bool loads_ok) {
   // C (beta != 0) and kGeluGrad's aux are read through TMA loads (Note [sm90 C through TMA] in
   // sm90_gemm_kernel.cuh) when c_through_tma, one of them at a time, C not next to GELU's aux pass.
   const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
   const bool gelu_grad = p.epilogue == Epilogue::kGeluGrad;
   if (splits > 1) return false;
-  if (gelu_grad && (!c_through_tma || p.beta != 0.0f || p.aux == nullptr)) return false;
-  if (p.beta != 0.0f && (gelu || !c_through_tma)) return false;
+  // loads_ok: the tile compiles the staged loads (not the 3-consumer 192x192 one).
+  if (gelu_grad && (!c_through_tma || !loads_ok || p.beta != 0.0f || p.aux == nullptr)) return false;
+  if (p.beta != 0.0f && (gelu || !c_through_tma || !loads_ok)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
   // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
   if ((static_cast<int64_t>(p.n) * es) % 16 != 0) return false;
@@ -144,7 +145,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   alignas(64) CUtensorMap map_d = map_a;  // placeholders unless the TMA-store epilogue runs
   alignas(64) CUtensorMap map_aux = map_a;
   alignas(64) CUtensorMap map_c = map_a;
-  if (kEnableTmaStoreEpilogue && !args.generic_epilogue && tma_store_ok(p, kp.splits, args.c_through_tma)) {
+  if (kEnableTmaStoreEpilogue && !args.generic_epilogue && tma_store_ok(p, kp.splits, args.c_through_tma, Cfg::kConsumers < 3)) {
     BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_d, p, p.d, p.ldd, p.stride_d));
     if (kp.epi.aux != nullptr) {
       BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_aux, p, p.aux, p.ld_aux, p.stride_aux));
