@@ -110,6 +110,9 @@ TEST(Safetensors, MalformedFilesGiveErrors) {
                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                             std::string(12, '\1')), "overlap"},
       {"missing offsets", make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", data8), "data_offsets"},
+      // Found by safetensors_fuzz (session 17): the writer refuses an empty name, so must the reader.
+      {"empty name", make_file("{\"\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data8),
+       "empty name"},
       {"bad metadata", make_file("{\"__metadata__\":{\"k\":1}}", ""), "not a string"},
       {"duplicate key", make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                                   "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data8),

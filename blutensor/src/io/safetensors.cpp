@@ -177,6 +177,10 @@ SafetensorsHeader parse_safetensors_header(std::string_view head, uint64_t file_
       }
       continue;
     }
+    // An empty tensor name is refused as the writer refuses it (found by
+    // tests/fuzz/safetensors_fuzz.cpp in session 17: a file with a tensor "" parsed, and writing
+    // it back threw).
+    BLU_CHECK(!name.empty(), ctx, "a tensor has an empty name");
     BLU_CHECK(v.is_object(), ctx, "entry '", name, "' is not an object");
     const json::Value* dt = v.find("dtype");
     const json::Value* shape = v.find("shape");
