@@ -437,6 +437,53 @@ TEST(CudaKernels, BroadcastFastPath) {
   }
 }
 
+// Note [Row-vector path]: the attention heads' transposes ([B, H, T, D] <-> [B, T, H, D], D = 64)
+// as copies and as a binary with a contiguous operand, every float dtype, against the host; D = 63
+// and a base one element off (misaligned) fall back to the strided kernel and must agree too.
+TEST(CudaKernels, RowVectorPath) {
+  BLU_REQUIRE_GPU();
+  uint64_t seed = 1200;
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {int64_t{64}, int64_t{63}}) {
+      const int64_t B = 2, H = 3, T = 5;
+      Tensor src = gpu_random({B, H, T, d + 8}, dt, ++seed);  // rows of 72: aligned; first = 1: not
+      const std::vector<double> sv = values(src);
+      for (int64_t first : {int64_t{0}, int64_t{1}}) {
+        Tensor view = src.narrow(3, first, d).transpose(1, 2);  // [B, T, H, d], stride 1 along d
+        Tensor out = gpu_poisoned({B, T, H, d}, dt);
+        co::copy_(out, view);
+        Tensor other = gpu_random({B, T, H, d}, dt, ++seed);
+        const std::vector<double> ov = values(other);
+        Tensor sum = gpu_poisoned({B, T, H, d}, dt);
+        co::binary(BinaryOp::kAdd, sum, view, other, 1.0);
+        std::vector<double> ref_copy, ref_sum;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t j = 0; j < d; ++j) {
+                const double x = sv[static_cast<std::size_t>(((b * H + h) * T + t) * (d + 8) + first + j)];
+                ref_copy.push_back(x);
+                ref_sum.push_back(round_to(x + ov[ref_sum.size()], dt));
+              }
+        const std::string what = std::string(" D=") + std::to_string(d) + " first=" + std::to_string(first) + " " +
+                                 dtype_name(dt);
+        EXPECT_TRUE(all_close(values(out), ref_copy, {0, 0}, "transpose copy" + what));
+        EXPECT_TRUE(all_close(values(sum), ref_sum, tol_for(dt), "transpose add" + what));
+        // And back: a contiguous source into a transposed destination view.
+        Tensor back = gpu_poisoned({B, H, T, d}, dt);
+        co::copy_(back.transpose(1, 2), out);
+        std::vector<double> ref_back;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t j = 0; j < d; ++j)
+                ref_back.push_back(sv[static_cast<std::size_t>(((b * H + h) * T + t) * (d + 8) + first + j)]);
+        EXPECT_TRUE(all_close(values(back), ref_back, {0, 0}, "transpose copy back" + what));
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, ElementwiseContiguousVectorPathWithTail) {
   BLU_REQUIRE_GPU();
   // 1e5 + 3 elements: the vectorised body plus a tail; also an offset (misaligned) view.
