@@ -380,10 +380,10 @@ TEST(CudaKernels, BinaryOpsWithBroadcasting) {
   }
 }
 
-// Note [Broadcast fast path]: a bias [C] over [N, C], positions [T, C] over [B, T, C], a 0-d
-// scalar, mixed with full operands, in every float dtype (and a cast), against the host; plus the
-// shapes that must fall back to the strided kernel (C not a multiple of the vector width, a
-// misaligned bias, a broadcast that is not a leading run).
+// Note [Row-vector path], its broadcasts: a bias [C] over [N, C], positions [T, C] over [B, T, C], a
+// 0-d scalar, a [.., 1] column repeated along the row, mixed with full operands, in every float
+// dtype (and a cast), against the host; plus the shapes that must fall back to the strided kernel
+// (C not a multiple of the vector width, a misaligned bias).
 TEST(CudaKernels, BroadcastFastPath) {
   BLU_REQUIRE_GPU();
   uint64_t seed = 900;

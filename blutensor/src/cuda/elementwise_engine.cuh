@@ -10,21 +10,18 @@
 // kernel maps each linear index through OffsetCalc (dims merged on the host, 32-bit index math
 // when the tensor has fewer than 2^31 elements). Functors, not lambdas: no --extended-lambda.
 //
-// Note [Broadcast fast path]
-// Between the two: a contiguous output whose inputs are each either contiguous with its shape, a
-// contiguous block repeated over the leading dims (a bias [C] over [N, C], positions [T, C] over
-// [B, T, C]: input element i % inner), or one element (a 0-d or all-broadcast operand) keeps the
-// vector loads and stores: the block's vector index is the output's modulo inner / V (V divides
-// inner, so a vector never straddles two repeats). The strided kernel did these at ~1/8 of the
-// copy bandwidth: a bf16 bias add over [16384, 3072] took ~212 us, 11.9 ms of a GPT-2 d12 B16
-// autograd step (H100, session 17). Each element gets the same functor call as on the other paths.
-//
 // Note [Row-vector path]
-// Last before the strided kernel: when every operand steps contiguously along the last dim (stride
-// 1; a multiple of V elements, every outer stride a multiple of V, bases aligned), a thread takes V
-// consecutive elements of one row: the outer dims go through OffsetCalc once per vector instead of
-// once per element. This is the attention heads' [B, H, T, D] <-> [B, T, H, D] transposes (D = 64:
-// the qkv gradient's three copies, 36 a GPT-2 d12 step at ~0.86 TB/s on the strided kernel).
+// Between the two: when out steps contiguously along its last dim and every input either does too
+// (stride 1) or repeats one value along it (stride 0: a 0-d scalar, a [N, 1] column), with the
+// last dim a multiple of V, every stride-1 operand's outer strides multiples of V and its base
+// aligned, a thread takes V consecutive elements of one row: the outer dims go through OffsetCalc
+// once per vector instead of once per element, and loads and stores stay vectors (a stride-0
+// operand's one value fills the V lanes). This covers the broadcasts of training (a bias [C] over
+// [N, C]: outer stride 0; positions [T, C] over [B, T, C]; scalars) and the attention heads'
+// [B, H, T, D] <-> [B, T, H, D] transposes (D = 64). On the strided kernel a bf16 bias add over
+// [16384, 3072] took ~212 us (11.9 ms of a GPT-2 d12 B16 autograd step) and the qkv gradient's
+// transposed copies ran at ~0.86 TB/s (H100, session 17). Each element gets the same functor call
+// as on the other paths.
 #pragma once
 
 #include <array>
@@ -76,40 +73,17 @@ __global__ void
   }
 }
 
-// Per input of the broadcast fast path: kind 0 = contiguous with out's shape, 1 = a contiguous
-// block of inner_vec vectors repeated, 2 = one element.
+// Note [Row-vector path]: vector i is row i / vecs_per_row (offsets from oc over the outer dims),
+// elements V * (i % vecs_per_row) .. + V - 1 of it; input a with lane_step[a] == 0 repeats its one
+// value of the row over the V lanes.
 template <int NIN>
-struct BroadcastArgs {
-  int kind[NIN > 0 ? NIN : 1];
-  int64_t inner_vec[NIN > 0 ? NIN : 1];
+struct LaneSteps {
+  int step[NIN > 0 ? NIN : 1];
 };
 
 template <int V, typename IndexT, typename OutT, typename InT, int NIN, typename F>
-__global__ void map_broadcast_kernel(OutT* __restrict__ out, Ptrs<InT, NIN> in, BroadcastArgs<NIN> bc,
-                                     IndexT n_vec, F f) {
-  const IndexT step = static_cast<IndexT>(gridDim.x) * blockDim.x;
-  for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_vec; i += step) {
-    Vec<InT, V> x[NIN > 0 ? NIN : 1];
-#pragma unroll
-    for (int a = 0; a < NIN; ++a) {
-      if (bc.kind[a] == 2) {
-        const InT s = in.p[a][0];
-#pragma unroll
-        for (int j = 0; j < V; ++j) x[a].v[j] = s;
-      } else {
-        const IndexT iv = bc.kind[a] == 0 ? i : i % static_cast<IndexT>(bc.inner_vec[a]);
-        x[a] = reinterpret_cast<const Vec<InT, V>*>(in.p[a])[iv];
-      }
-    }
-    reinterpret_cast<Vec<OutT, V>*>(out)[i] = apply_lanes<V, OutT, InT, NIN>(f, x);
-  }
-}
-
-// Note [Row-vector path]: vector i is row i / vecs_per_row (offsets from oc over the outer dims),
-// elements V * (i % vecs_per_row) .. + V - 1 of it.
-template <int V, typename IndexT, typename OutT, typename InT, int NIN, typename F>
-__global__ void map_rows_kernel(OutT* out, Ptrs<InT, NIN> in, OffsetCalc<NIN + 1> oc, IndexT n_vec,
-                                IndexT vecs_per_row, F f) {
+__global__ void map_rows_kernel(OutT* out, Ptrs<InT, NIN> in, OffsetCalc<NIN + 1> oc, LaneSteps<NIN> lanes,
+                                IndexT n_vec, IndexT vecs_per_row, F f) {
   const IndexT step = static_cast<IndexT>(gridDim.x) * blockDim.x;
   for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_vec; i += step) {
     const IndexT row = i / vecs_per_row;
@@ -118,7 +92,15 @@ __global__ void map_rows_kernel(OutT* out, Ptrs<InT, NIN> in, OffsetCalc<NIN + 1
     oc.get(row, off);
     Vec<InT, V> x[NIN > 0 ? NIN : 1];
 #pragma unroll
-    for (int a = 0; a < NIN; ++a) x[a] = *reinterpret_cast<const Vec<InT, V>*>(in.p[a] + off[a + 1] + col);
+    for (int a = 0; a < NIN; ++a) {
+      if (lanes.step[a] != 0) {
+        x[a] = *reinterpret_cast<const Vec<InT, V>*>(in.p[a] + off[a + 1] + col);
+      } else {
+        const InT v = in.p[a][off[a + 1]];
+#pragma unroll
+        for (int j = 0; j < V; ++j) x[a].v[j] = v;
+      }
+    }
     *reinterpret_cast<Vec<OutT, V>*>(out + off[0] + col) = apply_lanes<V, OutT, InT, NIN>(f, x);
   }
 }
@@ -154,81 +136,35 @@ inline Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   return st;
 }
 
-// Note [Broadcast fast path]: fills bc and returns true when every input of a contiguous `out` is
-// contiguous with its shape, a repeated contiguous block of a multiple of V elements, or one
-// element, with the pointers aligned to V elements and numel a multiple of V.
-template <int V, typename OutT, typename InT, int NIN>
-bool broadcast_fast_path(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NIN : 1)>& ins,
-                         const Ptrs<InT, NIN>& in, BroadcastArgs<NIN>* bc) {
-  const int64_t n = out.numel();
-  if (NIN == 0 || V < 2 || !out.is_contiguous() || n % V != 0 || !aligned_to(out.data_ptr(), sizeof(OutT) * V)) {
-    return false;
-  }
-  const Shape& sizes = out.sizes();
-  const Shape& ost = out.strides();
-  const int64_t nd = out.dim();
-  for (int a = 0; a < NIN; ++a) {
-    const Tensor& t = *ins[a];
-    if (t.numel() == 1) {
-      bc->kind[a] = 2;
-      bc->inner_vec[a] = 0;
-      continue;
-    }
-    if (!aligned_to(in.p[a], sizeof(InT) * V)) return false;
-    if (t.is_contiguous() && t.sizes() == sizes) {
-      bc->kind[a] = 0;
-      bc->inner_vec[a] = 0;
-      continue;
-    }
-    // Right-aligned strides over out's shape: a leading run of broadcast (0) dims, then out's own
-    // contiguous strides (dims of size 1 match either way).
-    const Shape bs = broadcast_strides(t, sizes);
-    int64_t k = nd;
-    while (k > 0 && (sizes[static_cast<std::size_t>(k - 1)] == 1 ||
-                     bs[static_cast<std::size_t>(k - 1)] == ost[static_cast<std::size_t>(k - 1)])) {
-      --k;
-    }
-    for (int64_t d = 0; d < k; ++d) {
-      if (sizes[static_cast<std::size_t>(d)] != 1 && bs[static_cast<std::size_t>(d)] != 0) return false;
-    }
-    int64_t inner = 1;
-    for (int64_t d = k; d < nd; ++d) inner *= sizes[static_cast<std::size_t>(d)];
-    if (inner % V != 0) return false;
-    bc->kind[a] = 1;
-    bc->inner_vec[a] = inner / V;
-  }
-  return true;
-}
-
-// Note [Row-vector path]: the outer dims' OffsetCalc when every operand (out included) has stride 1
-// along a last dim of a multiple of V elements, outer strides that are multiples of V and bases
-// aligned to V elements; false otherwise.
+// Note [Row-vector path]: the outer dims' OffsetCalc and each input's lane step when out has
+// stride 1 along a last dim of a multiple of V elements, outer strides that are multiples of V and
+// an aligned base, and every input has stride 1 there (with the same conditions) or 0; false
+// otherwise.
 template <int V, typename OutT, typename InT, int NIN>
 bool rows_fast_path(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NIN : 1)>& ins,
-                    const Ptrs<InT, NIN>& in, OffsetCalc<NIN + 1>* oc) {
+                    const Ptrs<InT, NIN>& in, OffsetCalc<NIN + 1>* oc, LaneSteps<NIN>* lanes) {
   const int64_t nd = out.dim();
-  if (NIN == 0 || V < 2 || nd < 2) return false;
+  if (NIN == 0 || V < 2 || nd < 1) return false;
   const Shape& sizes = out.sizes();
-  const int64_t last = sizes[static_cast<std::size_t>(nd - 1)];
-  if (last % V != 0 || out.strides()[static_cast<std::size_t>(nd - 1)] != 1 ||
-      !aligned_to(out.data_ptr(), sizeof(OutT) * V)) {
+  const auto last = static_cast<std::size_t>(nd - 1);
+  if (sizes[last] % V != 0 || out.strides()[last] != 1 || !aligned_to(out.data_ptr(), sizeof(OutT) * V)) {
     return false;
   }
   const Shape outer(sizes.begin(), sizes.end() - 1);
-  std::array<Shape, NIN + 1> strides;
   const auto outer_ok = [&](const Shape& st) {
-    for (int64_t d = 0; d + 1 < nd; ++d) {
-      if (sizes[static_cast<std::size_t>(d)] != 1 && st[static_cast<std::size_t>(d)] % V != 0) return false;
+    for (std::size_t d = 0; d < last; ++d) {
+      if (sizes[d] != 1 && st[d] % V != 0) return false;
     }
     return true;
   };
   if (!outer_ok(out.strides())) return false;
+  std::array<Shape, NIN + 1> strides;
   strides[0] = Shape(out.strides().begin(), out.strides().end() - 1);
   for (int a = 0; a < NIN; ++a) {
     const Shape bs = broadcast_strides(*ins[a], sizes);
-    if (bs[static_cast<std::size_t>(nd - 1)] != 1 || !outer_ok(bs) || !aligned_to(in.p[a], sizeof(InT) * V)) {
-      return false;
-    }
+    if (bs[last] != 0 && bs[last] != 1) return false;
+    lanes->step[a] = static_cast<int>(bs[last]);
+    if (bs[last] == 1 && (!outer_ok(bs) || !aligned_to(in.p[a], sizeof(InT) * V))) return false;
     strides[static_cast<std::size_t>(a) + 1] = Shape(bs.begin(), bs.end() - 1);
   }
   *oc = make_offset_calc<NIN + 1>(outer, strides);
@@ -274,28 +210,16 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NI
   if constexpr (NIN > 0) {
     constexpr std::size_t min_size = sizeof(OutT) < sizeof(InT) ? sizeof(OutT) : sizeof(InT);
     constexpr int V = static_cast<int>(16 / min_size);
-    BroadcastArgs<NIN> bc{};
-    if (broadcast_fast_path<V, OutT, InT, NIN>(out, ins, in, &bc)) {
-      const int64_t n_vec = n / V;
-      if (n_vec < (int64_t{1} << 31)) {
-        map_broadcast_kernel<V, uint32_t, OutT, InT, NIN, F>
-            <<<grid_for(n_vec), kThreads, 0, stream>>>(out_ptr, in, bc, static_cast<uint32_t>(n_vec), f);
-      } else {
-        map_broadcast_kernel<V, uint64_t, OutT, InT, NIN, F>
-            <<<grid_for(n_vec), kThreads, 0, stream>>>(out_ptr, in, bc, static_cast<uint64_t>(n_vec), f);
-      }
-      BLU_KERNEL_LAUNCH_CHECK(name);
-      return;
-    }
     OffsetCalc<NIN + 1> row_oc;
-    if (rows_fast_path<V, OutT, InT, NIN>(out, ins, in, &row_oc)) {
+    LaneSteps<NIN> lanes{};
+    if (rows_fast_path<V, OutT, InT, NIN>(out, ins, in, &row_oc, &lanes)) {
       const int64_t n_vec = n / V, vecs_per_row = out.sizes().back() / V;
       if (n_vec < (int64_t{1} << 31)) {
         map_rows_kernel<V, uint32_t, OutT, InT, NIN, F><<<grid_for(n_vec), kThreads, 0, stream>>>(
-            out_ptr, in, row_oc, static_cast<uint32_t>(n_vec), static_cast<uint32_t>(vecs_per_row), f);
+            out_ptr, in, row_oc, lanes, static_cast<uint32_t>(n_vec), static_cast<uint32_t>(vecs_per_row), f);
       } else {
         map_rows_kernel<V, uint64_t, OutT, InT, NIN, F><<<grid_for(n_vec), kThreads, 0, stream>>>(
-            out_ptr, in, row_oc, static_cast<uint64_t>(n_vec), static_cast<uint64_t>(vecs_per_row), f);
+            out_ptr, in, row_oc, lanes, static_cast<uint64_t>(n_vec), static_cast<uint64_t>(vecs_per_row), f);
       }
       BLU_KERNEL_LAUNCH_CHECK(name);
       return;

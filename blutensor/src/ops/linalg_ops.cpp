@@ -73,6 +73,18 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out.reshape(out_shape);
 }
 
+namespace {
+// y = x3 W^T (+ b) for x3 [1, N, in], viewed as out_shape: the forward of linear and gelu_linear
+// (no autograd: the callers record their own nodes).
+Tensor linear_rows(const Tensor& x3, const Tensor& weight, const Tensor& bias, const Shape& out_shape) {
+  Tensor y = bmm_kernel(x3, weight.detach().t().unsqueeze(0));
+  if (bias.defined()) {
+    BLU_DISPATCH(y.device(), binary, BinaryOp::kAdd, y, y, detail::broadcast_alias(bias.detach(), y.sizes()), 1.0);
+  }
+  return y.view(out_shape);
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_linear_args("linear", x, weight, bias);
   // One primitive over x2 [N, in] (Note: the weight gradient comes out [out, in] directly, no
@@ -81,11 +93,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.sizes();
   out_shape.back() = out_f;
   Tensor x2 = detail::contiguous_nograd(x.detach()).view({1, -1, in});
-  Tensor y = bmm_kernel(x2, weight.detach().t().unsqueeze(0));
-  if (bias.defined()) {
-    BLU_DISPATCH(y.device(), binary, BinaryOp::kAdd, y, y, detail::broadcast_alias(bias.detach(), y.sizes()), 1.0);
-  }
-  y = y.view(out_shape);
+  Tensor y = linear_rows(x2, weight, bias, out_shape);
   return autograd::record(
       "linear", y, {x, weight, bias}, {x2, weight},
       [in, out_f, x_shape = x.sizes()](const Tensor& g, const BackwardContext& c) {
@@ -115,12 +123,8 @@ Tensor gelu_linear(const Tensor& pre, const Tensor& weight, const Tensor& bias) 
   Tensor y;
   {
     const Tensor act = detail::unary_kernel("gelu", UnaryOp::kGelu, pre_c, 0.0).view({1, -1, in});
-    y = bmm_kernel(act, weight.detach().t().unsqueeze(0));
+    y = linear_rows(act, weight, bias, out_shape);
   }  // the activation is freed here: nothing saves it
-  if (bias.defined()) {
-    BLU_DISPATCH(y.device(), binary, BinaryOp::kAdd, y, y, detail::broadcast_alias(bias.detach(), y.sizes()), 1.0);
-  }
-  y = y.view(out_shape);
   return autograd::record(
       "gelu_linear", y, {pre, weight, bias}, {pre_c, weight},
       [in, out_f, pre_shape = pre.sizes()](const Tensor& g, const BackwardContext& c) {
