@@ -54,7 +54,8 @@ import json, re, statistics, sys, os
 out = sys.argv[1]
 names = ["compiled", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
-rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
+# Per engine from its progress lines: median K tok/s of steps 4-9 (None without them), peaks, notes.
+runs = {}
 for name in names:
     p = os.path.join(out, f"engine_{name}.txt")
     if not os.path.exists(p):
@@ -66,7 +67,10 @@ for name in names:
             tok.append(float(m.group(2)))
         peak, dev = max(peak, float(m.group(3))), max(dev, float(m.group(4)))
     notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine: arena", "compile:", "plan:")))
-    rows.append(f"| {name} | {statistics.median(tok) if tok else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
+    runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes)
+rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
+for name, (tok, peak, dev, notes) in runs.items():
+    rows.append(f"| {name} | {tok if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
 # The profiled step, per kernel family (ms and launches), side by side.
 prof = {}
 for name in names:
@@ -86,17 +90,9 @@ open(os.path.join(out, "engine_memory.md"), "w").write("\n".join(rows) + "\n")
 # The results contract's comp.<precision>.* metrics (scripts/make_summary.py reads this file).
 prec, batch = os.environ.get("BLU_EM_PRECISION", "fp32"), os.environ.get("BLU_EM_BATCH", "8")
 m = {}
-for name in names:
-    p = os.path.join(out, f"engine_{name}.txt")
-    if not os.path.exists(p):
-        continue
-    tok, peak, dev = [], 0.0, 0.0
-    for mm in re.finditer(r"step\s+(\d+)/\d+ \| loss \S+ .*?\| ([\d.]+)K tok/s .*?peak ([\d.]+)\) \| dev ([\d.]+) GiB", open(p).read()):
-        if 4 <= int(mm.group(1)) <= 9:
-            tok.append(float(mm.group(2)) * 1000)
-        peak, dev = max(peak, float(mm.group(3))), max(dev, float(mm.group(4)))
-    if tok:
-        m[f"comp.{prec}.{name}.tok_s"] = statistics.median(tok)
+for name, (tok, peak, dev, _) in runs.items():
+    if tok is not None:
+        m[f"comp.{prec}.{name}.tok_s"] = round(tok * 1000, 1)
         m[f"comp.{prec}.{name}.peak_gib"], m[f"comp.{prec}.{name}.device_gib"] = peak, dev
 def r(name, a, b):
     if a in m and b in m and m[b]:

@@ -325,9 +325,10 @@ __device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
   return v;
 }
 
-// The C pair a TMA load left at a staging address (the address this thread writes D's pair to).
+// The pair (C, or kGeluGrad's aux) a TMA load left at a staging address: the address this thread
+// writes D's pair to.
 template <class OutT>
-__device__ __forceinline__ float2 staged_c_pair(uint32_t addr) {
+__device__ __forceinline__ float2 staged_pair(uint32_t addr) {
   if constexpr (std::is_same_v<OutT, float>) {
     return ld_shared_v2_f32(addr);
   } else if constexpr (std::is_same_v<OutT, __nv_bfloat16>) {
@@ -393,7 +394,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         float v0, v1;
         if (staged_in == kStagedC) {  // the generic epilogue's order: alpha * acc, + beta * C, + bias
-          const float2 cv = staged_c_pair<OutT>(addr);
+          const float2 cv = staged_pair<OutT>(addr);
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
         } else {
@@ -402,7 +403,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           // kGeluGrad: times gelu'(pre-activation) (not in the 3-consumer tile: see the caller).
           if constexpr (Cfg::kConsumers < 3) {
             if (staged_in == kStagedGeluGradAux) {
-              const float2 av = staged_c_pair<OutT>(addr);
+              const float2 av = staged_pair<OutT>(addr);
               v0 *= gelu_tanh_grad(av.x);
               v1 *= gelu_tanh_grad(av.y);
             }
@@ -433,7 +434,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   }
 }
 
-// fn(mi, box offset in the staging tile, c0, r0) for each 64-row x 128-byte box of pass `pass` that
+// fn(box offset in the staging tile, c0, r0) for each 64-row x 128-byte box of pass `pass` that
 // holds columns of the tile (BN = 192 with 16-bit D: the second pass holds one box) and starts
 // inside the matrix (TMA clips the rest of a box at the edges).
 template <class Cfg, class OutT, class Fn>

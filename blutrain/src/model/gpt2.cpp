@@ -381,7 +381,7 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
   Tensor h = hidden(ids, pos, r, precision, cp_ != nullptr);
   if (logits_out == nullptr && !tp_ && linear_cross_entropy_) {
     // Note [Linear cross-entropy] (blutensor): the loss without the [N, V] logits or their
-    // gradient, in every precision (bf16: each chunk's logits cast to fp32 for the loss, as below).
+    // gradient, in every precision (bf16: the chunks widened to fp32 inside the loss kernels).
     BLU_NVTX_RANGE("lm_head_loss");
     const int64_t N = ids.numel();
     const int64_t rows = linear_cross_entropy_rows_;
