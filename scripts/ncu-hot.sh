@@ -20,6 +20,8 @@ sections+=" --metrics $stalls"
 # name ; kernel regex ; profiler command
 table=(
   "gemm_bf16_fc_fwd;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_fc_fwd_gelu;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --epilogue=bias_gelu --reps=2"
+  "gemm_bf16_qkv_fwd_bias;regex:sm90_gemm;gemm --m=16384 --n=2304 --k=768 --dtype=bf16 --op_a=n --op_b=t --epilogue=bias --reps=2"
   "gemm_bf16_attnproj_fwd;regex:sm90_gemm;gemm --m=16384 --n=768 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
   "gemm_bf16_fc_dw;regex:sm90_gemm;gemm --m=768 --n=3072 --k=16384 --dtype=bf16 --op_a=t --op_b=n --reps=2"
   "gemm_bf16_xent_dw_beta;regex:sm90_gemm;gemm --m=50304 --n=768 --k=640 --dtype=bf16 --out=f32 --op_a=t --op_b=n --beta=1 --reps=2"

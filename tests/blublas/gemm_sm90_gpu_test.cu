@@ -244,7 +244,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   force.tile = c.tile;
   force.splits = c.splits;
   force.generic_epilogue = c.generic_epi;
-  force.c_through_tma = true;  // Note [sm90 C through TMA] (off by default until measured)
+  force.c_through_tma = 1;  // Note [sm90 C through TMA] (on by default; forced against the environment)
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";

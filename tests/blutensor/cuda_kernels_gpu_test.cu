@@ -431,7 +431,9 @@ TEST(CudaKernels, BroadcastFastPath) {
       Tensor out32 = gpu_poisoned(out_shape, DType::F32);
       co::copy_(out32, bias0.expand(out_shape));
       std::vector<double> ref32(static_cast<std::size_t>(n));
-      for (int64_t l = 0; l < n; ++l) ref32[static_cast<std::size_t>(l)] = bv[static_cast<std::size_t>(l % c)];
+      for (int64_t l = 0; l < n; ++l) {  // the cast rounds to f32 (an f64 bias loses digits)
+        ref32[static_cast<std::size_t>(l)] = round_to(bv[static_cast<std::size_t>(l % c)], DType::F32);
+      }
       EXPECT_TRUE(all_close(values(out32), ref32, {0, 0}, std::string("broadcast cast ") + dtype_name(dt)));
     }
   }

@@ -266,7 +266,9 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   args.generic_epilogue =
       force.generic_epilogue || (generic_env != nullptr && std::strcmp(generic_env, "1") == 0);
   const char* c_tma_env = std::getenv("BLUBLAS_SM90_C_TMA");
-  args.c_through_tma = force.c_through_tma || (c_tma_env != nullptr && std::strcmp(c_tma_env, "1") == 0);
+  // On unless BLUBLAS_SM90_C_TMA=0 or the override says otherwise (Note [sm90 C through TMA]).
+  args.c_through_tma = force.c_through_tma >= 0 ? force.c_through_tma == 1
+                                                : !(c_tma_env != nullptr && std::strcmp(c_tma_env, "0") == 0);
   if (plan.splits > 1) {
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;

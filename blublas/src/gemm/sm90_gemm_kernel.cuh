@@ -349,11 +349,12 @@ constexpr int kStagedNone = 0, kStagedC = 1, kStagedGeluGradAux = 2;
 // this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
 // shared addresses keep register pressure low next to the 128 live accumulators).
 // amax (FP8 configs only): the running max |value| of this thread's in-range elements.
-template <class Cfg, class OutT, int kWhat>
+// kStaged: what a TMA load left at the staging addresses before this pass (a template argument, not
+// a runtime flag: Note [sm90 epilogue variants]).
+template <class Cfg, class OutT, int kWhat, int kStaged>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
-                                           float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax,
-                                           int staged_in) {
+                                           float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax) {
   using Shape = StoreShape<OutT>;
   constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
@@ -393,20 +394,17 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       for (int h = 0; h < 2; ++h) {
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         float v0, v1;
-        if (staged_in == kStagedC) {  // the generic epilogue's order: alpha * acc, + beta * C, + bias
+        if constexpr (kStaged == kStagedC) {  // the generic epilogue's order: alpha acc + beta C + bias
           const float2 cv = staged_pair<OutT>(addr);
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
-          // kGeluGrad: times gelu'(pre-activation) (not in the 3-consumer tile: see the caller).
-          if constexpr (Cfg::kConsumers < 3) {
-            if (staged_in == kStagedGeluGradAux) {
-              const float2 av = staged_pair<OutT>(addr);
-              v0 *= gelu_tanh_grad(av.x);
-              v1 *= gelu_tanh_grad(av.y);
-            }
+          if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: times gelu'(pre-activation)
+            const float2 av = staged_pair<OutT>(addr);
+            v0 *= gelu_tanh_grad(av.x);
+            v1 *= gelu_tanh_grad(av.y);
           }
         }
         if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
@@ -488,12 +486,12 @@ __device__ __forceinline__ void store_pass(const KernelParams& p, const CUtensor
 // step, H100). Not in the 3-consumer 192x192 tile: at 152 registers a consumer thread it spilled
 // with the staged loads (4-16 bytes), so the launcher keeps its beta != 0 and kGeluGrad problems on
 // the generic epilogue (loads_ok in tma_store_ok).
-// Status: written in session 17 after its device time was spent, so not yet run on a GPU: off by
-// default (the launcher takes beta != 0 to the generic epilogue) unless BLUBLAS_SM90_C_TMA=1 or
-// Sm90Override::c_through_tma (the gemm_sm90 tests force it; CThroughTma checks it against float64
-// and against its generic twin). Turn it on by default once those pass and blublas-profiler
-// `gemm --m=50304 --n=768 --k=640 --dtype=bf16 --out=f32 --op_a=t --op_b=n --beta=1` is measured
-// (predicted: 0.479 ms -> ~0.15-0.2, cuBLAS 0.184; GPT-2 d12 bf16 B16 autograd +3-5% tok/s).
+// Status: on by default since session 18 (BLUBLAS_SM90_C_TMA=0 or Sm90Override::c_through_tma = 0
+// turns it off; CThroughTma checks it against float64 and against its generic twin). Measured
+// (H100, session 18, blublas-profiler vs cuBLAS in the same process): 50304 x 768 x 640 bf16 -> f32
+// beta = 1 0.479 -> 0.204 ms (0.386x -> 0.903x cuBLAS; predicted 0.15-0.2); 16384 x 768 x 3072
+// bf16 beta = 1 0.219 -> 0.148 ms (0.533x -> 0.719x); GPT-2 d12 bf16 B16 compiled engine 294.5K ->
+// 341.5K tok/s, autograd 314.2K -> 326.2K.
 template <class Cfg, class OutT>
 __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtensorMap* map, int pass,
                                             int row_base, int col_base, int batch, uint8_t* stg,
@@ -506,7 +504,17 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
   });
 }
 
-template <class Cfg, class OutT>
+// Note [sm90 epilogue variants]
+// The TMA-store epilogue is straight-line code: fully unrolled over the thread's 64-192
+// accumulators, once per output type. What a pass reads from the staging tile (nothing, C, or
+// kGeluGrad's aux: Note [sm90 C through TMA]) is a template argument, and the consumer picks the
+// variant once per tile. As a runtime flag tested per pair (session 17's first version) it doubled
+// the kernels' PTX (64x256: 19.4K -> 35.9K instructions) and interleaved the dead variants with the
+// live one, and every sm90 GEMM with the TMA-store epilogue got slower, also with beta == 0 (H100,
+// session 18: GPT-2 bf16 B16 autograd, the A-K-major 64x256 kernels 5.54 -> 7.35 ms a step, the
+// 128x256 ones 3.95 -> 4.66; the generic-epilogue kernels unchanged): the epilogue runs once per
+// tile with no instruction reuse, so its instruction footprint is fetched from L2 every tile.
+template <class Cfg, class OutT, int kStaged>
 __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, const WorkUnit& w,
                                                       int c, uint8_t* stg,
                                                       const CUtensorMap* map_d,
@@ -517,46 +525,43 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const int t = threadIdx.x % 128;
   const int row_base = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
   const int col_base = w.tn * Cfg::BN;
-  const bool gelu = p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
-                    p.epi.kind == static_cast<int>(Epilogue::kGelu);
-  const bool aux = gelu && p.epi.aux != nullptr;
   // Note [sm90 C through TMA]: C (beta != 0) or, for kGeluGrad, the pre-activation is loaded into
   // the staging tile per pass; never both, never next to GELU's aux store.
-  // Not in the 3-consumer tile (152 registers a thread: it spilled with these; the launcher keeps
-  // beta != 0 and kGeluGrad on the generic epilogue there).
-  int staged_in = kStagedNone;
-  if constexpr (Cfg::kConsumers < 3) {
-    staged_in = p.epi.c != nullptr ? kStagedC
-                : p.epi.kind == static_cast<int>(Epilogue::kGeluGrad) ? kStagedGeluGradAux
-                                                                       : kStagedNone;
-  }
-  const CUtensorMap* load_map = staged_in == kStagedC ? map_c : map_aux;
+  constexpr bool kLoads = kStaged != kStagedNone;
+  const bool gelu = !kLoads && (p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
+                                p.epi.kind == static_cast<int>(Epilogue::kGelu));
+  const bool aux = gelu && p.epi.aux != nullptr;
+  const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
-    if (aux) {
-      if (t == 0) bulk_wait_read<0>();
-      named_barrier_sync(1 + c, 128);
-      float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
-      stage_pass<Cfg, OutT, 1>(p, pass, row_base, col_base, stg, acc, aux_amax, kStagedNone);
-      fence_proxy_async_smem();
-      named_barrier_sync(1 + c, 128);
-      if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
+    if constexpr (!kLoads) {
+      if (aux) {
+        if (t == 0) bulk_wait_read<0>();
+        named_barrier_sync(1 + c, 128);
+        float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
+        stage_pass<Cfg, OutT, 1, kStagedNone>(p, pass, row_base, col_base, stg, acc, aux_amax);
+        fence_proxy_async_smem();
+        named_barrier_sync(1 + c, 128);
+        if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
+      }
     }
     if (t == 0) bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
-    if (staged_in != kStagedNone) {
+    if constexpr (kLoads) {
       if (t == 0) load_c_pass<Cfg, OutT>(p, load_map, pass, row_base, col_base, w.batch, stg, cbar);
       mbar_wait(cbar, c_phase);
       c_phase ^= 1u;
-    }
-    if (gelu) {
-      stage_pass<Cfg, OutT, 2>(p, pass, row_base, col_base, stg, acc, amax, kStagedNone);
+      stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, stg, acc, amax);
     } else {
-      stage_pass<Cfg, OutT, 0>(p, pass, row_base, col_base, stg, acc, amax, staged_in);
+      if (gelu) {
+        stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      } else {
+        stage_pass<Cfg, OutT, 0, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      }
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + c, 128);
@@ -565,6 +570,31 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   if constexpr (Cfg::kFp8) {
     if (p.epi.amax != nullptr) amax_warp_commit(p.epi.amax, amax);
   }
+}
+
+// The variant for this problem (Note [sm90 epilogue variants]). Not in the 3-consumer tile (152
+// registers a thread: it spilled with the staged loads; the launcher keeps beta != 0 and
+// kGeluGrad on the generic epilogue there).
+template <class Cfg, class OutT>
+__device__ __forceinline__ void consumer_epilogue_tma_any(const KernelParams& p, const WorkUnit& w,
+                                                          int c, uint8_t* stg,
+                                                          const CUtensorMap* map_d,
+                                                          const CUtensorMap* map_aux,
+                                                          const CUtensorMap* map_c, uint64_t* cbar,
+                                                          uint32_t& c_phase,
+                                                          float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  if constexpr (Cfg::kConsumers < 3) {
+    if (p.epi.c != nullptr) {
+      consumer_epilogue_tma<Cfg, OutT, kStagedC>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase, acc);
+      return;
+    }
+    if (p.epi.kind == static_cast<int>(Epilogue::kGeluGrad)) {
+      consumer_epilogue_tma<Cfg, OutT, kStagedGeluGradAux>(p, w, c, stg, map_d, map_aux, map_c, cbar,
+                                                           c_phase, acc);
+      return;
+    }
+  }
+  consumer_epilogue_tma<Cfg, OutT, kStagedNone>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase, acc);
 }
 
 // A consumer warp's release of a stage: the local empty barrier, and the peer's with a cluster.
@@ -787,14 +817,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
         uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
         if (p.out_type == 1) {
-          consumer_epilogue_tma<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                    c_phase, acc);
+          consumer_epilogue_tma_any<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                        c_phase, acc);
         } else if (p.out_type == 2) {
-          consumer_epilogue_tma<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                    c_phase, acc);
+          consumer_epilogue_tma_any<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                 c_phase, acc);
         } else {
-          consumer_epilogue_tma<Cfg, float>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                    c_phase, acc);
+          consumer_epilogue_tma_any<Cfg, float>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
+                                                c_phase, acc);
         }
       } else {
         consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);

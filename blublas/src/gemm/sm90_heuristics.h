@@ -21,13 +21,13 @@ struct Sm90Plan {
 // BLUBLAS_SM90_GROUP_M sets the tile rows per group of the L2-friendly tile order,
 // BLUBLAS_SM90_PINGPONG=0 keeps the heuristic off the ping-pong tiles,
 // BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
-// bisecting a failure), and BLUBLAS_SM90_C_TMA=1 lets it take beta != 0 (Note [sm90 C through
-// TMA]; off by default until measured on a device).
+// bisecting a failure), and BLUBLAS_SM90_C_TMA=0 keeps beta != 0 and kGeluGrad off it (Note
+// [sm90 C through TMA]; on by default).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
   bool generic_epilogue = false;  // never the TMA-store epilogue
-  bool c_through_tma = false;     // beta != 0 on the TMA-store epilogue (also BLUBLAS_SM90_C_TMA=1)
+  int c_through_tma = -1;         // beta != 0 on the TMA-store epilogue: -1 default (on), 0 off, 1 on
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);
