@@ -152,6 +152,7 @@ struct Case {
   bool even_ldd = false;  // even, not 16-byte ldd: the generic epilogue's paired stores
   bool generic_epi = false;  // force the staged generic epilogue (not the TMA-store one)
   bool c_in_place = false;   // beta != 0 with C = D (D holds C before the call, guards poisoned)
+  bool misaligned_bias = false;  // the bias one element past an aligned address (no pair loads)
   std::string str() const {
     std::ostringstream os;
     os << "ab=" << dname(ab) << " cd=" << dname(cd) << " M=" << m << " N=" << n << " K=" << k
@@ -161,7 +162,7 @@ struct Case {
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
        << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "")
-       << (c_in_place ? " C=D" : "");
+       << (c_in_place ? " C=D" : "") << (misaligned_bias ? " misaligned bias" : "");
     return os.str();
   }
 };
@@ -201,7 +202,9 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   HostMat ha = random_mat(c.ab, a_count, rng);
   HostMat hb = random_mat(c.ab, b_count, rng);
   HostMat hc = random_mat(c.cd, d_count, rng);
-  HostMat hbias = random_mat(c.cd, static_cast<std::size_t>(c.n), rng);
+  // misaligned_bias: element 0 is padding and the bias starts at element 1.
+  const std::size_t bias_at = c.misaligned_bias ? 1 : 0;
+  HostMat hbias = random_mat(c.cd, static_cast<std::size_t>(c.n) + bias_at, rng);
   DevBuf da(ha.bytes.size()), db(hb.bytes.size()), dc(hc.bytes.size()), dbias(hbias.bytes.size());
   DevBuf dd(d_count * blublas::dtype_size(c.cd)), daux(d_count * blublas::dtype_size(c.cd));
   DevBuf dbg(static_cast<std::size_t>(std::max(c.m, c.n)) * 4);
@@ -233,7 +236,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   const bool gelu_grad = c.epi == Epilogue::kGeluGrad;  // aux is an input: D = pre * gelu'(aux)
   const HostMat haux_in = random_mat(c.cd, d_count, rng);
   const bool bias_grad = c.epi == Epilogue::kBiasGradA || c.epi == Epilogue::kBiasGradB;
-  p.bias = has_bias ? dbias.ptr : nullptr;
+  p.bias = has_bias ? static_cast<char*>(dbias.ptr) + bias_at * blublas::dtype_size(c.cd) : nullptr;
   p.bias_per_col = true;
   p.aux = has_aux || gelu_grad ? daux.ptr : nullptr; p.ld_aux = ldd; p.stride_aux = stride_d;
   p.bias_grad = bias_grad ? static_cast<float*>(dbg.ptr) : nullptr;
@@ -312,8 +315,8 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
       scale += std::fabs(c.beta * hc.get(di));
     }
     if (has_bias) {
-      pre += hbias.get(static_cast<std::size_t>(j));
-      scale += std::fabs(hbias.get(static_cast<std::size_t>(j)));
+      pre += hbias.get(static_cast<std::size_t>(j) + bias_at);
+      scale += std::fabs(hbias.get(static_cast<std::size_t>(j) + bias_at));
     }
     double ref = has_gelu ? gelu_ref(pre) : pre;
     if (gelu_grad) {
@@ -528,6 +531,31 @@ TEST(GemmSm90Gpu, CThroughTma) {
   t.m = 2100; t.n = 1032; t.k = 96; t.beta = 1.0f; t.c_in_place = true;
   t.tile = kPingPong64;
   run_case(t, dev);
+}
+
+// Note [sm90 epilogue bias prefetch]: the pass's column-bias pairs loaded ahead, on every tile,
+// 16-bit and f32 D, a pair-aligned bias and one a single element off (scalar loads), with GELU,
+// N = 520 (a last tile of 8 columns: pairs past N read as 0) and M with an edge tile.
+TEST(GemmSm90Gpu, EpilogueBiasPrefetch) {
+  BLU_REQUIRE_SM90(dev);
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
+    for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        Case c;
+        c.ab = Dtype::kBF16; c.cd = cd;
+        c.m = 300; c.n = 520; c.k = 136;
+        c.a_k = true; c.b_k = variant == 2;
+        c.epi = variant == 1 ? Epilogue::kBiasGelu : Epilogue::kBias;
+        c.misaligned_bias = variant == 2;
+        c.tile = tile;
+        run_case(c, dev);
+      }
+    }
+  }
+  Case h;  // f16 D, misaligned
+  h.ab = Dtype::kF16; h.cd = Dtype::kF16;
+  h.m = 129; h.n = 264; h.k = 64; h.epi = Epilogue::kBias; h.misaligned_bias = true; h.tile = kPingPong64;
+  run_case(h, dev);
 }
 
 TEST(GemmSm90Gpu, Batched) {

@@ -156,6 +156,8 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     }
     kp.fast_epi = 1;
     kp.d_rank3 = p.batch > 1 ? 1 : 0;
+    // Note [sm90 epilogue bias prefetch]: pair loads of the bias need it aligned to a pair.
+    kp.bias_pairs = reinterpret_cast<std::uintptr_t>(kp.epi.bias) % (2 * dtype_size(p.cd_type)) == 0 ? 1 : 0;
   }
   auto kernel = sm90_gemm_kernel<Cfg>;
   BLUBLAS_CUDA_CHECK(
