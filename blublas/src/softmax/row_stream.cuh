@@ -114,18 +114,21 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return t;
 }
 
-// Watchdog: a wait this long means a protocol bug; trapping turns a hang into a launch error the
-// caller (and a test log) sees. No legitimate wait is longer than one row's transfer.
-constexpr uint64_t kStreamWatchdogNs = 20ull * 1000 * 1000 * 1000;
-
+// Watchdog: a wait longer than StreamArgs::watchdog_s seconds means a protocol bug; trapping turns
+// a hang into a launch error the caller (and a test log) sees. No legitimate wait is longer than
+// one row's transfer at full speed, but under compute-sanitizer's racecheck a kernel runs ~1000x
+// slower: session 18's fused-classifier run trapped there (cudaErrorLaunchFailure, a false hang),
+// so BLUBLAS_ROW_STREAM_WATCHDOG_S sets it (default 20; 0: no watchdog; the sanitizer runs use 0 and
+// their own timeouts).
 // Waits until the phase of parity `parity` has completed.
 template <bool kClusterScope = false>
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, uint32_t watchdog_s) {
   const uint32_t addr = smem_u32(bar);
   if (mbar_probe<kClusterScope>(addr, parity)) return;
   const uint64_t t0 = global_time_ns();
+  const uint64_t limit = static_cast<uint64_t>(watchdog_s) * 1000000000ull;
   while (!mbar_probe<kClusterScope>(addr, parity)) {
-    if (global_time_ns() - t0 > kStreamWatchdogNs) __trap();
+    if (limit != 0 && global_time_ns() - t0 > limit) __trap();
   }
 }
 
@@ -373,7 +376,7 @@ __device__ __forceinline__ void stream_produce(const Ring& R, const StreamArgs& 
 #pragma unroll
       for (int k = 0; k < kInputs; ++k, ++g) {
         const uint32_t slot = g % nc, round = g / nc;
-        if (round > 0) mbar_wait(&R.empty[slot], (round - 1) & 1u);
+        if (round > 0) mbar_wait(&R.empty[slot], (round - 1) & 1u, a.watchdog_s);
         if (bytes == 0) {
           mbar_arrive(&R.full[slot]);  // an empty chunk of a shorter window
           continue;
@@ -403,7 +406,7 @@ __device__ __forceinline__ const unsigned char* ring_wait(const Ring& R, const S
                                                          uint32_t g) {
   const uint32_t nc = static_cast<uint32_t>(a.ring_chunks);
   const uint32_t slot = g % nc;
-  mbar_wait(&R.full[slot], (g / nc) & 1u);
+  mbar_wait(&R.full[slot], (g / nc) & 1u, a.watchdog_s);
   return R.data + static_cast<size_t>(slot) * a.chunk_bytes;
 }
 
@@ -489,7 +492,7 @@ __device__ __forceinline__ float2 row_combine(const Ring& R, const StreamArgs& a
                         static_cast<uint32_t>(q), acc);
     }
   }
-  mbar_wait<true>(&R.xbar[buf], (it >> 1) & 1u);
+  mbar_wait<true>(&R.xbar[buf], (it >> 1) & 1u, a.watchdog_s);
   float2 all = R.xchg[buf * kStreamMaxCluster];
   for (int q = 1; q < a.cluster; ++q) all = Op::combine(all, R.xchg[buf * kStreamMaxCluster + q]);
   return all;

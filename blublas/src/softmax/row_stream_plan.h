@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "blublas/device_info.h"
@@ -36,7 +37,20 @@ struct StreamArgs {
   int keep_exp = 0;         // see RowStreamTuning
   int reg_chunk = 0;        // see RowStreamTuning (set only with keep_exp and 8 KiB chunks)
   int copy_only = 0;        // diagnostic: see RowStreamTuning
+  uint32_t watchdog_s = 20;  // a ring wait longer than this traps; 0: never (row_stream.cuh, mbar_wait)
 };
+
+// BLUBLAS_ROW_STREAM_WATCHDOG_S (seconds, default 20, 0 = off), read once per process.
+inline uint32_t row_stream_watchdog_s() {
+  static const uint32_t s = [] {
+    const char* v = std::getenv("BLUBLAS_ROW_STREAM_WATCHDOG_S");
+    if (v == nullptr || *v == '\0') return 20u;
+    char* end = nullptr;
+    const unsigned long x = std::strtoul(v, &end, 10);
+    return end != nullptr && *end == '\0' && x <= 86400ul ? static_cast<uint32_t>(x) : 20u;
+  }();
+  return s;
+}
 
 struct StreamPlan {
   StreamArgs args;
@@ -85,6 +99,7 @@ inline bool plan_row_stream(int64_t rows, int64_t row_bytes, int inputs,
   plan->args.store_hint = tu.store_hint;
   plan->args.copy_only = tu.copy_only;
   plan->args.keep_exp = tu.keep_exp;
+  plan->args.watchdog_s = row_stream_watchdog_s();
   plan->args.reg_chunk = (tu.reg_chunk && tu.keep_exp && !tu.copy_only && cb == 8192) ? 1 : 0;
   plan->warps = tu.consumer_warps;
   plan->smem_bytes = stream_header_bytes(nc) + nc * cb;
