@@ -9,8 +9,8 @@
 # Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
 # of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
 # $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py).
-# BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB and
-# BLU_EM_FUSED_AB add runs.
+# BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB,
+# BLU_EM_FUSED_AB and BLU_EM_COMPILED_AB add runs.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -49,10 +49,13 @@ for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_
 # BLU_EM_FUSED_AB="VAR=value ...": one more fused-engine run with those variables (fused_ab).
 # shellcheck disable=SC2086
 [ -n "${BLU_EM_FUSED_AB:-}" ] && run fused_ab ${BLU_EM_FUSED_AB} -- --engine fused
+# BLU_EM_COMPILED_AB="VAR=value ...": one more compiled run with those variables (compiled_ab).
+# shellcheck disable=SC2086
+[ -n "${BLU_EM_COMPILED_AB:-}" ] && run compiled_ab ${BLU_EM_COMPILED_AB} -- --compile
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os
 out = sys.argv[1]
-names = ["compiled", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
+names = ["compiled", "compiled_ab", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
 # Per engine from its progress lines: median K tok/s of steps 4-9 (None without them), peaks, notes.
 runs = {}

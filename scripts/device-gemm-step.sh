@@ -5,8 +5,9 @@
 # engines (scripts/device-engine-memory.sh) in bf16 B16 and fp32 B8.
 #   BLU_COMMIT=<sha> scripts/device-gemm-step.sh <tools dir with blu-plan.gz> [build dir]
 # BLU_GS_NCU="name ..." (scripts/ncu-hot.sh names; default none) adds Nsight Compute reports;
-# BLU_GS_FUSED_AB ("VAR=value ...", default BLUTRAIN_GELU_GRAD_EPILOGUE=1) is the fused engine's
-# second run; BLU_GS_TESTS overrides the test list; BLU_GS_ENGINES=0 skips the engines.
+# BLU_GS_FUSED_AB / BLU_GS_COMPILED_AB ("VAR=value ...": a second fused / compiled run; default
+# none / BLU_CAPTURE_SIDE_STREAM=0); BLU_GS_TESTS overrides the test list (one line);
+# BLU_GS_ENGINES=0 skips the engines.
 # Writes $OUT/gs.tgz (everything) and prints a short table last. ~6-7 minutes on an H100.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,7 @@ tools=${1:?tools dir}; build=${2:-/tmp/bd-gs}
 OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT/gs"; W=$OUT/gs
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$W/progress.txt"; }
 export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
-read -r -a tests <<< "${BLU_GS_TESTS:-blublas_gemm_sm90_gpu_test blublas_gemm_gpu_test blublas_gemm_property_gpu_test
-  blutensor_cuda_kernels_gpu_test blutrain_fused_step_gpu_test blutrain_capture_step_gpu_test}"
+read -r -a tests <<< "${BLU_GS_TESTS:-blublas_gemm_sm90_gpu_test blublas_gemm_gpu_test blublas_gemm_property_gpu_test blutensor_cuda_kernels_gpu_test blutrain_fused_step_gpu_test blutrain_capture_step_gpu_test blutrain_captured_engine_gpu_test}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF > "$W/configure.txt" 2>&1
 timeout ${BLU_BUILD_TIMEOUT:-300} cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" blutrain-cli \
@@ -43,15 +43,16 @@ shapes=(
   "xent_dw_beta_f32;--m=50304 --n=768 --k=640 --out=f32 --op_a=t --op_b=n --beta=1"
   "fcproj_dx_beta;--m=16384 --n=768 --k=3072 --op_a=n --op_b=n --beta=1"
 )
-printf '| shape | blublas ms | ratio vs cuBLAS | max diff |\n|---|---|---|---|\n' > "$W/gemm_step.md"
+printf '| shape | blublas ms | cuBLASLt ms | ratio | max diff |\n|---|---|---|---|---|\n' > "$W/gemm_step.md"
 for s in "${shapes[@]}"; do
   name=${s%%;*}; args=${s#*;}
   # shellcheck disable=SC2086
   timeout 40 "$P" gemm --dtype=bf16 $args --reps=20 > "$W/prof_$name.txt" 2>&1
-  ms=$(grep -oE 'blublas : [0-9.]+ ms' "$W/prof_$name.txt" | grep -oE '[0-9.]+' | head -1)
-  ratio=$(grep -oE 'ratio : [0-9.]+' "$W/prof_$name.txt" | grep -oE '[0-9.]+$' | head -1)
-  diff=$(grep -oE 'max \|blublas - cuBLAS\| = [^ ]+ \([^)]*\)' "$W/prof_$name.txt" | head -1)
-  echo "| $name | ${ms:-?} | ${ratio:-?} | ${diff:-?} |" >> "$W/gemm_step.md"
+  ms=$(awk '$1 == "blublas" {print $3; exit}' "$W/prof_$name.txt")
+  cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$W/prof_$name.txt")
+  ratio=$(awk '$1 == "ratio" {print $3; exit}' "$W/prof_$name.txt")
+  diff=$(grep -m1 'max |blublas' "$W/prof_$name.txt" | sed 's/.*= //')
+  echo "| $name | ${ms:-?} | ${cub:-?} | ${ratio:-?} | ${diff:-?} |" >> "$W/gemm_step.md"
 done
 stamp "profiler: $(grep -c '^| [a-z]' "$W/gemm_step.md") shapes"
 if [ -n "${BLU_GS_NCU:-}" ]; then
@@ -63,7 +64,7 @@ if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
   for cfg in "bf16 16" "fp32 8"; do
     read -r prec batch <<< "$cfg"
     OUT=$W/em_$prec BLU_EM_PRECISION=$prec BLU_EM_BATCH=$batch \
-      BLU_EM_FUSED_AB="${BLU_GS_FUSED_AB:-BLUTRAIN_GELU_GRAD_EPILOGUE=1}" \
+      BLU_EM_FUSED_AB="${BLU_GS_FUSED_AB:-}" BLU_EM_COMPILED_AB="${BLU_GS_COMPILED_AB:-BLU_CAPTURE_SIDE_STREAM=0}" \
       scripts/device-engine-memory.sh "$tools" "$build" > /dev/null 2>&1
     stamp "engines $prec B$batch"
   done

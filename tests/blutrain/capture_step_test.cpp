@@ -35,3 +35,32 @@ TEST(CaptureStep, TinyGpt2StepReplaysBitForBit) {
   EXPECT_NE(key_line(c.log), key_line(a.log)) << "another sequence length, the same key";
 }
 
+
+// Note [Side stream] (blutensor) on the tiny GPT-2's record, its calls relabelled as CUDA ones
+// (planning needs no GPU): every linear's weight gradient (a GEMM whose result only the norm and
+// the update read) and bias gradient go to the side stream, no data gradient does, nor the
+// update, and each group is joined before anything reads what it wrote (the norm).
+TEST(CaptureStep, TheWeightGradientsGoToTheSideStream) {
+  Captured a = capture_tiny("side", 32);
+  ASSERT_EQ(a.status, 0) << a.log;
+  blu::capture::Graph& g = a.graph;
+  for (blu::capture::Node& n : g.nodes) n.device = blu::Device::cuda(0);
+  const blu::capture::SidePlan p = blu::capture::side_stream_plan(g, {});
+  std::map<std::string, int> side_ops;
+  int norm_at = -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (p.group_of[i] >= 0) ++side_ops[g.nodes[i].op];
+    if (g.nodes[i].op == "global_norm" && norm_at < 0) norm_at = static_cast<int>(i);
+  }
+  for (const auto& [op, count] : side_ops) std::printf("side stream: %s x %d\n", op.c_str(), count);
+  std::printf("side stream: %zu calls in %zu groups\n", p.side_calls, p.fork_at.size());
+  // 4 blocks x 4 linears: their weight gradients (the lm head's is wte's, tied).
+  EXPECT_GE(side_ops["gemm"], 16);
+  EXPECT_GE(p.fork_at.size(), 8u);
+  ASSERT_GE(norm_at, 0);
+  for (size_t k = 0; k < p.fork_at.size(); ++k) {
+    if (p.fork_at[k] < norm_at) {
+      EXPECT_LE(p.join_before[k], norm_at) << "group " << k << " still in flight at the norm";
+    }
+  }
+}

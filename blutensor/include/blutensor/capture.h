@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "blutensor/capture_arena.h"
+#include "blutensor/cuda_stream.h"
 #include "blutensor/tensor.h"
 
 namespace blu::capture {
@@ -148,6 +149,19 @@ std::map<int, Tensor> replay(const Graph& g);
 // The whole storage of t (all its bytes, from the storage's start) as replay() returns buffers.
 Tensor bytes_of(const Tensor& t);
 
+// Note [Side stream] (src/capture/capture_side_stream.cpp): the calls of g that an Executable runs
+// on a second stream and where its main stream waits for them. override_of: per node, the
+// replace()d set it belongs to (-1: none; may be shorter than the node list).
+struct SidePlan {
+  std::vector<int> group_of;     // per node: its side group, -1: the main stream
+  std::vector<int> fork_at;      // per group: its first call (the main stream forks it there)
+  std::vector<int> join_before;  // per group: the node before which the main stream waits for it
+                                 // (nodes.size(): at the end of the step)
+  std::vector<int> extend_to;    // per buffer: a group touches it, so it lives to this node (-1: none)
+  std::size_t side_calls = 0;
+};
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of);
+
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw
 // (weights, moments, the batch tensors: whatever is still referenced), so each run() updates them
@@ -241,6 +255,10 @@ class Executable {
   // Results in place of dying operands (Note [In-place reuse]); on unless BLU_CAPTURE_INPLACE=0.
   // Before or between runs. inplace_pairs(): the pairs the plan was given (empty when off).
   void use_inplace(bool on);
+  // Weight gradients and other calls that write only persistent buffers on a second stream
+  // (Note [Side stream], src/capture/capture_side_stream.cpp); on unless BLU_CAPTURE_SIDE_STREAM=0.
+  // Before or between runs; arena().side_calls / side_groups say what the plan put there.
+  void use_side_stream(bool on);
   const std::vector<InplacePair>& inplace_pairs();
   // Buffer id's bytes as run() addresses them (bytes_of's form): a persistent buffer, or a
   // temporary's window of the arena (planned and allocated on first need); undefined for a
@@ -253,7 +271,13 @@ class Executable {
                     ScratchLaunchFn scratch_launch, std::vector<int> views);
   bool use_arena_ = true;
   bool use_inplace_ = true;
+  bool use_side_stream_ = true;
   bool planned_ = false;
+  // Note [Side stream]: per node its side group (-1: main; empty: no side stream), per node
+  // whether a group forks there / the main stream joins the side stream before it, and the stream.
+  std::vector<int> side_group_;
+  std::vector<char> side_fork_, side_join_;
+  cuda::Stream side_stream_;
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null

@@ -133,6 +133,8 @@ struct ArenaStats {
   std::size_t dropped = 0;             // buffers only override sets use: no bytes (Note [Kernel
   std::size_t dropped_bytes = 0;       // overrides]), and their sizes summed
   std::size_t scratch_bytes = 0;       // overrides' scratch, summed (placed in the arena)
+  std::size_t side_calls = 0;          // calls on the side stream (Note [Side stream] in
+  std::size_t side_groups = 0;         // capture_side_stream.cpp) and their fork points
 };
 
 }  // namespace blu::capture

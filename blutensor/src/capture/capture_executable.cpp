@@ -29,6 +29,7 @@ constexpr std::size_t kArenaAlignmentBytes = 256;
 Executable::Executable(Graph g)
     : use_arena_(env_switch_on("BLU_CAPTURE_ARENA")),
       use_inplace_(env_switch_on("BLU_CAPTURE_INPLACE")),
+      use_side_stream_(env_switch_on("BLU_CAPTURE_SIDE_STREAM")),
       graph_(std::move(g)) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
   const size_t n = graph_.buffers.size();
@@ -88,6 +89,13 @@ void Executable::use_inplace(bool on) {
   arena_views_.clear();
 }
 
+void Executable::use_side_stream(bool on) {
+  if (on == use_side_stream_) return;
+  use_side_stream_ = on;
+  planned_ = false;
+  arena_views_.clear();
+}
+
 const std::vector<InplacePair>& Executable::inplace_pairs() {
   if (!planned_) plan_temporaries();
   return inplace_pairs_;
@@ -131,6 +139,28 @@ void Executable::plan_temporaries() {
     if (node.op != "host_read") continue;
     for (const TensorRef& t : node.arg("src").tensors) {
       if (t.defined()) last[static_cast<size_t>(t.buffer)] = end;
+    }
+  }
+  // Note [Side stream]: with the arena, on one CUDA device only; what a group touches lives to its
+  // join.
+  side_group_.clear();
+  side_fork_.clear();
+  side_join_.clear();
+  bool one_cuda_device = !graph_.nodes.empty();
+  for (const Node& node : graph_.nodes) {
+    one_cuda_device = one_cuda_device && node.device.is_cuda() && node.device == graph_.nodes.front().device;
+  }
+  if (use_side_stream_ && use_arena_ && one_cuda_device) {
+    const SidePlan side = side_stream_plan(graph_, override_of_);
+    if (side.side_calls > 0) {
+      side_group_ = side.group_of;
+      side_fork_.assign(graph_.nodes.size() + 1, 0);
+      side_join_.assign(graph_.nodes.size() + 1, 0);
+      for (int f : side.fork_at) side_fork_[static_cast<size_t>(f)] = 1;
+      for (int j : side.join_before) side_join_[static_cast<size_t>(j)] = 1;
+      for (size_t id = 0; id < last.size(); ++id) last[id] = std::max(last[id], side.extend_to[id]);
+      stats_.side_calls = side.side_calls;
+      stats_.side_groups = side.fork_at.size();
     }
   }
   // A buffer every node of which an override replaced, and that no launch views, gets no bytes
@@ -309,8 +339,22 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   for (int id : refill_)
     fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)],
               graph_.initial.at(id));
+  // Note [Side stream]: the main stream is the caller's current stream of the graph's device.
+  const bool side = !side_group_.empty();
+  const int side_device = side ? graph_.nodes.front().device.index : -1;
+  cudaStream_t main_stream = nullptr;
+  bool in_flight = false;  // a forked group not yet joined
+  if (side) {
+    main_stream = cuda::current_stream(side_device);
+    if (side_stream_.get() == nullptr || side_stream_.device() != side_device) side_stream_ = cuda::Stream::create(side_device);
+  }
+  const auto join_side = [&] {
+    if (in_flight) cuda::stream_wait_stream(main_stream, side_stream_.get());
+    in_flight = false;
+  };
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     Node& node = graph_.nodes[i];
+    if (side && side_join_[i]) join_side();
     if (node.op == "adamw_step") {
       for (Arg& a : node.args) {
         if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
@@ -330,7 +374,14 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       }
     }
     const int ov = i < override_of_.size() ? override_of_[i] : -1;
-    if (ov < 0) {
+    if (side && side_group_[i] >= 0) {
+      if (side_fork_[i]) {
+        cuda::stream_wait_stream(side_stream_.get(), main_stream);
+        in_flight = true;
+      }
+      cuda::StreamGuard on_side(side_stream_.get(), side_device);
+      run_node(node, i, ctx);
+    } else if (ov < 0) {
       run_node(node, i, ctx);
     } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
       const ViewFn view = [&ctx, i](const TensorRef& r) {
@@ -355,7 +406,10 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     }
     if (node.op == "host_read") {
       host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
-      if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) return false;
+      if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) {
+        join_side();
+        return false;
+      }
     }
     if (use_arena_) continue;
     // Temporaries die after their last use (the storage lives on in a host-read view if any).
@@ -367,6 +421,7 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       }
     }
   }
+  join_side();
   return true;
 }
 

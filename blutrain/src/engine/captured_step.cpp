@@ -58,6 +58,10 @@ std::string arena_line(const capture::ArenaStats& a, int64_t plan_bytes, int64_t
                   : std::string("in place off: BLU_CAPTURE_INPLACE=0")) +
        ")";
   s += "; " + classifier;
+  // Note [Side stream] (blutensor): the calls a second stream runs beside the main one.
+  if (a.side_calls > 0) {
+    s += "; side stream: " + std::to_string(a.side_calls) + " calls in " + std::to_string(a.side_groups) + " groups";
+  }
   if (plan_bytes >= 0) {
     s += "; blu-plan's arena " + gib(static_cast<std::size_t>(plan_bytes)) + " (lower bound " +
          gib(static_cast<std::size_t>(plan_bound_bytes)) + ")";

@@ -1,0 +1,187 @@
+// capture_side_stream_test.cpp: Note [Side stream] (src/capture/capture_side_stream.cpp) on
+// hand-built records of a CUDA step (planning needs no GPU): which calls go to the side stream,
+// where the main stream forks and joins them, and how long what they touch must live.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "blutensor/capture.h"
+
+namespace {
+
+using blu::Device;
+using blu::capture::Arg;
+using blu::capture::Buffer;
+using blu::capture::Graph;
+using blu::capture::SidePlan;
+using blu::capture::TensorRef;
+using blu::capture::side_stream_plan;
+
+// A record under construction: buffers and calls reading / writing them.
+struct Record {
+  Graph g;
+  Device dev = Device::cuda(0);
+  int buffer() {
+    Buffer b;
+    b.id = static_cast<int>(g.buffers.size());
+    b.nbytes = 256;
+    b.device = dev;
+    g.buffers.push_back(b);
+    return b.id;
+  }
+  int call(const std::string& op, std::vector<int> reads, std::vector<int> writes) {
+    blu::capture::Node n;
+    n.op = op;
+    n.device = dev;
+    auto arg = [&](int b, bool read, bool write) {
+      Arg a;
+      a.name = "t";
+      a.name += std::to_string(n.args.size());
+      a.kind = Arg::Kind::kTensor;
+      a.read = read;
+      a.write = write;
+      TensorRef r;
+      r.buffer = b;
+      r.sizes = {64};
+      r.strides = {1};
+      a.tensors.push_back(r);
+      n.args.push_back(a);
+    };
+    for (int b : reads) arg(b, true, false);
+    for (int b : writes) arg(b, false, true);
+    g.nodes.push_back(n);
+    return static_cast<int>(g.nodes.size()) - 1;
+  }
+  // `count` main-stream calls that touch only a buffer of their own.
+  void filler(int count) {
+    for (int k = 0; k < count; ++k) {
+      const int b = buffer();
+      call("fill", {}, {b});
+    }
+  }
+  SidePlan plan(const std::vector<int>& override_of = {}) const { return side_stream_plan(g, override_of); }
+};
+
+// One linear layer's backward as the record holds it, then the optimizer tail.
+TEST(CaptureSideStream, WeightGradientsForkAndJoinAtTheFirstConflict) {
+  Record r;
+  const int w = r.buffer(), x = r.buffer(), act = r.buffer(), dy = r.buffer(), dx = r.buffer(),
+            gw = r.buffer(), gb = r.buffer(), norm = r.buffer(), d2 = r.buffer(), e = r.buffer();
+  r.call("gemm", {x, w}, {act});          // 0 forward
+  r.call("binary", {act}, {dy});          // 1 the gradient coming down
+  r.call("gemm", {dy, w}, {dx});          // 2 dX: read at 5, main
+  r.call("gemm", {dy, x}, {gw});          // 3 dW: next read at 10, side: forks group 0
+  r.call("reduce", {dy}, {gb});           // 4 bias gradient: side, same group
+  r.call("binary", {dx}, {d2});           // 5 main, no conflict: overlaps the group
+  r.call("binary", {d2}, {e});            // 6 main (read at 9)
+  r.filler(2);                            // 7-8
+  r.call("binary", {e}, {dy});            // 9 writes dy, which the group reads: joins before it
+  r.call("global_norm", {gw, gb}, {norm});  // 10 main (its result is read at once)
+  r.call("host_read", {norm}, {});          // 11
+  r.call("adamw_step", {gw, gb}, {w});      // 12 writes what nothing reads again: main
+  const SidePlan p = r.plan();
+  std::vector<int> want(13, -1);
+  want[3] = want[4] = 0;
+  EXPECT_EQ(p.group_of, want);
+  EXPECT_EQ(p.fork_at, (std::vector<int>{3}));
+  EXPECT_EQ(p.join_before, (std::vector<int>{9}));
+  EXPECT_EQ(p.side_calls, 2u);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(dy)], 9);  // read by group 0: lives to its join
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(x)], 9);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(gw)], 9);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(dx)], -1);  // no group touches it
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(act)], -1);
+}
+
+TEST(CaptureSideStream, AReaderOfWhatTheGroupWritesJoinsIt) {
+  Record r;
+  const int dy = r.buffer(), x = r.buffer(), gw = r.buffer(), t = r.buffer(), norm = r.buffer();
+  r.call("fill", {}, {dy});
+  r.call("gemm", {dy, x}, {gw});  // 1 side
+  r.call("binary", {dy}, {t});    // 2 main, reads what the group reads: no conflict
+  r.filler(2);                    // 3-4
+  r.call("global_norm", {gw}, {norm});  // 5 reads gw: joins before it
+  r.call("host_read", {norm}, {});
+  const SidePlan p = r.plan();
+  EXPECT_EQ(p.group_of, (std::vector<int>{-1, 0, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(p.join_before, (std::vector<int>{5}));
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(dy)], 5);
+}
+
+TEST(CaptureSideStream, TheNextForkJoinsTheGroupInFlight) {
+  Record r;
+  const int a = r.buffer(), b = r.buffer(), g1 = r.buffer(), g2 = r.buffer(), c = r.buffer(),
+            sum = r.buffer();
+  r.call("fill", {}, {a});
+  r.call("gemm", {a}, {g1});   // 1 group 0
+  r.call("binary", {a}, {b});  // 2 main
+  r.call("gemm", {b}, {g2});   // 3 group 1: group 0 joined here (one group in flight)
+  r.call("binary", {b}, {c});  // 4 main
+  r.filler(3);                 // 5-7
+  r.call("binary", {g1, g2}, {sum});  // 8 joins group 1
+  r.call("host_read", {sum}, {});
+  const SidePlan p = r.plan();
+  EXPECT_EQ(p.fork_at, (std::vector<int>{1, 3}));
+  EXPECT_EQ(p.join_before, (std::vector<int>{3, 8}));
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(a)], 3);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(b)], 8);
+}
+
+// Results read soon (also by a call that could go to the side stream), never read, or late.
+TEST(CaptureSideStream, OnlyCallsWhoseResultsWait) {
+  Record r;
+  const int a = r.buffer(), s1 = r.buffer(), s2 = r.buffer(), soon = r.buffer(), out = r.buffer(),
+            sum = r.buffer();
+  r.call("fill", {}, {a});
+  r.call("reduce", {a}, {s1});       // 1 read by 2 at once: main
+  r.call("binary", {s1}, {s2});      // 2 read at 9: side
+  r.call("binary", {a}, {soon});     // 3 read by 4: main
+  r.call("binary", {soon}, {out});   // 4 never read again (an output): main
+  r.filler(4);                       // 5-8
+  r.call("binary", {s2}, {sum});     // 9
+  r.call("host_read", {sum}, {});
+  const SidePlan p = r.plan();
+  EXPECT_EQ(p.group_of[1], -1);
+  EXPECT_EQ(p.group_of[2], 0);
+  EXPECT_EQ(p.group_of[3], -1);
+  EXPECT_EQ(p.group_of[4], -1);
+  EXPECT_EQ(p.side_calls, 1u);
+
+  Record cpu;  // not on CUDA: none
+  cpu.dev = Device::cpu();
+  const int ca = cpu.buffer(), cg = cpu.buffer(), cs = cpu.buffer();
+  cpu.call("fill", {}, {ca});
+  cpu.call("gemm", {ca}, {cg});
+  cpu.filler(5);
+  cpu.call("binary", {cg}, {cs});
+  cpu.call("host_read", {cs}, {});
+  EXPECT_EQ(cpu.plan().side_calls, 0u);
+}
+
+// A replace()d set is never a side call, and launches at its last node with what all its calls
+// touch: a set whose first call (before the fork) writes what the group reads joins the group at
+// the set's last node, where its kernel runs.
+TEST(CaptureSideStream, AReplacedSetConflictsAtItsLaunch) {
+  Record r;
+  const int a = r.buffer(), g1 = r.buffer(), g2 = r.buffer(), t = r.buffer(), sum = r.buffer();
+  r.call("fill", {}, {a});        // 0
+  r.call("gemm", {}, {a});        // 1 set 0 (writes a)
+  r.call("gemm", {a}, {g1});      // 2 side: reads a
+  r.call("binary", {}, {t});      // 3 main
+  r.call("binary", {t}, {t});     // 4 set 0's last node: its launch writes a -> join before 4
+  r.call("gemm", {t}, {g2});      // 5 set 1 alone: replaced, so main
+  r.filler(4);                    // 6-9
+  r.call("binary", {g1, g2}, {sum});  // 10
+  r.call("host_read", {sum}, {});
+  std::vector<int> sets(12, -1);
+  sets[1] = sets[4] = 0;
+  sets[5] = 1;
+  const SidePlan p = r.plan(sets);
+  std::vector<int> want(12, -1);
+  want[2] = 0;
+  EXPECT_EQ(p.group_of, want);
+  EXPECT_EQ(p.join_before, (std::vector<int>{4}));
+}
+
+}  // namespace
