@@ -89,6 +89,17 @@ if prof:
     for f in fams:
         cells = [d.get("families", {}).get(f, {}) for d in prof.values()]
         rows.append(f"| {f} ms (launches) | " + " | ".join(f"{c.get('ms', 0):.2f} ({c.get('count', 0)})" for c in cells) + " |")
+# An A/B run of the same engine (compiled_ab, fused_ab) should train the same: its printed losses
+# (4 decimals) step by step against the plain run's (a race on a second stream shows here).
+def losses(name):
+    p = os.path.join(out, f"engine_{name}.txt")
+    return re.findall(r"step\s+\d+/\d+ \| loss (\S+)", open(p).read()) if os.path.exists(p) else []
+for base in ["compiled", "fused"]:
+    la, lb = losses(base), losses(base + "_ab")
+    if la and lb:
+        same = la == lb
+        rows.append(f"\n{base}_ab vs {base}: losses {'equal' if same else 'DIFFER'} over {min(len(la), len(lb))} steps"
+                    + ("" if same else f" ({la} vs {lb})"))
 open(os.path.join(out, "engine_memory.md"), "w").write("\n".join(rows) + "\n")
 # The results contract's comp.<precision>.* metrics (scripts/make_summary.py reads this file).
 prec, batch = os.environ.get("BLU_EM_PRECISION", "fp32"), os.environ.get("BLU_EM_BATCH", "8")

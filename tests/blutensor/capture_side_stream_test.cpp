@@ -92,6 +92,42 @@ TEST(CaptureSideStream, WeightGradientsForkAndJoinAtTheFirstConflict) {
   EXPECT_EQ(p.extend_to[static_cast<size_t>(gw)], 9);
   EXPECT_EQ(p.extend_to[static_cast<size_t>(dx)], -1);  // no group touches it
   EXPECT_EQ(p.extend_to[static_cast<size_t>(act)], -1);
+  // The dW waits for dy's writer (1), not for the dX GEMM before it (2): they overlap. What the
+  // group writes lives from there on.
+  EXPECT_EQ(p.ready_after, (std::vector<int>{1}));
+  EXPECT_EQ(p.start_from[static_cast<size_t>(gw)], 2);
+  EXPECT_EQ(p.start_from[static_cast<size_t>(gb)], 2);
+  EXPECT_EQ(p.start_from[static_cast<size_t>(dx)], -1);
+}
+
+// A main launch between the writer of the group's inputs and the fork that touches what the
+// group writes (here: reads the old value of its output) is waited for as well; a group whose
+// inputs come from before the step waits for the step's start.
+TEST(CaptureSideStream, TheGroupWaitsForTheLastConflictingLaunchBeforeIt) {
+  Record r;
+  const int x = r.buffer(), y = r.buffer(), g = r.buffer(), t = r.buffer(), u = r.buffer(), s = r.buffer();
+  r.call("binary", {x}, {y});     // 0 writes y
+  r.call("binary", {g}, {t});     // 1 reads g (the group will write g); t is an output
+  r.call("binary", {x}, {u});     // 2 unrelated (an output too)
+  r.call("gemm", {y}, {g});       // 3 side (g next read at 8)
+  r.filler(4);                    // 4-7
+  r.call("binary", {g}, {s});     // 8
+  r.call("host_read", {s}, {});
+  const SidePlan p = r.plan();
+  EXPECT_EQ(p.fork_at, (std::vector<int>{3}));
+  EXPECT_EQ(p.ready_after, (std::vector<int>{1}));
+  EXPECT_EQ(p.start_from[static_cast<size_t>(g)], 2);
+
+  Record q;
+  const int w = q.buffer(), gw = q.buffer(), o = q.buffer();
+  q.call("gemm", {w}, {gw});  // 0 side: reads only what the step started with
+  q.filler(4);
+  q.call("binary", {gw}, {o});
+  q.call("host_read", {o}, {});
+  const SidePlan pq = q.plan();
+  EXPECT_EQ(pq.fork_at, (std::vector<int>{0}));
+  EXPECT_EQ(pq.ready_after, (std::vector<int>{-1}));
+  EXPECT_EQ(pq.start_from[static_cast<size_t>(gw)], 0);
 }
 
 TEST(CaptureSideStream, AReaderOfWhatTheGroupWritesJoinsIt) {
@@ -159,10 +195,10 @@ TEST(CaptureSideStream, OnlyCallsWhoseResultsWait) {
   EXPECT_EQ(cpu.plan().side_calls, 0u);
 }
 
-// A replace()d set is never a side call, and launches at its last node with what all its calls
-// touch: a set whose first call (before the fork) writes what the group reads joins the group at
-// the set's last node, where its kernel runs.
-TEST(CaptureSideStream, AReplacedSetConflictsAtItsLaunch) {
+// A replace()d set launches at its last node with what all its calls touch: a set whose first
+// call (before the fork) writes what the group reads joins the group at the set's last node, where
+// its kernel runs; a set whose results wait is a side call itself (blu-plan's bound dW epilogues).
+TEST(CaptureSideStream, ReplacedSetsLaunchAtTheirLastNode) {
   Record r;
   const int a = r.buffer(), g1 = r.buffer(), g2 = r.buffer(), t = r.buffer(), sum = r.buffer();
   r.call("fill", {}, {a});        // 0
@@ -170,9 +206,9 @@ TEST(CaptureSideStream, AReplacedSetConflictsAtItsLaunch) {
   r.call("gemm", {a}, {g1});      // 2 side: reads a
   r.call("binary", {}, {t});      // 3 main
   r.call("binary", {t}, {t});     // 4 set 0's last node: its launch writes a -> join before 4
-  r.call("gemm", {t}, {g2});      // 5 set 1 alone: replaced, so main
+  r.call("gemm", {t}, {g2});      // 5 set 1 alone: g2 read at 10, a side call
   r.filler(4);                    // 6-9
-  r.call("binary", {g1, g2}, {sum});  // 10
+  r.call("binary", {g1, g2}, {sum});  // 10 joins set 1's group
   r.call("host_read", {sum}, {});
   std::vector<int> sets(12, -1);
   sets[1] = sets[4] = 0;
@@ -180,8 +216,23 @@ TEST(CaptureSideStream, AReplacedSetConflictsAtItsLaunch) {
   const SidePlan p = r.plan(sets);
   std::vector<int> want(12, -1);
   want[2] = 0;
+  want[5] = 1;
   EXPECT_EQ(p.group_of, want);
-  EXPECT_EQ(p.join_before, (std::vector<int>{4}));
+  EXPECT_EQ(p.fork_at, (std::vector<int>{2, 5}));
+  EXPECT_EQ(p.join_before, (std::vector<int>{4, 10}));
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(t)], 10);  // set 1 reads t: to its join
+
+  // The set's first call alone reads what it writes soon after the launch: not a side call.
+  Record q;
+  const int x = q.buffer(), y = q.buffer(), z = q.buffer();
+  q.call("fill", {}, {x});
+  q.call("gemm", {x}, {y});  // 1 set 0
+  q.call("binary", {x}, {x});  // 2 set 0's last node
+  q.call("binary", {y}, {z});  // 3 reads y at once
+  q.call("host_read", {z}, {});
+  std::vector<int> qs(5, -1);
+  qs[1] = qs[2] = 0;
+  EXPECT_EQ(q.plan(qs).side_calls, 0u);
 }
 
 }  // namespace

@@ -114,23 +114,23 @@ class CapturedClassifier : public ::testing::Test {
 }  // namespace
 
 TEST_F(CapturedClassifier, TinyInOddChunksMatchesTheAutogradEngine) {
-  const Run a = run(config("autograd", "autograd", "tiny", 4, 32, 8));
+  const Run a = run(config("autograd", "autograd", "tiny", 4, 32, 5));
   Run c;
   {
     // 128 rows in chunks of 7: 18 of 7 and one of 2.
     blu::test::ScopedEnv rows("BLU_CAPTURE_CLASSIFIER_ROWS", "7");
-    c = run(config("chunked", "captured", "tiny", 4, 32, 8));
+    c = run(config("chunked", "captured", "tiny", 4, 32, 5));
   }
   EXPECT_NE(c.log.find("classifier in 19 chunks of 7 rows (of 128;"), std::string::npos) << c.log;
   EXPECT_EQ(summary_value(c.summary, "e2e.fp32.classifier_chunk_rows"), 7u) << c.summary;
   const double worst = expect_close(a, c, 1e-6, 1e-6, 1e-5);
-  std::printf("tiny, 19 chunks: largest weight difference after 8 steps %.3g\n", worst);
+  std::printf("tiny, 19 chunks: largest weight difference after 5 steps %.3g\n", worst);
   EXPECT_GT(a.result.train_losses.front().loss, a.result.train_losses.back().loss)
       << "the reference does not learn";
 
   // One chunk (the default at this size: 128 rows of 201 KB fit 128 MiB): every call is the
   // recorded one, bit for bit.
-  const Run one = run(config("one_chunk", "captured", "tiny", 4, 32, 8));
+  const Run one = run(config("one_chunk", "captured", "tiny", 4, 32, 5));
   EXPECT_NE(one.log.find("classifier in 1 chunk of 128 rows"), std::string::npos) << one.log;
   expect_close(a, one, 0, 0, 0);
 
@@ -138,7 +138,7 @@ TEST_F(CapturedClassifier, TinyInOddChunksMatchesTheAutogradEngine) {
   Run off;
   {
     blu::test::ScopedEnv sw("BLU_CAPTURE_CHUNKED_CLASSIFIER", "0");
-    off = run(config("off", "captured", "tiny", 4, 32, 8));
+    off = run(config("off", "captured", "tiny", 4, 32, 5));
   }
   EXPECT_NE(off.log.find("classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)"),
             std::string::npos)

@@ -145,7 +145,8 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   alignas(64) CUtensorMap map_d = map_a;  // placeholders unless the TMA-store epilogue runs
   alignas(64) CUtensorMap map_aux = map_a;
   alignas(64) CUtensorMap map_c = map_a;
-  if (kEnableTmaStoreEpilogue && !args.generic_epilogue &&
+  // Note [sm90 epilogue output types]: the kernel has the TMA-store epilogue for some D types only.
+  if (kEnableTmaStoreEpilogue && !args.generic_epilogue && Cfg::fast_out_type(kp.out_type) &&
       tma_store_ok(p, kp.splits, args.c_through_tma, Cfg::kConsumers < 3)) {
     BLUBLAS_RETURN_IF_ERROR(make_output_map(&map_d, p, p.d, p.ldd, p.stride_d));
     if (kp.epi.aux != nullptr) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -112,16 +113,20 @@ bool operand(const TensorRef& r, blublas::Op* op, int64_t* ld) {
   return false;
 }
 
-// One GEMM workspace for every bound epilogue of a step: the launches run one after another on
-// one stream, so they can share it (one per kernel held 85 workspaces, +4 GiB on GPT-2 124M fp32
-// B8, session 13). Grown at bind time to the largest request, allocated at the first launch.
+// One GEMM workspace per stream for every bound epilogue of a step: the launches on one stream
+// run one after another, so they can share it (one per kernel held 85 workspaces, +4 GiB on
+// GPT-2 124M fp32 B8, session 13); the Executable's side stream (Note [Side stream] in blutensor)
+// runs bound dW epilogues beside the main stream's, so it gets its own. Grown at bind time to the
+// largest request, allocated at a stream's first launch.
 struct SharedWorkspace {
   std::size_t bytes = 0;
-  Tensor t;
+  std::map<cudaStream_t, Tensor> by_stream;
   void* get(const Device& device) {
-    if (bytes > 0 && (!t.defined() || static_cast<std::size_t>(t.numel()) * 4 < bytes))
+    if (bytes == 0) return nullptr;
+    Tensor& t = by_stream[cuda::current_stream(device.index)];
+    if (!t.defined() || static_cast<std::size_t>(t.numel()) * 4 < bytes)
       t = empty({static_cast<int64_t>((bytes + 3) / 4 + 1)}, TensorOptions(kInt32).device(device));
-    return bytes > 0 ? t.data_ptr() : nullptr;
+    return t.data_ptr();
   }
 };
 

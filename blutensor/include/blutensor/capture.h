@@ -153,11 +153,14 @@ Tensor bytes_of(const Tensor& t);
 // on a second stream and where its main stream waits for them. override_of: per node, the
 // replace()d set it belongs to (-1: none; may be shorter than the node list).
 struct SidePlan {
-  std::vector<int> group_of;     // per node: its side group, -1: the main stream
+  std::vector<int> group_of;     // per node: its side group, -1: the main stream (a replaced
+                                 // set: marked at its last node, where its kernel launches)
   std::vector<int> fork_at;      // per group: its first call (the main stream forks it there)
   std::vector<int> join_before;  // per group: the node before which the main stream waits for it
                                  // (nodes.size(): at the end of the step)
+  std::vector<int> ready_after;  // per group: the main-stream launch it waits for (-1: the step's start)
   std::vector<int> extend_to;    // per buffer: a group touches it, so it lives to this node (-1: none)
+  std::vector<int> start_from;   // per buffer: a group writes it, so it lives from this node (-1: none)
   std::size_t side_calls = 0;
 };
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of);
@@ -277,7 +280,10 @@ class Executable {
   // whether a group forks there / the main stream joins the side stream before it, and the stream.
   std::vector<int> side_group_;
   std::vector<char> side_fork_, side_join_;
+  std::vector<int> side_ready_after_;              // per group (SidePlan::ready_after)
+  std::vector<std::vector<int>> side_record_at_;   // per node: the groups whose event follows it
   cuda::Stream side_stream_;
+  std::vector<cuda::Event> side_ready_;            // per group, + the step's start (last)
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null

@@ -100,6 +100,29 @@ class Stream {
   int device_ = -1;
 };
 
+// An owning CUDA event without timing (cudaEventDisableTiming), for ordering streams: record() on
+// one, wait() makes another wait for what the first had issued before the record. Move-only.
+// Inside a CUDA-graph capture a record / wait pair becomes a dependency edge of the graph.
+class Event {
+ public:
+  Event() = default;
+  static Event create(int device = -1);
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(cudaStream_t stream);
+  void wait(cudaStream_t waiter) const;  // no host sync
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  Event(cudaEvent_t e, int device) : event_(e), device_(device) {}
+  cudaEvent_t event_ = nullptr;
+  int device_ = -1;
+};
+
 // Blocks the host until all work on the current stream of `device` is done (device < 0: current).
 void synchronize_current_stream(int device = -1);
 // Blocks the host until all work on `device` is done.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "blutensor/capture.h"
 #include "blutensor/env_switch.h"
@@ -146,6 +147,9 @@ void Executable::plan_temporaries() {
   side_group_.clear();
   side_fork_.clear();
   side_join_.clear();
+  side_ready_after_.clear();
+  side_record_at_.clear();
+  std::vector<int> first = first_use_;
   bool one_cuda_device = !graph_.nodes.empty();
   for (const Node& node : graph_.nodes) {
     one_cuda_device = one_cuda_device && node.device.is_cuda() && node.device == graph_.nodes.front().device;
@@ -158,7 +162,15 @@ void Executable::plan_temporaries() {
       side_join_.assign(graph_.nodes.size() + 1, 0);
       for (int f : side.fork_at) side_fork_[static_cast<size_t>(f)] = 1;
       for (int j : side.join_before) side_join_[static_cast<size_t>(j)] = 1;
-      for (size_t id = 0; id < last.size(); ++id) last[id] = std::max(last[id], side.extend_to[id]);
+      side_ready_after_ = side.ready_after;
+      side_record_at_.assign(graph_.nodes.size(), {});
+      for (size_t k = 0; k < side.ready_after.size(); ++k) {
+        if (side.ready_after[k] >= 0) side_record_at_[static_cast<size_t>(side.ready_after[k])].push_back(static_cast<int>(k));
+      }
+      for (size_t id = 0; id < last.size(); ++id) {
+        last[id] = std::max(last[id], side.extend_to[id]);
+        if (side.start_from[id] >= 0 && first[id] >= 0) first[id] = std::min(first[id], side.start_from[id]);
+      }
       stats_.side_calls = side.side_calls;
       stats_.side_groups = side.fork_at.size();
     }
@@ -215,7 +227,7 @@ void Executable::plan_temporaries() {
   inplace_pairs_.clear();
   std::vector<int> taker(graph_.buffers.size(), -1);  // per result buffer: the operand it takes
   if (use_inplace_) {
-    inplace_pairs_ = detail::inplace_pairs(graph_, first_use_, last, temporary, override_of_);
+    inplace_pairs_ = detail::inplace_pairs(graph_, first, last, temporary, override_of_);
     for (const InplacePair& p : inplace_pairs_) taker[static_cast<size_t>(p.result)] = p.operand;
   }
   stats_.inplace_candidates = inplace_pairs_.size();
@@ -230,7 +242,7 @@ void Executable::plan_temporaries() {
         continue;
       }
       const size_t i = static_cast<size_t>(id);
-      intervals.push_back({graph_.buffers[i].nbytes, first_use_[i], last[i]});
+      intervals.push_back({graph_.buffers[i].nbytes, first[i], last[i]});
     }
     for (size_t k = 0; k < ids.size(); ++k) {
       const int operand = ids[k] >= 0 ? taker[static_cast<size_t>(ids[k])] : -1;
@@ -346,7 +358,12 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   bool in_flight = false;  // a forked group not yet joined
   if (side) {
     main_stream = cuda::current_stream(side_device);
-    if (side_stream_.get() == nullptr || side_stream_.device() != side_device) side_stream_ = cuda::Stream::create(side_device);
+    if (side_stream_.get() == nullptr || side_stream_.device() != side_device) {
+      side_stream_ = cuda::Stream::create(side_device);
+      side_ready_.clear();
+    }
+    while (side_ready_.size() < side_ready_after_.size() + 1) side_ready_.push_back(cuda::Event::create(side_device));
+    side_ready_.back().record(main_stream);  // the step's start: groups that wait for nothing in it
   }
   const auto join_side = [&] {
     if (in_flight) cuda::stream_wait_stream(main_stream, side_stream_.get());
@@ -374,14 +391,19 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       }
     }
     const int ov = i < override_of_.size() ? override_of_[i] : -1;
+    // Note [Side stream]: a side call (a node, or a replaced set's launch at its last node) runs
+    // with the side stream current.
+    std::optional<cuda::StreamGuard> on_side;
     if (side && side_group_[i] >= 0) {
-      if (side_fork_[i]) {
-        cuda::stream_wait_stream(side_stream_.get(), main_stream);
+      if (side_fork_[i]) {  // the group waits for its ready_after launch (or the step's start)
+        const int k = side_group_[i];
+        const int after = side_ready_after_[static_cast<size_t>(k)];
+        side_ready_[after >= 0 ? static_cast<size_t>(k) : side_ready_.size() - 1].wait(side_stream_.get());
         in_flight = true;
       }
-      cuda::StreamGuard on_side(side_stream_.get(), side_device);
-      run_node(node, i, ctx);
-    } else if (ov < 0) {
+      on_side.emplace(side_stream_.get(), side_device);
+    }
+    if (ov < 0) {
       run_node(node, i, ctx);
     } else if (static_cast<int>(i) == overrides_[static_cast<size_t>(ov)].nodes.back()) {
       const ViewFn view = [&ctx, i](const TensorRef& r) {
@@ -403,6 +425,10 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
         BLU_THROW("capture::Executable: the override of nodes ending at ", i,
                   " failed: ", e.what());
       }
+    }
+    on_side.reset();
+    if (side) {
+      for (int k : side_record_at_[i]) side_ready_[static_cast<size_t>(k)].record(main_stream);
     }
     if (node.op == "host_read") {
       host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));

@@ -14,17 +14,23 @@ namespace blu::capture {
 // fp32 step summed 12 ms less kernel time than the fused engine and lost the step by 10 ms, all
 // of it overlap). The Executable finds such calls in the record by where their results are next
 // used:
-//  - a *side call* is a call that runs itself (not a host read or write, not part of a replace()d
-//    set) on CUDA, whose results are consumed later in the step (some buffer it writes is touched
-//    again) but not soon: every buffer it writes is next touched kSideMinGap or more calls later,
+//  - a *side call* is a launch on CUDA (a call that runs itself, not a host read or write, or a
+//    replace()d set's kernel at the set's last node, with what all its calls touch: blu-plan's
+//    bound GEMM epilogues and fused groups) whose results are consumed later in the step (some
+//    buffer it writes is touched again) but not soon: every buffer it writes is next touched kSideMinGap or more calls later,
 //    or never (a call whose result the next side call reads would make every producer chain a
 //    side call: the whole forward, session 18's first version on the tiny GPT-2). A weight or bias gradient is one (the record's dW GEMMs and
 //    bias sums write gradients that only the norm and the update read, hundreds of calls later);
 //    a data gradient is not (the next call reads it), nor a LayerNorm backward (its dX), nor the
 //    update (it writes what nothing in the step reads again).
-//  - consecutive side calls form a *group*: the main stream forks it (the side stream waits for
-//    everything issued so far on the main one, so its inputs are ready) and the side stream runs
-//    it in order.
+//  - consecutive side calls form a *group*; the side stream runs it in order once the main
+//    stream has issued the last launch before the group that writes what the group reads or
+//    touches what it writes (ready_after: an event recorded there; with none, the step's start),
+//    not everything before the group: the record puts a layer's dW GEMM after its dX GEMM, and
+//    waiting for the dX GEMM too left the dW nothing to overlap but the small kernels after it
+//    (session 18: the first version, which waited for everything, gained nothing on the compiled
+//    step). The group's results take their arena bytes from that point on (start_from), so no
+//    temporary the main stream still uses in between shares them.
 //  - the main stream waits for (joins) a group before the first later call that touches a buffer
 //    the group writes or writes a buffer the group reads, and at the latest at the next group's
 //    fork, so at most one group is in flight and what it reads (an activation, the gradient coming
@@ -40,60 +46,91 @@ namespace blu::capture {
 // side stream.
 constexpr int kSideMinGap = 4;
 
+namespace {
+
+// One buffer a launch touches, and how (a replaced set: the union over its calls).
+struct Touch {
+  int buffer;
+  bool read, write;
+};
+
+}  // namespace
+
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
   const int n = static_cast<int>(g.nodes.size());
   const size_t nb = g.buffers.size();
   SidePlan plan;
   plan.group_of.assign(static_cast<size_t>(n), -1);
-  auto replaced = [&](int i) { return static_cast<size_t>(i) < override_of.size() && override_of[static_cast<size_t>(i)] >= 0; };
-  // The in-flight group's reads and writes (flags by buffer id, with the ids to clear).
-  std::vector<char> g_reads(nb, 0), g_writes(nb, 0);
-  std::vector<int> touched;
-  int open = -1;       // the group in flight (forked, not joined)
-  bool last_side = false;  // the previous call that runs was a side call of `open`
-  auto join = [&](int at) {
-    plan.join_before[static_cast<size_t>(open)] = at;
-    for (int b : touched) g_reads[static_cast<size_t>(b)] = g_writes[static_cast<size_t>(b)] = 0;
-    touched.clear();
-    open = -1;
+  plan.extend_to.assign(nb, -1);
+  auto set_of = [&](int i) {
+    return static_cast<size_t>(i) < override_of.size() ? override_of[static_cast<size_t>(i)] : -1;
   };
-  // A replace()d set launches at its last node, touching what all its calls name.
+  // Launch units: a call that runs itself at its node; a replace()d set at its last node, with
+  // what all its calls touch (its other nodes launch nothing: skipped below).
   std::vector<std::vector<int>> members;
   for (int i = 0; i < n; ++i) {
-    if (!replaced(i)) continue;
-    const size_t k = static_cast<size_t>(override_of[static_cast<size_t>(i)]);
-    if (members.size() <= k) members.resize(k + 1);
-    members[k].push_back(i);
+    const int k = set_of(i);
+    if (k < 0) continue;
+    if (members.size() <= static_cast<size_t>(k)) members.resize(static_cast<size_t>(k) + 1);
+    members[static_cast<size_t>(k)].push_back(i);
   }
-  // Which calls are side calls: from the end, each buffer's next touching call known.
+  std::vector<std::vector<Touch>> touches(static_cast<size_t>(n));
+  std::vector<char> launches(static_cast<size_t>(n), 0), on_cuda(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    const int k = set_of(i);
+    if (k >= 0 && members[static_cast<size_t>(k)].back() != i) continue;
+    launches[static_cast<size_t>(i)] = 1;
+    const std::vector<int> calls = k >= 0 ? members[static_cast<size_t>(k)] : std::vector<int>{i};
+    bool cuda = true;
+    std::vector<Touch>& t = touches[static_cast<size_t>(i)];
+    for (int c : calls) {
+      const Node& node = g.nodes[static_cast<size_t>(c)];
+      cuda = cuda && node.device.is_cuda() && node.op != "host_read" && node.op != "host_write";
+      for (const Arg& a : node.args) {
+        for (const TensorRef& r : a.tensors) {
+          if (r.defined()) t.push_back({r.buffer, a.read, a.write});
+        }
+      }
+    }
+    on_cuda[static_cast<size_t>(i)] = cuda ? 1 : 0;
+  }
+  // Which launches are side calls: from the end, each buffer's next touching launch known.
   constexpr int kNever = -1;
   std::vector<int> next_touch(nb, kNever);
   std::vector<char> candidate(static_cast<size_t>(n), 0);
   for (int i = n - 1; i >= 0; --i) {
-    const Node& node = g.nodes[static_cast<size_t>(i)];
+    if (!launches[static_cast<size_t>(i)]) continue;
     bool writes_any = false, consumed = false, soon = false;
-    for (const Arg& a : node.args) {
-      for (const TensorRef& t : a.tensors) {
-        if (!t.defined() || !a.write) continue;
-        writes_any = true;
-        const int next = next_touch[static_cast<size_t>(t.buffer)];
-        if (next == kNever) continue;
-        consumed = true;
-        if (next - i < kSideMinGap) soon = true;
-      }
+    for (const Touch& t : touches[static_cast<size_t>(i)]) {
+      if (!t.write) continue;
+      writes_any = true;
+      const int next = next_touch[static_cast<size_t>(t.buffer)];
+      if (next == kNever) continue;
+      consumed = true;
+      if (next - i < kSideMinGap) soon = true;
     }
-    candidate[static_cast<size_t>(i)] = !replaced(i) && node.device.is_cuda() && node.op != "host_read" &&
-                                        node.op != "host_write" && writes_any && consumed && !soon;
-    for (const Arg& a : node.args) {
-      for (const TensorRef& t : a.tensors) {
-        if (t.defined()) next_touch[static_cast<size_t>(t.buffer)] = i;
-      }
-    }
+    candidate[static_cast<size_t>(i)] = on_cuda[static_cast<size_t>(i)] && writes_any && consumed && !soon;
+    for (const Touch& t : touches[static_cast<size_t>(i)]) next_touch[static_cast<size_t>(t.buffer)] = i;
   }
+  // Groups, forks and joins, in launch order.
+  std::vector<char> g_reads(nb, 0), g_writes(nb, 0);  // the group in flight's
+  std::vector<int> touched;                            // their ids, to clear and to extend
+  int open = -1;           // the group in flight (forked, not joined)
+  bool last_side = false;  // the previous launch was a side call of `open`
+  auto join = [&](int at) {
+    plan.join_before[static_cast<size_t>(open)] = at;
+    const int until = std::min(at, n - 1);  // what the group touched lives to its join
+    for (int b : touched) {
+      g_reads[static_cast<size_t>(b)] = g_writes[static_cast<size_t>(b)] = 0;
+      plan.extend_to[static_cast<size_t>(b)] = std::max(plan.extend_to[static_cast<size_t>(b)], until);
+    }
+    touched.clear();
+    open = -1;
+  };
   for (int i = 0; i < n; ++i) {
-    const Node& node = g.nodes[static_cast<size_t>(i)];
-    const bool side = candidate[static_cast<size_t>(i)] != 0;
-    if (side) {
+    if (!launches[static_cast<size_t>(i)]) continue;
+    const std::vector<Touch>& ts = touches[static_cast<size_t>(i)];
+    if (candidate[static_cast<size_t>(i)]) {
       if (!(open >= 0 && last_side)) {  // a new group: the one in flight is joined at its fork
         if (open >= 0) join(i);
         open = static_cast<int>(plan.join_before.size());
@@ -101,52 +138,67 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
         plan.fork_at.push_back(i);
       }
       plan.group_of[static_cast<size_t>(i)] = open;
-      for (const Arg& a : node.args) {
-        for (const TensorRef& t : a.tensors) {
-          if (!t.defined()) continue;
-          const size_t b = static_cast<size_t>(t.buffer);
-          if (!g_reads[b] && !g_writes[b]) touched.push_back(t.buffer);
-          if (a.read) g_reads[b] = 1;
-          if (a.write) g_writes[b] = 1;
-        }
+      ++plan.side_calls;
+      for (const Touch& t : ts) {
+        const size_t b = static_cast<size_t>(t.buffer);
+        if (!g_reads[b] && !g_writes[b]) touched.push_back(t.buffer);
+        if (t.read) g_reads[b] = 1;
+        if (t.write) g_writes[b] = 1;
       }
       last_side = true;
       continue;
     }
     last_side = false;
     if (open < 0) continue;
-    // A call on the main stream, or a replaced set's launch (at its last node, with what all its
-    // calls touch; its other nodes launch nothing).
-    std::vector<int> calls{i};
-    if (replaced(i)) {
-      const std::vector<int>& set = members[static_cast<size_t>(override_of[static_cast<size_t>(i)])];
-      if (set.back() != i) continue;
-      calls = set;
-    }
     bool conflict = false;
-    for (int c : calls) {
-      for (const Arg& a : g.nodes[static_cast<size_t>(c)].args) {
-        for (const TensorRef& t : a.tensors) {
-          if (!t.defined()) continue;
-          const size_t b = static_cast<size_t>(t.buffer);
-          if (g_writes[b] || (a.write && g_reads[b])) conflict = true;
-        }
-      }
+    for (const Touch& t : ts) {
+      const size_t b = static_cast<size_t>(t.buffer);
+      if (g_writes[b] || (t.write && g_reads[b])) conflict = true;
     }
     if (conflict) join(i);
   }
-  // Live ranges: what a group touches lives to its join (the end: the last node).
-  plan.extend_to.assign(nb, -1);
+  if (open >= 0) join(n);
+  // Where each group may start: after the last main-stream launch before its fork that writes
+  // what the group reads or touches what it writes (a side launch of an earlier group is ordered
+  // by the side stream itself). The group's results then live from that point on, not from the
+  // fork, so that no temporary the main stream still uses between the two shares their bytes.
+  const size_t groups = plan.fork_at.size();
+  plan.ready_after.assign(groups, -1);
+  plan.start_from.assign(nb, -1);
+  std::vector<char> r_k(nb, 0), w_k(nb, 0);
+  std::vector<std::vector<int>> calls_of(groups);
   for (int i = 0; i < n; ++i) {
     const int k = plan.group_of[static_cast<size_t>(i)];
-    if (k < 0) continue;
-    const int until = std::min(plan.join_before[static_cast<size_t>(k)], n - 1);
-    for (const Arg& a : g.nodes[static_cast<size_t>(i)].args) {
-      for (const TensorRef& t : a.tensors) {
-        if (t.defined()) plan.extend_to[static_cast<size_t>(t.buffer)] = std::max(plan.extend_to[static_cast<size_t>(t.buffer)], until);
+    if (k >= 0) calls_of[static_cast<size_t>(k)].push_back(i);
+  }
+  for (size_t k = 0; k < groups; ++k) {
+    std::vector<int> ids;
+    for (int i : calls_of[k]) {
+      for (const Touch& t : touches[static_cast<size_t>(i)]) {
+        const size_t b = static_cast<size_t>(t.buffer);
+        if (!r_k[b] && !w_k[b]) ids.push_back(t.buffer);
+        if (t.read) r_k[b] = 1;
+        if (t.write) w_k[b] = 1;
       }
     }
-    ++plan.side_calls;
+    for (int j = plan.fork_at[k] - 1; j >= 0 && plan.ready_after[k] < 0; --j) {
+      if (!launches[static_cast<size_t>(j)] || plan.group_of[static_cast<size_t>(j)] >= 0) continue;
+      for (const Touch& t : touches[static_cast<size_t>(j)]) {
+        const size_t b = static_cast<size_t>(t.buffer);
+        if ((t.write && r_k[b]) || w_k[b]) {
+          plan.ready_after[k] = j;
+          break;
+        }
+      }
+    }
+    for (int b : ids) {
+      if (w_k[static_cast<size_t>(b)]) {
+        const int from = plan.ready_after[k] + 1;
+        int& s = plan.start_from[static_cast<size_t>(b)];
+        s = s < 0 ? from : std::min(s, from);
+      }
+      r_k[static_cast<size_t>(b)] = w_k[static_cast<size_t>(b)] = 0;
+    }
   }
   return plan;
 }

@@ -68,6 +68,23 @@ void synchronize_current_stream(int) {
 void synchronize_device(int) {
   no_cuda("blu::cuda::synchronize_device");
 }
+Event Event::create(int) {
+  no_cuda("blu::cuda::Event::create");
+}
+Event::~Event() = default;
+Event::Event(Event&& other) noexcept : event_(other.event_), device_(other.device_) {}
+Event& Event::operator=(Event&& other) noexcept {
+  event_ = other.event_;
+  device_ = other.device_;
+  return *this;
+}
+void Event::record(cudaStream_t) {
+  no_cuda("blu::cuda::Event::record");
+}
+void Event::wait(cudaStream_t) const {
+  no_cuda("blu::cuda::Event::wait");
+}
+
 void stream_wait_stream(cudaStream_t, cudaStream_t) {
   no_cuda("blu::cuda::stream_wait_stream");
 }

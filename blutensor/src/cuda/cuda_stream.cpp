@@ -117,6 +117,47 @@ void synchronize_device(int device) {
   BLU_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+Event Event::create(int device) {
+  const int d = resolve_device(device);
+  DeviceGuard guard(d);
+  cudaEvent_t e = nullptr;
+  BLU_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return Event(e, d);
+}
+
+Event::~Event() {
+  if (event_ != nullptr) {
+    DeviceGuard guard(device_);
+    (void)cudaEventDestroy(event_);
+  }
+}
+
+Event::Event(Event&& other) noexcept : event_(other.event_), device_(other.device_) {
+  other.event_ = nullptr;
+  other.device_ = -1;
+}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+    event_ = other.event_;
+    device_ = other.device_;
+    other.event_ = nullptr;
+    other.device_ = -1;
+  }
+  return *this;
+}
+
+void Event::record(cudaStream_t stream) {
+  BLU_CHECK(event_ != nullptr, "blu::cuda::Event::record: an empty event");
+  BLU_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
+
+void Event::wait(cudaStream_t waiter) const {
+  BLU_CHECK(event_ != nullptr, "blu::cuda::Event::wait: an empty event");
+  BLU_CUDA_CHECK(cudaStreamWaitEvent(waiter, event_, 0));
+}
+
 void stream_wait_stream(cudaStream_t waiter, cudaStream_t waitee) {
   if (waiter == waitee) return;
   cudaEvent_t e = nullptr;
