@@ -1,5 +1,6 @@
 // blutensor/env_switch.h: the on/off switches read from the environment for A/B runs
-// (BLU_CAPTURE_ARENA, BLU_CAPTURE_INPLACE, BLU_CAPTURE_CHUNKED_CLASSIFIER, BLU_LINEAR_CROSS_ENTROPY):
+// (BLU_CAPTURE_ARENA, BLU_CAPTURE_INPLACE, BLU_CAPTURE_SIDE_STREAM, BLU_CAPTURE_CHUNKED_CLASSIFIER,
+// BLU_LINEAR_CROSS_ENTROPY):
 // unset or anything but 0/off/false is on.
 #pragma once
 
