@@ -150,6 +150,9 @@ void Executable::plan_temporaries() {
   side_ready_after_.clear();
   side_record_at_.clear();
   std::vector<int> first = first_use_;
+  // An override's scratch on the side stream lives from its group's start to its join.
+  std::vector<std::pair<int, int>> scratch_span(overrides_.size());
+  for (size_t k = 0; k < overrides_.size(); ++k) scratch_span[k] = {overrides_[k].nodes.back(), overrides_[k].nodes.back()};
   bool one_cuda_device = !graph_.nodes.empty();
   for (const Node& node : graph_.nodes) {
     one_cuda_device = one_cuda_device && node.device.is_cuda() && node.device == graph_.nodes.front().device;
@@ -170,6 +173,12 @@ void Executable::plan_temporaries() {
       for (size_t id = 0; id < last.size(); ++id) {
         last[id] = std::max(last[id], side.extend_to[id]);
         if (side.start_from[id] >= 0 && first[id] >= 0) first[id] = std::min(first[id], side.start_from[id]);
+      }
+      for (size_t k = 0; k < overrides_.size(); ++k) {
+        const int g = side.group_of[static_cast<size_t>(overrides_[k].nodes.back())];
+        if (g < 0) continue;
+        scratch_span[k] = {side.ready_after[static_cast<size_t>(g)] + 1,
+                           std::min(side.join_before[static_cast<size_t>(g)], end)};
       }
       stats_.side_calls = side.side_calls;
       stats_.side_groups = side.fork_at.size();
@@ -236,9 +245,10 @@ void Executable::plan_temporaries() {
     std::map<int, int> index_of;  // buffer id -> interval
     for (int id : ids) {
       index_of[id] = static_cast<int>(intervals.size());
-      if (id < 0) {  // an override's scratch: live at the node its launch runs at
-        const Override& o = overrides_[static_cast<size_t>(-id - 1)];
-        intervals.push_back({o.scratch_bytes, o.nodes.back(), o.nodes.back()});
+      if (id < 0) {  // an override's scratch: live at the node its launch runs at (on the side
+                     // stream: from its group's start to its join)
+        const size_t k = static_cast<size_t>(-id - 1);
+        intervals.push_back({overrides_[k].scratch_bytes, scratch_span[k].first, scratch_span[k].second});
         continue;
       }
       const size_t i = static_cast<size_t>(id);

@@ -16,7 +16,8 @@ namespace blu::capture {
 // used:
 //  - a *side call* is a launch on CUDA (a call that runs itself, not a host read or write, or a
 //    replace()d set's kernel at the set's last node, with what all its calls touch: blu-plan's
-//    bound GEMM epilogues and fused groups) whose results are consumed later in the step (some
+//    bound GEMM epilogues and fused groups; a launch's declared views are buffers its calls name)
+//    whose results are consumed later in the step (some
 //    buffer it writes is touched again) but not soon: every buffer it writes is next touched kSideMinGap or more calls later,
 //    or never (a call whose result the next side call reads would make every producer chain a
 //    side call: the whole forward, session 18's first version on the tiny GPT-2). A weight or bias gradient is one (the record's dW GEMMs and
