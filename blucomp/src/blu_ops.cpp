@@ -155,7 +155,7 @@ LogicalResult KernelOp::verify() {
       "column_sum", "adamw_step",
       "copy_", "fill_", "unary", "binary", "reduce", "gemm", "layer_norm_forward",
       "layer_norm_backward", "cross_entropy_forward", "cross_entropy_backward", "causal_fill",
-      "dropout", "random_uniform", "random_normal", "global_norm", "scale_tensors_"};
+      "dropout", "random_uniform", "random_normal", "global_norm", "scale_tensors_", "copy_tensors_"};
   for (llvm::StringRef name : kKnown)
     if (getCallee() == name) return success();
   std::string known;

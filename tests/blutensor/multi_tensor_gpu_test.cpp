@@ -129,4 +129,21 @@ TEST(MultiTensorGpu, ClipGradNormMatchesCpu) {
   expect_lists_close("clip_grad_norm_ grads", gc, gg, 0, 4e-6);
 }
 
+// Note [Multi-tensor cast] on CUDA: copy_tensors_ (f32 -> bf16 / f16 and back, f32 -> f64),
+// more than 256 tensors (several launches), equals the CPU's casts bit for bit.
+TEST(MultiTensorGpu, ToDtypeAllMatchesCpuCasts) {
+  BLU_REQUIRE_GPU();
+  Generator gen(23);
+  const std::vector<Tensor> cpu = random_list(gen, 300, 2.0);
+  const std::vector<Tensor> gpu = to_device(cpu, kGpu);
+  for (DType dt : {DType::BF16, DType::F16, DType::F64}) {
+    const std::vector<Tensor> down = to_dtype_all(gpu, dt);
+    const std::vector<Tensor> back = to_dtype_all(down, DType::F32);
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      ASSERT_EQ(down[i].to(kCPU).to_double_vector(), cpu[i].to(dt).to_double_vector()) << dtype_name(dt) << " " << i;
+      ASSERT_EQ(back[i].to(kCPU).to_double_vector(), cpu[i].to(dt).to(DType::F32).to_double_vector()) << i;
+    }
+  }
+}
+
 }  // namespace

@@ -91,6 +91,9 @@ Tensor dropout(const Tensor& x, double p, bool train = true, Generator* gen = nu
 
 // ---- casts (differentiable between floating dtypes)
 inline Tensor to_dtype(const Tensor& t, DType dtype) { return t.to(dtype); }
+// Each tensor to `dtype` as t.to(dtype) would (itself when already that dtype), the casts of one
+// source dtype in one backend call forward and one backward (Note [Multi-tensor cast]).
+std::vector<Tensor> to_dtype_all(const std::vector<Tensor>& ts, DType dtype);
 
 // ---- comparisons used by tests and tools (no autograd)
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

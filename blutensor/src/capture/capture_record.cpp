@@ -69,7 +69,7 @@ const std::unordered_map<std::string, OpSig>& signatures() {
         {"cross_entropy_backward", {"dlogits"}}, {"causal_fill", {"out"}}, {"dropout", {"out"}},
         {"random_uniform", {"out"}}, {"random_normal", {"out"}},
         {"adamw_step", {"params", "exp_avgs", "exp_avg_sqs"}}, {"global_norm", {"norm", "clip_coef"}},
-        {"scale_tensors_", {"tensors"}}, {"attention_forward", {"o", "lse"}},
+        {"scale_tensors_", {"tensors"}}, {"copy_tensors_", {"dsts"}}, {"attention_forward", {"o", "lse"}},
         {"attention_backward", {"dq", "dk", "dv"}}, {"host_read", {}},
     };
     for (const auto& [op, names] : writes) {

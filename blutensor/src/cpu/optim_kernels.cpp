@@ -64,6 +64,10 @@ bool global_norm(const Tensor& norm, const Tensor& clip_coef, const std::vector<
   return true;
 }
 
+void copy_tensors_(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs) {
+  for (std::size_t i = 0; i < dsts.size(); ++i) copy_(dsts[i], srcs[i]);
+}
+
 void scale_tensors_(const std::vector<Tensor>& tensors, const Tensor& factor) {
   const float f = *static_cast<const float*>(factor.data_ptr());
   for (const Tensor& t : tensors) {

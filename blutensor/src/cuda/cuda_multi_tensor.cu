@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <type_traits>
 #include <vector>
 
 #include "blublas/adamw.h"
@@ -94,6 +95,79 @@ void scale_list(const std::vector<const Tensor*>& ts, const float* factor, cudaS
   flush();
 }
 
+// Note [Multi-tensor cast] (ops/multi_cast.cpp) on CUDA: the scale kernel's table with a source
+// per tensor: each block converts kScaleElemsPerBlock consecutive elements of one pair, loads
+// before stores.
+struct CopyTable {
+  int count;
+  int block_start[kScaleTensorsPerLaunch + 1];
+  void* dst[kScaleTensorsPerLaunch];
+  const void* src[kScaleTensorsPerLaunch];
+  int64_t numel[kScaleTensorsPerLaunch];
+};
+
+template <typename D, typename S>
+__global__ void __launch_bounds__(kThreads) copy_tensors_kernel(const __grid_constant__ CopyTable tab) {
+  int lo = 0, hi = tab.count - 1;  // the largest t with block_start[t] <= blockIdx.x
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab.block_start[mid] <= static_cast<int>(blockIdx.x)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  D* __restrict__ y = static_cast<D*>(tab.dst[lo]);
+  const S* __restrict__ x = static_cast<const S*>(tab.src[lo]);
+  const int64_t n = tab.numel[lo];
+  const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[lo]) * kScaleElemsPerBlock;
+  using C = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
+  C v[kScaleElemsPerThread];
+#pragma unroll
+  for (int j = 0; j < kScaleElemsPerThread; ++j) {
+    const int64_t e = start + static_cast<int64_t>(j) * kThreads + threadIdx.x;
+    v[j] = e < n ? static_cast<C>(load_c(x[e])) : C(0);
+  }
+#pragma unroll
+  for (int j = 0; j < kScaleElemsPerThread; ++j) {
+    const int64_t e = start + static_cast<int64_t>(j) * kThreads + threadIdx.x;
+    if (e < n) y[e] = store_c<D>(static_cast<compute_t<D>>(v[j]));
+  }
+}
+
+template <typename D, typename S>
+void copy_list(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs, cudaStream_t stream) {
+  CopyTable tab{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (tab.count == 0) return;
+    tab.block_start[tab.count] = static_cast<int>(blocks);
+    copy_tensors_kernel<D, S><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(tab);
+    BLU_KERNEL_LAUNCH_CHECK("copy_tensors_kernel");
+    tab = CopyTable{};
+    blocks = 0;
+  };
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    const int64_t n = dsts[i].numel();
+    if (n == 0) continue;
+    const int64_t need = (n + kScaleElemsPerBlock - 1) / kScaleElemsPerBlock;
+    if (tab.count == kScaleTensorsPerLaunch || blocks + need > int64_t{INT32_MAX}) flush();
+    BLU_CHECK(need <= int64_t{INT32_MAX}, "copy_tensors_ (CUDA): a tensor of ", n, " elements is too large");
+    tab.block_start[tab.count] = static_cast<int>(blocks);
+    tab.dst[tab.count] = dsts[i].data_ptr();
+    tab.src[tab.count] = srcs[i].data_ptr();
+    tab.numel[tab.count] = n;
+    ++tab.count;
+    blocks += need;
+  }
+  flush();
+}
+
+template <typename D>
+void copy_list_from(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs, cudaStream_t stream) {
+  BLU_CUDA_SWITCH_FLOAT(srcs[0].dtype(), S, "copy_tensors_", copy_list<D, S>(dsts, srcs, stream));
+}
+
 blublas::Dtype blublas_grad_dtype(DType d) {
   return d == DType::F32 ? blublas::Dtype::kF32 : blublas::Dtype::kBF16;
 }
@@ -128,6 +202,12 @@ bool global_norm(const Tensor& norm, const Tensor& clip_coef, const std::vector<
       static_cast<float>(max_norm), descs.data(), count, blublas_grad_dtype(dt), ws.get(), ws_bytes,
       stream);
   return blublas_ok(st, "global_norm");
+}
+
+void copy_tensors_(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs) {
+  if (dsts.empty()) return;
+  cudaStream_t stream = stream_of(dsts[0]);
+  BLU_CUDA_SWITCH_FLOAT(dsts[0].dtype(), D, "copy_tensors_", copy_list_from<D>(dsts, srcs, stream));
 }
 
 void scale_tensors_(const std::vector<Tensor>& tensors, const Tensor& factor) {

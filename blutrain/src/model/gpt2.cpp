@@ -247,50 +247,6 @@ DType compute_dtype(Precision p) { return p == Precision::kBf16 ? kBFloat16 : kF
 
 GPT2::~GPT2() = default;
 
-Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool context_parallel) {
-  BLU_NVTX_RANGE("block");
-  // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
-  const int64_t B = x_in.size(0), T = x_in.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
-                C = H * D;
-  const DType cd = compute_dtype(precision);
-  auto w = [cd](const Tensor& p) { return p.to(cd); };
-  // A column-parallel layer (its input's gradient all-reduced) and a row-parallel one (its output
-  // all-reduced, the bias added once after the sum); plain linears without --tp. --tp-overlap N:
-  // each all-reduce in N row chunks under the GEMM of the next (bludist Note [Async TP]).
-  auto column_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
-    if (!tp_) return linear(in, w(weight), w(bias));
-    return bludist::tp_column_linear_overlapped(in, w(weight), w(bias), tp_, tp_overlap_);
-  };
-  auto row_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
-    if (!tp_) return linear(in, w(weight), w(bias));
-    return bludist::tp_row_linear_overlapped(in, w(weight), tp_, tp_overlap_) + w(bias);
-  };
-  Tensor x = x_in;
-  {
-    BLU_NVTX_RANGE("attn");
-    Tensor h = layer_norm(x, w(b.ln1_w), w(b.ln1_b));
-    Tensor qkv = column_linear(h, b.qkv_w, b.qkv_b);  // [B, T, 3C]
-    std::vector<Tensor> parts = qkv.split(C, -1);
-    auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
-    Tensor y = context_parallel  // Note [Context-parallel GPT-2]
-                   ? bludist::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, cp_, true)
-                   : scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
-    y = y.transpose(1, 2).reshape({B, T, C});
-    x = x + row_linear(y, b.proj_w, b.proj_b);
-  }
-  {
-    BLU_NVTX_RANGE("mlp");
-    Tensor h = layer_norm(x, w(b.ln2_w), w(b.ln2_b));
-    h = column_linear(h, b.fc_w, b.fc_b);
-    if (recompute_gelu_ && !tp_) {  // Note [GELU recompute] (blutensor): the GELU output not saved
-      x = x + gelu_linear(h, w(b.fcproj_w), w(b.fcproj_b));
-    } else {
-      x = x + row_linear(gelu(h), b.fcproj_w, b.fcproj_b);
-    }
-  }
-  return x;
-}
-
 namespace {
 // A block's 12 tensors in parameters()' order (the ZeRO-3 unit's order), and back.
 std::vector<Tensor> block_tensors(const GPT2::Block& b) {
@@ -300,6 +256,52 @@ GPT2::Block block_from(const std::vector<Tensor>& t) {
   return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
 }
 }  // namespace
+
+
+Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool context_parallel) {
+  BLU_NVTX_RANGE("block");
+  // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
+  const int64_t B = x_in.size(0), T = x_in.size(1), D = cfg_.n_embd / cfg_.n_head, H = cfg_.n_head / tp_size_,
+                C = H * D;
+  // The block's tensors in the compute dtype: one multi-tensor cast (Note [Multi-tensor cast] in
+  // blutensor; bf16: 2 launches a block forward and backward instead of 24), nothing in fp32.
+  const Block c = block_from(to_dtype_all(block_tensors(b), compute_dtype(precision)));
+  // A column-parallel layer (its input's gradient all-reduced) and a row-parallel one (its output
+  // all-reduced, the bias added once after the sum); plain linears without --tp. --tp-overlap N:
+  // each all-reduce in N row chunks under the GEMM of the next (bludist Note [Async TP]).
+  auto column_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
+    if (!tp_) return linear(in, weight, bias);
+    return bludist::tp_column_linear_overlapped(in, weight, bias, tp_, tp_overlap_);
+  };
+  auto row_linear = [&](const Tensor& in, const Tensor& weight, const Tensor& bias) {
+    if (!tp_) return linear(in, weight, bias);
+    return bludist::tp_row_linear_overlapped(in, weight, tp_, tp_overlap_) + bias;
+  };
+  Tensor x = x_in;
+  {
+    BLU_NVTX_RANGE("attn");
+    Tensor h = layer_norm(x, c.ln1_w, c.ln1_b);
+    Tensor qkv = column_linear(h, c.qkv_w, c.qkv_b);  // [B, T, 3C]
+    std::vector<Tensor> parts = qkv.split(C, -1);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
+    Tensor y = context_parallel  // Note [Context-parallel GPT-2]
+                   ? bludist::ring_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true, cp_, true)
+                   : scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+    y = y.transpose(1, 2).reshape({B, T, C});
+    x = x + row_linear(y, c.proj_w, c.proj_b);
+  }
+  {
+    BLU_NVTX_RANGE("mlp");
+    Tensor h = layer_norm(x, c.ln2_w, c.ln2_b);
+    h = column_linear(h, c.fc_w, c.fc_b);
+    if (recompute_gelu_ && !tp_) {  // Note [GELU recompute] (blutensor): the GELU output not saved
+      x = x + gelu_linear(h, c.fcproj_w, c.fcproj_b);
+    } else {
+      x = x + row_linear(gelu(h), c.fcproj_w, c.fcproj_b);
+    }
+  }
+  return x;
+}
 
 GPT2::Root GPT2::root(Precision precision) {
   Root r;
