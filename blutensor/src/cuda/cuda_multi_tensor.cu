@@ -36,19 +36,26 @@ struct ScaleTable {
   int64_t numel[kScaleTensorsPerLaunch];
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    scale_tensors_kernel(const __grid_constant__ ScaleTable tab, const float* __restrict__ factor) {
-  using C = compute_t<T>;
-  int lo = 0, hi = tab.count - 1;  // the largest t with block_start[t] <= blockIdx.x
+// The tensor of a multi-tensor table this block works on: the largest t with block_start[t] <=
+// blockIdx.x.
+__device__ __forceinline__ int table_entry(const int* block_start, int count) {
+  int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (tab.block_start[mid] <= static_cast<int>(blockIdx.x)) {
+    if (block_start[mid] <= static_cast<int>(blockIdx.x)) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
+  return lo;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    scale_tensors_kernel(const __grid_constant__ ScaleTable tab, const float* __restrict__ factor) {
+  using C = compute_t<T>;
+  const int lo = table_entry(tab.block_start, tab.count);
   T* __restrict__ x = static_cast<T*>(tab.data[lo]);
   const int64_t n = tab.numel[lo];
   const int64_t start =
@@ -108,15 +115,7 @@ struct CopyTable {
 
 template <typename D, typename S>
 __global__ void __launch_bounds__(kThreads) copy_tensors_kernel(const __grid_constant__ CopyTable tab) {
-  int lo = 0, hi = tab.count - 1;  // the largest t with block_start[t] <= blockIdx.x
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tab.block_start[mid] <= static_cast<int>(blockIdx.x)) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
+  const int lo = table_entry(tab.block_start, tab.count);
   D* __restrict__ y = static_cast<D*>(tab.dst[lo]);
   const S* __restrict__ x = static_cast<const S*>(tab.src[lo]);
   const int64_t n = tab.numel[lo];
