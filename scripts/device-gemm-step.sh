@@ -15,7 +15,7 @@ tools=${1:?tools dir}; build=${2:-/tmp/bd-gs}
 OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT/gs"; W=$OUT/gs
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$W/progress.txt"; }
 export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
-read -r -a tests <<< "${BLU_GS_TESTS:-blublas_gemm_sm90_gpu_test blublas_gemm_gpu_test blublas_gemm_property_gpu_test blutensor_cuda_kernels_gpu_test blutensor_ops_cpu_vs_cuda_gpu_test blutrain_fused_step_gpu_test blutrain_capture_step_gpu_test blutrain_captured_engine_gpu_test}"
+read -r -a tests <<< "${BLU_GS_TESTS:-blublas_gemm_sm90_gpu_test blublas_gemm_gpu_test blublas_gemm_property_gpu_test blutensor_cuda_kernels_gpu_test blutensor_ops_cpu_vs_cuda_gpu_test blutensor_multi_tensor_gpu_test blutrain_fused_step_gpu_test blutrain_capture_step_gpu_test blutrain_captured_engine_gpu_test}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF > "$W/configure.txt" 2>&1
 timeout ${BLU_BUILD_TIMEOUT:-300} cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" blutrain-cli \
