@@ -572,8 +572,9 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
 // the kernels' PTX (64x256: 19.4K -> 35.9K instructions) and interleaved the dead variants with the
 // live one, and every sm90 GEMM with the TMA-store epilogue got slower, also with beta == 0 (H100,
 // session 18: GPT-2 bf16 B16 autograd, the A-K-major 64x256 kernels 5.54 -> 7.35 ms a step, the
-// 128x256 ones 3.95 -> 4.66; the generic-epilogue kernels unchanged): the epilogue runs once per
-// tile with no instruction reuse, so its instruction footprint is fetched from L2 every tile.
+// 128x256 ones 3.95 -> 4.66; the generic-epilogue kernels unchanged; the fix brought them back).
+// Which cost it was, the per-pair branches or the larger instruction footprint of code that runs
+// once per tile, was not profiled.
 template <class Cfg, class OutT, int kStaged>
 __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, const WorkUnit& w,
                                                       int c, uint8_t* stg,
