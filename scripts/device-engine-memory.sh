@@ -70,9 +70,10 @@ for name in names:
             tok.append(float(m.group(2)))
         peak, dev = max(peak, float(m.group(3))), max(dev, float(m.group(4)))
     notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine: arena", "compile:", "plan:")))
-    runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes)
+    losses = re.findall(r"step\s+\d+/\d+ \| loss (\S+)", text)
+    runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes, losses)
 rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
-for name, (tok, peak, dev, notes) in runs.items():
+for name, (tok, peak, dev, notes, _) in runs.items():
     rows.append(f"| {name} | {tok if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
 # The profiled step, per kernel family (ms and launches), side by side.
 prof = {}
@@ -91,11 +92,8 @@ if prof:
         rows.append(f"| {f} ms (launches) | " + " | ".join(f"{c.get('ms', 0):.2f} ({c.get('count', 0)})" for c in cells) + " |")
 # An A/B run of the same engine (compiled_ab, fused_ab) should train the same: its printed losses
 # (4 decimals) step by step against the plain run's (a race on a second stream shows here).
-def losses(name):
-    p = os.path.join(out, f"engine_{name}.txt")
-    return re.findall(r"step\s+\d+/\d+ \| loss (\S+)", open(p).read()) if os.path.exists(p) else []
 for base in ["compiled", "fused"]:
-    la, lb = losses(base), losses(base + "_ab")
+    la, lb = (runs[n][4] if n in runs else [] for n in (base, base + "_ab"))
     if la and lb:
         same = la == lb
         rows.append(f"\n{base}_ab vs {base}: losses {'equal' if same else 'DIFFER'} over {min(len(la), len(lb))} steps"
@@ -104,7 +102,7 @@ open(os.path.join(out, "engine_memory.md"), "w").write("\n".join(rows) + "\n")
 # The results contract's comp.<precision>.* metrics (scripts/make_summary.py reads this file).
 prec, batch = os.environ.get("BLU_EM_PRECISION", "fp32"), os.environ.get("BLU_EM_BATCH", "8")
 m = {}
-for name, (tok, peak, dev, _) in runs.items():
+for name, (tok, peak, dev, _, _) in runs.items():
     if tok is not None:
         m[f"comp.{prec}.{name}.tok_s"] = round(tok * 1000, 1)
         m[f"comp.{prec}.{name}.peak_gib"], m[f"comp.{prec}.{name}.device_gib"] = peak, dev

@@ -25,6 +25,9 @@ constexpr int stream_header_bytes(int ring_chunks) {
          128 * 128;
 }
 
+// Seconds a ring wait may take before the kernel traps (row_stream.cuh, mbar_wait).
+constexpr uint32_t kRowStreamWatchdogDefaultS = 20;
+
 // Kernel arguments common to the streamed kernels.
 struct StreamArgs {
   int64_t rows = 0;
@@ -37,17 +40,17 @@ struct StreamArgs {
   int keep_exp = 0;         // see RowStreamTuning
   int reg_chunk = 0;        // see RowStreamTuning (set only with keep_exp and 8 KiB chunks)
   int copy_only = 0;        // diagnostic: see RowStreamTuning
-  uint32_t watchdog_s = 20;  // a ring wait longer than this traps; 0: never (row_stream.cuh, mbar_wait)
+  uint32_t watchdog_s = kRowStreamWatchdogDefaultS;  // a ring wait longer traps; 0: never (mbar_wait)
 };
 
 // BLUBLAS_ROW_STREAM_WATCHDOG_S (seconds, default 20, 0 = off), read once per process.
 inline uint32_t row_stream_watchdog_s() {
   static const uint32_t s = [] {
     const char* v = std::getenv("BLUBLAS_ROW_STREAM_WATCHDOG_S");
-    if (v == nullptr || *v == '\0') return 20u;
+    if (v == nullptr || *v == '\0') return kRowStreamWatchdogDefaultS;
     char* end = nullptr;
     const unsigned long x = std::strtoul(v, &end, 10);
-    return end != nullptr && *end == '\0' && x <= 86400ul ? static_cast<uint32_t>(x) : 20u;
+    return end != nullptr && *end == '\0' && x <= 86400ul ? static_cast<uint32_t>(x) : kRowStreamWatchdogDefaultS;
   }();
   return s;
 }

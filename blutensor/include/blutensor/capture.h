@@ -258,7 +258,7 @@ class Executable {
   // Results in place of dying operands (Note [In-place reuse]); on unless BLU_CAPTURE_INPLACE=0.
   // Before or between runs. inplace_pairs(): the pairs the plan was given (empty when off).
   void use_inplace(bool on);
-  // Weight gradients and other calls that write only persistent buffers on a second stream
+  // Calls whose results are read only much later (the weight gradients) on a second stream
   // (Note [Side stream], src/capture/capture_side_stream.cpp); on unless BLU_CAPTURE_SIDE_STREAM=0.
   // Before or between runs; arena().side_calls / side_groups say what the plan put there.
   void use_side_stream(bool on);
@@ -276,14 +276,14 @@ class Executable {
   bool use_inplace_ = true;
   bool use_side_stream_ = true;
   bool planned_ = false;
-  // Note [Side stream]: per node its side group (-1: main; empty: no side stream), per node
-  // whether a group forks there / the main stream joins the side stream before it, and the stream.
-  std::vector<int> side_group_;
-  std::vector<char> side_fork_, side_join_;
-  std::vector<int> side_ready_after_;              // per group (SidePlan::ready_after)
-  std::vector<std::vector<int>> side_record_at_;   // per node: the groups whose event follows it
+  // Note [Side stream]: the plan (no groups: no side stream), per node the groups whose ready
+  // event follows it, the stream, each group's ready event (+ the step's start, last) and the
+  // event the main stream joins on.
+  SidePlan side_;
+  std::vector<std::vector<int>> side_record_at_;
   cuda::Stream side_stream_;
-  std::vector<cuda::Event> side_ready_;            // per group, + the step's start (last)
+  std::vector<cuda::Event> side_ready_;
+  cuda::Event side_done_;
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null

@@ -144,10 +144,7 @@ void Executable::plan_temporaries() {
   }
   // Note [Side stream]: with the arena, on one CUDA device only; what a group touches lives to its
   // join.
-  side_group_.clear();
-  side_fork_.clear();
-  side_join_.clear();
-  side_ready_after_.clear();
+  side_ = SidePlan();
   side_record_at_.clear();
   std::vector<int> first = first_use_;
   // An override's scratch on the side stream lives from its group's start to its join.
@@ -158,14 +155,8 @@ void Executable::plan_temporaries() {
     one_cuda_device = one_cuda_device && node.device.is_cuda() && node.device == graph_.nodes.front().device;
   }
   if (use_side_stream_ && use_arena_ && one_cuda_device) {
-    const SidePlan side = side_stream_plan(graph_, override_of_);
+    SidePlan side = side_stream_plan(graph_, override_of_);
     if (side.side_calls > 0) {
-      side_group_ = side.group_of;
-      side_fork_.assign(graph_.nodes.size() + 1, 0);
-      side_join_.assign(graph_.nodes.size() + 1, 0);
-      for (int f : side.fork_at) side_fork_[static_cast<size_t>(f)] = 1;
-      for (int j : side.join_before) side_join_[static_cast<size_t>(j)] = 1;
-      side_ready_after_ = side.ready_after;
       side_record_at_.assign(graph_.nodes.size(), {});
       for (size_t k = 0; k < side.ready_after.size(); ++k) {
         if (side.ready_after[k] >= 0) side_record_at_[static_cast<size_t>(side.ready_after[k])].push_back(static_cast<int>(k));
@@ -182,6 +173,7 @@ void Executable::plan_temporaries() {
       }
       stats_.side_calls = side.side_calls;
       stats_.side_groups = side.fork_at.size();
+      side_ = std::move(side);
     }
   }
   // A buffer every node of which an override replaced, and that no launch views, gets no bytes
@@ -362,26 +354,29 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)],
               graph_.initial.at(id));
   // Note [Side stream]: the main stream is the caller's current stream of the graph's device.
-  const bool side = !side_group_.empty();
+  const bool side = !side_.fork_at.empty();
   const int side_device = side ? graph_.nodes.front().device.index : -1;
   cudaStream_t main_stream = nullptr;
-  bool in_flight = false;  // a forked group not yet joined
+  int in_flight = -1;  // the forked group not yet joined (at most one: the plan joins it first)
   if (side) {
     main_stream = cuda::current_stream(side_device);
     if (side_stream_.get() == nullptr || side_stream_.device() != side_device) {
       side_stream_ = cuda::Stream::create(side_device);
+      side_done_ = cuda::Event::create(side_device);
       side_ready_.clear();
     }
-    while (side_ready_.size() < side_ready_after_.size() + 1) side_ready_.push_back(cuda::Event::create(side_device));
+    while (side_ready_.size() < side_.fork_at.size() + 1) side_ready_.push_back(cuda::Event::create(side_device));
     side_ready_.back().record(main_stream);  // the step's start: groups that wait for nothing in it
   }
   const auto join_side = [&] {
-    if (in_flight) cuda::stream_wait_stream(main_stream, side_stream_.get());
-    in_flight = false;
+    if (in_flight < 0) return;
+    side_done_.record(side_stream_.get());
+    side_done_.wait(main_stream);
+    in_flight = -1;
   };
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     Node& node = graph_.nodes[i];
-    if (side && side_join_[i]) join_side();
+    if (in_flight >= 0 && side_.join_before[static_cast<size_t>(in_flight)] == static_cast<int>(i)) join_side();
     if (node.op == "adamw_step") {
       for (Arg& a : node.args) {
         if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
@@ -404,12 +399,12 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     // Note [Side stream]: a side call (a node, or a replaced set's launch at its last node) runs
     // with the side stream current.
     std::optional<cuda::StreamGuard> on_side;
-    if (side && side_group_[i] >= 0) {
-      if (side_fork_[i]) {  // the group waits for its ready_after launch (or the step's start)
-        const int k = side_group_[i];
-        const int after = side_ready_after_[static_cast<size_t>(k)];
-        side_ready_[after >= 0 ? static_cast<size_t>(k) : side_ready_.size() - 1].wait(side_stream_.get());
-        in_flight = true;
+    const int group = side ? side_.group_of[i] : -1;
+    if (group >= 0) {
+      const size_t k = static_cast<size_t>(group);
+      if (side_.fork_at[k] == static_cast<int>(i)) {  // it waits for its ready_after launch (or the start)
+        side_ready_[side_.ready_after[k] >= 0 ? k : side_ready_.size() - 1].wait(side_stream_.get());
+        in_flight = group;
       }
       on_side.emplace(side_stream_.get(), side_device);
     }

@@ -113,17 +113,37 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
     candidate[static_cast<size_t>(i)] = on_cuda[static_cast<size_t>(i)] && writes_any && consumed && !soon;
     for (const Touch& t : touches[static_cast<size_t>(i)]) next_touch[static_cast<size_t>(t.buffer)] = i;
   }
-  // Groups, forks and joins, in launch order.
+  // Groups, forks and joins, in launch order. A group is settled at its join, with what it reads
+  // and writes at hand: it lives to the join (extend_to); it may start after the last main-stream
+  // launch before its fork that writes what it reads or touches what it writes (ready_after: a
+  // side launch of an earlier group is ordered by the side stream itself), so what it writes lives
+  // from there on (start_from), and no temporary the main stream still uses in between shares it.
+  plan.start_from.assign(nb, -1);
   std::vector<char> g_reads(nb, 0), g_writes(nb, 0);  // the group in flight's
-  std::vector<int> touched;                            // their ids, to clear and to extend
+  std::vector<int> touched;                            // their ids
   int open = -1;           // the group in flight (forked, not joined)
   bool last_side = false;  // the previous launch was a side call of `open`
   auto join = [&](int at) {
-    plan.join_before[static_cast<size_t>(open)] = at;
-    const int until = std::min(at, n - 1);  // what the group touched lives to its join
+    const size_t k = static_cast<size_t>(open);
+    plan.join_before[k] = at;
+    int ready = -1;
+    for (int j = plan.fork_at[k] - 1; j >= 0 && ready < 0; --j) {
+      if (!launches[static_cast<size_t>(j)] || plan.group_of[static_cast<size_t>(j)] >= 0) continue;
+      for (const Touch& t : touches[static_cast<size_t>(j)]) {
+        const size_t b = static_cast<size_t>(t.buffer);
+        if ((t.write && g_reads[b]) || g_writes[b]) {
+          ready = j;
+          break;
+        }
+      }
+    }
+    plan.ready_after[k] = ready;
+    const int until = std::min(at, n - 1);
     for (int b : touched) {
-      g_reads[static_cast<size_t>(b)] = g_writes[static_cast<size_t>(b)] = 0;
-      plan.extend_to[static_cast<size_t>(b)] = std::max(plan.extend_to[static_cast<size_t>(b)], until);
+      const size_t u = static_cast<size_t>(b);
+      plan.extend_to[u] = std::max(plan.extend_to[u], until);
+      if (g_writes[u]) plan.start_from[u] = plan.start_from[u] < 0 ? ready + 1 : std::min(plan.start_from[u], ready + 1);
+      g_reads[u] = g_writes[u] = 0;
     }
     touched.clear();
     open = -1;
@@ -134,9 +154,10 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
     if (candidate[static_cast<size_t>(i)]) {
       if (!(open >= 0 && last_side)) {  // a new group: the one in flight is joined at its fork
         if (open >= 0) join(i);
-        open = static_cast<int>(plan.join_before.size());
-        plan.join_before.push_back(n);
+        open = static_cast<int>(plan.fork_at.size());
         plan.fork_at.push_back(i);
+        plan.join_before.push_back(n);
+        plan.ready_after.push_back(-1);
       }
       plan.group_of[static_cast<size_t>(i)] = open;
       ++plan.side_calls;
@@ -159,48 +180,6 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
     if (conflict) join(i);
   }
   if (open >= 0) join(n);
-  // Where each group may start: after the last main-stream launch before its fork that writes
-  // what the group reads or touches what it writes (a side launch of an earlier group is ordered
-  // by the side stream itself). The group's results then live from that point on, not from the
-  // fork, so that no temporary the main stream still uses between the two shares their bytes.
-  const size_t groups = plan.fork_at.size();
-  plan.ready_after.assign(groups, -1);
-  plan.start_from.assign(nb, -1);
-  std::vector<char> r_k(nb, 0), w_k(nb, 0);
-  std::vector<std::vector<int>> calls_of(groups);
-  for (int i = 0; i < n; ++i) {
-    const int k = plan.group_of[static_cast<size_t>(i)];
-    if (k >= 0) calls_of[static_cast<size_t>(k)].push_back(i);
-  }
-  for (size_t k = 0; k < groups; ++k) {
-    std::vector<int> ids;
-    for (int i : calls_of[k]) {
-      for (const Touch& t : touches[static_cast<size_t>(i)]) {
-        const size_t b = static_cast<size_t>(t.buffer);
-        if (!r_k[b] && !w_k[b]) ids.push_back(t.buffer);
-        if (t.read) r_k[b] = 1;
-        if (t.write) w_k[b] = 1;
-      }
-    }
-    for (int j = plan.fork_at[k] - 1; j >= 0 && plan.ready_after[k] < 0; --j) {
-      if (!launches[static_cast<size_t>(j)] || plan.group_of[static_cast<size_t>(j)] >= 0) continue;
-      for (const Touch& t : touches[static_cast<size_t>(j)]) {
-        const size_t b = static_cast<size_t>(t.buffer);
-        if ((t.write && r_k[b]) || w_k[b]) {
-          plan.ready_after[k] = j;
-          break;
-        }
-      }
-    }
-    for (int b : ids) {
-      if (w_k[static_cast<size_t>(b)]) {
-        const int from = plan.ready_after[k] + 1;
-        int& s = plan.start_from[static_cast<size_t>(b)];
-        s = s < 0 ? from : std::min(s, from);
-      }
-      r_k[static_cast<size_t>(b)] = w_k[static_cast<size_t>(b)] = 0;
-    }
-  }
   return plan;
 }
 

@@ -16,6 +16,25 @@ using namespace detail;
 template <typename T> struct stats_of { using type = float; };
 template <> struct stats_of<double> { using type = double; };
 
+// A row's forward results from its log-sum-exp l (thread 0 of the row's block): lse, and loss and
+// validity by its target (ignored: 0, 0; out of range: NaN, 1).
+template <typename T, typename S, typename C, typename I>
+__device__ __forceinline__ void write_row_loss(S* losses, S* lse, S* valid, int64_t row, C l, const T* xr,
+                                               const I* targets, int64_t vocab, int64_t ignore_index) {
+  lse[row] = static_cast<S>(l);
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  if (t == ignore_index) {
+    losses[row] = S(0);
+    valid[row] = S(0);
+  } else if (t < 0 || t >= vocab) {
+    losses[row] = static_cast<S>(NAN);
+    valid[row] = S(1);
+  } else {
+    losses[row] = static_cast<S>(l - load_c(xr[t]));
+    valid[row] = S(1);
+  }
+}
+
 template <typename T, typename I>
 __global__ void xent_fwd_kernel(typename stats_of<T>::type* losses, typename stats_of<T>::type* lse,
                                 typename stats_of<T>::type* valid, const T* logits,
@@ -34,21 +53,7 @@ __global__ void xent_fwd_kernel(typename stats_of<T>::type* losses, typename sta
   C s = 0;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) s += exp(load_c(xr[i]) - m);
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) {
-    const C l = m + log(s);
-    lse[row] = static_cast<S>(l);
-    const int64_t t = static_cast<int64_t>(targets[row]);
-    if (t == ignore_index) {
-      losses[row] = S(0);
-      valid[row] = S(0);
-    } else if (t < 0 || t >= vocab) {
-      losses[row] = static_cast<S>(NAN);
-      valid[row] = S(1);
-    } else {
-      losses[row] = static_cast<S>(l - load_c(xr[t]));
-      valid[row] = S(1);
-    }
-  }
+  if (threadIdx.x == 0) write_row_loss<T, S, C>(losses, lse, valid, row, m + log(s), xr, targets, vocab, ignore_index);
 }
 
 template <typename T, typename I>
@@ -120,21 +125,7 @@ __global__ void xent_fwd_vec_kernel(float* losses, float* lse, float* valid, con
   const float bm = block_max(m, scratch);
   const float mine = (m == -INFINITY || bm == -INFINITY) ? 0.0f : s * expf(m - bm);
   const float bs = block_sum(mine, scratch);
-  if (threadIdx.x == 0) {
-    const float l = bm + logf(bs);
-    lse[row] = l;
-    const int64_t t = static_cast<int64_t>(targets[row]);
-    if (t == ignore_index) {
-      losses[row] = 0.0f;
-      valid[row] = 0.0f;
-    } else if (t < 0 || t >= vocab) {
-      losses[row] = NAN;
-      valid[row] = 1.0f;
-    } else {
-      losses[row] = l - load_c(xr[t]);
-      valid[row] = 1.0f;
-    }
-  }
+  if (threadIdx.x == 0) write_row_loss<T, float, float>(losses, lse, valid, row, bm + logf(bs), xr, targets, vocab, ignore_index);
 }
 
 template <typename T, typename I>

@@ -22,27 +22,29 @@ using namespace detail;
 // Note [Multi-tensor scale]
 // One launch multiplies up to kScaleTensorsPerLaunch tensors of one dtype by a device scalar: the
 // host packs pointers, sizes and a prefix of block counts into a __grid_constant__ kernel
-// parameter (~5 KB); each block owns kScaleElemsPerBlock consecutive elements of one tensor,
+// parameter (~7 KB); each block owns kScaleElemsPerBlock consecutive elements of one tensor,
 // found by a binary search over the prefix, and each thread issues all its loads before its
 // stores (kScaleElemsPerThread in flight) to keep the memory system busy.
 constexpr int kScaleTensorsPerLaunch = 256;
 constexpr int kScaleElemsPerThread = 16;
 constexpr int64_t kScaleElemsPerBlock = int64_t{kThreads} * kScaleElemsPerThread;
 
-struct ScaleTable {
+// One launch's tensors (the cast's sources too; src is unused by the scale kernel).
+struct TensorTable {
   int count;
   int block_start[kScaleTensorsPerLaunch + 1];
   void* data[kScaleTensorsPerLaunch];
+  const void* src[kScaleTensorsPerLaunch];
   int64_t numel[kScaleTensorsPerLaunch];
 };
 
 // The tensor of a multi-tensor table this block works on: the largest t with block_start[t] <=
 // blockIdx.x.
-__device__ __forceinline__ int table_entry(const int* block_start, int count) {
-  int lo = 0, hi = count - 1;
+__device__ __forceinline__ int table_entry(const TensorTable& tab) {
+  int lo = 0, hi = tab.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (block_start[mid] <= static_cast<int>(blockIdx.x)) {
+    if (tab.block_start[mid] <= static_cast<int>(blockIdx.x)) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -51,11 +53,44 @@ __device__ __forceinline__ int table_entry(const int* block_start, int count) {
   return lo;
 }
 
+// Packs tensors 0 .. count-1 (entry(i, &data, &src, &numel)) into tables of at most
+// kScaleTensorsPerLaunch tensors and calls launch(table, blocks) for each.
+template <class Entry, class Launch>
+void launch_tables(std::size_t count, Entry entry, Launch launch, const char* what) {
+  TensorTable tab{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (tab.count == 0) return;
+    tab.block_start[tab.count] = static_cast<int>(blocks);
+    launch(tab, static_cast<unsigned>(blocks));
+    BLU_KERNEL_LAUNCH_CHECK(what);
+    tab = TensorTable{};
+    blocks = 0;
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    void* data = nullptr;
+    const void* src = nullptr;
+    int64_t n = 0;
+    entry(i, &data, &src, &n);
+    if (n == 0) continue;
+    const int64_t need = (n + kScaleElemsPerBlock - 1) / kScaleElemsPerBlock;
+    if (tab.count == kScaleTensorsPerLaunch || blocks + need > int64_t{INT32_MAX}) flush();
+    BLU_CHECK(need <= int64_t{INT32_MAX}, what, " (CUDA): a tensor of ", n, " elements is too large");
+    tab.block_start[tab.count] = static_cast<int>(blocks);
+    tab.data[tab.count] = data;
+    tab.src[tab.count] = src;
+    tab.numel[tab.count] = n;
+    ++tab.count;
+    blocks += need;
+  }
+  flush();
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scale_tensors_kernel(const __grid_constant__ ScaleTable tab, const float* __restrict__ factor) {
+    scale_tensors_kernel(const __grid_constant__ TensorTable tab, const float* __restrict__ factor) {
   using C = compute_t<T>;
-  const int lo = table_entry(tab.block_start, tab.count);
+  const int lo = table_entry(tab);
   T* __restrict__ x = static_cast<T*>(tab.data[lo]);
   const int64_t n = tab.numel[lo];
   const int64_t start =
@@ -76,47 +111,25 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 void scale_list(const std::vector<const Tensor*>& ts, const float* factor, cudaStream_t stream) {
-  ScaleTable tab{};
-  int64_t blocks = 0;
-  auto flush = [&] {
-    if (tab.count == 0) return;
-    tab.block_start[tab.count] = static_cast<int>(blocks);
-    scale_tensors_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(tab, factor);
-    BLU_KERNEL_LAUNCH_CHECK("scale_tensors_kernel");
-    tab = ScaleTable{};
-    blocks = 0;
-  };
-  for (const Tensor* t : ts) {
-    const int64_t n = t->numel();
-    if (n == 0) continue;
-    const int64_t need = (n + kScaleElemsPerBlock - 1) / kScaleElemsPerBlock;
-    if (tab.count == kScaleTensorsPerLaunch || blocks + need > int64_t{INT32_MAX}) flush();
-    BLU_CHECK(need <= int64_t{INT32_MAX}, "scale_tensors_ (CUDA): a tensor of ", n,
-              " elements is too large");
-    tab.block_start[tab.count] = static_cast<int>(blocks);
-    tab.data[tab.count] = t->data_ptr();
-    tab.numel[tab.count] = n;
-    ++tab.count;
-    blocks += need;
-  }
-  flush();
+  launch_tables(
+      ts.size(),
+      [&](std::size_t i, void** data, const void**, int64_t* n) {
+        *data = ts[i]->data_ptr();
+        *n = ts[i]->numel();
+      },
+      [&](const TensorTable& tab, unsigned blocks) {
+        scale_tensors_kernel<T><<<blocks, kThreads, 0, stream>>>(tab, factor);
+      },
+      "scale_tensors_kernel");
 }
 
-// Note [Multi-tensor cast] (ops/multi_cast.cpp) on CUDA: the scale kernel's table with a source
+// Note [Multi-tensor cast] (ops/multi_cast.cpp) on CUDA: the scale kernel's tables with a source
 // per tensor: each block converts kScaleElemsPerBlock consecutive elements of one pair, loads
 // before stores.
-struct CopyTable {
-  int count;
-  int block_start[kScaleTensorsPerLaunch + 1];
-  void* dst[kScaleTensorsPerLaunch];
-  const void* src[kScaleTensorsPerLaunch];
-  int64_t numel[kScaleTensorsPerLaunch];
-};
-
 template <typename D, typename S>
-__global__ void __launch_bounds__(kThreads) copy_tensors_kernel(const __grid_constant__ CopyTable tab) {
-  const int lo = table_entry(tab.block_start, tab.count);
-  D* __restrict__ y = static_cast<D*>(tab.dst[lo]);
+__global__ void __launch_bounds__(kThreads) copy_tensors_kernel(const __grid_constant__ TensorTable tab) {
+  const int lo = table_entry(tab);
+  D* __restrict__ y = static_cast<D*>(tab.data[lo]);
   const S* __restrict__ x = static_cast<const S*>(tab.src[lo]);
   const int64_t n = tab.numel[lo];
   const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[lo]) * kScaleElemsPerBlock;
@@ -136,30 +149,15 @@ __global__ void __launch_bounds__(kThreads) copy_tensors_kernel(const __grid_con
 
 template <typename D, typename S>
 void copy_list(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs, cudaStream_t stream) {
-  CopyTable tab{};
-  int64_t blocks = 0;
-  auto flush = [&] {
-    if (tab.count == 0) return;
-    tab.block_start[tab.count] = static_cast<int>(blocks);
-    copy_tensors_kernel<D, S><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(tab);
-    BLU_KERNEL_LAUNCH_CHECK("copy_tensors_kernel");
-    tab = CopyTable{};
-    blocks = 0;
-  };
-  for (std::size_t i = 0; i < dsts.size(); ++i) {
-    const int64_t n = dsts[i].numel();
-    if (n == 0) continue;
-    const int64_t need = (n + kScaleElemsPerBlock - 1) / kScaleElemsPerBlock;
-    if (tab.count == kScaleTensorsPerLaunch || blocks + need > int64_t{INT32_MAX}) flush();
-    BLU_CHECK(need <= int64_t{INT32_MAX}, "copy_tensors_ (CUDA): a tensor of ", n, " elements is too large");
-    tab.block_start[tab.count] = static_cast<int>(blocks);
-    tab.dst[tab.count] = dsts[i].data_ptr();
-    tab.src[tab.count] = srcs[i].data_ptr();
-    tab.numel[tab.count] = n;
-    ++tab.count;
-    blocks += need;
-  }
-  flush();
+  launch_tables(
+      dsts.size(),
+      [&](std::size_t i, void** data, const void** src, int64_t* n) {
+        *data = dsts[i].data_ptr();
+        *src = srcs[i].data_ptr();
+        *n = dsts[i].numel();
+      },
+      [&](const TensorTable& tab, unsigned blocks) { copy_tensors_kernel<D, S><<<blocks, kThreads, 0, stream>>>(tab); },
+      "copy_tensors_kernel");
 }
 
 template <typename D>

@@ -1,6 +1,4 @@
 // multi_cast.cpp: to_dtype_all (ops.h), the differentiable multi-tensor cast.
-#include <map>
-
 #include "blutensor/autograd.h"
 #include "blutensor/ops.h"
 #include "dispatch.h"
@@ -41,11 +39,12 @@ std::vector<Tensor> to_dtype_all(const std::vector<Tensor>& ts, DType dtype) {
   const DType from = srcs[0].dtype();
   std::vector<Tensor> cast = autograd::record_multi(
       "to_dtype_all", dsts, srcs, {}, [from](const std::vector<Tensor>& grads, const BackwardContext&) {
+        // The gradients arrive in the outputs' dtype; the contiguous ones go back in one call.
         std::vector<Tensor> back(grads.size()), gs, bs;
         std::vector<std::size_t> at;
         for (std::size_t i = 0; i < grads.size(); ++i) {
           if (!grads[i].defined()) continue;
-          if (!grads[i].is_contiguous() || grads[i].dtype() == from) {
+          if (!grads[i].is_contiguous()) {
             back[i] = grads[i].to(from);
             continue;
           }
@@ -53,20 +52,8 @@ std::vector<Tensor> to_dtype_all(const std::vector<Tensor>& ts, DType dtype) {
           bs.push_back(detail::new_empty(grads[i].sizes(), from, grads[i].device()));
           at.push_back(i);
         }
-        if (!gs.empty()) {
-          // One call per gradient dtype (all the same in practice).
-          std::map<DType, std::vector<std::size_t>> by_dtype;
-          for (std::size_t k = 0; k < gs.size(); ++k) by_dtype[gs[k].dtype()].push_back(k);
-          for (const auto& [dt, ks] : by_dtype) {
-            std::vector<Tensor> d, s;
-            for (std::size_t k : ks) {
-              d.push_back(bs[k]);
-              s.push_back(gs[k]);
-            }
-            BLU_DISPATCH(s[0].device(), copy_tensors_, d, s);
-            for (std::size_t k : ks) back[at[k]] = bs[k];
-          }
-        }
+        if (!gs.empty()) BLU_DISPATCH(gs[0].device(), copy_tensors_, bs, gs);
+        for (std::size_t k = 0; k < at.size(); ++k) back[at[k]] = bs[k];
         return back;
       });
   for (std::size_t k = 0; k < where.size(); ++k) out[where[k]] = cast[k];

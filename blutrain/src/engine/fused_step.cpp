@@ -96,9 +96,10 @@ struct FusedGPT2Step::Impl {
   // the elementwise kernel: off by default, measured slower (H100, run 3: the fused GEMM took
   // 7.95 ms per bf16 step against 1.74 + 1.0 ms for the GEMM and the kernel; 34.1 against 29.8 ms
   // in strict fp32): reading aux goes through the generic per-element epilogue, not the sm90
-  // TMA-store path. BLUTRAIN_GELU_GRAD_EPILOGUE=1 turns it on for A/B timing; with
-  // BLUBLAS_SM90_C_TMA=1 the sm90 kernel reads aux through TMA into the store's staging tile
-  // (blublas Note [sm90 C through TMA], session 17, not yet measured).
+  // TMA-store path. BLUTRAIN_GELU_GRAD_EPILOGUE=1 turns it on for A/B timing. Since session 18 the
+  // sm90 kernel reads aux through TMA into the store's staging tile (blublas Note [sm90 C through
+  // TMA], on by default): still no win (H100, bf16 B16: 469.9K vs 473.4K tok/s, "fc proj dx + gelu
+  // bwd" 3.17 ms vs 1.78 + 1.23), so it stays off.
   bool gelu_grad_epilogue = false;
   ActivationPlan plan;
   std::string attention_name;

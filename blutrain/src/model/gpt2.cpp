@@ -257,7 +257,6 @@ GPT2::Block block_from(const std::vector<Tensor>& t) {
 }
 }  // namespace
 
-
 Tensor GPT2::block(const Block& b, const Tensor& x_in, Precision precision, bool context_parallel) {
   BLU_NVTX_RANGE("block");
   // Under --tp: this rank's H/n heads, C/n channels of them (Note [Tensor-parallel GPT-2]).
