@@ -74,7 +74,7 @@ for name in names:
     runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes, losses)
 rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
 for name, (tok, peak, dev, notes, _) in runs.items():
-    rows.append(f"| {name} | {tok if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
+    rows.append(f"| {name} | {f'{tok:.2f}' if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
 # The profiled step, per kernel family (ms and launches), side by side.
 prof = {}
 for name in names:
