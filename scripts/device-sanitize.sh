@@ -92,7 +92,7 @@ fi
 ci=0
 for line in "${cases[@]}"; do
   ci=$((ci + 1))  # the case's line number: a binary may have several lines (one per filter)
-  read -r bin case_tools tmo filter <<< "$line"
+  read -r bin case_tools tmo filter case_env <<< "$line"
   [ -n "$only" ] && [[ ",$only," != *",$bin,"* ]] && continue
   for tool in ${tools//,/ }; do
     [[ $case_tools == "*" || ",$case_tools," == *",$tool,"* ]] || continue
@@ -116,6 +116,9 @@ for line in "${cases[@]}"; do
     # st.global stores of the same values). So initcheck runs with the generic epilogue; the
     # TMA-store epilogue is covered by the other three tools and by every GEMM test's results.
     envs=()
+    # The case's own settings (tests/sanitize/cases.txt: VAR=value words after the filter).
+    read -r -a case_envs <<< "${case_env:-}"
+    envs+=("${case_envs[@]}")
     [ "$tool" = initcheck ] && envs+=(BLUBLAS_SM90_GENERIC_EPILOGUE=1)
     # racecheck: every hazard printed (the allow-list is checked against all of them, not the first
     # 40), without host backtraces (the Read/Write lines name the source).

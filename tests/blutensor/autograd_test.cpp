@@ -155,4 +155,42 @@ TEST(Autograd, CustomOpThroughRecord) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 3}));
 }
 
+// Note [Split of adjacent gradients]: gradients that are the pieces of one buffer reach split's
+// input as that buffer (no concatenation copy); any other gradients are concatenated.
+TEST(Autograd, SplitOfAdjacentGradientsIsTheirUnion) {
+  const Tensor buf = arange(36, kFloat64).view({2, 3, 6});
+  for (const std::string order : {"adjacent", "reversed", "missing"}) {
+    SCOPED_TRACE(order);
+    Tensor x = zeros({2, 3, 6}, kFloat64).requires_grad_();
+    const void* seen = nullptr;
+    Tensor y;
+    {
+      NoGradGuard ng;
+      y = x * 1.0;
+    }
+    y = autograd::record("probe", y.detach(), {x}, {}, [&seen](const Tensor& g, const BackwardContext&) {
+      seen = g.data_ptr();
+      return std::vector<Tensor>{g};
+    });
+    std::vector<Tensor> parts = y.split(2, -1);
+    std::vector<Tensor> grads = {buf.narrow(-1, 0, 2), buf.narrow(-1, 2, 2), buf.narrow(-1, 4, 2)};
+    if (order == "reversed") grads = {buf.narrow(-1, 4, 2), buf.narrow(-1, 2, 2), buf.narrow(-1, 0, 2)};
+    if (order == "missing") parts.pop_back(), grads.pop_back();
+    autograd::backward(parts, grads);
+    const std::vector<double> all = buf.to_vector<double>();
+    std::vector<double> want = all;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const size_t c = i % 6;  // column; piece c / 2
+      if (order == "reversed") want[i] = all[i - c + (4 - 2 * (c / 2) + c % 2)];
+      if (order == "missing" && c >= 4) want[i] = 0;
+    }
+    EXPECT_EQ(x.grad().to_vector<double>(), want);
+    if (order == "adjacent") {
+      EXPECT_EQ(seen, buf.data_ptr());
+    } else {
+      EXPECT_NE(seen, buf.data_ptr());
+    }
+  }
+}
+
 }  // namespace

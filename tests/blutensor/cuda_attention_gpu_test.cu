@@ -215,6 +215,41 @@ TEST(CudaAttention, FusedSdpaAutogradMatchesReference) {
   EXPECT_FALSE(co::fused_scaled_dot_product_attention(q32, q32, q32, true, 0.0).defined());
 }
 
+// Note [Packed attention gradients] (cuda_sdpa.cpp) + Note [Split of adjacent gradients]: q, k, v
+// as GPT-2 makes them (split of one [B, T, 3C] projection, heads as views) get dq, dk, dv written
+// into one buffer that reaches the projection as its gradient without a copy (the union itself
+// is tested on the CPU: Autograd.SplitOfAdjacentGradientsIsTheirUnion); the values are bitwise
+// those of the same attention on separate contiguous q, k, v (bf16 and f32).
+TEST(CudaAttention, PackedQkvGradientsAreBitwiseTheSame) {
+  BLU_REQUIRE_GPU();
+  set_matmul_precision(MatmulPrecision::kHigh);
+  const int64_t B = 2, H = 3, T = 77, D = 64, C = H * D;
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor qkv = random_gpu({B, T, 3 * C}, dt, 31).requires_grad_(true);
+    std::vector<Tensor> parts = qkv.split(C, -1);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, D}).transpose(1, 2); };
+    Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+    Tensor dout = random_gpu({B, H, T, D}, dt, 32);
+    y.backward(dout);
+    ASSERT_TRUE(qkv.grad().defined());
+    // Separate contiguous inputs with the same values: the unpacked path.
+    std::vector<Tensor> sep;
+    for (int i = 0; i < 3; ++i) sep.push_back(heads(qkv.detach().narrow(-1, i * C, C)).contiguous().requires_grad_(true));
+    Tensor ys = scaled_dot_product_attention(sep[0], sep[1], sep[2], true);
+    ys.backward(dout);
+    EXPECT_EQ(values(y), values(ys));
+    const std::vector<double> packed = values(qkv.grad());
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<double> want = values(sep[static_cast<size_t>(i)].grad().transpose(1, 2).contiguous().view({B, T, C}));
+      const std::vector<double> got = values(qkv.grad().narrow(-1, i * C, C).contiguous());
+      EXPECT_EQ(got, want) << "gradient of part " << i;
+    }
+    EXPECT_EQ(packed.size(), static_cast<size_t>(B * T * 3 * C));
+  }
+  set_matmul_precision(MatmulPrecision::kHighest);
+}
+
 // Note [Strict-fp32 attention]: under kHighest, scaled_dot_product_attention takes the 3xTF32 flash
 // kernel when asked (one fused node, the same reference bounds as the strict kernel) and the
 // composite path by default.

@@ -708,10 +708,13 @@ TEST(CudaKernels, CausalFill) {
 TEST(CudaKernels, LayerNormForwardBackward) {
   BLU_REQUIRE_GPU();
   uint64_t seed = 600;
+  // cols 768 / 256 take the warp-per-row dx kernel (Note [LayerNorm backward rows in registers]:
+  // bf16 3 and 1 vectors a lane, f32 without affine 2) and 613 rows make 19+ chunk partials for the
+  // dweight/dbias finish; 7 and 769 take the block-per-row kernel.
   for (DType dt : {DType::F32, DType::F64, DType::BF16})
-    for (int64_t cols : {7, 769})
+    for (int64_t cols : {7, 769, 768, 256})
       for (bool affine : {true, false}) {
-        const int64_t rows = 13;
+        const int64_t rows = cols % 256 == 0 ? 613 : 13;
         const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
         Tensor x = gpu_random({rows, cols}, dt, ++seed, -3, 3);
         Tensor w = affine ? gpu_random({cols}, dt, ++seed, 0.5, 1.5) : Tensor();
@@ -770,6 +773,13 @@ TEST(CudaKernels, LayerNormForwardBackward) {
           for (auto& v : dbref) v = round_to(v, dt);
           EXPECT_TRUE(all_close(values(dw), dwref, btol, what + " dweight"));
           EXPECT_TRUE(all_close(values(db), dbref, btol, what + " dbias"));
+        }
+        if (cols == 768 && dt == DType::BF16) {  // dy 2 bytes off 16-byte alignment: the block kernel
+          Tensor dy_odd = gpu_random({rows * cols + 1}, dt, seed).narrow(0, 1, rows * cols).view({rows, cols});
+          co::copy_(dy_odd, dy);
+          Tensor dx_odd = gpu_poisoned({rows, cols}, dt);
+          co::layer_norm_backward(dx_odd, Tensor(), Tensor(), dy_odd, x, w, mean, rstd);
+          EXPECT_TRUE(all_close(values(dx_odd), dxref, btol, what + " dx, misaligned dy"));
         }
       }
 }

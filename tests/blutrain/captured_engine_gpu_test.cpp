@@ -2,8 +2,12 @@
 // the weight gradients the record writes straight into gradient buffers run on a second stream,
 // and the tiny GPT-2 trains bit for bit as with the side stream off (BLU_CAPTURE_SIDE_STREAM=0)
 // and, in strict fp32, as the autograd engine: every loss and the final checkpoint's bytes.
+// BLU_CAPTURED_GPU_TEST_STEPS (default 7, at least 3: step 2 is recorded, later steps replay) lets
+// compute-sanitizer's racecheck run it in bounded time (tests/sanitize/cases.txt).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,57 +38,70 @@ struct TrainRun {
   fs::path out;
 };
 
+int steps() {
+  const char* s = std::getenv("BLU_CAPTURED_GPU_TEST_STEPS");
+  return s != nullptr && *s != '\0' ? std::max(3, std::atoi(s)) : 7;
+}
+
 TrainRun train(const fs::path& root, const std::string& name, const std::string& engine, const std::string& precision) {
   TrainConfig c = test::tiny_config((root / "data").string(), (root / name).string());
   c.device = "cuda";
   c.precision = precision;
   c.engine = engine;
-  c.max_steps = 7;
+  c.max_steps = steps();
   c.val_every = 0;
   c.plot = false;
-  c.ckpt_every = 7;
+  c.ckpt_every = steps();
   std::ostringstream log;
   TrainRun r{run_training(c, log), log.str(), root / name};
   return r;
 }
 
-}  // namespace
-
-TEST(CapturedEngineGpu, SideStreamTrainsBitForBitLikeOneStream) {
-  if (!blu::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
-  const fs::path root = fs::temp_directory_path() / ("blu_captured_gpu_" + std::to_string(::getpid()));
+// Side stream on vs off (and, in fp32, vs the autograd engine) in one precision mode.
+void side_stream_bit_for_bit(const std::string& precision) {
+  const fs::path root = fs::temp_directory_path() / ("blu_captured_gpu_" + precision + "_" + std::to_string(::getpid()));
   fs::remove_all(root);
   test::write_pattern_shards((root / "data").string());
-  for (const std::string precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
-    const TrainRun side = train(root, "side_" + precision, "captured", precision);
-    ASSERT_NE(side.log.find("captured engine: step 2 recorded"), std::string::npos) << side.log;
-    EXPECT_NE(side.log.find("; side stream: "), std::string::npos) << side.log;
-    TrainRun one;
-    {
-      blu::test::ScopedEnv off("BLU_CAPTURE_SIDE_STREAM", "0");
-      one = train(root, "one_" + precision, "captured", precision);
+  const size_t n = static_cast<size_t>(steps());
+  const TrainRun side = train(root, "side_" + precision, "captured", precision);
+  ASSERT_NE(side.log.find("captured engine: step 2 recorded"), std::string::npos) << side.log;
+  EXPECT_NE(side.log.find("; side stream: "), std::string::npos) << side.log;
+  TrainRun one;
+  {
+    blu::test::ScopedEnv off("BLU_CAPTURE_SIDE_STREAM", "0");
+    one = train(root, "one_" + precision, "captured", precision);
+  }
+  EXPECT_EQ(one.log.find("; side stream: "), std::string::npos) << one.log;
+  ASSERT_EQ(side.result.train_losses.size(), n);
+  ASSERT_EQ(one.result.train_losses.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(side.result.train_losses[i].loss, one.result.train_losses[i].loss) << "step " << i + 1;
+  }
+  const fs::path cs = latest_checkpoint(side.out.string());
+  const fs::path co = latest_checkpoint(one.out.string());
+  ASSERT_FALSE(cs.empty());
+  ASSERT_FALSE(co.empty());
+  EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(co / "model.safetensors"));
+  EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(co / "optimizer.safetensors"));
+  if (precision == "fp32") {  // strict fp32: the captured step is the autograd step, bit for bit
+    const TrainRun a = train(root, "autograd", "autograd", precision);
+    ASSERT_EQ(a.result.train_losses.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(side.result.train_losses[i].loss, a.result.train_losses[i].loss) << "step " << i + 1;
     }
-    EXPECT_EQ(one.log.find("; side stream: "), std::string::npos) << one.log;
-    ASSERT_EQ(side.result.train_losses.size(), 7u);
-    ASSERT_EQ(one.result.train_losses.size(), 7u);
-    for (size_t i = 0; i < 7; ++i) {
-      EXPECT_EQ(side.result.train_losses[i].loss, one.result.train_losses[i].loss) << "step " << i + 1;
-    }
-    const fs::path cs = latest_checkpoint(side.out.string());
-    const fs::path co = latest_checkpoint(one.out.string());
-    ASSERT_FALSE(cs.empty());
-    ASSERT_FALSE(co.empty());
-    EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(co / "model.safetensors"));
-    EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(co / "optimizer.safetensors"));
-    if (precision == "fp32") {  // strict fp32: the captured step is the autograd step, bit for bit
-      const TrainRun a = train(root, "autograd", "autograd", precision);
-      ASSERT_EQ(a.result.train_losses.size(), 7u);
-      for (size_t i = 0; i < 7; ++i) {
-        EXPECT_EQ(side.result.train_losses[i].loss, a.result.train_losses[i].loss) << "step " << i + 1;
-      }
-      EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(fs::path(latest_checkpoint(a.out.string())) / "model.safetensors"));
-    }
+    EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(fs::path(latest_checkpoint(a.out.string())) / "model.safetensors"));
   }
   fs::remove_all(root);
+}
+
+}  // namespace
+
+TEST(CapturedEngineGpu, SideStreamTrainsBitForBitLikeOneStreamFp32) {
+  if (!blu::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  side_stream_bit_for_bit("fp32");
+}
+
+TEST(CapturedEngineGpu, SideStreamTrainsBitForBitLikeOneStreamBf16) {
+  if (!blu::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  side_stream_bit_for_bit("bf16");
 }

@@ -329,6 +329,35 @@ Tensor Tensor::unsqueeze(int64_t d) const {
                           });
 }
 
+namespace {
+// Note [Split of adjacent gradients]
+// split's backward concatenates its pieces' gradients. When they already are the pieces of one
+// tensor, i.e. views of one storage with one dtype and the same strides, each starting where the
+// previous one ends along the split dim (an op wrote them into one buffer on purpose: Note
+// [Packed attention gradients] in cuda_sdpa.cpp), their union is a view of that storage with the
+// input's sizes and those strides: it addresses exactly the pieces' elements, so it is returned
+// without a copy. Anything else (a missing gradient, separate buffers, another order) is
+// concatenated as before.
+Tensor union_of_adjacent(const std::vector<Tensor>& grads, int64_t dd, const Shape& in_sizes) {
+  if (grads.empty() || !grads[0].defined()) return Tensor();
+  const Tensor& g0 = grads[0];
+  int64_t next = g0.storage_offset(), total = 0;
+  for (const Tensor& g : grads) {
+    if (!g.defined() || g.storage() != g0.storage() || g.dtype() != g0.dtype() || g.strides() != g0.strides() ||
+        g.storage_offset() != next || g.dim() != static_cast<int64_t>(in_sizes.size())) {
+      return Tensor();
+    }
+    for (int64_t i = 0; i < g.dim(); ++i) {
+      if (i != dd && g.size(i) != in_sizes[static_cast<size_t>(i)]) return Tensor();
+    }
+    next += g.size(dd) * g.stride(dd);
+    total += g.size(dd);
+  }
+  if (total != in_sizes[static_cast<size_t>(dd)]) return Tensor();
+  return detail::make_alias(g0, in_sizes, g0.strides(), g0.storage_offset());
+}
+}  // namespace
+
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   int64_t dd = detail::wrap_dim(d, dim(), "split");
   BLU_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
@@ -349,6 +378,7 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
   return autograd::record_multi(
       "split", pieces, {*this}, {},
       [dd, lengths, in_sizes](const std::vector<Tensor>& grads, const BackwardContext&) {
+        if (Tensor whole = union_of_adjacent(grads, dd, in_sizes); whole.defined()) return std::vector<Tensor>{whole};
         std::vector<Tensor> parts;
         for (std::size_t i = 0; i < grads.size(); ++i) {
           if (grads[i].defined()) {
