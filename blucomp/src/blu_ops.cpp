@@ -154,7 +154,8 @@ LogicalResult KernelOp::verify() {
       "embedding_backward", "softmax_forward", "softmax_backward", "layernorm_backward",
       "column_sum", "adamw_step",
       "copy_", "fill_", "unary", "binary", "reduce", "gemm", "layer_norm_forward",
-      "layer_norm_backward", "cross_entropy_forward", "cross_entropy_backward", "causal_fill",
+      "layer_norm_backward", "cross_entropy_forward", "cross_entropy_backward",
+      "cross_entropy_forward_backward", "causal_fill",
       "dropout", "random_uniform", "random_normal", "global_norm", "scale_tensors_", "copy_tensors_"};
   for (llvm::StringRef name : kKnown)
     if (getCallee() == name) return success();

@@ -882,6 +882,23 @@ TEST(CudaKernels, CrossEntropyWithIgnoreIndex) {
       Tol btol = tol_for(dt);
       btol.atol = dt == DType::F64 ? 1e-13 : dt == DType::F32 ? 1e-6 : 1e-3;
       EXPECT_TRUE(all_close(values(dlogits), dref, btol, what + " dlogits"));
+      // Note [Cross-entropy in one pass]: forward + backward with dlosses = 1 in one call, out of
+      // place and in place, bit for bit the two calls' results (vocab 1031 and f64: the fallback).
+      Tensor ones = gpu_random({n}, st, ++seed, 1, 1);
+      Tensor d1 = gpu_poisoned({n, vocab}, dt);
+      co::cross_entropy_backward(d1, ones, logits, lse, targets, ignore);
+      for (const bool in_place : {false, true}) {
+        Tensor l2 = gpu_poisoned({n}, st), e2 = gpu_poisoned({n}, st), v2 = gpu_poisoned({n}, st);
+        Tensor x2 = gpu_poisoned({n, vocab}, dt);
+        co::copy_(x2, logits);
+        Tensor d2 = in_place ? x2 : gpu_poisoned({n, vocab}, dt);
+        co::cross_entropy_forward_backward(l2, e2, v2, d2, x2, targets, ignore);
+        const std::string how = what + (in_place ? " forward_backward in place" : " forward_backward");
+        EXPECT_EQ(values(l2), values(losses)) << how;
+        EXPECT_EQ(values(e2), values(lse)) << how;
+        EXPECT_EQ(values(v2), values(valid)) << how;
+        EXPECT_EQ(values(d2), values(d1)) << how;
+      }
     }
 }
 
@@ -895,6 +912,16 @@ TEST(CudaKernels, CrossEntropyBadTargetGivesNaNNotFault) {
   EXPECT_FALSE(std::isnan(l[0]));
   EXPECT_TRUE(std::isnan(l[1]));
   EXPECT_TRUE(std::isnan(l[2]));
+  // The same from the one-pass op, on the vector kernel (vocab 16) and the fallback (10).
+  for (const int64_t vocab : {int64_t{16}, int64_t{10}}) {
+    Tensor x = gpu_random({3, vocab}, DType::F32, 6);
+    Tensor d = gpu_poisoned({3, vocab}, DType::F32);
+    co::cross_entropy_forward_backward(losses, lse, valid, d, x, targets, -100);
+    l = values(losses);
+    EXPECT_FALSE(std::isnan(l[0])) << vocab;
+    EXPECT_EQ(std::isnan(l[1]), vocab <= 10) << vocab;  // target 10 is in range for vocab 16
+    EXPECT_TRUE(std::isnan(l[2])) << vocab;
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

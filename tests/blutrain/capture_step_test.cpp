@@ -23,7 +23,7 @@ TEST(CaptureStep, TinyGpt2StepReplaysBitForBit) {
   EXPECT_EQ(ops["layer_norm_forward"], 9);  // 2 per block + ln_f
   EXPECT_EQ(ops["layer_norm_backward"], 9);
   EXPECT_GE(ops["gemm"], 4 * 4 * 3);  // 4 linears per block, forward + 2 backward GEMMs each
-  EXPECT_EQ(ops["cross_entropy_forward"], 1);
+  EXPECT_EQ(ops["cross_entropy_forward_backward"], 1);  // Note [Cross-entropy in one pass]
   EXPECT_GE(ops["adamw_step"], 1);
   EXPECT_EQ(ops["global_norm"], 1);
   EXPECT_EQ(g.outputs().size(), 156u);

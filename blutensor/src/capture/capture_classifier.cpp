@@ -138,13 +138,17 @@ const Executable::ClassifierChunks& Executable::chunk_classifier(int64_t chunk_r
   };
   const Graph& g = graph_;
   const int count = static_cast<int>(g.nodes.size());
-  int f = -1, b = -1, fs = 0, bs = 0;
+  int f = -1, b = -1, fs = 0, bs = 0, fbs = 0;
   for (int i = 0; i < count; ++i) {
     if (g.nodes[static_cast<size_t>(i)].op == "cross_entropy_forward") f = i, ++fs;
     if (g.nodes[static_cast<size_t>(i)].op == "cross_entropy_backward") b = i, ++bs;
+    if (g.nodes[static_cast<size_t>(i)].op == "cross_entropy_forward_backward") ++fbs;
   }
-  if (fs > 1 && bs == fs)  // linear_cross_entropy (Note [Linear cross-entropy]) chunks it already
-    return refuse("the loss is already in " + std::to_string(fs) + " row chunks: no [N, V] logits to chunk");
+  // linear_cross_entropy (Note [Linear cross-entropy]) chunks it already: one forward_backward a
+  // chunk (or a forward and a backward each, as it did before Note [Cross-entropy in one pass]).
+  if (fbs > 0 || (fs > 1 && bs == fs))
+    return refuse("the loss is already in " + std::to_string(fbs > 0 ? fbs : fs) +
+                  " row chunks: no [N, V] logits to chunk");
   if (fs != 1 || bs != 1)
     return refuse(std::to_string(fs) + " cross_entropy_forward and " + std::to_string(bs) +
                   " cross_entropy_backward calls, not one each");

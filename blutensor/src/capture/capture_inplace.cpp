@@ -69,6 +69,7 @@ const std::vector<Rule>& rules() {
       {"softmax_forward", "y", {"x"}},
       {"softmax_backward", "dx", {"dy"}},
       {"cross_entropy_backward", "dlogits", {"logits"}},
+      {"cross_entropy_forward_backward", "dlogits", {"logits"}},
   };
   return r;
 }

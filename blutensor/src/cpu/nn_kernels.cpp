@@ -247,7 +247,7 @@ void xent_bwd_typed(const Tensor& dlogits, const Tensor& dlosses, const Tensor& 
   const int64_t v = logits.size(-1), n = targets.numel();
   const T* xp = static_cast<const T*>(logits.data_ptr());
   const I* tp = static_cast<const I*>(targets.data_ptr());
-  const S* gp = static_cast<const S*>(dlosses.data_ptr());
+  const S* gp = dlosses.defined() ? static_cast<const S*>(dlosses.data_ptr()) : nullptr;  // none: 1
   const S* ep = static_cast<const S*>(lse.data_ptr());
   T* op = static_cast<T*>(dlogits.data_ptr());
   cpu::parallel_for(n, v, [&](int64_t r) {
@@ -258,7 +258,7 @@ void xent_bwd_typed(const Tensor& dlogits, const Tensor& dlosses, const Tensor& 
       return;
     }
     const T* xr = xp + r * v;
-    C g = static_cast<C>(gp[r]), l = static_cast<C>(ep[r]);
+    C g = gp ? static_cast<C>(gp[r]) : C(1), l = static_cast<C>(ep[r]);
     if constexpr (std::is_same_v<T, float>) {
       cpu::row_scaled_softmax_f32(o, xr, v, l, g);
     } else {
@@ -390,6 +390,11 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& dlosses, const 
                           BLU_SWITCH_INDEX_DTYPES(targets.dtype(), I, "cross_entropy_backward",
                                                   (xent_bwd_typed<T, I>(dlogits, dlosses, logits, lse, targets,
                                                                         ignore_index))));
+}
+void cross_entropy_forward_backward(const Tensor& losses, const Tensor& lse, const Tensor& valid, const Tensor& dlogits,
+                                    const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  cross_entropy_forward(losses, lse, valid, logits, targets, ignore_index);
+  cross_entropy_backward(dlogits, Tensor(), logits, lse, targets, ignore_index);
 }
 void causal_fill(const Tensor& out, const Tensor& x, double value) {
   BLU_SWITCH_FLOAT_DTYPES(x.dtype(), T, "causal_fill", causal_fill_typed<T>(out, x, value));

@@ -15,7 +15,7 @@ namespace blu {
 // W [V, C] and b [V] (no gradient: GPT-2's padded-vocabulary mask), without the [N, V] logits:
 // R rows at a time (chunk_rows; <= 0: the rows whose fp32 logits fit 512 MiB, a multiple of 64)
 //   S = x[r0:r0+R] W^T (+ b)             one [R, V] scratch for all chunks
-//   losses[r0:], lse[r0:], valid[r0:] = cross_entropy_forward(S, t[r0:])
+//   losses[r0:], lse[r0:], valid[r0:] = cross_entropy_forward(S, t[r0:]), and in the same call
 //   S = cross_entropy_backward(dlosses = 1) in place: softmax - onehot (0 on ignored rows)
 //   dX_u[r0:] = S W;  dW_u (+)= S^T x[r0:]
 // and the loss is sum(losses) / sum(valid). The gradient is linear in the upstream one, and a
@@ -82,12 +82,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   Tensor losses = detail::new_empty({n}, sd, dev), lse = detail::new_empty({n}, sd, dev),
          valid = detail::new_empty({n}, sd, dev);
   Tensor scratch = detail::new_empty({rows * v}, dt, dev);
-  Tensor dx_u, dw_u, ones;
+  Tensor dx_u, dw_u;
   if (grad) {
     if (need_dx) dx_u = detail::new_empty({n, c}, dt, dev);
     if (need_dw) dw_u = detail::new_empty({1, v, c}, low ? kFloat32 : dt, dev);
-    ones = detail::new_empty({rows}, sd, dev);
-    BLU_DISPATCH(dev, fill_, ones, 1.0);
   }
   for (int64_t r0 = 0; r0 < n; r0 += rows) {
     const int64_t r = std::min(rows, n - r0);
@@ -96,11 +94,15 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     BLU_DISPATCH(dev, gemm, s3, xr, wt, false);
     if (bias.defined())
       BLU_DISPATCH(dev, binary, BinaryOp::kAdd, s3, s3, detail::broadcast_alias(bias.detach(), s3.sizes()), 1.0);
-    BLU_DISPATCH(dev, cross_entropy_forward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
-                 valid.narrow(0, r0, r), s2, t.narrow(0, r0, r), ignore_index);
-    if (!grad) continue;
-    BLU_DISPATCH(dev, cross_entropy_backward, s2, ones.narrow(0, 0, r), s2, lse.narrow(0, r0, r),
-                 t.narrow(0, r0, r), ignore_index);
+    if (!grad) {
+      BLU_DISPATCH(dev, cross_entropy_forward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
+                   valid.narrow(0, r0, r), s2, t.narrow(0, r0, r), ignore_index);
+      continue;
+    }
+    // The loss and the unscaled gradient (dlosses = 1) in place, one call (Note [Cross-entropy in
+    // one pass]: one read of the chunk on CUDA).
+    BLU_DISPATCH(dev, cross_entropy_forward_backward, losses.narrow(0, r0, r), lse.narrow(0, r0, r),
+                 valid.narrow(0, r0, r), s2, s2, t.narrow(0, r0, r), ignore_index);
     if (need_dx) BLU_DISPATCH(dev, gemm, dx_u.narrow(0, r0, r).view({1, r, c}), s3, w3, false);
     // dW (+)= chunk^T x: bf16/f16 inputs accumulate into the fp32 dw_u (a mixed-dtype GEMM).
     if (need_dw) BLU_DISPATCH(dev, gemm, dw_u, s3.transpose(1, 2), xr, r0 > 0);
