@@ -5,8 +5,6 @@
 // batch shows up in the loss instead of faulting. (blublas::cross_entropy_fused computes the mean
 // loss with a uniform dloss and no lse output, a different contract: the trainer may call it
 // directly; the op here keeps the per-row form that autograd needs.)
-#include <algorithm>
-
 #include "cuda/block_reduce.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -92,7 +90,6 @@ __global__ void xent_bwd_kernel(T* dlogits, const typename stats_of<T>::type* dl
 // above. Predicted: ~100 and ~220 us a chunk (2.5-2.6 TB/s).
 template <typename T>
 constexpr int kXentVec = 16 / static_cast<int>(sizeof(T));
-constexpr int kXentUnroll = 4;  // vectors a thread has in flight in xent_fwd_bwd_vec_kernel
 
 template <typename T>
 __device__ __forceinline__ void load_xent_vec(const T* p, float (&v)[kXentVec<T>]) {
@@ -163,51 +160,43 @@ __global__ void xent_bwd_vec_kernel(T* dlogits, const float* dlosses, const T* l
 // a d12 bf16 B16 step on the H100 against the fused engine's 1.19 ms for one streamed pass
 // (session 19). This kernel is the two kernels' bodies back to back in one block per row: the
 // forward's pass over the row, its block reductions, then the backward's pass over the same row,
-// which the block read a moment before, so the second read can come from L2 and HBM see one read
-// and one write. That needs the rows in flight to fit the L2 (50 MB): the first version let 8
-// 256-thread blocks share a SM (1056 rows of 100 KB of bf16, ~105 MB) and measured 251 us a chunk
-// against the two kernels' 257 (baceddc, H100): the second read went to HBM. So the launch asks
-// for unused dynamic shared memory that leaves room for 2 blocks a SM and not 3 (264 rows, ~26
-// MB), and each thread keeps kXentUnroll vector loads in flight (16 warps a SM x 4 x 16 B) so the
-// first pass still streams. The arithmetic and the order are the two kernels' (per-thread running max / sum over
+// which the block read a moment before, meant to come from L2 so that HBM sees one read and one
+// write. Measured (H100, d12 bf16 B16, 7 chunks a step): 1.76 ms a step (baceddc) against the two
+// kernels' 1.80: no gain. Not the L2: a version that let only 2 blocks share a SM (unused dynamic
+// shared memory; ~26 MB of rows in flight instead of ~105) with 4 vector loads in flight a thread
+// measured 1.75 ms (8a36f7b) and was dropped. 250 us a chunk is 2.1 TB/s for one read and one
+// write; the fused engine's streamed kernel (blublas, TMA bulk copies into a shared-memory ring)
+// does the same rows at ~190 us. What is kept: one launch a chunk instead of two and no buffer of
+// ones (2 launches a step fewer), the same bits. The arithmetic and the order are the two kernels' (per-thread running max / sum over
 // the same vectors, the same block trees, g = 1), so losses, lse and the gradient are the same
 // bits as the two launches give. In place: the target's logit, which the loss needs, is read
 // before the block's first barrier, so before any thread writes. Rows that are not whole aligned
-// 16-byte vectors run the two kernels. Predicted: ~180 us a chunk, -0.5 ms a bf16 step (1.76 ->
-// ~1.25 ms).
+// 16-byte vectors run the two kernels. (Predicted: -0.6 ms a bf16 step; measured -0.04, above.)
 template <typename T, typename I>
 __global__ void xent_fwd_bwd_vec_kernel(float* losses, float* lse, float* valid, T* dlogits, const T* logits,
                                         const I* targets, int64_t vocab, int64_t ignore_index) {
-  constexpr int V = kXentVec<T>, U = kXentUnroll;
+  constexpr int V = kXentVec<T>;
   __shared__ float scratch[kThreads / 32];
-  const int64_t row = blockIdx.x, nv = vocab / V;
+  const int64_t row = blockIdx.x;
   const T* xr = logits + row * vocab;
   const int64_t t = static_cast<int64_t>(targets[row]);
   const bool ignored = t == ignore_index;
   // The target's logit before any write (dlogits may be logits).
   const float xt = threadIdx.x == 0 && !ignored && t >= 0 && t < vocab ? load_c(xr[t]) : 0.0f;
   float m = -INFINITY, s = 0.0f;
-  // U vectors in flight a thread, then taken in the order the one-at-a-time loop takes them.
-  for (int64_t p0 = threadIdx.x; p0 < nv; p0 += kThreads * U) {
-    float v[U][V];
+  for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
+    float v[V];
+    load_xent_vec<T>(xr + p * V, v);
+    float pm = v[0];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (p0 + u * kThreads < nv) load_xent_vec<T>(xr + (p0 + u * kThreads) * V, v[u]);
+    for (int i = 1; i < V; ++i) pm = fmaxf(pm, v[i]);
+    if (pm > m) {
+      s = m == -INFINITY ? 0.0f : s * expf(m - pm);
+      m = pm;
     }
+    if (m != -INFINITY) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (p0 + u * kThreads >= nv) break;
-      float pm = v[u][0];
-#pragma unroll
-      for (int i = 1; i < V; ++i) pm = fmaxf(pm, v[u][i]);
-      if (pm > m) {
-        s = m == -INFINITY ? 0.0f : s * expf(m - pm);
-        m = pm;
-      }
-      if (m != -INFINITY) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) s += expf(v[u][i] - m);
-      }
+      for (int i = 0; i < V; ++i) s += expf(v[i] - m);
     }
   }
   const float bm = block_max(m, scratch);
@@ -220,50 +209,19 @@ __global__ void xent_fwd_bwd_vec_kernel(float* losses, float* lse, float* valid,
   }
   T* o = dlogits + row * vocab;
   const float g = ignored ? 0.0f : 1.0f;
-  for (int64_t p0 = threadIdx.x; p0 < nv; p0 += kThreads * U) {
-    float v[U][V];
+  for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
+    float v[V];
+    load_xent_vec<T>(xr + p * V, v);
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (p0 + u * kThreads < nv) load_xent_vec<T>(xr + (p0 + u * kThreads) * V, v[u]);
+    for (int i = 0; i < V; ++i) {
+      float d = ignored ? 0.0f : g * expf(v[i] - l);
+      if (p * V + i == t) d -= g;
+      e[i] = store_c<T>(d);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t p = p0 + u * kThreads;
-      if (p >= nv) break;
-      uint4 w;
-      T* e = reinterpret_cast<T*>(&w);
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        float d = ignored ? 0.0f : g * expf(v[u][i] - l);
-        if (p * V + i == t) d -= g;
-        e[i] = store_c<T>(d);
-      }
-      *reinterpret_cast<uint4*>(o + p * V) = w;
-    }
+    *reinterpret_cast<uint4*>(o + p * V) = u;
   }
-}
-
-// The dynamic shared memory (unused) that leaves room for two blocks a SM and not three
-// (Note [Cross-entropy in one pass]), set once per kernel; 0 where the device says nothing.
-template <typename T, typename I>
-int xent_fwd_bwd_smem() {
-  static const int bytes = [] {
-    auto kernel = xent_fwd_bwd_vec_kernel<T, I>;
-    int dev = 0, per_sm = 0, optin = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    const int want = std::min(per_sm / 3 + 1024, optin - 1024);
-    if (want <= 0 || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, want) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return want;
-  }();
-  return bytes;
 }
 
 // Whether the rows of `t` ([rows, vocab], contiguous) are whole aligned 16-byte vectors.
@@ -330,8 +288,7 @@ void xent_fwd_bwd_typed(const Tensor& losses, const Tensor& lse, const Tensor& v
   if (n == 0) return;
   if constexpr (std::is_same_v<typename stats_of<T>::type, float>) {
     if (xent_vec_ok<T>(logits, vocab) && xent_vec_ok<T>(dlogits, vocab)) {
-      const int smem = xent_fwd_bwd_smem<T, I>();
-      xent_fwd_bwd_vec_kernel<T, I><<<static_cast<unsigned>(n), kThreads, smem, stream_of(logits)>>>(
+      xent_fwd_bwd_vec_kernel<T, I><<<static_cast<unsigned>(n), kThreads, 0, stream_of(logits)>>>(
           static_cast<float*>(losses.data_ptr()), static_cast<float*>(lse.data_ptr()),
           static_cast<float*>(valid.data_ptr()), static_cast<T*>(dlogits.data_ptr()),
           static_cast<const T*>(logits.data_ptr()), static_cast<const I*>(targets.data_ptr()), vocab, ignore_index);
