@@ -99,13 +99,10 @@ __device__ __forceinline__ void load_xent_vec(const T* p, float (&v)[kXentVec<T>
   for (int i = 0; i < kXentVec<T>; ++i) v[i] = load_c(e[i]);
 }
 
-template <typename T, typename I>
-__global__ void xent_fwd_vec_kernel(float* losses, float* lse, float* valid, const T* logits,
-                                    const I* targets, int64_t vocab, int64_t ignore_index) {
+// A row's log-sum-exp from its whole 16-byte vectors (every thread of the block gets it).
+template <typename T>
+__device__ __forceinline__ float row_lse_vec(const T* xr, int64_t vocab, float* scratch) {
   constexpr int V = kXentVec<T>;
-  __shared__ float scratch[kThreads / 32];
-  const int64_t row = blockIdx.x;
-  const T* xr = logits + row * vocab;
   float m = -INFINITY, s = 0.0f;
   for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
     float v[V];
@@ -124,20 +121,15 @@ __global__ void xent_fwd_vec_kernel(float* losses, float* lse, float* valid, con
   }
   const float bm = block_max(m, scratch);
   const float mine = (m == -INFINITY || bm == -INFINITY) ? 0.0f : s * expf(m - bm);
-  const float bs = block_sum(mine, scratch);
-  if (threadIdx.x == 0) write_row_loss<T, float, float>(losses, lse, valid, row, bm + logf(bs), xr, targets, vocab, ignore_index);
+  return bm + logf(block_sum(mine, scratch));
 }
 
-template <typename T, typename I>
-__global__ void xent_bwd_vec_kernel(T* dlogits, const float* dlosses, const T* logits, const float* lse,
-                                    const I* targets, int64_t vocab, int64_t ignore_index) {
+// A row's gradient g * (softmax - onehot(t)) from its log-sum-exp l, whole 16-byte vectors (0 if
+// ignored). o may be xr.
+template <typename T>
+__device__ __forceinline__ void write_row_grad_vec(T* o, const T* xr, int64_t vocab, int64_t t, bool ignored,
+                                                   float g, float l) {
   constexpr int V = kXentVec<T>;
-  const int64_t row = blockIdx.x;
-  T* o = dlogits + row * vocab;
-  const T* xr = logits + row * vocab;
-  const int64_t t = static_cast<int64_t>(targets[row]);
-  const bool ignored = t == ignore_index;
-  const float g = ignored ? 0.0f : (dlosses ? dlosses[row] : 1.0f), l = lse[row];
   for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
     float v[V];
     load_xent_vec<T>(xr + p * V, v);
@@ -151,6 +143,26 @@ __global__ void xent_bwd_vec_kernel(T* dlogits, const float* dlosses, const T* l
     }
     *reinterpret_cast<uint4*>(o + p * V) = u;
   }
+}
+
+template <typename T, typename I>
+__global__ void xent_fwd_vec_kernel(float* losses, float* lse, float* valid, const T* logits,
+                                    const I* targets, int64_t vocab, int64_t ignore_index) {
+  __shared__ float scratch[kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const T* xr = logits + row * vocab;
+  const float l = row_lse_vec<T>(xr, vocab, scratch);
+  if (threadIdx.x == 0) write_row_loss<T, float, float>(losses, lse, valid, row, l, xr, targets, vocab, ignore_index);
+}
+
+template <typename T, typename I>
+__global__ void xent_bwd_vec_kernel(T* dlogits, const float* dlosses, const T* logits, const float* lse,
+                                    const I* targets, int64_t vocab, int64_t ignore_index) {
+  const int64_t row = blockIdx.x;
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  const bool ignored = t == ignore_index;
+  const float g = ignored ? 0.0f : (dlosses ? dlosses[row] : 1.0f);
+  write_row_grad_vec<T>(dlogits + row * vocab, logits + row * vocab, vocab, t, ignored, g, lse[row]);
 }
 
 // Note [Cross-entropy in one pass]
@@ -175,53 +187,20 @@ __global__ void xent_bwd_vec_kernel(T* dlogits, const float* dlosses, const T* l
 template <typename T, typename I>
 __global__ void xent_fwd_bwd_vec_kernel(float* losses, float* lse, float* valid, T* dlogits, const T* logits,
                                         const I* targets, int64_t vocab, int64_t ignore_index) {
-  constexpr int V = kXentVec<T>;
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
   const T* xr = logits + row * vocab;
   const int64_t t = static_cast<int64_t>(targets[row]);
   const bool ignored = t == ignore_index;
-  // The target's logit before any write (dlogits may be logits).
+  // The target's logit before any write (dlogits may be logits): row_lse_vec's barriers follow.
   const float xt = threadIdx.x == 0 && !ignored && t >= 0 && t < vocab ? load_c(xr[t]) : 0.0f;
-  float m = -INFINITY, s = 0.0f;
-  for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
-    float v[V];
-    load_xent_vec<T>(xr + p * V, v);
-    float pm = v[0];
-#pragma unroll
-    for (int i = 1; i < V; ++i) pm = fmaxf(pm, v[i]);
-    if (pm > m) {
-      s = m == -INFINITY ? 0.0f : s * expf(m - pm);
-      m = pm;
-    }
-    if (m != -INFINITY) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) s += expf(v[i] - m);
-    }
-  }
-  const float bm = block_max(m, scratch);
-  const float mine = (m == -INFINITY || bm == -INFINITY) ? 0.0f : s * expf(m - bm);
-  const float l = bm + logf(block_sum(mine, scratch));
+  const float l = row_lse_vec<T>(xr, vocab, scratch);
   if (threadIdx.x == 0) {
     lse[row] = l;
     losses[row] = ignored ? 0.0f : (t < 0 || t >= vocab) ? NAN : l - xt;
     valid[row] = ignored ? 0.0f : 1.0f;
   }
-  T* o = dlogits + row * vocab;
-  const float g = ignored ? 0.0f : 1.0f;
-  for (int64_t p = threadIdx.x; p < vocab / V; p += kThreads) {
-    float v[V];
-    load_xent_vec<T>(xr + p * V, v);
-    uint4 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      float d = ignored ? 0.0f : g * expf(v[i] - l);
-      if (p * V + i == t) d -= g;
-      e[i] = store_c<T>(d);
-    }
-    *reinterpret_cast<uint4*>(o + p * V) = u;
-  }
+  write_row_grad_vec<T>(dlogits + row * vocab, xr, vocab, t, ignored, ignored ? 0.0f : 1.0f, l);
 }
 
 // Whether the rows of `t` ([rows, vocab], contiguous) are whole aligned 16-byte vectors.
