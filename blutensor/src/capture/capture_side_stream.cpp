@@ -17,11 +17,11 @@ namespace blu::capture {
 //  - a *side call* is a launch on CUDA (a call that runs itself, not a host read or write, or a
 //    replace()d set's kernel at the set's last node, with what all its calls touch: blu-plan's
 //    bound GEMM epilogues and fused groups; a launch's declared views are buffers its calls name)
-//    whose results are consumed later in the step (some
-//    buffer it writes is touched again) but not soon: every buffer it writes is next touched kSideMinGap or more calls later,
-//    or never (a call whose result the next side call reads would make every producer chain a
-//    side call: the whole forward, session 18's first version on the tiny GPT-2). A weight or bias gradient is one (the record's dW GEMMs and
-//    bias sums write gradients that only the norm and the update read, hundreds of calls later);
+//    whose results are consumed later in the step (some buffer it writes is touched again) but
+//    not soon: every buffer it writes is next touched kSideMinGap or more calls later, or never
+//    (a call whose result the next side call reads would make every producer chain a side call:
+//    the whole forward, session 18's first version on the tiny GPT-2). A weight or bias gradient
+//    is one (the record's dW GEMMs and bias sums write gradients that only the norm and the update read, hundreds of calls later);
 //    a data gradient is not (the next call reads it), nor a LayerNorm backward (its dX), nor the
 //    update (it writes what nothing in the step reads again).
 //  - consecutive side calls form a *group*; the side stream runs it in order once the main
@@ -81,7 +81,8 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
     const int k = set_of(i);
     if (k >= 0 && members[static_cast<size_t>(k)].back() != i) continue;
     launches[static_cast<size_t>(i)] = 1;
-    const std::vector<int> calls = k >= 0 ? members[static_cast<size_t>(k)] : std::vector<int>{i};
+    const std::vector<int> single{i};
+    const std::vector<int>& calls = k >= 0 ? members[static_cast<size_t>(k)] : single;
     bool cuda = true;
     std::vector<Touch>& t = touches[static_cast<size_t>(i)];
     for (int c : calls) {

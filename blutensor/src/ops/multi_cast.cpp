@@ -17,43 +17,52 @@ namespace blu {
 // backward runs when the block's backward is done and the weight gradients still become ready
 // block by block (the data-parallel hooks keep their overlap). Tensors already of `dtype`, or
 // non-contiguous, or on another device than the first, or not floating, take t.to(dtype).
-std::vector<Tensor> to_dtype_all(const std::vector<Tensor>& ts, DType dtype) {
-  std::vector<Tensor> out(ts.size());
+namespace {
+
+// Casts into out[i] the tensors of `ts` that one copy_tensors_ call takes (defined, floating,
+// contiguous, not already `dtype`, on the first such one's device with its dtype) and returns
+// their indices; the others are left to the caller. No autograd node of its own.
+std::vector<std::size_t> cast_batch(const std::vector<Tensor>& ts, DType dtype, std::vector<Tensor>& out) {
   std::vector<Tensor> srcs, dsts;
   std::vector<std::size_t> where;
   for (std::size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
-    BLU_CHECK(t.defined(), "to_dtype_all: tensor ", i, " of ", ts.size(), " is undefined");
-    const bool batched = t.dtype() != dtype && is_floating(t.dtype()) && is_floating(dtype) && t.is_contiguous() &&
-                         (srcs.empty() || (t.device() == srcs[0].device() && t.dtype() == srcs[0].dtype()));
-    if (!batched) {
-      out[i] = t.to(dtype);
+    if (!t.defined() || t.dtype() == dtype || !is_floating(t.dtype()) || !is_floating(dtype) || !t.is_contiguous() ||
+        (!srcs.empty() && (t.device() != srcs[0].device() || t.dtype() != srcs[0].dtype()))) {
       continue;
     }
     srcs.push_back(t);
     dsts.push_back(detail::new_empty(t.sizes(), dtype, t.device()));
     where.push_back(i);
   }
-  if (srcs.empty()) return out;
-  BLU_DISPATCH(srcs[0].device(), copy_tensors_, dsts, srcs);
+  if (!srcs.empty()) BLU_DISPATCH(srcs[0].device(), copy_tensors_, dsts, srcs);
+  for (std::size_t k = 0; k < where.size(); ++k) out[where[k]] = dsts[k];
+  return where;
+}
+
+}  // namespace
+
+std::vector<Tensor> to_dtype_all(const std::vector<Tensor>& ts, DType dtype) {
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    BLU_CHECK(ts[i].defined(), "to_dtype_all: tensor ", i, " of ", ts.size(), " is undefined");
+  }
+  std::vector<Tensor> out(ts.size());
+  const std::vector<std::size_t> where = cast_batch(ts, dtype, out);
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (!out[i].defined()) out[i] = ts[i].to(dtype);
+  }
+  if (where.empty()) return out;
+  std::vector<Tensor> srcs, dsts;
+  for (std::size_t i : where) srcs.push_back(ts[i]), dsts.push_back(out[i]);
   const DType from = srcs[0].dtype();
   std::vector<Tensor> cast = autograd::record_multi(
       "to_dtype_all", dsts, srcs, {}, [from](const std::vector<Tensor>& grads, const BackwardContext&) {
         // The gradients arrive in the outputs' dtype; the contiguous ones go back in one call.
-        std::vector<Tensor> back(grads.size()), gs, bs;
-        std::vector<std::size_t> at;
+        std::vector<Tensor> back(grads.size());
+        cast_batch(grads, from, back);
         for (std::size_t i = 0; i < grads.size(); ++i) {
-          if (!grads[i].defined()) continue;
-          if (!grads[i].is_contiguous()) {
-            back[i] = grads[i].to(from);
-            continue;
-          }
-          gs.push_back(grads[i]);
-          bs.push_back(detail::new_empty(grads[i].sizes(), from, grads[i].device()));
-          at.push_back(i);
+          if (grads[i].defined() && !back[i].defined()) back[i] = grads[i].to(from);
         }
-        if (!gs.empty()) BLU_DISPATCH(gs[0].device(), copy_tensors_, bs, gs);
-        for (std::size_t k = 0; k < at.size(); ++k) back[at[k]] = bs[k];
         return back;
       });
   for (std::size_t k = 0; k < where.size(); ++k) out[where[k]] = cast[k];
