@@ -7,7 +7,7 @@
 # BLU_GS_NCU="name ..." (scripts/ncu-hot.sh names; default none) adds Nsight Compute reports;
 # BLU_GS_FUSED_AB / BLU_GS_COMPILED_AB ("VAR=value ...": a second fused / compiled run; default
 # none / BLU_CAPTURE_SIDE_STREAM=0); BLU_GS_TESTS overrides the test list (one line);
-# BLU_GS_ENGINES=0 skips the engines.
+# BLU_GS_ENGINES=0 skips the engines, BLU_GS_PROFILER=0 the step-GEMM profiler.
 # Writes $OUT/gs.tgz (everything) and prints a short table last. ~6-7 minutes on an H100.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +44,7 @@ shapes=(
   "fcproj_dx_beta;--m=16384 --n=768 --k=3072 --op_a=n --op_b=n --beta=1"
 )
 printf '| shape | blublas ms | cuBLASLt ms | ratio | max diff |\n|---|---|---|---|---|\n' > "$W/gemm_step.md"
+[ "${BLU_GS_PROFILER:-1}" = 1 ] || shapes=()
 for s in "${shapes[@]}"; do
   name=${s%%;*}; args=${s#*;}
   # shellcheck disable=SC2086

@@ -168,6 +168,14 @@ TEST(Capture, ExecutableTrainsLikeTheEagerSteps) {
     EXPECT_EQ(exe.arena().enabled, arena);
     EXPECT_EQ(loss_a2, loss_b2);
     EXPECT_GE(exe.persistent_buffers(), 29u);  // 9 weights, 18 moments, the batch
+    // Note [Graph segments]: cut at the two host reads (the second ends the step); no CUDA graphs
+    // for a CPU step.
+    const capture::Executable::GraphStats gs = exe.graph_stats();
+    EXPECT_FALSE(gs.enabled);
+    EXPECT_EQ(gs.segments, 2);
+    EXPECT_EQ(gs.captured, 0);
+    EXPECT_EQ(gs.eager_calls, exe.graph().launches());
+    EXPECT_NE(gs.describe().find(arena ? "not on one CUDA device" : "no arena"), std::string::npos) << gs.describe();
     for (int step = 3; step <= 8; ++step) {
       const double loss_a = train_step(a, opt_a, x_of(step), y_of(step));
       {

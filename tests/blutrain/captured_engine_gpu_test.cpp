@@ -1,7 +1,8 @@
 // captured_engine_gpu_test.cpp: `--engine captured` on a GPU with Note [Side stream] (blutensor):
 // the weight gradients the record writes straight into gradient buffers run on a second stream,
 // and the tiny GPT-2 trains bit for bit as with the side stream off (BLU_CAPTURE_SIDE_STREAM=0)
-// and, in strict fp32, as the autograd engine: every loss and the final checkpoint's bytes.
+// and, in strict fp32, as the autograd engine: every loss and the final checkpoint's bytes; and
+// with its CUDA graphs (blutensor's Note [Graph segments]) as without them (BLU_CAPTURE_GRAPHS=0).
 // BLU_CAPTURED_GPU_TEST_STEPS (default 7, at least 3: step 2 is recorded, later steps replay) lets
 // compute-sanitizer's racecheck run it in bounded time (tests/sanitize/cases.txt).
 #include <gtest/gtest.h>
@@ -83,6 +84,27 @@ void side_stream_bit_for_bit(const std::string& precision) {
   ASSERT_FALSE(co.empty());
   EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(co / "model.safetensors"));
   EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(co / "optimizer.safetensors"));
+  // Note [Graph segments] (blutensor): from the executable's second run (step 4) its stretches
+  // between host reads run as CUDA graphs; with BLU_CAPTURE_GRAPHS=0 every call is launched one by
+  // one: the same bits.
+  if (n >= 4) {
+    EXPECT_NE(side.log.find("captured engine: CUDA graphs: 2 of 3 segments"), std::string::npos) << side.log;
+    EXPECT_NE(one.log.find("captured engine: CUDA graphs: 2 of 3 segments"), std::string::npos) << one.log;
+  }
+  TrainRun eager;
+  {
+    blu::test::ScopedEnv off("BLU_CAPTURE_GRAPHS", "0");
+    eager = train(root, "eager_" + precision, "captured", precision);
+  }
+  EXPECT_NE(eager.log.find("captured engine: CUDA graphs off (BLU_CAPTURE_GRAPHS=0)"), std::string::npos) << eager.log;
+  ASSERT_EQ(eager.result.train_losses.size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(side.result.train_losses[i].loss, eager.result.train_losses[i].loss) << "graphs on vs off, step " << i + 1;
+  }
+  const fs::path ce = latest_checkpoint(eager.out.string());
+  ASSERT_FALSE(ce.empty());
+  EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(ce / "model.safetensors"));
+  EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(ce / "optimizer.safetensors"));
   if (precision == "fp32") {  // strict fp32: the captured step is the autograd step, bit for bit
     const TrainRun a = train(root, "autograd", "autograd", precision);
     ASSERT_EQ(a.result.train_losses.size(), n);

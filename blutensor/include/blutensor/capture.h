@@ -24,6 +24,10 @@
 
 namespace blu::capture {
 
+namespace detail {
+struct Ctx;  // the storages of one run (src/capture/capture_internal.h)
+}  // namespace detail
+
 // Note [Step capture]
 // The record is taken where the ops meet the backends (BLU_DISPATCH, dispatch.h, plus the CUDA
 // fused attention and the host <-> tensor copies), so autograd, nn and optim need nothing of it:
@@ -263,12 +267,55 @@ class Executable {
   // Before or between runs; arena().side_calls / side_groups say what the plan put there.
   void use_side_stream(bool on);
   const std::vector<InplacePair>& inplace_pairs();
+  // Note [Graph segments] (src/capture/capture_graphs.cpp): from the second run after a plan, the
+  // step's stretches between host reads run as CUDA graphs (captured once, then one launch each)
+  // where nothing in them changes per run; on unless BLU_CAPTURE_GRAPHS=0. Before or between runs.
+  void use_graphs(bool on);
+  struct GraphStats {
+    bool enabled = false;       // use_graphs, the arena, and the whole step on one CUDA device
+    int segments = 0;           // stretches of the step between its host reads
+    int capturable = 0;         // of them, those a graph may run (known from the plan)
+    int captured = 0;           // of them, captured (after the second run)
+    int captured_calls = 0;     // launches inside the captured graphs
+    int eager_calls = 0;        // launches still made one by one from the host
+    std::string why;            // why graphs are off, or why the first uncapturable segment is not
+    std::string describe() const;  // one line, no newline
+  };
+  GraphStats graph_stats();
   // Buffer id's bytes as run() addresses them (bytes_of's form): a persistent buffer, or a
   // temporary's window of the arena (planned and allocated on first need); undefined for a
   // temporary without the arena (its storage exists only during a run).
   Tensor buffer(int id);
 
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
  private:
+  // One stretch of the step: nodes [begin, body_end) hold no host read; the node at body_end, if
+  // below end, is the host read that ends it (Note [Graph segments]).
+  struct Segment {
+    int begin = 0, body_end = 0, end = 0;
+    bool capturable = false;
+    int calls = 0;  // launches in [begin, body_end)
+    cuda::GraphExec exec;
+  };
+  // What one run() tracks of the side stream (Note [Side stream]).
+  struct SideRun {
+    bool on = false;
+    int device = -1;
+    cudaStream_t main = nullptr;  // the caller's current stream, or the capture stream
+    int in_flight = -1;           // the forked group not yet joined
+    int seg_begin = 0;            // the running segment's first node
+    bool capturing = false;
+    int graph_end = 0;            // end of the last segment a graph ran in this run
+  };
+  bool run_nodes(int begin, int end, detail::Ctx& ctx, const StepScalars& scalars, SideRun& side,
+                 const HostReadFn& on_host_read);
+  void join_side(SideRun& side);
+  void plan_segments(bool one_cuda_device);
+  bool capture_segment(Segment& seg, detail::Ctx& ctx, const StepScalars& scalars, SideRun& side);
+  void drop_graphs() noexcept;
   void plan_temporaries();
   void add_override(std::vector<int> nodes, LaunchFn launch, std::size_t scratch_bytes,
                     ScratchLaunchFn scratch_launch, std::vector<int> views);
@@ -307,6 +354,20 @@ class Executable {
   std::vector<Tensor> host_reads_;
   std::vector<int> refill_;  // inputs made inside the step and written by it: reset each run
   std::size_t persistent_ = 0;
+  // Note [Graph segments].
+  bool use_graphs_ = true;
+  bool graphs_enabled_ = false;  // use_graphs_, the arena and one CUDA device (the last plan)
+  bool graphs_failed_ = false;  // a capture failed: the rest of this plan's runs are eager
+  std::string graphs_why_;
+  int runs_since_plan_ = 0;
+  std::vector<Segment> segments_;
+  cuda::Stream capture_stream_;
+  // The side stream's events inside captures (an event recorded in a capture belongs to it: the
+  // eager stretches keep side_ready_ / side_done_).
+  std::vector<cuda::Event> capture_ready_;
+  cuda::Event capture_done_;
+  std::uint64_t pool_ = 0;  // the caching allocator's private pool of the captures (0: none)
+  int pool_refs_ = 0;       // begin_allocate_to_pool calls not yet released
 };
 
 }  // namespace blu::capture

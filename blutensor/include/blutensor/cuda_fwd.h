@@ -14,4 +14,5 @@
 // Same spelling as cuda_runtime_api.h / driver_types.h, so code written against either agrees.
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
 #endif

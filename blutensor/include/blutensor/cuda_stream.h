@@ -123,6 +123,35 @@ class Event {
   int device_ = -1;
 };
 
+// Note [Stream capture]
+// An instantiated CUDA graph taken from a stream: begin_capture(s) (relaxed mode, so that the
+// caching allocator may cudaMalloc a private pool's segment meanwhile), the work issued on s (and
+// on streams that join s's capture through events), then end_capture(s). `s` must be a
+// non-blocking stream (the legacy stream cannot be captured). Nothing issued during the capture
+// runs; launch() runs it, on any stream of the device. A capture that fails (an op that
+// synchronises, an unjoined stream) throws from end_capture naming the CUDA error, or is dropped
+// by abandon_capture after an exception; either way the stream is no longer capturing and the
+// error is cleared. Move-only; destroyed with cudaGraphExecDestroy (a launch in flight completes).
+class GraphExec {
+ public:
+  GraphExec() = default;
+  static void begin_capture(cudaStream_t stream);
+  static GraphExec end_capture(cudaStream_t stream);
+  static void abandon_capture(cudaStream_t stream) noexcept;
+  ~GraphExec();
+  GraphExec(GraphExec&& other) noexcept;
+  GraphExec& operator=(GraphExec&& other) noexcept;
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  void launch(cudaStream_t stream) const;
+  bool valid() const noexcept { return exec_ != nullptr; }
+
+ private:
+  explicit GraphExec(cudaGraphExec_t e) : exec_(e) {}
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // Blocks the host until all work on the current stream of `device` is done (device < 0: current).
 void synchronize_current_stream(int device = -1);
 // Blocks the host until all work on `device` is done.

@@ -31,7 +31,8 @@ Executable::Executable(Graph g)
     : use_arena_(env_switch_on("BLU_CAPTURE_ARENA")),
       use_inplace_(env_switch_on("BLU_CAPTURE_INPLACE")),
       use_side_stream_(env_switch_on("BLU_CAPTURE_SIDE_STREAM")),
-      graph_(std::move(g)) {
+      graph_(std::move(g)),
+      use_graphs_(env_switch_on("BLU_CAPTURE_GRAPHS")) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
   const size_t n = graph_.buffers.size();
   live_.resize(n);
@@ -130,6 +131,7 @@ Tensor Executable::buffer(int id) {
 // allocated here, once per plan: on CUDA by the caching allocator (a Storage), so its statistics
 // count it.
 void Executable::plan_temporaries() {
+  drop_graphs();  // their addresses are the old plan's
   planned_ = true;
   stats_ = ArenaStats();
   arena_views_.assign(graph_.buffers.size(), nullptr);
@@ -286,6 +288,7 @@ void Executable::plan_temporaries() {
           std::make_shared<Storage>(base + plan.offsets[k], b.nbytes, device, [arena](void*) {});
     }
   }
+  plan_segments(one_cuda_device);
 }
 
 void Executable::replace(std::vector<int> nodes, LaunchFn launch, std::vector<int> views) {
@@ -354,29 +357,63 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)],
               graph_.initial.at(id));
   // Note [Side stream]: the main stream is the caller's current stream of the graph's device.
-  const bool side = !side_.fork_at.empty();
-  const int side_device = side ? graph_.nodes.front().device.index : -1;
-  cudaStream_t main_stream = nullptr;
-  int in_flight = -1;  // the forked group not yet joined (at most one: the plan joins it first)
-  if (side) {
-    main_stream = cuda::current_stream(side_device);
-    if (side_stream_.get() == nullptr || side_stream_.device() != side_device) {
-      side_stream_ = cuda::Stream::create(side_device);
-      side_done_ = cuda::Event::create(side_device);
+  SideRun side;
+  side.on = !side_.fork_at.empty();
+  side.device = side.on ? graph_.nodes.front().device.index : -1;
+  if (side.on) {
+    side.main = cuda::current_stream(side.device);
+    if (side_stream_.get() == nullptr || side_stream_.device() != side.device) {
+      side_stream_ = cuda::Stream::create(side.device);
+      side_done_ = cuda::Event::create(side.device);
       side_ready_.clear();
     }
-    while (side_ready_.size() < side_.fork_at.size() + 1) side_ready_.push_back(cuda::Event::create(side_device));
-    side_ready_.back().record(main_stream);  // the step's start: groups that wait for nothing in it
+    while (side_ready_.size() < side_.fork_at.size() + 1) side_ready_.push_back(cuda::Event::create(side.device));
+    side_ready_.back().record(side.main);  // the step's start: groups that wait for nothing in it
   }
-  const auto join_side = [&] {
-    if (in_flight < 0) return;
-    side_done_.record(side_stream_.get());
-    side_done_.wait(main_stream);
-    in_flight = -1;
-  };
-  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+  // Note [Graph segments]: the first run after a plan is eager (every op's one-time host set-up),
+  // the second captures what it can, later runs replay.
+  const bool graphs_now = runs_since_plan_ >= 1 && !graphs_failed_;
+  ++runs_since_plan_;
+  const int device = graph_.nodes.empty() ? -1 : graph_.nodes.front().device.index;
+  for (Segment& seg : segments_) {
+    bool ran = false;
+    if (seg.capturable && graphs_now && !seg.exec.valid()) capture_segment(seg, ctx, scalars, side);
+    if (seg.exec.valid()) {
+      join_side(side);  // an eager group still in flight from before the host read
+      cuda::DeviceGuard guard(device);
+      seg.exec.launch(cuda::current_stream(device));  // its side groups were joined inside it
+      side.graph_end = seg.end;
+      ran = true;
+    }
+    if (!ran) {
+      side.seg_begin = seg.begin;
+      // A group forked in this eager stretch that waits for the step's start waits for this
+      // stretch's start once a graph ran before it (events recorded inside a capture are its own).
+      if (side.on && side.graph_end > 0 && side.graph_end == seg.begin) side_ready_.back().record(side.main);
+      if (!run_nodes(seg.begin, seg.body_end, ctx, scalars, side, on_host_read)) return false;
+    }
+    if (seg.body_end < seg.end && !run_nodes(seg.body_end, seg.end, ctx, scalars, side, on_host_read)) return false;
+  }
+  join_side(side);
+  return true;
+}
+
+void Executable::join_side(SideRun& side) {
+  if (side.in_flight < 0) return;
+  cuda::Event& done = side.capturing ? capture_done_ : side_done_;
+  done.record(side_stream_.get());
+  done.wait(side.main);
+  side.in_flight = -1;
+}
+
+// Runs nodes [begin, end) one by one from the host (or into a capture: side.capturing). False when
+// on_host_read stopped the run (the side stream joined).
+bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scalars, SideRun& side,
+                           const HostReadFn& on_host_read) {
+  for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     Node& node = graph_.nodes[i];
-    if (in_flight >= 0 && side_.join_before[static_cast<size_t>(in_flight)] == static_cast<int>(i)) join_side();
+    if (side.in_flight >= 0 && side_.join_before[static_cast<size_t>(side.in_flight)] == static_cast<int>(i))
+      join_side(side);
     if (node.op == "adamw_step") {
       for (Arg& a : node.args) {
         if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
@@ -397,16 +434,22 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     }
     const int ov = i < override_of_.size() ? override_of_[i] : -1;
     // Note [Side stream]: a side call (a node, or a replaced set's launch at its last node) runs
-    // with the side stream current.
+    // with the side stream current. A group not in flight here is forked: it waits for its
+    // ready_after launch where that event is one this stretch may wait for (recorded in this
+    // capture, or outside any after the last graph), else for the stretch's (or step's) start.
     std::optional<cuda::StreamGuard> on_side;
-    const int group = side ? side_.group_of[i] : -1;
+    const int group = side.on ? side_.group_of[i] : -1;
     if (group >= 0) {
       const size_t k = static_cast<size_t>(group);
-      if (side_.fork_at[k] == static_cast<int>(i)) {  // it waits for its ready_after launch (or the start)
-        side_ready_[side_.ready_after[k] >= 0 ? k : side_ready_.size() - 1].wait(side_stream_.get());
-        in_flight = group;
+      if (side.in_flight != group) {
+        join_side(side);  // the plan joins a group before the next forks: a no-op
+        const int ready = side_.ready_after[k];
+        const bool own = ready >= 0 && ready >= (side.capturing ? side.seg_begin : side.graph_end);
+        std::vector<cuda::Event>& ready_events = side.capturing ? capture_ready_ : side_ready_;
+        ready_events[own ? k : ready_events.size() - 1].wait(side_stream_.get());
+        side.in_flight = group;
       }
-      on_side.emplace(side_stream_.get(), side_device);
+      on_side.emplace(side_stream_.get(), side.device);
     }
     if (ov < 0) {
       run_node(node, i, ctx);
@@ -432,13 +475,14 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       }
     }
     on_side.reset();
-    if (side) {
-      for (int k : side_record_at_[i]) side_ready_[static_cast<size_t>(k)].record(main_stream);
+    if (side.on) {
+      std::vector<cuda::Event>& ready_events = side.capturing ? capture_ready_ : side_ready_;
+      for (int k : side_record_at_[i]) ready_events[static_cast<size_t>(k)].record(side.main);
     }
     if (node.op == "host_read") {
       host_reads_.push_back(ctx.view(node.arg("src").tensors.at(0)));
       if (on_host_read && !on_host_read(host_reads_.size() - 1, host_reads_.back())) {
-        join_side();
+        join_side(side);
         return false;
       }
     }
@@ -452,7 +496,6 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       }
     }
   }
-  join_side();
   return true;
 }
 

@@ -85,6 +85,24 @@ void Event::wait(cudaStream_t) const {
   no_cuda("blu::cuda::Event::wait");
 }
 
+void GraphExec::begin_capture(cudaStream_t) {
+  no_cuda("blu::cuda::GraphExec::begin_capture");
+}
+GraphExec GraphExec::end_capture(cudaStream_t) {
+  no_cuda("blu::cuda::GraphExec::end_capture");
+}
+void GraphExec::abandon_capture(cudaStream_t) noexcept {}
+GraphExec::~GraphExec() = default;
+GraphExec::GraphExec(GraphExec&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+GraphExec& GraphExec::operator=(GraphExec&& other) noexcept {
+  exec_ = other.exec_;
+  other.exec_ = nullptr;
+  return *this;
+}
+void GraphExec::launch(cudaStream_t) const {
+  no_cuda("blu::cuda::GraphExec::launch");
+}
+
 void stream_wait_stream(cudaStream_t, cudaStream_t) {
   no_cuda("blu::cuda::stream_wait_stream");
 }

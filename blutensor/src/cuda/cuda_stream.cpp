@@ -106,6 +106,59 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 
 void Stream::synchronize() const { BLU_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+void GraphExec::begin_capture(cudaStream_t stream) {
+  BLU_CHECK(stream != nullptr, "GraphExec::begin_capture: the legacy default stream cannot be captured");
+  BLU_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+}
+
+GraphExec GraphExec::end_capture(cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (end != cudaSuccess) {
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    BLU_THROW("cudaStreamEndCapture failed: ", cudaGetErrorName(end), " (", cudaGetErrorString(end), ")");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    (void)cudaGetLastError();
+    BLU_THROW("cudaGraphInstantiate failed: ", cudaGetErrorName(inst), " (", cudaGetErrorString(inst), ")");
+  }
+  return GraphExec(exec);
+}
+
+void GraphExec::abandon_capture(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError();
+}
+
+GraphExec::~GraphExec() {
+  if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+}
+
+GraphExec::GraphExec(GraphExec&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+
+GraphExec& GraphExec::operator=(GraphExec&& other) noexcept {
+  if (this != &other) {
+    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    exec_ = other.exec_;
+    other.exec_ = nullptr;
+  }
+  return *this;
+}
+
+void GraphExec::launch(cudaStream_t stream) const {
+  BLU_CHECK(exec_ != nullptr, "GraphExec::launch: no graph");
+  BLU_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
 void synchronize_current_stream(int device) {
   int d = resolve_device(device);
   DeviceGuard guard(d);

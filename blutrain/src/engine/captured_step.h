@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "blutensor/capture.h"
 #include "blutrain/gpt2.h"
@@ -53,6 +54,9 @@ class CapturedStep {
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
+  // A progress line not yet shown (the executable's CUDA graphs, after its second run: Note
+  // [Graph segments] in blutensor), then "" until there is another.
+  std::string take_news() { return std::exchange(news_, std::string()); }
   // The executable's arena (Note [Step arena] in blutensor/capture_arena.h); enabled false before
   // the capture or with BLU_CAPTURE_ARENA=0.
   capture::ArenaStats arena() const { return exe_ ? exe_->arena() : capture::ArenaStats(); }
@@ -71,6 +75,8 @@ class CapturedStep {
   Tensor x_, y_;                 // the captured step's token tensors, refilled every step
   std::size_t loss_read_ = 0, norm_read_ = 0;  // among the executable's host reads
   std::string describe_;
+  std::string news_;
+  int64_t runs_ = 0;  // of the executable
   std::string plan_;
   std::string graph_path_;
   std::string ptx_dir_;

@@ -477,6 +477,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       const bool was_captured = captured->captured();
       const UpdateResult u = captured->step(x, y, lr, &loss);
       if (!was_captured && captured->captured()) out << captured->describe();
+      out << captured->take_news();
       norm = u.grad_norm;
       step_nonfinite = !u.applied;
       first_nonfinite = u.first_nonfinite;

@@ -1,0 +1,216 @@
+// capture::Executable's CUDA graphs (Note [Graph segments]): the step cut at its host reads, each
+// stretch that nothing changes per run captured once into a graph and launched whole after that.
+#include <atomic>
+
+#include "blutensor/capture.h"
+#include "blutensor/env_switch.h"
+#include "capture/capture_internal.h"
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+#include "blutensor/cuda_allocator.h"
+#endif
+
+namespace blu::capture {
+
+using detail::Ctx;
+
+// Note [Graph segments]
+// A captured step launches some 500-600 calls from the host, and its host reads (the loss, then
+// the gradient norm before AdamW) wait for the device twice a step; what the host spends issuing
+// calls after a wait is time the GPU idles (~1 ms a GPT-2 124M bf16 step, session 19). The
+// executable therefore cuts the step at its host reads into segments and runs each segment whose
+// calls are the same every run as one CUDA graph:
+//  - Capturable: on one CUDA device, with the arena (every temporary at a fixed address; live
+//    buffers are fixed already), no host_write, no adamw_step (its lr and step count change per
+//    run: the last segment, clip scale + AdamW, stays eager; a handful of launches), and no
+//    buffer that would get a storage of its own during the run.
+//  - When: the first run after a plan is eager (each op's one-time host set-up: function
+//    attributes, blucomp's per-stream workspaces); the second captures every capturable segment
+//    just before it would run (nothing runs during a capture), then launches it; later runs only
+//    launch. A re-plan (replace(), use_*()) drops the graphs.
+//  - Capture: on a non-blocking stream of the executable's own (the caller's stream may be the
+//    legacy one, which cannot be captured) made current for the segment, relaxed mode; the ops'
+//    own scratch (DeviceBuffer, workspaces) comes from one private pool of the caching allocator
+//    (Note [Private pools]), which keeps every such block for the graphs' lifetime. Side-stream
+//    groups (Note [Side stream]) fork and join through events of the capture's own and are all
+//    joined before the segment ends (a capture cannot end with unjoined work), so a group does
+//    not overlap a host read in a graph run; a group forked in a later eager stretch waits for
+//    that stretch's start when its ready point ran inside a graph. The graph is launched on the
+//    caller's current stream, so it is ordered after the batch copies like the eager calls.
+//  - A capture that fails (an op that synchronises or issues on another stream) ends the
+//    capture, releases nothing it could not, runs that segment eagerly and leaves graphs off for
+//    this plan, saying why in graph_stats().why.
+// The graphs run the same kernels with the same arguments on the same addresses in the same
+// stream order, so a graph run is bit for bit the eager one (tests/blutrain/
+// captured_engine_gpu_test.cpp: losses and checkpoints with BLU_CAPTURE_GRAPHS=0 vs on).
+
+namespace {
+
+std::atomic<std::uint64_t> next_pool{1};
+
+}  // namespace
+
+std::string Executable::GraphStats::describe() const {
+  if (!enabled) return "CUDA graphs off (" + why + ")";
+  std::string s = "CUDA graphs: " + std::to_string(captured) + " of " + std::to_string(segments) + " segments (" +
+                  std::to_string(captured_calls) + " calls in graphs, " + std::to_string(eager_calls) + " launched one by one)";
+  if (!why.empty()) s += "; " + why;
+  return s;
+}
+
+void Executable::use_graphs(bool on) {
+  if (on == use_graphs_) return;
+  use_graphs_ = on;
+  planned_ = false;
+  arena_views_.clear();
+}
+
+Executable::~Executable() { drop_graphs(); }
+
+void Executable::drop_graphs() noexcept {
+  for (Segment& seg : segments_) seg.exec = cuda::GraphExec();
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+  if (pool_refs_ > 0 && !graph_.nodes.empty()) {
+    const int device = graph_.nodes.front().device.index;
+    try {
+      for (; pool_refs_ > 0; --pool_refs_) cuda::CachingAllocator::get().release_pool(device, pool_);
+    } catch (...) {  // a destructor's path: the pool then stays (its blocks are not handed out)
+    }
+  }
+#endif
+  pool_refs_ = 0;
+  pool_ = 0;
+  graphs_failed_ = false;
+  graphs_why_.clear();
+  runs_since_plan_ = 0;
+}
+
+// The segments of the plan: cut after each host read; which may run as a graph and why not.
+void Executable::plan_segments(bool one_cuda_device) {
+  segments_.clear();
+  graphs_why_.clear();
+  if (!use_graphs_) graphs_why_ = "BLU_CAPTURE_GRAPHS=0";
+  else if (!use_arena_) graphs_why_ = "no arena: temporaries get storages per run";
+  else if (!one_cuda_device) graphs_why_ = "the step is not on one CUDA device";
+  graphs_enabled_ = graphs_why_.empty();
+  const bool enabled = graphs_enabled_;
+  const int n = static_cast<int>(graph_.nodes.size());
+  int begin = 0;
+  while (begin < n) {
+    Segment seg;
+    seg.begin = begin;
+    int i = begin;
+    while (i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read") ++i;
+    seg.body_end = i;
+    seg.end = i < n ? i + 1 : n;
+    std::string why;
+    for (int k = seg.begin; k < seg.body_end; ++k) {
+      const Node& node = graph_.nodes[static_cast<size_t>(k)];
+      const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
+      if (ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == k) ++seg.calls;
+      if (node.op == "adamw_step" && why.empty()) why = "AdamW's lr and step change per run";
+      if (node.op == "host_write" && why.empty()) why = "node " + std::to_string(k) + " writes from the host";
+      if (ov >= 0 && overrides_[static_cast<size_t>(ov)].scratch_bytes > 0 &&
+          overrides_[static_cast<size_t>(ov)].scratch == nullptr && why.empty())
+        why = "node " + std::to_string(k) + "'s override has no scratch in the arena";
+      for (const Arg& a : node.args) {
+        for (const TensorRef& t : a.tensors) {
+          const size_t id = static_cast<size_t>(t.buffer);
+          if (t.defined() && live_[id] == nullptr && arena_views_[id] == nullptr && !dropped_[id] && why.empty())
+            why = "buffer " + std::to_string(t.buffer) + " would get a storage during the run";
+        }
+      }
+    }
+    seg.capturable = enabled && seg.calls > 0 && why.empty();
+    if (enabled && seg.calls > 0 && !why.empty() && graphs_why_.empty())
+      graphs_why_ = "segment " + std::to_string(segments_.size()) + " eager: " + why;
+    segments_.push_back(std::move(seg));
+    begin = segments_.back().end;
+  }
+}
+
+Executable::GraphStats Executable::graph_stats() {
+  if (!planned_) plan_temporaries();
+  GraphStats g;
+  g.enabled = graphs_enabled_;
+  g.why = graphs_why_;
+  g.segments = static_cast<int>(segments_.size());
+  for (const Segment& seg : segments_) {
+    g.capturable += seg.capturable ? 1 : 0;
+    if (seg.exec.valid()) {
+      ++g.captured;
+      g.captured_calls += seg.calls;
+    } else {
+      g.eager_calls += seg.calls;
+    }
+  }
+  return g;
+}
+
+// Captures seg (nothing runs) and instantiates it; false when the capture failed (the segment then
+// runs eagerly and graphs stay off for this plan).
+bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scalars, SideRun& side) {
+#ifdef BLU_TENSOR_NO_CUDA_BACKEND
+  (void)seg, (void)ctx, (void)scalars, (void)side;
+  return false;
+#else
+  const int device = graph_.nodes.front().device.index;
+  if (capture_stream_.get() == nullptr) capture_stream_ = cuda::Stream::create(device);
+  if (side.on) {
+    while (capture_ready_.size() < side_ready_.size()) capture_ready_.push_back(cuda::Event::create(device));
+    if (capture_done_.get() == nullptr) capture_done_ = cuda::Event::create(device);
+  }
+  if (pool_ == 0) pool_ = (std::uint64_t{0xB1C} << 48) | next_pool.fetch_add(1);
+  cudaStream_t s = capture_stream_.get();
+  cuda::CachingAllocator& alloc = cuda::CachingAllocator::get();
+  const cudaStream_t main = side.main;
+  const int seg_begin = side.seg_begin;
+  bool routed = false;
+  join_side(side);  // an eager group still in flight from before the host read
+  try {
+    cuda::GraphExec::begin_capture(s);
+    alloc.begin_allocate_to_pool(device, pool_, s);
+    ++pool_refs_;
+    routed = true;
+    {
+      cuda::StreamGuard guard(s, device);
+      side.main = s;
+      side.capturing = true;
+      side.seg_begin = seg.begin;
+      side.in_flight = -1;
+      if (side.on) capture_ready_.back().record(s);  // the segment's start
+      // No host read inside: run_nodes cannot stop early.
+      run_nodes(seg.begin, seg.body_end, ctx, scalars, side, nullptr);
+      join_side(side);
+    }
+    side.main = main;
+    side.capturing = false;
+    side.seg_begin = seg_begin;
+    routed = false;
+    alloc.end_allocate_to_pool(device, pool_);
+    seg.exec = cuda::GraphExec::end_capture(s);
+    return true;
+  } catch (const std::exception& e) {
+    if (routed) {
+      try {
+        alloc.end_allocate_to_pool(device, pool_);
+      } catch (...) {
+      }
+    }
+    cuda::GraphExec::abandon_capture(s);
+    if (side.on) {  // the side stream left the capture with it; nothing it holds ran
+      side_stream_ = cuda::Stream::create(device);
+    }
+    side.main = main;
+    side.capturing = false;
+    side.seg_begin = seg_begin;
+    side.in_flight = -1;
+    graphs_failed_ = true;
+    graphs_why_ = "the capture of segment " + std::to_string(&seg - segments_.data()) + " failed (" + e.what() +
+                  "); eager from then on";
+    for (Segment& other : segments_) other.capturable = other.exec.valid();
+    return false;
+  }
+#endif
+}
+
+}  // namespace blu::capture
