@@ -292,12 +292,14 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
 
  private:
-  // One stretch of the step: nodes [begin, body_end) hold no host read; the node at body_end, if
-  // below end, is the host read that ends it (Note [Graph segments]).
+  // One stretch of the step (Note [Graph segments]): nodes [begin, body_end) hold no host read and
+  // touch no host memory (a graph may run them); [body_end, end) is its tail, run eagerly: calls
+  // on host memory, then the host read that ends it (end - 1), if any.
   struct Segment {
     int begin = 0, body_end = 0, end = 0;
     bool capturable = false;
-    int calls = 0;  // launches in [begin, body_end)
+    int calls = 0;       // launches in [begin, body_end)
+    int tail_calls = 0;  // launches in [body_end, end)
     cuda::GraphExec exec;
   };
   // What one run() tracks of the side stream (Note [Side stream]).

@@ -382,14 +382,14 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       join_side(side);  // an eager group still in flight from before the host read
       cuda::DeviceGuard guard(device);
       seg.exec.launch(cuda::current_stream(device));  // its side groups were joined inside it
-      side.graph_end = seg.end;
+      side.graph_end = seg.body_end;
+      // A group forked later in an eager stretch whose ready point ran inside the graph waits for
+      // the graph (events recorded inside a capture are the capture's own).
+      if (side.on) side_ready_.back().record(side.main);
       ran = true;
     }
     if (!ran) {
       side.seg_begin = seg.begin;
-      // A group forked in this eager stretch that waits for the step's start waits for this
-      // stretch's start once a graph ran before it (events recorded inside a capture are its own).
-      if (side.on && side.graph_end > 0 && side.graph_end == seg.begin) side_ready_.back().record(side.main);
       if (!run_nodes(seg.begin, seg.body_end, ctx, scalars, side, on_host_read)) return false;
     }
     if (seg.body_end < seg.end && !run_nodes(seg.body_end, seg.end, ctx, scalars, side, on_host_read)) return false;

@@ -19,6 +19,9 @@ using detail::Ctx;
 // calls after a wait is time the GPU idles (~1 ms a GPT-2 124M bf16 step, session 19). The
 // executable therefore cuts the step at its host reads into segments and runs each segment whose
 // calls are the same every run as one CUDA graph:
+//  - A segment's body ends at its host read or before an earlier call that touches host memory
+//    (the gradient norm is copied to the CPU, then read there: the copy synchronises); the
+//    tail between runs eagerly.
 //  - Capturable: on one CUDA device, with the arena (every temporary at a fixed address; live
 //    buffers are fixed already), no host_write, no adamw_step (its lr and step count change per
 //    run: the last segment, clip scale + AdamW, stays eager; a handful of launches), and no
@@ -33,8 +36,9 @@ using detail::Ctx;
 //    (Note [Private pools]), which keeps every such block for the graphs' lifetime. Side-stream
 //    groups (Note [Side stream]) fork and join through events of the capture's own and are all
 //    joined before the segment ends (a capture cannot end with unjoined work), so a group does
-//    not overlap a host read in a graph run; a group forked in a later eager stretch waits for
-//    that stretch's start when its ready point ran inside a graph. The graph is launched on the
+//    not overlap a host read in a graph run; the main stream records the step's start event
+//    again after each graph launch, and a group forked later in an eager stretch waits for that
+//    when its ready point ran inside a graph. The graph is launched on the
 //    caller's current stream, so it is ordered after the batch copies like the eager calls.
 //  - A capture that fails (an op that synchronises or issues on another stream) ends the
 //    capture, releases nothing it could not, runs that segment eagerly and leaves graphs off for
@@ -98,15 +102,30 @@ void Executable::plan_segments(bool one_cuda_device) {
   while (begin < n) {
     Segment seg;
     seg.begin = begin;
+    // The body ends at the host read, or before an earlier call on host memory (a copy to the
+    // CPU that the read then reads: it synchronises); the tail runs eagerly.
+    const auto on_host = [&](int k) {
+      for (const Arg& a : graph_.nodes[static_cast<size_t>(k)].args) {
+        for (const TensorRef& t : a.tensors) {
+          if (t.defined() && !graph_.buffers[static_cast<size_t>(t.buffer)].device.is_cuda()) return true;
+        }
+      }
+      return false;
+    };
     int i = begin;
-    while (i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read") ++i;
+    while (i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read" && !on_host(i)) ++i;
     seg.body_end = i;
+    const auto is_call = [&](int k) {  // a launch: a node that runs itself, or a replaced set's last
+      const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
+      return ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == k;
+    };
+    for (; i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read"; ++i) seg.tail_calls += is_call(i) ? 1 : 0;
     seg.end = i < n ? i + 1 : n;
     std::string why;
     for (int k = seg.begin; k < seg.body_end; ++k) {
       const Node& node = graph_.nodes[static_cast<size_t>(k)];
       const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
-      if (ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == k) ++seg.calls;
+      seg.calls += is_call(k) ? 1 : 0;
       if (node.op == "adamw_step" && why.empty()) why = "AdamW's lr and step change per run";
       if (node.op == "host_write" && why.empty()) why = "node " + std::to_string(k) + " writes from the host";
       if (ov >= 0 && overrides_[static_cast<size_t>(ov)].scratch_bytes > 0 &&
@@ -142,6 +161,7 @@ Executable::GraphStats Executable::graph_stats() {
     } else {
       g.eager_calls += seg.calls;
     }
+    g.eager_calls += seg.tail_calls;
   }
   return g;
 }

@@ -154,7 +154,8 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     return std::isfinite(*loss) && std::isfinite(u.grad_norm);
   });
   // Note [Graph segments] (blutensor): the second run captured what it could.
-  if (++runs_ == 2 || (runs_ == 1 && !exe_->graph_stats().enabled)) news_ = "captured engine: " + exe_->graph_stats().describe() + "\n";
+  if (const bool graphs = exe_->graph_stats().enabled; ++runs_ == (graphs ? 2 : 1))
+    news_ = "captured engine: " + exe_->graph_stats().describe() + "\n";
   if (done) {
     opt_.set_step_count(opt_.step_count() + 1);
   } else {
