@@ -375,9 +375,10 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   const bool graphs_now = runs_since_plan_ >= 1 && !graphs_failed_;
   ++runs_since_plan_;
   const int device = graph_.nodes.empty() ? -1 : graph_.nodes.front().device.index;
+  bool captured_now = false;
   for (Segment& seg : segments_) {
     bool ran = false;
-    if (seg.capturable && graphs_now && !seg.exec.valid()) capture_segment(seg, ctx, scalars, side);
+    if (seg.capturable && graphs_now && !seg.exec.valid()) captured_now |= capture_segment(seg, ctx, scalars, side);
     if (seg.exec.valid()) {
       join_side(side);  // an eager group still in flight from before the host read
       cuda::DeviceGuard guard(device);
@@ -395,6 +396,11 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     if (seg.body_end < seg.end && !run_nodes(seg.body_end, seg.end, ctx, scalars, side, on_host_read)) return false;
   }
   join_side(side);
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+  // Note [Graph segments]: the graphs' scratch lives in their private pool from now on; what the
+  // eager runs left cached in the shared pools would only add to the device's memory.
+  if (captured_now) cuda::CachingAllocator::get().empty_cache(device);
+#endif
   return true;
 }
 

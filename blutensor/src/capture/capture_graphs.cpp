@@ -40,6 +40,10 @@ using detail::Ctx;
 //    again after each graph launch, and a group forked later in an eager stretch waits for that
 //    when its ready point ran inside a graph. The graph is launched on the
 //    caller's current stream, so it is ordered after the batch copies like the eager calls.
+//  - Memory: the graphs keep their scratch blocks (the private pool) for their lifetime, and the
+//    run that captured them then empties the allocator's shared cache (the eager runs' scratch,
+//    which graph runs no longer use): on the H100 before that, device memory grew by 0.20 GiB
+//    (bf16 compiled, 9.24 -> 9.44) and 0.67 GiB (fp32 captured, 6.88 -> 7.55) over eager runs.
 //  - A capture that fails (an op that synchronises or issues on another stream) ends the
 //    capture, releases nothing it could not, runs that segment eagerly and leaves graphs off for
 //    this plan, saying why in graph_stats().why.
