@@ -294,7 +294,7 @@ class Executable {
  private:
   // One stretch of the step (Note [Graph segments]): nodes [begin, body_end) hold no host read and
   // touch no host memory (a graph may run them); [body_end, end) is its tail, run eagerly: calls
-  // on host memory, then the host read that ends it (end - 1), if any.
+  // on host memory, the host read that ends it, if any, and the calls on host memory after it.
   struct Segment {
     int begin = 0, body_end = 0, end = 0;
     bool capturable = false;

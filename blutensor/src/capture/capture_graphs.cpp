@@ -20,8 +20,9 @@ using detail::Ctx;
 // executable therefore cuts the step at its host reads into segments and runs each segment whose
 // calls are the same every run as one CUDA graph:
 //  - A segment's body ends at its host read or before an earlier call that touches host memory
-//    (the gradient norm is copied to the CPU, then read there: the copy synchronises); the
-//    tail between runs eagerly.
+//    (a copy to the CPU synchronises); its tail, run eagerly, holds those calls, the host read
+//    and the calls on host memory right after it (item() records the read, then its copy to the
+//    CPU: session 20's first device call found segment 1's capture refused at that copy).
 //  - Capturable: on one CUDA device, with the arena (every temporary at a fixed address; live
 //    buffers are fixed already), no host_write, no adamw_step (its lr and step count change per
 //    run: the last segment, clip scale + AdamW, stays eager; a handful of launches), and no
@@ -125,6 +126,10 @@ void Executable::plan_segments(bool one_cuda_device) {
     };
     for (; i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read"; ++i) seg.tail_calls += is_call(i) ? 1 : 0;
     seg.end = i < n ? i + 1 : n;
+    // A host read is recorded before the copy to the CPU that makes it (Tensor::to_double_vector):
+    // the calls on host memory right after it belong to its tail, not to the next body.
+    for (; seg.end < n && graph_.nodes[static_cast<size_t>(seg.end)].op != "host_read" && on_host(seg.end); ++seg.end)
+      seg.tail_calls += is_call(seg.end) ? 1 : 0;
     std::string why;
     for (int k = seg.begin; k < seg.body_end; ++k) {
       const Node& node = graph_.nodes[static_cast<size_t>(k)];
