@@ -59,7 +59,25 @@ TrainRun train(const fs::path& root, const std::string& name, const std::string&
   return r;
 }
 
-// Side stream on vs off (and, in fp32, vs the autograd engine) in one precision mode.
+// b trained bit for bit as a: every train loss, the final checkpoint's weights and (optimizer)
+// its AdamW state file.
+void expect_same_training(const TrainRun& a, const TrainRun& b, size_t steps, const std::string& what,
+                          bool optimizer = true) {
+  ASSERT_EQ(a.result.train_losses.size(), steps) << what;
+  ASSERT_EQ(b.result.train_losses.size(), steps) << what;
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(a.result.train_losses[i].loss, b.result.train_losses[i].loss) << what << ", step " << i + 1;
+  }
+  const fs::path ca = latest_checkpoint(a.out.string());
+  const fs::path cb = latest_checkpoint(b.out.string());
+  ASSERT_FALSE(ca.empty()) << what;
+  ASSERT_FALSE(cb.empty()) << what;
+  EXPECT_EQ(file_bytes(ca / "model.safetensors"), file_bytes(cb / "model.safetensors")) << what;
+  if (optimizer) EXPECT_EQ(file_bytes(ca / "optimizer.safetensors"), file_bytes(cb / "optimizer.safetensors")) << what;
+}
+
+// Side stream on vs off, CUDA graphs on vs off (and, in fp32, vs the autograd engine) in one
+// precision mode.
 void side_stream_bit_for_bit(const std::string& precision) {
   const fs::path root = fs::temp_directory_path() / ("blu_captured_gpu_" + precision + "_" + std::to_string(::getpid()));
   fs::remove_all(root);
@@ -74,17 +92,7 @@ void side_stream_bit_for_bit(const std::string& precision) {
     one = train(root, "one_" + precision, "captured", precision);
   }
   EXPECT_EQ(one.log.find("; side stream: "), std::string::npos) << one.log;
-  ASSERT_EQ(side.result.train_losses.size(), n);
-  ASSERT_EQ(one.result.train_losses.size(), n);
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(side.result.train_losses[i].loss, one.result.train_losses[i].loss) << "step " << i + 1;
-  }
-  const fs::path cs = latest_checkpoint(side.out.string());
-  const fs::path co = latest_checkpoint(one.out.string());
-  ASSERT_FALSE(cs.empty());
-  ASSERT_FALSE(co.empty());
-  EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(co / "model.safetensors"));
-  EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(co / "optimizer.safetensors"));
+  expect_same_training(side, one, n, "side stream on vs off");
   // Note [Graph segments] (blutensor): from the executable's second run (step 4) its stretches
   // between host reads run as CUDA graphs; with BLU_CAPTURE_GRAPHS=0 every call is launched one by
   // one: the same bits.
@@ -103,21 +111,10 @@ void side_stream_bit_for_bit(const std::string& precision) {
     eager = train(root, "eager_" + precision, "captured", precision);
   }
   EXPECT_NE(eager.log.find("captured engine: CUDA graphs off (BLU_CAPTURE_GRAPHS=0)"), std::string::npos) << eager.log;
-  ASSERT_EQ(eager.result.train_losses.size(), n);
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(side.result.train_losses[i].loss, eager.result.train_losses[i].loss) << "graphs on vs off, step " << i + 1;
-  }
-  const fs::path ce = latest_checkpoint(eager.out.string());
-  ASSERT_FALSE(ce.empty());
-  EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(ce / "model.safetensors"));
-  EXPECT_EQ(file_bytes(cs / "optimizer.safetensors"), file_bytes(ce / "optimizer.safetensors"));
+  expect_same_training(side, eager, n, "graphs on vs off");
   if (precision == "fp32") {  // strict fp32: the captured step is the autograd step, bit for bit
     const TrainRun a = train(root, "autograd", "autograd", precision);
-    ASSERT_EQ(a.result.train_losses.size(), n);
-    for (size_t i = 0; i < n; ++i) {
-      EXPECT_EQ(side.result.train_losses[i].loss, a.result.train_losses[i].loss) << "step " << i + 1;
-    }
-    EXPECT_EQ(file_bytes(cs / "model.safetensors"), file_bytes(fs::path(latest_checkpoint(a.out.string())) / "model.safetensors"));
+    expect_same_training(side, a, n, "captured vs autograd", /*optimizer=*/false);
   }
   fs::remove_all(root);
 }
