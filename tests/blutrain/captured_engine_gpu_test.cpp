@@ -73,7 +73,9 @@ void expect_same_training(const TrainRun& a, const TrainRun& b, size_t steps, co
   ASSERT_FALSE(ca.empty()) << what;
   ASSERT_FALSE(cb.empty()) << what;
   EXPECT_EQ(file_bytes(ca / "model.safetensors"), file_bytes(cb / "model.safetensors")) << what;
-  if (optimizer) EXPECT_EQ(file_bytes(ca / "optimizer.safetensors"), file_bytes(cb / "optimizer.safetensors")) << what;
+  if (optimizer) {
+    EXPECT_EQ(file_bytes(ca / "optimizer.safetensors"), file_bytes(cb / "optimizer.safetensors")) << what;
+  }
 }
 
 // Side stream on vs off, CUDA graphs on vs off (and, in fp32, vs the autograd engine) in one
