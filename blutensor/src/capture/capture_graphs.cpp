@@ -183,7 +183,12 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   return false;
 #else
   const int device = graph_.nodes.front().device.index;
-  if (capture_stream_.get() == nullptr) capture_stream_ = cuda::Stream::create(device);
+  // BLU_CAPTURE_GRAPH_PRIORITY=1 (an experiment, off by default): the captured main-stream
+  // kernels at the device's greatest priority and the side stream's at the least, so that when
+  // both have blocks waiting the critical path's go first (the graph keeps each kernel's).
+  const bool priority = env_flag_set("BLU_CAPTURE_GRAPH_PRIORITY");
+  if (capture_stream_.get() == nullptr)
+    capture_stream_ = cuda::Stream::create(device, true, priority ? cuda::greatest_stream_priority(device) : 0);
   if (side.on) {
     while (capture_ready_.size() < side_ready_.size()) capture_ready_.push_back(cuda::Event::create(device));
     if (capture_done_.get() == nullptr) capture_done_ = cuda::Event::create(device);
@@ -216,7 +221,7 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
     side.seg_begin = seg_begin;
     routed = false;
     alloc.end_allocate_to_pool(device, pool_);
-    seg.exec = cuda::GraphExec::end_capture(s);
+    seg.exec = cuda::GraphExec::end_capture(s, priority);
     return true;
   } catch (const std::exception& e) {
     if (routed) {

@@ -88,7 +88,10 @@ void Event::wait(cudaStream_t) const {
 void GraphExec::begin_capture(cudaStream_t) {
   no_cuda("blu::cuda::GraphExec::begin_capture");
 }
-GraphExec GraphExec::end_capture(cudaStream_t) {
+int greatest_stream_priority(int) {
+  no_cuda("blu::cuda::greatest_stream_priority");
+}
+GraphExec GraphExec::end_capture(cudaStream_t, bool) {
   no_cuda("blu::cuda::GraphExec::end_capture");
 }
 void GraphExec::abandon_capture(cudaStream_t) noexcept {}
