@@ -59,6 +59,13 @@ TrainRun train(const fs::path& root, const std::string& name, const std::string&
   return r;
 }
 
+// The captured engine with the environment switch `off` set to 0.
+TrainRun train_captured_with_off(const fs::path& root, const std::string& name, const std::string& precision,
+                                 const char* off) {
+  blu::test::ScopedEnv env(off, "0");
+  return train(root, name, "captured", precision);
+}
+
 // b trained bit for bit as a: every train loss, the final checkpoint's weights and (optimizer)
 // its AdamW state file.
 void expect_same_training(const TrainRun& a, const TrainRun& b, size_t steps, const std::string& what,
@@ -88,11 +95,7 @@ void side_stream_bit_for_bit(const std::string& precision) {
   const TrainRun side = train(root, "side_" + precision, "captured", precision);
   ASSERT_NE(side.log.find("captured engine: step 2 recorded"), std::string::npos) << side.log;
   EXPECT_NE(side.log.find("; side stream: "), std::string::npos) << side.log;
-  TrainRun one;
-  {
-    blu::test::ScopedEnv off("BLU_CAPTURE_SIDE_STREAM", "0");
-    one = train(root, "one_" + precision, "captured", precision);
-  }
+  const TrainRun one = train_captured_with_off(root, "one_" + precision, precision, "BLU_CAPTURE_SIDE_STREAM");
   EXPECT_EQ(one.log.find("; side stream: "), std::string::npos) << one.log;
   expect_same_training(side, one, n, "side stream on vs off");
   // Note [Graph segments] (blutensor): from the executable's second run (step 4) its stretches
@@ -107,11 +110,7 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_TRUE(std::regex_search(one.log, captured)) << one.log;
     EXPECT_EQ(side.log.find("failed"), std::string::npos) << side.log;
   }
-  TrainRun eager;
-  {
-    blu::test::ScopedEnv off("BLU_CAPTURE_GRAPHS", "0");
-    eager = train(root, "eager_" + precision, "captured", precision);
-  }
+  const TrainRun eager = train_captured_with_off(root, "eager_" + precision, precision, "BLU_CAPTURE_GRAPHS");
   EXPECT_NE(eager.log.find("captured engine: CUDA graphs off (BLU_CAPTURE_GRAPHS=0)"), std::string::npos) << eager.log;
   expect_same_training(side, eager, n, "graphs on vs off");
   if (precision == "fp32") {  // strict fp32: the captured step is the autograd step, bit for bit
