@@ -274,7 +274,6 @@ class Executable {
   struct GraphStats {
     bool enabled = false;       // use_graphs, the arena, and the whole step on one CUDA device
     int segments = 0;           // stretches of the step between its host reads
-    int capturable = 0;         // of them, those a graph may run (known from the plan)
     int captured = 0;           // of them, captured (after the second run)
     int captured_calls = 0;     // launches inside the captured graphs
     int eager_calls = 0;        // launches still made one by one from the host
@@ -308,9 +307,9 @@ class Executable {
     int device = -1;
     cudaStream_t main = nullptr;  // the caller's current stream, or the capture stream
     int in_flight = -1;           // the forked group not yet joined
-    int seg_begin = 0;            // the running segment's first node
-    bool capturing = false;
-    int graph_end = 0;            // end of the last segment a graph ran in this run
+    bool capturing = false;       // issuing into a capture (capture_segment)
+    int seg_begin = 0;            // the captured segment's first node
+    int graph_end = 0;            // body end of the last segment a graph ran in this run
   };
   bool run_nodes(int begin, int end, detail::Ctx& ctx, const StepScalars& scalars, SideRun& side,
                  const HostReadFn& on_host_read);

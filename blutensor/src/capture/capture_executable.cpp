@@ -377,7 +377,6 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   const int device = graph_.nodes.empty() ? -1 : graph_.nodes.front().device.index;
   bool captured_now = false;
   for (Segment& seg : segments_) {
-    bool ran = false;
     if (seg.capturable && graphs_now && !seg.exec.valid()) captured_now |= capture_segment(seg, ctx, scalars, side);
     if (seg.exec.valid()) {
       join_side(side);  // an eager group still in flight from before the host read
@@ -387,11 +386,8 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       // A group forked later in an eager stretch whose ready point ran inside the graph waits for
       // the graph (events recorded inside a capture are the capture's own).
       if (side.on) side_ready_.back().record(side.main);
-      ran = true;
-    }
-    if (!ran) {
-      side.seg_begin = seg.begin;
-      if (!run_nodes(seg.begin, seg.body_end, ctx, scalars, side, on_host_read)) return false;
+    } else if (!run_nodes(seg.begin, seg.body_end, ctx, scalars, side, on_host_read)) {
+      return false;
     }
     if (seg.body_end < seg.end && !run_nodes(seg.body_end, seg.end, ctx, scalars, side, on_host_read)) return false;
   }

@@ -1,5 +1,6 @@
 // capture::Executable's CUDA graphs (Note [Graph segments]): the step cut at its host reads, each
 // stretch that nothing changes per run captured once into a graph and launched whole after that.
+#include <algorithm>
 #include <atomic>
 
 #include "blutensor/capture.h"
@@ -106,45 +107,39 @@ void Executable::plan_segments(bool one_cuda_device) {
   else if (!use_arena_) graphs_why_ = "no arena: temporaries get storages per run";
   else if (!one_cuda_device) graphs_why_ = "the step is not on one CUDA device";
   graphs_enabled_ = graphs_why_.empty();
-  const bool enabled = graphs_enabled_;
   const int n = static_cast<int>(graph_.nodes.size());
-  int begin = 0;
-  while (begin < n) {
+  const auto is_read = [&](int k) { return graph_.nodes[static_cast<size_t>(k)].op == "host_read"; };
+  const auto on_host = [&](int k) {  // a call on host memory (a copy to the CPU synchronises)
+    for (const Arg& a : graph_.nodes[static_cast<size_t>(k)].args) {
+      for (const TensorRef& t : a.tensors) {
+        if (t.defined() && !graph_.buffers[static_cast<size_t>(t.buffer)].device.is_cuda()) return true;
+      }
+    }
+    return false;
+  };
+  const auto is_call = [&](int k) {  // a launch: a node that runs itself, or a replaced set's last
+    const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
+    return ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == k;
+  };
+  for (int begin = 0; begin < n; begin = segments_.back().end) {
     Segment seg;
     seg.begin = begin;
-    // The body ends at the host read, or before an earlier call on host memory (a copy to the
-    // CPU that the read then reads: it synchronises); the tail runs eagerly.
-    const auto on_host = [&](int k) {
-      for (const Arg& a : graph_.nodes[static_cast<size_t>(k)].args) {
-        for (const TensorRef& t : a.tensors) {
-          if (t.defined() && !graph_.buffers[static_cast<size_t>(t.buffer)].device.is_cuda()) return true;
-        }
-      }
-      return false;
-    };
+    // The body ends at the host read, or before an earlier call on host memory; the tail runs
+    // eagerly. A host read is recorded before the copy to the CPU that makes it
+    // (Tensor::to_double_vector): the calls on host memory right after it join its tail too.
     int i = begin;
-    while (i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read" && !on_host(i)) ++i;
+    while (i < n && !is_read(i) && !on_host(i)) ++i;
     seg.body_end = i;
-    const auto is_call = [&](int k) {  // a launch: a node that runs itself, or a replaced set's last
-      const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
-      return ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == k;
-    };
-    for (; i < n && graph_.nodes[static_cast<size_t>(i)].op != "host_read"; ++i) seg.tail_calls += is_call(i) ? 1 : 0;
-    seg.end = i < n ? i + 1 : n;
-    // A host read is recorded before the copy to the CPU that makes it (Tensor::to_double_vector):
-    // the calls on host memory right after it belong to its tail, not to the next body.
-    for (; seg.end < n && graph_.nodes[static_cast<size_t>(seg.end)].op != "host_read" && on_host(seg.end); ++seg.end)
-      seg.tail_calls += is_call(seg.end) ? 1 : 0;
+    for (; i < n && !is_read(i); ++i) seg.tail_calls += is_call(i) ? 1 : 0;
+    for (i = std::min(i + 1, n); i < n && !is_read(i) && on_host(i); ++i) seg.tail_calls += is_call(i) ? 1 : 0;
+    seg.end = i;
     std::string why;
     for (int k = seg.begin; k < seg.body_end; ++k) {
       const Node& node = graph_.nodes[static_cast<size_t>(k)];
-      const int ov = static_cast<size_t>(k) < override_of_.size() ? override_of_[static_cast<size_t>(k)] : -1;
       seg.calls += is_call(k) ? 1 : 0;
-      if (node.op == "adamw_step" && why.empty()) why = "AdamW's lr and step change per run";
-      if (node.op == "host_write" && why.empty()) why = "node " + std::to_string(k) + " writes from the host";
-      if (ov >= 0 && overrides_[static_cast<size_t>(ov)].scratch_bytes > 0 &&
-          overrides_[static_cast<size_t>(ov)].scratch == nullptr && why.empty())
-        why = "node " + std::to_string(k) + "'s override has no scratch in the arena";
+      if (!why.empty()) continue;
+      if (node.op == "adamw_step") why = "AdamW's lr and step change per run";
+      if (node.op == "host_write") why = "node " + std::to_string(k) + " writes from the host";
       for (const Arg& a : node.args) {
         for (const TensorRef& t : a.tensors) {
           const size_t id = static_cast<size_t>(t.buffer);
@@ -153,11 +148,10 @@ void Executable::plan_segments(bool one_cuda_device) {
         }
       }
     }
-    seg.capturable = enabled && seg.calls > 0 && why.empty();
-    if (enabled && seg.calls > 0 && !why.empty() && graphs_why_.empty())
+    seg.capturable = graphs_enabled_ && seg.calls > 0 && why.empty();
+    if (graphs_enabled_ && seg.calls > 0 && !why.empty() && graphs_why_.empty())
       graphs_why_ = "segment " + std::to_string(segments_.size()) + " eager: " + why;
     segments_.push_back(std::move(seg));
-    begin = segments_.back().end;
   }
 }
 
@@ -168,7 +162,6 @@ Executable::GraphStats Executable::graph_stats() {
   g.why = graphs_why_;
   g.segments = static_cast<int>(segments_.size());
   for (const Segment& seg : segments_) {
-    g.capturable += seg.capturable ? 1 : 0;
     if (seg.exec.valid()) {
       ++g.captured;
       g.captured_calls += seg.calls;
@@ -202,53 +195,44 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   cudaStream_t s = capture_stream_.get();
   cuda::CachingAllocator& alloc = cuda::CachingAllocator::get();
   const cudaStream_t main = side.main;
-  const int seg_begin = side.seg_begin;
-  bool routed = false;
   join_side(side);  // an eager group still in flight from before the host read
+  std::string error;
+  bool routed = false;
   try {
     cuda::GraphExec::begin_capture(s);
     alloc.begin_allocate_to_pool(device, pool_, s);
     ++pool_refs_;
     routed = true;
-    {
-      cuda::StreamGuard guard(s, device);
-      side.main = s;
-      side.capturing = true;
-      side.seg_begin = seg.begin;
-      side.in_flight = -1;
-      if (side.on) capture_ready_.back().record(s);  // the segment's start
-      // No host read inside: run_nodes cannot stop early.
-      run_nodes(seg.begin, seg.body_end, ctx, scalars, side, nullptr);
-      join_side(side);
-    }
-    side.main = main;
-    side.capturing = false;
-    side.seg_begin = seg_begin;
-    routed = false;
-    alloc.end_allocate_to_pool(device, pool_);
-    seg.exec = cuda::GraphExec::end_capture(s, priority);
-    return true;
+    cuda::StreamGuard guard(s, device);
+    side.main = s;
+    side.capturing = true;
+    side.seg_begin = seg.begin;
+    if (side.on) capture_ready_.back().record(s);  // the segment's start
+    run_nodes(seg.begin, seg.body_end, ctx, scalars, side, nullptr);  // no host read inside
+    join_side(side);
   } catch (const std::exception& e) {
-    if (routed) {
-      try {
-        alloc.end_allocate_to_pool(device, pool_);
-      } catch (...) {
-      }
-    }
-    cuda::GraphExec::abandon_capture(s);
-    if (side.on) {  // the side stream left the capture with it; nothing it holds ran
-      side_stream_ = cuda::Stream::create(device);
-    }
-    side.main = main;
-    side.capturing = false;
-    side.seg_begin = seg_begin;
-    side.in_flight = -1;
-    graphs_failed_ = true;
-    graphs_why_ = "the capture of segment " + std::to_string(&seg - segments_.data()) + " failed (" + e.what() +
-                  "); eager from then on";
-    for (Segment& other : segments_) other.capturable = other.exec.valid();
-    return false;
+    error = e.what();
   }
+  side.main = main;
+  side.capturing = false;
+  side.in_flight = -1;
+  if (routed) alloc.end_allocate_to_pool(device, pool_);
+  if (error.empty()) {
+    try {
+      seg.exec = cuda::GraphExec::end_capture(s, priority);
+      return true;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  } else {
+    cuda::GraphExec::abandon_capture(s);
+  }
+  // The side stream may have been left in the dropped capture; nothing issued to it ran.
+  if (side.on) side_stream_ = cuda::Stream::create(device);
+  graphs_failed_ = true;
+  graphs_why_ = "the capture of segment " + std::to_string(&seg - segments_.data()) + " failed (" + error +
+                "); eager from then on";
+  return false;
 #endif
 }
 

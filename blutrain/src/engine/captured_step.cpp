@@ -154,8 +154,8 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     return std::isfinite(*loss) && std::isfinite(u.grad_norm);
   });
   // Note [Graph segments] (blutensor): the second run captured what it could.
-  if (const bool graphs = exe_->graph_stats().enabled; ++runs_ == (graphs ? 2 : 1))
-    news_ = "captured engine: " + exe_->graph_stats().describe() + "\n";
+  if (const capture::Executable::GraphStats g = exe_->graph_stats(); ++runs_ == (g.enabled ? 2 : 1))
+    news_ = "captured engine: " + g.describe() + "\n";
   if (done) {
     opt_.set_step_count(opt_.step_count() + 1);
   } else {

@@ -127,7 +127,7 @@ struct FusedGPT2Step::Impl {
   // and accum > 1 the last micro-batch with the gradient all-reduce and the optimizer (kLast
   // replaces kOptim: the collectives belong in the last backward, not in every kRest replay).
   enum Part { kFirst, kRest, kOptim, kLast, kNumParts };
-  cudaGraphExec_t graphs[kNumParts] = {};
+  blu::cuda::GraphExec graphs[kNumParts];
   bool stream_priority = false;  // BLU_FUSED_STREAM_PRIORITY (setup())
   // Data parallelism (Note [Data-parallel fused step: streams and events under capture]):
   // null with one rank. sync_now: this pass is the step's last backward, so it all-reduces.
@@ -741,23 +741,17 @@ void FusedGPT2Step::Impl::launch(Part part) {
     run_part(part);
     return;
   }
-  if (graphs[part] == nullptr) {
-    cuda_check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
-    cudaGraph_t graph = nullptr;
+  if (!graphs[part].valid()) {
+    blu::cuda::GraphExec::begin_capture(stream.get());
     try {
       run_part(part);
     } catch (...) {
-      (void)cudaStreamEndCapture(stream.get(), &graph);
-      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      blu::cuda::GraphExec::abandon_capture(stream.get());
       throw;
     }
-    cuda_check(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
-    const cudaError_t e =
-        cudaGraphInstantiate(&graphs[part], graph, stream_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
-    (void)cudaGraphDestroy(graph);
-    cuda_check(e, "cudaGraphInstantiate");
+    graphs[part] = blu::cuda::GraphExec::end_capture(stream.get(), stream_priority);
   }
-  cuda_check(cudaGraphLaunch(graphs[part], stream.get()), "cudaGraphLaunch");
+  graphs[part].launch(stream.get());
 }
 
 FusedGPT2Step::FusedGPT2Step(GPT2& model, AdamW& optimizer, const FusedStepOptions& options)
@@ -773,9 +767,6 @@ FusedGPT2Step::~FusedGPT2Step() {
   if (s.side.get() != nullptr) (void)cudaStreamSynchronize(s.side.get());
   for (cudaEvent_t e : s.events) (void)cudaEventDestroy(e);
   if (s.step_done != nullptr) (void)cudaEventDestroy(s.step_done);
-  for (cudaGraphExec_t& e : s.graphs) {
-    if (e != nullptr) (void)cudaGraphExecDestroy(e);
-  }
   if (s.h_scalars != nullptr) (void)cudaFreeHost(s.h_scalars);
   if (s.h_readback != nullptr) (void)cudaFreeHost(s.h_readback);
 }
