@@ -10,6 +10,7 @@
 
 #include "blutensor/blutensor.h"
 #include "common/gpu_test.h"
+#include "support/grad_scale_update.h"
 
 namespace {
 
@@ -70,6 +71,14 @@ TEST(MultiTensorGpu, AdamWStepMatchesCpu) {
   expect_lists_close("adamw m", m_cpu, m_gpu, 5e-8, 2e-6);
   expect_lists_close("adamw v", v_cpu, v_gpu, 1e-12, 2e-6);
   expect_lists_close("adamw p", p_cpu, p_gpu, 8 * 2e-3 * 1e-6, 1e-6);
+}
+
+// Note [Clip coefficient in the update] (blutrain): f32 lists (blublas::adamw_update's
+// grad_scale) and f64 lists (the generic kernel), each against the scaling pass on the GPU.
+TEST(MultiTensorGpu, AdamWGradScaleIsScaleTensorsThenStep) {
+  BLU_REQUIRE_GPU();
+  test::expect_grad_scale_update_is_scale_then_update(kGpu, kFloat32, 41);
+  test::expect_grad_scale_update_is_scale_then_update(kGpu, kFloat64, 42);
 }
 
 TEST(MultiTensorGpu, GlobalNormMatchesCpuAndRepeats) {

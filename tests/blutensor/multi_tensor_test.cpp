@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "blutensor/blutensor.h"
+#include "support/grad_scale_update.h"
 
 namespace {
 
@@ -228,6 +229,20 @@ TEST(MultiTensor, BadListsAreErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { optim::scale_tensors_({a}, randn({2})); }).find("one-element"),
             std::string::npos);
+  for (const Tensor& bad_scale : {randn({2}), scalar_tensor(0.5, kFloat64)}) {
+    const std::string e = error_of([&] {
+      optim::adamw_step_({a}, {b}, {zeros_like(a)}, {zeros_like(a)}, o, 1, bad_scale);
+    });
+    EXPECT_NE(e.find("adamw_step_: grad_scale is"), std::string::npos) << e;
+    EXPECT_NE(e.find("one f32 element"), std::string::npos) << e;
+  }
+}
+
+// Note [Clip coefficient in the update] (blutrain): the coefficient inside the update is the
+// scaling pass's bits, f32 and f64 lists.
+TEST(MultiTensor, AdamWGradScaleIsScaleTensorsThenStep) {
+  test::expect_grad_scale_update_is_scale_then_update(kCPU, kFloat32, 31);
+  test::expect_grad_scale_update_is_scale_then_update(kCPU, kFloat64, 32);
 }
 
 // Note [Multi-tensor cast]: to_dtype_all gives what t.to(dtype) gives, tensor by tensor, bit for

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,6 +166,49 @@ inline void compare_optimizer_paths(const OptimizerCase& oc, Device other, bool 
     EXPECT_EQ(ref.opt->step_count(), alt.opt->step_count());
     ref.opt->zero_grad();
     alt.opt->zero_grad();
+  }
+}
+
+// Note [Clip coefficient in the update]: clip_and_update (the coefficient inside AdamW) against
+// clip_grad_norm + step (the scaling pass) on two copies on `dev`: the same norm, and weights and
+// moments bit for bit after every step, clipping on odd steps; the gradients left unscaled.
+inline void expect_clip_and_update_is_clip_then_step(Device dev, int steps = 6) {
+  const OptimizerCase oc;
+  Generator gen(oc.seed + 7);
+  std::vector<Tensor> init;
+  for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
+  OptimizerState a = make_state(oc, init, dev);
+  OptimizerState b = make_state(oc, init, dev);
+  auto same = [](const Tensor& x, const Tensor& y) {
+    const Tensor cx = x.to(kCPU).contiguous(), cy = y.to(kCPU).contiguous();
+    return cx.numel() == cy.numel() &&
+           std::memcmp(cx.data_ptr(), cy.data_ptr(), static_cast<std::size_t>(cx.numel()) * cx.element_size()) == 0;
+  };
+  for (int t = 1; t <= steps; ++t) {
+    std::vector<Tensor> grads;
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      const Tensor g = (randn(oc.shapes[i], {}, &gen) * (0.05 * t)).to(dev);
+      grads.push_back(g);
+      a.params[i]->set_grad(g.clone());
+      b.params[i]->set_grad(g.clone());
+    }
+    const double probe = train::grad_sum_of_squares(a.named);
+    const double max_norm = t % 2 == 1 ? 0.3 * std::sqrt(probe) : 1e9;  // clip on odd steps
+    const double lr = 1e-2 / t;
+    const double na = train::clip_grad_norm(a.named, max_norm);
+    a.opt->step(lr);
+    const train::UpdateResult rb = train::clip_and_update(*b.opt, max_norm, lr);
+    EXPECT_TRUE(rb.applied);
+    EXPECT_EQ(na, rb.grad_norm) << "step " << t;
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      EXPECT_TRUE(same(*a.params[i], *b.params[i])) << "param " << i << " step " << t << " on " << dev.str();
+      EXPECT_TRUE(same(a.opt->exp_avg()[i], b.opt->exp_avg()[i])) << "exp_avg " << i << " step " << t;
+      EXPECT_TRUE(same(a.opt->exp_avg_sq()[i], b.opt->exp_avg_sq()[i])) << "exp_avg_sq " << i << " step " << t;
+      EXPECT_TRUE(same(b.params[i]->grad(), grads[i])) << "grad " << i << " step " << t << " was scaled";
+    }
+    EXPECT_EQ(a.opt->step_count(), b.opt->step_count());
+    a.opt->zero_grad();
+    b.opt->zero_grad();
   }
 }
 

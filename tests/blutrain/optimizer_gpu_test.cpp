@@ -16,6 +16,11 @@ TEST(TrainOptimizerGpu, FusedCudaStepMatchesCpuStep) {
   blu::test::compare_optimizer_paths(blu::test::OptimizerCase{}, blu::Device::cuda(0), false);
 }
 
+TEST(TrainOptimizerGpu, ClipAndUpdateIsClipThenStepBitwise) {
+  BLU_REQUIRE_GPU();
+  blu::test::expect_clip_and_update_is_clip_then_step(blu::Device::cuda(0));
+}
+
 TEST(TrainOptimizerGpu, ManyTensorsSpanSeveralLaunches) {
   BLU_REQUIRE_GPU();
   blu::test::OptimizerCase oc;  // 480 decayed tensors: more than 256 per launch

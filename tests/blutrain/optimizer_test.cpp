@@ -10,6 +10,10 @@ TEST(TrainOptimizer, ContiguousAndStridedGradientsTakeTheSameSteps) {
   blu::test::compare_optimizer_paths(blu::test::OptimizerCase{}, blu::kCPU, /*strided_grads=*/true);
 }
 
+TEST(TrainOptimizer, ClipAndUpdateIsClipThenStepBitwise) {
+  blu::test::expect_clip_and_update_is_clip_then_step(blu::kCPU);
+}
+
 TEST(TrainOptimizer, LearningRateScheduleWarmupThenCosine) {
   using blu::train::learning_rate;
   EXPECT_DOUBLE_EQ(learning_rate(0, 1.0, 0.1, 10, 100), 0.1);

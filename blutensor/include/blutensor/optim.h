@@ -86,10 +86,14 @@ class SGD : public Optimizer {
 // with moments exp_avgs[i] and exp_avg_sqs[i]: one device, one dtype (f32 or f64), contiguous,
 // equal sizes per i (grads may be non-contiguous: copied). options.lr and options.weight_decay
 // apply to the whole list (call once per weight-decay group); step >= 1 is the step count after
-// this update (bias corrections).
+// this update (bias corrections). grad_scale (optional): a one-element f32 tensor on the
+// parameters' device, read there when the update runs; every gradient element is multiplied by it
+// (rounded to the parameters' dtype) before the update, the same bits as scale_tensors_(grads,
+// grad_scale) followed by the update without it, one pass over the gradients fewer, and the
+// gradients are left as they were (Note [Clip coefficient in the update] in blutrain's optimizer).
 void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const AdamWOptions& options, int64_t step);
+                 const AdamWOptions& options, int64_t step, const Tensor& grad_scale = Tensor());
 
 // norm: sqrt(sum of x^2 over every element of every tensor), a 0-d f32 tensor on the tensors'
 // device (one device, floating dtypes); clip_coef: max_norm > 0 ? min(1, max_norm / (norm + 1e-6))

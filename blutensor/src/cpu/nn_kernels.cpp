@@ -322,7 +322,8 @@ void random_typed(const Tensor& out, uint64_t seed, uint64_t offset, double a, d
 }
 
 template <typename T>
-void adamw_one(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamWParams& hp) {
+void adamw_one(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const float* grad_scale,
+               const AdamWParams& hp) {
   using C = compute_t<T>;
   const int64_t n = p.numel();
   T* pp = static_cast<T*>(p.data_ptr());
@@ -335,10 +336,12 @@ void adamw_one(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
   const C bc2 = static_cast<C>(1.0 - std::pow(hp.beta2, static_cast<double>(hp.step)));
   const C step_size = lr / bc1;
   const C inv_sqrt_bc2 = C(1) / std::sqrt(bc2);
+  // grad_scale: the gradient as scale_tensors_ would have left it (the product rounded to T).
+  const C gs = grad_scale != nullptr ? static_cast<C>(*grad_scale) : C(1);
   cpu::parallel_for((n + 4095) / 4096, 4096, [&](int64_t blk) {
     int64_t i0 = blk * 4096, i1 = std::min(n, i0 + 4096);
     for (int64_t i = i0; i < i1; ++i) {
-      C gi = ld(gp[i]);
+      C gi = grad_scale != nullptr ? ld(T(ld(gp[i]) * gs)) : ld(gp[i]);
       C mi = b1 * ld(mp[i]) + (C(1) - b1) * gi;
       C vi = b2 * ld(vp[i]) + (C(1) - b2) * gi * gi;
       C pi = ld(pp[i]) * decay;
@@ -410,10 +413,11 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 }
 void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                const AdamWParams& hp) {
+                const Tensor& grad_scale, const AdamWParams& hp) {
+  const float* gs = grad_scale.defined() ? static_cast<const float*>(grad_scale.data_ptr()) : nullptr;
   for (std::size_t i = 0; i < params.size(); ++i) {
     BLU_SWITCH_FLOAT_DTYPES(params[i].dtype(), T, "adamw_step",
-                            adamw_one<T>(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], hp));
+                            adamw_one<T>(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], gs, hp));
   }
 }
 

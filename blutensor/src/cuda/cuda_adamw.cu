@@ -21,11 +21,14 @@ struct AdamWScalars {
 };
 
 template <typename T>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWScalars<T> s) {
+__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWScalars<T> s,
+                             const float* __restrict__ grad_scale) {
   using C = compute_t<T>;
+  // grad_scale: the gradient as scale_tensors_ would have left it (the product rounded to T).
+  const C gs = grad_scale != nullptr ? static_cast<C>(*grad_scale) : C(1);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const C gi = load_c(g[i]);
+    const C gi = grad_scale != nullptr ? load_c(store_c<T>(load_c(g[i]) * gs)) : load_c(g[i]);
     const C mi = s.b1 * load_c(m[i]) + (C(1) - s.b1) * gi;
     const C vi = s.b2 * load_c(v[i]) + (C(1) - s.b2) * gi * gi;
     C pi = load_c(p[i]) * s.decay;
@@ -39,7 +42,7 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWScala
 template <typename T>
 void adamw_generic(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                   const AdamWParams& hp) {
+                   const float* grad_scale, const AdamWParams& hp) {
   using C = compute_t<T>;
   AdamWScalars<T> s;
   s.b1 = static_cast<C>(hp.beta1);
@@ -55,14 +58,15 @@ void adamw_generic(const std::vector<Tensor>& params, const std::vector<Tensor>&
     if (n == 0) continue;
     adamw_kernel<T><<<grid_for(n), kThreads, 0, stream_of(params[i])>>>(
         static_cast<T*>(params[i].data_ptr()), static_cast<const T*>(grads[i].data_ptr()),
-        static_cast<T*>(exp_avgs[i].data_ptr()), static_cast<T*>(exp_avg_sqs[i].data_ptr()), n, s);
+        static_cast<T*>(exp_avgs[i].data_ptr()), static_cast<T*>(exp_avg_sqs[i].data_ptr()), n, s,
+        grad_scale);
     BLU_KERNEL_LAUNCH_CHECK("adamw_kernel");
   }
 }
 
 bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                   const AdamWParams& hp) {
+                   const float* grad_scale, const AdamWParams& hp) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].dtype() != DType::F32 || grads[i].dtype() != DType::F32) return false;
   }
@@ -95,11 +99,11 @@ bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>&
         std::min<std::size_t>(blublas::kAdamWTensorsPerLaunch, descs.size() - b));
     if (b == 0) {
       blublas::Status st =
-          blublas::adamw_update(descs.data(), count, blublas::Dtype::kF32, h, nullptr, stream);
+          blublas::adamw_update(descs.data(), count, blublas::Dtype::kF32, h, grad_scale, stream);
       if (!blublas_ok(st, "adamw_step")) return false;
     } else {
       BLU_BLAS_CHECK(blublas::adamw_update(descs.data() + b, count, blublas::Dtype::kF32, h,
-                                           nullptr, stream),
+                                           grad_scale, stream),
                      "adamw_step (CUDA)");
     }
   }
@@ -110,15 +114,16 @@ bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>&
 
 void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                const AdamWParams& hp) {
+                const Tensor& grad_scale, const AdamWParams& hp) {
   BLU_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() &&
                 exp_avg_sqs.size() == params.size(),
             "adamw_step (CUDA): list sizes differ: ", params.size(), " params, ", grads.size(),
             " grads, ", exp_avgs.size(), " exp_avg, ", exp_avg_sqs.size(), " exp_avg_sq");
   if (params.empty()) return;
-  if (adamw_blublas(params, grads, exp_avgs, exp_avg_sqs, hp)) return;
+  const float* gs = grad_scale.defined() ? static_cast<const float*>(grad_scale.data_ptr()) : nullptr;
+  if (adamw_blublas(params, grads, exp_avgs, exp_avg_sqs, gs, hp)) return;
   BLU_CUDA_SWITCH_FLOAT(params[0].dtype(), T, "adamw_step",
-                        adamw_generic<T>(params, grads, exp_avgs, exp_avg_sqs, hp));
+                        adamw_generic<T>(params, grads, exp_avgs, exp_avg_sqs, gs, hp));
 }
 
 }  // namespace blu::cuda_ops

@@ -61,7 +61,7 @@ bool backend_global_norm(const Tensor& norm, const Tensor& coef, const std::vect
 
 void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                 const AdamWOptions& options, int64_t step) {
+                 const AdamWOptions& options, int64_t step, const Tensor& grad_scale) {
   NoGradGuard ng;
   BLU_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() &&
                 exp_avg_sqs.size() == params.size(),
@@ -73,6 +73,12 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
             "adamw_step_: beta1=", options.beta1, " beta2=", options.beta2, " eps=", options.eps,
             " lr=", options.lr, " (need 0 <= beta < 1, eps >= 0, finite lr)");
   if (params.empty()) return;
+  if (grad_scale.defined()) {
+    BLU_CHECK(grad_scale.numel() == 1 && grad_scale.dtype() == kFloat32 &&
+                  grad_scale.device() == params[0].device(),
+              "adamw_step_: grad_scale is ", grad_scale.describe(),
+              ", expected one f32 element on the parameters' device ", params[0].describe());
+  }
   std::vector<Tensor> gs;
   gs.reserve(grads.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -101,7 +107,8 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   hp.eps = options.eps;
   hp.weight_decay = options.weight_decay;
   hp.step = step;
-  BLU_DISPATCH(params[0].device(), adamw_step, params, gs, exp_avgs, exp_avg_sqs, hp);
+  const Tensor scale = grad_scale.defined() ? detail::contiguous_nograd(grad_scale) : Tensor();
+  BLU_DISPATCH(params[0].device(), adamw_step, params, gs, exp_avgs, exp_avg_sqs, scale, hp);
   for (std::size_t i = 0; i < params.size(); ++i) {
     params[i].bump_version();
     exp_avgs[i].bump_version();

@@ -29,7 +29,9 @@ class AdamW {
 
   // One update with learning rate `lr` from the parameters' .grad (parameters without a grad
   // are skipped); step_count() + 1 is used for bias correction.
-  void step(double lr);
+  // grad_scale (optional): a one-element f32 tensor on the parameters' device multiplying every
+  // gradient inside the update (the clip coefficient; Note [Clip coefficient in the update]).
+  void step(double lr, const Tensor& grad_scale = Tensor());
   void zero_grad();
 
   int64_t step_count() const { return t_; }
@@ -73,7 +75,9 @@ struct UpdateResult {
   std::string first_nonfinite;  // when not applied: first_nonfinite_gradient ("" if none)
 };
 // clip_grad_norm then opt.step(lr), unless the norm is not finite or loss_finite is false: then
-// no update at all (the AdamW step count stays too). Gradients are left for the caller to zero.
+// no update at all (the AdamW step count stays too). Gradients are left for the caller to zero;
+// without sum_of_squares they are left unscaled: the clip coefficient is applied inside the update
+// (Note [Clip coefficient in the update]), with the same bits.
 UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite = true,
                              const GradSumOfSquares& sum_of_squares = {});
 
