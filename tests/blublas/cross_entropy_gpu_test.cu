@@ -251,4 +251,116 @@ TEST(CrossEntropy, BadTargetSetsFlagAndIsIgnored) {
   check_bad_targets(Dtype::kF32, 50257);
 }
 
+// Note [Cross-entropy rows]: cross_entropy_rows against float64: per-row losses (NaN for a bad
+// target, 0 for an ignored row), lse, valid, and the unscaled gradient (dloss per valid row, no
+// count; 0 rows for ignored and bad targets), in place and not, on the streamed path (rows of
+// 32 KiB and more; 157 misaligned rows leave the last one resident), the resident and the
+// block-per-row kernels; bitwise the same twice; its loss of a valid row is cross_entropy_fused's.
+struct RowsCase {
+  Dtype dt;
+  int rows;
+  int64_t vocab;
+  bool in_place;
+};
+
+class CrossEntropyRowsTest : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(CrossEntropyRowsTest, RowsMatchFloat64) {
+  BLU_REQUIRE_GPU();
+  const RowsCase c = GetParam();
+  const int R = c.rows;
+  const int64_t V = c.vocab;
+  SCOPED_TRACE("path: " + blublas::fused::row_path_name(R, V, 1, c.dt, RowStreamTuning{}));
+  const std::size_t n = static_cast<std::size_t>(R) * V, es = blublas::dtype_size(c.dt);
+  const int kIgnore = -100;
+  const float dloss = 0.8125f;
+  auto logits = random_values(n, -6.0f, 6.0f, 71 + V, c.dt);
+  std::vector<int32_t> targets(R);
+  for (int r = 0; r < R; ++r) targets[r] = static_cast<int32_t>((r * 7919LL + 5) % V);
+  targets[1] = kIgnore;
+  targets[2] = static_cast<int32_t>(V + 3);  // bad: NaN loss
+  if (R > 4) targets[4] = -9;                // bad
+  std::vector<double> rloss(R), rlse(R), rvalid(R), rgrad(n, 0.0);
+  for (int r = 0; r < R; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(logits[r * V + j]));
+    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    rlse[r] = m + std::log(s);
+    const int t = targets[r];
+    const bool ok = t >= 0 && t < V;
+    rvalid[r] = t == kIgnore ? 0.0 : 1.0;
+    rloss[r] = t == kIgnore ? 0.0 : ok ? rlse[r] - logits[r * V + t] : NAN;
+    if (!ok) continue;
+    for (int64_t j = 0; j < V; ++j)
+      rgrad[r * V + j] = (std::exp(logits[r * V + j] - m) / s - (j == t ? 1.0 : 0.0)) * dloss;
+  }
+  DeviceMem dgrad(n * es), dl(R * 4), de(R * 4), dv(R * 4), dtargets(R * 4);
+  BLU_CUDA_TEST_CHECK(cudaMemcpy(dtargets.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
+  std::size_t ws_bytes = 0;
+  BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(R, &ws_bytes));
+  DeviceMem ws(ws_bytes);
+  std::vector<std::vector<uint8_t>> runs;
+  for (int rep = 0; rep < 2; ++rep) {
+    DeviceMem fresh = upload(logits, c.dt);
+    for (DeviceMem* m : {&dgrad, &dl, &de, &dv, &ws}) m->poison();
+    void* grad_out = c.in_place ? fresh.get() : dgrad.get();
+    BLU_ASSERT_OK(blublas::cross_entropy_rows(dl.as<float>(), de.as<float>(), dv.as<float>(), grad_out,
+                                              fresh.get(), dtargets.as<int32_t>(), R, V, kIgnore, dloss,
+                                              c.dt, ws.get(), ws_bytes, nullptr));
+    BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+    const double lt = c.dt == Dtype::kBF16 ? 1e-4 : 1e-5;
+    auto loss = download(dl.get(), R, Dtype::kF32);
+    for (int r = 0; r < R; ++r) {
+      if (std::isnan(rloss[r])) {
+        EXPECT_TRUE(std::isnan(loss[r])) << "row " << r << " (bad target " << targets[r] << "): " << loss[r];
+        rloss[r] = 0.0;  // all_close below compares the rest
+        loss[r] = 0.0f;
+      }
+    }
+    EXPECT_TRUE(all_close("losses", loss, rloss, lt, 1e-5));
+    for (int r = 0; r < R; ++r) {
+      const int t = targets[r];
+      if (t != kIgnore && (t < 0 || t >= V)) rloss[r] = NAN;  // restore for the next rep
+    }
+    EXPECT_TRUE(all_close("lse", download(de.get(), R, Dtype::kF32), rlse, lt, 1e-5));
+    EXPECT_TRUE(all_close("valid", download(dv.get(), R, Dtype::kF32), rvalid, 0.0, 0.0));
+    EXPECT_TRUE(all_close("dlogits", download(grad_out, n, c.dt), rgrad,
+                          (c.dt == Dtype::kBF16 ? 1e-5 : 1e-8) * dloss, c.dt == Dtype::kBF16 ? 8e-3 : 1e-4));
+    runs.push_back(blu::test::download_bytes(grad_out, n * es));
+    for (const DeviceMem* m : {&dl, &de, &dv}) {
+      const auto b = blu::test::download_bytes(m->get(), R * 4);
+      runs.back().insert(runs.back().end(), b.begin(), b.end());
+    }
+  }
+  EXPECT_EQ(runs[0], runs[1]) << "cross_entropy_rows not bitwise deterministic";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CrossEntropyRowsTest,
+    ::testing::Values(RowsCase{Dtype::kF32, 7, 50304, false}, RowsCase{Dtype::kBF16, 7, 50304, true},
+                      RowsCase{Dtype::kBF16, 300, 50304, false}, RowsCase{Dtype::kF32, 70, 50304, true},
+                      RowsCase{Dtype::kBF16, 157, 50257, false}, RowsCase{Dtype::kF32, 257, 8196, true},
+                      RowsCase{Dtype::kBF16, 9, 777, false}, RowsCase{Dtype::kF32, 33, 10, true},
+                      RowsCase{Dtype::kF32, 5, 150001, false}),
+    [](const ::testing::TestParamInfo<RowsCase>& i) {
+      return std::string(blublas::dtype_name(i.param.dt)) + "_" + std::to_string(i.param.rows) +
+             "x" + std::to_string(i.param.vocab) + (i.param.in_place ? "_inplace" : "");
+    });
+
+TEST(CrossEntropy, RowsRefuseNullLossesAndBadDtype) {
+  std::size_t ws_bytes = 0;
+  BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(4, &ws_bytes));
+  const blublas::Status a = blublas::cross_entropy_rows(nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                        nullptr, 4, 10, -100, 1.0f, Dtype::kF32,
+                                                        nullptr, ws_bytes, nullptr);
+  EXPECT_FALSE(a.ok());
+  EXPECT_NE(a.message().find("cross_entropy_rows: losses must not be null"), std::string::npos) << a.message();
+  float dummy = 0;
+  const blublas::Status b = blublas::cross_entropy_rows(&dummy, nullptr, nullptr, nullptr, &dummy,
+                                                        nullptr, 4, 10, -100, 1.0f, Dtype::kF16,
+                                                        &dummy, ws_bytes, nullptr);
+  EXPECT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("cross_entropy_rows: dtype"), std::string::npos) << b.message();
+}
+
 }  // namespace

@@ -23,6 +23,16 @@ inline std::string gpu_unavailable_reason() {
   return "";
 }
 
+// The current device's compute capability major (0 when none is usable).
+inline int gpu_sm_major() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 inline bool gpu_required() {
   const char* v = std::getenv("BLU_REQUIRE_GPU");
   return v != nullptr && std::strcmp(v, "1") == 0;

@@ -31,4 +31,19 @@ Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const
                            float dloss, int* error_flag, Dtype dtype, void* workspace,
                            std::size_t workspace_bytes, cudaStream_t stream);
 
+// The per-row pieces, for callers that reduce and scale across calls themselves (blutensor's
+// chunked linear_cross_entropy: its mean counts the rows of every chunk). Per row r:
+//   losses[r]  = logsumexp(logits[r]) - logits[r][t_r]; 0 where t_r == ignore_index; NaN where
+//                t_r is outside [0, vocab) and not ignore_index (a bad target shows in the loss)
+//   lse[r]     = logsumexp(logits[r])                                    (lse may be null)
+//   valid[r]   = 0 where t_r == ignore_index, else 1                     (valid may be null)
+//   dlogits[r] = (softmax(logits[r]) - onehot(t_r)) * dloss, not divided by any count; 0 for
+//                ignored rows and bad targets                     (dlogits may be null or alias logits)
+// The same kernels as cross_entropy_fused (one streamed pass for rows of 32 KiB and more on
+// sm_90); workspace: cross_entropy_workspace_size(rows) bytes, 16-byte aligned.
+Status cross_entropy_rows(float* losses, float* lse, float* valid, void* dlogits, const void* logits,
+                          const int32_t* targets, int64_t rows, int64_t vocab, int ignore_index,
+                          float dloss, Dtype dtype, void* workspace, std::size_t workspace_bytes,
+                          cudaStream_t stream);
+
 }  // namespace blublas

@@ -39,6 +39,32 @@ __device__ __forceinline__ bool target_valid(int t, int64_t vocab, int ignore_in
   return t != ignore_index && t >= 0 && t < vocab;
 }
 
+// Note [Cross-entropy rows]: what cross_entropy_rows adds to the fused kernels' outputs. With
+// `unscaled` a valid row's gradient scale is dloss itself (not dloss / count: the caller divides
+// by a count over more rows than this call sees), a target outside [0, vocab) that is not
+// ignore_index gives a NaN loss (blutensor's contract: a bad target shows in the loss) instead
+// of being ignored, and lse / valid (when not null) get the row's log-sum-exp and 0 / 1 for an
+// ignored / any other row. The fused path passes RowOut{}: its outputs and bits are unchanged.
+struct RowOut {
+  float* lse = nullptr;
+  float* valid = nullptr;
+  bool unscaled = false;
+};
+
+__device__ __forceinline__ float row_grad_scale(bool valid, int n, float dloss, const RowOut& o) {
+  if (!valid) return 0.0f;
+  if (o.unscaled) return dloss;
+  return n > 0 ? dloss / static_cast<float>(n) : 0.0f;
+}
+
+// The row's extra outputs and the loss of a row without a valid target, from one thread.
+__device__ __forceinline__ void write_row_extras(float* losses, const RowOut& o, int64_t row, int t,
+                                                 int ignore_index, bool valid, float lse) {
+  if (o.lse != nullptr) o.lse[row] = lse;
+  if (o.valid != nullptr) o.valid[row] = t == ignore_index ? 0.0f : 1.0f;
+  if (!valid && losses != nullptr) losses[row] = o.unscaled && t != ignore_index ? NAN : 0.0f;
+}
+
 __global__ void __launch_bounds__(kCountThreads)
     xent_count_kernel(int* count_out, int* error_flag, const int32_t* __restrict__ targets,
                       int64_t rows, int64_t vocab, int ignore_index) {
@@ -73,7 +99,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
     xent_resident_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
                          const int32_t* __restrict__ targets, const int* __restrict__ count,
                          int64_t vocab, int ignore_index, float dloss, int cluster,
-                         int64_t chunk) {
+                         int64_t chunk, RowOut o) {
   __shared__ float scratch[32];
   __shared__ MaxSum slot;
   const RowSliceIndex sl = row_slice(kCluster ? cluster : 1, chunk, vocab);
@@ -119,12 +145,10 @@ __global__ void __launch_bounds__(kResidentMaxThreads, W > 1 ? 2 : 1)
   const MaxSum local{mb, block_sum(s, scratch)};
   const MaxSum all = cluster_combine_maxsum<kCluster>(local, &slot);
   const float lse = all.m + logf(all.s);
-  if (losses != nullptr) {
-    if (owner) losses[sl.row] = lse - x_t;
-    if (!valid && sl.begin == 0 && threadIdx.x == 0) losses[sl.row] = 0.0f;
-  }
+  if (losses != nullptr && owner) losses[sl.row] = lse - x_t;
+  if (sl.begin == 0 && threadIdx.x == 0) write_row_extras(losses, o, sl.row, t, ignore_index, valid, lse);
   if (dlogits == nullptr) return;
-  const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+  const float g = row_grad_scale(valid, n, dloss, o);
   const float scale = (local.s == 0.0f ? 0.0f : __expf(mb - all.m)) / all.s * g;
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -147,7 +171,7 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
     xent_stream_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
                        const int32_t* __restrict__ targets, int* __restrict__ count_out,
                        int* __restrict__ error_flag, int64_t total_rows, int64_t vocab,
-                       int ignore_index, float dloss, StreamArgs a) {
+                       int ignore_index, float dloss, StreamArgs a, RowOut o) {
 #if BLUBLAS_ROW_STREAM_DEVICE
   constexpr int W = kPackElems<T>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -226,14 +250,15 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
       const float mrow = st.x, inv = 1.0f / st.y;
       if (owns_target && losses != nullptr) losses[r] = mrow + logf(st.y) - xt_kept;
       const bool valid = target_valid(t, vocab, ignore_index);
-      const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+      const float g = row_grad_scale(valid, n, dloss, o);
       const float scale = g * inv;
       // bf16: dlogit = sign(g) ex2(x log2e - bias), bias = M log2e + log2(S / |g|) (g == 0:
       // bias = +inf, ex2 = 0).
       const bool g_negative = g < 0.0f;
       const float bias =
           g != 0.0f ? mrow * kLog2e + __log2f(st.y) - __log2f(fabsf(g)) : INFINITY;
-      if (!valid && rank == 0 && threadIdx.x == 0 && losses != nullptr) losses[r] = 0.0f;
+      if (rank == 0 && threadIdx.x == 0)
+        write_row_extras(losses, o, r, t, ignore_index, valid, mrow + logf(st.y));
       // The target's window offset (bytes); -1 when ignored.
       const int t_off = valid ? w.lead + t * static_cast<int>(sizeof(T)) : -1;
       unsigned char* dwin = reinterpret_cast<unsigned char*>(dlogits) + w.start;
@@ -341,6 +366,7 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
   (void)ignore_index;
   (void)dloss;
   (void)a;
+  (void)o;
   __trap();
 #endif
 }
@@ -350,7 +376,7 @@ template <typename T, int W>
 __global__ void __launch_bounds__(kGenericRowThreads)
     xent_generic_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
                         const int32_t* __restrict__ targets, const int* __restrict__ count,
-                        int64_t vocab, int ignore_index, float dloss) {
+                        int64_t vocab, int ignore_index, float dloss, RowOut o) {
   __shared__ MaxSum scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t base = row * vocab;
@@ -381,13 +407,11 @@ __global__ void __launch_bounds__(kGenericRowThreads)
   }
   const MaxSum all = block_maxsum(st, scratch);  // ends with a barrier: x_t is read before writes
   const float lse = all.m + logf(all.s);
-  if (losses != nullptr) {
-    if (owner) losses[row] = lse - x_t;
-    if (!valid && threadIdx.x == 0) losses[row] = 0.0f;
-  }
+  if (losses != nullptr && owner) losses[row] = lse - x_t;
+  if (threadIdx.x == 0) write_row_extras(losses, o, row, t, ignore_index, valid, lse);
   if (dlogits == nullptr) return;
   const int n = *count;
-  const float g = (valid && n > 0) ? dloss / static_cast<float>(n) : 0.0f;
+  const float g = row_grad_scale(valid, n, dloss, o);
   const float inv = g / all.s;
   for (int64_t e = static_cast<int64_t>(threadIdx.x) * W; e < vocab;
        e += static_cast<int64_t>(blockDim.x) * W) {
@@ -416,21 +440,21 @@ bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15
 template <typename T, int W>
 cudaError_t launch_rows(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                         const int* count, int64_t rows, int64_t vocab, int ignore_index,
-                        float dloss, bool clusters_ok, cudaStream_t s) {
+                        float dloss, bool clusters_ok, cudaStream_t s, const RowOut& o) {
   constexpr int kLoads = W == 1 ? 16 : 32 / W;
   ResidentConfig cfg;
   if (pick_resident_config(vocab, W, kLoads, clusters_ok, &cfg)) {
     if (cfg.cluster > 1) {
       return launch_resident(xent_resident_kernel<T, W, kLoads, true>, cfg, rows, s, losses,
                              dlogits, logits, targets, count, vocab, ignore_index, dloss,
-                             cfg.cluster, cfg.chunk_elems);
+                             cfg.cluster, cfg.chunk_elems, o);
     }
     return launch_resident(xent_resident_kernel<T, W, kLoads, false>, cfg, rows, s, losses,
                            dlogits, logits, targets, count, vocab, ignore_index, dloss,
-                           cfg.cluster, cfg.chunk_elems);
+                           cfg.cluster, cfg.chunk_elems, o);
   }
   xent_generic_kernel<T, W><<<static_cast<unsigned>(rows), kGenericRowThreads, 0, s>>>(
-      losses, dlogits, logits, targets, count, vocab, ignore_index, dloss);
+      losses, dlogits, logits, targets, count, vocab, ignore_index, dloss, o);
   return cudaGetLastError();
 }
 
@@ -439,7 +463,7 @@ template <typename T>
 cudaError_t run_typed(float* losses, void* dlogits, const void* logits, const int32_t* targets,
                       int* count, int* error_flag, int64_t rows, int64_t vocab, int ignore_index,
                       float dloss, const DeviceInfo& info, const RowStreamTuning& tu,
-                      cudaStream_t s) {
+                      cudaStream_t s, const RowOut& o) {
   constexpr int W = kPack16<T>;
   auto* d = static_cast<T*>(dlogits);
   auto* l = static_cast<const T*>(logits);
@@ -452,20 +476,23 @@ cudaError_t run_typed(float* losses, void* dlogits, const void* logits, const in
         plan.warps == 8
             ? launch_row_stream(xent_stream_kernel<T, 8>, plan, info, s, nullptr, losses, d, l,
                                 targets, count, error_flag, rows, vocab, ignore_index, dloss,
-                                plan.args)
+                                plan.args, o)
         : plan.warps == 12
             ? launch_row_stream(xent_stream_kernel<T, 12>, plan, info, s, nullptr, losses, d, l,
                                 targets, count, error_flag, rows, vocab, ignore_index, dloss,
-                                plan.args)
+                                plan.args, o)
             : launch_row_stream(xent_stream_kernel<T, 16>, plan, info, s, nullptr, losses, d, l,
                                 targets, count, error_flag, rows, vocab, ignore_index, dloss,
-                                plan.args);
+                                plan.args, o);
     if (err != cudaSuccess || srows == rows) return err;
     // The last row, whose 16-byte window would end past the tensor: the resident kernel.
     const int64_t off = srows * vocab;
+    RowOut rest = o;
+    if (rest.lse != nullptr) rest.lse += srows;
+    if (rest.valid != nullptr) rest.valid += srows;
     return launch_rows<T, 1>(losses ? losses + srows : nullptr, d ? d + off : nullptr, l + off,
                              targets + srows, count, rows - srows, vocab, ignore_index, dloss,
-                             info.sm_major >= 9, s);
+                             info.sm_major >= 9, s, rest);
   }
   xent_count_kernel<<<1, kCountThreads, 0, s>>>(count, error_flag, targets, rows, vocab,
                                                  ignore_index);
@@ -474,10 +501,10 @@ cudaError_t run_typed(float* losses, void* dlogits, const void* logits, const in
   const bool clusters_ok = info.sm_major >= 9;
   if (vocab % W == 0 && aligned) {
     return launch_rows<T, W>(losses, d, l, targets, count, rows, vocab, ignore_index, dloss,
-                             clusters_ok, s);
+                             clusters_ok, s, o);
   }
   return launch_rows<T, 1>(losses, d, l, targets, count, rows, vocab, ignore_index, dloss,
-                           clusters_ok, s);
+                           clusters_ok, s, o);
 }
 
 }  // namespace
@@ -489,28 +516,28 @@ Status cross_entropy_workspace_size(int64_t rows, std::size_t* bytes) {
   return Status::success();
 }
 
-namespace fused {
+namespace {
 
-Status cross_entropy_fused_tuned(float* losses, float* loss_mean, void* dlogits,
-                                 const void* logits, const int32_t* targets, int64_t rows,
-                                 int64_t vocab, int ignore_index, float dloss, int* error_flag,
-                                 Dtype dtype, void* workspace, std::size_t workspace_bytes,
-                                 cudaStream_t stream, const RowStreamTuning& tuning) {
-  BLUBLAS_CHECK_ARG(dtype == Dtype::kF32 || dtype == Dtype::kBF16, "cross_entropy_fused: dtype ",
+// The checks and launches shared by cross_entropy_fused and cross_entropy_rows (`op` names the
+// entry point in errors).
+Status run_checked(const char* op, float* losses, float* loss_mean, void* dlogits, const void* logits,
+                   const int32_t* targets, int64_t rows, int64_t vocab, int ignore_index, float dloss,
+                   int* error_flag, Dtype dtype, void* workspace, std::size_t workspace_bytes,
+                   cudaStream_t stream, const fused::RowStreamTuning& tuning, const RowOut& o) {
+  BLUBLAS_CHECK_ARG(dtype == Dtype::kF32 || dtype == Dtype::kBF16, op, ": dtype ",
                     dtype_name(dtype), " not supported (f32, bf16)");
-  BLUBLAS_CHECK_ARG(rows >= 0 && vocab >= 1, "cross_entropy_fused: rows=", rows,
-                    " vocab=", vocab, " (need rows >= 0, vocab >= 1)");
-  BLUBLAS_CHECK_ARG(rows * kResidentMaxCluster <= 2147483647LL && vocab <= 2147483647LL,
-                    "cross_entropy_fused: rows=", rows, " vocab=", vocab, " too large");
+  BLUBLAS_CHECK_ARG(rows >= 0 && vocab >= 1, op, ": rows=", rows, " vocab=", vocab,
+                    " (need rows >= 0, vocab >= 1)");
+  BLUBLAS_CHECK_ARG(rows * kResidentMaxCluster <= 2147483647LL && vocab <= 2147483647LL, op,
+                    ": rows=", rows, " vocab=", vocab, " too large");
   std::size_t need = 0;
   BLUBLAS_RETURN_IF_ERROR(cross_entropy_workspace_size(rows, &need));
-  BLUBLAS_CHECK(workspace_bytes >= need, StatusCode::kWorkspaceTooSmall,
-                "cross_entropy_fused: workspace of ", workspace_bytes, " bytes < ", need,
-                " needed for rows=", rows);
-  BLUBLAS_CHECK_ARG(logits != nullptr && targets != nullptr && workspace != nullptr,
-                    "cross_entropy_fused: logits, targets and workspace must not be null");
-  BLUBLAS_CHECK(aligned16(workspace), StatusCode::kMisaligned,
-                "cross_entropy_fused: workspace must be 16-byte aligned");
+  BLUBLAS_CHECK(workspace_bytes >= need, StatusCode::kWorkspaceTooSmall, op, ": workspace of ",
+                workspace_bytes, " bytes < ", need, " needed for rows=", rows);
+  BLUBLAS_CHECK_ARG(logits != nullptr && targets != nullptr && workspace != nullptr, op,
+                    ": logits, targets and workspace must not be null");
+  BLUBLAS_CHECK(aligned16(workspace), StatusCode::kMisaligned, op,
+                ": workspace must be 16-byte aligned");
   if (rows == 0) return Status::success();
   DeviceInfo info;
   BLUBLAS_RETURN_IF_ERROR(current_device_info(&info));
@@ -522,17 +549,30 @@ Status cross_entropy_fused_tuned(float* losses, float* loss_mean, void* dlogits,
   const cudaError_t err =
       dtype == Dtype::kF32
           ? run_typed<float>(row_losses, dlogits, logits, targets, count, error_flag, rows, vocab,
-                             ignore_index, dloss, info, tuning, stream)
+                             ignore_index, dloss, info, tuning, stream, o)
           : run_typed<__nv_bfloat16>(row_losses, dlogits, logits, targets, count, error_flag,
-                                     rows, vocab, ignore_index, dloss, info, tuning, stream);
-  BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError,
-                "cross_entropy_fused: row kernel launch failed: ", cudaGetErrorString(err),
-                " (rows=", rows, " vocab=", vocab, ")");
+                                     rows, vocab, ignore_index, dloss, info, tuning, stream, o);
+  BLUBLAS_CHECK(err == cudaSuccess, StatusCode::kCudaError, op, ": row kernel launch failed: ",
+                cudaGetErrorString(err), " (rows=", rows, " vocab=", vocab, ")");
   if (loss_mean != nullptr) {
     xent_mean_kernel<<<1, kCountThreads, 0, stream>>>(loss_mean, row_losses, count, rows);
     BLUBLAS_KERNEL_LAUNCH_CHECK("cross_entropy_fused (mean)");
   }
   return Status::success();
+}
+
+}  // namespace
+
+namespace fused {
+
+Status cross_entropy_fused_tuned(float* losses, float* loss_mean, void* dlogits,
+                                 const void* logits, const int32_t* targets, int64_t rows,
+                                 int64_t vocab, int ignore_index, float dloss, int* error_flag,
+                                 Dtype dtype, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream, const RowStreamTuning& tuning) {
+  return run_checked("cross_entropy_fused", losses, loss_mean, dlogits, logits, targets, rows, vocab,
+                     ignore_index, dloss, error_flag, dtype, workspace, workspace_bytes, stream,
+                     tuning, RowOut{});
 }
 
 }  // namespace fused
@@ -544,6 +584,20 @@ Status cross_entropy_fused(float* losses, float* loss_mean, void* dlogits, const
   return fused::cross_entropy_fused_tuned(losses, loss_mean, dlogits, logits, targets, rows, vocab,
                                           ignore_index, dloss, error_flag, dtype, workspace,
                                           workspace_bytes, stream, fused::RowStreamTuning{});
+}
+
+Status cross_entropy_rows(float* losses, float* lse, float* valid, void* dlogits, const void* logits,
+                          const int32_t* targets, int64_t rows, int64_t vocab, int ignore_index,
+                          float dloss, Dtype dtype, void* workspace, std::size_t workspace_bytes,
+                          cudaStream_t stream) {
+  BLUBLAS_CHECK_ARG(losses != nullptr, "cross_entropy_rows: losses must not be null");
+  RowOut o;
+  o.lse = lse;
+  o.valid = valid;
+  o.unscaled = true;
+  return run_checked("cross_entropy_rows", losses, nullptr, dlogits, logits, targets, rows, vocab,
+                     ignore_index, dloss, nullptr, dtype, workspace, workspace_bytes, stream,
+                     fused::RowStreamTuning{}, o);
 }
 
 }  // namespace blublas

@@ -33,6 +33,18 @@ int sm_count() {
   return v;
 }
 
+int sm_major() {
+  static std::atomic<int> cache[64] = {};
+  int device = cuda::current_device();
+  int idx = device < 64 ? device : 63;
+  int v = cache[idx].load(std::memory_order_relaxed);
+  if (v == 0) {
+    BLU_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
+    cache[idx].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 namespace {
 std::atomic<int64_t> g_blublas_fallbacks{0};
 }

@@ -5,6 +5,10 @@
 // batch shows up in the loss instead of faulting. (blublas::cross_entropy_fused computes the mean
 // loss with a uniform dloss and no lse output, a different contract: the trainer may call it
 // directly; the op here keeps the per-row form that autograd needs.)
+#include <type_traits>
+
+#include "blublas/cross_entropy.h"
+#include "blutensor/env_switch.h"
 #include "cuda/block_reduce.cuh"
 #include "cuda/cuda_ops.h"
 
@@ -259,12 +263,56 @@ void xent_bwd_typed(const Tensor& dlogits, const Tensor& dlosses, const Tensor& 
   BLU_KERNEL_LAUNCH_CHECK("xent_bwd_kernel");
 }
 
+// Note [Streamed cross-entropy rows]
+// The one-pass op's chunks of GPT-2 logits ([2624, 50304] bf16 in the compiled d12 B16 step) ran
+// xent_fwd_bwd_vec_kernel at ~250 us a chunk, 1.76 ms a step, against 1.18 ms for the same rows
+// through blublas's streamed kernel in the fused engine (session 20's profiles; Note [Cross-entropy
+// in one pass] found the vector kernel's limit in its two dependent passes per row, not in HBM).
+// blublas::cross_entropy_rows is that streamed kernel with this op's contract: per-row loss
+// (NaN for a bad target), lse, valid and the unscaled gradient (dloss = 1), in place. Taken for
+// f32 / bf16 logits with i32 targets, rows of 32 KiB and more (where blublas streams them; shorter
+// rows keep this file's kernels and their bits) on sm_90 and newer, contiguous and 16-byte
+// aligned; BLU_XENT_STREAMED=0 keeps this file's kernels for A/B. Bits: blublas's exp (bf16:
+// ex2.approx on a folded exponent) and its order of the row sums differ from the vector kernel's,
+// within the tolerances of cuda_kernels_gpu_test's float64 reference; the autograd, captured and
+// compiled steps all call this op, so they still agree with each other bit for bit. A bad target's
+// gradient row is 0 here (the vector kernel wrote the softmax): its loss is NaN either way.
+// Predicted: -0.55 ms a compiled bf16 d12 B16 step on the H100.
+template <typename T, typename I>
+bool xent_fwd_bwd_blublas(const Tensor& losses, const Tensor& lse, const Tensor& valid, const Tensor& dlogits,
+                          const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  if constexpr (!(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>) || !std::is_same_v<I, int32_t>) {
+    return false;
+  } else {
+    static const bool enabled = env_switch_on("BLU_XENT_STREAMED");
+    const int64_t vocab = logits.size(-1), n = targets.numel();
+    const auto aligned = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; };
+    if (!enabled || vocab * static_cast<int64_t>(sizeof(T)) < 32768 || sm_major() < 9) return false;
+    if (!logits.is_contiguous() || !dlogits.is_contiguous() || !targets.is_contiguous() || !losses.is_contiguous() ||
+        !lse.is_contiguous() || !valid.is_contiguous() || !aligned(logits) || !aligned(dlogits))
+      return false;
+    if (ignore_index < INT32_MIN || ignore_index > INT32_MAX) return false;
+    std::size_t ws_bytes = 0;
+    if (!blublas_ok(blublas::cross_entropy_workspace_size(n, &ws_bytes), "cross_entropy_forward_backward"))
+      return false;
+    cudaStream_t stream = stream_of(logits);
+    DeviceBuffer ws(ws_bytes, logits.device().index, stream);
+    const blublas::Status st = blublas::cross_entropy_rows(
+        static_cast<float*>(losses.data_ptr()), static_cast<float*>(lse.data_ptr()),
+        static_cast<float*>(valid.data_ptr()), dlogits.data_ptr(), logits.data_ptr(),
+        static_cast<const int32_t*>(targets.data_ptr()), n, vocab, static_cast<int>(ignore_index), 1.0f,
+        std::is_same_v<T, float> ? blublas::Dtype::kF32 : blublas::Dtype::kBF16, ws.get(), ws_bytes, stream);
+    return blublas_ok(st, "cross_entropy_forward_backward");
+  }
+}
+
 // Note [Cross-entropy in one pass]: one kernel for whole aligned vector rows, else the two.
 template <typename T, typename I>
 void xent_fwd_bwd_typed(const Tensor& losses, const Tensor& lse, const Tensor& valid, const Tensor& dlogits,
                         const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   const int64_t vocab = logits.size(-1), n = targets.numel();
   if (n == 0) return;
+  if (xent_fwd_bwd_blublas<T, I>(losses, lse, valid, dlogits, logits, targets, ignore_index)) return;
   if constexpr (std::is_same_v<typename stats_of<T>::type, float>) {
     if (xent_vec_ok<T>(logits, vocab) && xent_vec_ok<T>(dlogits, vocab)) {
       xent_fwd_bwd_vec_kernel<T, I><<<static_cast<unsigned>(n), kThreads, 0, stream_of(logits)>>>(

@@ -217,6 +217,8 @@ constexpr int kThreads = 256;
 
 // Streaming multiprocessors of the current device (cached per device).
 int sm_count();
+// The current device's compute capability major (cached per device).
+int sm_major();
 
 // Blocks for a grid-stride loop over `work_items` with kThreads per block.
 inline unsigned grid_for(int64_t work_items, int threads = kThreads) {
