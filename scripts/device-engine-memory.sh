@@ -8,7 +8,8 @@
 #   BLU_COMMIT=<sha> scripts/device-engine-memory.sh <tools dir with blu-plan.gz> [build dir]
 # Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
 # of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
-# $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py).
+# $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py),
+# $OUT/overlap.txt (scripts/step_overlap.py on the profiles: Note [Stream overlap]).
 # BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB,
 # BLU_EM_FUSED_AB and BLU_EM_COMPILED_AB add runs.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
@@ -117,3 +118,10 @@ cfg = (f"d12 {prec} B{batch} T1024, synthetic data, 12 steps, tok/s median of st
 json.dump({"metrics": m, "config": cfg}, open(os.path.join(out, f"comp_{prec}.json"), "w"), indent=1)
 print("\n".join(rows))
 EOF
+# Note [Stream overlap]: how each engine's streams overlap in its profiled step (the compiled step
+# against the fused engine first).
+profiles=()
+for name in compiled fused captured compiled_ab fused_ab; do
+  [ -f "$OUT/profile_$name.json" ] && profiles+=("$OUT/profile_$name.json")
+done
+[ ${#profiles[@]} -gt 0 ] && python3 scripts/step_overlap.py "${profiles[@]}" > "$OUT/overlap.txt" 2>&1

@@ -73,4 +73,5 @@ fi
 tar -C "$OUT" -czf "$OUT/gs.tgz" gs
 cat "$W/gemm_step.md"
 for prec in bf16 fp32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -8 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
+for prec in bf16 fp32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done
 rm -rf "$W"

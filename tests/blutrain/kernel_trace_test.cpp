@@ -106,6 +106,39 @@ TEST(KernelTrace, BreakdownOfSyntheticRecords) {
   }
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::string>{"flash_attn_fwd_kernel@16x12", "sm90_gemm_kernel@6x128"}));
+  // Note [Stream overlap]: streams 7 and 8 run together during [1, 2) ms; stream 7 has 3.5 ms of
+  // kernels (busy 3.5), stream 8 2 ms, listed by kernel time; the timeline in start order.
+  EXPECT_NEAR(member_number(v, "overlap_ms"), 1.0, 1e-9);
+  const auto& streams = json_member(v, "streams", "breakdown").as_array();
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(json_member(streams[0], "stream", "s").as_number(), 7);
+  EXPECT_EQ(json_member(streams[0], "launches", "s").as_number(), 3);
+  EXPECT_NEAR(json_member(streams[0], "kernel_ms", "s").as_number(), 3.5, 1e-9);
+  EXPECT_NEAR(json_member(streams[0], "busy_ms", "s").as_number(), 3.5, 1e-9);
+  EXPECT_EQ(json_member(streams[1], "stream", "s").as_number(), 8);
+  EXPECT_NEAR(json_member(streams[1], "busy_ms", "s").as_number(), 2.0, 1e-9);
+  const auto& tl = json_member(v, "timeline", "breakdown").as_array();
+  ASSERT_EQ(tl.size(), 4u);
+  const auto& second = tl[1].as_array();
+  ASSERT_EQ(second.size(), 5u);
+  EXPECT_NEAR(second[0].as_number(), 1000.0, 1e-6);  // start, us from the first record
+  EXPECT_NEAR(second[1].as_number(), 2000.0, 1e-6);  // duration, us
+  EXPECT_EQ(second[2].as_number(), 8);
+  EXPECT_EQ(second[3].as_string(), "gemm");
+  EXPECT_EQ(second[4].as_string(), "sm90_gemm_kernel");
+  EXPECT_EQ(tl[3].as_array()[4].as_string(), "sm90_gemm_kernel");
+}
+
+TEST(KernelTrace, OverlapCountsStreamsNotKernels) {
+  // Two kernels on one stream overlapping [0, 2) and [1, 3) (possible within a graph's branches
+  // only across streams, but CUPTI reports what ran): no second stream, no overlap; a third
+  // kernel on another stream [2.5, 4) overlaps the first stream during [2.5, 3).
+  const uint64_t ms = 1000000;
+  std::vector<KernelRecord> recs = {
+      {"a_kernel", 0, 2 * ms, 3}, {"b_kernel", 1 * ms, 3 * ms, 3}, {"c_kernel", 5 * ms / 2, 4 * ms, 4}};
+  const json::Value v = parse_json(kernel_breakdown_json(recs), "overlap");
+  EXPECT_NEAR(member_number(v, "overlap_ms"), 0.5, 1e-9);
+  EXPECT_NEAR(member_number(v, "busy_ms"), 4.0, 1e-9);
 }
 
 TEST(KernelTrace, EmptyAndStub) {
