@@ -60,7 +60,9 @@ struct Record {
       call("fill", {}, {b});
     }
   }
-  SidePlan plan(const std::vector<int>& override_of = {}) const { return side_stream_plan(g, override_of); }
+  SidePlan plan(const std::vector<int>& override_of = {}, int in_flight = blu::capture::kSideMaxInFlight) const {
+    return side_stream_plan(g, override_of, in_flight);
+  }
 };
 
 // One linear layer's backward as the record holds it, then the optimizer tail.
@@ -157,11 +159,52 @@ TEST(CaptureSideStream, TheNextForkJoinsTheGroupInFlight) {
   r.filler(3);                 // 5-7
   r.call("binary", {g1, g2}, {sum});  // 8 joins group 1
   r.call("host_read", {sum}, {});
-  const SidePlan p = r.plan();
+  const SidePlan p = r.plan({}, 1);
   EXPECT_EQ(p.fork_at, (std::vector<int>{1, 3}));
   EXPECT_EQ(p.join_before, (std::vector<int>{3, 8}));
   EXPECT_EQ(p.extend_to[static_cast<size_t>(a)], 3);
   EXPECT_EQ(p.extend_to[static_cast<size_t>(b)], 8);
+  // Note [Side groups in flight]: with two in flight (the default) group 0 stays open past group
+  // 1's fork; node 8 reads both groups' results and joins both (what group 0 reads lives to 8).
+  const SidePlan q = r.plan();
+  EXPECT_EQ(q.fork_at, (std::vector<int>{1, 3}));
+  EXPECT_EQ(q.join_before, (std::vector<int>{8, 8}));
+  EXPECT_EQ(q.ready_after, p.ready_after);
+  EXPECT_EQ(q.extend_to[static_cast<size_t>(a)], 8);
+  EXPECT_EQ(q.extend_to[static_cast<size_t>(b)], 8);
+  EXPECT_EQ(q.start_from[static_cast<size_t>(g1)], p.start_from[static_cast<size_t>(g1)]);
+}
+
+// Note [Side groups in flight]: three groups, two in flight: the third fork joins the oldest only;
+// a main launch that conflicts with the newer of two open groups joins both (the side stream runs
+// them in order), one that conflicts with the older joins that one alone.
+TEST(CaptureSideStream, TwoGroupsInFlightJoinOldestFirst) {
+  Record r;
+  const int x = r.buffer(), y = r.buffer(), z = r.buffer(), g0 = r.buffer(), g1 = r.buffer(), g2 = r.buffer(),
+            w = r.buffer(), sum = r.buffer();
+  r.call("fill", {}, {x});            // 0
+  r.call("gemm", {x}, {g0});          // 1 group 0
+  r.call("binary", {x}, {y});         // 2 main
+  r.call("gemm", {y}, {g1});          // 3 group 1 (two open)
+  r.call("binary", {y}, {z});         // 4 main
+  r.call("gemm", {z}, {g2});          // 5 group 2: joins group 0 here
+  r.call("binary", {}, {x});          // 6 main writes x, which group 0 read: already joined
+  r.call("binary", {}, {y});          // 7 main writes y, which group 1 reads: joins group 1
+  r.filler(3);                        // 8-10
+  r.call("binary", {g0, g1, g2}, {sum});  // 11 joins group 2
+  r.call("binary", {z}, {w});         // 12
+  r.call("host_read", {sum}, {});
+  const SidePlan p = r.plan();
+  EXPECT_EQ(p.fork_at, (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(p.join_before, (std::vector<int>{5, 7, 11}));
+  EXPECT_EQ(p.ready_after, (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(x)], 5);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(y)], 7);
+  EXPECT_EQ(p.extend_to[static_cast<size_t>(z)], 11);
+  EXPECT_EQ(p.start_from[static_cast<size_t>(g2)], 5);
+  // One in flight: every fork joins the group before it.
+  const SidePlan one = r.plan({}, 1);
+  EXPECT_EQ(one.join_before, (std::vector<int>{3, 5, 11}));
 }
 
 // Results read soon (also by a call that could go to the side stream), never read, or late.

@@ -167,7 +167,11 @@ struct SidePlan {
   std::vector<int> start_from;   // per buffer: a group writes it, so it lives from this node (-1: none)
   std::size_t side_calls = 0;
 };
-SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of);
+// max_in_flight: how many groups may be forked and not yet joined at once (Note [Side groups in
+// flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it).
+inline constexpr int kSideMaxInFlight = 2;
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
+                          int max_in_flight = kSideMaxInFlight);
 
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw
@@ -306,14 +310,18 @@ class Executable {
     bool on = false;
     int device = -1;
     cudaStream_t main = nullptr;  // the caller's current stream, or the capture stream
-    int in_flight = -1;           // the forked group not yet joined
+    std::vector<int> in_flight;   // the forked groups not yet joined, in fork order
+    int issuing = -1;             // the group whose calls are being issued (its done event not yet
+                                  // recorded: Note [Side groups in flight])
     bool capturing = false;       // issuing into a capture (capture_segment)
     int seg_begin = 0;            // the captured segment's first node
     int graph_end = 0;            // body end of the last segment a graph ran in this run
   };
   bool run_nodes(int begin, int end, detail::Ctx& ctx, const StepScalars& scalars, SideRun& side,
                  const HostReadFn& on_host_read);
-  void join_side(SideRun& side);
+  void join_side(SideRun& side);  // joins every group in flight
+  void end_issuing(SideRun& side);
+  void join_front(SideRun& side);
   void plan_segments(bool one_cuda_device);
   bool capture_segment(Segment& seg, detail::Ctx& ctx, const StepScalars& scalars, SideRun& side);
   void drop_graphs() noexcept;
@@ -331,7 +339,8 @@ class Executable {
   std::vector<std::vector<int>> side_record_at_;
   cuda::Stream side_stream_;
   std::vector<cuda::Event> side_ready_;
-  cuda::Event side_done_;
+  std::vector<cuda::Event> side_done_;  // per in-flight slot (group k: k % side_in_flight_)
+  int side_in_flight_ = kSideMaxInFlight;  // BLU_CAPTURE_SIDE_IN_FLIGHT
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null
@@ -366,7 +375,7 @@ class Executable {
   // The side stream's events inside captures (an event recorded in a capture belongs to it: the
   // eager stretches keep side_ready_ / side_done_).
   std::vector<cuda::Event> capture_ready_;
-  cuda::Event capture_done_;
+  std::vector<cuda::Event> capture_done_;
   std::uint64_t pool_ = 0;  // the caching allocator's private pool of the captures (0: none)
   int pool_refs_ = 0;       // begin_allocate_to_pool calls not yet released
 };

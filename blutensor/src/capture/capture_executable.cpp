@@ -34,6 +34,11 @@ Executable::Executable(Graph g)
       graph_(std::move(g)),
       use_graphs_(env_switch_on("BLU_CAPTURE_GRAPHS")) {
   BLU_CHECK(!recording(), "capture::Executable: not inside a capture Scope");
+  if (const char* v = std::getenv("BLU_CAPTURE_SIDE_IN_FLIGHT")) {  // Note [Side groups in flight]
+    const int k = std::atoi(v);
+    BLU_CHECK(k >= 1 && k <= 8, "BLU_CAPTURE_SIDE_IN_FLIGHT=", v, ": expected 1 .. 8 groups");
+    side_in_flight_ = k;
+  }
   const size_t n = graph_.buffers.size();
   live_.resize(n);
   last_use_.assign(n, -1);
@@ -157,7 +162,7 @@ void Executable::plan_temporaries() {
     one_cuda_device = one_cuda_device && node.device.is_cuda() && node.device == graph_.nodes.front().device;
   }
   if (use_side_stream_ && use_arena_ && one_cuda_device) {
-    SidePlan side = side_stream_plan(graph_, override_of_);
+    SidePlan side = side_stream_plan(graph_, override_of_, side_in_flight_);
     if (side.side_calls > 0) {
       side_record_at_.assign(graph_.nodes.size(), {});
       for (size_t k = 0; k < side.ready_after.size(); ++k) {
@@ -364,9 +369,10 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     side.main = cuda::current_stream(side.device);
     if (side_stream_.get() == nullptr || side_stream_.device() != side.device) {
       side_stream_ = cuda::Stream::create(side.device);
-      side_done_ = cuda::Event::create(side.device);
+      side_done_.clear();
       side_ready_.clear();
     }
+    while (side_done_.size() < static_cast<size_t>(side_in_flight_)) side_done_.push_back(cuda::Event::create(side.device));
     while (side_ready_.size() < side_.fork_at.size() + 1) side_ready_.push_back(cuda::Event::create(side.device));
     side_ready_.back().record(side.main);  // the step's start: groups that wait for nothing in it
   }
@@ -400,12 +406,27 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   return true;
 }
 
+// Note [Side groups in flight]: a group's done event is recorded on the side stream once its last
+// call is issued (at the next launch that is not its own, or at its join), in its slot.
+void Executable::end_issuing(SideRun& side) {
+  if (side.issuing < 0) return;
+  std::vector<cuda::Event>& done = side.capturing ? capture_done_ : side_done_;
+  done[static_cast<size_t>(side.issuing % side_in_flight_)].record(side_stream_.get());
+  side.issuing = -1;
+}
+
+// The main stream waits for the oldest group in flight.
+void Executable::join_front(SideRun& side) {
+  const int k = side.in_flight.front();
+  if (side.issuing == k) end_issuing(side);
+  std::vector<cuda::Event>& done = side.capturing ? capture_done_ : side_done_;
+  done[static_cast<size_t>(k % side_in_flight_)].wait(side.main);
+  side.in_flight.erase(side.in_flight.begin());
+}
+
 void Executable::join_side(SideRun& side) {
-  if (side.in_flight < 0) return;
-  cuda::Event& done = side.capturing ? capture_done_ : side_done_;
-  done.record(side_stream_.get());
-  done.wait(side.main);
-  side.in_flight = -1;
+  end_issuing(side);
+  while (!side.in_flight.empty()) join_front(side);
 }
 
 // Runs nodes [begin, end) one by one from the host (or into a capture: side.capturing). False when
@@ -414,8 +435,16 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
                            const HostReadFn& on_host_read) {
   for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     Node& node = graph_.nodes[i];
-    if (side.in_flight >= 0 && side_.join_before[static_cast<size_t>(side.in_flight)] == static_cast<int>(i))
-      join_side(side);
+    const int ov = i < override_of_.size() ? override_of_[i] : -1;
+    if (side.on) {
+      // Note [Side groups in flight]: a launch outside the group being issued ends it; the plan's
+      // joins come in fork order.
+      const bool launch = ov < 0 || overrides_[static_cast<size_t>(ov)].nodes.back() == static_cast<int>(i);
+      if (launch && side.issuing >= 0 && side_.group_of[i] != side.issuing) end_issuing(side);
+      while (!side.in_flight.empty() &&
+             side_.join_before[static_cast<size_t>(side.in_flight.front())] <= static_cast<int>(i))
+        join_front(side);
+    }
     if (node.op == "adamw_step") {
       for (Arg& a : node.args) {
         if (a.name == "hp.lr" && scalars.lr >= 0) a.number = scalars.lr;
@@ -434,7 +463,6 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
         }
       }
     }
-    const int ov = i < override_of_.size() ? override_of_[i] : -1;
     // Note [Side stream]: a side call (a node, or a replaced set's launch at its last node) runs
     // with the side stream current. A group not in flight here is forked: it waits for its
     // ready_after launch where that event is one this stretch may wait for (recorded in this
@@ -443,13 +471,13 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
     const int group = side.on ? side_.group_of[i] : -1;
     if (group >= 0) {
       const size_t k = static_cast<size_t>(group);
-      if (side.in_flight != group) {
-        join_side(side);  // the plan joins a group before the next forks: a no-op
+      if (side.issuing != group) {  // its fork (the plan joined what had to be joined above)
         const int ready = side_.ready_after[k];
         const bool own = ready >= 0 && ready >= (side.capturing ? side.seg_begin : side.graph_end);
         std::vector<cuda::Event>& ready_events = side.capturing ? capture_ready_ : side_ready_;
         ready_events[own ? k : ready_events.size() - 1].wait(side_stream_.get());
-        side.in_flight = group;
+        side.in_flight.push_back(group);
+        side.issuing = group;
       }
       on_side.emplace(side_stream_.get(), side.device);
     }

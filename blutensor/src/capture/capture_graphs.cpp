@@ -189,7 +189,7 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
     capture_stream_ = cuda::Stream::create(device, true, priority ? cuda::greatest_stream_priority(device) : 0);
   if (side.on) {
     while (capture_ready_.size() < side_ready_.size()) capture_ready_.push_back(cuda::Event::create(device));
-    if (capture_done_.get() == nullptr) capture_done_ = cuda::Event::create(device);
+    while (capture_done_.size() < static_cast<size_t>(side_in_flight_)) capture_done_.push_back(cuda::Event::create(device));
   }
   if (pool_ == 0) pool_ = (std::uint64_t{0xB1C} << 48) | next_pool.fetch_add(1);
   cudaStream_t s = capture_stream_.get();
@@ -215,7 +215,8 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   }
   side.main = main;
   side.capturing = false;
-  side.in_flight = -1;
+  side.in_flight.clear();
+  side.issuing = -1;
   if (routed) alloc.end_allocate_to_pool(device, pool_);
   if (error.empty()) {
     try {

@@ -33,9 +33,10 @@ namespace blu::capture {
 //    step). The group's results take their arena bytes from that point on (start_from), so no
 //    temporary the main stream still uses in between shares them.
 //  - the main stream waits for (joins) a group before the first later call that touches a buffer
-//    the group writes or writes a buffer the group reads, and at the latest at the next group's
-//    fork, so at most one group is in flight and what it reads (an activation, the gradient coming
-//    down) stays allocated only until then: every buffer a group touches lives, for the arena
+//    the group writes or writes a buffer the group reads, and at the latest at the fork that would
+//    put more than max_in_flight groups in flight (Note [Side groups in flight]), so what a group
+//    reads (an activation, the gradient coming down) stays allocated only until then: every
+//    buffer a group touches lives, for the arena
 //    (Note [Step arena]) and the in-place pairs (Note [In-place reuse]), up to its join. A group
 //    still in flight at the end of the step (or where on_host_read stops it) is joined there. A
 //    temporary a side call writes starts its life at that call, where the side stream has waited
@@ -45,6 +46,23 @@ namespace blu::capture {
 // BLU_CAPTURE_SIDE_STREAM=0 or use_side_stream(false); without the arena (a storage each, freed on
 // the host after its last use) and on graphs that are not on exactly one CUDA device there is no
 // side stream.
+//
+// Note [Side groups in flight]
+// Until session 21 only one group was in flight: each fork joined the group before it. The fused
+// engine (blutrain Note [Weight gradients on a side stream]) forks a block's fc_proj dW and then
+// its fc dW while the first still runs, and waits for a dW only before overwriting what it reads;
+// its side stream overlapped 8.6 ms of its 42.1 ms of kernels in session 21's bf16 profile, the
+// compiled step's 6.9 of 42.6, the last gap between the two once their kernels summed within
+// 0.6 ms. So up to max_in_flight groups (kSideMaxInFlight = 2 by default; BLU_CAPTURE_SIDE_IN_FLIGHT
+// for A/B, 1 = the old plan) are open at once: a fork that would open one more joins the oldest,
+// and a main-stream launch that conflicts with an open group joins it and every older one (the
+// side stream runs groups in fork order, so waiting for a group waits for those before it; their
+// buffers' lives end there too). Groups need no join between them: one stream orders them. The
+// arena is as safe as before: a group's buffers live to its join, its results from its ready
+// point, and the side stream reaches a group's first call only after the older groups' calls.
+// Each in-flight group has its own done event (slot k % max_in_flight), recorded on the side
+// stream after the group's last call, which the main stream waits for at the join. Costs: what
+// a group reads lives up to one fork longer (a larger arena, reported in the engine's line).
 constexpr int kSideMinGap = 4;
 
 namespace {
@@ -57,7 +75,7 @@ struct Touch {
 
 }  // namespace
 
-SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight) {
   const int n = static_cast<int>(g.nodes.size());
   const size_t nb = g.buffers.size();
   SidePlan plan;
@@ -119,20 +137,26 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
   // launch before its fork that writes what it reads or touches what it writes (ready_after: a
   // side launch of an earlier group is ordered by the side stream itself), so what it writes lives
   // from there on (start_from), and no temporary the main stream still uses in between shares it.
+  // Up to max_in_flight groups are open at once (Note [Side groups in flight]): the oldest is
+  // joined at a fork that would open one more; joining a group joins the older ones with it.
   plan.start_from.assign(nb, -1);
-  std::vector<char> g_reads(nb, 0), g_writes(nb, 0);  // the group in flight's
-  std::vector<int> touched;                            // their ids
-  int open = -1;           // the group in flight (forked, not joined)
-  bool last_side = false;  // the previous launch was a side call of `open`
-  auto join = [&](int at) {
-    const size_t k = static_cast<size_t>(open);
+  struct Open {
+    int k;
+    std::vector<char> reads, writes;
+    std::vector<int> touched;
+  };
+  std::vector<Open> open;  // in fork order
+  const int cap = std::max(1, max_in_flight);
+  bool last_side = false;  // the previous launch was a side call of open.back()
+  auto join_one = [&](Open& o, int at) {
+    const size_t k = static_cast<size_t>(o.k);
     plan.join_before[k] = at;
     int ready = -1;
     for (int j = plan.fork_at[k] - 1; j >= 0 && ready < 0; --j) {
       if (!launches[static_cast<size_t>(j)] || plan.group_of[static_cast<size_t>(j)] >= 0) continue;
       for (const Touch& t : touches[static_cast<size_t>(j)]) {
         const size_t b = static_cast<size_t>(t.buffer);
-        if ((t.write && g_reads[b]) || g_writes[b]) {
+        if ((t.write && o.reads[b]) || o.writes[b]) {
           ready = j;
           break;
         }
@@ -140,47 +164,59 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of) {
     }
     plan.ready_after[k] = ready;
     const int until = std::min(at, n - 1);
-    for (int b : touched) {
+    for (int b : o.touched) {
       const size_t u = static_cast<size_t>(b);
       plan.extend_to[u] = std::max(plan.extend_to[u], until);
-      if (g_writes[u]) plan.start_from[u] = plan.start_from[u] < 0 ? ready + 1 : std::min(plan.start_from[u], ready + 1);
-      g_reads[u] = g_writes[u] = 0;
+      if (o.writes[u]) plan.start_from[u] = plan.start_from[u] < 0 ? ready + 1 : std::min(plan.start_from[u], ready + 1);
     }
-    touched.clear();
-    open = -1;
+  };
+  // Joins open[0 .. upto] (the oldest first) before launch `at`.
+  auto join_upto = [&](size_t upto, int at) {
+    for (size_t q = 0; q <= upto; ++q) join_one(open[q], at);
+    open.erase(open.begin(), open.begin() + static_cast<std::ptrdiff_t>(upto + 1));
   };
   for (int i = 0; i < n; ++i) {
     if (!launches[static_cast<size_t>(i)]) continue;
     const std::vector<Touch>& ts = touches[static_cast<size_t>(i)];
     if (candidate[static_cast<size_t>(i)]) {
-      if (!(open >= 0 && last_side)) {  // a new group: the one in flight is joined at its fork
-        if (open >= 0) join(i);
-        open = static_cast<int>(plan.fork_at.size());
+      if (!(!open.empty() && last_side)) {  // a new group
+        if (static_cast<int>(open.size()) >= cap) join_upto(open.size() - static_cast<size_t>(cap), i);
+        Open o;
+        o.k = static_cast<int>(plan.fork_at.size());
+        o.reads.assign(nb, 0);
+        o.writes.assign(nb, 0);
+        open.push_back(std::move(o));
         plan.fork_at.push_back(i);
         plan.join_before.push_back(n);
         plan.ready_after.push_back(-1);
       }
-      plan.group_of[static_cast<size_t>(i)] = open;
+      Open& o = open.back();
+      plan.group_of[static_cast<size_t>(i)] = o.k;
       ++plan.side_calls;
       for (const Touch& t : ts) {
         const size_t b = static_cast<size_t>(t.buffer);
-        if (!g_reads[b] && !g_writes[b]) touched.push_back(t.buffer);
-        if (t.read) g_reads[b] = 1;
-        if (t.write) g_writes[b] = 1;
+        if (!o.reads[b] && !o.writes[b]) o.touched.push_back(t.buffer);
+        if (t.read) o.reads[b] = 1;
+        if (t.write) o.writes[b] = 1;
       }
       last_side = true;
       continue;
     }
     last_side = false;
-    if (open < 0) continue;
-    bool conflict = false;
-    for (const Touch& t : ts) {
-      const size_t b = static_cast<size_t>(t.buffer);
-      if (g_writes[b] || (t.write && g_reads[b])) conflict = true;
+    // The newest open group this launch conflicts with is joined here, with every older one.
+    for (size_t q = open.size(); q-- > 0;) {
+      bool conflict = false;
+      for (const Touch& t : ts) {
+        const size_t b = static_cast<size_t>(t.buffer);
+        if (open[q].writes[b] || (t.write && open[q].reads[b])) conflict = true;
+      }
+      if (conflict) {
+        join_upto(q, i);
+        break;
+      }
     }
-    if (conflict) join(i);
   }
-  if (open >= 0) join(n);
+  if (!open.empty()) join_upto(open.size() - 1, n);
   return plan;
 }
 
