@@ -30,6 +30,27 @@ struct XentCase {
   float dloss = 1.5f;
 };
 
+// Row r's max and sum of exp(x - max) in float64 (the references' log-sum-exp is m + log(s)).
+template <typename V>
+void row_max_sum(const std::vector<float>& logits, int r, V vocab, double* m, double* s) {
+  const int64_t v = static_cast<int64_t>(vocab), base = static_cast<int64_t>(r) * v;
+  *m = -INFINITY;
+  *s = 0;
+  for (int64_t j = 0; j < v; ++j) *m = std::max(*m, static_cast<double>(logits[base + j]));
+  for (int64_t j = 0; j < v; ++j) *s += std::exp(logits[base + j] - *m);
+}
+
+// The targets on the device, and a workspace of cross_entropy_workspace_size(rows) bytes.
+DeviceMem upload_targets(const std::vector<int32_t>& targets) {
+  DeviceMem d(targets.size() * 4);
+  EXPECT_EQ(cudaMemcpy(d.get(), targets.data(), targets.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+DeviceMem xent_workspace(int rows, std::size_t* bytes) {
+  EXPECT_TRUE(blublas::cross_entropy_workspace_size(rows, bytes).ok());
+  return DeviceMem(*bytes);
+}
+
 // Runs the fused classifier twice (bitwise compared) with `tu` (nullptr: the public launcher) and
 // checks losses, the mean and every dlogit against float64; then a forward-only call (no
 // dlogits) must give the same losses.
@@ -62,9 +83,8 @@ void check_xent(const XentCase& c, const RowStreamTuning* tu) {
   std::vector<double> rloss(R), rgrad(n);
   double total = 0;
   for (int r = 0; r < R; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(logits[r * V + j]));
-    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    double m, s;
+    row_max_sum(logits, r, V, &m, &s);
     const bool valid = targets[r] != kIgnore;
     rloss[r] = valid ? std::log(s) + m - logits[r * V + targets[r]] : 0.0;
     total += rloss[r];
@@ -74,11 +94,9 @@ void check_xent(const XentCase& c, const RowStreamTuning* tu) {
     }
   }
   DeviceMem dlog = upload(logits, c.dt), dgrad(n * es), dloss_rows(R * 4), dmean(4), dflag(4);
-  DeviceMem dtargets(R * 4);
-  BLU_CUDA_TEST_CHECK(cudaMemcpy(dtargets.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
+  DeviceMem dtargets = upload_targets(targets);
   std::size_t ws_bytes = 0;
-  BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(R, &ws_bytes));
-  DeviceMem ws(ws_bytes);
+  DeviceMem ws = xent_workspace(R, &ws_bytes);
   std::vector<std::vector<uint8_t>> runs;
   for (int rep = 0; rep < 2; ++rep) {
     DeviceMem fresh = upload(logits, c.dt);
@@ -210,14 +228,12 @@ void check_bad_targets(Dtype dt, int V) {
   auto logits = random_values(static_cast<std::size_t>(R) * V, -3.0f, 3.0f, 61, dt);
   std::vector<int32_t> targets = {3, V + 5, -7, V - 1, -100};
   const std::size_t es = blublas::dtype_size(dt);
-  DeviceMem dlog = upload(logits, dt), dloss_rows(R * 4), dmean(4), dflag(4), dt_dev(R * 4),
+  DeviceMem dlog = upload(logits, dt), dloss_rows(R * 4), dmean(4), dflag(4), dt_dev = upload_targets(targets),
             dgrad(static_cast<std::size_t>(R) * V * es);
   dgrad.poison();
-  BLU_CUDA_TEST_CHECK(cudaMemcpy(dt_dev.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
   BLU_CUDA_TEST_CHECK(cudaMemset(dflag.get(), 0, 4));
   std::size_t ws_bytes = 0;
-  BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(R, &ws_bytes));
-  DeviceMem ws(ws_bytes);
+  DeviceMem ws = xent_workspace(R, &ws_bytes);
   BLU_ASSERT_OK(blublas::cross_entropy_fused(dloss_rows.as<float>(), dmean.as<float>(), dgrad.get(),
                                              dlog.get(), dt_dev.as<int32_t>(), R, V, -100, 1.0f,
                                              dflag.as<int>(), dt, ws.get(), ws_bytes, nullptr));
@@ -232,9 +248,8 @@ void check_bad_targets(Dtype dt, int V) {
     for (int j = 0; j < V; ++j) ASSERT_EQ(grad[r * V + j], 0.0f) << "row " << r << " col " << j;
   }
   for (int r : {0, 3}) {
-    double m = -INFINITY, s = 0;
-    for (int j = 0; j < V; ++j) m = std::max(m, static_cast<double>(logits[r * V + j]));
-    for (int j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    double m, s;
+    row_max_sum(logits, r, V, &m, &s);
     const double ref = std::log(s) + m - logits[r * V + targets[r]];
     EXPECT_NEAR(loss[r], ref, 1e-4 * std::max(1.0, ref)) << "row " << r;
   }
@@ -282,9 +297,8 @@ TEST_P(CrossEntropyRowsTest, RowsMatchFloat64) {
   if (R > 4) targets[4] = -9;                // bad
   std::vector<double> rloss(R), rlse(R), rvalid(R), rgrad(n, 0.0);
   for (int r = 0; r < R; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(logits[r * V + j]));
-    for (int64_t j = 0; j < V; ++j) s += std::exp(logits[r * V + j] - m);
+    double m, s;
+    row_max_sum(logits, r, V, &m, &s);
     rlse[r] = m + std::log(s);
     const int t = targets[r];
     const bool ok = t >= 0 && t < V;
@@ -294,11 +308,9 @@ TEST_P(CrossEntropyRowsTest, RowsMatchFloat64) {
     for (int64_t j = 0; j < V; ++j)
       rgrad[r * V + j] = (std::exp(logits[r * V + j] - m) / s - (j == t ? 1.0 : 0.0)) * dloss;
   }
-  DeviceMem dgrad(n * es), dl(R * 4), de(R * 4), dv(R * 4), dtargets(R * 4);
-  BLU_CUDA_TEST_CHECK(cudaMemcpy(dtargets.get(), targets.data(), R * 4, cudaMemcpyHostToDevice));
+  DeviceMem dgrad(n * es), dl(R * 4), de(R * 4), dv(R * 4), dtargets = upload_targets(targets);
   std::size_t ws_bytes = 0;
-  BLU_ASSERT_OK(blublas::cross_entropy_workspace_size(R, &ws_bytes));
-  DeviceMem ws(ws_bytes);
+  DeviceMem ws = xent_workspace(R, &ws_bytes);
   std::vector<std::vector<uint8_t>> runs;
   for (int rep = 0; rep < 2; ++rep) {
     DeviceMem fresh = upload(logits, c.dt);

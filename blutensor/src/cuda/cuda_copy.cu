@@ -21,28 +21,27 @@
 namespace blu::cuda_ops {
 namespace detail {
 
-int sm_count() {
-  static std::atomic<int> cache[64] = {};
-  int device = cuda::current_device();
-  int idx = device < 64 ? device : 63;
-  int v = cache[idx].load(std::memory_order_relaxed);
+namespace {
+// A device attribute of the current device, cached for devices 0-63 (others are asked each time).
+int cached_attribute(cudaDeviceAttr attr, std::atomic<int>* cache) {
+  const int device = cuda::current_device();
+  int v = device < 64 ? cache[device].load(std::memory_order_relaxed) : 0;
   if (v == 0) {
-    BLU_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    cache[idx].store(v, std::memory_order_relaxed);
+    BLU_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
+    if (device < 64) cache[device].store(v, std::memory_order_relaxed);
   }
   return v;
+}
+}  // namespace
+
+int sm_count() {
+  static std::atomic<int> cache[64] = {};
+  return cached_attribute(cudaDevAttrMultiProcessorCount, cache);
 }
 
 int sm_major() {
   static std::atomic<int> cache[64] = {};
-  int device = cuda::current_device();
-  int idx = device < 64 ? device : 63;
-  int v = cache[idx].load(std::memory_order_relaxed);
-  if (v == 0) {
-    BLU_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
-    cache[idx].store(v, std::memory_order_relaxed);
-  }
-  return v;
+  return cached_attribute(cudaDevAttrComputeCapabilityMajor, cache);
 }
 
 namespace {
