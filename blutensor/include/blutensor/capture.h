@@ -167,6 +167,14 @@ struct SidePlan {
   std::vector<int> start_from;   // per buffer: a group writes it, so it lives from this node (-1: none)
   std::size_t side_calls = 0;
 };
+// Note [LayerNorm backward with the residual gradient] (src/capture/capture_ln_residual.cpp): the
+// (layer_norm_backward, binary kAdd) pairs whose add sums the LayerNorm's dx with the residual
+// gradient and may run as one launch; residual: the add's operand that is not dx (0 = a, 1 = b).
+struct LnResidualPair {
+  int ln = -1, add = -1, residual = -1;
+};
+std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of);
+
 // max_in_flight: how many groups may be forked and not yet joined at once (Note [Side groups in
 // flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it).
 inline constexpr int kSideMaxInFlight = 2;
@@ -257,6 +265,10 @@ class Executable {
     std::string describe() const;  // one line, no newline
   };
   const ClassifierChunks& chunk_classifier(int64_t chunk_rows = 0);
+  // Note [LayerNorm backward with the residual gradient]: replaces each pair find_ln_residual_pairs
+  // finds by one launch (CUDA builds; the same bits); the number replaced. Call after the other
+  // overrides (blu-plan's kernels keep their nodes).
+  int fuse_ln_residual_grads();
   const ClassifierChunks& classifier() const { return classifier_; }
 
   // The arena plan of the temporaries (made on first need, again after replace()); enabled false

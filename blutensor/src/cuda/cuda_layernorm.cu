@@ -57,7 +57,7 @@ __global__ void ln_fwd_kernel(T* y, typename stats_of<T>::type* mean,
 template <typename T>
 __global__ void ln_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* w,
                                  const typename stats_of<T>::type* mean,
-                                 const typename stats_of<T>::type* rstd, int64_t cols) {
+                                 const typename stats_of<T>::type* rstd, int64_t cols, const T* res) {
   using C = compute_t<T>;
   __shared__ C scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
@@ -78,7 +78,8 @@ __global__ void ln_bwd_dx_kernel(T* dx, const T* dy, const T* x, const T* w,
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
     const C g = load_c(gr[i]) * (w ? load_c(w[i]) : C(1));
     const C xh = (load_c(xr[i]) - mu) * rs;
-    o[i] = store_c<T>(rs * (g - sum_g * inv_n - xh * sum_gx * inv_n));
+    const T v = store_c<T>(rs * (g - sum_g * inv_n - xh * sum_gx * inv_n));
+    o[i] = res ? store_c<T>(load_c(v) + load_c(res[row * cols + i])) : v;  // Note [LayerNorm backward with the residual gradient]
   }
 }
 
@@ -95,7 +96,8 @@ constexpr int kMaxVecs = 4;
 template <typename T, int kVecs>
 __global__ void ln_bwd_dx_warp_kernel(T* dx, const T* dy, const T* x, const T* w,
                                       const typename stats_of<T>::type* mean,
-                                      const typename stats_of<T>::type* rstd, int64_t rows, int cols) {
+                                      const typename stats_of<T>::type* rstd, int64_t rows, int cols,
+                                      const T* res) {
   using C = compute_t<T>;
   constexpr int kV = 16 / sizeof(T);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
@@ -133,15 +135,19 @@ __global__ void ln_bwd_dx_warp_kernel(T* dx, const T* dy, const T* x, const T* w
     const int v = lane + 32 * j;
     if (v >= nvec) break;
     uint4 wraw = w ? wv[v] : uint4{}, out;
+    // Note [LayerNorm backward with the residual gradient]: the residual's vector, when given.
+    const uint4 rraw = res ? reinterpret_cast<const uint4*>(res + row * cols)[v] : uint4{};
     const T* ge = reinterpret_cast<const T*>(&graw[j]);
     const T* xe = reinterpret_cast<const T*>(&xraw[j]);
     const T* we = reinterpret_cast<const T*>(&wraw);
+    const T* re = reinterpret_cast<const T*>(&rraw);
     T* oe = reinterpret_cast<T*>(&out);
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
       const C g = load_c(ge[e]) * (w ? load_c(we[e]) : C(1));
       const C xh = (load_c(xe[e]) - mu) * rs;
       oe[e] = store_c<T>(rs * (g - sum_g * inv_n - xh * sum_gx * inv_n));
+      if (res) oe[e] = store_c<T>(load_c(oe[e]) + load_c(re[e]));
     }
     ov[v] = out;
   }
@@ -212,14 +218,14 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 template <typename T>
 bool ln_bwd_dx_warp(const Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& w,
                     const typename stats_of<T>::type* mp, const typename stats_of<T>::type* rp,
-                    int64_t rows, int64_t cols, cudaStream_t stream) {
+                    int64_t rows, int64_t cols, cudaStream_t stream, const T* res = nullptr) {
   if constexpr (sizeof(T) > 4) {
     return false;
   } else {
     constexpr int kV = 16 / sizeof(T);
     const T* wp = ptr_or_null<T>(w);
     if (cols % kV != 0 || cols > 32 * kMaxVecs * kV || !aligned16(dx.data_ptr()) || !aligned16(dy.data_ptr()) ||
-        !aligned16(x.data_ptr()) || (wp != nullptr && !aligned16(wp))) {
+        !aligned16(x.data_ptr()) || (wp != nullptr && !aligned16(wp)) || (res != nullptr && !aligned16(res))) {
       return false;
     }
     const int nvec = static_cast<int>(cols / kV), vecs = (nvec + 31) / 32;
@@ -227,7 +233,7 @@ bool ln_bwd_dx_warp(const Tensor& dx, const Tensor& dy, const Tensor& x, const T
     auto launch = [&](auto kernel) {
       kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(dx.data_ptr()), static_cast<const T*>(dy.data_ptr()),
                                              static_cast<const T*>(x.data_ptr()), wp, mp, rp, rows,
-                                             static_cast<int>(cols));
+                                             static_cast<int>(cols), res);
     };
     if (vecs <= 1) launch(ln_bwd_dx_warp_kernel<T, 1>);
     else if (vecs <= 2) launch(ln_bwd_dx_warp_kernel<T, 2>);
@@ -252,17 +258,19 @@ void ln_fwd_typed(const Tensor& y, const Tensor& mean, const Tensor& rstd, const
 
 template <typename T>
 void ln_bwd_typed(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
-                  const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                  const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                  const Tensor& residual = Tensor()) {
   using S = typename stats_of<T>::type;
   using C = compute_t<T>;
   const int64_t cols = x.size(-1), rows = x.numel() / std::max<int64_t>(cols, 1);
   cudaStream_t stream = stream_of(x);
   const S* mp = static_cast<const S*>(mean.data_ptr());
   const S* rp = static_cast<const S*>(rstd.data_ptr());
-  if (dx.defined() && rows > 0 && !ln_bwd_dx_warp<T>(dx, dy, x, w, mp, rp, rows, cols, stream)) {
+  const T* res = ptr_or_null<T>(residual);
+  if (dx.defined() && rows > 0 && !ln_bwd_dx_warp<T>(dx, dy, x, w, mp, rp, rows, cols, stream, res)) {
     ln_bwd_dx_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         static_cast<T*>(dx.data_ptr()), static_cast<const T*>(dy.data_ptr()),
-        static_cast<const T*>(x.data_ptr()), ptr_or_null<T>(w), mp, rp, cols);
+        static_cast<const T*>(x.data_ptr()), ptr_or_null<T>(w), mp, rp, cols, res);
     BLU_KERNEL_LAUNCH_CHECK("ln_bwd_dx_kernel");
   }
   if (!dw.defined() && !db.defined()) return;
@@ -338,6 +346,18 @@ void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
   }
   BLU_CUDA_SWITCH_FLOAT(x.dtype(), T, "layer_norm_backward",
                         ln_bwd_typed<T>(dx, dweight, dbias, dy, x, weight, mean, rstd));
+}
+
+// Note [LayerNorm backward with the residual gradient] (src/capture/capture_ln_residual.cpp).
+bool layer_norm_backward_add(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                             const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& residual) {
+  if (x.dtype() != DType::BF16 || out.dtype() != DType::BF16 || residual.dtype() != DType::BF16 ||
+      !out.is_contiguous() || !residual.is_contiguous() || !dy.is_contiguous() || !x.is_contiguous() ||
+      out.numel() != x.numel() || residual.numel() != x.numel() || x.numel() == 0)
+    return false;
+  ln_bwd_typed<__nv_bfloat16>(out, dweight, dbias, dy, x, weight, mean, rstd, residual);
+  return true;
 }
 
 }  // namespace blu::cuda_ops

@@ -49,5 +49,13 @@ bool attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
 //   #endif
 Tensor fused_scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                           bool is_causal, double scale);
+// layer_norm_backward with dx = bf16(bf16(dx) + residual) written to `out` (Note [LayerNorm
+// backward with the residual gradient], src/capture/capture_ln_residual.cpp): the same bits as
+// layer_norm_backward into a temporary and binary kAdd(out, temporary, residual). bf16 tensors,
+// out / residual / dy / x contiguous with x's element count (out may be residual itself);
+// false, having launched nothing, otherwise.
+bool layer_norm_backward_add(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                             const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& residual);
 
 }  // namespace blu::cuda_ops

@@ -137,6 +137,12 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
                      "); the step runs as recorded (no fused kernels)\n";
       }
     }
+    // Note [LayerNorm backward with the residual gradient] (blutensor): after the plan's kernels,
+    // which keep their nodes; the same bits (BLU_CAPTURE_LN_RESIDUAL=0 for A/B).
+    if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
+      const int fused = exe_->fuse_ln_residual_grads();
+      if (fused > 0) describe_ += "LayerNorm backward + residual gradient: " + std::to_string(fused) + " pairs in one launch\n";
+    }
     describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes, classifier);
     return u;
   }
