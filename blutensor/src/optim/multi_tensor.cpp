@@ -107,8 +107,7 @@ void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   hp.eps = options.eps;
   hp.weight_decay = options.weight_decay;
   hp.step = step;
-  const Tensor scale = grad_scale.defined() ? detail::contiguous_nograd(grad_scale) : Tensor();
-  BLU_DISPATCH(params[0].device(), adamw_step, params, gs, exp_avgs, exp_avg_sqs, scale, hp);
+  BLU_DISPATCH(params[0].device(), adamw_step, params, gs, exp_avgs, exp_avg_sqs, grad_scale, hp);
   for (std::size_t i = 0; i < params.size(); ++i) {
     params[i].bump_version();
     exp_avgs[i].bump_version();

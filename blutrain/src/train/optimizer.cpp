@@ -37,6 +37,15 @@ namespace {
 
 bool cpu_f32_contiguous(const Tensor& t) { return t.is_cpu() && t.dtype() == kFloat32 && t.is_contiguous(); }
 
+// The gradients of `params` that exist, in order.
+std::vector<Tensor> defined_grads(const std::vector<NamedParam>& params) {
+  std::vector<Tensor> grads;
+  for (const NamedParam& p : params) {
+    if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
+  }
+  return grads;
+}
+
 }  // namespace
 
 // Note [Fused optimizer step]
@@ -87,21 +96,13 @@ void AdamW::step(double lr, const Tensor& grad_scale) {
     o.beta2 = cfg_.beta2;
     o.eps = cfg_.eps;
     o.weight_decay = std::get<2>(key) ? cfg_.weight_decay : 0.0;
-    // The coefficient lives on the parameters' device; a group on another device (none in
-    // blutrain: one device per model) gets its own copy.
-    const Tensor scale = !grad_scale.defined() || grad_scale.device() == lists[0][0].device()
-                             ? grad_scale
-                             : grad_scale.to(lists[0][0].device());
-    blu::optim::adamw_step_(lists[0], lists[1], lists[2], lists[3], o, t_, scale);
+    blu::optim::adamw_step_(lists[0], lists[1], lists[2], lists[3], o, t_, grad_scale);
   }
 }
 
 double grad_sum_of_squares(const std::vector<NamedParam>& params) {
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  for (const NamedParam& p : params) {
-    if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
-  }
+  const std::vector<Tensor> grads = defined_grads(params);
   if (grads.empty()) return 0;
   const double n = blu::optim::global_norm(grads, 0.0).norm.item();
   return n * n;
@@ -109,10 +110,7 @@ double grad_sum_of_squares(const std::vector<NamedParam>& params) {
 
 void scale_grads(const std::vector<NamedParam>& params, double scale) {
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  for (const NamedParam& p : params) {
-    if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
-  }
+  const std::vector<Tensor> grads = defined_grads(params);
   if (!grads.empty()) blu::optim::scale_tensors_(grads, scalar_tensor(scale, kFloat32).to(grads[0].device()));
 }
 
@@ -179,10 +177,7 @@ UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_f
   if (!sum_of_squares && max_norm > 0) {
     BLU_NVTX_RANGE("grad_norm");
     NoGradGuard no_grad;
-    std::vector<Tensor> grads;
-    for (const NamedParam& p : opt.params()) {
-      if (p.tensor->grad().defined()) grads.push_back(p.tensor->grad());
-    }
+    const std::vector<Tensor> grads = defined_grads(opt.params());
     if (!grads.empty()) {
       const blu::optim::GlobalNorm gn = blu::optim::global_norm(grads, max_norm);
       coef = gn.clip_coef;
