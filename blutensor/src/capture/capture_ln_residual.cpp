@@ -42,12 +42,6 @@ std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::ve
   const auto replaced = [&](int i) {
     return static_cast<size_t>(i) < override_of.size() && override_of[static_cast<size_t>(i)] >= 0;
   };
-  const auto tensor = [](const Node& node, const char* name) -> const TensorRef* {
-    for (const Arg& a : node.args) {
-      if (a.name == name) return a.tensors.size() == 1 ? &a.tensors[0] : nullptr;
-    }
-    return nullptr;
-  };
   const auto same_view = [](const TensorRef& a, const TensorRef& b) {
     return a.buffer == b.buffer && a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes &&
            a.strides == b.strides;
@@ -58,29 +52,24 @@ std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::ve
     if (ln.op != "layer_norm_backward" || add.op != "binary" || !ln.device.is_cuda() || !(add.device == ln.device) ||
         replaced(i) || replaced(i + 1))
       continue;
-    const TensorRef *dx = tensor(ln, "dx"), *x = tensor(ln, "x"), *dy = tensor(ln, "dy");
-    const TensorRef *a = tensor(add, "a"), *b = tensor(add, "b"), *o = tensor(add, "out");
-    if (dx == nullptr || x == nullptr || dy == nullptr || a == nullptr || b == nullptr || o == nullptr) continue;
-    if (!dx->defined() || !a->defined() || !b->defined() || !o->defined()) continue;
-    const Arg* op = nullptr;
-    const Arg* alpha = nullptr;
-    for (const Arg& arg : add.args) {
-      if (arg.name == "op") op = &arg;
-      if (arg.name == "alpha") alpha = &arg;
-    }
-    if (op == nullptr || op->enum_name != "kAdd" || alpha == nullptr || alpha->number != 1.0) continue;
-    int which = -1;  // the add's operand that is the residual gradient: 0 = a, 1 = b
-    if (same_view(*a, *dx) && !(b->buffer == dx->buffer)) which = 1;
-    else if (same_view(*b, *dx) && !(a->buffer == dx->buffer)) which = 0;
-    if (which < 0) continue;
-    const TensorRef& res = which == 0 ? *a : *b;
+    if (add.arg("op").enum_name != "kAdd" || add.arg("alpha").number != 1.0) continue;
+    const TensorRef *dx = &ln.arg("dx").tensors.at(0), *x = &ln.arg("x").tensors.at(0),
+                    *dy = &ln.arg("dy").tensors.at(0);
+    const TensorRef *a = &add.arg("a").tensors.at(0), *b = &add.arg("b").tensors.at(0),
+                    *o = &add.arg("out").tensors.at(0);
+    if (!dx->defined()) continue;
+    // The add's operand that is the residual gradient (0 = a, 1 = b). Two uses of dx (its write
+    // and this read) also rule out the add reading it twice or writing into it.
+    const int which = same_view(*a, *dx) ? 1 : same_view(*b, *dx) ? 0 : -1;
     const Buffer& xb = g.buffers[static_cast<size_t>(dx->buffer)];
-    if (uses[static_cast<size_t>(dx->buffer)] != 2 || xb.origin != Origin::kInternal || xb.output()) continue;
+    if (which < 0 || uses[static_cast<size_t>(dx->buffer)] != 2 || xb.origin != Origin::kInternal || xb.output())
+      continue;
+    const TensorRef& res = which == 0 ? *a : *b;
     bool ok = true;
     for (const TensorRef* t : {dx, x, dy, &res, o}) {
       ok = ok && t->dtype == DType::BF16 && t->contiguous() && t->sizes == x->sizes;
     }
-    if (!ok || o->buffer == dx->buffer) continue;
+    if (!ok) continue;
     if (o->buffer == res.buffer && !same_view(*o, res)) continue;  // a partial overlap
     out.push_back({i, i + 1, which});
   }
