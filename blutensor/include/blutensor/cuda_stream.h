@@ -136,9 +136,7 @@ class GraphExec {
  public:
   GraphExec() = default;
   static void begin_capture(cudaStream_t stream);
-  // node_priority: the graph's kernels keep the priorities of the streams they were captured on
-  // (cudaGraphInstantiateFlagUseNodePriority) instead of taking the launch stream's.
-  static GraphExec end_capture(cudaStream_t stream, bool node_priority = false);
+  static GraphExec end_capture(cudaStream_t stream);
   static void abandon_capture(cudaStream_t stream) noexcept;
   ~GraphExec();
   GraphExec(GraphExec&& other) noexcept;
@@ -153,10 +151,6 @@ class GraphExec {
   explicit GraphExec(cudaGraphExec_t e) : exec_(e) {}
   cudaGraphExec_t exec_ = nullptr;
 };
-
-// The greatest (most urgent) stream priority of `device` (cudaDeviceGetStreamPriorityRange; 0 is
-// the least and the default), for Stream::create.
-int greatest_stream_priority(int device = -1);
 
 // Blocks the host until all work on the current stream of `device` is done (device < 0: current).
 void synchronize_current_stream(int device = -1);

@@ -4,7 +4,6 @@
 #include <atomic>
 
 #include "blutensor/capture.h"
-#include "blutensor/env_switch.h"
 #include "capture/capture_internal.h"
 #ifndef BLU_TENSOR_NO_CUDA_BACKEND
 #include "blutensor/cuda_allocator.h"
@@ -181,12 +180,7 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   return false;
 #else
   const int device = graph_.nodes.front().device.index;
-  // BLU_CAPTURE_GRAPH_PRIORITY=1 (an experiment, off by default): the captured main-stream
-  // kernels at the device's greatest priority and the side stream's at the least, so that when
-  // both have blocks waiting the critical path's go first (the graph keeps each kernel's).
-  const bool priority = env_flag_set("BLU_CAPTURE_GRAPH_PRIORITY");
-  if (capture_stream_.get() == nullptr)
-    capture_stream_ = cuda::Stream::create(device, true, priority ? cuda::greatest_stream_priority(device) : 0);
+  if (capture_stream_.get() == nullptr) capture_stream_ = cuda::Stream::create(device);
   if (side.on) {
     while (capture_ready_.size() < side_ready_.size()) capture_ready_.push_back(cuda::Event::create(device));
     while (capture_done_.size() < static_cast<size_t>(side_in_flight_)) capture_done_.push_back(cuda::Event::create(device));
@@ -220,7 +214,7 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   if (routed) alloc.end_allocate_to_pool(device, pool_);
   if (error.empty()) {
     try {
-      seg.exec = cuda::GraphExec::end_capture(s, priority);
+      seg.exec = cuda::GraphExec::end_capture(s);
       return true;
     } catch (const std::exception& e) {
       error = e.what();

@@ -88,10 +88,7 @@ void Event::wait(cudaStream_t) const {
 void GraphExec::begin_capture(cudaStream_t) {
   no_cuda("blu::cuda::GraphExec::begin_capture");
 }
-int greatest_stream_priority(int) {
-  no_cuda("blu::cuda::greatest_stream_priority");
-}
-GraphExec GraphExec::end_capture(cudaStream_t, bool) {
+GraphExec GraphExec::end_capture(cudaStream_t) {
   no_cuda("blu::cuda::GraphExec::end_capture");
 }
 void GraphExec::abandon_capture(cudaStream_t) noexcept {}

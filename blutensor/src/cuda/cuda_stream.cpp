@@ -111,14 +111,7 @@ void GraphExec::begin_capture(cudaStream_t stream) {
   BLU_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
 }
 
-int greatest_stream_priority(int device) {
-  DeviceGuard guard(resolve_device(device));
-  int least = 0, greatest = 0;
-  BLU_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  return greatest;
-}
-
-GraphExec GraphExec::end_capture(cudaStream_t stream, bool node_priority) {
+GraphExec GraphExec::end_capture(cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   if (end != cudaSuccess) {
@@ -127,8 +120,7 @@ GraphExec GraphExec::end_capture(cudaStream_t stream, bool node_priority) {
     BLU_THROW("cudaStreamEndCapture failed: ", cudaGetErrorName(end), " (", cudaGetErrorString(end), ")");
   }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst =
-      cudaGraphInstantiate(&exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   (void)cudaGraphDestroy(graph);
   if (inst != cudaSuccess) {
     (void)cudaGetLastError();

@@ -17,7 +17,6 @@
 #include "blublas/adamw.h"
 #include "blutensor/autograd.h"
 #include "blutensor/cuda_stream.h"
-#include "blutensor/env_switch.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
 #include "blutrain/activation_plan.h"
@@ -128,7 +127,6 @@ struct FusedGPT2Step::Impl {
   // replaces kOptim: the collectives belong in the last backward, not in every kRest replay).
   enum Part { kFirst, kRest, kOptim, kLast, kNumParts };
   blu::cuda::GraphExec graphs[kNumParts];
-  bool stream_priority = false;  // BLU_FUSED_STREAM_PRIORITY (setup())
   // Data parallelism (Note [Data-parallel fused step: streams and events under capture]):
   // null with one rank. sync_now: this pass is the step's last backward, so it all-reduces.
   std::unique_ptr<FusedGradSync> sync;
@@ -231,11 +229,7 @@ void FusedGPT2Step::Impl::setup() {
   recompute = parse_recompute(o.recompute == "auto" ? (o.precision == Precision::kBf16 ? "none" : "gelu")
                                                     : o.recompute);
   if (const char* v = std::getenv("BLUTRAIN_GELU_GRAD_EPILOGUE")) gelu_grad_epilogue = std::string(v) == "1";
-  // BLU_FUSED_STREAM_PRIORITY=1 (an experiment, off by default): the main stream at the device's
-  // greatest priority (the side stream's weight gradients at the default, the least), kept by the
-  // captured parts (Note [Graph capture of the step]).
-  stream_priority = blu::env_flag_set("BLU_FUSED_STREAM_PRIORITY");
-  stream = blu::cuda::Stream::create(device, true, stream_priority ? blu::cuda::greatest_stream_priority(device) : 0);
+  stream = blu::cuda::Stream::create(device);
   blu::cuda::StreamGuard guard(stream.get(), device);
 
   // Precision: activations, GEMM compute mode and attention.
@@ -749,7 +743,7 @@ void FusedGPT2Step::Impl::launch(Part part) {
       blu::cuda::GraphExec::abandon_capture(stream.get());
       throw;
     }
-    graphs[part] = blu::cuda::GraphExec::end_capture(stream.get(), stream_priority);
+    graphs[part] = blu::cuda::GraphExec::end_capture(stream.get());
   }
   graphs[part].launch(stream.get());
 }
