@@ -42,13 +42,17 @@ shapes=(
   "lmhead_dx;--m=16384 --n=768 --k=50304 --op_a=n --op_b=n"
   "xent_dw_beta_f32;--m=50304 --n=768 --k=640 --out=f32 --op_a=t --op_b=n --beta=1"
   "fcproj_dx_beta;--m=16384 --n=768 --k=3072 --op_a=n --op_b=n --beta=1"
+  "fcproj_dx_gelugrad;--m=16384 --n=3072 --k=768 --op_a=n --op_b=n --epilogue=gelu_grad"
+  "fcproj_dx_gelugrad_noahead;--m=16384 --n=3072 --k=768 --op_a=n --op_b=n --epilogue=gelu_grad;BLUBLAS_SM90_EPI_AHEAD=0"
+  "xent_dw_beta_f32_noahead;--m=50304 --n=768 --k=640 --out=f32 --op_a=t --op_b=n --beta=1;BLUBLAS_SM90_EPI_AHEAD=0"
 )
 printf '| shape | blublas ms | cuBLASLt ms | ratio | max diff |\n|---|---|---|---|---|\n' > "$W/gemm_step.md"
 [ "${BLU_GS_PROFILER:-1}" = 1 ] || shapes=()
 for s in "${shapes[@]}"; do
-  name=${s%%;*}; args=${s#*;}
+  name=${s%%;*}; args=${s#*;}; envs=""
+  [[ $args == *";"* ]] && { envs=${args#*;}; args=${args%%;*}; }  # optional third field: VAR=value ...
   # shellcheck disable=SC2086
-  timeout 40 "$P" gemm --dtype=bf16 $args --reps=20 > "$W/prof_$name.txt" 2>&1
+  env $envs timeout 40 "$P" gemm --dtype=bf16 $args --reps=20 > "$W/prof_$name.txt" 2>&1
   ms=$(awk '$1 == "blublas" {print $3; exit}' "$W/prof_$name.txt")
   cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$W/prof_$name.txt")
   ratio=$(awk '$1 == "ratio" {print $3; exit}' "$W/prof_$name.txt")

@@ -23,6 +23,8 @@ table=(
   "gemm_bf16_fc_fwd_gelu;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --epilogue=bias_gelu --reps=2"
   "gemm_bf16_qkv_fwd_bias;regex:sm90_gemm;gemm --m=16384 --n=2304 --k=768 --dtype=bf16 --op_a=n --op_b=t --epilogue=bias --reps=2"
   "gemm_bf16_attnproj_fwd;regex:sm90_gemm;gemm --m=16384 --n=768 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_fcproj_dx_gelugrad;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=n --epilogue=gelu_grad --reps=2"
+  "gemm_bf16_fcproj_dx;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=n --reps=2"
   "gemm_bf16_fc_dw;regex:sm90_gemm;gemm --m=768 --n=3072 --k=16384 --dtype=bf16 --op_a=t --op_b=n --reps=2"
   "gemm_bf16_xent_dw_beta;regex:sm90_gemm;gemm --m=50304 --n=768 --k=640 --dtype=bf16 --out=f32 --op_a=t --op_b=n --beta=1 --reps=2"
   "gemm_sm80_bf16;regex:sm80;gemm --m=4096 --n=4096 --k=4096 --dtype=bf16 --path=sm80 --reps=2"

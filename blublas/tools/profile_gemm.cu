@@ -66,7 +66,7 @@ struct Options {
 const char* kUsage =
     "--m=4096 --n=4096 --k=4096 --batch=1 --dtype=bf16|f16|tf32|f32 --out=bf16|f16|f32 "
     "(default: bf16/f16 in -> same out, tf32/f32 -> f32) --op_a=n|t --op_b=t|n --layout=row|col "
-    "--epilogue=none|bias|bias_gelu|gelu|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
+    "--epilogue=none|bias|bias_gelu|gelu|gelu_grad|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
     "C = D in place) --reps=20 --json";
 
 // Returns "" or the usage error.
@@ -122,7 +122,7 @@ std::string parse(const Args& a, Options* o) {
   if (!(e = pick("op_a", &o->op_a, {"n", "t"})).empty()) return e;
   if (!(e = pick("op_b", &o->op_b, {"n", "t"})).empty()) return e;
   if (!(e = pick("layout", &o->layout, {"row", "col"})).empty()) return e;
-  if (!(e = pick("epilogue", &o->epilogue, {"none", "bias", "bias_gelu", "gelu", "bgrada", "bgradb"})).empty()) return e;
+  if (!(e = pick("epilogue", &o->epilogue, {"none", "bias", "bias_gelu", "gelu", "gelu_grad", "bgrada", "bgradb"})).empty()) return e;
   if (!(e = pick("path", &o->path, {"auto", "simt", "sm80", "sm90"})).empty()) return e;
   return "";
 }

@@ -153,6 +153,8 @@ struct Case {
   bool generic_epi = false;  // force the staged generic epilogue (not the TMA-store one)
   bool c_in_place = false;   // beta != 0 with C = D (D holds C before the call, guards poisoned)
   bool misaligned_bias = false;  // the bias one element past an aligned address (no pair loads)
+  int epi_ahead = -1;            // Note [sm90 epilogue loads ahead]: -1 default, 0 off, 1 on
+  std::vector<uint8_t>* bits = nullptr;  // receives D's bytes when set
   std::string str() const {
     std::ostringstream os;
     os << "ab=" << dname(ab) << " cd=" << dname(cd) << " M=" << m << " N=" << n << " K=" << k
@@ -248,6 +250,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   force.splits = c.splits;
   force.generic_epilogue = c.generic_epi;
   force.c_through_tma = 1;  // Note [sm90 C through TMA] (on by default; forced against the environment)
+  force.epi_ahead = c.epi_ahead;
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
@@ -272,6 +275,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   };
   HostMat got = run_once();
   ASSERT_FALSE(got.bytes.empty());
+  if (c.bits != nullptr) *c.bits = got.bytes;
   HostMat got_aux = download(daux, c.cd);
   HostMat got_bg = download(dbg, Dtype::kF32);
 
@@ -689,6 +693,40 @@ TEST(GemmSm90Gpu, PingPongManyUnits) {
         c.beta = e == Epilogue::kBias ? 0.5f : 0.0f;
         c.tile = tile;
         run_case(c, dev);
+      }
+    }
+  }
+}
+
+// Note [sm90 epilogue loads ahead]: the ping-pong tile with many units a warpgroup (every unit
+// but the first loads its C / aux while the previous unit's stores may still read the buffers),
+// kGeluGrad and beta != 0 (in place, and with a bias), 16-bit and f32 D (four passes: the third
+// and fourth loads reuse the buffers), an N whose last tile has one pass only, batches, tf32;
+// each checked against float64 with the loads ahead and without, and the two bit for bit.
+TEST(GemmSm90Gpu, EpilogueLoadsAhead) {
+  BLU_REQUIRE_SM90(dev);
+  for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
+    for (Dtype cd : {Dtype::kBF16, Dtype::kF32}) {
+      if (ab == Dtype::kF32 && cd != Dtype::kF32) continue;
+      for (int variant = 0; variant < 4; ++variant) {
+        Case c;
+        c.ab = ab; c.cd = cd;
+        c.m = 2100; c.n = variant == 2 ? 1096 : 1032; c.k = ab == Dtype::kF32 ? 96 : 200;
+        c.batch = variant == 3 ? 2 : 1;
+        c.a_k = true; c.b_k = ab == Dtype::kF32 || variant == 1;
+        c.epi = variant == 0 ? Epilogue::kGeluGrad : variant == 2 ? Epilogue::kBias : Epilogue::kNone;
+        c.beta = variant == 0 ? 0.0f : variant == 2 ? -0.5f : 1.0f;
+        c.c_in_place = variant == 1 || variant == 3;
+        c.tile = kPingPong64;
+        std::vector<uint8_t> on, off;
+        c.epi_ahead = 1; c.bits = &on;
+        c.check_determinism = true;
+        run_case(c, dev);
+        c.epi_ahead = 0; c.bits = &off;
+        c.check_determinism = false;
+        run_case(c, dev);
+        ASSERT_EQ(on.size(), off.size()) << c.str();
+        EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << "loads ahead changed the bits: " << c.str();
       }
     }
   }

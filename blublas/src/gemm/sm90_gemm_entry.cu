@@ -269,6 +269,9 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   // On unless BLUBLAS_SM90_C_TMA=0 or the override says otherwise (Note [sm90 C through TMA]).
   args.c_through_tma = force.c_through_tma >= 0 ? force.c_through_tma == 1
                                                 : !(c_tma_env != nullptr && std::strcmp(c_tma_env, "0") == 0);
+  const char* ahead_env = std::getenv("BLUBLAS_SM90_EPI_AHEAD");  // Note [sm90 epilogue loads ahead]
+  args.epi_ahead = force.epi_ahead >= 0 ? force.epi_ahead == 1
+                                        : !(ahead_env != nullptr && std::strcmp(ahead_env, "0") == 0);
   if (plan.splits > 1) {
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;

@@ -103,6 +103,7 @@ struct KernelParams {
   int64_t partial_split_stride = 0;
   const float* scale_a = nullptr;  // FP8 (Note [FP8 GEMM]): acc *= *scale_a * *scale_b (null = 1)
   const float* scale_b = nullptr;
+  int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
 };
 
 template <class In>
@@ -139,10 +140,16 @@ struct KernelConfig {
   // Epilogue staging per consumer warpgroup: kWgM rows x 256 bytes (TMA-store path; the generic
   // path's kWgM rows x 40 floats fit in it).
   static constexpr int kStagingBytes = kConsumers * kWgM * 256;
-  // + full[kStages], empty[kStages], the ping-pong order[2] and one C-load mbarrier per consumer
-  // warpgroup (Note [sm90 C through TMA]).
-  static constexpr int kSmemBytes =
-      1024 + kStages * kStageBytes + kStagingBytes + (2 * kStages + 2 + kConsumers) * 8;
+  // + full[kStages], empty[kStages], the ping-pong order[2] and two epilogue-load mbarriers per
+  // consumer warpgroup (Note [sm90 C through TMA], Note [sm90 epilogue loads ahead]).
+  static constexpr int kBarrierBytes = (2 * kStages + 2 + 2 * kConsumers) * 8;
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + kBarrierBytes;
+  // Note [sm90 epilogue loads ahead]: a second staging tile per consumer warpgroup, 1024-aligned
+  // after the barriers, present only in launches that load C or aux ahead (kSmemBytesAhead).
+  static constexpr int kAheadOffset =
+      (kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytesAhead = 1024 + kAheadOffset + kStagingBytes;
+  static constexpr bool kEpiAhead = kPingPong && kSmemBytesAhead <= 232448;
   // Registers after setmaxnreg (only with two or more consumer warpgroups). The register file
   // (64K) must hold 128 * (kProducerRegs + kConsumers * kConsumerRegs): 2 consumers 232 (128
   // accumulators of m64n256), 3 consumers 152 (96 of m64n192; Note [sm90 192x192 tile]).
@@ -581,7 +588,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
                                                       const CUtensorMap* map_d,
                                                       const CUtensorMap* map_aux,
                                                       const CUtensorMap* map_c, uint64_t* cbar,
-                                                      uint32_t& c_phase,
+                                                      uint32_t& c_phase, uint8_t* ahead,
                                                       float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
   const int t = threadIdx.x % 128;
   const int row_base = w.tm * Cfg::BM + (Cfg::kPingPong ? 0 : c * Cfg::kWgM);
@@ -596,6 +603,33 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   constexpr int kPassCols = StoreShape<OutT>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
+  if constexpr (kLoads && Cfg::kEpiAhead) {
+    if (p.epi_ahead) {  // Note [sm90 epilogue loads ahead]: pass i's C / aux is in buffer i % 2
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
+        const int b = pass & 1;
+        uint8_t* buf = b == 0 ? ahead : stg;
+        mbar_wait(&cbar[b], (c_phase >> b) & 1u);
+        c_phase ^= 1u << b;
+        stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, buf, acc, amax);
+        fence_proxy_async_smem();
+        named_barrier_sync(1 + c, 128);  // every thread is done with buf
+        if (t == 0) {
+          store_pass<Cfg, OutT>(p, map_d, pass, row_base, col_base, w.batch, buf);
+          const int next = pass + 2;  // f32 D: four passes, two buffers
+          if (next < kPasses && col_base + next * kPassCols < p.n) {
+            bulk_wait_read<0>();
+            load_c_pass<Cfg, OutT>(p, load_map, next, row_base, col_base, w.batch, buf, &cbar[b]);
+          }
+        }
+      }
+      if constexpr (Cfg::kFp8) {
+        if (p.epi.amax != nullptr) amax_warp_commit(p.epi.amax, amax);
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
@@ -614,7 +648,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     named_barrier_sync(1 + c, 128);
     if constexpr (kLoads) {
       if (t == 0) load_c_pass<Cfg, OutT>(p, load_map, pass, row_base, col_base, w.batch, stg, cbar);
-      mbar_wait(cbar, c_phase);
+      mbar_wait(cbar, c_phase & 1u);
       c_phase ^= 1u;
       stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, stg, acc, amax);
     } else {
@@ -642,20 +676,66 @@ __device__ __forceinline__ void consumer_epilogue_tma_any(const KernelParams& p,
                                                           const CUtensorMap* map_d,
                                                           const CUtensorMap* map_aux,
                                                           const CUtensorMap* map_c, uint64_t* cbar,
-                                                          uint32_t& c_phase,
+                                                          uint32_t& c_phase, uint8_t* ahead,
                                                           float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
   if constexpr (Cfg::kConsumers < 3) {
     if (p.epi.c != nullptr) {
-      consumer_epilogue_tma<Cfg, OutT, kStagedC>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase, acc);
+      consumer_epilogue_tma<Cfg, OutT, kStagedC>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase,
+                                                 ahead, acc);
       return;
     }
     if (p.epi.kind == static_cast<int>(Epilogue::kGeluGrad)) {
       consumer_epilogue_tma<Cfg, OutT, kStagedGeluGradAux>(p, w, c, stg, map_d, map_aux, map_c, cbar,
-                                                           c_phase, acc);
+                                                           c_phase, ahead, acc);
       return;
     }
   }
-  consumer_epilogue_tma<Cfg, OutT, kStagedNone>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase, acc);
+  consumer_epilogue_tma<Cfg, OutT, kStagedNone>(p, w, c, stg, map_d, map_aux, map_c, cbar, c_phase,
+                                                ahead, acc);
+}
+
+// Note [sm90 epilogue loads ahead]
+// The staged loads of Note [sm90 C through TMA] waited in the epilogue: per pass, the previous
+// pass's store had to finish reading the staging tile, then C / aux came from DRAM (~1-2 us) while
+// the warpgroup waited, twice a 64x256 tile. In the ping-pong tile the other warpgroup's main loop
+// (~5 us at K = 768) hides only that much epilogue, and the fc_proj dX GEMM with the GELU backward
+// (kGeluGrad, 16384 x 3072 x 768) took 0.32 ms in the compiled bf16 step against ~0.15 ms for the
+// same GEMM without it (H100, session 22's kernel trace). With kEpiAhead (the ping-pong tiles: a
+// second 16 KB-a-pass staging tile per warpgroup fits next to their 4 stages) one thread of the
+// warpgroup issues the loads of passes 0 and 1 when its unit starts (before it waits for its
+// turn), into the second tile and the staging tile; each pass then computes D in place over its
+// loaded C / aux and stores it from there, and with f32 D (four passes) pass i + 2's load goes
+// into pass i's buffer once its store has read it. The loads then overlap the unit's main loop.
+// Each buffer has its own mbarrier (cbar[2c + b]) and parity bit (c_phase bit b). Same arithmetic,
+// same bits. BLUBLAS_SM90_EPI_AHEAD=0 (or Sm90Override::epi_ahead = 0) keeps the per-pass loads.
+template <class Cfg, class OutT>
+__device__ __forceinline__ void issue_loads_ahead_typed(const KernelParams& p, const WorkUnit& w,
+                                                        const CUtensorMap* map, uint8_t* stg,
+                                                        uint8_t* ahead, uint64_t* cbar) {
+  constexpr int kPassCols = StoreShape<OutT>::kPassCols;
+  constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
+  const int row_base = w.tm * Cfg::BM;
+  const int col_base = w.tn * Cfg::BN;
+  bulk_wait_read<0>();  // the previous unit's stores have read both buffers
+#pragma unroll
+  for (int pass = 0; pass < 2 && pass < kPasses; ++pass) {
+    if (col_base + pass * kPassCols >= p.n) break;
+    load_c_pass<Cfg, OutT>(p, map, pass, row_base, col_base, w.batch, pass == 0 ? ahead : stg, &cbar[pass]);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void issue_loads_ahead(const KernelParams& p, const WorkUnit& w,
+                                                  const CUtensorMap* map_aux, const CUtensorMap* map_c,
+                                                  uint8_t* stg, uint8_t* ahead, uint64_t* cbar) {
+  const CUtensorMap* map = p.epi.c != nullptr ? map_c : map_aux;
+  if (p.out_type == 1) {
+    if constexpr (Cfg::fast_out_type(1)) issue_loads_ahead_typed<Cfg, __nv_bfloat16>(p, w, map, stg, ahead, cbar);
+  } else if (p.out_type == 2) {
+    if constexpr (Cfg::fast_out_type(2)) issue_loads_ahead_typed<Cfg, __half>(p, w, map, stg, ahead, cbar);
+  } else {
+    issue_loads_ahead_typed<Cfg, float>(p, w, map, stg, ahead, cbar);
+  }
 }
 
 // A consumer warp's release of a stage: the local empty barrier, and the peer's with a cluster.
@@ -688,7 +768,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * Cfg::kBBytes + Cfg::kStagingBytes);
   uint64_t* empty = full + kStages;
   uint64_t* order = empty + kStages;  // Note [sm90 ping-pong]
-  uint64_t* cbar = order + 2;         // Note [sm90 C through TMA]: one per consumer warpgroup
+  uint64_t* cbar = order + 2;         // Note [sm90 C through TMA]: two per consumer warpgroup
+  uint8_t* ahead_base = smem + Cfg::kAheadOffset;  // Note [sm90 epilogue loads ahead] (epi_ahead only)
 
   // Warp-uniform by construction (a shuffle from lane 0), so ptxas treats the role branches as
   // warpgroup-uniform and applies the setmaxnreg register limits per branch.
@@ -703,7 +784,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbar_init(&order[0], 1);
     mbar_init(&order[1], 1);
 #pragma unroll
-    for (int i = 0; i < Cfg::kConsumers; ++i) mbar_init(&cbar[i], 1);
+    for (int i = 0; i < 2 * Cfg::kConsumers; ++i) mbar_init(&cbar[i], 1);
     mbar_fence_init();
   }
   __syncthreads();
@@ -789,7 +870,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t phase = 0;
     float acc[Cfg::kMI][BN / 2];
     int turn = 0;  // ping-pong: index of the unit in this CTA's sequence
-    uint32_t c_phase = 0;  // parity of this warpgroup's next C load (Note [sm90 C through TMA])
+    // Parity of this warpgroup's next C / aux load, bit b for buffer b (Note [sm90 C through TMA],
+    // Note [sm90 epilogue loads ahead]).
+    uint32_t c_phase = 0;
+    uint8_t* stg_c = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
+    uint8_t* ahead_c = ahead_base + c * Cfg::kWgM * kStagingRowBytes;
     for (int u = first_unit; u < p.num_units; u += unit_step, ++turn) {
       // Only the k-block count stays live through the main loop (registers are scarce next to
       // the accumulators); the unit is decoded again for the epilogue.
@@ -804,6 +889,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           phase ^= static_cast<uint32_t>((next / kStages) & 1);
           stage = next % kStages;
           continue;
+        }
+      }
+      if constexpr (Cfg::kEpiAhead) {  // Note [sm90 epilogue loads ahead]
+        if (p.epi_ahead && tid_in_wg == 0) {
+          WorkUnit wl = decode_unit(p, u);
+          wl.tm = wl.tm * Cfg::kCluster + cta_rank;
+          issue_loads_ahead<Cfg>(p, wl, &map_aux, &map_c, stg_c, ahead_c, &cbar[2 * c]);
         }
       }
       if constexpr (Cfg::kPingPong) {  // this warpgroup's turn (Note [sm90 ping-pong])
@@ -876,21 +968,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       w.tm = w.tm * Cfg::kCluster + cta_rank;
 
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
-        uint8_t* stg = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
+        uint8_t* stg = stg_c;
+        uint64_t* cb = &cbar[2 * c];
         // Note [sm90 epilogue output types]: the launcher sets fast_epi only for these.
         if (p.out_type == 1) {
           if constexpr (Cfg::fast_out_type(1)) {
-            consumer_epilogue_tma_any<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                          c_phase, acc);
+            consumer_epilogue_tma_any<Cfg, __nv_bfloat16>(p, w, c, stg, &map_d, &map_aux, &map_c, cb,
+                                                          c_phase, ahead_c, acc);
           }
         } else if (p.out_type == 2) {
           if constexpr (Cfg::fast_out_type(2)) {
-            consumer_epilogue_tma_any<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                   c_phase, acc);
+            consumer_epilogue_tma_any<Cfg, __half>(p, w, c, stg, &map_d, &map_aux, &map_c, cb,
+                                                   c_phase, ahead_c, acc);
           }
         } else {
-          consumer_epilogue_tma_any<Cfg, float>(p, w, c, stg, &map_d, &map_aux, &map_c, &cbar[c],
-                                                c_phase, acc);
+          consumer_epilogue_tma_any<Cfg, float>(p, w, c, stg, &map_d, &map_aux, &map_c, cb,
+                                                c_phase, ahead_c, acc);
         }
       } else {
         consumer_epilogue<Cfg>(p, w, c, staging + c * Cfg::kWgM * kEpiLd, acc);

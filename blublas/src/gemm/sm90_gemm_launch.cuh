@@ -157,15 +157,19 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     }
     kp.fast_epi = 1;
     kp.d_rank3 = p.batch > 1 ? 1 : 0;
+    // Note [sm90 epilogue loads ahead]: C / aux loaded at the unit's start, where the tile has
+    // room for the second staging tile and the device allows the larger launch.
+    const bool loads = kp.epi.c != nullptr || p.epilogue == Epilogue::kGeluGrad;
+    kp.epi_ahead = Cfg::kEpiAhead && args.epi_ahead && loads && Cfg::kSmemBytesAhead <= args.max_smem_optin ? 1 : 0;
     // Note [sm90 epilogue bias prefetch]: pair loads of the bias need it aligned to a pair.
     kp.bias_pairs = reinterpret_cast<std::uintptr_t>(kp.epi.bias) % (2 * dtype_size(p.cd_type)) == 0 ? 1 : 0;
   }
   auto kernel = sm90_gemm_kernel<Cfg>;
-  BLUBLAS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const int smem_bytes = kp.epi_ahead ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   if constexpr (Cfg::kCluster == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
+    kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {
     cudaLaunchConfig_t cfg = {};
@@ -175,7 +179,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.dynamicSmemBytes = smem_bytes;
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;

@@ -42,6 +42,7 @@ struct LaunchArgs {
   int max_smem_optin = 0;          // device limit, bytes
   bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
   bool c_through_tma = false;      // beta != 0 may take the TMA-store epilogue (Note [sm90 C through TMA])
+  bool epi_ahead = true;           // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
 };
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);

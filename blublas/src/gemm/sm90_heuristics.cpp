@@ -51,7 +51,12 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
   // 128x256 16-bit tile). Split-K units write fp32 partials.
   const double out_bytes = static_cast<double>(bm) * bn *
                            (splits > 1 ? 4.0 : static_cast<double>(dtype_size(p.cd_type)));
-  const double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
+  double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
+  // C (beta != 0) or kGeluGrad's aux read in the epilogue: the cooperative tiles wait for each
+  // pass's load (~1 us each, two passes); the ping-pong tiles load them ahead, during the main
+  // loop (Note [sm90 epilogue loads ahead] in sm90_gemm_kernel.cuh).
+  const bool loads = splits == 1 && (p.beta != 0.0f || p.epilogue == Epilogue::kGeluGrad);
+  if (loads && !t.ping_pong) epi_seconds += 2.0e-6 * out_bytes / 65536.0;
   const double exposed =
       t.ping_pong ? std::max(0.0, epi_seconds - main_seconds) + 0.1e-6 : epi_seconds;
   double seconds = static_cast<double>(per_cta) * (main_seconds + exposed);

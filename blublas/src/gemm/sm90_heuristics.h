@@ -22,12 +22,14 @@ struct Sm90Plan {
 // BLUBLAS_SM90_PINGPONG=0 keeps the heuristic off the ping-pong tiles,
 // BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
 // bisecting a failure), and BLUBLAS_SM90_C_TMA=0 keeps beta != 0 and kGeluGrad off it (Note
-// [sm90 C through TMA]; on by default).
+// [sm90 C through TMA]; on by default), BLUBLAS_SM90_EPI_AHEAD=0 keeps the ping-pong tiles' C / aux
+// loads in the epilogue (Note [sm90 epilogue loads ahead]; on by default).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
   bool generic_epilogue = false;  // never the TMA-store epilogue
   int c_through_tma = -1;         // beta != 0 on the TMA-store epilogue: -1 default (on), 0 off, 1 on
+  int epi_ahead = -1;             // C / aux loads ahead: -1 default (on), 0 off, 1 on
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);
