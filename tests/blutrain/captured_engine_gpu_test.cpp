@@ -98,6 +98,15 @@ void side_stream_bit_for_bit(const std::string& precision) {
   const TrainRun one = train_captured_with_off(root, "one_" + precision, precision, "BLU_CAPTURE_SIDE_STREAM");
   EXPECT_EQ(one.log.find("; side stream: "), std::string::npos) << one.log;
   expect_same_training(side, one, n, "side stream on vs off");
+  {  // Note [Side groups in flight] (blutensor): two groups in flight (one by default)
+    blu::test::ScopedEnv two("BLU_CAPTURE_SIDE_IN_FLIGHT", "2");
+    const TrainRun two_groups = train(root, "two_" + precision, "captured", precision);
+    expect_same_training(side, two_groups, n, "one vs two side groups in flight");
+  }
+  // Note [LayerNorm backward with the residual gradient] (blutensor): the pairs as one launch
+  // (bf16) or as recorded: the same bits.
+  const TrainRun ln_pairs = train_captured_with_off(root, "lnres_" + precision, precision, "BLU_CAPTURE_LN_RESIDUAL");
+  expect_same_training(side, ln_pairs, n, "LayerNorm + residual pairs fused vs not");
   // Note [Graph segments] (blutensor): from the executable's second run (step 4) its stretches
   // between host reads run as CUDA graphs; with BLU_CAPTURE_GRAPHS=0 every call is launched one by
   // one: the same bits.

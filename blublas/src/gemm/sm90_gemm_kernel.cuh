@@ -470,8 +470,13 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
           if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: times gelu'(pre-activation)
             const float2 av = staged_pair<OutT>(addr);
-            v0 *= gelu_tanh_grad(av.x);
-            v1 *= gelu_tanh_grad(av.y);
+            if constexpr (std::is_same_v<OutT, float>) {
+              v0 *= gelu_tanh_grad(av.x);
+              v1 *= gelu_tanh_grad(av.y);
+            } else {  // Note [Fast GELU gradient for 16-bit outputs]
+              v0 *= gelu_tanh_grad_fast(av.x);
+              v1 *= gelu_tanh_grad_fast(av.y);
+            }
           }
         }
         if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
