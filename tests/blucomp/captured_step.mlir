@@ -1,9 +1,10 @@
 // The tiny GPT-2's training step captured by blutensor (`blutrain capture`: forward, autograd
 // backward, clipping, AdamW; Note [Step capture]) and imported as blu IR (blu-import, Note
 // [Capture import]): the imported function verifies; its launch count before fusion is the eager
-// step's (236: the clip coefficient applied inside AdamW, Note [Clip coefficient in the update]; the views are how kernels address operands, not launches; the loss is
-// linear_cross_entropy, Note [Linear cross-entropy], its chunk loss and gradient one call); the GEMM epilogues and elementwise fusion
-// take it to 186; the arena plan excludes the persistent weights and moments.
+// step's (240: the clip coefficient applied inside AdamW, Note [Clip coefficient in the update], guarded on the
+// device by the loss and the norm, blutrain Note [Update without a host read]; the views are how kernels address
+// operands, not launches; the loss is linear_cross_entropy, Note [Linear cross-entropy], its chunk loss and gradient
+// one call); the GEMM epilogues and elementwise fusion take it to 188; the arena plan excludes the persistent weights and moments.
 // This file is not MLIR input: the RUN lines make their own.
 // RUN: blutrain capture --model tiny --device cpu --batch-size 2 --seq-len 32 --out-dir %t/cap | FileCheck %s --check-prefix=CAPTURE
 // RUN: blu-import %t/cap/step.json -o %t/step.mlir
@@ -22,7 +23,7 @@
 // RUN: echo '{"format": "blu-capture", "version": 1, "buffers": [], "nodes": [{"op": "fill_", "device": "cpu", "args": [{"name": "dst", "read": false, "write": true, "tensor": {"buffer": 0, "dtype": "f32", "offset": 0, "sizes": [1], "strides": [1]}}]}]}' > %t/bad.json
 // RUN: not blu-import %t/bad.json 2>&1 | FileCheck %s --check-prefix=BADBUFFER
 
-// CAPTURE: (236 launches, 4 host reads)
+// CAPTURE: (240 launches, 4 host reads)
 // CAPTURE: replay: 156/156 weights and moments bitwise equal to the eager step
 
 // IMPORT: func.func @step({{.*}}attributes {blu.input_buffers = [{{.*}}], blu.output_buffers = [
@@ -36,8 +37,8 @@
 // IMPORT-DAG: blu.host_read
 // IMPORT: return
 
-// BEFORE: blu.kernels = 236
-// AFTER: blu.kernels = 186
+// BEFORE: blu.kernels = 240
+// AFTER: blu.kernels = 188
 // PLAN: blu.arena_bytes = {{[0-9]+}}
 // PLAN-SAME: blu.arena_lower_bound_bytes
 
@@ -50,12 +51,12 @@
 // STEPPLAN: "epilogue": "bias_gelu",
 // STEPPLAN-NEXT: "kind": "matmul_epilogue",
 // STEPPLAN-NEXT: "nodes": [
-// STEPPLAN: "launches_after": 186,
-// STEPPLAN-NEXT: "launches_before": 236
+// STEPPLAN: "launches_after": 188,
+// STEPPLAN-NEXT: "launches_before": 240
 
 // Note [Step runtime]: the plan of a run's own record binds on a CUDA graph; on the CPU every
 // kernel stays its recorded calls, with the reason; a plan of another configuration is refused.
-// BIND: plan: 0 kernels bound, 37 left as recorded calls
+// BIND: plan: 0 kernels bound, 38 left as recorded calls
 // BIND-NEXT: kept: matmul_epilogue bias over nodes {{[0-9]+}}..: not a CUDA graph
 // BIND: step 3/3 | loss
 // OTHER: bind_plan: the plan was made for another capture

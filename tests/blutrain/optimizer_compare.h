@@ -212,4 +212,65 @@ inline void expect_clip_and_update_is_clip_then_step(Device dev, int steps = 6) 
   }
 }
 
+// Note [Update without a host read]: update_unless_nonfinite + finish_deferred_update against
+// clip_and_update with the host's loss check, on two copies on `dev`: weights, moments, step
+// counts and norms bit for bit every step; step 3 has a NaN loss, step 5 an infinite gradient
+// element (a non-finite norm), step 6 clips with max_norm 0 (no deferred launch): the skipped
+// steps leave weights, moments and step count as they were on both, applied false.
+inline void expect_deferred_update_is_clip_and_update(Device dev, int steps = 7) {
+  const OptimizerCase oc;
+  Generator gen(oc.seed + 11);
+  std::vector<Tensor> init;
+  for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
+  OptimizerState a = make_state(oc, init, dev);
+  OptimizerState b = make_state(oc, init, dev);
+  auto same = [](const Tensor& x, const Tensor& y) {
+    const Tensor cx = x.to(kCPU).contiguous(), cy = y.to(kCPU).contiguous();
+    return cx.numel() == cy.numel() &&
+           std::memcmp(cx.data_ptr(), cy.data_ptr(), static_cast<std::size_t>(cx.numel()) * cx.element_size()) == 0;
+  };
+  for (int t = 1; t <= steps; ++t) {
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      Tensor g = randn(oc.shapes[i], {}, &gen) * (0.05 * t);
+      if (t == 5 && i == 1) g.view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+      g = g.to(dev);
+      a.params[i]->set_grad(g.clone());
+      b.params[i]->set_grad(g.clone());
+    }
+    const double max_norm = t == 6 ? 0.0 : t % 2 == 1 ? 0.5 : 1e9;
+    const double lr = 1e-2 / t;
+    const float loss_value = t == 3 ? NAN : 2.5f - 0.1f * static_cast<float>(t);
+    const Tensor loss = full({}, loss_value, TensorOptions(dev));
+    std::vector<Tensor> before;
+    for (std::size_t i = 0; i < init.size(); ++i) before.push_back(b.params[i]->detach().to(kCPU).clone());
+    const int64_t count = b.opt->step_count();
+    const train::UpdateResult ra = train::clip_and_update(*a.opt, max_norm, lr, std::isfinite(loss_value));
+    train::UpdateResult rb;
+    const train::DeferredUpdate d = train::update_unless_nonfinite(*b.opt, max_norm, lr, loss);
+    EXPECT_EQ(d.launched, max_norm > 0) << "step " << t;
+    if (d.launched) {
+      rb = train::finish_deferred_update(*b.opt, loss.item(), d.norm.item());
+    } else {
+      rb = train::clip_and_update(*b.opt, max_norm, lr, std::isfinite(loss_value));
+    }
+    const bool skip = t == 3 || t == 5;
+    EXPECT_EQ(ra.applied, !skip) << "step " << t;
+    EXPECT_EQ(rb.applied, !skip) << "step " << t;
+    EXPECT_TRUE(ra.grad_norm == rb.grad_norm || (std::isnan(ra.grad_norm) && std::isnan(rb.grad_norm)))
+        << "step " << t << ": " << ra.grad_norm << " vs " << rb.grad_norm;
+    EXPECT_EQ(b.opt->step_count(), count + (skip ? 0 : 1)) << "step " << t;
+    EXPECT_EQ(a.opt->step_count(), b.opt->step_count()) << "step " << t;
+    for (std::size_t i = 0; i < init.size(); ++i) {
+      EXPECT_TRUE(same(*a.params[i], *b.params[i])) << "param " << i << " step " << t << " on " << dev.str();
+      EXPECT_TRUE(same(a.opt->exp_avg()[i], b.opt->exp_avg()[i])) << "exp_avg " << i << " step " << t;
+      EXPECT_TRUE(same(a.opt->exp_avg_sq()[i], b.opt->exp_avg_sq()[i])) << "exp_avg_sq " << i << " step " << t;
+      if (skip) {
+        EXPECT_TRUE(same(*b.params[i], before[i])) << "param " << i << " changed at skipped step " << t;
+      }
+    }
+    a.opt->zero_grad();
+    b.opt->zero_grad();
+  }
+}
+
 }  // namespace blu::test

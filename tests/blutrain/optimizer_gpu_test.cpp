@@ -21,6 +21,11 @@ TEST(TrainOptimizerGpu, ClipAndUpdateIsClipThenStepBitwise) {
   blu::test::expect_clip_and_update_is_clip_then_step(blu::Device::cuda(0));
 }
 
+TEST(TrainOptimizerGpu, DeferredUpdateIsClipAndUpdateWithTheSkipOnTheDevice) {
+  BLU_REQUIRE_GPU();
+  blu::test::expect_deferred_update_is_clip_and_update(blu::Device::cuda(0));
+}
+
 TEST(TrainOptimizerGpu, ManyTensorsSpanSeveralLaunches) {
   BLU_REQUIRE_GPU();
   blu::test::OptimizerCase oc;  // 480 decayed tensors: more than 256 per launch

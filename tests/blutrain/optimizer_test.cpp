@@ -14,6 +14,10 @@ TEST(TrainOptimizer, ClipAndUpdateIsClipThenStepBitwise) {
   blu::test::expect_clip_and_update_is_clip_then_step(blu::kCPU);
 }
 
+TEST(TrainOptimizer, DeferredUpdateIsClipAndUpdateWithTheSkipOnTheDevice) {
+  blu::test::expect_deferred_update_is_clip_and_update(blu::kCPU);
+}
+
 TEST(TrainOptimizer, LearningRateScheduleWarmupThenCosine) {
   using blu::train::learning_rate;
   EXPECT_DOUBLE_EQ(learning_rate(0, 1.0, 0.1, 10, 100), 0.1);

@@ -43,7 +43,10 @@ struct AdamWHyper {
 inline constexpr int kAdamWTensorsPerLaunch = 256;
 
 // tensors: host array of `count` descriptors holding device pointers. grad_scale: device f32
-// scalar multiplying every gradient (clip factor from grad_global_norm), or null for 1.
+// scalar multiplying every gradient (clip factor from grad_global_norm), or null for 1. A
+// non-finite *grad_scale skips the update: nothing is written (the step's skip for a non-finite
+// loss or gradient norm decided on the device, without a host read: blutrain Note [Update
+// without a host read]). The same holds for adamw_update_device_scalars.
 Status adamw_update(const AdamWTensor* tensors, int count, Dtype grad_dtype,
                     const AdamWHyper& hyper, const float* grad_scale, cudaStream_t stream);
 

@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   float* __restrict__ vv = tab.v[t];
   __nv_bfloat16* __restrict__ pb = tab.param_bf16[t];
   const float gs = grad_scale != nullptr ? *grad_scale : 1.0f;
+  if (!isfinite(gs)) return;  // a non-finite grad_scale skips the update (adamw.h)
   if (tab.vec[t]) {
     float p[kPacksPerThread][kVec], g[kPacksPerThread][kVec], m[kPacksPerThread][kVec],
         v[kPacksPerThread][kVec];

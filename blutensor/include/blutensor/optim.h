@@ -91,6 +91,8 @@ class SGD : public Optimizer {
 // (rounded to the parameters' dtype) before the update, the same bits as scale_tensors_(grads,
 // grad_scale) followed by the update without it, one pass over the gradients fewer, and the
 // gradients are left as they were (Note [Clip coefficient in the update] in blutrain's optimizer).
+// A non-finite grad_scale skips the update: params and moments are left as they were (the step's
+// skip decided on the device: Note [Update without a host read] in blutrain's optimizer).
 void adamw_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const AdamWOptions& options, int64_t step, const Tensor& grad_scale = Tensor());

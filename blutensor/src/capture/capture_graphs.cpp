@@ -24,7 +24,7 @@ using detail::Ctx;
 //    CPU: session 20's first device call found segment 1's capture refused at that copy).
 //  - Capturable: on one CUDA device, with the arena (every temporary at a fixed address; live
 //    buffers are fixed already), no host_write, no adamw_step (its lr and step count change per
-//    run: the last segment, clip scale + AdamW, stays eager; a handful of launches), and no
+//    run: a body ends before it, and AdamW's handful of launches run eagerly in the tail), and no
 //    buffer that would get a storage of its own during the run.
 //  - When: the first run after a plan is eager (each op's one-time host set-up: function
 //    attributes, blucomp's per-stream workspaces); the second captures every capturable segment
@@ -126,8 +126,11 @@ void Executable::plan_segments(bool one_cuda_device) {
     // The body ends at the host read, or before an earlier call on host memory; the tail runs
     // eagerly. A host read is recorded before the copy to the CPU that makes it
     // (Tensor::to_double_vector): the calls on host memory right after it join its tail too.
+    // The body also ends before AdamW (its lr and step count change per run), which then runs
+    // eagerly in the tail: with the update before the step's reads (blutrain Note [Update without
+    // a host read]) everything before it stays one graph.
     int i = begin;
-    while (i < n && !is_read(i) && !on_host(i)) ++i;
+    while (i < n && !is_read(i) && !on_host(i) && graph_.nodes[static_cast<size_t>(i)].op != "adamw_step") ++i;
     seg.body_end = i;
     for (; i < n && !is_read(i); ++i) seg.tail_calls += is_call(i) ? 1 : 0;
     for (i = std::min(i + 1, n); i < n && !is_read(i) && on_host(i); ++i) seg.tail_calls += is_call(i) ? 1 : 0;

@@ -28,6 +28,14 @@ namespace blu::capture {
 // contiguous with x's shape, the output not a partial overlap of g, neither call already replaced
 // (blu-plan's kernels come first), on CUDA. fp32 LayerNorm backward runs blublas's kernel, whose
 // accumulate path would round differently: not taken.
+// Status: off by default, on with BLU_CAPTURE_LN_RESIDUAL=1 (blutrain's captured_step.cpp). Measured
+// slower (H100, session 22, GPT-2 d12 bf16 B16 compiled step, same call): 443.65K tok/s with the
+// pairs fused against 453.45K without, though the LayerNorm kernels summed 1.5 ms less. The kernel
+// trace shows the side stream's plan changing with it: unfused, a block's fc dX GEMM ran beside the
+// fc_proj dW GEMM and its split-K reduction; fused, the two ran one after the other (backward layer
+// period 1.460 against 1.442 ms, and more in the head). Not yet understood which join moved; the
+// next thing to look at is the side plan's ready / join points of the groups around a fused pair
+// (capture_side_stream.cpp) with and without it.
 std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of) {
   std::vector<LnResidualPair> out;
   const int n = static_cast<int>(g.nodes.size());

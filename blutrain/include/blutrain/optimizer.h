@@ -81,6 +81,19 @@ struct UpdateResult {
 UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_finite = true,
                              const GradSumOfSquares& sum_of_squares = {});
 
+// Note [Update without a host read] (optimizer.cpp): with max_norm > 0, the clipped update is
+// launched at once, skipped on the device when `loss` or the gradient norm is not finite; the
+// caller reads both afterwards and calls finish_deferred_update. launched is false (nothing done)
+// when max_norm <= 0 or no parameter has a gradient: use clip_and_update then.
+struct DeferredUpdate {
+  bool launched = false;
+  Tensor norm;  // the global gradient norm, a 0-d f32 tensor on the gradients' device
+};
+DeferredUpdate update_unless_nonfinite(AdamW& opt, double max_norm, double lr, const Tensor& loss);
+// The result of a launched DeferredUpdate from the host's values of the loss and the norm: when
+// either is not finite the device skipped the update, so the AdamW step count is set back.
+UpdateResult finish_deferred_update(AdamW& opt, double loss, double grad_norm);
+
 // Linear warmup over `warmup` steps to max_lr, then cosine decay to min_lr at max_steps
 // (0-based step).
 double learning_rate(int64_t step, double max_lr, double min_lr, int64_t warmup, int64_t max_steps);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "blutensor/autograd.h"
 #include "blutensor/env_switch.h"
@@ -29,8 +30,15 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
                            const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
   Tensor l = model.forward(x, y, precision);
   l.backward();
-  *loss = l.item();
-  UpdateResult u = clip_and_update(opt, grad_clip, lr, std::isfinite(*loss));
+  UpdateResult u;
+  // Note [Update without a host read]: the update first, the loss and norm reads after it.
+  if (const DeferredUpdate d = update_unless_nonfinite(opt, grad_clip, lr, l); d.launched) {
+    *loss = l.item();
+    u = finish_deferred_update(opt, *loss, d.norm.item());
+  } else {
+    *loss = l.item();
+    u = clip_and_update(opt, grad_clip, lr, std::isfinite(*loss));
+  }
   opt.zero_grad();
   if (loss_tensor != nullptr) *loss_tensor = l;
   return u;
@@ -80,16 +88,17 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     UpdateResult u = autograd_step(model_, opt_, precision_, grad_clip_, x, y, lr, loss, &loss_tensor);
     capture::Graph g = scope.finish();
     if (!u.applied) return u;  // no update in this record: capture the next step instead
-    // The loss's host read reads the loss tensor's buffer; the norm's is the last before the update.
+    // The loss's host read reads the loss tensor's buffer; the norm's is the last read before the
+    // update, or (Note [Update without a host read]) the last read of the step, after the update.
     const int loss_buffer = g.buffer_of(loss_tensor);
     std::size_t reads = 0;
     bool found_loss = false, found_norm = false;
     for (const capture::Node& n : g.nodes) {
-      if (n.op == "adamw_step") break;
+      if (n.op == "adamw_step" && found_loss) break;  // reads before the update: the norm's is the last
       if (n.op != "host_read") continue;
       if (n.arg("src").tensors.at(0).buffer == loss_buffer) loss_read_ = reads, found_loss = true;
       norm_read_ = reads++;
-      found_norm = true;
+      found_norm = found_loss;
     }
     BLU_CHECK(found_loss && found_norm && norm_read_ > loss_read_,
               "--engine captured: the recorded step has no loss read before its gradient norm's (",
@@ -138,8 +147,8 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       }
     }
     // Note [LayerNorm backward with the residual gradient] (blutensor): after the plan's kernels,
-    // which keep their nodes; the same bits (BLU_CAPTURE_LN_RESIDUAL=0 for A/B).
-    if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
+    // which keep their nodes; the same bits. Off unless BLU_CAPTURE_LN_RESIDUAL=1: measured slower.
+    if (const char* v = std::getenv("BLU_CAPTURE_LN_RESIDUAL"); v != nullptr && std::string(v) == "1") {
       const int fused = exe_->fuse_ln_residual_grads();
       if (fused > 0) describe_ += "LayerNorm backward + residual gradient: " + std::to_string(fused) + " pairs in one launch\n";
     }

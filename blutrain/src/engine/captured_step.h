@@ -27,8 +27,9 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
 // the losses are the autograd engine's bit for bit (captured_engine_test). It is the runtime that
 // blucomp's compiled step will plug into (fused kernels in place of runs of calls).
 // The host reads of the step keep their roles: the loss read gives the step's loss; the gradient
-// norm's read (the last host read before the update) is where a non-finite norm or loss stops
-// the run before AdamW, leaving weights and moments as they were (--nonfinite stop then reports
+// norm's read (the step's last host read: Note [Update without a host read] puts both after the
+// update, which the device skips for a non-finite loss or norm) reports a non-finite step, leaving
+// weights and moments as they were (--nonfinite stop then reports
 // the step; which parameter's gradient was first non-finite is not tracked here). If step 2 itself
 // is non-finite its record has no update, so the capture is taken again on the next step.
 // The step's temporaries run in one arena (blutensor's Note [Step arena]); the progress output
