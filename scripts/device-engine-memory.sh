@@ -124,4 +124,4 @@ profiles=()
 for name in compiled fused captured compiled_ab fused_ab; do
   [ -f "$OUT/profile_$name.json" ] && profiles+=("$OUT/profile_$name.json")
 done
-[ ${#profiles[@]} -gt 0 ] && python3 scripts/step_overlap.py "${profiles[@]}" > "$OUT/overlap.txt" 2>&1
+[ ${#profiles[@]} -gt 0 ] && python3 scripts/step_overlap.py --stretches "${profiles[@]}" > "$OUT/overlap.txt" 2>&1

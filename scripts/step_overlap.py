@@ -9,7 +9,7 @@ stream was busy) and exposed (the main stream idle: on the critical path); the m
 gaps inside its own span, the largest listed with the kernels before / after and what the other
 streams ran meanwhile (a gap that another stream fills is the main stream waiting at a join).
 
-  python3 scripts/step_overlap.py [--gaps 12] [--min-gap-us 5] profile_compiled.json profile_fused.json
+  python3 scripts/step_overlap.py [--gaps 12] [--min-gap-us 5] [--stretches] profile_compiled.json profile_fused.json
 """
 import argparse, json, sys
 from collections import defaultdict
@@ -79,6 +79,35 @@ def analyse(profile):
     return res
 
 
+def busy_in(tl, a, b):
+    """Busy time (any stream) inside [a, b), us."""
+    merged = intervals_union([(max(s, a), min(s + d, b)) for s, d, *_ in tl if s < b and s + d > a])
+    return sum(e - s for s, e in merged)
+
+
+def stretches(profile):
+    """The step cut at its attention kernels (a transformer's landmarks): before the first forward
+    attention, the forward layers up to the last one's attention, from there to the first backward
+    attention (last layer, head, classifier and loss, the first backward layer's MLP), the backward
+    layers up to the last, and the rest (first layer's backward, embeddings, norm, update). Each as
+    (name, span us, busy us, layers); empty when the timeline has no attention kernels. Per
+    backward layer, span / layers is the layer period (flash-attention backward to the next)."""
+    tl = sorted(profile.get("kernel_trace", profile)["timeline"])
+    fwd = [r[0] for r in tl if "attn_fwd" in r[4] or "attention_fwd" in r[4]]
+    bwd = [r[0] for r in tl if "attn_bwd" in r[4] and "delta" not in r[4] or "attention_bwd" in r[4]]
+    if not fwd or not bwd:
+        return []
+    work = [r for r in tl if not r[4].endswith("HtoD]") and not r[4].endswith("DtoD]")]
+    start = work[0][0] if work else tl[0][0]
+    end = max(s + d for s, d, *_ in tl)
+    cuts = [("before the first layer", start, fwd[0], 0),
+            ("forward layers", fwd[0], fwd[-1], len(fwd) - 1),
+            ("last layer, head, loss, first backward MLP", fwd[-1], bwd[0], 0),
+            ("backward layers", bwd[0], bwd[-1], len(bwd) - 1),
+            ("first layer's backward, embeddings, update", bwd[-1], end, 0)]
+    return [(n, b - a, busy_in(tl, a, b), k) for n, a, b, k in cuts]
+
+
 def report(name, res, gaps, min_gap_us, out):
     print(f"== {name}: kernels {res['kernel_sum_ms']:.2f} ms, busy {res['busy_ms']:.2f} ms, "
           f"two streams at once {res['overlap_ms']:.2f} ms; main stream {res['main']} idle "
@@ -104,12 +133,18 @@ def main(argv=None):
     ap.add_argument("profiles", nargs="+")
     ap.add_argument("--gaps", type=int, default=12)
     ap.add_argument("--min-gap-us", type=float, default=5.0)
+    ap.add_argument("--stretches", action="store_true",
+                    help="also the span and busy time of each stretch between attention kernels")
     a = ap.parse_args(argv)
     for p in a.profiles:
         with open(p) as f:
             prof = json.load(f)
         report(f"{p} ({prof.get('engine', '?')} {prof.get('precision', '')})", analyse(prof), a.gaps,
                a.min_gap_us, sys.stdout)
+        if a.stretches:
+            for n, span, busy, k in stretches(prof):
+                per = f"; {span / k / 1e3:.3f} ms a layer" if k else ""
+                print(f"   {n:45s} span {span / 1e3:7.3f} ms, busy {busy / 1e3:7.3f} ms{per}")
 
 
 if __name__ == "__main__":

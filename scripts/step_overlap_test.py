@@ -38,3 +38,22 @@ try:
     check(False, "a profile without a timeline is refused")
 except ValueError as e:
     check("no timeline" in str(e), "a profile without a timeline is refused")
+
+# stretches: two layers, forward attention at 10 and 30 us, backward at 60 and 90, a copy before.
+layers = {"kernel_trace": {"timeline": [
+    [0, 2, 1, "elementwise/copy", "[memcpy HtoD]"], [4, 6, 1, "embedding", "emb"],
+    [10, 5, 1, "attention", "flash_attn_fwd_sm90_kernel"], [20, 5, 1, "gemm", "g"],
+    [30, 5, 1, "attention", "flash_attn_fwd_sm90_kernel"], [40, 10, 1, "gemm", "head"],
+    [55, 4, 1, "attention", "attn_bwd_delta_vec_kernel"],
+    [60, 10, 1, "attention", "flash_attn_bwd_sm90_kernel"], [75, 5, 2, "gemm", "dw"],
+    [90, 10, 1, "attention", "flash_attn_bwd_sm90_kernel"], [100, 20, 1, "adamw", "adamw"]]}}
+st = step_overlap.stretches(layers)
+check([n for n, *_ in st][0] == "before the first layer" and len(st) == 5, "five stretches")
+check(st[0][1] == 6 and st[0][2] == 6, "before the first layer: from the first non-copy kernel, 6 us busy")
+check(st[1][1] == 20 and st[1][2] == 10 and st[1][3] == 1, "forward: 20 us span, 10 busy, one layer period")
+check(st[2][1] == 30 and st[2][2] == 19, "head: 30 us span, 19 busy (the attention delta is not a landmark)")
+check(st[3][1] == 30 and st[3][2] == 15, "backward layers: 30 us span, 15 busy")
+check(st[4][1] == 30 and st[4][2] == 30, "the rest: 30 us span and busy")
+check(step_overlap.stretches({"kernel_trace": {"timeline": [[0, 1, 1, "gemm", "g"]]}}) == [],
+      "no attention kernels: no stretches")
+
