@@ -169,21 +169,42 @@ inline void compare_optimizer_paths(const OptimizerCase& oc, Device other, bool 
   }
 }
 
+// Two optimizer states on `dev` from the same random initial weights (the default OptimizerCase,
+// generator seed oc.seed + salt), for the bit-for-bit comparisons below.
+struct TwinStates {
+  OptimizerCase oc;
+  Generator gen;
+  std::vector<Tensor> init;
+  OptimizerState a, b;
+  TwinStates(Device dev, uint64_t salt) : gen(oc.seed + salt) {
+    for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
+    a = make_state(oc, init, dev);
+    b = make_state(oc, init, dev);
+  }
+};
+
+// x and y hold the same bytes (copied to the CPU, contiguous).
+inline bool same(const Tensor& x, const Tensor& y) {
+  const Tensor cx = x.to(kCPU).contiguous(), cy = y.to(kCPU).contiguous();
+  return cx.numel() == cy.numel() &&
+         std::memcmp(cx.data_ptr(), cy.data_ptr(), static_cast<std::size_t>(cx.numel()) * cx.element_size()) == 0;
+}
+
+// Weights and both moments of a and b bit for bit after step t.
+inline void expect_same_states(const OptimizerState& a, const OptimizerState& b, int t, Device dev) {
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_TRUE(same(*a.params[i], *b.params[i])) << "param " << i << " step " << t << " on " << dev.str();
+    EXPECT_TRUE(same(a.opt->exp_avg()[i], b.opt->exp_avg()[i])) << "exp_avg " << i << " step " << t;
+    EXPECT_TRUE(same(a.opt->exp_avg_sq()[i], b.opt->exp_avg_sq()[i])) << "exp_avg_sq " << i << " step " << t;
+  }
+}
+
 // Note [Clip coefficient in the update]: clip_and_update (the coefficient inside AdamW) against
 // clip_grad_norm + step (the scaling pass) on two copies on `dev`: the same norm, and weights and
 // moments bit for bit after every step, clipping on odd steps; the gradients left unscaled.
 inline void expect_clip_and_update_is_clip_then_step(Device dev, int steps = 6) {
-  const OptimizerCase oc;
-  Generator gen(oc.seed + 7);
-  std::vector<Tensor> init;
-  for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
-  OptimizerState a = make_state(oc, init, dev);
-  OptimizerState b = make_state(oc, init, dev);
-  auto same = [](const Tensor& x, const Tensor& y) {
-    const Tensor cx = x.to(kCPU).contiguous(), cy = y.to(kCPU).contiguous();
-    return cx.numel() == cy.numel() &&
-           std::memcmp(cx.data_ptr(), cy.data_ptr(), static_cast<std::size_t>(cx.numel()) * cx.element_size()) == 0;
-  };
+  TwinStates tw(dev, 7);
+  auto& [oc, gen, init, a, b] = tw;
   for (int t = 1; t <= steps; ++t) {
     std::vector<Tensor> grads;
     for (std::size_t i = 0; i < init.size(); ++i) {
@@ -200,10 +221,8 @@ inline void expect_clip_and_update_is_clip_then_step(Device dev, int steps = 6) 
     const train::UpdateResult rb = train::clip_and_update(*b.opt, max_norm, lr);
     EXPECT_TRUE(rb.applied);
     EXPECT_EQ(na, rb.grad_norm) << "step " << t;
+    expect_same_states(a, b, t, dev);
     for (std::size_t i = 0; i < init.size(); ++i) {
-      EXPECT_TRUE(same(*a.params[i], *b.params[i])) << "param " << i << " step " << t << " on " << dev.str();
-      EXPECT_TRUE(same(a.opt->exp_avg()[i], b.opt->exp_avg()[i])) << "exp_avg " << i << " step " << t;
-      EXPECT_TRUE(same(a.opt->exp_avg_sq()[i], b.opt->exp_avg_sq()[i])) << "exp_avg_sq " << i << " step " << t;
       EXPECT_TRUE(same(b.params[i]->grad(), grads[i])) << "grad " << i << " step " << t << " was scaled";
     }
     EXPECT_EQ(a.opt->step_count(), b.opt->step_count());
@@ -218,17 +237,8 @@ inline void expect_clip_and_update_is_clip_then_step(Device dev, int steps = 6) 
 // element (a non-finite norm), step 6 clips with max_norm 0 (no deferred launch): the skipped
 // steps leave weights, moments and step count as they were on both, applied false.
 inline void expect_deferred_update_is_clip_and_update(Device dev, int steps = 7) {
-  const OptimizerCase oc;
-  Generator gen(oc.seed + 11);
-  std::vector<Tensor> init;
-  for (const Shape& s : oc.shapes) init.push_back(randn(s, {}, &gen) * 0.5);
-  OptimizerState a = make_state(oc, init, dev);
-  OptimizerState b = make_state(oc, init, dev);
-  auto same = [](const Tensor& x, const Tensor& y) {
-    const Tensor cx = x.to(kCPU).contiguous(), cy = y.to(kCPU).contiguous();
-    return cx.numel() == cy.numel() &&
-           std::memcmp(cx.data_ptr(), cy.data_ptr(), static_cast<std::size_t>(cx.numel()) * cx.element_size()) == 0;
-  };
+  TwinStates tw(dev, 11);
+  auto& [oc, gen, init, a, b] = tw;
   for (int t = 1; t <= steps; ++t) {
     for (std::size_t i = 0; i < init.size(); ++i) {
       Tensor g = randn(oc.shapes[i], {}, &gen) * (0.05 * t);
@@ -260,13 +270,9 @@ inline void expect_deferred_update_is_clip_and_update(Device dev, int steps = 7)
         << "step " << t << ": " << ra.grad_norm << " vs " << rb.grad_norm;
     EXPECT_EQ(b.opt->step_count(), count + (skip ? 0 : 1)) << "step " << t;
     EXPECT_EQ(a.opt->step_count(), b.opt->step_count()) << "step " << t;
-    for (std::size_t i = 0; i < init.size(); ++i) {
-      EXPECT_TRUE(same(*a.params[i], *b.params[i])) << "param " << i << " step " << t << " on " << dev.str();
-      EXPECT_TRUE(same(a.opt->exp_avg()[i], b.opt->exp_avg()[i])) << "exp_avg " << i << " step " << t;
-      EXPECT_TRUE(same(a.opt->exp_avg_sq()[i], b.opt->exp_avg_sq()[i])) << "exp_avg_sq " << i << " step " << t;
-      if (skip) {
-        EXPECT_TRUE(same(*b.params[i], before[i])) << "param " << i << " changed at skipped step " << t;
-      }
+    expect_same_states(a, b, t, dev);
+    for (std::size_t i = 0; i < init.size() && skip; ++i) {
+      EXPECT_TRUE(same(*b.params[i], before[i])) << "param " << i << " changed at skipped step " << t;
     }
     a.opt->zero_grad();
     b.opt->zero_grad();
