@@ -7,7 +7,8 @@
 # BLU_GS_NCU="name ..." (scripts/ncu-hot.sh names; default none) adds Nsight Compute reports;
 # BLU_GS_FUSED_AB / BLU_GS_COMPILED_AB ("VAR=value ...": a second fused / compiled run; default
 # none / BLU_CAPTURE_SIDE_STREAM=0); BLU_GS_TESTS overrides the test list (one line);
-# BLU_GS_ENGINES=0 skips the engines, BLU_GS_PROFILER=0 the step-GEMM profiler.
+# BLU_GS_ENGINES=0 skips the engines, BLU_GS_PROFILER=0 the step-GEMM profiler; BLU_GS_MODES
+# ("bf16 16,fp32 8,tf32 16" by default) the engine configurations.
 # Writes $OUT/gs.tgz (everything) and prints a short table last. ~6-7 minutes on an H100.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,7 +67,9 @@ if [ -n "${BLU_GS_NCU:-}" ]; then
   stamp "ncu rc=$?"
 fi
 if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
-  for cfg in "bf16 16" "fp32 8"; do
+  # BLU_GS_MODES: the engine configurations ("precision batch" pairs; tf32 B16 as the e2e race runs it).
+  IFS=',' read -r -a modes <<< "${BLU_GS_MODES:-bf16 16,fp32 8,tf32 16}"
+  for cfg in "${modes[@]}"; do
     read -r prec batch <<< "$cfg"
     OUT=$W/em_$prec BLU_EM_PRECISION=$prec BLU_EM_BATCH=$batch \
       BLU_EM_FUSED_AB="${BLU_GS_FUSED_AB:-}" BLU_EM_COMPILED_AB="${BLU_GS_COMPILED_AB:-BLU_CAPTURE_SIDE_STREAM=0}" \
@@ -76,6 +79,6 @@ if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
 fi
 tar -C "$OUT" -czf "$OUT/gs.tgz" gs
 cat "$W/gemm_step.md"
-for prec in bf16 fp32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -8 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
-for prec in bf16 fp32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done
+for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -8 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
+for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done
 rm -rf "$W"
