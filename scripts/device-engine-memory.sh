@@ -40,6 +40,9 @@ run() {  # name, env assignments..., -- engine flags...
   stamp "$name rc=$?"
 }
 run compiled -- --compile
+# The compiled run's record (the step's calls and buffers, blu-plan's input), for reading on a
+# machine without a GPU (which kernels are which in the profile; what a capture rewrite would see).
+[ -f /tmp/em_compiled/captured_step.json ] && gzip -c /tmp/em_compiled/captured_step.json > "$OUT/captured_step.json.gz"
 run autograd -- --engine autograd
 run fused -- --engine fused
 run autograd_logits BLU_LINEAR_CROSS_ENTROPY=0 -- --engine autograd
