@@ -305,6 +305,7 @@ int run_gemm(const Args& args) {
   const bool has_bias = d.epilogue == Epilogue::kBias || d.epilogue == Epilogue::kBiasGelu;
   const bool has_aux = d.epilogue == Epilogue::kBiasGelu || d.epilogue == Epilogue::kGelu ||
                        d.epilogue == Epilogue::kGeluGrad;
+  const bool aux_in = d.epilogue == Epilogue::kGeluGrad;  // aux an input (random), not an output
   const bool has_bgrad = cref::is_bias_grad(d.epilogue);
   const int64_t bgrad_len = d.epilogue == Epilogue::kBiasGradA ? d.m : d.n;
   if (has_aux) { d.ld_aux = d.ldd; d.stride_aux = d.stride_d; }
@@ -330,6 +331,7 @@ int run_gemm(const Args& args) {
     }
     if (has_bias) { s.bias = mem.alloc(d.n * cd); fill(const_cast<void*>(s.bias), d.cd_type, d.n, 100 * r + 3); }
     if (has_aux) s.aux = mem.alloc(d_el * cd);
+    if (aux_in) fill(s.aux, d.cd_type, d_el, 100 * r + 4);  // kGeluGrad reads aux (the pre-activation)
     if (has_bgrad) s.bias_grad = static_cast<float*>(mem.alloc(bgrad_len * 4));
   }
   cudaStream_t stream;
@@ -346,7 +348,7 @@ int run_gemm(const Args& args) {
   if (!st.ok()) return report_error(o, 1, st.to_string());
   void* ws = ws_bytes ? mem.alloc(ws_bytes) : nullptr;
   if (d.beta == 0.0f) fill(sets[0].d, d.cd_type, d_el, 0, true);  // poisoned (C = D keeps its values)
-  if (has_aux) fill(sets[0].aux, d.cd_type, d_el, 0, true);
+  if (has_aux && !aux_in) fill(sets[0].aux, d.cd_type, d_el, 0, true);
   // With beta, cuBLAS's output starts from the same C as ours (set 0's D before our checked run).
   void* ref_c0 = nullptr;
   if (d.beta != 0.0f) {
@@ -377,7 +379,7 @@ int run_gemm(const Args& args) {
     cuda_ok(cudaMemcpy(ref.d, ref_c0, d_el * cd, cudaMemcpyDeviceToDevice), "copy C");
     ref.c = ref.d;
   }
-  if (has_aux) ref.aux = mem.alloc(d_el * cd);
+  if (has_aux && !aux_in) ref.aux = mem.alloc(d_el * cd);  // kGeluGrad: both read set 0's aux
   if (has_bgrad) ref.bias_grad = static_cast<float*>(mem.alloc(bgrad_len * 4));
   cublasHandle_t h;
   cublasLtHandle_t lt;
@@ -413,7 +415,7 @@ int run_gemm(const Args& args) {
     auto [dd, dm] = max_diff(ours_d, d.cd_type, ref.d, d.cd_type, d_el, scratch);
     diff = dd;
     rel = dm > 0 ? dd / dm : dd;
-    if (has_aux) {
+    if (has_aux && !aux_in) {
       auto [ad, am] = max_diff(sets[0].aux, d.cd_type, ref.aux, d.cd_type, d_el, scratch);
       rel = nan_max(rel, am > 0 ? ad / am : ad);
     }

@@ -166,7 +166,12 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   }
   auto kernel = sm90_gemm_kernel<Cfg>;
   const int smem_bytes = kp.epi_ahead ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
-  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  // The kernel's limit is one value whatever this launch needs: launches of the same kernel
+  // from other host threads (or other graph nodes) may need the larger size, and lowering the
+  // limit under them would fail their launch.
+  const int smem_limit =
+      Cfg::kEpiAhead && Cfg::kSmemBytesAhead <= args.max_smem_optin ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
+  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
   if constexpr (Cfg::kCluster == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
     kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
