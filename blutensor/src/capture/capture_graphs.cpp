@@ -15,7 +15,8 @@ using detail::Ctx;
 
 // Note [Graph segments]
 // A captured step launches some 500-600 calls from the host, and its host reads (the loss, then
-// the gradient norm before AdamW) wait for the device twice a step; what the host spends issuing
+// the gradient norm; before AdamW until session 22, after it since blutrain's Note [Update without
+// a host read]) wait for the device; what the host spends issuing
 // calls after a wait is time the GPU idles. The executable therefore cuts the step at its host reads into segments and runs each segment whose
 // calls are the same every run as one CUDA graph:
 //  - A segment's body ends at its host read or before an earlier call that touches host memory

@@ -10,7 +10,9 @@
 //    does not update when it (or the loss) is not finite: weights, AdamW moments and AdamW's step
 //    count stay bitwise as they were (its bias correction counts applied updates). Only then does
 //    it look for the first parameter, in the optimizer's order, whose gradient is not finite (one
-//    pass over the gradients, on the failure path only).
+//    pass over the gradients, on the failure path only). The captured and compiled engines'
+//    recorded step decides the same on the device instead (Note [Update without a host read] in
+//    optimizer.cpp: a NaN clip coefficient, which AdamW takes as "skip") and reads both after.
 //  - --dp: the verdict is the global norm of the averaged gradients, which every rank computes
 //    from bitwise the same values (DDP) or receives as one all-reduced value (ZeRO-1, whose step
 //    skips itself: bludist/zero.h), so every rank skips, or stops, at the same step without an
@@ -21,7 +23,9 @@
 //    host sees the norm, so the update is already applied: `stop` works (nothing is saved after
 //    the bad step, and the report names the first non-finite gradient of the step's flat gradient
 //    buffer: one reduction per parameter, on the failure path only); `skip` is refused by the
-//    config until the AdamW kernel can read a device-side skip flag.
+//    config. blublas's AdamW now skips on a non-finite grad_scale (session 22); what the fused
+//    engine lacks is a clip scale that is NaN for a non-finite norm or loss (grad_global_norm's
+//    min(1, max_norm / (norm + 1e-6)) is 1 for a NaN norm with fminf, 0 for an infinite one).
 // The policies:
 //  - stop (default): the run ends with a blu::Error (exit 1) whose message is the report: the step
 //    (1-based, as in the progress line), loss, norm, the first non-finite gradient, and the last
