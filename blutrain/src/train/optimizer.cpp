@@ -211,6 +211,9 @@ UpdateResult clip_and_update(AdamW& opt, double max_norm, double lr, bool loss_f
 // did. The caller reads the loss and the norm after the launch; finish_deferred_update turns them
 // into the UpdateResult and sets the step count back for a skipped update. The recorded step
 // (autograd_step, so the captured and compiled engines) then has its host reads at its end.
+// Measured (H100, a26ba44, GPT-2 d12 bf16 B16 compiled step): 453.45K tok/s, as before it in the
+// previous call; the profiled step's tail lost its 0.4 ms of idle, so the waits were mostly the
+// profiler's (CUPTI slows the host), but the step has no host wait inside it any more.
 DeferredUpdate update_unless_nonfinite(AdamW& opt, double max_norm, double lr, const Tensor& loss) {
   DeferredUpdate d;
   if (max_norm <= 0) return d;
