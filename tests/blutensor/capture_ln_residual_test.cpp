@@ -6,47 +6,28 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "blutensor/capture.h"
+#include "support/capture_record.h"
 
 namespace {
 
 using blu::Device;
 using blu::DType;
 using blu::capture::Arg;
-using blu::capture::Buffer;
 using blu::capture::Graph;
 using blu::capture::LnResidualPair;
 using blu::capture::Node;
-using blu::capture::TensorRef;
 
 struct Record {
   Graph g;
   Device dev = Device::cuda(0);
   DType dt = DType::BF16;
-  int buffer() {
-    Buffer b;
-    b.id = static_cast<int>(g.buffers.size());
-    b.nbytes = 64 * 32 * 2;
-    b.device = dev;
-    b.written = true;
-    g.buffers.push_back(b);
-    return b.id;
-  }
+  int buffer() { return blu::test::add_buffer(g, dev, 64 * 32 * 2, /*written=*/true); }
   static Arg tensor(const std::string& name, int buf, bool read, bool write, DType dt, blu::Shape sizes) {
-    Arg a;
-    a.name = name;
-    a.kind = Arg::Kind::kTensor;
-    a.read = read;
-    a.write = write;
-    TensorRef r;
-    r.buffer = buf;
-    r.dtype = dt;
-    r.sizes = sizes;
-    r.strides = sizes.size() == 2 ? blu::Shape{sizes[1], 1} : blu::Shape{1};
-    a.tensors.push_back(r);
-    return a;
+    return blu::test::tensor_arg(name, buf, read, write, dt, std::move(sizes));
   }
   int ln_backward(int dx, int dy, int x) {
     Node n;

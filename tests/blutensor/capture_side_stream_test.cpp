@@ -7,46 +7,28 @@
 #include <vector>
 
 #include "blutensor/capture.h"
+#include "support/capture_record.h"
 
 namespace {
 
 using blu::Device;
-using blu::capture::Arg;
-using blu::capture::Buffer;
 using blu::capture::Graph;
 using blu::capture::SidePlan;
-using blu::capture::TensorRef;
 using blu::capture::side_stream_plan;
 
 // A record under construction: buffers and calls reading / writing them.
 struct Record {
   Graph g;
   Device dev = Device::cuda(0);
-  int buffer() {
-    Buffer b;
-    b.id = static_cast<int>(g.buffers.size());
-    b.nbytes = 256;
-    b.device = dev;
-    g.buffers.push_back(b);
-    return b.id;
-  }
+  int buffer() { return blu::test::add_buffer(g, dev, 256); }
   int call(const std::string& op, std::vector<int> reads, std::vector<int> writes) {
     blu::capture::Node n;
     n.op = op;
     n.device = dev;
     auto arg = [&](int b, bool read, bool write) {
-      Arg a;
-      a.name = "t";
-      a.name += std::to_string(n.args.size());
-      a.kind = Arg::Kind::kTensor;
-      a.read = read;
-      a.write = write;
-      TensorRef r;
-      r.buffer = b;
-      r.sizes = {64};
-      r.strides = {1};
-      a.tensors.push_back(r);
-      n.args.push_back(a);
+      std::string name = "t";  // ("t" + to_string trips GCC 12's -Wrestrict false positive)
+      name += std::to_string(n.args.size());
+      n.args.push_back(blu::test::tensor_arg(name, b, read, write, blu::DType::F32, {64}));
     };
     for (int b : reads) arg(b, true, false);
     for (int b : writes) arg(b, false, true);
@@ -60,7 +42,8 @@ struct Record {
       call("fill", {}, {b});
     }
   }
-  SidePlan plan(const std::vector<int>& override_of = {}, int in_flight = blu::capture::kSideMaxInFlight) const {
+  // Two groups in flight unless asked otherwise: the general plan (Executables default to one).
+  SidePlan plan(const std::vector<int>& override_of = {}, int in_flight = 2) const {
     return side_stream_plan(g, override_of, in_flight);
   }
 };

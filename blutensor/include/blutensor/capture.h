@@ -176,13 +176,12 @@ struct LnResidualPair {
 std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of);
 
 // max_in_flight: how many groups may be forked and not yet joined at once (Note [Side groups in
-// flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it).
-// kSideMaxInFlight is the plan's default argument (the plan tests); an Executable runs
-// kSideInFlightDefault unless BLU_CAPTURE_SIDE_IN_FLIGHT says otherwise (measured: no gain from 2).
-inline constexpr int kSideMaxInFlight = 2;
+// flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it). An
+// Executable runs kSideInFlightDefault unless BLU_CAPTURE_SIDE_IN_FLIGHT says otherwise (measured:
+// no gain from 2).
 inline constexpr int kSideInFlightDefault = 1;
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
-                          int max_in_flight = kSideMaxInFlight);
+                          int max_in_flight = kSideInFlightDefault);
 
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw

@@ -53,8 +53,8 @@ namespace blu::capture {
 // its fc dW while the first still runs, and waits for a dW only before overwriting what it reads;
 // its side stream overlapped 8.6 ms of its 42.1 ms of kernels in session 21's bf16 profile, the
 // compiled step's 6.9 of 42.6, the last gap between the two once their kernels summed within
-// 0.6 ms. So up to max_in_flight groups (kSideMaxInFlight = 2 by default; BLU_CAPTURE_SIDE_IN_FLIGHT
-// for A/B, 1 = the old plan) are open at once: a fork that would open one more joins the oldest,
+// 0.6 ms. So up to max_in_flight groups (BLU_CAPTURE_SIDE_IN_FLIGHT; 1 = the old plan) are open at
+// once: a fork that would open one more joins the oldest,
 // and a main-stream launch that conflicts with an open group joins it and every older one (the
 // side stream runs groups in fork order, so waiting for a group waits for those before it; their
 // buffers' lives end there too). Groups need no join between them: one stream orders them. The

@@ -338,7 +338,7 @@ void adamw_one(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
   const C inv_sqrt_bc2 = C(1) / std::sqrt(bc2);
   // grad_scale: the gradient as scale_tensors_ would have left it (the product rounded to T).
   const C gs = grad_scale != nullptr ? static_cast<C>(*grad_scale) : C(1);
-  if (grad_scale != nullptr && !std::isfinite(*grad_scale)) return;  // skips the update (optim.h)
+  if (!std::isfinite(gs)) return;  // a non-finite grad_scale skips the update (optim.h)
   cpu::parallel_for((n + 4095) / 4096, 4096, [&](int64_t blk) {
     int64_t i0 = blk * 4096, i1 = std::min(n, i0 + 4096);
     for (int64_t i = i0; i < i1; ++i) {

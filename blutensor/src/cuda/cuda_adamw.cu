@@ -26,7 +26,7 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, int64_t n, AdamWScala
   using C = compute_t<T>;
   // grad_scale: the gradient as scale_tensors_ would have left it (the product rounded to T).
   const C gs = grad_scale != nullptr ? static_cast<C>(*grad_scale) : C(1);
-  if (grad_scale != nullptr && !isfinite(*grad_scale)) return;  // skips the update (optim.h)
+  if (!isfinite(gs)) return;  // a non-finite grad_scale skips the update (optim.h)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const C gi = grad_scale != nullptr ? load_c(store_c<T>(load_c(g[i]) * gs)) : load_c(g[i]);

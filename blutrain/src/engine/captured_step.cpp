@@ -30,15 +30,11 @@ UpdateResult autograd_step(GPT2& model, AdamW& opt, Precision precision, double 
                            const Tensor& y, double lr, double* loss, Tensor* loss_tensor) {
   Tensor l = model.forward(x, y, precision);
   l.backward();
-  UpdateResult u;
   // Note [Update without a host read]: the update first, the loss and norm reads after it.
-  if (const DeferredUpdate d = update_unless_nonfinite(opt, grad_clip, lr, l); d.launched) {
-    *loss = l.item();
-    u = finish_deferred_update(opt, *loss, d.norm.item());
-  } else {
-    *loss = l.item();
-    u = clip_and_update(opt, grad_clip, lr, std::isfinite(*loss));
-  }
+  const DeferredUpdate d = update_unless_nonfinite(opt, grad_clip, lr, l);
+  *loss = l.item();
+  const UpdateResult u = d.launched ? finish_deferred_update(opt, *loss, d.norm.item())
+                                    : clip_and_update(opt, grad_clip, lr, std::isfinite(*loss));
   opt.zero_grad();
   if (loss_tensor != nullptr) *loss_tensor = l;
   return u;
