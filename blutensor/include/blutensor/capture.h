@@ -103,7 +103,8 @@ struct Graph {
   std::vector<Buffer> buffers;  // id = index
   std::vector<Node> nodes;
   // With Scope(true): each input buffer's bytes at its first touch (what replay() needs). Not in
-  // the JSON.
+  // the JSON. A CUDA buffer whose storage existed before the Scope opened is kept in host memory
+  // (Note [Input snapshots on the host] in src/capture/capture_record.cpp).
   std::map<int, Tensor> initial;
   // The storages seen, by buffer id, as weak references (not in the JSON): buffer_of(t) is the id
   // of t's storage, or -1 when the capture never touched it.

@@ -74,11 +74,16 @@ Executable::Executable(Graph g)
       ++persistent_;
     }
   }
-  // The constants are filled in; the live inputs need no snapshot.
+  // The constants are filled in; the live inputs need no snapshot; the ones refilled every run
+  // are read from the device (Note [Input snapshots on the host]).
   for (auto it = graph_.initial.begin(); it != graph_.initial.end();) {
-    it = std::find(refill_.begin(), refill_.end(), it->first) == refill_.end()
-             ? graph_.initial.erase(it)
-             : std::next(it);
+    if (std::find(refill_.begin(), refill_.end(), it->first) == refill_.end()) {
+      it = graph_.initial.erase(it);
+      continue;
+    }
+    const Device d = graph_.buffers[static_cast<size_t>(it->first)].device;
+    if (it->second.device() != d) it->second = it->second.to(d);
+    ++it;
   }
 }
 

@@ -291,12 +291,9 @@ void FusedGPT2Step::Impl::setup() {
   pin.seq_len = o.seq_len;
   pin.act_bytes = es;
   pin.recompute = recompute;
-  // Auto: chunks of ~800 MiB of logits in bf16 (8192 rows at GPT-2's vocabulary), ~1.6 GiB in f32
-  // (also 8192 rows): 8192 bf16 rows measured 1% faster than 4096 for +0.38 GiB; f32 8192 rows
-  // 296.2 vs 298.5 ms a step against 4096 for +0.76 GiB (H200, session 7; bench/NOTES.md).
-  const int64_t budget_mib = es >= 4 ? 1600 : 800;
-  const int64_t auto_rows = std::max<int64_t>(
-      1024, (budget_mib << 20) / (static_cast<int64_t>(cfg.padded_vocab) * static_cast<int64_t>(es)) / 1024 * 1024);
+  // Auto: Note [Classifier chunk rows] (gpt2.h): 8192 bf16 rows measured 1% faster than 4096 for
+  // +0.38 GiB; f32 8192 rows 296.2 vs 298.5 ms a step against 4096 for +0.76 GiB (H200, session 7).
+  const int64_t auto_rows = auto_logits_chunk_rows(cfg.padded_vocab, static_cast<int64_t>(es));
   pin.logits_chunk_rows = std::min<int64_t>(o.logits_chunk_rows > 0 ? o.logits_chunk_rows : auto_rows, L.rows);
   plan = plan_activations(pin);
   arena = device_bytes(plan.total_bytes, device);

@@ -101,8 +101,8 @@ GPT2::GPT2(const GPT2Config& cfg, Device device, std::shared_ptr<bludist::Proces
            std::shared_ptr<bludist::ProcessGroup> cp)
     : cfg_(cfg), device_(device) {
   // A/B switches, read once: BLU_LINEAR_CROSS_ENTROPY=0 keeps the lm head's logits and
-  // cross_entropy; BLU_LINEAR_CROSS_ENTROPY_ROWS sets its chunk rows (0 or unset: 512 MiB of fp32
-  // logits).
+  // cross_entropy; BLU_LINEAR_CROSS_ENTROPY_ROWS sets its chunk rows (0 or unset: Note [Classifier
+  // chunk rows] on CUDA, linear_cross_entropy's default on the CPU).
   linear_cross_entropy_ = env_switch_on("BLU_LINEAR_CROSS_ENTROPY");
   if (const char* v = std::getenv("BLU_LINEAR_CROSS_ENTROPY_ROWS"))
     linear_cross_entropy_rows_ = std::max<int64_t>(0, std::strtoll(v, nullptr, 10));
@@ -385,7 +385,9 @@ Tensor GPT2::forward(const Tensor& idx, const Tensor& targets, Precision precisi
     // gradient, in every precision (bf16: the chunks widened to fp32 inside the loss kernels).
     BLU_NVTX_RANGE("lm_head_loss");
     const int64_t N = ids.numel();
-    const int64_t rows = linear_cross_entropy_rows_;
+    const int64_t rows = linear_cross_entropy_rows_ > 0 || device_.is_cpu()
+                             ? linear_cross_entropy_rows_
+                             : auto_logits_chunk_rows(cfg_.padded_vocab, static_cast<int64_t>(h.element_size()));
     if (device_.is_cpu())
       return linear_cross_entropy(h, r.wte_c.narrow(0, 0, cfg_.vocab_size), Tensor(), tgt.reshape({N}), -100, rows);
     return linear_cross_entropy(h, r.wte_c, vocab_mask_.to(h.dtype()), tgt.reshape({N}), -100, rows);
@@ -466,6 +468,11 @@ void floats_to_tensor(const std::vector<float>& values, Tensor& t) {
   NoGradGuard no_grad;
   Tensor src = from_vector(values, t.sizes());
   t.copy_(src);
+}
+
+int64_t auto_logits_chunk_rows(int64_t padded_vocab, int64_t elem_bytes) {
+  const int64_t budget_mib = elem_bytes >= 4 ? 1600 : 800;
+  return std::max<int64_t>(1024, (budget_mib << 20) / (std::max<int64_t>(padded_vocab, 1) * elem_bytes) / 1024 * 1024);
 }
 
 }  // namespace blu::train
