@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,36 @@ void side_stream_bit_for_bit(const std::string& precision) {
     blu::test::ScopedEnv on("BLU_CAPTURE_LN_RESIDUAL", "1");
     const TrainRun ln_pairs = train(root, "lnres_" + precision, "captured", precision);
     expect_same_training(side, ln_pairs, n, "LayerNorm + residual pairs fused vs not");
+  }
+  // Note [Classifier gradient scaling] (blutensor): the dX scaling as one launch (bf16) or as
+  // recorded: the same bits.
+  {
+    const TrainRun rec = train_captured_with_off(root, "clsrec_" + precision, precision, "BLU_CAPTURE_CLASSIFIER_GRAD");
+    if (precision == "bf16") {
+      EXPECT_NE(side.log.find("classifier gradients: 1 scaled input gradient(s) in one launch"), std::string::npos)
+          << side.log;
+    }
+    expect_same_training(side, rec, n, "classifier gradient scalings in one launch vs as recorded");
+  }
+  // ... and the tied embedding's gradient added into the classifier's in fp32 (the compiled step's
+  // rewrite, forced here without a plan): in strict fp32 the record's arithmetic, so the same bits;
+  // in bf16 the sum is no longer rounded to bf16: the losses within 1e-2.
+  {
+    blu::test::ScopedEnv on("BLU_CAPTURE_EMBEDDING_GRAD_F32", "1");
+    const TrainRun emb = train(root, "embf32_" + precision, "captured", precision);
+    EXPECT_NE(emb.log.find("the embedding gradient added into the classifier's in fp32"), std::string::npos) << emb.log;
+    if (precision == "fp32") {
+      expect_same_training(side, emb, n, "embedding gradient added into the classifier's vs as recorded");
+    } else {
+      ASSERT_EQ(emb.result.train_losses.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const double a = side.result.train_losses[i].loss, b = emb.result.train_losses[i].loss;
+        EXPECT_NEAR(b, a, 1e-2 * std::abs(a)) << "step " << i + 1;
+        if (i < 3) {  // steps 1-2 eager, step 3 from step 2's (eager) update
+          EXPECT_EQ(b, a) << "step " << i + 1;
+        }
+      }
+    }
   }
   // Note [Graph segments] (blutensor): from the executable's second run (step 4) its stretches
   // between host reads run as CUDA graphs; with BLU_CAPTURE_GRAPHS=0 every call is launched one by

@@ -175,6 +175,15 @@ struct LnResidualPair {
   int ln = -1, add = -1, residual = -1;
 };
 std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of);
+// Note [Classifier gradient scaling] (src/capture/capture_classifier_grad.cpp): the widen / scale /
+// narrow runs (each three consecutive calls) and the tied embedding's gradient chain (kMul,
+// [copy_], embedding_backward, kAdd, [copy_]; empty with why_embedding when not found).
+struct ClassifierGradChains {
+  std::vector<std::vector<int>> dx;
+  std::vector<int> embedding;
+  std::string why_embedding;
+};
+ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vector<int>& override_of);
 
 // max_in_flight: how many groups may be forked and not yet joined at once (Note [Side groups in
 // flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it). An
@@ -272,6 +281,11 @@ class Executable {
   // finds by one launch (CUDA builds; the same bits); the number replaced. Call after the other
   // overrides (blu-plan's kernels keep their nodes).
   int fuse_ln_residual_grads();
+  // Note [Classifier gradient scaling]: each widen / scale / narrow run as one launch (the same
+  // bits) and, with embedding_in_f32, the tied embedding's gradient summed in fp32 into the
+  // classifier's (not the same bits in 16-bit: the compiled step's rewrite). CUDA builds; returns a
+  // one-line report. Call after blu-plan's kernels are bound.
+  std::string fold_classifier_grads(bool embedding_in_f32);
   const ClassifierChunks& classifier() const { return classifier_; }
 
   // The arena plan of the temporaries (made on first need, again after replace()); enabled false

@@ -164,31 +164,30 @@ void embedding_bwd_generic(const Tensor& dweight, const Tensor& dout, const Tens
   BLU_KERNEL_LAUNCH_CHECK("embedding bucket_sum_kernel");
 }
 
-bool embedding_bwd_blublas(const Tensor& dweight, const Tensor& dout, const Tensor& indices) {
+// blublas's deterministic backward of dout (f32, bf16 or f16) into the f32 accumulator `acc`
+// ([vocab, C], contiguous), zeroed first unless `accumulate`.
+bool embedding_bwd_into_f32(const Tensor& acc, const Tensor& dout, const Tensor& indices, bool accumulate) {
   blublas::Dtype bt;
-  switch (dweight.dtype()) {
+  switch (dout.dtype()) {
     case DType::F32: bt = blublas::Dtype::kF32; break;
     case DType::BF16: bt = blublas::Dtype::kBF16; break;
     case DType::F16: bt = blublas::Dtype::kF16; break;
     default: return false;
   }
-  const int64_t n = indices.numel(), vocab = dweight.size(0), cols = dweight.size(1);
+  const int64_t n = indices.numel(), vocab = acc.size(0), cols = acc.size(1);
   if (n == 0 || n >= (int64_t{1} << 31)) return false;
   std::size_t ws_bytes = 0;
-  if (!blublas_ok(blublas::embedding_backward_workspace_size(1, n, vocab, &ws_bytes),
-                  "embedding_backward")) {
+  if (!blublas_ok(blublas::embedding_backward_workspace_size(1, n, vocab, &ws_bytes), "embedding_backward")) {
     return false;
   }
-  cudaStream_t stream = stream_of(dweight);
-  const Device dev = dweight.device();
+  cudaStream_t stream = stream_of(acc);
+  const Device dev = acc.device();
   Tensor idx32 = indices;
   if (indices.dtype() != DType::I32) {
     idx32 = empty(indices.sizes(), TensorOptions(DType::I32).device(dev));
     copy_(idx32, indices);
   }
-  const bool direct = dweight.dtype() == DType::F32;
-  Tensor acc = direct ? dweight : empty(dweight.sizes(), TensorOptions(DType::F32).device(dev));
-  BLU_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
+  if (!accumulate) BLU_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
   DeviceBuffer ws(ws_bytes, dev.index, stream);
   DeviceBuffer flag(sizeof(int), dev.index, stream);
   BLU_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream));
@@ -196,7 +195,18 @@ bool embedding_bwd_blublas(const Tensor& dweight, const Tensor& dout, const Tens
       static_cast<float*>(acc.data_ptr()), nullptr, dout.data_ptr(),
       static_cast<const int32_t*>(idx32.data_ptr()), 1, n, cols, vocab, flag.as<int>(), bt,
       ws.get(), ws_bytes, stream);
-  if (!blublas_ok(st, "embedding_backward")) return false;
+  return blublas_ok(st, "embedding_backward");
+}
+
+bool embedding_bwd_blublas(const Tensor& dweight, const Tensor& dout, const Tensor& indices) {
+  switch (dweight.dtype()) {
+    case DType::F32: case DType::BF16: case DType::F16: break;
+    default: return false;
+  }
+  if (dout.dtype() != dweight.dtype()) return false;
+  const bool direct = dweight.dtype() == DType::F32;
+  Tensor acc = direct ? dweight : empty(dweight.sizes(), TensorOptions(DType::F32).device(dweight.device()));
+  if (!embedding_bwd_into_f32(acc, dout, indices, /*accumulate=*/false)) return false;
   if (!direct) copy_(dweight, acc);
   return true;
 }
@@ -218,6 +228,13 @@ void embedding_bwd_dispatch(const Tensor& dweight, const Tensor& dout, const Ten
 void embedding_forward(const Tensor& out, const Tensor& weight, const Tensor& indices) {
   BLU_CUDA_SWITCH_ALL(weight.dtype(), T, "embedding",
                       embedding_fwd_dispatch<T>(out, weight, indices));
+}
+
+bool embedding_backward_accumulate_f32(const Tensor& dweight, const Tensor& dout, const Tensor& indices) {
+  if (dweight.dtype() != DType::F32 || !dweight.is_contiguous() || dweight.dim() != 2 || !dout.is_contiguous() ||
+      dout.numel() != indices.numel() * dweight.size(1) || !indices.is_contiguous())
+    return false;
+  return embedding_bwd_into_f32(dweight, dout, indices, /*accumulate=*/true);
 }
 
 void embedding_backward(const Tensor& dweight, const Tensor& dout, const Tensor& indices) {

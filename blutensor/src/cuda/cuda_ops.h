@@ -54,6 +54,11 @@ Tensor fused_scaled_dot_product_attention(const Tensor& q, const Tensor& k, cons
 // layer_norm_backward into a temporary and binary kAdd(out, temporary, residual). bf16 tensors,
 // out / residual / dy / x contiguous with x's element count (out may be residual itself);
 // false, having launched nothing, otherwise.
+// dweight (f32 [vocab, C], contiguous) += the embedding backward of dout (f32/bf16/f16, [.., C],
+// contiguous; one row per index) through blublas's deterministic kernels (each token's rows summed
+// in position order, the sum added once), without zeroing dweight first. False (nothing done)
+// when the tensors do not fit that. Note [Classifier gradient scaling] (capture).
+bool embedding_backward_accumulate_f32(const Tensor& dweight, const Tensor& dout, const Tensor& indices);
 bool layer_norm_backward_add(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
                              const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                              const Tensor& residual);

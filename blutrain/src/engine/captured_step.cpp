@@ -142,6 +142,15 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
                      "); the step runs as recorded (no fused kernels)\n";
       }
     }
+    // Note [Classifier gradient scaling] (blutensor): after the plan's kernels; the scalings in one
+    // launch each (the same bits) and, compiled only, the tied embedding's gradient added in fp32
+    // (not autograd's bits in bf16). BLU_CAPTURE_CLASSIFIER_GRAD=0: as recorded;
+    // BLU_CAPTURE_EMBEDDING_GRAD_F32=1 / 0: the embedding part with or without a plan.
+    if (env_switch_on("BLU_CAPTURE_CLASSIFIER_GRAD")) {
+      const char* f32 = std::getenv("BLU_CAPTURE_EMBEDDING_GRAD_F32");
+      const bool embedding_f32 = f32 == nullptr || *f32 == '\0' ? !plan_.empty() : std::string(f32) == "1";
+      describe_ += "classifier gradients: " + exe_->fold_classifier_grads(embedding_f32) + "\n";
+    }
     // Note [LayerNorm backward with the residual gradient] (blutensor): after the plan's kernels,
     // which keep their nodes; the same bits. Off unless BLU_CAPTURE_LN_RESIDUAL=1: measured slower.
     if (const char* v = std::getenv("BLU_CAPTURE_LN_RESIDUAL"); v != nullptr && std::string(v) == "1") {
