@@ -121,6 +121,17 @@ void side_stream_bit_for_bit(const std::string& precision) {
     }
     expect_same_training(side, rec, n, "classifier gradient scalings in one launch vs as recorded");
   }
+  // Note [Weight copies from the update] (blutensor): the bf16 casts written by AdamW, or cast
+  // every step as recorded: the same bits.
+  {
+    const TrainRun cast = train_captured_with_off(root, "wcast_" + precision, precision, "BLU_CAPTURE_WEIGHT_COPIES");
+    if (precision == "bf16") {
+      EXPECT_NE(side.log.find("bf16 casts written by the AdamW update"), std::string::npos) << side.log;
+    } else {
+      EXPECT_EQ(side.log.find("bf16 casts written by the AdamW update"), std::string::npos) << side.log;
+    }
+    expect_same_training(side, cast, n, "weight copies from the update vs cast every step");
+  }
   // ... and the tied embedding's gradient added into the classifier's in fp32 (the compiled step's
   // rewrite, forced here without a plan): in strict fp32 the record's arithmetic, so the same bits;
   // in bf16 the sum is no longer rounded to bf16: the losses within 1e-2.

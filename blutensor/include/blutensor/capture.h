@@ -184,6 +184,21 @@ struct ClassifierGradChains {
   std::string why_embedding;
 };
 ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vector<int>& override_of);
+// Note [Weight copies from the update] (src/capture/capture_weight_copies.cpp): the casts (copy_ /
+// copy_tensors_ nodes) of parameters to bf16 copies that the parameters' adamw_step can write
+// instead. last_use: per buffer, its last node (-1: none).
+struct WeightCastFolds {
+  struct Copy {
+    TensorRef dst, src;      // the bf16 copy, the fp32 parameter
+    int update = -1, index = -1;  // the adamw_step node and the parameter's place in its list
+  };
+  struct Cast {
+    int node = -1;
+    std::vector<Copy> copies;
+  };
+  std::vector<Cast> casts;
+};
+WeightCastFolds find_weight_casts(const Graph& g, const std::vector<int>& override_of, const std::vector<int>& last_use);
 
 // max_in_flight: how many groups may be forked and not yet joined at once (Note [Side groups in
 // flight] in src/capture/capture_side_stream.cpp; 1: each fork joins the group before it). An
@@ -286,6 +301,9 @@ class Executable {
   // classifier's (not the same bits in 16-bit: the compiled step's rewrite). CUDA builds; returns a
   // one-line report. Call after blu-plan's kernels are bound.
   std::string fold_classifier_grads(bool embedding_in_f32);
+  // Note [Weight copies from the update]: the bf16 weight casts written by the AdamW update (CUDA
+  // builds; the same bits); the number of parameter copies folded. Call after the other overrides.
+  int fold_weight_casts();
   const ClassifierChunks& classifier() const { return classifier_; }
 
   // The arena plan of the temporaries (made on first need, again after replace()); enabled false

@@ -65,9 +65,11 @@ void adamw_generic(const std::vector<Tensor>& params, const std::vector<Tensor>&
   }
 }
 
+// copies (optional, else params' size): per parameter a bf16 tensor of its size (undefined: none)
+// that blublas writes bf16(p) into after the update.
 bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                    const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                   const float* grad_scale, const AdamWParams& hp) {
+                   const float* grad_scale, const AdamWParams& hp, const std::vector<Tensor>* copies = nullptr) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].dtype() != DType::F32 || grads[i].dtype() != DType::F32) return false;
   }
@@ -83,6 +85,7 @@ bool adamw_blublas(const std::vector<Tensor>& params, const std::vector<Tensor>&
     d.v = static_cast<float*>(exp_avg_sqs[i].data_ptr());
     d.numel = params[i].numel();
     d.weight_decay = static_cast<float>(hp.weight_decay);
+    if (copies != nullptr && (*copies)[i].defined()) d.param_bf16 = (*copies)[i].data_ptr();
     descs.push_back(d);
   }
   if (descs.empty()) return true;
@@ -125,6 +128,24 @@ void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   if (adamw_blublas(params, grads, exp_avgs, exp_avg_sqs, gs, hp)) return;
   BLU_CUDA_SWITCH_FLOAT(params[0].dtype(), T, "adamw_step",
                         adamw_generic<T>(params, grads, exp_avgs, exp_avg_sqs, gs, hp));
+}
+
+bool adamw_step_bf16_copies(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                            const Tensor& grad_scale, const AdamWParams& hp, const std::vector<Tensor>& copies) {
+  if (params.empty() || grads.size() != params.size() || exp_avgs.size() != params.size() ||
+      exp_avg_sqs.size() != params.size() || copies.size() != params.size())
+    return false;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& c = copies[i];
+    if (!params[i].is_contiguous() || !grads[i].is_contiguous() || !exp_avgs[i].is_contiguous() ||
+        !exp_avg_sqs[i].is_contiguous())
+      return false;
+    if (c.defined() && (c.dtype() != DType::BF16 || !c.is_contiguous() || c.numel() != params[i].numel()))
+      return false;
+  }
+  const float* gs = grad_scale.defined() ? static_cast<const float*>(grad_scale.data_ptr()) : nullptr;
+  return adamw_blublas(params, grads, exp_avgs, exp_avg_sqs, gs, hp, &copies);
 }
 
 }  // namespace blu::cuda_ops

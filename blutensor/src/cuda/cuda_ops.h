@@ -54,6 +54,13 @@ Tensor fused_scaled_dot_product_attention(const Tensor& q, const Tensor& k, cons
 // layer_norm_backward into a temporary and binary kAdd(out, temporary, residual). bf16 tensors,
 // out / residual / dy / x contiguous with x's element count (out may be residual itself);
 // false, having launched nothing, otherwise.
+// adamw_step (f32 parameters and gradients, blublas's kernel) that also writes bf16(p) into
+// copies[i] (bf16, p's size, contiguous; undefined: none) after the update, in the same pass: the
+// bits of adamw_step followed by a cast of each parameter (Note [Weight copies from the update],
+// capture). False, having launched nothing, when the lists do not fit that.
+bool adamw_step_bf16_copies(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                            const Tensor& grad_scale, const AdamWParams& hp, const std::vector<Tensor>& copies);
 // dweight (f32 [vocab, C], contiguous) += the embedding backward of dout (f32/bf16/f16, [.., C],
 // contiguous; one row per index) through blublas's deterministic kernels (each token's rows summed
 // in position order, the sum added once), without zeroing dweight first. False (nothing done)

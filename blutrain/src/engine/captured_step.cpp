@@ -151,6 +151,12 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       const bool embedding_f32 = f32 == nullptr || *f32 == '\0' ? !plan_.empty() : std::string(f32) == "1";
       describe_ += "classifier gradients: " + exe_->fold_classifier_grads(embedding_f32) + "\n";
     }
+    // Note [Weight copies from the update] (blutensor): the bf16 weight casts written by AdamW
+    // (the same bits). BLU_CAPTURE_WEIGHT_COPIES=0: cast every step as recorded.
+    if (env_switch_on("BLU_CAPTURE_WEIGHT_COPIES")) {
+      if (const int n = exe_->fold_weight_casts(); n > 0)
+        describe_ += "weight copies: " + std::to_string(n) + " bf16 casts written by the AdamW update\n";
+    }
     // Note [LayerNorm backward with the residual gradient] (blutensor): after the plan's kernels,
     // which keep their nodes; the same bits. Off unless BLU_CAPTURE_LN_RESIDUAL=1: measured slower.
     if (const char* v = std::getenv("BLU_CAPTURE_LN_RESIDUAL"); v != nullptr && std::string(v) == "1") {
