@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # device-engine-memory.sh: a short device call for issue 13's memory question: d12 fp32 B8 T1024
 # on each engine (compiled with the static blu-plan, autograd, fused, captured) and the autograd
-# engine without Note [Linear cross-entropy] (BLU_LINEAR_CROSS_ENTROPY=0), 12 steps each: the
+# engine without Note [Linear cross-entropy] (BLU_LINEAR_CROSS_ENTROPY=0), BLU_EM_STEPS (30) steps each: the
 # progress lines (tok/s, allocator peak, device memory), the captured engine's arena line, and a
 # CUPTI breakdown of step 10 (--profile-step, Note [Step profile]: per kernel family, launches,
 # host gaps; the fused engine also times its ops eagerly in step 11).
 #   BLU_COMMIT=<sha> scripts/device-engine-memory.sh <tools dir with blu-plan.gz> [build dir]
 # Writes $OUT/engine_<name>.txt, $OUT/profile_<name>.json and $OUT/engine_memory.md (median tok/s
-# of steps 4-9, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
+# of steps 4..N, the profiled steps 10-11 left out; peak GiB; the breakdown side by side), and
 # $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py),
 # $OUT/overlap.txt (scripts/step_overlap.py on the profiles: Note [Stream overlap]).
 # BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB,
-# BLU_EM_FUSED_AB and BLU_EM_COMPILED_AB add runs.
+# BLU_EM_FUSED_AB, BLU_EM_COMPILED_AB and BLU_EM_COMPILED_AB2 add runs.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -28,7 +28,11 @@ fi
 bin=$build/blutrain/blutrain
 mkdir -p /tmp/em-tools && gunzip -c "$tools/blu-plan.gz" > /tmp/em-tools/blu-plan && chmod +x /tmp/em-tools/blu-plan
 q="--data synthetic --seq-len 1024 --val-every -1 --final-val-batches 0 --sample-tokens 0 --no-save --no-plot"
-q="$q --model d12 --device cuda --precision ${BLU_EM_PRECISION:-fp32} --batch-size ${BLU_EM_BATCH:-8} --max-steps 12 --profile-step 10"
+# BLU_EM_STEPS (30): steps per run; tok/s is the median of steps 4..N without the profiled steps
+# 10 and 11 (session 23: 12 steps gave 6 samples, and two compiled runs of one build differed by
+# 2.3% on their medians while their per-step times overlapped).
+export BLU_EM_STEPS=${BLU_EM_STEPS:-30}
+q="$q --model d12 --device cuda --precision ${BLU_EM_PRECISION:-fp32} --batch-size ${BLU_EM_BATCH:-8} --max-steps $BLU_EM_STEPS --profile-step 10"
 run() {  # name, env assignments..., -- engine flags...
   local name=$1; shift
   local envs=()
@@ -56,12 +60,15 @@ for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_
 # BLU_EM_COMPILED_AB="VAR=value ...": one more compiled run with those variables (compiled_ab).
 # shellcheck disable=SC2086
 [ -n "${BLU_EM_COMPILED_AB:-}" ] && run compiled_ab ${BLU_EM_COMPILED_AB} -- --compile
+# BLU_EM_COMPILED_AB2: a second one (compiled_ab2).
+# shellcheck disable=SC2086
+[ -n "${BLU_EM_COMPILED_AB2:-}" ] && run compiled_ab2 ${BLU_EM_COMPILED_AB2} -- --compile
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os
 out = sys.argv[1]
-names = ["compiled", "compiled_ab", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
+names = ["compiled", "compiled_ab", "compiled_ab2", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
-# Per engine from its progress lines: median K tok/s of steps 4-9 (None without them), peaks, notes.
+# Per engine from its progress lines: median K tok/s of steps 4..N but 10-11 (None without them), peaks, notes.
 runs = {}
 for name in names:
     p = os.path.join(out, f"engine_{name}.txt")
@@ -70,13 +77,14 @@ for name in names:
     text = open(p).read()
     tok, peak, dev = [], 0.0, 0.0
     for m in re.finditer(r"step\s+(\d+)/\d+ \| loss \S+ .*?\| ([\d.]+)K tok/s .*?peak ([\d.]+)\) \| dev ([\d.]+) GiB", text):
-        if 4 <= int(m.group(1)) <= 9:
+        if int(m.group(1)) >= 4 and int(m.group(1)) not in (10, 11):
             tok.append(float(m.group(2)))
         peak, dev = max(peak, float(m.group(3))), max(dev, float(m.group(4)))
     notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine: arena", "compile:", "plan:")))
     losses = re.findall(r"step\s+\d+/\d+ \| loss (\S+)", text)
     runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes, losses)
-rows = ["| engine | tok/s (median, steps 4-9) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
+steps = int(os.environ.get("BLU_EM_STEPS", "12"))
+rows = [f"| engine | tok/s (median, steps 4-{steps} but 10-11) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
 for name, (tok, peak, dev, notes, _) in runs.items():
     rows.append(f"| {name} | {f'{tok:.2f}' if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
 # The profiled step, per kernel family (ms and launches), side by side.
@@ -116,7 +124,7 @@ def r(name, a, b):
 r(f"comp.{prec}.ratio_vs_eager", f"comp.{prec}.compiled.tok_s", f"comp.{prec}.fused.tok_s")
 r(f"comp.{prec}.ratio_vs_autograd", f"comp.{prec}.compiled.tok_s", f"comp.{prec}.autograd.tok_s")
 r(f"comp.{prec}.compiled.peak_ratio_vs_eager", f"comp.{prec}.compiled.peak_gib", f"comp.{prec}.fused.peak_gib")
-cfg = (f"d12 {prec} B{batch} T1024, synthetic data, 12 steps, tok/s median of steps 4-9 from the progress "
+cfg = (f"d12 {prec} B{batch} T1024, synthetic data, {steps} steps, tok/s median of steps 4-{steps} but the profiled 10-11 from the progress "
        f"lines, allocator peak and device memory over the run; scripts/device-engine-memory.sh")
 json.dump({"metrics": m, "config": cfg}, open(os.path.join(out, f"comp_{prec}.json"), "w"), indent=1)
 print("\n".join(rows))
@@ -124,7 +132,7 @@ EOF
 # Note [Stream overlap]: how each engine's streams overlap in its profiled step (the compiled step
 # against the fused engine first).
 profiles=()
-for name in compiled fused captured compiled_ab fused_ab; do
+for name in compiled fused captured compiled_ab compiled_ab2 fused_ab; do
   [ -f "$OUT/profile_$name.json" ] && profiles+=("$OUT/profile_$name.json")
 done
 [ ${#profiles[@]} -gt 0 ] && python3 scripts/step_overlap.py --stretches "${profiles[@]}" > "$OUT/overlap.txt" 2>&1

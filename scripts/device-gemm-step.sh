@@ -6,7 +6,7 @@
 #   BLU_COMMIT=<sha> scripts/device-gemm-step.sh <tools dir with blu-plan.gz> [build dir]
 # BLU_GS_NCU="name ..." (scripts/ncu-hot.sh names; default none) adds Nsight Compute reports;
 # BLU_GS_FUSED_AB / BLU_GS_COMPILED_AB ("VAR=value ...": a second fused / compiled run; default
-# none / BLU_CAPTURE_SIDE_STREAM=0); BLU_GS_TESTS overrides the test list (one line);
+# none / BLU_CAPTURE_SIDE_STREAM=0; BLU_GS_COMPILED_AB2: a third compiled run); BLU_GS_TESTS overrides the test list (one line);
 # BLU_GS_ENGINES=0 skips the engines, BLU_GS_PROFILER=0 the step-GEMM profiler; BLU_GS_MODES
 # ("bf16 16,fp32 8,tf32 16" by default) the engine configurations.
 # Writes $OUT/gs.tgz (everything) and prints a short table last. ~6-7 minutes on an H100.
@@ -73,12 +73,13 @@ if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
     read -r prec batch <<< "$cfg"
     OUT=$W/em_$prec BLU_EM_PRECISION=$prec BLU_EM_BATCH=$batch \
       BLU_EM_FUSED_AB="${BLU_GS_FUSED_AB:-}" BLU_EM_COMPILED_AB="${BLU_GS_COMPILED_AB:-BLU_CAPTURE_SIDE_STREAM=0}" \
+      BLU_EM_COMPILED_AB2="${BLU_GS_COMPILED_AB2:-}" \
       scripts/device-engine-memory.sh "$tools" "$build" > /dev/null 2>&1
     stamp "engines $prec B$batch"
   done
 fi
 tar -C "$OUT" -czf "$OUT/gs.tgz" gs
 cat "$W/gemm_step.md"
-for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -8 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
+for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -10 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
 for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done
 rm -rf "$W"
