@@ -11,7 +11,7 @@
 # $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py),
 # $OUT/overlap.txt (scripts/step_overlap.py on the profiles: Note [Stream overlap]).
 # BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB,
-# BLU_EM_FUSED_AB, BLU_EM_COMPILED_AB and BLU_EM_COMPILED_AB2 add runs.
+# BLU_EM_FUSED_AB, BLU_EM_COMPILED_AB and BLU_EM_COMPILED_AB2 add runs; BLU_EM_ONLY keeps the named ones.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -35,6 +35,8 @@ export BLU_EM_STEPS=${BLU_EM_STEPS:-30}
 q="$q --model d12 --device cuda --precision ${BLU_EM_PRECISION:-fp32} --batch-size ${BLU_EM_BATCH:-8} --max-steps $BLU_EM_STEPS --profile-step 10"
 run() {  # name, env assignments..., -- engine flags...
   local name=$1; shift
+  # BLU_EM_ONLY="compiled fused ...": only these runs (a short A/B call).
+  [ -n "${BLU_EM_ONLY:-}" ] && [[ " ${BLU_EM_ONLY} " != *" $name "* ]] && return 0
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift

@@ -43,8 +43,9 @@ struct Record {
     }
   }
   // Two groups in flight unless asked otherwise: the general plan (Executables default to one).
-  SidePlan plan(const std::vector<int>& override_of = {}, int in_flight = 2) const {
-    return side_stream_plan(g, override_of, in_flight);
+  // chains: Note [Side chains] (the tests below it are the gap rule's alone).
+  SidePlan plan(const std::vector<int>& override_of = {}, int in_flight = 2, bool chains = false) const {
+    return side_stream_plan(g, override_of, in_flight, chains);
   }
 };
 
@@ -262,3 +263,51 @@ TEST(CaptureSideStream, ReplacedSetsLaunchAtTheirLastNode) {
 }
 
 }  // namespace
+
+// Note [Side chains]: a block's backward as the record holds it: the bias gradient's sum, read 3
+// calls later by the gradient casts (a side call), goes to the side stream with the dW GEMM; the
+// LayerNorm backward and the data-gradient chain stay on the main stream; the call feeding only the
+// chained sum is not chained further (one link); a sum a main call also reads later stays.
+struct BlockBackward {
+  Record r;
+  int dy, pre, w, x, dx, gw, gb, dln, seen, gw32, gb32, p2, p3, norm;
+  explicit BlockBackward(bool main_reads_bias_grad) {
+    dy = r.buffer(), pre = r.buffer(), w = r.buffer(), x = r.buffer(), dx = r.buffer(), gw = r.buffer();
+    gb = r.buffer(), dln = r.buffer(), seen = r.buffer(), gw32 = r.buffer(), gb32 = r.buffer();
+    p2 = r.buffer(), p3 = r.buffer(), norm = r.buffer();
+    r.call("fill", {}, {dy});                         // 0 the gradient coming down
+    r.call("binary", {dy}, {pre});                    // 1 feeds only the chained sum: main
+    r.call("gemm", {dy, w}, {dx});                    // 2 dX: read by 5, 3 later: main
+    r.call("gemm", {dy, x}, {gw});                    // 3 dW: read by 7, 4 later: side (gap)
+    r.call("reduce", {pre}, {gb});                    // 4 bias sum: read by 7, 3 later: chained
+    r.call("layer_norm_backward", {dx}, {dln});       // 5 main
+    r.call("binary", {dln}, {seen});                  // 6 main
+    r.call("copy_tensors_", {gw, gb}, {gw32, gb32});  // 7 casts: read at 12: side (gap)
+    r.call("binary", {seen}, {p2});                   // 8 main
+    r.call("binary", {p2}, {p3});                     // 9 main
+    if (main_reads_bias_grad) {
+      r.call("binary", {gb}, {p2});                   // 10 a main call reads the sum too
+    } else {
+      r.filler(1);                                    // 10
+    }
+    r.filler(1);                                      // 11
+    r.call("global_norm", {gw32, gb32, p3}, {norm});  // 12
+    r.call("host_read", {norm}, {});                  // 13
+  }
+};
+
+TEST(CaptureSideStream, SideChainsTakeTheDirectProducersOfSideCalls) {
+  const BlockBackward b(false);
+  const SidePlan chained = b.r.plan({}, 1, true);
+  std::vector<int> want(14, -1);
+  want[3] = want[4] = 0;
+  want[7] = 1;
+  EXPECT_EQ(chained.group_of, want);
+  EXPECT_EQ(chained.fork_at, (std::vector<int>{3, 7}));
+  EXPECT_EQ(chained.join_before, (std::vector<int>{7, 12}));  // one in flight: the next fork joins
+  const SidePlan gap = b.r.plan({}, 1, false);
+  want[4] = -1;
+  EXPECT_EQ(gap.group_of, want);
+  const BlockBackward m(true);
+  EXPECT_EQ(m.r.plan({}, 1, true).group_of[4], -1);
+}

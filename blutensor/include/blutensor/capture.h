@@ -205,8 +205,11 @@ WeightCastFolds find_weight_casts(const Graph& g, const std::vector<int>& overri
 // Executable runs kSideInFlightDefault unless BLU_CAPTURE_SIDE_IN_FLIGHT says otherwise (measured:
 // no gain from 2).
 inline constexpr int kSideInFlightDefault = 1;
+// chains: Note [Side chains] (a launch whose results only gap-rule side calls touch later is a side
+// call however soon); side_chains_default(): on unless BLU_CAPTURE_SIDE_CHAIN=0.
+bool side_chains_default();
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
-                          int max_in_flight = kSideInFlightDefault);
+                          int max_in_flight = kSideInFlightDefault, bool chains = side_chains_default());
 
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw

@@ -1,6 +1,8 @@
 // The Executable's side-stream plan (Note [Side stream] below): which recorded calls may run on a
 // second CUDA stream beside the main one, and where the main stream waits for them.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "capture/capture_internal.h"
 
@@ -20,7 +22,8 @@ namespace blu::capture {
 //    whose results are consumed later in the step (some buffer it writes is touched again) but
 //    not soon: every buffer it writes is next touched kSideMinGap or more calls later, or never
 //    (a call whose result the next side call reads would make every producer chain a side call:
-//    the whole forward, session 18's first version on the tiny GPT-2). A weight or bias gradient
+//    the whole forward, session 18's first version on the tiny GPT-2; Note [Side chains] takes one
+//    link of it). A weight or bias gradient
 //    is one (the record's dW GEMMs and bias sums write gradients that only the norm and the update read, hundreds of calls later);
 //    a data gradient is not (the next call reads it), nor a LayerNorm backward (its dX), nor the
 //    update (it writes what nothing in the step reads again).
@@ -72,7 +75,39 @@ namespace blu::capture {
 // general form (BLU_CAPTURE_SIDE_IN_FLIGHT=2 for further A/B).
 constexpr int kSideMinGap = 4;
 
+// Note [Side chains]
+// A launch whose results, from there on, only side calls of the gap rule touch is a side call too,
+// however soon the first of them comes: in the record a block's qkv bias gradient (a column sum,
+// reduce) sits between its data- and weight-gradient GEMMs and the LayerNorm backward, and its
+// result is next read 3 calls later by the gradient casts (copy_tensors_, a side call). By
+// kSideMinGap alone it ran on the main stream beside the weight-gradient GEMM on the side stream,
+// which held every SM (a persistent kernel): 98 us for a ~20 us sum, with the LayerNorm backward,
+// the critical path, queued behind it (H100, session 23 profile: 1.44 ms a backward layer against
+// the fused engine's 1.41, whose LayerNorm backward runs beside that GEMM). One link only: a call
+// that feeds a side call taken by this rule is decided by the gap rule, else the step's producer
+// chains would follow their far consumers onto the side stream (the loss, read on the host at the
+// end, would take the classifier, and the gradients the backward: session 18's first plan, and
+// this rule's first form on the GPT-2 d12 record). Decided from the end of the step, so each
+// later launch's side is known. BLU_CAPTURE_SIDE_CHAIN=0: the gap rule alone (A/B).
+bool side_chains_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 namespace {
+
+// BLU_CAPTURE_SIDE_MIN_GAP (>= 1) in place of kSideMinGap, read once, for A/B runs.
+int side_min_gap() {
+  static const int gap = [] {
+    const char* v = std::getenv("BLU_CAPTURE_SIDE_MIN_GAP");
+    const int g = v != nullptr ? std::atoi(v) : 0;
+    return g >= 1 ? g : kSideMinGap;
+  }();
+  return gap;
+}
 
 // One buffer a launch touches, and how (a replaced set: the union over its calls).
 struct Touch {
@@ -82,7 +117,7 @@ struct Touch {
 
 }  // namespace
 
-SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight) {
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains) {
   const int n = static_cast<int>(g.nodes.size());
   const size_t nb = g.buffers.size();
   SidePlan plan;
@@ -125,19 +160,32 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
   constexpr int kNever = -1;
   std::vector<int> next_touch(nb, kNever);
   std::vector<char> candidate(static_cast<size_t>(n), 0);
+  // Per buffer: a later launch touches it that is not a side call by the gap rule (a main-stream
+  // launch, or a side call by Note [Side chains], so chains are one link long).
+  std::vector<char> not_gap_side_later(nb, 0);
   for (int i = n - 1; i >= 0; --i) {
     if (!launches[static_cast<size_t>(i)]) continue;
-    bool writes_any = false, consumed = false, soon = false;
+    bool writes_any = false, consumed = false, soon = false, chained = false;
     for (const Touch& t : touches[static_cast<size_t>(i)]) {
       if (!t.write) continue;
       writes_any = true;
-      const int next = next_touch[static_cast<size_t>(t.buffer)];
+      const size_t b = static_cast<size_t>(t.buffer);
+      const int next = next_touch[b];
       if (next == kNever) continue;
       consumed = true;
-      if (next - i < kSideMinGap) soon = true;
+      if (next - i >= side_min_gap()) continue;
+      // Note [Side chains]: soon, unless only side calls of the gap rule touch it from here on.
+      if (chains && !not_gap_side_later[b])
+        chained = true;
+      else
+        soon = true;
     }
-    candidate[static_cast<size_t>(i)] = on_cuda[static_cast<size_t>(i)] && writes_any && consumed && !soon;
-    for (const Touch& t : touches[static_cast<size_t>(i)]) next_touch[static_cast<size_t>(t.buffer)] = i;
+    const bool side = on_cuda[static_cast<size_t>(i)] && writes_any && consumed && !soon;
+    candidate[static_cast<size_t>(i)] = side;
+    for (const Touch& t : touches[static_cast<size_t>(i)]) {
+      next_touch[static_cast<size_t>(t.buffer)] = i;
+      if (!side || chained) not_gap_side_later[static_cast<size_t>(t.buffer)] = 1;
+    }
   }
   // Groups, forks and joins, in launch order. A group is settled at its join, with what it reads
   // and writes at hand: it lives to the join (extend_to); it may start after the last main-stream
