@@ -206,7 +206,7 @@ WeightCastFolds find_weight_casts(const Graph& g, const std::vector<int>& overri
 // no gain from 2).
 inline constexpr int kSideInFlightDefault = 1;
 // chains: Note [Side chains] (a launch whose results only gap-rule side calls touch later is a side
-// call however soon); side_chains_default(): on unless BLU_CAPTURE_SIDE_CHAIN=0.
+// call however soon); side_chains_default(): off unless BLU_CAPTURE_SIDE_CHAIN=1 (measured: no gain).
 bool side_chains_default();
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
                           int max_in_flight = kSideInFlightDefault, bool chains = side_chains_default());

@@ -88,11 +88,19 @@ constexpr int kSideMinGap = 4;
 // chains would follow their far consumers onto the side stream (the loss, read on the host at the
 // end, would take the classifier, and the gradients the backward: session 18's first plan, and
 // this rule's first form on the GPT-2 d12 record). Decided from the end of the step, so each
-// later launch's side is known. BLU_CAPTURE_SIDE_CHAIN=0: the gap rule alone (A/B).
+// later launch's side is known.
+// Status: OFF by default (BLU_CAPTURE_SIDE_CHAIN=1 turns it on). Measured (H100, session 23, one
+// call, 29c092d, compiled step, 30-step medians, on vs off): bf16 B16 462.4K vs 463.6K tok/s, fp32
+// B8 53.9K vs 54.6K, tf32 B16 210.3K vs 208.1K. The prediction (the LayerNorm backward 100 us
+// earlier on the critical path, ~30-60 us a layer) failed for the reason the reduce was slow: the
+// LayerNorm backward now ran beside the persistent dW GEMM instead and took 104 us for 29 (the
+// GEMM's CTAs hold every SM), so the next data-gradient GEMM started only 9 us earlier; in fp32
+// the backward layer went 5.98 -> 6.16 ms. Work beside a persistent GEMM waits; a dW GEMM that
+// leaves SMs free (fewer CTAs on the side stream) is what would let this overlap pay.
 bool side_chains_default() {
   static const bool on = [] {
     const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");
-    return v == nullptr || std::string(v) != "0";
+    return v != nullptr && std::string(v) == "1";
   }();
   return on;
 }
