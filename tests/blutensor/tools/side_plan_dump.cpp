@@ -1,0 +1,87 @@
+// side_plan_dump.cpp: a captured step's side-stream plan (Note [Side stream], blutensor) read on a
+// machine without a GPU: the record (captured_step.json, as `blutrain train --engine captured`
+// writes it and device-engine-memory.sh brings back gzipped) and, optionally, blu-plan's plan
+// (its kernels' node sets, as bound overrides), printed one call a line: index, op, the override
+// it belongs to, its side group (-1: main stream) and the groups joined before it.
+//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--in-flight N]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "blutensor/capture.h"
+#include "blutensor/json.h"
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "side_plan_dump: cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> pos;
+  bool chains = false;
+  int in_flight = blu::capture::kSideInFlightDefault;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--chains") {
+      chains = true;
+    } else if (a == "--in-flight" && i + 1 < argc) {
+      in_flight = std::atoi(argv[++i]);
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.empty()) {
+    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--in-flight N]\n");
+    return 2;
+  }
+  const blu::capture::Graph g = blu::capture::Graph::from_json(read_file(pos[0]));
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> override_of(static_cast<size_t>(n), -1);
+  if (pos.size() > 1 && pos[1] != "-") {
+    const blu::json::Value plan = blu::json::parse(read_file(pos[1]));
+    int k = 0;
+    const blu::json::Value* kernels = plan.find("kernels");
+    if (kernels == nullptr) {
+      std::fprintf(stderr, "side_plan_dump: %s has no \"kernels\"\n", pos[1].c_str());
+      return 2;
+    }
+    for (const blu::json::Value& kernel : kernels->as_array()) {
+      const blu::json::Value* nodes = kernel.find("nodes");
+      if (nodes == nullptr) continue;
+      for (const blu::json::Value& node : nodes->as_array()) {
+        const int64_t i = node.as_integer();
+        if (i >= 0 && i < n) override_of[static_cast<size_t>(i)] = k;
+      }
+      ++k;
+    }
+  }
+  const int first = pos.size() > 2 ? std::atoi(pos[2].c_str()) : 0;
+  const int last = pos.size() > 3 ? std::atoi(pos[3].c_str()) : n;
+  const blu::capture::SidePlan p = blu::capture::side_stream_plan(g, override_of, in_flight, chains);
+  std::cout << "calls " << n << ", side calls " << p.side_calls << ", groups " << p.fork_at.size() << "\n";
+  for (int i = std::max(0, first); i < std::min(n, last); ++i) {
+    std::cout << i << " " << g.nodes[static_cast<size_t>(i)].op;
+    if (override_of[static_cast<size_t>(i)] >= 0) std::cout << " [override " << override_of[static_cast<size_t>(i)] << "]";
+    std::cout << " group " << p.group_of[static_cast<size_t>(i)];
+    for (size_t q = 0; q < p.fork_at.size(); ++q) {
+      if (p.join_before[q] == i) std::cout << " <join " << q << ">";
+    }
+    std::cout << "\n";
+  }
+  return 0;
+}
