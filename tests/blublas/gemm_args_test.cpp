@@ -63,6 +63,9 @@ TEST(GemmArgs, SizesMustBePositive) {
   d = valid_desc();
   d.batch = 0;
   expect_error(d, StatusCode::kInvalidArgument, "batch");
+  d = valid_desc();
+  d.max_ctas = -1;  // Note [GEMM CTA budget]: 0 is one CTA per SM, a count above it a cap
+  expect_error(d, StatusCode::kInvalidArgument, "max_ctas");
 }
 
 TEST(GemmArgs, MessageNamesSizesAndDtypes) {

@@ -155,6 +155,7 @@ struct Case {
   bool c_in_place = false;   // beta != 0 with C = D (D holds C before the call, guards poisoned)
   bool misaligned_bias = false;  // the bias one element past an aligned address (no pair loads)
   int epi_ahead = -1;            // Note [sm90 epilogue loads ahead]: -1 default, 0 off, 1 on
+  int max_ctas = 0;              // Note [GEMM CTA budget]: 0 one CTA per SM
   std::vector<uint8_t>* bits = nullptr;  // receives D's bytes when set
   std::string str() const {
     std::ostringstream os;
@@ -165,7 +166,8 @@ struct Case {
        << (tile >= 0 ? sm90::sm90_tile_name(static_cast<sm90::Sm90Tile>(tile)) : "auto")
        << " splits=" << (splits > 0 ? std::to_string(splits) : "auto")
        << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "")
-       << (c_in_place ? " C=D" : "") << (misaligned_bias ? " misaligned bias" : "");
+       << (c_in_place ? " C=D" : "") << (misaligned_bias ? " misaligned bias" : "")
+       << (max_ctas > 0 ? " max_ctas=" + std::to_string(max_ctas) : "");
     return os.str();
   }
 };
@@ -243,6 +245,7 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   p.bias_per_col = true;
   p.aux = has_aux || gelu_grad ? daux.ptr : nullptr; p.ld_aux = ldd; p.stride_aux = stride_d;
   p.bias_grad = bias_grad ? static_cast<float*>(dbg.ptr) : nullptr;
+  p.max_ctas = c.max_ctas;
 
   Status st = blublas::gemm_detail::sm90_gemm_supports(p, dev);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -732,6 +735,34 @@ TEST(GemmSm90Gpu, EpilogueLoadsAhead) {
       run_case(c, dev);
       ASSERT_EQ(on.size(), off.size()) << c.str();
       EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << "loads ahead changed the bits: " << c.str();
+    }
+  }
+}
+
+// Note [GEMM CTA budget]: a grid capped at 5 CTAs (2 clusters and a half for the 2-CTA tiles) or
+// 1 runs every unit on fewer CTAs: the same units, so D (and the bias gradient) bit for bit as on
+// the full grid, and each within the float64 bound; the cooperative and ping-pong tiles, split-K.
+TEST(GemmSm90Gpu, CtaBudgetKeepsTheBits) {
+  BLU_REQUIRE_SM90(dev);
+  for (int variant = 0; variant < 4; ++variant) {
+    Case c;
+    c.ab = Dtype::kBF16; c.cd = variant == 1 ? Dtype::kF32 : Dtype::kBF16;
+    c.m = 1500; c.n = 1032; c.k = variant == 1 ? 1200 : 200;
+    c.a_k = variant != 2; c.b_k = true;
+    c.tile = variant >= 2 ? kPingPong64 : -1;
+    c.splits = variant == 1 ? 3 : 0;
+    c.epi = variant == 2 ? Epilogue::kBiasGradA : variant == 3 ? Epilogue::kGeluGrad : Epilogue::kNone;
+    c.beta = variant == 0 ? 0.5f : 0.0f;
+    std::vector<uint8_t> full;
+    c.bits = &full;
+    run_case(c, dev);
+    for (int ctas : {5, 1}) {
+      std::vector<uint8_t> few;
+      c.max_ctas = ctas;
+      c.bits = &few;
+      run_case(c, dev);
+      ASSERT_EQ(full.size(), few.size()) << c.str();
+      EXPECT_EQ(std::memcmp(full.data(), few.data(), full.size()), 0) << "the CTA budget changed the bits: " << c.str();
     }
   }
 }

@@ -96,6 +96,13 @@ struct GemmDesc {
   float* amax_d = nullptr;
 
   GemmPath path = GemmPath::kAuto;
+
+  // Note [GEMM CTA budget]: the sm_90a path's persistent grid holds one CTA on every SM, so a
+  // kernel launched beside it on another stream (a LayerNorm backward next to a weight-gradient
+  // GEMM) waits for the GEMM's CTAs to leave. max_ctas > 0 caps the grid at that many CTAs (at
+  // least one cluster), leaving the other SMs free; the tiles, split-K and tile order are chosen
+  // as for the whole device, so D is the same bit for bit. 0: one per SM. Other paths ignore it.
+  int max_ctas = 0;
 };
 
 // Bytes of workspace gemm() needs for this problem on the current device (0 is a valid answer).

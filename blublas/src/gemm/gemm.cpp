@@ -161,6 +161,7 @@ Status validate(const GemmDesc& d) {
 
   BLUBLAS_CHECK_ARG(d.m >= 1 && d.n >= 1 && d.k >= 1, what, ": M, N and K must be >= 1");
   BLUBLAS_CHECK_ARG(d.batch >= 1, what, ": batch must be >= 1");
+  BLUBLAS_CHECK_ARG(d.max_ctas >= 0, what, ": max_ctas must be >= 0 (0: one CTA per SM)");
   if (dtype_is_fp8(d.ab_type)) {
     BLUBLAS_RETURN_IF_ERROR(validate_fp8(d, what));
   } else {
@@ -406,6 +407,7 @@ Status normalize(const GemmDesc& d, GemmProblem* p) {
   q.scale_a = d.scale_a;
   q.scale_b = d.scale_b;
   q.amax = d.amax_d;
+  q.max_ctas = d.max_ctas;
   q.compute = d.compute;
   if (d.ab_type == Dtype::kF32 && d.compute == ComputeMode::kDefault) {
     q.compute = ComputeMode::kStrictF32;

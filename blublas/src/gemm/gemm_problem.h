@@ -39,6 +39,7 @@ struct GemmProblem {
   const float* scale_a = nullptr;  // FP8 (GemmDesc::scale_a / scale_b: their product scales acc)
   const float* scale_b = nullptr;
   float* amax = nullptr;           // FP8: GemmDesc::amax_d
+  int max_ctas = 0;                // GemmDesc::max_ctas (sm90: the persistent grid's cap)
 };
 
 // Fills *p from a validated desc. Returns kInvalidArgument naming the field for a bad desc.

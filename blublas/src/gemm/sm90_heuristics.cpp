@@ -145,7 +145,9 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   }
   const int64_t units = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(plan.tile))) *
                         ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch * plan.splits;
-  plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
+  // Note [GEMM CTA budget] (gemm.h): only the grid, so the units and their sums stay the same.
+  const int64_t ctas = p.max_ctas > 0 ? std::min<int64_t>(p.max_ctas, dev.sm_count) : dev.sm_count;
+  plan.grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, ctas)));
   return plan;
 }
 

@@ -262,6 +262,7 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
     if (rc) d.c = view(*rc).data_ptr();
     if (raux) d.aux = view(*raux).data_ptr();
     if (rbg) d.bias_grad = static_cast<float*>(view(*rbg).data_ptr());
+    d.max_ctas = blu::cuda::gemm_cta_budget();  // Note [GEMM CTA budget] (a side-stream launch)
     DeviceGuard guard(device);
     const blublas::Status s = blublas::gemm(d, workspace->get(device), workspace->bytes, cuda::current_stream(device.index));
     BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,

@@ -391,6 +391,7 @@ class Executable {
   std::vector<cuda::Event> side_ready_;
   std::vector<cuda::Event> side_done_;  // per in-flight slot (group k: k % side_in_flight_)
   int side_in_flight_ = kSideInFlightDefault;  // BLU_CAPTURE_SIDE_IN_FLIGHT
+  int side_gemm_ctas_ = 0;                      // BLU_CAPTURE_SIDE_GEMM_CTAS (Note [GEMM CTA budget])
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null

@@ -64,6 +64,26 @@ class StreamGuard {
   int previous_device_;
 };
 
+// Note [GEMM CTA budget] (blublas/gemm.h): the most CTAs the GEMMs this thread launches may use
+// (0: one per SM, the default), read by blutensor's CUDA gemm and blucomp's bound epilogues when
+// they launch; set around a launch with GemmCtaBudget (the captured step's side-stream calls:
+// BLU_CAPTURE_SIDE_GEMM_CTAS). The bits of D do not depend on it.
+inline int& gemm_cta_budget_slot() {
+  static thread_local int ctas = 0;
+  return ctas;
+}
+inline int gemm_cta_budget() { return gemm_cta_budget_slot(); }
+class GemmCtaBudget {
+ public:
+  explicit GemmCtaBudget(int ctas) : previous_(gemm_cta_budget_slot()) { gemm_cta_budget_slot() = ctas; }
+  ~GemmCtaBudget() { gemm_cta_budget_slot() = previous_; }
+  GemmCtaBudget(const GemmCtaBudget&) = delete;
+  GemmCtaBudget& operator=(const GemmCtaBudget&) = delete;
+
+ private:
+  int previous_;
+};
+
 // RAII: sets the current device, restores the previous one on destruction.
 class DeviceGuard {
  public:

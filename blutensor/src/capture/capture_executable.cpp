@@ -39,6 +39,13 @@ Executable::Executable(Graph g)
     BLU_CHECK(k >= 1 && k <= 8, "BLU_CAPTURE_SIDE_IN_FLIGHT=", v, ": expected 1 .. 8 groups");
     side_in_flight_ = k;
   }
+  // Note [GEMM CTA budget] (blublas/gemm.h): the side stream's GEMMs on at most this many CTAs, so
+  // the main stream's kernels beside them get SMs (0, the default: one CTA per SM). Unmeasured.
+  if (const char* v = std::getenv("BLU_CAPTURE_SIDE_GEMM_CTAS")) {
+    const int k = std::atoi(v);
+    BLU_CHECK(k >= 0 && k <= 4096, "BLU_CAPTURE_SIDE_GEMM_CTAS=", v, ": expected 0 (off) .. 4096 CTAs");
+    side_gemm_ctas_ = k;
+  }
   const size_t n = graph_.buffers.size();
   live_.resize(n);
   last_use_.assign(n, -1);
@@ -473,6 +480,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
     // ready_after launch where that event is one this stretch may wait for (recorded in this
     // capture, or outside any after the last graph), else for the stretch's (or step's) start.
     std::optional<cuda::StreamGuard> on_side;
+    std::optional<cuda::GemmCtaBudget> side_ctas;
     const int group = side.on ? side_.group_of[i] : -1;
     if (group >= 0) {
       const size_t k = static_cast<size_t>(group);
@@ -485,6 +493,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
         side.issuing = group;
       }
       on_side.emplace(side_stream_.get(), side.device);
+      if (side_gemm_ctas_ > 0) side_ctas.emplace(side_gemm_ctas_);
     }
     if (ov < 0) {
       run_node(node, i, ctx);
@@ -509,6 +518,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
                   " failed: ", e.what());
       }
     }
+    side_ctas.reset();
     on_side.reset();
     if (side.on) {
       std::vector<cuda::Event>& ready_events = side.capturing ? capture_ready_ : side_ready_;

@@ -9,6 +9,7 @@
 // blutensor's own tiled SIMT kernel, which takes any strides directly and accumulates in the
 // compute type (double for f64) in k order: deterministic, like every path here.
 #include "blublas/gemm.h"
+#include "blutensor/cuda_stream.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_utils.cuh"
 
@@ -161,6 +162,7 @@ bool gemm_blublas(const Tensor& out, const Tensor& a, const Tensor& bm, bool acc
   d.layout = blublas::Layout::kRowMajor;
   d.ab_type = dt;
   d.cd_type = cdt;
+  d.max_ctas = cuda::gemm_cta_budget();  // Note [GEMM CTA budget]
   if (dt == blublas::Dtype::kF32) {
     d.compute = matmul_precision() == MatmulPrecision::kHighest ? blublas::ComputeMode::kStrictF32
                                                                 : blublas::ComputeMode::kTF32;
