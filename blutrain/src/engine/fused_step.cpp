@@ -147,6 +147,7 @@ struct FusedGPT2Step::Impl {
   int64_t launches_per_step = 0;
   bool time_next = false;
   bool side_enabled = false;
+  int side_gemm_ctas = 0;  // BLUTRAIN_SIDE_GEMM_CTAS (blublas Note [GEMM CTA budget])
   std::string timing_json;
 
   void finish_timing(cudaEvent_t start, double wall_ms);
@@ -355,6 +356,10 @@ void FusedGPT2Step::Impl::setup() {
   // Note [Weight gradients on a side stream]: on by default up to 768 channels only.
   side_enabled = cfg.n_embd <= kSideStreamMaxEmbd;
   if (const char* v = std::getenv("BLUTRAIN_SIDE_STREAM")) side_enabled = std::string(v) != "0";
+  if (const char* v = std::getenv("BLUTRAIN_SIDE_GEMM_CTAS")) {
+    side_gemm_ctas = std::atoi(v);
+    BLU_CHECK(side_gemm_ctas >= 0, "BLUTRAIN_SIDE_GEMM_CTAS=", v, ": expected 0 (all SMs) or a CTA count");
+  }
   cuda_check(cudaStreamSynchronize(stream.get()), "setup");
 }
 
@@ -690,6 +695,9 @@ void FusedGPT2Step::Impl::run_part(Part part) {
   // The side stream is off while sizing (setup) and while timing ops one by one.
   side_on = side_enabled && !L.sizing && !L.timing;
   W.stream = side_on ? side.get() : stream.get();
+  // blublas Note [GEMM CTA budget]: the side stream's weight-gradient GEMMs on fewer CTAs, leaving
+  // SMs to the main stream's kernels beside them (BLUTRAIN_SIDE_GEMM_CTAS; 0, the default: all).
+  W.max_ctas = side_on ? side_gemm_ctas : 0;
   W.timing = L.timing;
   next_event = 0;
   sync_now = false;

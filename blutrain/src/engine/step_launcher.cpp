@@ -71,6 +71,7 @@ void StepLauncher::gemm(const char* what, int m, int n, int k, const void* a, bo
   g.aux = aux;
   g.ld_aux = aux != nullptr ? ldd : 0;
   g.bias_grad = bias_grad;
+  g.max_ctas = max_ctas;
   if (sizing) {
     std::size_t bytes = 0;
     check(blublas::gemm_workspace_size(g, &bytes), what);

@@ -27,6 +27,7 @@ struct StepLauncher {
   int64_t rows = 0;  // B*T
   int batch = 0, seq_len = 0, heads = 0, head_dim = 0, channels = 0;
   cudaStream_t stream = nullptr;
+  int max_ctas = 0;  // GEMMs on at most this many CTAs (blublas Note [GEMM CTA budget]; 0: all SMs)
   // Sizing pass: no launches, workspace_needed grows to the largest request.
   bool sizing = false;
   std::size_t workspace_needed = 0;
