@@ -42,10 +42,7 @@ namespace blu::capture {
 // Both leave calls another override took (blu-plan's kernels) as they are.
 namespace {
 
-bool same_view(const TensorRef& a, const TensorRef& b) {
-  return a.buffer == b.buffer && a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes &&
-         a.strides == b.strides;
-}
+using detail::same_view;
 
 // The same bytes as one dense block (views of other shapes: [1, V, C] and [V, C]).
 bool same_dense(const TensorRef& a, const TensorRef& b) {
@@ -76,20 +73,6 @@ TensorRef reshaped(const TensorRef& t, const TensorRef& shape) {
   return r;
 }
 
-struct Uses {
-  std::vector<int> count;
-  explicit Uses(const Graph& g) : count(g.buffers.size(), 0) {
-    for (const Node& n : g.nodes) {
-      for (const Arg& a : n.args) {
-        for (const TensorRef& t : a.tensors) {
-          if (t.defined()) ++count[static_cast<size_t>(t.buffer)];
-        }
-      }
-    }
-  }
-  int operator()(const TensorRef& t) const { return count[static_cast<size_t>(t.buffer)]; }
-};
-
 const TensorRef& one(const Node& n, const char* name) { return n.arg(name).tensors.at(0); }
 
 }  // namespace
@@ -97,10 +80,9 @@ const TensorRef& one(const Node& n, const char* name) { return n.arg(name).tenso
 ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vector<int>& override_of) {
   ClassifierGradChains out;
   const int n = static_cast<int>(g.nodes.size());
-  const Uses uses(g);
-  const auto replaced = [&](int i) {
-    return static_cast<size_t>(i) < override_of.size() && override_of[static_cast<size_t>(i)] >= 0;
-  };
+  const std::vector<int> use_count = detail::use_counts(g);
+  const auto uses = [&](const TensorRef& t) { return use_count[static_cast<size_t>(t.buffer)]; };
+  const auto replaced = [&](int i) { return detail::replaced_in(override_of, i); };
   const auto internal = [&](const TensorRef& t) {
     const Buffer& b = g.buffers[static_cast<size_t>(t.buffer)];
     return b.origin == Origin::kInternal && !b.output();
@@ -154,7 +136,6 @@ ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vect
     const TensorRef& H = e_is_b ? aa : ab;
     const int64_t numel = E.numel();
     // G: S itself (fp32) or the next call's widening copy of S.
-    std::vector<int> nodes;
     TensorRef G = S;
     if (S.dtype != DType::F32) {
       if (e + 2 >= n || node(e + 2).op != "copy_" || replaced(e + 2) || !same_view(one(node(e + 2), "src"), S) ||
@@ -204,7 +185,7 @@ ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vect
         for (const TensorRef& t : a.tensors) {
           if (!t.defined()) continue;
           if (k > mul && a.write && (t.buffer == dwu.buffer || t.buffer == s.buffer)) ok = false;
-          if (t.buffer == G.buffer && !(S.dtype == DType::F32 && k == e + 1)) ok = false;
+          if (t.buffer == G.buffer) ok = false;
         }
       }
     }
@@ -212,12 +193,11 @@ ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vect
       out.why_embedding = "embedding_backward " + std::to_string(e) + ": a tensor of the chain is used elsewhere or not [V, C]";
       continue;
     }
-    nodes.push_back(mul);
-    if (cast >= 0) nodes.push_back(cast);
-    nodes.push_back(e);
-    nodes.push_back(e + 1);
-    if (S.dtype != DType::F32) nodes.push_back(e + 2);
-    out.embedding = nodes;
+    out.embedding = {mul};
+    if (cast >= 0) out.embedding.push_back(cast);
+    out.embedding.push_back(e);
+    out.embedding.push_back(e + 1);
+    if (S.dtype != DType::F32) out.embedding.push_back(e + 2);
     out.why_embedding.clear();
     break;
   }
@@ -252,8 +232,8 @@ std::string Executable::fold_classifier_grads(bool embedding_in_f32) {
   const Node& m = graph_.nodes[static_cast<size_t>(ch.front())];
   const bool b_scalar = is_scalar(graph_, one(m, "b"));
   const TensorRef dwu = b_scalar ? one(m, "a") : one(m, "b"), sb = b_scalar ? one(m, "b") : one(m, "a");
-  const int e = ch[ch.size() - (graph_.nodes[static_cast<size_t>(ch.back())].op == "copy_" ? 3 : 2)];
-  const Node& emb = graph_.nodes[static_cast<size_t>(e)];
+  const Node& emb = graph_.nodes[static_cast<size_t>(*std::find_if(
+      ch.begin(), ch.end(), [&](int i) { return graph_.nodes[static_cast<size_t>(i)].op == "embedding_backward"; }))];
   const Node& last = graph_.nodes[static_cast<size_t>(ch.back())];
   const TensorRef G = last.op == "copy_" ? one(last, "dst") : one(last, "out");
   const TensorRef dout = one(emb, "dout"), idx = one(emb, "indices");

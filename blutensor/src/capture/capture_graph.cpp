@@ -315,10 +315,7 @@ void fill_from(const std::shared_ptr<Storage>& s, const Buffer& b, const Tensor&
   BLU_CHECK(value.numel() * static_cast<int64_t>(value.element_size()) == static_cast<int64_t>(b.nbytes),
             "capture: the initial value of buffer ", b.id, " is ", value.describe(), ", expected ", b.nbytes, " bytes");
   Tensor dst = detail::byte_view(s, b.nbytes);
-  if (value.device() == b.device)
-    BLU_DISPATCH(b.device, copy_, dst, value);
-  else
-    dst.copy_(value);  // a host snapshot (Note [Input snapshots on the host])
+  dst.copy_(value);  // also from a host snapshot (Note [Input snapshots on the host])
 }
 
 }  // namespace detail

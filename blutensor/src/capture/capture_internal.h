@@ -25,6 +25,29 @@ struct Ctx {
   }
 };
 
+// The pattern helpers of the capture rewrites (capture_ln_residual.cpp, capture_classifier_grad.cpp,
+// capture_weight_copies.cpp): the same view (buffer, dtype, offset, sizes, strides); per buffer,
+// how many tensor arguments of g's calls name it; whether call i is in a replace()d set
+// (override_of may be shorter than the node list).
+inline bool same_view(const TensorRef& a, const TensorRef& b) {
+  return a.buffer == b.buffer && a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes &&
+         a.strides == b.strides;
+}
+inline std::vector<int> use_counts(const Graph& g) {
+  std::vector<int> uses(g.buffers.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (const Arg& a : n.args) {
+      for (const TensorRef& t : a.tensors) {
+        if (t.defined()) ++uses[static_cast<size_t>(t.buffer)];
+      }
+    }
+  }
+  return uses;
+}
+inline bool replaced_in(const std::vector<int>& override_of, int i) {
+  return i >= 0 && static_cast<size_t>(i) < override_of.size() && override_of[static_cast<size_t>(i)] >= 0;
+}
+
 // Runs node n (index: for the error message) through its backend on ctx's storages.
 void run_node(const Node& n, size_t index, const Ctx& ctx);
 // Copies the snapshot `value` into storage s (byte views, same size as buffer b).

@@ -39,21 +39,9 @@ namespace blu::capture {
 std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of) {
   std::vector<LnResidualPair> out;
   const int n = static_cast<int>(g.nodes.size());
-  std::vector<int> uses(g.buffers.size(), 0);
-  for (const Node& node : g.nodes) {
-    for (const Arg& a : node.args) {
-      for (const TensorRef& t : a.tensors) {
-        if (t.defined()) ++uses[static_cast<size_t>(t.buffer)];
-      }
-    }
-  }
-  const auto replaced = [&](int i) {
-    return static_cast<size_t>(i) < override_of.size() && override_of[static_cast<size_t>(i)] >= 0;
-  };
-  const auto same_view = [](const TensorRef& a, const TensorRef& b) {
-    return a.buffer == b.buffer && a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes &&
-           a.strides == b.strides;
-  };
+  const std::vector<int> uses = detail::use_counts(g);
+  const auto replaced = [&](int i) { return detail::replaced_in(override_of, i); };
+  using detail::same_view;
   for (int i = 0; i + 1 < n; ++i) {
     const Node& ln = g.nodes[static_cast<size_t>(i)];
     const Node& add = g.nodes[static_cast<size_t>(i + 1)];

@@ -180,10 +180,7 @@ struct Recorder {
     paused = true;
     Tensor out = byte_tensor(nbytes, to);
     Tensor in = byte_view(src, nbytes);
-    if (to == src->device())
-      BLU_DISPATCH(to, copy_, out, in);
-    else
-      out.copy_(in);  // device to host, ordered after the work already queued on the stream
+    out.copy_(in);  // to the host: after the work already queued on the stream
     paused = false;
     return out;
   }

@@ -107,16 +107,6 @@ bool side_chains_default() {
 
 namespace {
 
-// BLU_CAPTURE_SIDE_MIN_GAP (>= 1) in place of kSideMinGap, read once, for A/B runs.
-int side_min_gap() {
-  static const int gap = [] {
-    const char* v = std::getenv("BLU_CAPTURE_SIDE_MIN_GAP");
-    const int g = v != nullptr ? std::atoi(v) : 0;
-    return g >= 1 ? g : kSideMinGap;
-  }();
-  return gap;
-}
-
 // One buffer a launch touches, and how (a replaced set: the union over its calls).
 struct Touch {
   int buffer;
@@ -181,7 +171,7 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
       const int next = next_touch[b];
       if (next == kNever) continue;
       consumed = true;
-      if (next - i >= side_min_gap()) continue;
+      if (next - i >= kSideMinGap) continue;
       // Note [Side chains]: soon, unless only side calls of the gap rule touch it from here on.
       if (chains && !not_gap_side_later[b])
         chained = true;

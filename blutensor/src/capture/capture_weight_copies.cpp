@@ -33,7 +33,7 @@ namespace blu::capture {
 WeightCastFolds find_weight_casts(const Graph& g, const std::vector<int>& override_of, const std::vector<int>& last_use) {
   WeightCastFolds out;
   const size_t nb = g.buffers.size();
-  const auto replaced = [&](size_t i) { return i < override_of.size() && override_of[i] >= 0; };
+  const auto replaced = [&](size_t i) { return detail::replaced_in(override_of, static_cast<int>(i)); };
   std::vector<std::vector<int>> writers(nb);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     for (const Arg& a : g.nodes[i].args) {
