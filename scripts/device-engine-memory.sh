@@ -11,7 +11,7 @@
 # $OUT/comp_<precision>.json (the comp.<precision>.<engine>.* metrics for scripts/make_summary.py),
 # $OUT/overlap.txt (scripts/step_overlap.py on the profiles: Note [Stream overlap]).
 # BLU_EM_PRECISION (fp32) and BLU_EM_BATCH (8) change the configuration; BLU_EM_ROWS_AB,
-# BLU_EM_FUSED_AB, BLU_EM_COMPILED_AB and BLU_EM_COMPILED_AB2 add runs; BLU_EM_ONLY keeps the named ones.
+# BLU_EM_FUSED_AB(2), BLU_EM_COMPILED_AB, BLU_EM_COMPILED_AB2 and AB3 add runs; BLU_EM_ONLY keeps the named ones.
 # Keeps to what fits ~200 s: build blutrain-cli only (MLIR off), then the runs in priority order,
 # each under a timeout, so what ran comes back even if the call's limit cuts the rest.
 set -uo pipefail
@@ -65,10 +65,15 @@ for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_
 # BLU_EM_COMPILED_AB2: a second one (compiled_ab2).
 # shellcheck disable=SC2086
 [ -n "${BLU_EM_COMPILED_AB2:-}" ] && run compiled_ab2 ${BLU_EM_COMPILED_AB2} -- --compile
+# BLU_EM_COMPILED_AB3 / BLU_EM_FUSED_AB2: one more of each (compiled_ab3, fused_ab2).
+# shellcheck disable=SC2086
+[ -n "${BLU_EM_COMPILED_AB3:-}" ] && run compiled_ab3 ${BLU_EM_COMPILED_AB3} -- --compile
+# shellcheck disable=SC2086
+[ -n "${BLU_EM_FUSED_AB2:-}" ] && run fused_ab2 ${BLU_EM_FUSED_AB2} -- --engine fused
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os
 out = sys.argv[1]
-names = ["compiled", "compiled_ab", "compiled_ab2", "autograd", "fused", "fused_ab", "autograd_logits", "captured"]
+names = ["compiled", "compiled_ab", "compiled_ab2", "compiled_ab3", "autograd", "fused", "fused_ab", "fused_ab2", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
 # Per engine from its progress lines: median K tok/s of steps 4..N but 10-11 (None without them), peaks, notes.
 runs = {}
@@ -134,7 +139,7 @@ EOF
 # Note [Stream overlap]: how each engine's streams overlap in its profiled step (the compiled step
 # against the fused engine first).
 profiles=()
-for name in compiled fused captured compiled_ab compiled_ab2 fused_ab; do
+for name in compiled fused captured compiled_ab compiled_ab2 compiled_ab3 fused_ab fused_ab2; do
   [ -f "$OUT/profile_$name.json" ] && profiles+=("$OUT/profile_$name.json")
 done
 [ ${#profiles[@]} -gt 0 ] && python3 scripts/step_overlap.py --stretches "${profiles[@]}" > "$OUT/overlap.txt" 2>&1

@@ -6,7 +6,7 @@
 #   BLU_COMMIT=<sha> scripts/device-gemm-step.sh <tools dir with blu-plan.gz> [build dir]
 # BLU_GS_NCU="name ..." (scripts/ncu-hot.sh names; default none) adds Nsight Compute reports;
 # BLU_GS_FUSED_AB / BLU_GS_COMPILED_AB ("VAR=value ...": a second fused / compiled run; default
-# none / BLU_CAPTURE_SIDE_STREAM=0; BLU_GS_COMPILED_AB2: a third compiled run); BLU_GS_TESTS overrides the test list (one line);
+# none / BLU_CAPTURE_SIDE_STREAM=0; BLU_GS_COMPILED_AB2 / AB3: a third / fourth compiled run; BLU_GS_FUSED_AB2: a third fused run); BLU_GS_TESTS overrides the test list (one line);
 # BLU_GS_ENGINES=0 skips the engines, BLU_GS_PROFILER=0 the step-GEMM profiler; BLU_GS_MODES
 # ("bf16 16,fp32 8,tf32 16" by default) the engine configurations.
 # Writes $OUT/gs.tgz (everything) and prints a short table last. ~6-7 minutes on an H100.
@@ -73,7 +73,8 @@ if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
     read -r prec batch <<< "$cfg"
     OUT=$W/em_$prec BLU_EM_PRECISION=$prec BLU_EM_BATCH=$batch \
       BLU_EM_FUSED_AB="${BLU_GS_FUSED_AB:-}" BLU_EM_COMPILED_AB="${BLU_GS_COMPILED_AB:-BLU_CAPTURE_SIDE_STREAM=0}" \
-      BLU_EM_COMPILED_AB2="${BLU_GS_COMPILED_AB2:-}" \
+      BLU_EM_COMPILED_AB2="${BLU_GS_COMPILED_AB2:-}" BLU_EM_COMPILED_AB3="${BLU_GS_COMPILED_AB3:-}" \
+      BLU_EM_FUSED_AB2="${BLU_GS_FUSED_AB2:-}" \
       scripts/device-engine-memory.sh "$tools" "$build" > /dev/null 2>&1
     stamp "engines $prec B$batch"
   done

@@ -311,3 +311,33 @@ TEST(CaptureSideStream, SideChainsTakeTheDirectProducersOfSideCalls) {
   const BlockBackward m(true);
   EXPECT_EQ(m.r.plan({}, 1, true).group_of[4], -1);
 }
+
+// Note [Cheap side calls first]: the chained bias sum (4) is issued before the dW GEMM (3) it shares
+// no written buffer with; a group in record order already keeps no order of its own; a call that
+// reads what the GEMM before it writes stays behind it.
+TEST(CaptureSideStream, CheapSideCallsGoBeforeTheGemmsTheyDoNotConflictWith) {
+  const BlockBackward b(false);
+  const SidePlan p = blu::capture::side_stream_plan(b.r.g, {}, 1, true, true);
+  ASSERT_EQ(p.issue_order.size(), 2u);
+  EXPECT_EQ(p.issue_order[0], (std::vector<int>{4, 3}));
+  EXPECT_TRUE(p.issue_order[1].empty());  // the casts alone
+  EXPECT_EQ(p.group_of, b.r.plan({}, 1, true).group_of);  // the same groups, forks and joins
+  EXPECT_EQ(p.join_before, b.r.plan({}, 1, true).join_before);
+  EXPECT_TRUE(b.r.plan({}, 1, true).issue_order.empty() || b.r.plan({}, 1, true).issue_order[0].empty());
+
+  Record r;
+  const int dy = r.buffer(), x = r.buffer(), x2 = r.buffer(), gw = r.buffer(), gw2 = r.buffer(), gb = r.buffer(),
+            gw32 = r.buffer(), norm = r.buffer();
+  r.call("fill", {}, {dy});                         // 0
+  r.call("gemm", {dy, x}, {gw});                    // 1 side (chained: only 2 reads gw)
+  r.call("reduce", {gw}, {gw32});                   // 2 side, reads the GEMM's result: stays behind it
+  r.call("gemm", {dy, x2}, {gw2});                  // 3 side
+  r.call("reduce", {dy}, {gb});                     // 4 side: passes 3, not the cheap 2
+  r.filler(4);                                      // 5-8
+  r.call("global_norm", {gw32, gw2, gb}, {norm});   // 9
+  r.call("host_read", {norm}, {});                  // 10
+  const SidePlan q = side_stream_plan(r.g, {}, 1, true, true);
+  ASSERT_EQ(q.fork_at, (std::vector<int>{1}));
+  ASSERT_EQ(q.issue_order.size(), 1u);
+  EXPECT_EQ(q.issue_order[0], (std::vector<int>{1, 2, 4, 3}));
+}

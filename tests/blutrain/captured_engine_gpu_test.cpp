@@ -104,6 +104,12 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun two_groups = train(root, "two_" + precision, "captured", precision);
     expect_same_training(side, two_groups, n, "one vs two side groups in flight");
   }
+  {  // Note [Side chains] + Note [Cheap side calls first] (off by default): the same bits
+    blu::test::ScopedEnv chains("BLU_CAPTURE_SIDE_CHAIN", "1");
+    blu::test::ScopedEnv cheap("BLU_CAPTURE_SIDE_CHEAP_FIRST", "1");
+    const TrainRun reordered = train(root, "cheap_" + precision, "captured", precision);
+    expect_same_training(side, reordered, n, "side chains with cheap side calls first vs the default plan");
+  }
   // Note [LayerNorm backward with the residual gradient] (blutensor): the pairs as one launch
   // (bf16) or as recorded: the same bits.
   {  // (off by default; BLU_CAPTURE_LN_RESIDUAL=1 turns it on)
@@ -138,7 +144,16 @@ void side_stream_bit_for_bit(const std::string& precision) {
   {
     blu::test::ScopedEnv on("BLU_CAPTURE_EMBEDDING_GRAD_F32", "1");
     const TrainRun emb = train(root, "embf32_" + precision, "captured", precision);
-    EXPECT_NE(emb.log.find("the embedding gradient added into the classifier's in fp32"), std::string::npos) << emb.log;
+    // Note [Early classifier scaling]: the scaling where the record scaled (a side call), the
+    // embedding sum at the end; or both at the end: the same kernels, the same bits.
+    EXPECT_NE(emb.log.find("the classifier's gradient scaled into fp32 at call"), std::string::npos) << emb.log;
+    {
+      blu::test::ScopedEnv late("BLU_CAPTURE_EARLY_CLASSIFIER_SCALE", "0");
+      const TrainRun one_launch = train(root, "emblate_" + precision, "captured", precision);
+      EXPECT_NE(one_launch.log.find("the embedding gradient added into the classifier's in fp32"), std::string::npos)
+          << one_launch.log;
+      expect_same_training(emb, one_launch, n, "classifier scaling early vs at the chain's end");
+    }
     if (precision == "fp32") {
       expect_same_training(side, emb, n, "embedding gradient added into the classifier's vs as recorded");
     } else {
@@ -163,6 +178,15 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_TRUE(std::regex_search(side.log, captured)) << side.log;
     EXPECT_TRUE(std::regex_search(one.log, captured)) << one.log;
     EXPECT_EQ(side.log.find("failed"), std::string::npos) << side.log;
+  }
+  // Note [Stream priorities] (blutensor): the main stream's kernel nodes at the high priority
+  // (the count proves the capture kept them), the same bits.
+  if (n >= 4) {
+    blu::test::ScopedEnv on("BLU_CAPTURE_STREAM_PRIORITY", "1");
+    const TrainRun prio = train(root, "prio_" + precision, "captured", precision);
+    const std::regex kept("; [1-9][0-9]* kernel nodes at the main stream's high priority");
+    EXPECT_TRUE(std::regex_search(prio.log, kept)) << prio.log;
+    expect_same_training(side, prio, n, "stream priorities on vs off");
   }
   const TrainRun eager = train_captured_with_off(root, "eager_" + precision, precision, "BLU_CAPTURE_GRAPHS");
   EXPECT_NE(eager.log.find("captured engine: CUDA graphs off (BLU_CAPTURE_GRAPHS=0)"), std::string::npos) << eager.log;

@@ -166,6 +166,9 @@ struct SidePlan {
   std::vector<int> ready_after;  // per group: the main-stream launch it waits for (-1: the step's start)
   std::vector<int> extend_to;    // per buffer: a group touches it, so it lives to this node (-1: none)
   std::vector<int> start_from;   // per buffer: a group writes it, so it lives from this node (-1: none)
+  std::vector<std::vector<int>> issue_order;  // per group: its launches in the order the side stream
+                                 // issues them where that is not the record's (Note [Cheap side
+                                 // calls first]); empty: record order
   std::size_t side_calls = 0;
 };
 // Note [LayerNorm backward with the residual gradient] (src/capture/capture_ln_residual.cpp): the
@@ -208,8 +211,11 @@ inline constexpr int kSideInFlightDefault = 1;
 // chains: Note [Side chains] (a launch whose results only gap-rule side calls touch later is a side
 // call however soon); side_chains_default(): off unless BLU_CAPTURE_SIDE_CHAIN=1 (measured: no gain).
 bool side_chains_default();
+// Note [Cheap side calls first]: off unless BLU_CAPTURE_SIDE_CHEAP_FIRST=1.
+bool side_cheap_first_default();
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
-                          int max_in_flight = kSideInFlightDefault, bool chains = side_chains_default());
+                          int max_in_flight = kSideInFlightDefault, bool chains = side_chains_default(),
+                          bool cheap_first = side_cheap_first_default());
 
 // Note [Running a captured step]
 // An Executable runs a captured step again, as the step: on the live buffers the capture saw
@@ -331,6 +337,8 @@ class Executable {
     int captured = 0;           // of them, captured (after the second run)
     int captured_calls = 0;     // launches inside the captured graphs
     int eager_calls = 0;        // launches still made one by one from the host
+    int prioritized = -1;       // BLU_CAPTURE_STREAM_PRIORITY=1: kernel nodes at the main stream's
+                                // high priority (Note [Stream priorities]); -1: off
     std::string why;            // why graphs are off, or why the first uncapturable segment is not
     std::string describe() const;  // one line, no newline
   };
@@ -392,6 +400,8 @@ class Executable {
   std::vector<cuda::Event> side_done_;  // per in-flight slot (group k: k % side_in_flight_)
   int side_in_flight_ = kSideInFlightDefault;  // BLU_CAPTURE_SIDE_IN_FLIGHT
   int side_gemm_ctas_ = 0;                      // BLU_CAPTURE_SIDE_GEMM_CTAS (Note [GEMM CTA budget])
+  bool stream_priority_ = false;                // BLU_CAPTURE_STREAM_PRIORITY (Note [Stream priorities])
+  int prioritized_ = 0;                         // kernel nodes captured at the high priority
   std::vector<InplacePair> inplace_pairs_;
   ArenaStats stats_;
   std::vector<std::shared_ptr<Storage>> arena_views_;  // per buffer: a window of an arena, or null

@@ -156,7 +156,12 @@ class GraphExec {
  public:
   GraphExec() = default;
   static void begin_capture(cudaStream_t stream);
-  static GraphExec end_capture(cudaStream_t stream);
+  // node_priority: instantiate with cudaGraphInstantiateFlagUseNodePriority, so each kernel node
+  // runs at the priority of the stream it was captured from (Note [Stream priorities]) instead of
+  // the launch stream's; *prioritized (optional) gets how many kernel nodes have a nonzero one.
+  static GraphExec end_capture(cudaStream_t stream, bool node_priority = false, int* prioritized = nullptr);
+  // The device's highest stream priority (the most negative number; 0 where priorities do not exist).
+  static int highest_stream_priority(int device = -1);
   static void abandon_capture(cudaStream_t stream) noexcept;
   ~GraphExec();
   GraphExec(GraphExec&& other) noexcept;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "blutensor/capture.h"
+#include "blutensor/env_switch.h"
 #include "capture/capture_internal.h"
 #include "dispatch.h"
 #ifndef BLU_TENSOR_NO_CUDA_BACKEND
@@ -40,6 +41,18 @@ namespace blu::capture {
 //    --compile) rewrite, not the captured step's, which keeps autograd's bits. dW_u lives until the
 //    chain's end (fp32 [V, C]) where H (16-bit) did: +77 MB at GPT-2 in bf16.
 // Both leave calls another override took (blu-plan's kernels) as they are.
+//
+// Note [Early classifier scaling]
+// The embedding rewrite's two kernels, G = dW_u * s and the embedding backward added into G, ran
+// as one launch at the chain's end: 105 us of fp32 [V, C] traffic (read dW_u, write G) on the
+// tail's critical path, between the first layer's backward and the update, where the fused engine
+// has nothing (H100, session 24, bf16 B16 profile: that stretch 2.38 ms against 2.07), and dW_u
+// (154 MB) alive through the whole backward. They are two launches now: the scaling where the
+// record scaled (its kMul, and the narrowing copy_ if any: G is touched by no call before the
+// chain's end, checked above, and dW_u and s are written by none after the kMul), the sum at the
+// end. The scaling's result is next used hundreds of calls later, so Note [Side stream] makes it a
+// side call: it overlaps the backward, and dW_u dies there. The same kernels on the same values
+// in the same order: the same bits. BLU_CAPTURE_EARLY_CLASSIFIER_SCALE=0: one launch at the end.
 namespace {
 
 using detail::same_view;
@@ -243,16 +256,33 @@ std::string Executable::fold_classifier_grads(bool embedding_in_f32) {
   s_as.strides.assign(dwu.sizes.size(), 0);
   const TensorRef g2 = reshaped(G, one(emb, "dweight"));
   const Device dev = emb.device;
+  const auto scale = [=](const ViewFn& view) {
+    cuda::DeviceGuard guard(dev.index);
+    BLU_DISPATCH(dev, binary, BinaryOp::kMul, view(g_as_dwu), view(dwu), view(s_as), 1.0);
+  };
+  const auto accumulate = [=](const ViewFn& view) {
+    cuda::DeviceGuard guard(dev.index);
+    BLU_CHECK(cuda_ops::embedding_backward_accumulate_f32(view(g2), view(dout), view(idx)),
+              "capture: the embedding backward refused to accumulate into the classifier's gradient");
+  };
+  const std::string calls = " (calls " + std::to_string(ch.front()) + ".." + std::to_string(ch.back()) + ")";
+  // Note [Early classifier scaling]: the same two kernels, the scaling where the record scaled.
+  const auto emb_at = std::find_if(ch.begin(), ch.end(), [&](int i) {
+    return graph_.nodes[static_cast<size_t>(i)].op == "embedding_backward";
+  });
+  if (env_switch_on("BLU_CAPTURE_EARLY_CLASSIFIER_SCALE") && emb_at != ch.begin()) {
+    replace(std::vector<int>(ch.begin(), emb_at), scale, {dwu.buffer, sb.buffer, G.buffer});
+    replace(std::vector<int>(emb_at, ch.end()), accumulate, {G.buffer, dout.buffer, idx.buffer});
+    return report + "; the classifier's gradient scaled into fp32 at call " + std::to_string(*(emb_at - 1)) +
+           ", the embedding gradient added into it at the end" + calls;
+  }
   replace(ch,
           [=](const ViewFn& view) {
-            cuda::DeviceGuard guard(dev.index);
-            BLU_DISPATCH(dev, binary, BinaryOp::kMul, view(g_as_dwu), view(dwu), view(s_as), 1.0);
-            BLU_CHECK(cuda_ops::embedding_backward_accumulate_f32(view(g2), view(dout), view(idx)),
-                      "capture: the embedding backward refused to accumulate into the classifier's gradient");
+            scale(view);
+            accumulate(view);
           },
           {dwu.buffer, sb.buffer, G.buffer, dout.buffer, idx.buffer});
-  return report + "; the embedding gradient added into the classifier's in fp32 (calls " +
-         std::to_string(ch.front()) + ".." + std::to_string(ch.back()) + ")";
+  return report + "; the embedding gradient added into the classifier's in fp32" + calls;
 #endif
 }
 

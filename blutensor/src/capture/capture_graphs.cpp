@@ -58,6 +58,21 @@ using detail::Ctx;
 // more than the fused engine's, and the gain came from the norm-and-clip stretch right after the
 // loss read's sync, not from the forward/backward (the host runs well ahead there).
 
+// Note [Stream priorities]
+// The side stream's weight-gradient GEMMs are persistent kernels (one CTA on every SM): whichever
+// of two ready kernels the hardware dispatches first takes the SMs, and in the bf16 profile of
+// session 24 (H100, compiled step, one backward layer) the side stream's dW GEMM took them from
+// the main stream's qkv bias sum and LayerNorm backward, the critical path (1.432 ms a layer
+// against the fused engine's 1.397). A CUDA stream priority decides between ready blocks of two
+// streams (it never preempts a running CTA), and a captured graph keeps each kernel node's
+// capture-stream priority only when instantiated with cudaGraphInstantiateFlagUseNodePriority
+// (otherwise every node runs at the launch stream's). BLU_CAPTURE_STREAM_PRIORITY=1 captures the
+// main stream's calls on a stream of the device's highest priority (the side stream keeps the
+// default, the lowest) and instantiates with that flag; GraphStats::prioritized counts the kernel
+// nodes that came out high (the proof that the capture kept them). Eager runs are unchanged. The
+// fused engine's switch is BLUTRAIN_STREAM_PRIORITY=1. Same kernels, same order per stream: the
+// same bits. Off by default until measured.
+
 namespace {
 
 std::atomic<std::uint64_t> next_pool{1};
@@ -68,6 +83,7 @@ std::string Executable::GraphStats::describe() const {
   if (!enabled) return "CUDA graphs off (" + why + ")";
   std::string s = "CUDA graphs: " + std::to_string(captured) + " of " + std::to_string(segments) + " segments (" +
                   std::to_string(captured_calls) + " calls in graphs, " + std::to_string(eager_calls) + " launched one by one)";
+  if (prioritized >= 0) s += "; " + std::to_string(prioritized) + " kernel nodes at the main stream's high priority";
   if (!why.empty()) s += "; " + why;
   return s;
 }
@@ -83,6 +99,7 @@ Executable::~Executable() { drop_graphs(); }
 
 void Executable::drop_graphs() noexcept {
   for (Segment& seg : segments_) seg.exec = cuda::GraphExec();
+  prioritized_ = 0;
 #ifndef BLU_TENSOR_NO_CUDA_BACKEND
   if (pool_refs_ > 0 && !graph_.nodes.empty()) {
     const int device = graph_.nodes.front().device.index;
@@ -164,6 +181,7 @@ Executable::GraphStats Executable::graph_stats() {
   g.enabled = graphs_enabled_;
   g.why = graphs_why_;
   g.segments = static_cast<int>(segments_.size());
+  g.prioritized = stream_priority_ ? prioritized_ : -1;
   for (const Segment& seg : segments_) {
     if (seg.exec.valid()) {
       ++g.captured;
@@ -184,7 +202,9 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   return false;
 #else
   const int device = graph_.nodes.front().device.index;
-  if (capture_stream_.get() == nullptr) capture_stream_ = cuda::Stream::create(device);
+  // Note [Stream priorities]: the main stream's calls captured at the device's highest priority.
+  if (capture_stream_.get() == nullptr)
+    capture_stream_ = cuda::Stream::create(device, true, stream_priority_ ? cuda::GraphExec::highest_stream_priority(device) : 0);
   if (side.on) {
     while (capture_ready_.size() < side_ready_.size()) capture_ready_.push_back(cuda::Event::create(device));
     while (capture_done_.size() < static_cast<size_t>(side_in_flight_)) capture_done_.push_back(cuda::Event::create(device));
@@ -218,7 +238,9 @@ bool Executable::capture_segment(Segment& seg, Ctx& ctx, const StepScalars& scal
   if (routed) alloc.end_allocate_to_pool(device, pool_);
   if (error.empty()) {
     try {
-      seg.exec = cuda::GraphExec::end_capture(s);
+      int prioritized = 0;
+      seg.exec = cuda::GraphExec::end_capture(s, stream_priority_, stream_priority_ ? &prioritized : nullptr);
+      prioritized_ += prioritized;
       return true;
     } catch (const std::exception& e) {
       error = e.what();

@@ -98,11 +98,26 @@ constexpr int kSideMinGap = 4;
 // the backward layer went 5.98 -> 6.16 ms. Work beside a persistent GEMM waits; a dW GEMM that
 // leaves SMs free (fewer CTAs on the side stream) is what would let this overlap pay.
 bool side_chains_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
+  const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");  // read per plan: tests switch it
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Note [Cheap side calls first]
+// A group issues its calls in record order, and the record puts a block's weight-gradient GEMM
+// before its bias sum (autograd's order), so with Note [Side chains] the qkv bias sum ran after the
+// persistent dW GEMM on the side stream, and the dW GEMM, ready as soon as the attention backward
+// was, took the SMs as the data-gradient GEMM's CTAs left, before the main stream's LayerNorm
+// backward could launch (session 24 trace). With this rule a group issues its non-GEMM calls (bias
+// sums, casts: short kernels of many small CTAs) before its GEMMs, each moved only past GEMMs it
+// shares no buffer with (neither writes what the other touches), so the side stream's bias sum
+// runs beside the data-gradient GEMM's tail and the dW GEMM launches when the LayerNorm backward
+// does; with Note [Stream priorities] the LayerNorm's blocks then go first. The arena is unchanged:
+// what a group writes lives from its ready point and what it touches to its join, whatever the
+// order inside it. Same kernels on the same values: the same bits. Off unless
+// BLU_CAPTURE_SIDE_CHEAP_FIRST=1 until measured.
+bool side_cheap_first_default() {
+  const char* v = std::getenv("BLU_CAPTURE_SIDE_CHEAP_FIRST");  // read per plan: tests switch it
+  return v != nullptr && std::string(v) == "1";
 }
 
 namespace {
@@ -113,9 +128,47 @@ struct Touch {
   bool read, write;
 };
 
+// Whether two launches conflict: one writes a buffer the other touches.
+bool conflict(const std::vector<Touch>& a, const std::vector<Touch>& b) {
+  for (const Touch& x : a) {
+    for (const Touch& y : b) {
+      if (x.buffer == y.buffer && (x.write || y.write)) return true;
+    }
+  }
+  return false;
+}
+
+// Note [Cheap side calls first]: per group, its launches with each non-GEMM one moved before the
+// GEMMs ahead of it that it does not conflict with; empty where that is the record's order.
+std::vector<std::vector<int>> cheap_first_order(const SidePlan& plan, const std::vector<std::vector<Touch>>& touches,
+                                                const std::vector<char>& launches, const std::vector<char>& gemm) {
+  std::vector<std::vector<int>> members(plan.fork_at.size());
+  for (size_t i = 0; i < plan.group_of.size(); ++i) {
+    if (launches[i] && plan.group_of[i] >= 0) members[static_cast<size_t>(plan.group_of[i])].push_back(static_cast<int>(i));
+  }
+  std::vector<std::vector<int>> order(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    std::vector<int> o;
+    bool moved = false;
+    for (int u : members[k]) {
+      size_t at = o.size();
+      if (!gemm[static_cast<size_t>(u)]) {
+        while (at > 0 && gemm[static_cast<size_t>(o[at - 1])] &&
+               !conflict(touches[static_cast<size_t>(u)], touches[static_cast<size_t>(o[at - 1])]))
+          --at;
+      }
+      moved = moved || at != o.size();
+      o.insert(o.begin() + static_cast<std::ptrdiff_t>(at), u);
+    }
+    if (moved) order[k] = std::move(o);
+  }
+  return order;
+}
+
 }  // namespace
 
-SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains) {
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains,
+                          bool cheap_first) {
   const int n = static_cast<int>(g.nodes.size());
   const size_t nb = g.buffers.size();
   SidePlan plan;
@@ -134,7 +187,7 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
     members[static_cast<size_t>(k)].push_back(i);
   }
   std::vector<std::vector<Touch>> touches(static_cast<size_t>(n));
-  std::vector<char> launches(static_cast<size_t>(n), 0), on_cuda(static_cast<size_t>(n), 0);
+  std::vector<char> launches(static_cast<size_t>(n), 0), on_cuda(static_cast<size_t>(n), 0), gemm(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i) {
     const int k = set_of(i);
     if (k >= 0 && members[static_cast<size_t>(k)].back() != i) continue;
@@ -146,6 +199,7 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
     for (int c : calls) {
       const Node& node = g.nodes[static_cast<size_t>(c)];
       cuda = cuda && node.device.is_cuda() && node.op != "host_read" && node.op != "host_write";
+      if (node.op == "gemm") gemm[static_cast<size_t>(i)] = 1;
       for (const Arg& a : node.args) {
         for (const TensorRef& r : a.tensors) {
           if (r.defined()) t.push_back({r.buffer, a.read, a.write});
@@ -270,6 +324,7 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
     }
   }
   if (!open.empty()) join_upto(open.size() - 1, n);
+  if (cheap_first) plan.issue_order = cheap_first_order(plan, touches, launches, gemm);
   return plan;
 }
 

@@ -4,6 +4,7 @@
 #include "blutensor/cuda_stream.h"
 
 #include <array>
+#include <vector>
 
 #include "blutensor/error.h"
 
@@ -111,7 +112,7 @@ void GraphExec::begin_capture(cudaStream_t stream) {
   BLU_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
 }
 
-GraphExec GraphExec::end_capture(cudaStream_t stream) {
+GraphExec GraphExec::end_capture(cudaStream_t stream, bool node_priority, int* prioritized) {
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   if (end != cudaSuccess) {
@@ -119,14 +120,39 @@ GraphExec GraphExec::end_capture(cudaStream_t stream) {
     (void)cudaGetLastError();
     BLU_THROW("cudaStreamEndCapture failed: ", cudaGetErrorName(end), " (", cudaGetErrorString(end), ")");
   }
+  if (prioritized != nullptr) {
+    *prioritized = 0;
+    size_t n = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess && n > 0) {
+      std::vector<cudaGraphNode_t> nodes(n);
+      if (cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess) {
+        for (cudaGraphNode_t node : nodes) {
+          cudaGraphNodeType type{};
+          cudaLaunchAttributeValue v{};
+          if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel &&
+              cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributePriority, &v) == cudaSuccess && v.priority != 0)
+            ++*prioritized;
+        }
+      }
+    }
+    (void)cudaGetLastError();
+  }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  const cudaError_t inst =
+      cudaGraphInstantiate(&exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
   (void)cudaGraphDestroy(graph);
   if (inst != cudaSuccess) {
     (void)cudaGetLastError();
     BLU_THROW("cudaGraphInstantiate failed: ", cudaGetErrorName(inst), " (", cudaGetErrorString(inst), ")");
   }
   return GraphExec(exec);
+}
+
+int GraphExec::highest_stream_priority(int device) {
+  DeviceGuard guard(resolve_device(device));
+  int least = 0, greatest = 0;
+  BLU_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return greatest;
 }
 
 void GraphExec::abandon_capture(cudaStream_t stream) noexcept {

@@ -3,7 +3,9 @@
 // writes it and device-engine-memory.sh brings back gzipped) and, optionally, blu-plan's plan
 // (its kernels' node sets, as bound overrides), printed one call a line: index, op, the override
 // it belongs to, its side group (-1: main stream) and the groups joined before it.
-//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--in-flight N]
+//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold]
+// --fold: also the compiled step's classifier-gradient rewrites (Note [Classifier gradient
+// scaling], split as Note [Early classifier scaling] does) as overrides.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -33,12 +35,16 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  bool chains = false;
+  bool chains = false, fold = false, cheap_first = false;
   int in_flight = blu::capture::kSideInFlightDefault;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--chains") {
       chains = true;
+    } else if (a == "--cheap-first") {
+      cheap_first = true;
+    } else if (a == "--fold") {
+      fold = true;
     } else if (a == "--in-flight" && i + 1 < argc) {
       in_flight = std::atoi(argv[++i]);
     } else {
@@ -46,7 +52,7 @@ int main(int argc, char** argv) {
     }
   }
   if (pos.empty()) {
-    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--in-flight N]\n");
+    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold]\n");
     return 2;
   }
   const blu::capture::Graph g = blu::capture::Graph::from_json(read_file(pos[0]));
@@ -70,9 +76,24 @@ int main(int argc, char** argv) {
       ++k;
     }
   }
+  if (fold) {
+    int next = 1 + *std::max_element(override_of.begin(), override_of.end());
+    const blu::capture::ClassifierGradChains c = blu::capture::find_classifier_grad_chains(g, override_of);
+    const auto take = [&](const std::vector<int>& nodes) {
+      for (int i : nodes) override_of[static_cast<size_t>(i)] = next;
+      ++next;
+    };
+    for (const std::vector<int>& dx : c.dx) take(dx);
+    const auto emb = std::find_if(c.embedding.begin(), c.embedding.end(),
+                                  [&](int i) { return g.nodes[static_cast<size_t>(i)].op == "embedding_backward"; });
+    if (emb != c.embedding.begin()) take(std::vector<int>(c.embedding.begin(), emb));
+    if (emb != c.embedding.end()) take(std::vector<int>(emb, c.embedding.end()));
+    std::cout << "fold: " << c.dx.size() << " dX chain(s), embedding chain of " << c.embedding.size() << " calls"
+              << (c.why_embedding.empty() ? "" : " (" + c.why_embedding + ")") << "\n";
+  }
   const int first = pos.size() > 2 ? std::atoi(pos[2].c_str()) : 0;
   const int last = pos.size() > 3 ? std::atoi(pos[3].c_str()) : n;
-  const blu::capture::SidePlan p = blu::capture::side_stream_plan(g, override_of, in_flight, chains);
+  const blu::capture::SidePlan p = blu::capture::side_stream_plan(g, override_of, in_flight, chains, cheap_first);
   std::cout << "calls " << n << ", side calls " << p.side_calls << ", groups " << p.fork_at.size() << "\n";
   for (int i = std::max(0, first); i < std::min(n, last); ++i) {
     std::cout << i << " " << g.nodes[static_cast<size_t>(i)].op;
@@ -81,6 +102,12 @@ int main(int argc, char** argv) {
     for (size_t q = 0; q < p.fork_at.size(); ++q) {
       if (p.join_before[q] == i) std::cout << " <join " << q << ">";
     }
+    std::cout << "\n";
+  }
+  for (size_t k = 0; k < p.issue_order.size(); ++k) {
+    if (p.issue_order[k].empty() || p.issue_order[k].front() < first || p.issue_order[k].front() >= last) continue;
+    std::cout << "group " << k << " issued as";
+    for (int j : p.issue_order[k]) std::cout << " " << j;
     std::cout << "\n";
   }
   return 0;
