@@ -16,6 +16,7 @@ tools=${1:?tools dir}; build=${2:-/tmp/bd-gs}
 OUT=${OUT:-/tmp/blu-out}; mkdir -p "$OUT/gs"; W=$OUT/gs
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$W/progress.txt"; }
 export PATH=/usr/local/cuda/bin:$PATH BLU_REQUIRE_GPU=1
+ulimit -c 0  # a crashed run's core file made gs.tgz too large to come back (session 24)
 read -r -a tests <<< "${BLU_GS_TESTS:-blublas_gemm_sm90_gpu_test blublas_gemm_gpu_test blublas_gemm_property_gpu_test blutensor_cuda_kernels_gpu_test blutensor_ops_cpu_vs_cuda_gpu_test blutensor_multi_tensor_gpu_test blutrain_fused_step_gpu_test blutrain_capture_step_gpu_test blutrain_captured_engine_gpu_test}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF > "$W/configure.txt" 2>&1
@@ -25,6 +26,7 @@ stamp "build rc=$?"; grep -E "error" "$W/build.txt" | head -5
 for t in "${tests[@]}"; do
   timeout 150 "$build/tests/$t" > "$W/test_$t.txt" 2>&1
   stamp "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$W/test_$t.txt" | tr '\n' ' ')"
+  grep -E -A3 'Failure$' "$W/test_$t.txt" | head -24 | cut -c1-240
 done
 # The GEMMs of a bf16 GPT-2 d12 B16 T1024 step as the fused engine calls them (B*T = 16384, C = 768;
 # weights [out, in] row-major: forward NT, dX NN, dW TN; the residual GEMMs accumulate, beta = 1).
@@ -79,7 +81,9 @@ if [ "${BLU_GS_ENGINES:-1}" = 1 ]; then
     stamp "engines $prec B$batch"
   done
 fi
-tar -C "$OUT" -czf "$OUT/gs.tgz" gs
+tar -C "$OUT" --exclude='core*' -czf "$OUT/gs.tgz" gs
+# Files come back up to 16 MiB: without the profiles if it is larger.
+[ "$(stat -c %s "$OUT/gs.tgz")" -gt 15000000 ] && tar -C "$OUT" --exclude='core*' --exclude='profile_*.json' -czf "$OUT/gs.tgz" gs
 cat "$W/gemm_step.md"
 for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -10 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
 for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done

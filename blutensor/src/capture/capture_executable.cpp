@@ -353,8 +353,14 @@ void Executable::add_override(std::vector<int> nodes, LaunchFn launch, std::size
       }
     }
   }
-  for (int b : views) {  // a viewed buffer lives until the launch, wherever the calls named it
-    last_use_[static_cast<size_t>(b)] = std::max(last_use_[static_cast<size_t>(b)], nodes.back());
+  // A viewed buffer lives at the launch, wherever the calls named it: until it at least, and from
+  // it at the latest (a launch that writes a buffer the record first touches later: Note [Early
+  // classifier scaling]'s G; session 24's first device run of it, without this, had the arena
+  // give G's bytes to temporaries live in between: a CUDA fault in bf16).
+  for (int b : views) {
+    const size_t u = static_cast<size_t>(b);
+    last_use_[u] = std::max(last_use_[u], nodes.back());
+    first_use_[u] = first_use_[u] < 0 ? nodes.back() : std::min(first_use_[u], nodes.back());
   }
   overrides_.push_back({std::move(nodes), std::move(launch), scratch_bytes, std::move(scratch_launch), nullptr,
                         std::move(views)});
@@ -496,16 +502,21 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
       }
     }
     // Without the arena: a storage per temporary, from its first use (with it, only a device's
-    // temporaries of zero bytes in all come here).
+    // temporaries of zero bytes in all come here); an override's views from its launch on.
+    const auto give_bytes = [&](int id) {
+      std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(id)];
+      if (s == nullptr && !dropped_[static_cast<size_t>(id)]) {
+        const Buffer& b = graph_.buffers[static_cast<size_t>(id)];
+        s = std::make_shared<Storage>(b.nbytes, b.device);
+      }
+    };
     for (const Arg& a : node.args) {
       for (const TensorRef& t : a.tensors) {
-        if (!t.defined()) continue;
-        std::shared_ptr<Storage>& s = ctx.storages[static_cast<size_t>(t.buffer)];
-        if (s == nullptr && !dropped_[static_cast<size_t>(t.buffer)]) {
-          const Buffer& b = graph_.buffers[static_cast<size_t>(t.buffer)];
-          s = std::make_shared<Storage>(b.nbytes, b.device);
-        }
+        if (t.defined()) give_bytes(t.buffer);
       }
+    }
+    if (ov >= 0 && overrides_[static_cast<size_t>(ov)].nodes.back() == static_cast<int>(i)) {
+      for (int b : overrides_[static_cast<size_t>(ov)].views) give_bytes(b);
     }
     // Note [Side stream]: a side call (a node, or a replaced set's launch at its last node) runs
     // with the side stream current. A group not in flight here is forked: it waits for its
