@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "blutensor/capture.h"
+#include "common/scoped_env.h"
 #include "support/capture_record.h"
 
 namespace {
@@ -340,4 +341,21 @@ TEST(CaptureSideStream, CheapSideCallsGoBeforeTheGemmsTheyDoNotConflictWith) {
   ASSERT_EQ(q.fork_at, (std::vector<int>{1}));
   ASSERT_EQ(q.issue_order.size(), 1u);
   EXPECT_EQ(q.issue_order[0], (std::vector<int>{1, 2, 4, 3}));
+}
+
+// Note [Side gaps from a set's first node]: a data gradient read 3 nodes later by a set (the
+// LayerNorm backward and its residual add as one launch, one node after) stays on the main stream,
+// as it does when the two calls run as recorded; the old rule (the set's launch node) made it a
+// side call joined at once.
+TEST(CaptureSideStream, AConsumersSetCountsFromItsFirstNode) {
+  const BlockBackward b(false);  // 2 dX GEMM, read by 5 (LayerNorm backward) and 6 (its add)
+  std::vector<int> sets(14, -1);
+  sets[5] = sets[6] = 0;
+  const SidePlan fused = b.r.plan(sets, 1, false);
+  const SidePlan plain = b.r.plan({}, 1, false);
+  EXPECT_EQ(fused.group_of[2], -1);
+  EXPECT_EQ(fused.group_of, plain.group_of);
+  EXPECT_EQ(fused.join_before, plain.join_before);
+  blu::test::ScopedEnv old("BLU_CAPTURE_SIDE_GAP_AT_LAUNCH", "1");
+  EXPECT_EQ(b.r.plan(sets, 1, false).group_of[2], 0) << "the test lost its case";
 }

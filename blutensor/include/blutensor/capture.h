@@ -213,6 +213,8 @@ inline constexpr int kSideInFlightDefault = 1;
 bool side_chains_default();
 // Note [Cheap side calls first]: off unless BLU_CAPTURE_SIDE_CHEAP_FIRST=1.
 bool side_cheap_first_default();
+// Note [Side gaps from a set's first node]: true unless BLU_CAPTURE_SIDE_GAP_AT_LAUNCH=1.
+bool side_gap_from_first_node();
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of,
                           int max_in_flight = kSideInFlightDefault, bool chains = side_chains_default(),
                           bool cheap_first = side_cheap_first_default());

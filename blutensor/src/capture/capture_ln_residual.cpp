@@ -33,9 +33,11 @@ namespace blu::capture {
 // pairs fused against 453.45K without, though the LayerNorm kernels summed 1.5 ms less. The kernel
 // trace shows the side stream's plan changing with it: unfused, a block's fc dX GEMM ran beside the
 // fc_proj dW GEMM and its split-K reduction; fused, the two ran one after the other (backward layer
-// period 1.460 against 1.442 ms, and more in the head). Not yet understood which join moved; the
-// next thing to look at is the side plan's ready / join points of the groups around a fused pair
-// (capture_side_stream.cpp) with and without it.
+// period 1.460 against 1.442 ms, and more in the head). Session 24 found why (side_plan_dump
+// --ln-residual): the side plan's gap rule took a set's position at its launch node, so each
+// block's qkv and fc data-gradient GEMM, read by the pair's set 3 nodes later, became a side call
+// joined at once; Note [Side gaps from a set's first node] fixed it (the plan with the pairs is now
+// the plan without them), and the pairs were measured again.
 std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of) {
   std::vector<LnResidualPair> out;
   const int n = static_cast<int>(g.nodes.size());

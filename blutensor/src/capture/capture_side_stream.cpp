@@ -115,6 +115,24 @@ bool side_chains_default() {
 // what a group writes lives from its ready point and what it touches to its join, whatever the
 // order inside it. Same kernels on the same values: the same bits. Off unless
 // BLU_CAPTURE_SIDE_CHEAP_FIRST=1 until measured.
+// Note [Side gaps from a set's first node]
+// The gap rule (Note [Side stream]: results next touched kSideMinGap or more calls later) took the
+// consumer's position at its launch, and a replace()d set launches at its last node. So a rewrite
+// that merges a data gradient's consumer with the call after it stretched the gap: with the
+// LayerNorm backward and its residual add as one launch (Note [LayerNorm backward with the
+// residual gradient]) the qkv and fc data-gradient GEMMs, read by that set 3 nodes later, became
+// side calls that the main stream joined at once, serialising the critical path behind the side
+// stream (side_plan_dump --ln-residual on session 24's bf16 record; session 22's "measured slower,
+// not yet understood which join moved"). Counting launches instead overshoots the other way (the
+// qkv dW GEMM, read by the casts 3 launches later, went to the main stream). The consumer's
+// position is now its set's first node, where the record first needed the value: the plan of the
+// record with the pairs fused is the plan without them. On the plain compiled record the plan is
+// unchanged (checked with side_plan_dump). BLU_CAPTURE_SIDE_GAP_AT_LAUNCH=1: the old rule.
+bool side_gap_from_first_node() {
+  const char* v = std::getenv("BLU_CAPTURE_SIDE_GAP_AT_LAUNCH");
+  return !(v != nullptr && std::string(v) == "1");
+}
+
 bool side_cheap_first_default() {
   const char* v = std::getenv("BLU_CAPTURE_SIDE_CHEAP_FIRST");  // read per plan: tests switch it
   return v != nullptr && std::string(v) == "1";
@@ -215,8 +233,12 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
   // Per buffer: a later launch touches it that is not a side call by the gap rule (a main-stream
   // launch, or a side call by Note [Side chains], so chains are one link long).
   std::vector<char> not_gap_side_later(nb, 0);
+  // Note [Side gaps from a set's first node]: a launch is consumed where its consumer's set begins.
+  const bool from_first = side_gap_from_first_node();
   for (int i = n - 1; i >= 0; --i) {
     if (!launches[static_cast<size_t>(i)]) continue;
+    const int k = set_of(i);
+    const int first_node = from_first && k >= 0 ? members[static_cast<size_t>(k)].front() : i;
     bool writes_any = false, consumed = false, soon = false, chained = false;
     for (const Touch& t : touches[static_cast<size_t>(i)]) {
       if (!t.write) continue;
@@ -235,7 +257,7 @@ SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, i
     const bool side = on_cuda[static_cast<size_t>(i)] && writes_any && consumed && !soon;
     candidate[static_cast<size_t>(i)] = side;
     for (const Touch& t : touches[static_cast<size_t>(i)]) {
-      next_touch[static_cast<size_t>(t.buffer)] = i;
+      next_touch[static_cast<size_t>(t.buffer)] = first_node;
       if (!side || chained) not_gap_side_later[static_cast<size_t>(t.buffer)] = 1;
     }
   }

@@ -3,7 +3,8 @@
 // writes it and device-engine-memory.sh brings back gzipped) and, optionally, blu-plan's plan
 // (its kernels' node sets, as bound overrides), printed one call a line: index, op, the override
 // it belongs to, its side group (-1: main stream) and the groups joined before it.
-//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold]
+//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]
+// --ln-residual: the LayerNorm + residual-add pairs as overrides (BLU_CAPTURE_LN_RESIDUAL=1).
 // --fold: also the compiled step's classifier-gradient rewrites (Note [Classifier gradient
 // scaling], split as Note [Early classifier scaling] does) as overrides.
 #include <algorithm>
@@ -35,7 +36,7 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  bool chains = false, fold = false, cheap_first = false;
+  bool chains = false, fold = false, cheap_first = false, ln_residual = false;
   int in_flight = blu::capture::kSideInFlightDefault;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
       chains = true;
     } else if (a == "--cheap-first") {
       cheap_first = true;
+    } else if (a == "--ln-residual") {
+      ln_residual = true;
     } else if (a == "--fold") {
       fold = true;
     } else if (a == "--in-flight" && i + 1 < argc) {
@@ -52,7 +55,7 @@ int main(int argc, char** argv) {
     }
   }
   if (pos.empty()) {
-    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold]\n");
+    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]\n");
     return 2;
   }
   const blu::capture::Graph g = blu::capture::Graph::from_json(read_file(pos[0]));
@@ -74,6 +77,12 @@ int main(int argc, char** argv) {
         if (i >= 0 && i < n) override_of[static_cast<size_t>(i)] = k;
       }
       ++k;
+    }
+  }
+  if (ln_residual) {  // Note [LayerNorm backward with the residual gradient]: each pair one launch
+    int next = 1 + *std::max_element(override_of.begin(), override_of.end());
+    for (const blu::capture::LnResidualPair& q : blu::capture::find_ln_residual_pairs(g, override_of)) {
+      override_of[static_cast<size_t>(q.ln)] = override_of[static_cast<size_t>(q.add)] = next++;
     }
   }
   if (fold) {
