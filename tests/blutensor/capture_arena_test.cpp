@@ -461,3 +461,35 @@ TEST(CaptureArena, AnOverridesViewsLiveFromItsLaunch) {
   exe.replace({1}, [](const capture::Executable::ViewFn&) {}, {t[0], t[1], t[3]});
   EXPECT_FALSE(windows_overlap(t[2], t[3]));
 }
+
+// Note [Dead host copies]: item()'s copy of a scalar into a host tensor nothing reads again runs
+// nothing; a copy whose destination a later call reads stays. (A destination kept after the step,
+// Buffer::alive, needs a live tensor: the captured engine GPU test's full step covers it.)
+TEST(CaptureArena, DeadHostCopiesRunNothing) {
+  capture::Graph g;
+  const Device cpu = Device::cpu();
+  const int src = test::add_buffer(g, cpu, 4), dead = test::add_buffer(g, cpu, 4), read = test::add_buffer(g, cpu, 4),
+            kept = test::add_buffer(g, cpu, 4), out = test::add_buffer(g, cpu, 4);
+  const auto call = [&](const std::string& op, std::vector<std::pair<const char*, int>> reads,
+                        std::vector<std::pair<const char*, int>> writes) {
+    capture::Node n;
+    n.op = op;
+    n.device = cpu;
+    for (const auto& [name, b] : reads) n.args.push_back(test::tensor_arg(name, b, true, false, kFloat32, {1}));
+    for (const auto& [name, b] : writes) n.args.push_back(test::tensor_arg(name, b, false, true, kFloat32, {1}));
+    g.nodes.push_back(n);
+  };
+  call("fill", {}, {{"out", src}});                     // 0
+  call("host_read", {{"src", src}}, {});                // 1
+  call("copy_", {{"src", src}}, {{"dst", dead}});       // 2 dropped
+  call("copy_", {{"src", src}}, {{"dst", read}});       // 3 read by 5: stays
+  call("copy_", {{"src", kept}}, {{"dst", kept}});      // 4 onto itself: stays
+  call("binary", {{"a", read}}, {{"out", out}});        // 5
+  capture::Executable exe(std::move(g));
+  EXPECT_EQ(exe.drop_dead_host_copies(), 1);
+  EXPECT_TRUE(exe.replaced(2));
+  EXPECT_FALSE(exe.replaced(3));
+  EXPECT_FALSE(exe.replaced(4));
+  EXPECT_FALSE(exe.buffer(dead).defined());  // no bytes
+  EXPECT_EQ(exe.drop_dead_host_copies(), 0);  // once
+}

@@ -144,7 +144,8 @@ TEST_F(CapturedClassifier, TinyInOddChunksMatchesTheAutogradEngine) {
             std::string::npos)
       << off.log;
   EXPECT_EQ(summary_value(off.summary, "e2e.fp32.classifier_chunk_rows"), 0u) << off.summary;
-  EXPECT_EQ(summary_value(off.summary, "e2e.fp32.arena_dropped_bytes"), 0u) << off.summary;
+  // (Only blutensor's Note [Dead host copies]: item()'s unread host copies, one arena slot each.)
+  EXPECT_LE(summary_value(off.summary, "e2e.fp32.arena_dropped_bytes"), 1024u) << off.summary;
   expect_close(a, off, 0, 0, 0);
 
   // The logits and their gradient get no arena bytes (at this size the arena's peak is the

@@ -112,9 +112,13 @@ void side_stream_bit_for_bit(const std::string& precision) {
   }
   // Note [LayerNorm backward with the residual gradient] (blutensor): the pairs as one launch
   // (bf16) or as recorded: the same bits.
-  {  // (off by default; BLU_CAPTURE_LN_RESIDUAL=1 turns it on)
-    blu::test::ScopedEnv on("BLU_CAPTURE_LN_RESIDUAL", "1");
+  {  // (on by default; BLU_CAPTURE_LN_RESIDUAL=0 turns it off)
+    blu::test::ScopedEnv off("BLU_CAPTURE_LN_RESIDUAL", "0");
+    if (precision == "bf16") {
+      EXPECT_NE(side.log.find("LayerNorm backward + residual gradient: "), std::string::npos) << side.log;
+    }
     const TrainRun ln_pairs = train(root, "lnres_" + precision, "captured", precision);
+    EXPECT_EQ(ln_pairs.log.find("LayerNorm backward + residual gradient: "), std::string::npos) << ln_pairs.log;
     expect_same_training(side, ln_pairs, n, "LayerNorm + residual pairs fused vs not");
   }
   // Note [Classifier gradient scaling] (blutensor): the dX scaling as one launch (bf16) or as
@@ -178,6 +182,14 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_TRUE(std::regex_search(side.log, captured)) << side.log;
     EXPECT_TRUE(std::regex_search(one.log, captured)) << one.log;
     EXPECT_EQ(side.log.find("failed"), std::string::npos) << side.log;
+  }
+  // Note [Dead host copies] (blutensor): item()'s unread copies into host memory dropped, or run.
+  {
+    EXPECT_NE(side.log.find("host copies: "), std::string::npos) << side.log;
+    blu::test::ScopedEnv keep("BLU_CAPTURE_HOST_COPIES", "1");
+    const TrainRun copies = train(root, "hostcopies_" + precision, "captured", precision);
+    EXPECT_EQ(copies.log.find("host copies: "), std::string::npos) << copies.log;
+    expect_same_training(side, copies, n, "unread host copies dropped vs run");
   }
   // Note [Stream priorities] (blutensor): the main stream's kernel nodes at the high priority
   // (the count proves the capture kept them), the same bits.

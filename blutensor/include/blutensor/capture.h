@@ -315,6 +315,9 @@ class Executable {
   // Note [Weight copies from the update]: the bf16 weight casts written by the AdamW update (CUDA
   // builds; the same bits); the number of parameter copies folded. Call after the other overrides.
   int fold_weight_casts();
+  // Note [Dead host copies]: item()'s copies into host memory that nothing reads again run nothing
+  // (the same bits); the number dropped.
+  int drop_dead_host_copies();
   const ClassifierChunks& classifier() const { return classifier_; }
 
   // The arena plan of the temporaries (made on first need, again after replace()); enabled false

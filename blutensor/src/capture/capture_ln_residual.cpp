@@ -28,7 +28,12 @@ namespace blu::capture {
 // contiguous with x's shape, the output not a partial overlap of g, neither call already replaced
 // (blu-plan's kernels come first), on CUDA. fp32 LayerNorm backward runs blublas's kernel, whose
 // accumulate path would round differently: not taken.
-// Status: off by default, on with BLU_CAPTURE_LN_RESIDUAL=1 (blutrain's captured_step.cpp). Measured
+// Status: ON by default since session 24 (BLU_CAPTURE_LN_RESIDUAL=0 turns it off; blutrain's
+// captured_step.cpp). Measured (H100, session 24, one call, d42d7d8, compiled bf16 B16, 30-step
+// medians): pairs fused 469.1K tok/s against 463.7K unfused (+1.2%; busy 33.48 against 34.06 ms,
+// the fused engine's 33.51), and 459.6K with the pairs under the old gap rule (two streams at once
+// 1.70 ms against 6.85: the critical path behind the side stream). Before that, measured
+// slower (H100, session 22, GPT-2 d12 bf16 B16 compiled step, same call): 443.65K tok/s with the
 // slower (H100, session 22, GPT-2 d12 bf16 B16 compiled step, same call): 443.65K tok/s with the
 // pairs fused against 453.45K without, though the LayerNorm kernels summed 1.5 ms less. The kernel
 // trace shows the side stream's plan changing with it: unfused, a block's fc dX GEMM ran beside the
