@@ -183,6 +183,11 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_TRUE(std::regex_search(one.log, captured)) << one.log;
     EXPECT_EQ(side.log.find("failed"), std::string::npos) << side.log;
   }
+  {  // Note [One host read a step] (blutrain): the loss and the norm in one transfer: the same run
+    blu::test::ScopedEnv one("BLU_CAPTURED_ONE_HOST_READ", "1");
+    const TrainRun one_read = train(root, "oneread_" + precision, "captured", precision);
+    expect_same_training(side, one_read, n, "loss and norm read in one transfer vs two");
+  }
   // Note [Dead host copies] (blutensor): item()'s unread copies into host memory dropped, or run.
   {
     EXPECT_NE(side.log.find("host copies: "), std::string::npos) << side.log;
