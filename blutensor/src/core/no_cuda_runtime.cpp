@@ -88,8 +88,11 @@ void Event::wait(cudaStream_t) const {
 void GraphExec::begin_capture(cudaStream_t) {
   no_cuda("blu::cuda::GraphExec::begin_capture");
 }
-GraphExec GraphExec::end_capture(cudaStream_t) {
+GraphExec GraphExec::end_capture(cudaStream_t, bool, int*) {
   no_cuda("blu::cuda::GraphExec::end_capture");
+}
+int GraphExec::highest_stream_priority(int) {
+  no_cuda("blu::cuda::GraphExec::highest_stream_priority");
 }
 void GraphExec::abandon_capture(cudaStream_t) noexcept {}
 GraphExec::~GraphExec() = default;
