@@ -144,6 +144,7 @@ TEST(CaptureClassifierGrad, FindsTheBf16Chains) {
   ASSERT_EQ(c.dx.size(), 1u);
   EXPECT_EQ(c.dx[0], (std::vector<int>{st.dx[0], st.dx[1], st.dx[2]}));
   EXPECT_EQ(c.embedding, (std::vector<int>{st.mul, st.cast, st.emb, st.add, st.widen})) << c.why_embedding;
+  EXPECT_EQ(c.embedding_split, 2u);  // the scaling: mul, cast; the sum from the embedding backward
 }
 
 TEST(CaptureClassifierGrad, FindsTheFp32Chain) {
@@ -159,6 +160,7 @@ TEST(CaptureClassifierGrad, FindsTheFp32Chain) {
   const ClassifierGradChains c = r.find();
   EXPECT_TRUE(c.dx.empty());
   EXPECT_EQ(c.embedding, (std::vector<int>{mul, emb, add})) << c.why_embedding;
+  EXPECT_EQ(c.embedding_split, 1u);
 }
 
 TEST(CaptureClassifierGrad, KeepsWhatItCannotFold) {

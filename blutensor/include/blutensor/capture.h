@@ -184,6 +184,8 @@ std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::ve
 struct ClassifierGradChains {
   std::vector<std::vector<int>> dx;
   std::vector<int> embedding;
+  std::size_t embedding_split = 0;  // embedding[embedding_split] is the embedding_backward: the
+                                    // scaling's calls before it, the sum's from it on
   std::string why_embedding;
 };
 ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vector<int>& override_of);

@@ -208,6 +208,7 @@ ClassifierGradChains find_classifier_grad_chains(const Graph& g, const std::vect
     }
     out.embedding = {mul};
     if (cast >= 0) out.embedding.push_back(cast);
+    out.embedding_split = out.embedding.size();
     out.embedding.push_back(e);
     out.embedding.push_back(e + 1);
     if (S.dtype != DType::F32) out.embedding.push_back(e + 2);
@@ -245,8 +246,8 @@ std::string Executable::fold_classifier_grads(bool embedding_in_f32) {
   const Node& m = graph_.nodes[static_cast<size_t>(ch.front())];
   const bool b_scalar = is_scalar(graph_, one(m, "b"));
   const TensorRef dwu = b_scalar ? one(m, "a") : one(m, "b"), sb = b_scalar ? one(m, "b") : one(m, "a");
-  const Node& emb = graph_.nodes[static_cast<size_t>(*std::find_if(
-      ch.begin(), ch.end(), [&](int i) { return graph_.nodes[static_cast<size_t>(i)].op == "embedding_backward"; }))];
+  const auto emb_at = ch.begin() + static_cast<std::ptrdiff_t>(c.embedding_split);
+  const Node& emb = graph_.nodes[static_cast<size_t>(*emb_at)];
   const Node& last = graph_.nodes[static_cast<size_t>(ch.back())];
   const TensorRef G = last.op == "copy_" ? one(last, "dst") : one(last, "out");
   const TensorRef dout = one(emb, "dout"), idx = one(emb, "indices");
@@ -267,10 +268,7 @@ std::string Executable::fold_classifier_grads(bool embedding_in_f32) {
   };
   const std::string calls = " (calls " + std::to_string(ch.front()) + ".." + std::to_string(ch.back()) + ")";
   // Note [Early classifier scaling]: the same two kernels, the scaling where the record scaled.
-  const auto emb_at = std::find_if(ch.begin(), ch.end(), [&](int i) {
-    return graph_.nodes[static_cast<size_t>(i)].op == "embedding_backward";
-  });
-  if (env_switch_on("BLU_CAPTURE_EARLY_CLASSIFIER_SCALE") && emb_at != ch.begin()) {
+  if (env_switch_on("BLU_CAPTURE_EARLY_CLASSIFIER_SCALE")) {
     replace(std::vector<int>(ch.begin(), emb_at), scale, {dwu.buffer, sb.buffer, G.buffer});
     replace(std::vector<int>(emb_at, ch.end()), accumulate, {G.buffer, dout.buffer, idx.buffer});
     return report + "; the classifier's gradient scaled into fp32 at call " + std::to_string(*(emb_at - 1)) +

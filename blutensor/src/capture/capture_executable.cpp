@@ -481,8 +481,9 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
       BLU_THROW("capture::Executable: the override of nodes ending at ", j, " failed: ", e.what());
     }
   };
-  // Note [Cheap side calls first]: a group's launches issued at its fork in the plan's order.
-  std::vector<char> issued_early(static_cast<size_t>(std::max(0, end - begin)), 0);
+  // Note [Cheap side calls first]: a group's launches issued at its fork in the plan's order (no
+  // bookkeeping without such an order: the default plan).
+  std::vector<char> issued_early(side_.issue_order.empty() ? 0 : static_cast<size_t>(std::max(0, end - begin)), 0);
   for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
     Node& node = graph_.nodes[i];
     const int ov = i < override_of_.size() ? override_of_[i] : -1;
@@ -548,7 +549,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
         launch_call(static_cast<size_t>(j));
         issued_early[static_cast<size_t>(j - begin)] = 1;
       }
-    } else if (!issued_early[i - static_cast<size_t>(begin)]) {
+    } else if (issued_early.empty() || !issued_early[i - static_cast<size_t>(begin)]) {
       launch_call(i);
     }
     side_ctas.reset();

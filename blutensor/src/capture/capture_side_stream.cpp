@@ -102,19 +102,6 @@ bool side_chains_default() {
   return v != nullptr && std::string(v) == "1";
 }
 
-// Note [Cheap side calls first]
-// A group issues its calls in record order, and the record puts a block's weight-gradient GEMM
-// before its bias sum (autograd's order), so with Note [Side chains] the qkv bias sum ran after the
-// persistent dW GEMM on the side stream, and the dW GEMM, ready as soon as the attention backward
-// was, took the SMs as the data-gradient GEMM's CTAs left, before the main stream's LayerNorm
-// backward could launch (session 24 trace). With this rule a group issues its non-GEMM calls (bias
-// sums, casts: short kernels of many small CTAs) before its GEMMs, each moved only past GEMMs it
-// shares no buffer with (neither writes what the other touches), so the side stream's bias sum
-// runs beside the data-gradient GEMM's tail and the dW GEMM launches when the LayerNorm backward
-// does; with Note [Stream priorities] the LayerNorm's blocks then go first. The arena is unchanged:
-// what a group writes lives from its ready point and what it touches to its join, whatever the
-// order inside it. Same kernels on the same values: the same bits. Off unless
-// BLU_CAPTURE_SIDE_CHEAP_FIRST=1 until measured.
 // Note [Side gaps from a set's first node]
 // The gap rule (Note [Side stream]: results next touched kSideMinGap or more calls later) took the
 // consumer's position at its launch, and a replace()d set launches at its last node. So a rewrite
@@ -133,6 +120,22 @@ bool side_gap_from_first_node() {
   return !(v != nullptr && std::string(v) == "1");
 }
 
+// Note [Cheap side calls first]
+// A group issues its calls in record order, and the record puts a block's weight-gradient GEMM
+// before its bias sum (autograd's order), so with Note [Side chains] the qkv bias sum ran after the
+// persistent dW GEMM on the side stream, and the dW GEMM, ready as soon as the attention backward
+// was, took the SMs as the data-gradient GEMM's CTAs left, before the main stream's LayerNorm
+// backward could launch (session 24 trace). With this rule a group issues its non-GEMM calls (bias
+// sums, casts: short kernels of many small CTAs) before its GEMMs, each moved only past GEMMs it
+// shares no buffer with (neither writes what the other touches), so the side stream's bias sum
+// runs beside the data-gradient GEMM's tail and the dW GEMM launches when the LayerNorm backward
+// does; with Note [Stream priorities] the LayerNorm's blocks then go first. The arena is unchanged:
+// what a group writes lives from its ready point and what it touches to its join, whatever the
+// order inside it. Same kernels on the same values: the same bits.
+// Status: OFF (BLU_CAPTURE_SIDE_CHEAP_FIRST=1 turns it on). Measured (H100, session 24, 9a99331, one
+// call, with side chains, against the default plan): bf16 B16 463.8K vs 465.7K tok/s, fp32 B8
+// 53.5K vs 54.6K, tf32 B16 210.7K vs 209.7K; with stream priorities too, no better. The dW GEMM,
+// once its CTAs are resident, still holds the SMs the LayerNorm backward needs.
 bool side_cheap_first_default() {
   const char* v = std::getenv("BLU_CAPTURE_SIDE_CHEAP_FIRST");  // read per plan: tests switch it
   return v != nullptr && std::string(v) == "1";

@@ -93,10 +93,11 @@ int main(int argc, char** argv) {
       ++next;
     };
     for (const std::vector<int>& dx : c.dx) take(dx);
-    const auto emb = std::find_if(c.embedding.begin(), c.embedding.end(),
-                                  [&](int i) { return g.nodes[static_cast<size_t>(i)].op == "embedding_backward"; });
-    if (emb != c.embedding.begin()) take(std::vector<int>(c.embedding.begin(), emb));
-    if (emb != c.embedding.end()) take(std::vector<int>(emb, c.embedding.end()));
+    if (!c.embedding.empty()) {  // split as Note [Early classifier scaling] splits it
+      const auto emb = c.embedding.begin() + static_cast<std::ptrdiff_t>(c.embedding_split);
+      take(std::vector<int>(c.embedding.begin(), emb));
+      take(std::vector<int>(emb, c.embedding.end()));
+    }
     std::cout << "fold: " << c.dx.size() << " dX chain(s), embedding chain of " << c.embedding.size() << " calls"
               << (c.why_embedding.empty() ? "" : " (" + c.why_embedding + ")") << "\n";
   }
