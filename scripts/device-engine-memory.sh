@@ -70,30 +70,56 @@ for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_
 [ -n "${BLU_EM_COMPILED_AB3:-}" ] && run compiled_ab3 ${BLU_EM_COMPILED_AB3} -- --compile
 # shellcheck disable=SC2086
 [ -n "${BLU_EM_FUSED_AB2:-}" ] && run fused_ab2 ${BLU_EM_FUSED_AB2} -- --engine fused
+# BLU_EM_REPEAT=N (1): N-1 more rounds of the runs made above (compiled, fused, compiled_ab,
+# fused_ab; alternating, in that order), named <run>_r<k>; an engine's tok/s is then the median of
+# all its rounds' steps (session 25: one run each left run-to-run drift of ~1% in the comparison).
+# The repeats' profiles stay on the machine.
+for ((k = 2; k <= ${BLU_EM_REPEAT:-1}; k++)); do
+  for base in compiled fused compiled_ab fused_ab; do
+    [ -f "$OUT/engine_$base.txt" ] || continue
+    # shellcheck disable=SC2086
+    case $base in
+      compiled) BLU_EM_ONLY="" run "compiled_r$k" -- --compile ;;
+      fused) BLU_EM_ONLY="" run "fused_r$k" -- --engine fused ;;
+      compiled_ab) BLU_EM_ONLY="" run "compiled_ab_r$k" ${BLU_EM_COMPILED_AB} -- --compile ;;
+      fused_ab) BLU_EM_ONLY="" run "fused_ab_r$k" ${BLU_EM_FUSED_AB} -- --engine fused ;;
+    esac
+    mv -f "$OUT/profile_${base}_r$k.json" "/tmp/profile_${base}_r$k.json" 2>/dev/null
+  done
+done
 python3 - "$OUT" <<'EOF'
 import json, re, statistics, sys, os
 out = sys.argv[1]
 names = ["compiled", "compiled_ab", "compiled_ab2", "compiled_ab3", "autograd", "fused", "fused_ab", "fused_ab2", "autograd_logits", "captured"]
 names += sorted(f[len("engine_"):-4] for f in os.listdir(out) if f.startswith("engine_autograd_rows") and f.endswith(".txt"))
 # Per engine from its progress lines: median K tok/s of steps 4..N but 10-11 (None without them), peaks, notes.
-runs = {}
+runs, hosts = {}, {}
 for name in names:
     p = os.path.join(out, f"engine_{name}.txt")
     if not os.path.exists(p):
         continue
     text = open(p).read()
+    rounds = sorted(f for f in os.listdir(out) if re.fullmatch(rf"engine_{name}_r\d+\.txt", f))
+    for f in rounds:  # BLU_EM_REPEAT: the same engine's later rounds, pooled
+        text += open(os.path.join(out, f)).read()
     tok, peak, dev = [], 0.0, 0.0
     for m in re.finditer(r"step\s+(\d+)/\d+ \| loss \S+ .*?\| ([\d.]+)K tok/s .*?peak ([\d.]+)\) \| dev ([\d.]+) GiB", text):
         if int(m.group(1)) >= 4 and int(m.group(1)) not in (10, 11):
             tok.append(float(m.group(2)))
         peak, dev = max(peak, float(m.group(3))), max(dev, float(m.group(4)))
-    notes = "; ".join(l.strip() for l in text.splitlines() if l.startswith(("captured engine: arena", "compile:", "plan:")))
+    notes = "; ".join(dict.fromkeys(l.strip() for l in text.splitlines()
+                                    if l.startswith(("captured engine: arena", "compile:", "plan:"))))
+    hosts[name] = [l.strip() for l in text.splitlines() if l.startswith("host:")]
+    if rounds:
+        notes = f"{len(rounds) + 1} rounds pooled; " + notes
     losses = re.findall(r"step\s+\d+/\d+ \| loss (\S+)", text)
     runs[name] = (statistics.median(tok) if tok else None, peak, dev, notes, losses)
 steps = int(os.environ.get("BLU_EM_STEPS", "12"))
 rows = [f"| engine | tok/s (median, steps 4-{steps} but 10-11) | peak GiB | dev GiB | notes |", "|---|---|---|---|---|"]
 for name, (tok, peak, dev, notes, _) in runs.items():
     rows.append(f"| {name} | {f'{tok:.2f}' if tok is not None else 'n/a'}K | {peak} | {dev} | {notes[:300]} |")
+# Note [Host issue time] (blutrain/host_marks.h): each round's host line.
+rows += [""] + [f"{name}: {h}" for name, hs in hosts.items() for h in hs]
 # The profiled step, per kernel family (ms and launches), side by side.
 prof = {}
 for name in names:

@@ -85,6 +85,6 @@ tar -C "$OUT" --exclude='core*' -czf "$OUT/gs.tgz" gs
 # Files come back up to 16 MiB: without the profiles if it is larger.
 [ "$(stat -c %s "$OUT/gs.tgz")" -gt 15000000 ] && tar -C "$OUT" --exclude='core*' --exclude='profile_*.json' -czf "$OUT/gs.tgz" gs
 cat "$W/gemm_step.md"
-for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && head -10 "$W/em_$prec/engine_memory.md" | cut -c1-90; done
+for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/engine_memory.md" ] && grep -E '^\| (engine|compiled|fused|autograd|captured)|: host:|step_wall|busy_ms' "$W/em_$prec/engine_memory.md" | cut -c1-160; done
 for prec in bf16 fp32 tf32; do [ -f "$W/em_$prec/overlap.txt" ] && grep "^==" "$W/em_$prec/overlap.txt" | cut -c1-200; done
 rm -rf "$W"

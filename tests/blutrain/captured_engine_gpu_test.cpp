@@ -183,10 +183,20 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_TRUE(std::regex_search(one.log, captured)) << one.log;
     EXPECT_EQ(side.log.find("failed"), std::string::npos) << side.log;
   }
-  {  // Note [One host read a step] (blutrain): the loss and the norm in one transfer: the same run
-    blu::test::ScopedEnv one("BLU_CAPTURED_ONE_HOST_READ", "1");
-    const TrainRun one_read = train(root, "oneread_" + precision, "captured", precision);
-    expect_same_training(side, one_read, n, "loss and norm read in one transfer vs two");
+  {  // Note [One host read a step] (blutrain, on by default): the loss and the norm in one
+     // transfer or two: the same run
+    blu::test::ScopedEnv two("BLU_CAPTURED_ONE_HOST_READ", "0");
+    const TrainRun two_reads = train(root, "tworeads_" + precision, "captured", precision);
+    expect_same_training(side, two_reads, n, "loss and norm read in one transfer vs two");
+  }
+  {  // Note [Staged captured inputs] (blutrain): batches staged into the recorded token tensors
+     // (the default) or copied into them: the same run; Note [Host issue time]'s line is there
+    blu::test::ScopedEnv copy("BLU_CAPTURED_STAGE_COPY", "1");
+    const TrainRun copied = train(root, "stagecopy_" + precision, "captured", precision);
+    expect_same_training(side, copied, n, "batches staged into the record's tensors vs copied");
+    if (n >= 5) {
+      EXPECT_NE(side.log.find("host: a step's graph launched "), std::string::npos) << side.log;
+    }
   }
   // Note [Dead host copies] (blutensor): item()'s unread copies into host memory dropped, or run.
   {

@@ -11,6 +11,7 @@
 //   auto out = blu::capture::replay(g, {{buffer id, tensor holding its value at capture start}});
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -255,6 +256,9 @@ class Executable {
   bool run(const StepScalars& scalars = StepScalars(), const HostReadFn& on_host_read = nullptr);
   // The tensors the step's host reads read, after the last run() (views that keep their storage).
   const std::vector<Tensor>& host_reads() const { return host_reads_; }
+  // When the last run()'s first CUDA graph launch returned on the host (a default time point when
+  // that run launched no graph): blutrain Note [Host issue time].
+  std::chrono::steady_clock::time_point graph_launched_at() const { return graph_launched_at_; }
   std::size_t persistent_buffers() const { return persistent_; }
 
   // Note [Kernel overrides]
@@ -430,6 +434,7 @@ class Executable {
   std::vector<std::shared_ptr<Storage>> live_;  // persistent buffers; null for temporaries
   std::vector<int> last_use_;                   // node index of each buffer's last use (-1: none)
   std::vector<Tensor> host_reads_;
+  std::chrono::steady_clock::time_point graph_launched_at_{};
   std::vector<int> refill_;  // inputs made inside the step and written by it: reset each run
   std::size_t persistent_ = 0;
   // Note [Graph segments].

@@ -379,6 +379,7 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
     }
   }
   host_reads_.clear();
+  graph_launched_at_ = {};
   for (int id : refill_)
     fill_from(live_[static_cast<size_t>(id)], graph_.buffers[static_cast<size_t>(id)],
               graph_.initial.at(id));
@@ -409,6 +410,7 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
       join_side(side);  // an eager group still in flight from before the host read
       cuda::DeviceGuard guard(device);
       seg.exec.launch(cuda::current_stream(device));  // its side groups were joined inside it
+      if (graph_launched_at_ == std::chrono::steady_clock::time_point{}) graph_launched_at_ = std::chrono::steady_clock::now();
       side.graph_end = seg.body_end;
       // A group forked later in an eager stretch whose ready point ran inside the graph waits for
       // the graph (events recorded inside a capture are the capture's own).

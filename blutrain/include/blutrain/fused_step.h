@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "blutrain/gpt2.h"
+#include "blutrain/host_marks.h"
 #include "blutrain/optimizer.h"
 
 namespace bludist {
@@ -113,6 +114,7 @@ class FusedGPT2Step {
   cudaStream_t stream() const;
   std::string describe() const;        // precision, attention, recompute, arena, graphs
   int64_t launches_per_step() const;   // kernel launches issued by one step (counted eagerly)
+  HostMarks host_marks() const;        // the last step's (Note [Host issue time])
 
   struct Impl;
 

@@ -178,27 +178,61 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     x_.copy_(x);
     y_.copy_(y);
   }
+  return replay(lr, loss);
+}
+
+// Note [Staged captured inputs]
+// The trainer stages each batch from pinned host memory into fresh device tensors; the replay then
+// copied them into the recorded token tensors (two allocations and two copy launches a step, all
+// before the graph, with the GPU idle: Note [Host issue time]). Once captured, the recorded
+// tensors themselves take the staged batch, as the fused engine's buffers do.
+// BLU_CAPTURED_STAGE_COPY=1 keeps the copies.
+bool CapturedStep::stages_directly() const {
+  if (exe_ == nullptr || !x_.defined() || !y_.defined()) return false;
+  if (const char* v = std::getenv("BLU_CAPTURED_STAGE_COPY"); v != nullptr && std::string(v) == "1") return false;
+  const auto ok = [](const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::I32 && t.is_contiguous(); };
+  return ok(x_) && ok(y_);
+}
+
+int32_t* CapturedStep::staged_inputs() const { return stages_directly() ? x_.data_ptr<int32_t>() : nullptr; }
+int32_t* CapturedStep::staged_targets() const { return stages_directly() ? y_.data_ptr<int32_t>() : nullptr; }
+
+UpdateResult CapturedStep::step_staged(double lr, double* loss) {
+  BLU_CHECK(stages_directly(), "CapturedStep::step_staged: no staged token buffers (before the capture, on the "
+            "CPU, or with BLU_CAPTURED_STAGE_COPY=1): call step(x, y, ...)");
+  ++steps_;
+  return replay(lr, loss);
+}
+
+UpdateResult CapturedStep::replay(double lr, double* loss) {
   UpdateResult u;
   *loss = NAN;
+  marks_ = HostMarks();
   // Note [One host read a step]
   // The step's two host reads (the loss, then the gradient norm, both after the update: Note
   // [Update without a host read]) were two item() calls, each a synchronous device-to-host round
   // trip; the session 24 bf16 profile has 85 us between the two transfers, with the GPU idle until
-  // the next step is launched. BLU_CAPTURED_ONE_HOST_READ=1 keeps the loss's view at its read and
-  // reads both f32 scalars at the norm's, in one transfer (the same values: the loss is read after
-  // the update either way). Off until measured (built in session 24 after its last device call).
+  // the next step is launched. The loss's view is kept at its read and both f32 scalars are read at
+  // the norm's, in one transfer (the same values: the loss is read after the update either way).
+  // Measured (H200, session 25, e25962c, one call): bf16 B16 501.6K -> 504.8K tok/s. On by default
+  // since; BLU_CAPTURED_ONE_HOST_READ=0: two reads.
   const char* one_read_env = std::getenv("BLU_CAPTURED_ONE_HOST_READ");
-  const bool one_read = one_read_env != nullptr && std::string(one_read_env) == "1";
+  const bool one_read = one_read_env == nullptr || std::string(one_read_env) != "0";
   Tensor loss_view;
+  const auto wait_mark = [&] {  // Note [Host issue time]: the first read that waits
+    if (marks_.waiting == std::chrono::steady_clock::time_point{}) marks_.waiting = std::chrono::steady_clock::now();
+  };
   const bool done = exe_->run({lr, opt_.step_count() + 1}, [&](std::size_t i, const Tensor& v) {
     if (i == loss_read_) {
       if (one_read && v.device().is_cuda() && v.dtype() == DType::F32) {
         loss_view = v;
       } else {
+        wait_mark();
         *loss = v.item();
       }
     }
     if (i != norm_read_) return true;
+    wait_mark();
     if (loss_view.defined() && v.dtype() == DType::F32 && v.device() == loss_view.device()) {
       NoGradGuard ng;
       const Tensor both = cat({loss_view.reshape({1}), v.reshape({1})}).to(Device::cpu());
@@ -210,6 +244,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     }
     return std::isfinite(*loss) && std::isfinite(u.grad_norm);
   });
+  marks_.launched = exe_->graph_launched_at();
   // Note [Graph segments] (blutensor): the second run captured what it could.
   if (const capture::Executable::GraphStats g = exe_->graph_stats(); ++runs_ == (g.enabled ? 2 : 1))
     news_ = "captured engine: " + g.describe() + "\n";

@@ -2,12 +2,14 @@
 // recorded once (blutensor's Note [Step capture]) and then run as a capture::Executable.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "blutensor/capture.h"
 #include "blutrain/gpt2.h"
+#include "blutrain/host_marks.h"
 #include "blutrain/optimizer.h"
 
 namespace blu::train {
@@ -53,6 +55,13 @@ class CapturedStep {
   CapturedStep(GPT2& model, AdamW& opt, Precision precision, double grad_clip, std::string plan = "",
                std::string graph_path = "", std::string ptx_dir = "", std::string compile_dir = "");
   UpdateResult step(const Tensor& x, const Tensor& y, double lr, double* loss);
+  // Note [Staged captured inputs] (captured_step.cpp): once captured, the recorded token tensors
+  // (int32 [B, T] on the CUDA device) to stage the next batch into, then step_staged(); null
+  // before the capture, on the CPU, or with BLU_CAPTURED_STAGE_COPY=1 (step() copies then).
+  int32_t* staged_inputs() const;
+  int32_t* staged_targets() const;
+  UpdateResult step_staged(double lr, double* loss);
+  HostMarks host_marks() const { return marks_; }  // the last replay's (Note [Host issue time])
   bool captured() const { return exe_ != nullptr; }
   std::string describe() const { return describe_; }  // the record's summary once captured
   // A progress line not yet shown (the executable's CUDA graphs, after its second run: Note
@@ -72,7 +81,10 @@ class CapturedStep {
   Precision precision_;
   double grad_clip_;
   int64_t steps_ = 0;
+  bool stages_directly() const;
+  UpdateResult replay(double lr, double* loss);
   std::unique_ptr<capture::Executable> exe_;
+  HostMarks marks_;
   Tensor x_, y_;                 // the captured step's token tensors, refilled every step
   std::size_t loss_read_ = 0, norm_read_ = 0;  // among the executable's host reads
   std::string describe_;

@@ -119,6 +119,7 @@ struct FusedGPT2Step::Impl {
   Tensor grads, wcopy, arena, workspace, tokens, misc, mask;
   std::size_t grad_elems = 0;
   blublas::AdamWStepScalars* h_scalars = nullptr;
+  HostMarks host_marks;  // Note [Host issue time]
   Readback* h_readback = nullptr;
 
   // CUDA graphs: first micro-batch (overwriting gradients; with the optimizer when accum == 1),
@@ -813,11 +814,13 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
   for (int64_t micro = 0; micro < s.o.accum_steps; ++micro) {
     stage(s.inputs(), s.targets(), s.stream.get());
     s.launch(micro == 0 ? Impl::kFirst : last_part && micro + 1 == s.o.accum_steps ? Impl::kLast : Impl::kRest);
+    if (micro == 0) s.host_marks.launched = std::chrono::steady_clock::now();  // Note [Host issue time]
   }
   if (s.o.accum_steps > 1 && !last_part) s.launch(Impl::kOptim);
   if (s.steps_done == 0) s.launches_per_step = s.L.launches + s.W.launches - launches_before;
   cuda_check(cudaMemcpyAsync(s.h_readback, s.d_readback(), sizeof(Readback), cudaMemcpyDeviceToHost, s.stream.get()),
              "reading the loss");
+  s.host_marks.waiting = std::chrono::steady_clock::now();
   if (s.sync) {
     s.wait_for_step_with_deadline();
   } else {
@@ -992,6 +995,8 @@ std::map<std::string, Tensor> FusedGPT2Step::dump(const std::vector<std::string>
 }
 
 cudaStream_t FusedGPT2Step::stream() const { return impl_->stream.get(); }
+
+HostMarks FusedGPT2Step::host_marks() const { return impl_->host_marks; }
 
 int64_t FusedGPT2Step::launches_per_step() const { return impl_->launches_per_step; }
 

@@ -50,5 +50,8 @@ std::string FusedGPT2Step::describe() const {
 int64_t FusedGPT2Step::launches_per_step() const {
   no_fused_engine();
 }
+HostMarks FusedGPT2Step::host_marks() const {
+  no_fused_engine();
+}
 
 }  // namespace blu::train

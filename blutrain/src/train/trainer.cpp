@@ -328,6 +328,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
   const double min_lr = cfg.lr * cfg.min_lr_ratio;
   const Clock::time_point t_start = Clock::now();
   std::vector<double> tok_rates;
+  std::vector<double> launch_ms, wait_ms;  // Note [Host issue time], the same steps as tok_rates
   int64_t steps_this_process = 0;
   double device_used_max_gib = 0;
   double state_gib = 0;  // allocated after the last step: weights, gradients, optimizer state, what persists
@@ -473,9 +474,15 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
         }
       }
     } else if (captured) {
-      auto [x, y] = feeder.next(train_loader);
       const bool was_captured = captured->captured();
-      const UpdateResult u = captured->step(x, y, lr, &loss);
+      UpdateResult u;
+      if (int32_t* xs = captured->staged_inputs(); xs != nullptr) {  // Note [Staged captured inputs]
+        feeder.next_into(train_loader, xs, captured->staged_targets(), blu::cuda::current_stream(device.index));
+        u = captured->step_staged(lr, &loss);
+      } else {
+        auto [x, y] = feeder.next(train_loader);
+        u = captured->step(x, y, lr, &loss);
+      }
       if (!was_captured && captured->captured()) out << captured->describe();
       out << captured->take_news();
       norm = u.grad_norm;
@@ -585,7 +592,15 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     if (tp) p.tp_ranks = tp->size();
     if (cfg.cp > 1) p.cp_ranks = cfg.cp;
     p.tokens_per_s = static_cast<double>(cfg.total_batch_tokens) / (ms / 1000.0);
-    if (steps_this_process > 3 && !profiling && !skipped) tok_rates.push_back(p.tokens_per_s);
+    if (steps_this_process > 3 && !profiling && !skipped) {
+      tok_rates.push_back(p.tokens_per_s);
+      // Note [Host issue time] (blutrain/host_marks.h): the graph engines' host marks from t0.
+      const HostMarks hm = fused ? fused->host_marks() : captured ? captured->host_marks() : HostMarks();
+      if (hm.valid() && hm.launched >= t0) {
+        launch_ms.push_back(std::chrono::duration<double, std::milli>(hm.launched - t0).count());
+        wait_ms.push_back(std::chrono::duration<double, std::milli>(hm.waiting - t0).count());
+      }
+    }
     if (peak > 0) p.mfu = flops_tok * p.tokens_per_s / peak;
 #if BLU_WITH_CUDA
     if (device.is_cuda()) {
@@ -650,10 +665,18 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       if (!plot.note.empty()) out << "loss curve: " << plot.note << "\n";
     }
   }
-  if (!tok_rates.empty()) {
-    std::vector<double> r = tok_rates;
+  const auto median = [](std::vector<double> r) {
     std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
-    result.median_tokens_per_s = r[r.size() / 2];
+    return r[r.size() / 2];
+  };
+  if (!tok_rates.empty()) result.median_tokens_per_s = median(tok_rates);
+  if (!launch_ms.empty()) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "host: a step's graph launched %.3f ms after its start, the host waited from %.3f ms (medians of "
+                  "%zu steps; Note [Host issue time])\n",
+                  median(launch_ms), median(wait_ms), launch_ms.size());
+    out << buf;
   }
   if (!cfg.summary_json.empty() && is_main) {
     const char* m = cfg.precision.c_str();
