@@ -195,7 +195,7 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun copied = train(root, "stagecopy_" + precision, "captured", precision);
     expect_same_training(side, copied, n, "batches staged into the record's tensors vs copied");
     if (n >= 5) {
-      EXPECT_NE(side.log.find("host: a step's graph launched "), std::string::npos) << side.log;
+      EXPECT_NE(side.log.find("host: a step's graph launch began "), std::string::npos) << side.log;
     }
   }
   // Note [Dead host copies] (blutensor): item()'s unread copies into host memory dropped, or run.

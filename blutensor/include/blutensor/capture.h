@@ -259,6 +259,7 @@ class Executable {
   // When the last run()'s first CUDA graph launch returned on the host (a default time point when
   // that run launched no graph): blutrain Note [Host issue time].
   std::chrono::steady_clock::time_point graph_launched_at() const { return graph_launched_at_; }
+  std::chrono::steady_clock::time_point graph_launching_at() const { return graph_launching_at_; }  // its call began
   std::size_t persistent_buffers() const { return persistent_; }
 
   // Note [Kernel overrides]
@@ -434,7 +435,7 @@ class Executable {
   std::vector<std::shared_ptr<Storage>> live_;  // persistent buffers; null for temporaries
   std::vector<int> last_use_;                   // node index of each buffer's last use (-1: none)
   std::vector<Tensor> host_reads_;
-  std::chrono::steady_clock::time_point graph_launched_at_{};
+  std::chrono::steady_clock::time_point graph_launched_at_{}, graph_launching_at_{};
   std::vector<int> refill_;  // inputs made inside the step and written by it: reset each run
   std::size_t persistent_ = 0;
   // Note [Graph segments].

@@ -15,9 +15,12 @@ namespace blu::train {
 // (session 25: the compiled bf16 step was busy 0.16 ms less than the fused engine's yet 0.45 ms a
 // step slower).
 struct HostMarks {
-  std::chrono::steady_clock::time_point launched{};  // the step's (first) graph launch returned
-  std::chrono::steady_clock::time_point waiting{};   // the host began waiting for the step's result
-  bool valid() const { return launched != std::chrono::steady_clock::time_point{} && waiting >= launched; }
+  std::chrono::steady_clock::time_point launching{};  // the step's (first) graph launch call began
+  std::chrono::steady_clock::time_point launched{};   // and returned
+  std::chrono::steady_clock::time_point waiting{};    // the host began waiting for the step's result
+  bool valid() const {
+    return launching != std::chrono::steady_clock::time_point{} && launched >= launching && waiting >= launched;
+  }
 };
 
 }  // namespace blu::train

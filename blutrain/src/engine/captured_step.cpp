@@ -244,6 +244,7 @@ UpdateResult CapturedStep::replay(double lr, double* loss) {
     }
     return std::isfinite(*loss) && std::isfinite(u.grad_norm);
   });
+  marks_.launching = exe_->graph_launching_at();
   marks_.launched = exe_->graph_launched_at();
   // Note [Graph segments] (blutensor): the second run captured what it could.
   if (const capture::Executable::GraphStats g = exe_->graph_stats(); ++runs_ == (g.enabled ? 2 : 1))

@@ -813,6 +813,7 @@ FusedStepResult FusedGPT2Step::step(const StageFn& stage, double lr) {
   const bool last_part = s.sync != nullptr && s.o.accum_steps > 1;
   for (int64_t micro = 0; micro < s.o.accum_steps; ++micro) {
     stage(s.inputs(), s.targets(), s.stream.get());
+    if (micro == 0) s.host_marks.launching = std::chrono::steady_clock::now();  // Note [Host issue time]
     s.launch(micro == 0 ? Impl::kFirst : last_part && micro + 1 == s.o.accum_steps ? Impl::kLast : Impl::kRest);
     if (micro == 0) s.host_marks.launched = std::chrono::steady_clock::now();  // Note [Host issue time]
   }
