@@ -189,6 +189,11 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun two_reads = train(root, "tworeads_" + precision, "captured", precision);
     expect_same_training(side, two_reads, n, "loss and norm read in one transfer vs two");
   }
+  {  // Note [Graph head] (blutensor): the step's first stretch as two graphs (the default) or one
+    blu::test::ScopedEnv one_graph("BLU_CAPTURE_GRAPH_HEAD", "0");
+    const TrainRun whole = train(root, "nohead_" + precision, "captured", precision);
+    expect_same_training(side, whole, n, "a head graph vs none");
+  }
   {  // Note [Staged captured inputs] (blutrain): batches staged into the recorded token tensors
      // (the default) or copied into them: the same run; Note [Host issue time]'s line is there
     blu::test::ScopedEnv copy("BLU_CAPTURED_STAGE_COPY", "1");

@@ -440,6 +440,7 @@ class Executable {
   std::size_t persistent_ = 0;
   // Note [Graph segments].
   bool use_graphs_ = true;
+  int head_calls_ = 48;  // Note [Graph head] (BLU_CAPTURE_GRAPH_HEAD)
   bool graphs_enabled_ = false;  // use_graphs_, the arena and one CUDA device (the last plan)
   bool graphs_failed_ = false;  // a capture failed: the rest of this plan's runs are eager
   std::string graphs_why_;

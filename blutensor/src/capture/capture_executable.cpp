@@ -49,6 +49,11 @@ Executable::Executable(Graph g)
     side_gemm_ctas_ = k;
   }
   if (const char* v = std::getenv("BLU_CAPTURE_STREAM_PRIORITY")) stream_priority_ = std::string(v) == "1";
+  if (const char* v = std::getenv("BLU_CAPTURE_GRAPH_HEAD")) {  // Note [Graph head]
+    const int k = std::atoi(v);
+    BLU_CHECK(k >= 0 && k <= 100000, "BLU_CAPTURE_GRAPH_HEAD=", v, ": expected 0 (no head graph) .. 100000 calls");
+    head_calls_ = k;
+  }
   const size_t n = graph_.buffers.size();
   live_.resize(n);
   last_use_.assign(n, -1);
