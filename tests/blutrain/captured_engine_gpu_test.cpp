@@ -194,6 +194,12 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun whole = train(root, "nohead_" + precision, "captured", precision);
     expect_same_training(side, whole, n, "a head graph vs none");
   }
+  {  // Note [Side map budget] (blutensor): side calls' map kernels on 2 blocks per SM (the default)
+     // or the full grid: the same bits
+    blu::test::ScopedEnv full("BLU_CAPTURE_SIDE_MAP_BLOCKS", "0");
+    const TrainRun full_grid = train(root, "fullmaps_" + precision, "captured", precision);
+    expect_same_training(side, full_grid, n, "side maps on a block budget vs the full grid");
+  }
   {  // Note [Staged captured inputs] (blutrain): batches staged into the recorded token tensors
      // (the default) or copied into them: the same run; Note [Host issue time]'s line is there
     blu::test::ScopedEnv copy("BLU_CAPTURED_STAGE_COPY", "1");

@@ -84,6 +84,28 @@ class GemmCtaBudget {
   int previous_;
 };
 
+// Note [Side map budget] (src/capture/capture_side_stream.cpp): the most blocks per SM that the elementwise map
+// kernels this thread launches may use (0: no cap, the default grid), set around a launch with
+// MapBlockBudget (the captured step's side-stream calls: BLU_CAPTURE_SIDE_MAP_BLOCKS). Each
+// element is computed alone, so the bits do not depend on it.
+inline int& map_block_budget_slot() {
+  static thread_local int blocks_per_sm = 0;
+  return blocks_per_sm;
+}
+inline int map_block_budget() { return map_block_budget_slot(); }
+class MapBlockBudget {
+ public:
+  explicit MapBlockBudget(int blocks_per_sm) : previous_(map_block_budget_slot()) {
+    map_block_budget_slot() = blocks_per_sm;
+  }
+  ~MapBlockBudget() { map_block_budget_slot() = previous_; }
+  MapBlockBudget(const MapBlockBudget&) = delete;
+  MapBlockBudget& operator=(const MapBlockBudget&) = delete;
+
+ private:
+  int previous_;
+};
+
 // RAII: sets the current device, restores the previous one on destruction.
 class DeviceGuard {
  public:

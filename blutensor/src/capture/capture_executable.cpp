@@ -49,6 +49,11 @@ Executable::Executable(Graph g)
     side_gemm_ctas_ = k;
   }
   if (const char* v = std::getenv("BLU_CAPTURE_STREAM_PRIORITY")) stream_priority_ = std::string(v) == "1";
+  if (const char* v = std::getenv("BLU_CAPTURE_SIDE_MAP_BLOCKS")) {  // Note [Side map budget]
+    const int k = std::atoi(v);
+    BLU_CHECK(k >= 0 && k <= 64, "BLU_CAPTURE_SIDE_MAP_BLOCKS=", v, ": expected 0 (no cap) .. 64 blocks per SM");
+    side_map_blocks_ = k;
+  }
   if (const char* v = std::getenv("BLU_CAPTURE_GRAPH_HEAD")) {  // Note [Graph head]
     const int k = std::atoi(v);
     BLU_CHECK(k >= 0 && k <= 100000, "BLU_CAPTURE_GRAPH_HEAD=", v, ": expected 0 (no head graph) .. 100000 calls");
@@ -544,6 +549,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
     // capture, or outside any after the last graph), else for the stretch's (or step's) start.
     std::optional<cuda::StreamGuard> on_side;
     std::optional<cuda::GemmCtaBudget> side_ctas;
+    std::optional<cuda::MapBlockBudget> side_maps;
     const int group = side.on ? side_.group_of[i] : -1;
     const std::vector<int>* early = nullptr;
     if (group >= 0) {
@@ -562,6 +568,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
       }
       on_side.emplace(side_stream_.get(), side.device);
       if (side_gemm_ctas_ > 0) side_ctas.emplace(side_gemm_ctas_);
+      if (side_map_blocks_ > 0) side_maps.emplace(side_map_blocks_);  // Note [Side map budget]
     }
     if (early != nullptr) {
       for (int j : *early) {
@@ -571,6 +578,7 @@ bool Executable::run_nodes(int begin, int end, Ctx& ctx, const StepScalars& scal
     } else if (issued_early.empty() || !issued_early[i - static_cast<size_t>(begin)]) {
       launch_call(i);
     }
+    side_maps.reset();
     side_ctas.reset();
     on_side.reset();
     if (side.on) {

@@ -188,6 +188,20 @@ std::vector<std::vector<int>> cheap_first_order(const SidePlan& plan, const std:
 
 }  // namespace
 
+// Note [Side map budget]
+// A side call's elementwise map kernel launches the full grid (32 blocks of 256 threads per SM,
+// capped by its size) and, once its inputs are ready, fills every SM. Session 25's bf16 profile
+// (H200, bf83857) caught it: the early classifier scaling (Note [Early classifier scaling], fp32
+// [V, C] read and write, 82 us, a side call) became ready with the dX scaling that starts the
+// backward's critical chain and took the GPU first; the chain's scale_tensors waited 66 us for
+// blocks to retire. So side calls launch their map kernels with at most
+// BLU_CAPTURE_SIDE_MAP_BLOCKS blocks per SM (default 2: a quarter of an SM's threads, ~0.8 of the
+// bandwidth of a full grid for a streaming map; 0 = the full grid): slower alone, but they leave
+// the SMs to the main stream's kernels beside them. A map is a grid-stride loop over independent
+// elements: the same bits at any grid. Other kernels (reductions, GEMMs: Note [GEMM CTA budget])
+// keep their grids.
+// Predicted: bf16 compiled +0.1..0.3% (the chain's 66 us); nothing in fp32/tf32.
+
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains,
                           bool cheap_first) {
   const int n = static_cast<int>(g.nodes.size());

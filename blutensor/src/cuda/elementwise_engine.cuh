@@ -24,11 +24,22 @@
 // as on the other paths.
 #pragma once
 
+#include <algorithm>
 #include <array>
 
 #include "cuda/kernel_utils.cuh"
 
 namespace blu::cuda_ops::detail {
+
+// grid_for capped by Note [Side map budget] (cuda_stream.h): the map kernels are grid-stride loops
+// over independent elements, so any grid gives the same bits.
+inline unsigned map_grid_for(int64_t work_items) {
+  const unsigned g = grid_for(work_items);
+  const int per_sm = cuda::map_block_budget();
+  if (per_sm <= 0) return g;
+  const int64_t cap = static_cast<int64_t>(per_sm) * sm_count();
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(g, cap)));
+}
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
@@ -192,7 +203,7 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NI
     for (int a = 0; a < NIN; ++a) aligned = aligned && aligned_to(in.p[a], sizeof(InT) * V);
     if (aligned && V > 1) {
       map_contiguous_kernel<V, OutT, InT, NIN, F>
-          <<<grid_for(n / V), kThreads, 0, stream>>>(out_ptr, in, n, f);
+          <<<map_grid_for(n / V), kThreads, 0, stream>>>(out_ptr, in, n, f);
       const int64_t done = n / V * V;
       if (done < n) {  // the < V tail elements: a second, scalar launch
         Ptrs<InT, NIN> tail_in = in;
@@ -202,7 +213,7 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NI
       }
     } else {
       map_contiguous_kernel<1, OutT, InT, NIN, F>
-          <<<grid_for(n), kThreads, 0, stream>>>(out_ptr, in, n, f);
+          <<<map_grid_for(n), kThreads, 0, stream>>>(out_ptr, in, n, f);
     }
     BLU_KERNEL_LAUNCH_CHECK(name);
     return;
@@ -215,10 +226,10 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NI
     if (rows_fast_path<V, OutT, InT, NIN>(out, ins, in, &row_oc, &lanes)) {
       const int64_t n_vec = n / V, vecs_per_row = out.sizes().back() / V;
       if (n_vec < (int64_t{1} << 31)) {
-        map_rows_kernel<V, uint32_t, OutT, InT, NIN, F><<<grid_for(n_vec), kThreads, 0, stream>>>(
+        map_rows_kernel<V, uint32_t, OutT, InT, NIN, F><<<map_grid_for(n_vec), kThreads, 0, stream>>>(
             out_ptr, in, row_oc, lanes, static_cast<uint32_t>(n_vec), static_cast<uint32_t>(vecs_per_row), f);
       } else {
-        map_rows_kernel<V, uint64_t, OutT, InT, NIN, F><<<grid_for(n_vec), kThreads, 0, stream>>>(
+        map_rows_kernel<V, uint64_t, OutT, InT, NIN, F><<<map_grid_for(n_vec), kThreads, 0, stream>>>(
             out_ptr, in, row_oc, lanes, static_cast<uint64_t>(n_vec), static_cast<uint64_t>(vecs_per_row), f);
       }
       BLU_KERNEL_LAUNCH_CHECK(name);
@@ -231,10 +242,10 @@ void launch_map(const Tensor& out, const std::array<const Tensor*, (NIN > 0 ? NI
   OffsetCalc<NIN + 1> oc = make_offset_calc<NIN + 1>(out.sizes(), strides);
   if (n < (int64_t{1} << 31)) {
     map_strided_kernel<uint32_t, OutT, InT, NIN, F>
-        <<<grid_for(n), kThreads, 0, stream>>>(out_ptr, in, oc, static_cast<uint32_t>(n), f);
+        <<<map_grid_for(n), kThreads, 0, stream>>>(out_ptr, in, oc, static_cast<uint32_t>(n), f);
   } else {
     map_strided_kernel<uint64_t, OutT, InT, NIN, F>
-        <<<grid_for(n), kThreads, 0, stream>>>(out_ptr, in, oc, static_cast<uint64_t>(n), f);
+        <<<map_grid_for(n), kThreads, 0, stream>>>(out_ptr, in, oc, static_cast<uint64_t>(n), f);
   }
   BLU_KERNEL_LAUNCH_CHECK(name);
 }
