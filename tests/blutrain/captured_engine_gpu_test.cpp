@@ -194,9 +194,9 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun whole = train(root, "nohead_" + precision, "captured", precision);
     expect_same_training(side, whole, n, "a head graph vs none");
   }
-  {  // Note [Side map budget] (blutensor): side calls' map kernels on 2 blocks per SM (the default)
-     // or the full grid: the same bits
-    blu::test::ScopedEnv full("BLU_CAPTURE_SIDE_MAP_BLOCKS", "0");
+  {  // Note [Side map budget] (blutensor): side calls' map kernels on 2 blocks per SM or the full
+     // grid (the default): the same bits
+    blu::test::ScopedEnv full("BLU_CAPTURE_SIDE_MAP_BLOCKS", "2");
     const TrainRun full_grid = train(root, "fullmaps_" + precision, "captured", precision);
     expect_same_training(side, full_grid, n, "side maps on a block budget vs the full grid");
   }

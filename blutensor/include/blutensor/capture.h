@@ -441,7 +441,7 @@ class Executable {
   // Note [Graph segments].
   bool use_graphs_ = true;
   int head_calls_ = 48;  // Note [Graph head] (BLU_CAPTURE_GRAPH_HEAD)
-  int side_map_blocks_ = 2;  // Note [Side map budget] (BLU_CAPTURE_SIDE_MAP_BLOCKS, per SM; 0 = no cap)
+  int side_map_blocks_ = 0;  // Note [Side map budget] (BLU_CAPTURE_SIDE_MAP_BLOCKS, per SM; 0 = no cap)
   bool graphs_enabled_ = false;  // use_graphs_, the arena and one CUDA device (the last plan)
   bool graphs_failed_ = false;  // a capture failed: the rest of this plan's runs are eager
   std::string graphs_why_;

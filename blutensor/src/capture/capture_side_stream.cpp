@@ -194,13 +194,17 @@ std::vector<std::vector<int>> cheap_first_order(const SidePlan& plan, const std:
 // (H200, bf83857) caught it: the early classifier scaling (Note [Early classifier scaling], fp32
 // [V, C] read and write, 82 us, a side call) became ready with the dX scaling that starts the
 // backward's critical chain and took the GPU first; the chain's scale_tensors waited 66 us for
-// blocks to retire. So side calls launch their map kernels with at most
-// BLU_CAPTURE_SIDE_MAP_BLOCKS blocks per SM (default 2: a quarter of an SM's threads, ~0.8 of the
-// bandwidth of a full grid for a streaming map; 0 = the full grid): slower alone, but they leave
-// the SMs to the main stream's kernels beside them. A map is a grid-stride loop over independent
-// elements: the same bits at any grid. Other kernels (reductions, GEMMs: Note [GEMM CTA budget])
-// keep their grids.
-// Predicted: bf16 compiled +0.1..0.3% (the chain's 66 us); nothing in fp32/tf32.
+// blocks to retire. BLU_CAPTURE_SIDE_MAP_BLOCKS=k launches side calls' map kernels with at most k
+// blocks per SM (0, the default: the full grid), to leave the SMs to the main stream's kernels
+// beside them. A map is a grid-stride loop over independent elements: the same bits at any grid.
+// Other kernels (reductions, GEMMs: Note [GEMM CTA budget]) keep their grids.
+// Predicted at k = 2: bf16 compiled +0.1..0.3% (the chain's 66 us). Measured (H200, session 25
+// call 5, 0247a18, two alternating rounds, default 2 then): bf16 513.90K vs 515.85K with the full
+// grid (-0.4%, within the call-to-call noise of ~0.5%), fp32 55.20K both, tf32 229.70K vs 229.50K.
+// Half right: the chain's scale_tensors started 2 us after the scaling (not 66), but the scaling
+// ran 223 us instead of 85 (2 blocks per SM draw ~0.4 of the bandwidth, not 0.8) and shared the
+// memory system with the chain that much longer: the head stretch 7.860 ms vs 7.832. Off by
+// default since; the next candidate is to issue that scaling where the chain is in a GEMM.
 
 SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains,
                           bool cheap_first) {
