@@ -64,6 +64,19 @@ class StreamGuard {
   int previous_device_;
 };
 
+// A thread's launch budget (an int read by the launchers), set for a scope and restored after it.
+template <int& (*Slot)()>
+class ScopedLaunchBudget {
+ public:
+  explicit ScopedLaunchBudget(int value) : previous_(Slot()) { Slot() = value; }
+  ~ScopedLaunchBudget() { Slot() = previous_; }
+  ScopedLaunchBudget(const ScopedLaunchBudget&) = delete;
+  ScopedLaunchBudget& operator=(const ScopedLaunchBudget&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Note [GEMM CTA budget] (blublas/gemm.h): the most CTAs the GEMMs this thread launches may use
 // (0: one per SM, the default), read by blutensor's CUDA gemm and blucomp's bound epilogues when
 // they launch; set around a launch with GemmCtaBudget (the captured step's side-stream calls:
@@ -73,38 +86,18 @@ inline int& gemm_cta_budget_slot() {
   return ctas;
 }
 inline int gemm_cta_budget() { return gemm_cta_budget_slot(); }
-class GemmCtaBudget {
- public:
-  explicit GemmCtaBudget(int ctas) : previous_(gemm_cta_budget_slot()) { gemm_cta_budget_slot() = ctas; }
-  ~GemmCtaBudget() { gemm_cta_budget_slot() = previous_; }
-  GemmCtaBudget(const GemmCtaBudget&) = delete;
-  GemmCtaBudget& operator=(const GemmCtaBudget&) = delete;
+using GemmCtaBudget = ScopedLaunchBudget<gemm_cta_budget_slot>;
 
- private:
-  int previous_;
-};
-
-// Note [Side map budget] (src/capture/capture_side_stream.cpp): the most blocks per SM that the elementwise map
-// kernels this thread launches may use (0: no cap, the default grid), set around a launch with
-// MapBlockBudget (the captured step's side-stream calls: BLU_CAPTURE_SIDE_MAP_BLOCKS). Each
-// element is computed alone, so the bits do not depend on it.
+// Note [Side map budget] (src/capture/capture_side_stream.cpp): the most blocks per SM that the
+// elementwise map kernels this thread launches may use (0: no cap, the default grid), set around
+// a launch with MapBlockBudget (the captured step's side-stream calls: BLU_CAPTURE_SIDE_MAP_BLOCKS).
+// Each element is computed alone, so the bits do not depend on it.
 inline int& map_block_budget_slot() {
   static thread_local int blocks_per_sm = 0;
   return blocks_per_sm;
 }
 inline int map_block_budget() { return map_block_budget_slot(); }
-class MapBlockBudget {
- public:
-  explicit MapBlockBudget(int blocks_per_sm) : previous_(map_block_budget_slot()) {
-    map_block_budget_slot() = blocks_per_sm;
-  }
-  ~MapBlockBudget() { map_block_budget_slot() = previous_; }
-  MapBlockBudget(const MapBlockBudget&) = delete;
-  MapBlockBudget& operator=(const MapBlockBudget&) = delete;
-
- private:
-  int previous_;
-};
+using MapBlockBudget = ScopedLaunchBudget<map_block_budget_slot>;
 
 // RAII: sets the current device, restores the previous one on destruction.
 class DeviceGuard {
