@@ -200,6 +200,14 @@ void side_stream_bit_for_bit(const std::string& precision) {
     const TrainRun full_grid = train(root, "fullmaps_" + precision, "captured", precision);
     expect_same_training(side, full_grid, n, "side maps on a block budget vs the full grid");
   }
+  {  // Note [Position gradient as a copy] (blutensor): on (off by default until measured): the same
+     // bits, and it was found
+    blu::test::ScopedEnv on("BLU_CAPTURE_POSITION_GRAD", "1");
+    const TrainRun folded = train(root, "posgrad_" + precision, "captured", precision);
+    EXPECT_NE(folded.log.find("position gradient: 1 identity embedding backward(s) run as a copy"), std::string::npos)
+        << folded.log;
+    expect_same_training(side, folded, n, "the position gradient as a copy vs the embedding backward");
+  }
   {  // Note [Staged captured inputs] (blutrain): batches staged into the recorded token tensors
      // (the default) or copied into them: the same run; Note [Host issue time]'s line is there
     blu::test::ScopedEnv copy("BLU_CAPTURED_STAGE_COPY", "1");

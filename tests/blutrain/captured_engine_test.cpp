@@ -100,6 +100,32 @@ TEST_F(CapturedEngine, TrainsExactlyLikeTheAutogradEngine) {
   for (size_t i = 0; i < 9; ++i) EXPECT_EQ(r.train_losses[i].loss, a.train_losses[i].loss) << "step " << i + 1;
 }
 
+// Note [Position gradient as a copy] (blutensor): the position table's gradient (the tiny model's
+// 256-row table read at 0..T-1) as a copy of the batch sum plus zeros: found once, and the run is
+// the autograd run bit for bit (losses, weights, moments); without the switch nothing is folded.
+TEST_F(CapturedEngine, PositionGradientAsACopyTrainsTheSame) {
+  std::ostringstream log_a, log_c;
+  const TrainResult a = run_training(config("autograd"), log_a);
+  blu::test::ScopedEnv on("BLU_CAPTURE_POSITION_GRAD", "1");
+  const TrainResult c = run_training(config("captured"), log_c);
+  EXPECT_NE(log_c.str().find("position gradient: 1 identity embedding backward(s) run as a copy"), std::string::npos)
+      << log_c.str();
+  ASSERT_EQ(c.train_losses.size(), 9u);
+  ASSERT_EQ(a.train_losses.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(c.train_losses[i].loss, a.train_losses[i].loss) << "step " << i + 1;
+  const fs::path ca = latest_checkpoint((root_ / "autograd").string()), cc = latest_checkpoint((root_ / "captured").string());
+  ASSERT_FALSE(ca.empty());
+  ASSERT_FALSE(cc.empty());
+  EXPECT_EQ(file_bytes(cc / "model.safetensors"), file_bytes(ca / "model.safetensors"));
+  EXPECT_EQ(file_bytes(cc / "optimizer.safetensors"), file_bytes(ca / "optimizer.safetensors"));
+  blu::test::ScopedEnv off("BLU_CAPTURE_POSITION_GRAD", "0");
+  std::ostringstream log_o;
+  TrainConfig o = config("captured");
+  o.out_dir = (root_ / "off").string();
+  (void)run_training(o, log_o);
+  EXPECT_EQ(log_o.str().find("position gradient:"), std::string::npos) << log_o.str();
+}
+
 TEST_F(CapturedEngine, UnsupportedConfigurationsAreClearErrors) {
   TrainConfig c = config("captured");
   c.total_batch_tokens = 2 * c.batch_size * c.seq_len;  // two micro-batches

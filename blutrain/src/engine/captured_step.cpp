@@ -170,6 +170,13 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       if (const int n = exe_->drop_dead_host_copies(); n > 0)
         describe_ += "host copies: " + std::to_string(n) + " unread copies into host memory dropped\n";
     }
+    // Note [Position gradient as a copy] (blutensor): the position table's gradient as one copy of
+    // the batch sum (the same bits; GPT-2's position ids are a constant of the model). Off until
+    // measured (built in session 25 after its last device call); BLU_CAPTURE_POSITION_GRAD=1 on.
+    if (const char* v = std::getenv("BLU_CAPTURE_POSITION_GRAD"); v != nullptr && std::string(v) == "1") {
+      if (const int n = exe_->fold_position_grads(); n > 0)
+        describe_ += "position gradient: " + std::to_string(n) + " identity embedding backward(s) run as a copy\n";
+    }
     describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes, classifier);
     return u;
   }
