@@ -45,23 +45,30 @@ run() {  # name, env assignments..., -- engine flags...
     > "$OUT/engine_$name.txt" 2>&1
   stamp "$name rc=$?"
 }
-run compiled -- --compile
+run_as() {  # name, base run (compiled, fused, compiled_ab, fused_ab): that run's variables and flags
+  # shellcheck disable=SC2086
+  case $2 in
+    compiled) run "$1" -- --compile ;;
+    fused) run "$1" -- --engine fused ;;
+    compiled_ab) run "$1" ${BLU_EM_COMPILED_AB} -- --compile ;;
+    fused_ab) run "$1" ${BLU_EM_FUSED_AB} -- --engine fused ;;
+  esac
+}
+run_as compiled compiled
 # The compiled run's record (the step's calls and buffers, blu-plan's input), for reading on a
 # machine without a GPU (which kernels are which in the profile; what a capture rewrite would see).
 [ -f /tmp/em_compiled/captured_step.json ] && gzip -c /tmp/em_compiled/captured_step.json > "$OUT/captured_step.json.gz"
 run autograd -- --engine autograd
-run fused -- --engine fused
+run_as fused fused
 run autograd_logits BLU_LINEAR_CROSS_ENTROPY=0 -- --engine autograd
 run captured -- --engine captured
 # BLU_EM_ROWS_AB="2048 8192": the autograd engine with linear_cross_entropy in chunks of that many
 # rows (BLU_LINEAR_CROSS_ENTROPY_ROWS; the default is 512 MiB of fp32 logits, 2624 rows at d12).
 for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_ROWS="$r" -- --engine autograd; done
 # BLU_EM_FUSED_AB="VAR=value ...": one more fused-engine run with those variables (fused_ab).
-# shellcheck disable=SC2086
-[ -n "${BLU_EM_FUSED_AB:-}" ] && run fused_ab ${BLU_EM_FUSED_AB} -- --engine fused
+[ -n "${BLU_EM_FUSED_AB:-}" ] && run_as fused_ab fused_ab
 # BLU_EM_COMPILED_AB="VAR=value ...": one more compiled run with those variables (compiled_ab).
-# shellcheck disable=SC2086
-[ -n "${BLU_EM_COMPILED_AB:-}" ] && run compiled_ab ${BLU_EM_COMPILED_AB} -- --compile
+[ -n "${BLU_EM_COMPILED_AB:-}" ] && run_as compiled_ab compiled_ab
 # BLU_EM_COMPILED_AB2: a second one (compiled_ab2).
 # shellcheck disable=SC2086
 [ -n "${BLU_EM_COMPILED_AB2:-}" ] && run compiled_ab2 ${BLU_EM_COMPILED_AB2} -- --compile
@@ -77,13 +84,7 @@ for r in ${BLU_EM_ROWS_AB:-}; do run "autograd_rows$r" BLU_LINEAR_CROSS_ENTROPY_
 for ((k = 2; k <= ${BLU_EM_REPEAT:-1}; k++)); do
   for base in compiled fused compiled_ab fused_ab; do
     [ -f "$OUT/engine_$base.txt" ] || continue
-    # shellcheck disable=SC2086
-    case $base in
-      compiled) BLU_EM_ONLY="" run "compiled_r$k" -- --compile ;;
-      fused) BLU_EM_ONLY="" run "fused_r$k" -- --engine fused ;;
-      compiled_ab) BLU_EM_ONLY="" run "compiled_ab_r$k" ${BLU_EM_COMPILED_AB} -- --compile ;;
-      fused_ab) BLU_EM_ONLY="" run "fused_ab_r$k" ${BLU_EM_FUSED_AB} -- --engine fused ;;
-    esac
+    BLU_EM_ONLY="" run_as "${base}_r$k" "$base"
     mv -f "$OUT/profile_${base}_r$k.json" "/tmp/profile_${base}_r$k.json" 2>/dev/null
   done
 done

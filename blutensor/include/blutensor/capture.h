@@ -325,9 +325,9 @@ class Executable {
   // Note [Dead host copies]: item()'s copies into host memory that nothing reads again run nothing
   // (the same bits); the number dropped.
   int drop_dead_host_copies();
-  // Note [Position gradient as a copy]: an embedding backward over indices 0..T-1 followed by its
-  // widening copy_, run as that copy of dout (the same bits); the number folded. Reads the index
-  // buffers' live values once: only for steps whose position ids never change.
+  // Note [Position gradient as a copy]: an embedding backward over indices 0..T-1 (with its
+  // widening copy_ when there is one) run as a copy of dout (the same bits); the number folded.
+  // Reads the index buffers' live values once: only for steps whose position ids never change.
   int fold_position_grads();
   const ClassifierChunks& classifier() const { return classifier_; }
 

@@ -168,13 +168,11 @@ void Executable::plan_segments(bool one_cuda_device) {
     // than twice that), with no tail: a short graph the GPU starts on at once.
     int head = -1;
     if (segments_.empty() && graphs_enabled_ && head_calls_ > 0) {
-      int calls = 0;
-      for (int k = begin; k < i && head < 0; ++k) {
+      int calls = 0, total = 0;
+      for (int k = begin; k < i; ++k) total += is_call(k) ? 1 : 0;
+      for (int k = begin; k < i && head < 0 && total > 2 * head_calls_; ++k) {
         if (is_call(k) && ++calls == head_calls_) head = k + 1;
       }
-      int more = 0;
-      for (int k = std::max(head, begin); head >= 0 && k < i; ++k) more += is_call(k) ? 1 : 0;
-      if (more <= head_calls_) head = -1;
     }
     seg.body_end = head >= 0 ? head : i;
     if (head >= 0) {

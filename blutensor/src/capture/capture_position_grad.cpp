@@ -47,12 +47,6 @@ int Executable::fold_position_grads() {
     }
     return false;
   };
-  const auto written_anywhere = [&](int buffer) {
-    for (int i = 0; i < n; ++i) {
-      if (writes(i, buffer)) return true;
-    }
-    return false;
-  };
   // Whether the live index buffer behind `idx` holds 0..rows-1.
   const auto is_identity = [&](const TensorRef& idx, int64_t rows) {
     const std::shared_ptr<Storage>& s = live_[static_cast<size_t>(idx.buffer)];
@@ -77,7 +71,7 @@ int Executable::fold_position_grads() {
     if (rows < 1 || rows > dw.sizes[0]) continue;
     if (!dout.contiguous() || dout.dtype != dw.dtype || dout.numel() != rows * cols || dout.buffer == dw.buffer) continue;
     const Buffer& ib = graph_.buffers[static_cast<size_t>(idx.buffer)];
-    if (ib.origin != Origin::kInput || idx.buffer == dout.buffer || written_anywhere(idx.buffer)) continue;
+    if (ib.origin != Origin::kInput || ib.written || idx.buffer == dout.buffer) continue;
     if (!is_identity(idx, rows)) continue;
     // With the widening copy_: dweight a temporary read by that copy_ alone, which then takes dout.
     const Buffer& wb = graph_.buffers[static_cast<size_t>(dw.buffer)];

@@ -178,6 +178,14 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
         describe_ += "position gradient: " + std::to_string(n) + " identity embedding backward(s) run as a copy\n";
     }
     describe_ += arena_line(exe_->arena(), plan_arena_bytes, plan_arena_bound_bytes, classifier);
+    // Note [Staged captured inputs] and Note [One host read a step]: settled once, with the record.
+    const char* copy_env = std::getenv("BLU_CAPTURED_STAGE_COPY");
+    const auto stageable = [](const Tensor& t) {
+      return t.device().is_cuda() && t.dtype() == DType::I32 && t.is_contiguous();
+    };
+    stage_direct_ = !(copy_env != nullptr && std::string(copy_env) == "1") && stageable(x_) && stageable(y_);
+    const char* one_read_env = std::getenv("BLU_CAPTURED_ONE_HOST_READ");
+    one_read_ = one_read_env == nullptr || std::string(one_read_env) != "0";
     return u;
   }
   {
@@ -193,19 +201,12 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
 // copied them into the recorded token tensors (two allocations and two copy launches a step, all
 // before the graph, with the GPU idle: Note [Host issue time]). Once captured, the recorded
 // tensors themselves take the staged batch, as the fused engine's buffers do.
-// BLU_CAPTURED_STAGE_COPY=1 keeps the copies.
-bool CapturedStep::stages_directly() const {
-  if (exe_ == nullptr || !x_.defined() || !y_.defined()) return false;
-  if (const char* v = std::getenv("BLU_CAPTURED_STAGE_COPY"); v != nullptr && std::string(v) == "1") return false;
-  const auto ok = [](const Tensor& t) { return t.device().is_cuda() && t.dtype() == DType::I32 && t.is_contiguous(); };
-  return ok(x_) && ok(y_);
-}
-
-int32_t* CapturedStep::staged_inputs() const { return stages_directly() ? x_.data_ptr<int32_t>() : nullptr; }
-int32_t* CapturedStep::staged_targets() const { return stages_directly() ? y_.data_ptr<int32_t>() : nullptr; }
+// BLU_CAPTURED_STAGE_COPY=1 keeps the copies (read at the capture: stage_direct_).
+int32_t* CapturedStep::staged_inputs() const { return stage_direct_ ? x_.data_ptr<int32_t>() : nullptr; }
+int32_t* CapturedStep::staged_targets() const { return stage_direct_ ? y_.data_ptr<int32_t>() : nullptr; }
 
 UpdateResult CapturedStep::step_staged(double lr, double* loss) {
-  BLU_CHECK(stages_directly(), "CapturedStep::step_staged: no staged token buffers (before the capture, on the "
+  BLU_CHECK(stage_direct_, "CapturedStep::step_staged: no staged token buffers (before the capture, on the "
             "CPU, or with BLU_CAPTURED_STAGE_COPY=1): call step(x, y, ...)");
   ++steps_;
   return replay(lr, loss);
@@ -222,16 +223,14 @@ UpdateResult CapturedStep::replay(double lr, double* loss) {
   // the next step is launched. The loss's view is kept at its read and both f32 scalars are read at
   // the norm's, in one transfer (the same values: the loss is read after the update either way).
   // Measured (H200, session 25, e25962c, one call): bf16 B16 501.6K -> 504.8K tok/s. On by default
-  // since; BLU_CAPTURED_ONE_HOST_READ=0: two reads.
-  const char* one_read_env = std::getenv("BLU_CAPTURED_ONE_HOST_READ");
-  const bool one_read = one_read_env == nullptr || std::string(one_read_env) != "0";
+  // since; BLU_CAPTURED_ONE_HOST_READ=0 (read at the capture: one_read_): two reads.
   Tensor loss_view;
   const auto wait_mark = [&] {  // Note [Host issue time]: the first read that waits
     if (marks_.waiting == std::chrono::steady_clock::time_point{}) marks_.waiting = std::chrono::steady_clock::now();
   };
   const bool done = exe_->run({lr, opt_.step_count() + 1}, [&](std::size_t i, const Tensor& v) {
     if (i == loss_read_) {
-      if (one_read && v.device().is_cuda() && v.dtype() == DType::F32) {
+      if (one_read_ && v.device().is_cuda() && v.dtype() == DType::F32) {
         loss_view = v;
       } else {
         wait_mark();

@@ -81,10 +81,11 @@ class CapturedStep {
   Precision precision_;
   double grad_clip_;
   int64_t steps_ = 0;
-  bool stages_directly() const;
   UpdateResult replay(double lr, double* loss);
   std::unique_ptr<capture::Executable> exe_;
   HostMarks marks_;
+  bool stage_direct_ = false;  // Note [Staged captured inputs], settled at the capture
+  bool one_read_ = true;       // Note [One host read a step], settled at the capture
   Tensor x_, y_;                 // the captured step's token tensors, refilled every step
   std::size_t loss_read_ = 0, norm_read_ = 0;  // among the executable's host reads
   std::string describe_;
