@@ -12,7 +12,7 @@
 # --suite e2e: builds blutrain only, runs the race bench/e2e/run_e2e.py (blutrain vs PyTorch eager and
 # torch.compile, fp32/tf32/bf16) and bench/e2e/fidelity.py (BLU_E2E_STEPS=20, BLU_E2E_PROFILE_STEP=8,
 # BLU_FIDELITY_STEPS=200, BLU_FIDELITY_MODES=fp32,bf16 and BLU_E2E_MODES=fp32,tf32,bf16 (empty: skip), BLU_E2E_TIMEOUT=420,
-# BLU_FIDELITY_TIMEOUT=360, BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags", BLU_E2E_REUSE=a directory of
+# BLU_FIDELITY_TIMEOUT=360, BLU_FIDELITY_ARGS="more fidelity.py flags, e.g. --floor blas-lt", BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags", BLU_E2E_REUSE=a directory of
 # an earlier call's records (logs/e2e_records/ in its tarball) whose runs are loaded, not re-run).
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
@@ -203,7 +203,7 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = e2e ] || [ "$suite" = all ]; }
     stamp "fidelity: ${BLU_FIDELITY_STEPS:-200} steps, ${BLU_FIDELITY_MODES-fp32,bf16}"
     timeout -k 10 "${BLU_FIDELITY_TIMEOUT:-360}" python3 bench/e2e/fidelity.py --blutrain "$bin" --out "$work/fidelity_train" \
       --results "$res" --steps "${BLU_FIDELITY_STEPS:-200}" --modes "${BLU_FIDELITY_MODES-fp32,bf16}" \
-      --extra-blutrain-args "${BLU_E2E_EXTRA:-}" > "$logs/fidelity_train.txt" 2>&1 \
+      --extra-blutrain-args "${BLU_E2E_EXTRA:-}" ${BLU_FIDELITY_ARGS:-} > "$logs/fidelity_train.txt" 2>&1 \
       || echo "fidelity (training) failed rc=$?" >> "$logs/bench_failures.txt"
     pack
   fi

@@ -84,6 +84,36 @@ def compare_grads(path, ref_path):
     return out
 
 
+def self_floor(a, mode, n, b, t, metrics, losses, errors, t0):
+    """blutrain again with a.self_floor's environment (Note [Fidelity noise floor]): its drift from the
+    first blutrain run, and from PyTorch eager, into metrics ...blutrain_self_vs_blutrain_* / _vs_torch_*."""
+    env = dict(kv.split("=", 1) for kv in a.self_floor.split())
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: blutrain with {a.self_floor} (self floor) ...", flush=True)
+    try:
+        s = run_blutrain(a, mode, profile_step=0, steps=n, data=a.data, init_from=a.init_from, tag="fidelity_self")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if "error" in s:
+        errors[f"{mode}.blutrain_self"] = s["error"]
+        return
+    losses[mode]["blutrain_self"] = s.get("losses")
+    for ref_name, ref in (("blutrain", b), ("torch", t)):
+        if ref.get("losses") and s.get("losses"):
+            r = rel_diffs(s["losses"], ref["losses"])
+            at, tail = shape_of(r)
+            metrics.update({f"fidelity.{mode}.blutrain_self_vs_{ref_name}_max_rel_{n}": max(r),
+                            f"fidelity.{mode}.blutrain_self_vs_{ref_name}_max_at_step": at,
+                            f"fidelity.{mode}.blutrain_self_vs_{ref_name}_last10_mean_rel": tail})
+            print(f"self floor ({mode}, {a.self_floor}) vs {ref_name}: max rel {max(r):.2e} (step {at}), "
+                  f"last-10 mean {tail:.2e}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description="blutrain vs PyTorch per-step loss fidelity")
     ap.add_argument("--blutrain", default="build/blutrain/blutrain")
@@ -100,10 +130,14 @@ def main():
     ap.add_argument("--data", default="", help="llm.c shard directory (default: a generated random shard set)")
     ap.add_argument("--extra-blutrain-args", default="")
     ap.add_argument("--torch-program", default=os.path.join(HERE, "torch_gpt2_train.py"))
-    ap.add_argument("--floor", default="compile", choices=["compile", "sdpa-math", "sdpa-auto"],
+    ap.add_argument("--floor", default="compile", choices=["compile", "sdpa-math", "sdpa-auto", "blas-lt"],
                     help="the noise-floor run: torch.compile, or eager with SDPA's strict math attention / "
-                         "its default backend (a second faithful attention, as blutrain's is; "
-                         "Note [Fidelity noise floor])")
+                         "its default backend (a second faithful attention, as blutrain's is), or eager with "
+                         "cuBLASLt as its preferred BLAS library (a second faithful GEMM; Note [Fidelity noise floor])")
+    ap.add_argument("--self-floor", default="",
+                    help='"VAR=value ...": a second blutrain run with these environment variables (e.g. '
+                         'BLUBLAS_SIMT_SPLIT_MAX=1: other k-sum orders in the same kernels), compared with the '
+                         'first: blutrain\'s own drift under a change of rounding (Note [Fidelity noise floor])')
     ap.add_argument("--extra-torch-args", default="", help='every PyTorch run, e.g. "--sdpa math"')
     ap.add_argument("--no-noise-floor", action="store_true",
                     help="skip the torch.compile-vs-eager run (the yardstick: two faithful fp32 programs)")
@@ -143,7 +177,10 @@ def main():
     n = a.steps
     floor_name = "torch_compile" if a.floor == "compile" else "torch_" + a.floor.replace("-", "_")
     meta["noise_floor"] = {"compile": "torch.compile vs eager", "sdpa-math": "eager with SDPA math vs eager",
-                           "sdpa-auto": "eager with SDPA's default backend vs eager"}[a.floor]
+                           "sdpa-auto": "eager with SDPA's default backend vs eager",
+                           "blas-lt": "eager with cuBLASLt preferred vs eager"}[a.floor]
+    if a.self_floor:
+        meta["self_floor"] = f"blutrain with {a.self_floor} vs blutrain"
     if a.extra_torch_args:
         meta["extra_torch_args"] = a.extra_torch_args
     if a.extra_blutrain_args:
@@ -166,18 +203,25 @@ def main():
         # batches measures it, so blutrain's divergence is read against PyTorch's own.
         # Eager and compiled share SDPA's kernel and cuBLAS's GEMMs, so that floor leaves out what a
         # second attention kernel adds (blutrain's fp32 attention is its own 3xTF32 or strict
-        # kernel): --floor sdpa-math runs eager with SDPA's strict composite instead.
+        # kernel): --floor sdpa-math runs eager with SDPA's strict composite instead. Neither changes
+        # a GEMM's k-sum order, which blutrain's own GEMMs do everywhere: --floor blas-lt (eager with
+        # cuBLASLt preferred) and --self-floor (blutrain again with, e.g., no split-K) measure what a
+        # change of GEMM rounding alone does to the curve.
         tc = {}
         if not a.no_noise_floor:
             print(f"[{time.time() - t0:5.0f}s] fidelity {mode}: {floor_name} (noise floor) ...", flush=True)
             more = f"--dump-grads {grads['floor']}"
             if a.floor.startswith("sdpa-"):  # the last --sdpa wins
                 more += " --sdpa " + a.floor[5:]
+            if a.floor == "blas-lt":
+                more += " --blas cublaslt"
             tc = run_torch(with_extra(a, "extra_torch_args", more), mode, a.floor == "compile", profile_step=0,
                            steps=n, data=a.data, init_from=a.init_from, tag="fidelity_torch_floor")
             if "error" in tc:
                 errors[f"{mode}.{floor_name}"] = tc["error"]
         losses[mode] = {"blutrain": b.get("losses"), "torch": t.get("losses"), floor_name: tc.get("losses")}
+        if a.self_floor:
+            self_floor(a, mode, n, b, t, metrics, losses, errors, t0)
         json.dump(losses[mode], open(os.path.join(a.out, f"losses.{mode}.json"), "w"))
         if tc.get("losses") and t.get("losses"):
             fl = rel_diffs(tc["losses"], t["losses"])

@@ -21,7 +21,8 @@ with open(out + "/metrics.jsonl", "w") as f:
     for s in range(steps):
         slow = s == 0 or s + 1 in (int(opt.get("profile-step", 0)), int(opt.get("profile-step", 0)) + 1)
         ms = 16384 / rate * 1000 * (3 if slow else 1)
-        f.write(json.dumps({"event": "train", "step": s + 1, "loss": 11 - 0.1 * s, "step_ms": ms}) + "\n")
+        loss = (11 - 0.1 * s) * float(os.environ.get("BLU_FAKE_LOSS_SCALE", "1"))  # fidelity's --self-floor
+        f.write(json.dumps({"event": "train", "step": s + 1, "loss": loss, "step_ms": ms}) + "\n")
 json.dump({f"e2e.{mode}.tok_s": rate, f"e2e.{mode}.peak_gib": 10.0, f"e2e.{mode}.device_used_gib": 11.0,
            f"e2e.{mode}.launches_per_step": 300, f"e2e.{mode}.fused_engine": 1}, open(opt["summary-json"], "w"))
 if "profile-json" in opt:
@@ -115,6 +116,20 @@ def main():
         check(f2["metrics"].get("fidelity.fp32.torch_sdpa_math_vs_eager_max_rel_6") == 0.0, "sdpa-math floor metric")
         check("--sdpa math" in open(os.path.join(d, "fid2", "fp32.fidelity_torch_floor.log")).readline(),
               "the floor run asks for SDPA's math backend")
+        # --floor blas-lt and --self-floor: the floor run asks for cuBLASLt; blutrain runs again with the
+        # environment given (the fake scales its losses by it).
+        r = subprocess.run([sys.executable, os.path.join(HERE, "fidelity.py"), "--blutrain", fb, "--out",
+                            os.path.join(d, "fid3"), "--results", os.path.join(d, "res3"), "--steps", "6",
+                            "--batch", "2", "--seq", "64", "--modes", "fp32", "--floor", "blas-lt",
+                            "--self-floor", "BLU_FAKE_LOSS_SCALE=1.001", "--torch-program", ft],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, "fidelity.py --self-floor: " + r.stdout[-500:] + r.stderr[-500:])
+        f3 = json.load(open(os.path.join(d, "res3", "fidelity_train.json")))["metrics"]
+        check(abs(f3["fidelity.fp32.blutrain_self_vs_blutrain_max_rel_6"] - 1e-3) < 1e-9, "self-floor metric")
+        check("blutrain_self_vs_torch_max_rel_6" in "".join(f3), "self floor vs torch")
+        check("BLU_FAKE_LOSS_SCALE" not in os.environ, "the self floor's environment is restored")
+        check("--blas cublaslt" in open(os.path.join(d, "fid3", "fp32.fidelity_torch_floor.log")).readline(),
+              "the blas-lt floor asks for cuBLASLt")
         # Shards: written, read back in blutrain's order.
         sd = os.path.join(d, "shards")
         p = write_random_shards(sd, 10001, seed=5)[0]

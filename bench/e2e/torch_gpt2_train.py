@@ -272,6 +272,9 @@ def main():
     ap.add_argument("--sdpa", default="auto", choices=["auto", "math"],
                     help="math: SDPA's strict composite (T x T scores in the compute dtype) instead of the "
                          "backend PyTorch picks (fp32 on sm80+: the 3xTF32 memory-efficient kernel)")
+    ap.add_argument("--blas", default="default", choices=["default", "cublas", "cublaslt"],
+                    help="torch.backends.cuda.preferred_blas_library: another faithful GEMM library (other "
+                         "kernels, other k-sum orders) for the fidelity floor (Note [Fidelity noise floor])")
     ap.add_argument("--json", default="")
     ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel under torchrun (Note [DDP reference])")
     ap.add_argument("--ddp-bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (PyTorch's default 25)")
@@ -292,6 +295,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     # Only the allow_tf32 switches (PyTorch >= 2.9 refuses a mix of these and the fp32_precision API).
+    if a.blas != "default" and cuda:
+        torch.backends.cuda.preferred_blas_library(a.blas)
     torch.manual_seed(a.seed)
     if a.sdpa == "math":  # held for the whole run (main's lifetime)
         from torch.nn.attention import SDPBackend, sdpa_kernel
