@@ -256,9 +256,9 @@ int run_layernorm(const Args& a) {
     auto run = [&] {
       const bool odd = (bit++ & 1) != 0;
       blu_ok(blublas::detail::layernorm_backward_variant(
-          variant, odd ? dx2.p : dx.p, dw.as<float>(), db.as<float>(), odd ? dy2.p : dy.p, x.p,
-          mean.as<float>(), rstd.as<float>(), w.p, R, C, dt, false, false, ws.p, ws_bytes,
-          nullptr));
+          variant, odd ? dx2.p : dx.p, nullptr, dw.as<float>(), db.as<float>(), Dtype::kF32,
+          odd ? dy2.p : dy.p, x.p, mean.as<float>(), rstd.as<float>(), w.p, R, C, dt, false, ws.p,
+          ws_bytes, nullptr));
     };
     run();  // dx from dy: checked below
     cuda_ok(cudaDeviceSynchronize(), "layernorm_backward");

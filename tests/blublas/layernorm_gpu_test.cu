@@ -140,6 +140,89 @@ TEST_P(LayerNormTest, ForwardBackwardMatchFloat64) {
   EXPECT_EQ(runs_dw[0], runs_dw[1]) << "dweight differs between two identical runs";
 }
 
+// layernorm_backward_residual (blublas/layernorm.h) against layernorm_backward, bit for bit: dx =
+// result + residual from a separate residual (and from residual == dout) equals the accumulate
+// form with dx prefilled by the residual; dweight / dbias in the activations' dtype equal the f32
+// ones rounded once; no residual equals the plain form.
+TEST_P(LayerNormTest, ResidualAndParameterDtypeMatchTheAccumulateForm) {
+  BLU_REQUIRE_GPU();
+  const LnCase c = GetParam();
+  SCOPED_TRACE(name_of(c));
+  const int R = c.rows, C = c.cols;
+  const std::size_t n = static_cast<std::size_t>(R) * C, es = blublas::dtype_size(c.dt);
+  auto h = random_values(n, -2.0f, 3.0f, 21 + C, c.dt);
+  auto w = random_values(C, 0.5f, 1.5f, 23 + C, c.dt);
+  auto dout = random_values(n, -1.0f, 1.0f, 25 + C, c.dt);
+  auto res = random_values(n, -1.0f, 1.0f, 26 + C, c.dt);
+  DeviceMem dh = upload(h, c.dt), dw = upload(w, c.dt), ddout = upload(dout, c.dt), dres = upload(res, c.dt);
+  DeviceMem dy(n * es), dmean(R * 4), drstd(R * 4);
+  BLU_ASSERT_OK(blublas::layernorm_forward(dy.get(), dmean.as<float>(), drstd.as<float>(), nullptr, dh.get(),
+                                           nullptr, dw.get(), nullptr, R, C, 1e-5f, c.dt, nullptr));
+  std::size_t ws_bytes = 0;
+  ASSERT_TRUE(blublas::layernorm_backward_workspace_size(R, C, &ws_bytes).ok());
+  DeviceMem ws(ws_bytes + 16);
+  const auto bytes = [](const DeviceMem& m, std::size_t nb) { return blu::test::download_bytes(m.get(), nb); };
+  // The reference forms: accumulate into dx = residual (and = dout), and no add.
+  DeviceMem ref_dx = upload(res, c.dt), ref_dx_dout = upload(dout, c.dt), ref_plain(n * es);
+  DeviceMem ref_dw(C * 4), ref_db(C * 4);
+  for (DeviceMem* d : {&ref_dx, &ref_dx_dout, &ref_plain}) {
+    const bool acc = d != &ref_plain;
+    BLU_ASSERT_OK(blublas::layernorm_backward(d->get(), ref_dw.as<float>(), ref_db.as<float>(), ddout.get(),
+                                              dh.get(), dmean.as<float>(), drstd.as<float>(), dw.get(), R, C, c.dt,
+                                              acc, false, ws.get(), ws_bytes, nullptr));
+  }
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  // dweight / dbias in the activations' dtype: the f32 values rounded once.
+  const std::vector<float> f32_dw = download(ref_dw.get(), C, Dtype::kF32), f32_db = download(ref_db.get(), C, Dtype::kF32);
+  for (const bool param_f32 : {true, false}) {
+    const Dtype pt = param_f32 ? Dtype::kF32 : c.dt;
+    SCOPED_TRACE(param_f32 ? "f32 parameters" : "parameters in the activations' dtype");
+    DeviceMem ddx(n * es), ddw(C * 4), ddb(C * 4), ddx2 = upload(dout, c.dt), ddx3(n * es);
+    ddx.poison();
+    ddx3.poison();
+    ddw.poison();
+    ddb.poison();
+    const auto params_bad = [&]() -> int {  // dweight / dbias not the f32 sums (rounded once to pt)
+      if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+      const std::vector<float> got_dw = download(ddw.get(), C, pt), got_db = download(ddb.get(), C, pt);
+      int bad = 0;
+      for (int j = 0; j < C; ++j) {
+        const float want_w = param_f32 ? f32_dw[j] : blu::test::round_to(c.dt, f32_dw[j]);
+        const float want_b = param_f32 ? f32_db[j] : blu::test::round_to(c.dt, f32_db[j]);
+        bad += (got_dw[j] != want_w) + (got_db[j] != want_b);
+      }
+      ddw.poison();
+      ddb.poison();
+      return bad;
+    };
+    BLU_ASSERT_OK(blublas::layernorm_backward_residual(ddx.get(), dres.get(), ddw.get(), ddb.get(), pt, ddout.get(),
+                                                       dh.get(), dmean.as<float>(), drstd.as<float>(), dw.get(), R,
+                                                       C, c.dt, false, ws.get(), ws_bytes, nullptr));
+    EXPECT_EQ(params_bad(), 0) << "separate residual";
+    // residual == dout == dx (all three one buffer)
+    BLU_ASSERT_OK(blublas::layernorm_backward_residual(ddx2.get(), ddx2.get(), ddw.get(), ddb.get(), pt, ddx2.get(),
+                                                       dh.get(), dmean.as<float>(), drstd.as<float>(), dw.get(), R,
+                                                       C, c.dt, false, ws.get(), ws_bytes, nullptr));
+    EXPECT_EQ(params_bad(), 0) << "dx, residual and dout one buffer";
+    BLU_ASSERT_OK(blublas::layernorm_backward_residual(ddx3.get(), nullptr, ddw.get(), ddb.get(), pt, ddout.get(),
+                                                       dh.get(), dmean.as<float>(), drstd.as<float>(), dw.get(), R,
+                                                       C, c.dt, false, ws.get(), ws_bytes, nullptr));
+    EXPECT_EQ(params_bad(), 0) << "no residual";
+    EXPECT_EQ(bytes(ddx, n * es), bytes(ref_dx, n * es)) << "dx = result + residual";
+    EXPECT_EQ(bytes(ddx2, n * es), bytes(ref_dx_dout, n * es)) << "dx = result + dout, in place";
+    EXPECT_EQ(bytes(ddx3, n * es), bytes(ref_plain, n * es)) << "dx = result";
+  }
+  // A parameter dtype that is neither f32 nor the activations': refused, naming both.
+  if (c.dt == Dtype::kF32) {
+    DeviceMem ddx(n * es), ddw(C * 2);
+    const blublas::Status st = blublas::layernorm_backward_residual(
+        ddx.get(), nullptr, ddw.get(), nullptr, Dtype::kBF16, ddout.get(), dh.get(), dmean.as<float>(),
+        drstd.as<float>(), dw.get(), R, C, c.dt, false, ws.get(), ws_bytes, nullptr);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.to_string().find("bf16"), std::string::npos) << st.to_string();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, LayerNormTest,
     ::testing::Values(LnCase{Dtype::kF32, 37, 771, false}, LnCase{Dtype::kF32, 45, 768, true},

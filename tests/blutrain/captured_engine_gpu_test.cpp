@@ -121,6 +121,26 @@ void side_stream_bit_for_bit(const std::string& precision) {
     EXPECT_EQ(ln_pairs.log.find("LayerNorm backward + residual gradient: "), std::string::npos) << ln_pairs.log;
     expect_same_training(side, ln_pairs, n, "LayerNorm + residual pairs fused vs not");
   }
+  // Note [One-pass LayerNorm backward] (blutensor; the compiled step's, forced here without a
+  // plan): blublas's one-pass kernel for every LayerNorm backward. fp32: the record's bits (the
+  // pairs add in f32 as the add did); bf16: other sums, the losses within 1e-2.
+  {
+    blu::test::ScopedEnv on("BLU_CAPTURE_LN_ONE_PASS", "1");
+    const TrainRun onep = train(root, "lnone_" + precision, "captured", precision);
+    EXPECT_NE(onep.log.find("LayerNorm backward (one pass) + residual gradient: "), std::string::npos) << onep.log;
+    if (precision == "fp32") {
+      expect_same_training(side, onep, n, "one-pass LayerNorm backward (f32) vs as recorded");
+    } else {
+      ASSERT_EQ(onep.result.train_losses.size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const double a = side.result.train_losses[i].loss, b = onep.result.train_losses[i].loss;
+        EXPECT_NEAR(b, a, 1e-2 * std::abs(a)) << "step " << i + 1;
+        if (i < 3) {  // steps 1-2 eager, step 3 from step 2's update
+          EXPECT_EQ(b, a) << "step " << i + 1;
+        }
+      }
+    }
+  }
   // Note [Classifier gradient scaling] (blutensor): the dX scaling as one launch (bf16) or as
   // recorded: the same bits.
   {

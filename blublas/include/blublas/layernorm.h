@@ -43,4 +43,17 @@ Status layernorm_backward(void* dx, float* dweight, float* dbias, const void* do
                           int64_t cols, Dtype dtype, bool accumulate_dx, bool accumulate_dparams,
                           void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
+// The general backward (layernorm_backward is its accumulate_dx / f32-parameter case):
+//   dx = result + residual   (residual null: dx = result; residual may alias dx or dout), the add
+//                            in f32 and rounded once, as a separate add of a rounded result would
+//                            give in f32 (so a pre-LayerNorm block's two input gradients in one pass);
+//   dweight, dbias (dbias may be null) in `param_dtype`: f32, or `dtype` itself (the f32 sums
+//                            rounded once); accumulate_dparams adds to them.
+// The same kernels, workspace and determinism as layernorm_backward.
+Status layernorm_backward_residual(void* dx, const void* residual, void* dweight, void* dbias,
+                                   Dtype param_dtype, const void* dout, const void* x, const float* mean,
+                                   const float* rstd, const void* weight, int64_t rows, int64_t cols,
+                                   Dtype dtype, bool accumulate_dparams, void* workspace,
+                                   std::size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace blublas

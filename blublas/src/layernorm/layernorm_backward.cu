@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
     ln_bwd_rows_kernel(T* dx, float* __restrict__ partial, const T* dout, const T* __restrict__ x,
                        const float* __restrict__ mean, const float* __restrict__ rstd,
                        const T* __restrict__ w, int64_t rows, int cols, int64_t chunk_rows,
-                       bool accumulate_dx) {
+                       const T* residual) {
   static_assert(W % 4 == 0, "the slices are accumulated through 16-byte shared accesses");
   using P = Pack<T, W>;
   extern __shared__ float4 acc_smem4[];  // [kWarpsPerBlock][2][cols] floats
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
       const int p = lane + 32 * k;
       if (p < npacks) {
         float prev[W], xh[W], gw[W];
-        if (accumulate_dx) load_f32<T, W>(dx + base + p * W, prev);
+        if (residual != nullptr) load_f32<T, W>(residual + base + p * W, prev);
         if constexpr (kPackedRow) {
           const P wp = load_pack<T, W>(w + p * W);
           opaque(xc[k]);  // recompute here: no f32 copy kept alive from the first loop
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, (kPacks * W <= 24 && !kPrefetch) ? 2
 #pragma unroll
         for (int i = 0; i < W; ++i) {
           const float d = rs * (gw[i] - c1 - xh[i] * c2);
-          o.v[i] = from_f32<T>(accumulate_dx ? prev[i] + d : d);
+          o.v[i] = from_f32<T>(residual != nullptr ? prev[i] + d : d);
         }
         store_pack<T, W>(dx + base + p * W, o);
       }
@@ -264,7 +264,7 @@ template <typename T>
 __global__ void __launch_bounds__(kGenericThreads)
     ln_bwd_dx_generic_kernel(T* dx, const T* dout, const T* __restrict__ x,
                              const float* __restrict__ mean, const float* __restrict__ rstd,
-                             const T* __restrict__ w, int64_t cols, bool accumulate_dx) {
+                             const T* __restrict__ w, int64_t cols, const T* residual) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t base = row * cols;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kGenericThreads)
     const float xh = (to_f32(x[base + c]) - mu) * rs;
     const float g = to_f32(dout[base + c]) * to_f32(w[c]);
     float d = rs * (g - c1 - xh * c2);
-    if (accumulate_dx) d += to_f32(dx[base + c]);
+    if (residual != nullptr) d += to_f32(residual[base + c]);
     dx[base + c] = from_f32<T>(d);
   }
 }
@@ -313,14 +313,17 @@ __global__ void __launch_bounds__(kGenericThreads)
 // out[c] (+)= sum_b partial[b][which][c]. grid (ceil(cols/32), 2), block (32, kFinishLanes): lane
 // y sums partials y, y + kFinishLanes, ... in order, then the lanes are added in lane order.
 // Launched dependent (PDL): waits for the partials before reading anything.
+// OutT: f32, or the activations' 16-bit type (the f32 sum rounded once; Note [LayerNorm backward
+// into the record's tensors] in blutensor's cuda_layernorm.cu).
 constexpr int kFinishLanes = 16;
+template <typename OutT>
 __global__ void __launch_bounds__(32 * kFinishLanes)
-    ln_bwd_finish_kernel(float* dweight, float* dbias, const float* __restrict__ partial,
+    ln_bwd_finish_kernel(OutT* dweight, OutT* dbias, const float* __restrict__ partial,
                          int64_t blocks, int64_t cols, bool accumulate) {
   __shared__ float red[kFinishLanes][33];
   lnorm::pdl_wait();
   const int which = blockIdx.y;
-  float* outp = which == 0 ? dweight : dbias;
+  OutT* outp = which == 0 ? dweight : dbias;
   if (outp == nullptr) return;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.0f;
@@ -336,7 +339,7 @@ __global__ void __launch_bounds__(32 * kFinishLanes)
     float t = 0.0f;
 #pragma unroll
     for (int i = 0; i < kFinishLanes; ++i) t += red[i][threadIdx.x];
-    outp[c] = accumulate ? outp[c] + t : t;
+    outp[c] = from_f32<OutT>(accumulate ? to_f32(outp[c]) + t : t);
   }
 }
 
@@ -354,13 +357,15 @@ int64_t max_partials(int64_t rows) {
 }
 
 struct BwdArgs {
-  float* dweight;
-  float* dbias;
+  void* dweight;  // param_dtype
+  void* dbias;
+  Dtype param_dtype;
   const float* mean;
   const float* rstd;
   int64_t rows;
   int cols;
-  bool acc_dx, acc_params;
+  const void* residual;  // the activations' type; null: no add
+  bool acc_params;
   float* partial;
   cudaStream_t stream;
 };
@@ -390,7 +395,7 @@ Status launch_rows(bool pdl_entry, T* dx, const T* dout, const T* x, const T* w,
                                           dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
                                           static_cast<std::size_t>(smem), a.stream, dx, a.partial,
                                           dout, x, a.mean, a.rstd, w, a.rows, a.cols,
-                                          chunk_rows(a.rows), a.acc_dx));
+                                          chunk_rows(a.rows), static_cast<const T*>(a.residual)));
   *blocks_out = blocks;
   *pdl_out = pdl;
   return Status::success();
@@ -424,7 +429,7 @@ Status backward_typed(int variant, T* dx, const T* dout, const T* x, const T* w,
   const int64_t rows = a.rows, cols = a.cols;
   if (variant == 0) variant = kDefaultBackwardVariant<T>;
   const bool vec = cols % W == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) &&
-                   aligned16(w);
+                   aligned16(w) && (a.residual == nullptr || aligned16(a.residual));
   int64_t blocks = chunk_blocks(rows);
   bool pdl = false;
   bool launched = false;
@@ -438,20 +443,27 @@ Status backward_typed(int variant, T* dx, const T* dout, const T* x, const T* w,
   }
   BLUBLAS_RETURN_IF_ERROR(st);
   if (!launched) {
-    ln_bwd_dx_generic_kernel<T><<<static_cast<unsigned>(rows), kGenericThreads, 0, a.stream>>>(
-        dx, dout, x, a.mean, a.rstd, w, cols, a.acc_dx);
-    BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (dx)");
+    // The partials first: dx may alias dout (or the residual), and the dx kernel overwrites it.
     const dim3 grid(static_cast<unsigned>((cols + kGenericThreads - 1) / kGenericThreads),
                     static_cast<unsigned>(blocks));
     ln_bwd_params_generic_kernel<T><<<grid, kGenericThreads, 0, a.stream>>>(
         a.partial, dout, x, a.mean, a.rstd, rows, cols, chunk_rows(rows));
+    BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (partials)");
+    ln_bwd_dx_generic_kernel<T><<<static_cast<unsigned>(rows), kGenericThreads, 0, a.stream>>>(
+        dx, dout, x, a.mean, a.rstd, w, cols, static_cast<const T*>(a.residual));
   }
-  BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (partials)");
+  BLUBLAS_KERNEL_LAUNCH_CHECK(launched ? "layernorm_backward (dx + partials)" : "layernorm_backward (dx)");
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), 2);
-  BLUBLAS_CUDA_CHECK(lnorm::launch_kernel(pdl, ln_bwd_finish_kernel, grid, dim3(32, kFinishLanes),
-                                          0, a.stream, a.dweight, a.dbias,
-                                          static_cast<const float*>(a.partial), blocks, cols,
-                                          a.acc_params));
+  if (a.param_dtype == Dtype::kF32) {
+    BLUBLAS_CUDA_CHECK(lnorm::launch_kernel(pdl, ln_bwd_finish_kernel<float>, grid, dim3(32, kFinishLanes),
+                                            0, a.stream, static_cast<float*>(a.dweight),
+                                            static_cast<float*>(a.dbias), static_cast<const float*>(a.partial),
+                                            blocks, cols, a.acc_params));
+  } else {
+    BLUBLAS_CUDA_CHECK(lnorm::launch_kernel(pdl, ln_bwd_finish_kernel<T>, grid, dim3(32, kFinishLanes), 0,
+                                            a.stream, static_cast<T*>(a.dweight), static_cast<T*>(a.dbias),
+                                            static_cast<const float*>(a.partial), blocks, cols, a.acc_params));
+  }
   BLUBLAS_KERNEL_LAUNCH_CHECK("layernorm_backward (finish)");
   return Status::success();
 }
@@ -472,14 +484,16 @@ Status layernorm_backward_workspace_size(int64_t rows, int64_t cols, std::size_t
 
 namespace detail {
 
-Status layernorm_backward_variant(int variant, void* dx, float* dweight, float* dbias,
-                                  const void* dout, const void* x, const float* mean,
-                                  const float* rstd, const void* weight, int64_t rows,
-                                  int64_t cols, Dtype dtype, bool accumulate_dx,
-                                  bool accumulate_dparams, void* workspace,
-                                  std::size_t workspace_bytes, cudaStream_t stream) {
+Status layernorm_backward_variant(int variant, void* dx, const void* residual, void* dweight,
+                                  void* dbias, Dtype param_dtype, const void* dout, const void* x,
+                                  const float* mean, const float* rstd, const void* weight,
+                                  int64_t rows, int64_t cols, Dtype dtype, bool accumulate_dparams,
+                                  void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   BLUBLAS_CHECK_ARG(dtype == Dtype::kF32 || dtype == Dtype::kBF16,
                     "layernorm_backward: dtype ", dtype_name(dtype), " not supported (f32, bf16)");
+  BLUBLAS_CHECK_ARG(param_dtype == Dtype::kF32 || param_dtype == dtype, "layernorm_backward: dweight/dbias dtype ",
+                    dtype_name(param_dtype), " with activations ", dtype_name(dtype), " (need f32 or ",
+                    dtype_name(dtype), ")");
   BLUBLAS_CHECK_ARG(rows >= 0 && cols >= 1, "layernorm_backward: rows=", rows, " cols=", cols,
                     " (need rows >= 0, cols >= 1)");
   BLUBLAS_CHECK_ARG(rows <= kMaxGridX && cols <= 16384 * 1024, "layernorm_backward: rows=", rows,
@@ -496,8 +510,8 @@ Status layernorm_backward_variant(int variant, void* dx, float* dweight, float* 
   BLUBLAS_CHECK_ARG(workspace != nullptr, "layernorm_backward: workspace is null");
   BLUBLAS_CHECK(aligned16(workspace), StatusCode::kMisaligned,
                 "layernorm_backward: workspace must be 16-byte aligned");
-  const BwdArgs a{dweight,       dbias,         mean, rstd, rows, static_cast<int>(cols),
-                  accumulate_dx, accumulate_dparams, static_cast<float*>(workspace), stream};
+  const BwdArgs a{dweight, dbias,    param_dtype,        mean, rstd, rows, static_cast<int>(cols),
+                  residual, accumulate_dparams, static_cast<float*>(workspace), stream};
   if (dtype == Dtype::kF32) {
     return backward_typed<float>(variant, static_cast<float*>(dx), static_cast<const float*>(dout),
                                  static_cast<const float*>(x), static_cast<const float*>(weight),
@@ -514,9 +528,19 @@ Status layernorm_backward(void* dx, float* dweight, float* dbias, const void* do
                           const float* mean, const float* rstd, const void* weight, int64_t rows,
                           int64_t cols, Dtype dtype, bool accumulate_dx, bool accumulate_dparams,
                           void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  return detail::layernorm_backward_variant(0, dx, dweight, dbias, dout, x, mean, rstd, weight,
-                                            rows, cols, dtype, accumulate_dx, accumulate_dparams,
-                                            workspace, workspace_bytes, stream);
+  return detail::layernorm_backward_variant(0, dx, accumulate_dx ? dx : nullptr, dweight, dbias, Dtype::kF32,
+                                            dout, x, mean, rstd, weight, rows, cols, dtype,
+                                            accumulate_dparams, workspace, workspace_bytes, stream);
+}
+
+Status layernorm_backward_residual(void* dx, const void* residual, void* dweight, void* dbias,
+                                   Dtype param_dtype, const void* dout, const void* x, const float* mean,
+                                   const float* rstd, const void* weight, int64_t rows, int64_t cols,
+                                   Dtype dtype, bool accumulate_dparams, void* workspace,
+                                   std::size_t workspace_bytes, cudaStream_t stream) {
+  return detail::layernorm_backward_variant(0, dx, residual, dweight, dbias, param_dtype, dout, x, mean, rstd,
+                                            weight, rows, cols, dtype, accumulate_dparams, workspace,
+                                            workspace_bytes, stream);
 }
 
 }  // namespace blublas

@@ -34,11 +34,11 @@ Status layernorm_forward_variant(int variant, void* out, float* mean, float* rst
                                  const void* weight, const void* bias, int64_t rows, int64_t cols,
                                  float eps, Dtype dtype, cudaStream_t stream);
 
-Status layernorm_backward_variant(int variant, void* dx, float* dweight, float* dbias,
-                                  const void* dout, const void* x, const float* mean,
-                                  const float* rstd, const void* weight, int64_t rows,
-                                  int64_t cols, Dtype dtype, bool accumulate_dx,
-                                  bool accumulate_dparams, void* workspace,
-                                  std::size_t workspace_bytes, cudaStream_t stream);
+// layernorm_backward_residual's arguments (blublas/layernorm.h) after the variant number.
+Status layernorm_backward_variant(int variant, void* dx, const void* residual, void* dweight,
+                                  void* dbias, Dtype param_dtype, const void* dout, const void* x,
+                                  const float* mean, const float* rstd, const void* weight,
+                                  int64_t rows, int64_t cols, Dtype dtype, bool accumulate_dparams,
+                                  void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace blublas::detail

@@ -360,4 +360,36 @@ bool layer_norm_backward_add(const Tensor& out, const Tensor& dweight, const Ten
   return true;
 }
 
+bool layer_norm_backward_one_pass(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                                  const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& residual) {
+  blublas::Dtype bt, pt;
+  if (!blublas_float(x.dtype(), &bt) || x.numel() == 0 || !x.is_contiguous() || !weight.defined() ||
+      !dweight.defined() || !blublas_float(dweight.dtype(), &pt) || (pt != blublas::Dtype::kF32 && pt != bt))
+    return false;
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  const auto same = [&](const Tensor& t) {
+    return t.defined() && t.dtype() == x.dtype() && t.is_contiguous() && t.numel() == x.numel();
+  };
+  const auto param = [&](const Tensor& t) {
+    return t.dtype() == dweight.dtype() && t.is_contiguous() && t.numel() == cols;
+  };
+  const auto stat = [&](const Tensor& t) { return t.dtype() == DType::F32 && t.is_contiguous() && t.numel() == rows; };
+  if (!same(out) || !same(dy) || (residual.defined() && !same(residual)) || weight.dtype() != x.dtype() ||
+      !weight.is_contiguous() || weight.numel() != cols || !param(dweight) || (dbias.defined() && !param(dbias)) ||
+      !stat(mean) || !stat(rstd))
+    return false;
+  std::size_t ws_bytes = 0;
+  if (!blublas_ok(blublas::layernorm_backward_workspace_size(rows, cols, &ws_bytes), "layer_norm_backward"))
+    return false;
+  cudaStream_t stream = stream_of(x);
+  DeviceBuffer ws(ws_bytes, x.device().index, stream);
+  const blublas::Status st = blublas::layernorm_backward_residual(
+      out.data_ptr(), residual.defined() ? residual.data_ptr() : nullptr, dweight.data_ptr(),
+      dbias.defined() ? dbias.data_ptr() : nullptr, pt, dy.data_ptr(), x.data_ptr(),
+      static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()), weight.data_ptr(),
+      rows, cols, bt, false, ws.get(), ws_bytes, stream);
+  return blublas_ok(st, "layer_norm_backward");
+}
+
 }  // namespace blu::cuda_ops

@@ -69,5 +69,11 @@ bool embedding_backward_accumulate_f32(const Tensor& dweight, const Tensor& dout
 bool layer_norm_backward_add(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
                              const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                              const Tensor& residual);
+// Note [One-pass LayerNorm backward] (src/capture/capture_ln_residual.cpp): out = the LayerNorm
+// backward's dx (+ residual when defined), dweight / dbias (f32 or x's dtype) from blublas's
+// one-pass kernel. False (nothing done) when the tensors do not fit it.
+bool layer_norm_backward_one_pass(const Tensor& out, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
+                                  const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& residual);
 
 }  // namespace blu::cuda_ops

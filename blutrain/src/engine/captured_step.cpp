@@ -160,9 +160,17 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     // Note [LayerNorm backward with the residual gradient] (blutensor): after the plan's kernels,
     // which keep their nodes; the same bits (bf16 only). On by default since session 24 (+1.2% in
     // bf16 once the side plan stopped moving data-gradient GEMMs for it); BLU_CAPTURE_LN_RESIDUAL=0: off.
+    // Note [One-pass LayerNorm backward] (blutensor): compiled only (a plan is bound), every
+    // LayerNorm backward through blublas's one-pass kernel, f32 pairs too; BLU_CAPTURE_LN_ONE_PASS=0:
+    // off, =1: also without a plan (tests).
     if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
-      const int fused = exe_->fuse_ln_residual_grads();
-      if (fused > 0) describe_ += "LayerNorm backward + residual gradient: " + std::to_string(fused) + " pairs in one launch\n";
+      const char* op = std::getenv("BLU_CAPTURE_LN_ONE_PASS");
+      const bool one_pass = op != nullptr && std::string(op) == "1" ? true
+                                                                    : !plan_.empty() && env_switch_on("BLU_CAPTURE_LN_ONE_PASS");
+      const int fused = exe_->fuse_ln_residual_grads(one_pass);
+      if (fused > 0)
+        describe_ += "LayerNorm backward" + std::string(one_pass ? " (one pass)" : "") +
+                     " + residual gradient: " + std::to_string(fused) + " launches replaced\n";
     }
     // Note [Dead host copies] (blutensor): item()'s copies of the loss and the norm into host
     // memory, which the replays read through the host-read callback instead. BLU_CAPTURE_HOST_COPIES=1 keeps them.
