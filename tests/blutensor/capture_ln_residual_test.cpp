@@ -64,8 +64,8 @@ struct Record {
     n.args = {tensor("out", buffer(), false, true, dt, {64, 32}), tensor("a", buf, true, false, dt, {64, 32})};
     g.nodes.push_back(n);
   }
-  std::vector<LnResidualPair> pairs(const std::vector<int>& override_of = {}, bool f32_too = false) const {
-    return blu::capture::find_ln_residual_pairs(g, override_of, f32_too);
+  std::vector<LnResidualPair> pairs(const std::vector<int>& override_of = {}) const {
+    return blu::capture::find_ln_residual_pairs(g, override_of);
   }
 };
 
@@ -188,48 +188,6 @@ TEST(CaptureLnResidual, EachConditionKeepsAPairOut) {
     r.add(s, dx, g);
     EXPECT_EQ(r.pairs({-1, 0}).size(), 0u);
     EXPECT_EQ(r.pairs({-1, -1}).size(), 1u);
-  }
-}
-
-// Note [One-pass LayerNorm backward]: f32 pairs only for blublas's one-pass kernel (f32_too), and
-// only with everything it needs in f32 (a weight gradient; f32 weight and statistics).
-TEST(CaptureLnResidual, F32PairsOnlyForTheOnePassKernel) {
-  const auto build = [](Record& r) {
-    r.dt = DType::F32;
-    const int dx = r.buffer(), g = r.buffer(), s = r.buffer();
-    r.ln_backward(dx, r.buffer(), r.buffer());
-    r.add(s, g, dx);
-  };
-  {
-    Record r;
-    build(r);
-    EXPECT_EQ(r.pairs().size(), 0u);
-    const auto p = r.pairs({}, true);
-    ASSERT_EQ(p.size(), 1u);
-    EXPECT_EQ(p[0].residual, 0);
-  }
-  {  // bf16 pairs are found either way
-    Record r;
-    const int dx = r.buffer(), g = r.buffer(), s = r.buffer();
-    r.ln_backward(dx, r.buffer(), r.buffer());
-    r.add(s, g, dx);
-    EXPECT_EQ(r.pairs({}, true).size(), 1u);
-  }
-  for (const char* arg : {"dweight", "weight", "mean"}) {  // one of them not f32: kept out
-    Record r;
-    build(r);
-    for (blu::capture::Arg& a : r.g.nodes[0].args) {
-      if (a.name == arg) a.tensors.at(0).dtype = DType::BF16;
-    }
-    EXPECT_EQ(r.pairs({}, true).size(), 0u) << arg;
-  }
-  {  // no weight gradient: kept out
-    Record r;
-    build(r);
-    for (blu::capture::Arg& a : r.g.nodes[0].args) {
-      if (a.name == "dweight") a.tensors.at(0) = blu::capture::TensorRef();
-    }
-    EXPECT_EQ(r.pairs({}, true).size(), 0u);
   }
 }
 

@@ -178,9 +178,7 @@ struct SidePlan {
 struct LnResidualPair {
   int ln = -1, add = -1, residual = -1;
 };
-// f32_too: f32 pairs as well (Note [One-pass LayerNorm backward]: blublas's kernel adds in f32).
-std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of,
-                                                   bool f32_too = false);
+std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of);
 // Note [Classifier gradient scaling] (src/capture/capture_classifier_grad.cpp): the widen / scale /
 // narrow runs (each three consecutive calls) and the tied embedding's gradient chain (kMul,
 // [copy_], embedding_backward, kAdd, [copy_]; empty with why_embedding when not found).
@@ -315,7 +313,7 @@ class Executable {
   // Note [LayerNorm backward with the residual gradient]: replaces each pair find_ln_residual_pairs
   // finds by one launch (CUDA builds; the same bits); the number replaced. Call after the other
   // overrides (blu-plan's kernels keep their nodes). one_pass (Note [One-pass LayerNorm
-  // backward]): f32 pairs too, every pair and every other bf16 LayerNorm backward through blublas's
+  // backward]): every pair and every other bf16 LayerNorm backward through blublas's
   // one-pass kernel (not autograd's bits in bf16: the compiled step's rewrite); the launches replaced.
   int fuse_ln_residual_grads(bool one_pass = false);
   // Note [Classifier gradient scaling]: each widen / scale / narrow run as one launch (the same

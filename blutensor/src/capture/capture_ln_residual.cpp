@@ -51,13 +51,15 @@ namespace blu::capture {
 // (H200, session 26, compiled bf16 B16 profile: a block's two LayerNorm backwards 56 + 46 us on the
 // side stream against the fused engine's ~35 each, the second right before the attention
 // backward). The compiled step (blu-plan bound, so not autograd's bits anyway) takes blublas's
-// kernel for every LayerNorm backward: a pair's add is its residual operand, a lone bf16 one (ln_f)
-// runs without one, dweight / dbias are written in the record's dtype (bf16: the f32 sums rounded
-// once, as blutensor's kernel rounds its own differently ordered sums). In f32 the pair keeps the
-// record's bits: blublas computes dx in f32 as the unpaired call does and adds the residual in f32
-// once, as the add did. BLU_CAPTURE_LN_ONE_PASS=0: the pairs as above, bf16 only, no lone ones.
-std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of,
-                                                   bool f32_too) {
+// kernel for every bf16 LayerNorm backward: a pair's add is its residual operand, a lone one (ln_f)
+// runs without one, dweight / dbias are written in the record's dtype (the f32 sums rounded once,
+// as blutensor's kernel rounds its own differently ordered sums). f32 records already run
+// blublas's kernel for the LayerNorm; their pairs (the add fused as the residual) were tried
+// (session 26): not the record's bits in the captured engine's device test, and tf32 219.9K tok/s
+// against 221.5K without: bf16 only. Measured (H200, session 26, 7e5d581, compiled bf16 B16, 3
+// rounds pooled): 502.9K tok/s against 498.3K with BLU_CAPTURE_LN_ONE_PASS=0 (+0.9%), the fused
+// engine 501.6K in the same call. BLU_CAPTURE_LN_ONE_PASS=0: the pairs as above, no lone ones.
+std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::vector<int>& override_of) {
   std::vector<LnResidualPair> out;
   const int n = static_cast<int>(g.nodes.size());
   const std::vector<int> uses = detail::use_counts(g);
@@ -83,18 +85,8 @@ std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::ve
       continue;
     const TensorRef& res = which == 0 ? *a : *b;
     bool ok = true;
-    const DType dt = x->dtype;
-    ok = dt == DType::BF16 || (f32_too && dt == DType::F32);
     for (const TensorRef* t : {dx, x, dy, &res, o}) {
-      ok = ok && t->dtype == dt && t->contiguous() && t->sizes == x->sizes;
-    }
-    if (ok && dt == DType::F32) {
-      // Only blublas's kernel fuses an f32 pair: everything it needs, as it needs it.
-      const TensorRef &w = ln.arg("weight").tensors.at(0), &dw = ln.arg("dweight").tensors.at(0),
-                      &db = ln.arg("dbias").tensors.at(0), &mean = ln.arg("mean").tensors.at(0),
-                      &rstd = ln.arg("rstd").tensors.at(0);
-      for (const TensorRef* t : {&w, &dw, &mean, &rstd}) ok = ok && t->defined() && t->dtype == dt && t->contiguous();
-      ok = ok && (!db.defined() || (db.dtype == dt && db.contiguous()));
+      ok = ok && t->dtype == DType::BF16 && t->contiguous() && t->sizes == x->sizes;
     }
     if (!ok) continue;
     if (o->buffer == res.buffer && !same_view(*o, res)) continue;  // a partial overlap
@@ -108,7 +100,7 @@ int Executable::fuse_ln_residual_grads(bool one_pass) {
   static_cast<void>(one_pass);
   return 0;
 #else
-  const std::vector<LnResidualPair> pairs = find_ln_residual_pairs(graph_, override_of_, one_pass);
+  const std::vector<LnResidualPair> pairs = find_ln_residual_pairs(graph_, override_of_);
   int lone = 0;
   if (one_pass) {
     // Every other bf16 LayerNorm backward on CUDA with dweight (blublas's kernel needs it): one pass,
@@ -162,8 +154,7 @@ int Executable::fuse_ln_residual_grads(bool one_pass) {
                                                                      view(x), view(weight), view(mean), view(rstd),
                                                                      view(res)))
                 return;
-              BLU_CHECK(x.dtype == DType::BF16 &&
-                            cuda_ops::layer_norm_backward_add(view(out), view(dweight), view(dbias), view(dy), view(x),
+              BLU_CHECK(cuda_ops::layer_norm_backward_add(view(out), view(dweight), view(dbias), view(dy), view(x),
                                                               view(weight), view(mean), view(rstd), view(res)),
                         "capture: the LayerNorm backward with the residual gradient refused its tensors (",
                         dtype_name(x.dtype), " ", shape_str(x.sizes), ")");

@@ -161,7 +161,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     // which keep their nodes; the same bits (bf16 only). On by default since session 24 (+1.2% in
     // bf16 once the side plan stopped moving data-gradient GEMMs for it); BLU_CAPTURE_LN_RESIDUAL=0: off.
     // Note [One-pass LayerNorm backward] (blutensor): compiled only (a plan is bound), every
-    // LayerNorm backward through blublas's one-pass kernel, f32 pairs too; BLU_CAPTURE_LN_ONE_PASS=0:
+    // bf16 LayerNorm backward through blublas's one-pass kernel; BLU_CAPTURE_LN_ONE_PASS=0:
     // off, =1: also without a plan (tests).
     if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
       const char* op = std::getenv("BLU_CAPTURE_LN_ONE_PASS");
