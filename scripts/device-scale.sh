@@ -6,7 +6,8 @@
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
 # BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d48side1 ...: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
-# d12race: the d12 race itself; every race case runs BLU_SCALE_MODES, default bf16);
+# d12race: the d12 race itself; every race case runs BLU_SCALE_MODES, default bf16; largest:
+# bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
 # BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
@@ -44,6 +45,12 @@ for c in "${cases[@]}"; do
         --model "${c%side*}" \
         --profile-step 8 --steps 16 --warmup 5 --data synthetic > "$work/$c/log.txt" 2>&1
       echo "$c rc=$? $(grep -E 'tok/s' "$work/$c/log.txt" | tail -3 | tr '\n' ' ')"
+      continue ;;
+    largest)  # bench/e2e/largest_model.py: the largest GPT-2-shaped model each framework trains
+      mkdir -p "$work/$c"
+      CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${BLU_SCALE_TIMEOUT:-540}" python3 bench/e2e/largest_model.py \
+        --blutrain "$bin" --out "$work/$c" ${BLU_LARGEST_ARGS:-} > "$work/$c/log.txt" 2>&1
+      echo "largest rc=$?"; grep -E "^\| (blutrain|torch)" "$work/$c/log.txt"
       continue ;;
     *) echo "device-scale.sh: unknown case $c" >&2; continue ;;
   esac

@@ -15,6 +15,8 @@ a = sys.argv[2:]
 opt = {a[i][2:]: (a[i + 1] if i + 1 < len(a) and not a[i + 1].startswith("--") else "1")
        for i in range(len(a)) if a[i].startswith("--")}
 mode, steps, out = opt["precision"], int(opt["max-steps"]), opt["out-dir"]
+if opt.get("model") == "40x32x4096":  # largest_model.py's ladder: the first rung that does not fit
+    sys.exit("blutrain: CUDA out of memory allocating 1.2 GiB")
 rate = {"fp32": 40000.0, "tf32": 170000.0, "bf16": 300000.0}[mode]
 os.makedirs(out, exist_ok=True)
 with open(out + "/metrics.jsonl", "w") as f:
@@ -41,6 +43,8 @@ if "save-init" in opt:
     sys.exit(0)
 if "compile" in opt and opt["mode"] == "bf16":
     sys.exit("torch.compile: simulated failure")
+if opt.get("model") == "44x32x4096":
+    sys.exit("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
 rate = {"fp32": 50000.0, "tf32": 150000.0, "bf16": 330000.0}[opt["mode"]] * (1.1 if "compile" in opt else 1)
 ms = 16384 / rate * 1000
 json.dump({"framework": "torch_compile" if "compile" in opt else "torch_eager", "mode": opt["mode"],
@@ -130,6 +134,18 @@ def main():
         check("BLU_FAKE_LOSS_SCALE" not in os.environ, "the self floor's environment is restored")
         check("--blas cublaslt" in open(os.path.join(d, "fid3", "fp32.fidelity_torch_floor.log")).readline(),
               "the blas-lt floor asks for cuBLASLt")
+        # largest_model.py: each framework climbs the ladder and stops at its first failure.
+        r = subprocess.run([sys.executable, os.path.join(HERE, "largest_model.py"), "--blutrain", fb, "--out",
+                            os.path.join(d, "lm"), "--torch-program", ft, "--steps", "3", "--ladder",
+                            "36x20x1280,40x32x4096,44x32x4096,48x32x4096"], capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, "largest_model.py: " + r.stdout[-500:] + r.stderr[-500:])
+        lm = json.load(open(os.path.join(d, "lm", "largest_model.json")))
+        check(lm["metrics"]["scale.largest_bf16.blutrain.shape"] == "36x20x1280", "blutrain's largest rung")
+        check(lm["metrics"]["scale.largest_bf16.torch_eager.shape"] == "40x32x4096", "PyTorch's largest rung")
+        check([x["shape"] for x in lm["rungs"]["torch_eager"]] == ["36x20x1280", "40x32x4096", "44x32x4096"],
+              "the climb stops at the first failure")
+        check(lm["rungs"]["blutrain"][-1]["why"] == "out of memory", "the failure's reason")
+        check(abs(lm["metrics"]["scale.largest_bf16.torch_eager.params_b"] - 8.25) < 0.05, "parameter count")
         # Shards: written, read back in blutrain's order.
         sd = os.path.join(d, "shards")
         p = write_random_shards(sd, 10001, seed=5)[0]

@@ -62,6 +62,18 @@ MODELS = {"tiny": (4, 4, 128, 256), "d12": (12, 12, 768, 1024), "d24": (24, 16, 
           "d36": (36, 20, 1280, 1024), "d48": (48, 25, 1600, 1024)}
 
 
+def model_shape(name, ap):
+    """(layers, heads, width, context) of a named model or of "LxHxC" (context 1024)."""
+    if name in MODELS:
+        return MODELS[name]
+    parts = name.split("x")
+    if len(parts) == 3 and all(q.isdigit() and int(q) > 0 for q in parts):
+        L, H, C = (int(q) for q in parts)
+        if C % H == 0:
+            return L, H, C, 1024
+    ap.error(f"--model {name}: not one of {', '.join(sorted(MODELS))} nor LxHxC with H dividing C")
+
+
 class Block(nn.Module):
     def __init__(self, C, H):
         super().__init__()
@@ -95,10 +107,10 @@ class GPT2(nn.Module):
         self.n_layer = n_layer
         self.head = "slice"
 
-    def init_gpt2(self, seed):
+    def init_gpt2(self, seed, device="cpu"):
         # blutrain's GPT2::init_weights: N(0, 0.02); the c_proj weights N(0, 0.02/sqrt(2L)); biases 0,
         # LayerNorm weights 1; the padded embedding rows exactly 0.
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
         std_res = 0.02 / math.sqrt(2.0 * self.n_layer)
         with torch.no_grad():
             for name, p in self.named_parameters():
@@ -108,7 +120,7 @@ class GPT2(nn.Module):
                     p.zero_()
                 else:
                     std = std_res if name.endswith(("attn_proj.weight", "mlp_proj.weight")) else 0.02
-                    p.copy_(torch.randn(p.shape, generator=g) * std)
+                    p.copy_(torch.randn(p.shape, generator=g, device=device) * std)
             self.wte.weight[VOCAB:].zero_()
 
     def load_hf(self, path):
@@ -240,7 +252,11 @@ def ddp_setup(a, ap):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="d12", choices=sorted(MODELS))
+    ap.add_argument("--model", default="d12", help=f"{', '.join(sorted(MODELS))} or LxHxC (L layers, H heads, "
+                    "width C, context 1024: blutrain's Note [Model shapes])")
+    ap.add_argument("--init-on-device", action="store_true",
+                    help="build and initialise the weights on --device (its own random stream: not blutrain's "
+                         "init values; for the size sweep, where a CPU init of billions of weights is minutes)")
     ap.add_argument("--mode", default="bf16", choices=["fp32", "tf32", "bf16"])
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--batch", type=int, default=16)
@@ -303,12 +319,14 @@ def main():
         sdpa_ctx = sdpa_kernel(SDPBackend.MATH)
         sdpa_ctx.__enter__()
 
-    L, H, C, ctx = MODELS[a.model]
+    L, H, C, ctx = model_shape(a.model, ap)
     if a.block_size:
         ctx = a.block_size
     assert a.save_init or a.seq <= ctx, f"--seq {a.seq} exceeds the {a.model} context {ctx}"
-    model = GPT2(L, H, C, ctx)
-    model.init_gpt2(a.seed)
+    init_dev = dev if a.init_on_device else torch.device("cpu")
+    with init_dev:
+        model = GPT2(L, H, C, ctx)
+    model.init_gpt2(a.seed, init_dev)
     model.head = a.head
     if a.init_from:
         model.load_hf(a.init_from)
