@@ -165,7 +165,12 @@ LogicalResult KernelOp::verify() {
 }
 
 LogicalResult FusedOp::verify() {
-  RankedTensorType result = rankedType(getResult());
+  if (getResults().empty()) return emitOpError("has no result");
+  RankedTensorType result = rankedType(getResults().front());
+  for (auto [index, r] : llvm::enumerate(getResults()))
+    if (rankedType(r).getShape() != result.getShape())
+      return emitOpError("result #") << index << " " << r.getType() << " does not have the first result's shape "
+                                     << result;
   RankedTensorType bias_shape = lastDimVectorType(result, result.getElementType());
   for (auto [index, input] : llvm::enumerate(getInputs())) {
     RankedTensorType type = rankedType(input);
@@ -192,9 +197,14 @@ LogicalResult FusedOp::verifyRegions() {
       return op.emitOpError("is not elementwise and may not be inside blu.fused");
   auto yield = dyn_cast<YieldOp>(body.getTerminator());
   if (!yield) return emitOpError("region must end with blu.yield");
-  if (yield.getValue().getType() != getResult().getType())
-    return emitOpError("yields ") << yield.getValue().getType() << " but the result is "
-                                  << getResult().getType();
+  if (yield.getValues().size() != getResults().size())
+    return emitOpError("yields ") << yield.getValues().size() << " values for " << getResults().size() << " results";
+  for (auto [index, pair] : llvm::enumerate(llvm::zip(yield.getValues(), getResults()))) {
+    auto [v, r] = pair;
+    if (v.getType() != r.getType())
+      return emitOpError("yields ") << v.getType() << " as value #" << index << " but result #" << index << " is "
+                                    << r.getType();
+  }
   return success();
 }
 

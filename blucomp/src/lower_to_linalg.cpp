@@ -24,7 +24,8 @@ namespace {
 // > 2, expand_shape for rank 1: both free views after bufferization), a rank-1 bias is indexed
 // by the column alone. One rank for every group keeps the GPU mapping uniform (tile 1 x
 // threads_per_block, blocks over rows and column tiles) whatever the tensor rank was.
-using ScalarBody = std::function<Value(OpBuilder&, Location, ValueRange)>;
+// A body gives one scalar per result (a multi-output blu.fused: several, all of one shape).
+using ScalarBody = std::function<llvm::SmallVector<Value>(OpBuilder&, Location, ValueRange)>;
 
 llvm::SmallVector<ReassociationIndices> to2dReassociation(int64_t rank) {
   if (rank == 1) return {{0, 1}};
@@ -49,9 +50,11 @@ Value from2d(OpBuilder& b, Location loc, Value value, RankedTensorType type) {
   return b.create<tensor::ExpandShapeOp>(loc, type, value, reassociation);
 }
 
-// One linalg.generic computing `body` elementwise over `inputs`, result of `result_type`.
-Value buildGeneric(OpBuilder& b, Location loc, RankedTensorType result_type, ValueRange inputs,
-                   const ScalarBody& body) {
+// One linalg.generic computing `body` elementwise over `inputs`, one result per `result_types`
+// entry (all of the first one's shape).
+llvm::SmallVector<Value> buildGeneric(OpBuilder& b, Location loc, llvm::ArrayRef<RankedTensorType> result_types,
+                                      ValueRange inputs, const ScalarBody& body) {
+  RankedTensorType result_type = result_types.front();
   MLIRContext* ctx = b.getContext();
   const int64_t cols = result_type.getShape().back();
   const int64_t rows = result_type.getNumElements() / std::max<int64_t>(cols, 1);
@@ -71,27 +74,37 @@ Value buildGeneric(OpBuilder& b, Location loc, RankedTensorType result_type, Val
       maps.push_back(by_column);
     }
   }
-  maps.push_back(identity);
-  Type out_elem = result_type.getElementType();
-  Value init = b.create<tensor::EmptyOp>(loc, llvm::ArrayRef<int64_t>{rows, cols}, out_elem);
+  llvm::SmallVector<Value> inits;
+  llvm::SmallVector<Type> init_types;
+  for (RankedTensorType t : result_types) {
+    maps.push_back(identity);
+    inits.push_back(b.create<tensor::EmptyOp>(loc, llvm::ArrayRef<int64_t>{rows, cols}, t.getElementType()));
+    init_types.push_back(inits.back().getType());
+  }
+  const size_t outs = result_types.size();
   llvm::SmallVector<utils::IteratorType> iterators(2, utils::IteratorType::parallel);
   auto generic = b.create<linalg::GenericOp>(
-      loc, TypeRange{init.getType()}, views, ValueRange{init}, maps, iterators,
+      loc, init_types, views, inits, maps, iterators,
       [&](OpBuilder& nb, Location nloc, ValueRange args) {
         // Note [bf16 compute]: the body runs in f32; bf16 is widened on load, narrowed on store.
         Type f32 = nb.getF32Type();
         llvm::SmallVector<Value> scalars;
-        for (Value arg : args.drop_back())
+        for (Value arg : args.drop_back(outs))
           scalars.push_back(arg.getType() == f32 ? arg : nb.create<arith::ExtFOp>(nloc, f32, arg));
-        Value result = body(nb, nloc, scalars);
-        if (out_elem != f32) result = nb.create<arith::TruncFOp>(nloc, out_elem, result);
-        nb.create<linalg::YieldOp>(nloc, result);
+        llvm::SmallVector<Value> results = body(nb, nloc, scalars);
+        for (size_t i = 0; i < results.size(); ++i) {
+          Type elem = result_types[i].getElementType();
+          if (elem != f32) results[i] = nb.create<arith::TruncFOp>(nloc, elem, results[i]);
+        }
+        nb.create<linalg::YieldOp>(nloc, results);
       });
-  return from2d(b, loc, generic.getResult(0), result_type);
+  llvm::SmallVector<Value> lowered;
+  for (auto [r, t] : llvm::zip(generic.getResults(), result_types)) lowered.push_back(from2d(b, loc, r, t));
+  return lowered;
 }
 
-// The scalar body of a blu.fused region: its ops' scalar bodies chained in order.
-Value fusedScalarBody(FusedOp fused, OpBuilder& b, Location loc, ValueRange scalars) {
+// The scalar bodies of a blu.fused region's results: its ops' scalar bodies chained in order.
+llvm::SmallVector<Value> fusedScalarBody(FusedOp fused, OpBuilder& b, Location loc, ValueRange scalars) {
   Block& block = fused.getBody().front();
   IRMapping scalar_of;
   for (auto [arg, scalar] : llvm::zip(block.getArguments(), scalars)) scalar_of.map(arg, scalar);
@@ -101,7 +114,9 @@ Value fusedScalarBody(FusedOp fused, OpBuilder& b, Location loc, ValueRange scal
     Value result = cast<ElementwiseOpInterface>(&op).buildScalar(b, op.getLoc(), operands);
     scalar_of.map(op.getResult(0), result);
   }
-  return scalar_of.lookup(cast<YieldOp>(block.getTerminator()).getValue());
+  llvm::SmallVector<Value> out;
+  for (Value v : cast<YieldOp>(block.getTerminator()).getValues()) out.push_back(scalar_of.lookup(v));
+  return out;
 }
 
 struct LowerToLinalgPass : blu::comp::impl::BluLowerToLinalgBase<LowerToLinalgPass> {
@@ -126,22 +141,22 @@ struct LowerToLinalgPass : blu::comp::impl::BluLowerToLinalgBase<LowerToLinalgPa
 
     for (Operation* op : work) {
       OpBuilder b(op);
-      auto result_type = cast<RankedTensorType>(op->getResult(0).getType());
-      Value lowered;
+      llvm::SmallVector<RankedTensorType> result_types;
+      for (Value r : op->getResults()) result_types.push_back(cast<RankedTensorType>(r.getType()));
+      llvm::SmallVector<Value> lowered;
       if (auto fused = dyn_cast<FusedOp>(op)) {
-        lowered = buildGeneric(b, op->getLoc(), result_type, fused.getInputs(),
+        lowered = buildGeneric(b, op->getLoc(), result_types, fused.getInputs(),
                                [fused](OpBuilder& nb, Location loc, ValueRange scalars) {
                                  return fusedScalarBody(fused, nb, loc, scalars);
                                });
       } else {
         auto elementwise = cast<ElementwiseOpInterface>(op);
-        lowered =
-            buildGeneric(b, op->getLoc(), result_type, op->getOperands(),
-                         [elementwise](OpBuilder& nb, Location loc, ValueRange scalars) mutable {
-                           return elementwise.buildScalar(nb, loc, scalars);
-                         });
+        lowered = buildGeneric(b, op->getLoc(), result_types, op->getOperands(),
+                               [elementwise](OpBuilder& nb, Location loc, ValueRange scalars) mutable {
+                                 return llvm::SmallVector<Value>{elementwise.buildScalar(nb, loc, scalars)};
+                               });
       }
-      op->getResult(0).replaceAllUsesWith(lowered);
+      op->replaceAllUsesWith(lowered);
       op->erase();
     }
   }

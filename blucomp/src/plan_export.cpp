@@ -63,8 +63,8 @@ namespace {
 // Note [Fused group kernels]: each blu.fused of @step outlined as func @group_<k>(operands...) ->
 // result, compiled by blu-to-nvvm with results as out-parameters; after it, the group function
 // holds one gpu.launch_func whose kernel operands are that function's arguments (operands, then
-// the out-parameter). Per group: PTX module name, kernel name, grid, block, and each kernel
-// parameter as an operand index or -1 for the result.
+// the out-parameters). Per group: PTX module name, kernel name, grid, block, and each kernel
+// parameter as an operand index, or -1 - r for result r (-1: the first; multi-output groups more).
 struct GroupLaunch {
   std::string module, kernel;
   int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
@@ -94,7 +94,7 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   // group's ops are elementwise, so only their types change; bias vectors stay 1-D). A rank-3
   // result would otherwise be computed into a 2-D buffer and copied out (expand_shape +
   // memref.copy), which the out-parameter hoisting cannot remove. Same bytes, same pointers.
-  auto result_type = cast<RankedTensorType>(g.getResult().getType());
+  auto result_type = cast<RankedTensorType>(g.getResults().front().getType());
   const auto shape = result_type.getShape();
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
@@ -105,13 +105,15 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   };
   SmallVector<Type> in_types;
   for (Type t : g.getOperandTypes()) in_types.push_back(flatten(t));
-  auto fn = b.create<func::FuncOp>(g.getLoc(), name, b.getFunctionType(in_types, {flatten(result_type)}));
+  SmallVector<Type> out_types;
+  for (Type t : g.getResultTypes()) out_types.push_back(flatten(t));
+  auto fn = b.create<func::FuncOp>(g.getLoc(), name, b.getFunctionType(in_types, out_types));
   Block* entry = fn.addEntryBlock();
   OpBuilder fb = OpBuilder::atBlockEnd(entry);
   IRMapping map;
   for (auto [i, v] : llvm::enumerate(g.getOperands())) map.map(v, entry->getArgument(i));
   Operation* clone = fb.clone(*g.getOperation(), map);
-  clone->getResult(0).setType(flatten(result_type));
+  for (Value r : clone->getResults()) r.setType(flatten(r.getType()));
   clone->walk([&](Operation* op) {
     for (Region& r : op->getRegions())
       for (Block& blk : r)
@@ -165,7 +167,8 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
           ok = false;
           break;
         }
-        out.params.push_back(arg.getArgNumber() < inputs ? static_cast<int64_t>(arg.getArgNumber()) : -1);
+        const int64_t n = static_cast<int64_t>(arg.getArgNumber());
+        out.params.push_back(n < static_cast<int64_t>(inputs) ? n : -1 - (n - static_cast<int64_t>(inputs)));
       }
     });
   }
@@ -253,7 +256,7 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
         k["block"] = json::Array{l.block[0], l.block[1], l.block[2]};
         json::Array params;
         for (int64_t p : l.params) params.push_back(p);
-        k["params"] = std::move(params);  // kernel parameter -> operand index, -1 = the result
+        k["params"] = std::move(params);  // kernel parameter -> operand index, -1 - r = result r
       }
       ++group_index;
     }

@@ -51,3 +51,25 @@ func.func @rank1(%a: tensor<50xf32>, %b: tensor<50xf32>) -> tensor<50xf32> {
   %0 = blu.mul %a, %b : tensor<50xf32>
   return %0 : tensor<50xf32>
 }
+
+// -----
+
+// A multi-output group (blu-fuse-elementwise{multi-output=1}): one linalg.generic with one
+// output per result, each narrowed to its own element type; rank-3 results expanded back.
+// CHECK-LABEL: func.func @two_results
+// CHECK: %[[G:.*]]:2 = linalg.generic
+// CHECK-SAME: outs(%{{.*}}, %{{.*}} : tensor<32x64xbf16>, tensor<32x64xf32>)
+// CHECK: %[[T:.*]] = math.tanh
+// CHECK: %[[N:.*]] = arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: linalg.yield %[[N]], %{{.*}} : bf16, f32
+// CHECK-DAG: tensor.expand_shape %[[G]]#0
+// CHECK-DAG: tensor.expand_shape %[[G]]#1
+func.func @two_results(%x: tensor<4x8x64xbf16>, %y: tensor<4x8x64xf32>) -> (tensor<4x8x64xbf16>, tensor<4x8x64xf32>) {
+  %0:2 = blu.fused(%x, %y) : (tensor<4x8x64xbf16>, tensor<4x8x64xf32>) -> (tensor<4x8x64xbf16>, tensor<4x8x64xf32>) {
+  ^bb0(%a: tensor<4x8x64xbf16>, %b: tensor<4x8x64xf32>):
+    %t = blu.ew "tanh"(%b) : tensor<4x8x64xf32>
+    %m = blu.ew "mul_scalar"(%a) {alpha = 2.0 : f64} : tensor<4x8x64xbf16>
+    blu.yield %m, %t : tensor<4x8x64xbf16>, tensor<4x8x64xf32>
+  }
+  return %0#0, %0#1 : tensor<4x8x64xbf16>, tensor<4x8x64xf32>
+}

@@ -115,12 +115,34 @@ func.func @fused_holds_matmul(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 func.func @fused_yield_type(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
-  // expected-error @+1 {{yields 'tensor<8xf32>' but the result is 'tensor<4x8xf32>'}}
+  // expected-error @+1 {{yields 'tensor<8xf32>' as value #0 but result #0 is 'tensor<4x8xf32>'}}
   %0 = blu.fused(%x, %b) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
   ^bb0(%a: tensor<4x8xf32>, %c: tensor<8xf32>):
     blu.yield %c : tensor<8xf32>
   }
   return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @fused_yield_count(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{yields 2 values for 1 results}}
+  %0 = blu.fused(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    blu.yield %a, %a : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @fused_results_of_two_shapes(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{result #1 'tensor<8xf32>' does not have the first result's shape 'tensor<4x8xf32>'}}
+  %0:2 = blu.fused(%x, %b) : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>) {
+  ^bb0(%a: tensor<4x8xf32>, %c: tensor<8xf32>):
+    blu.yield %a, %c : tensor<4x8xf32>, tensor<8xf32>
+  }
+  return %0#0 : tensor<4x8xf32>
 }
 
 // -----

@@ -196,21 +196,23 @@ def Blu_FusedOp : Blu_Op<"fused", [IsolatedFromAbove, SingleBlock]> {
   let summary = "a group of elementwise blu ops that becomes one kernel";
   let description = [{
     The region's block arguments are the group's inputs (one per operand, same types); its ops
-    are elementwise blu ops; `blu.yield` returns the group's one result. Each input has the
-    result's shape or is a rank-1 tensor of the result's last dimension (a bias).
+    are elementwise blu ops; `blu.yield` returns the group's results: the last op's value first,
+    then any member value kept for users outside the group (multi-output fusion, Note [Fusion
+    cost rule]). Every result has the first one's shape; each input has that shape or is a
+    rank-1 tensor of its last dimension (a bias).
   }];
   let arguments = (ins Variadic<Blu_Tensor>:$inputs);
-  let results = (outs Blu_Tensor:$result);
+  let results = (outs Variadic<Blu_Tensor>:$results);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, $result) $body";
+  let assemblyFormat = "`(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body";
   let hasVerifier = 1;
   let hasRegionVerifier = 1;
 }
 
 def Blu_YieldOp : Blu_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
-  let summary = "returns the value of a blu.fused region";
-  let arguments = (ins Blu_Tensor:$value);
-  let assemblyFormat = "$value attr-dict `:` type($value)";
+  let summary = "returns the values of a blu.fused region";
+  let arguments = (ins Variadic<Blu_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
 #endif  // BLUCOMP_BLU_OPS_TD

@@ -10,7 +10,13 @@ def BluFuseElementwise : Pass<"blu-fuse-elementwise", "::mlir::func::FuncOp"> {
     Each group has one result (its last op). A producer joins its consumer's group only when all
     of its users are in that group, so no value is recomputed and blu.matmul / blu.layernorm are
     boundaries (Note [Fusion cost rule] in fuse_elementwise.cpp). Groups of one op stay as they are.
+    With multi-output (or BLU_PLAN_MULTI_OUTPUT=1 in the environment), a member whose value other
+    ops read after the group's last op becomes an extra result instead of a boundary.
   }];
+  let options = [
+    Option<"multiOutput", "multi-output", "bool", /*default=*/"false",
+           "fuse a value read after the group as an extra result of the group">
+  ];
   let dependentDialects = ["::blu::comp::BluDialect"];
 }
 
