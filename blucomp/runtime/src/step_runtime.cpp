@@ -285,9 +285,9 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
   std::vector<TensorRef> refs;
   for (int64_t p : k.params) {
     // p >= 0: operand p; p < 0: result -1 - p (multi-output groups write several).
-    const size_t r = p < 0 ? static_cast<size_t>(-1 - p) : 0;
+    const size_t result = p < 0 ? static_cast<size_t>(-1 - p) : 0;
     const int64_t buffer = p >= 0 ? (static_cast<size_t>(p) < k.operands.size() ? k.operands[static_cast<size_t>(p)] : -1)
-                                  : (r < k.results.size() ? k.results[r] : -1);
+                                  : (result < k.results.size() ? k.results[result] : -1);
     if (buffer < 0) return "a parameter no buffer holds";
     const TensorRef* r = p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
     if (r == nullptr || !r->contiguous()) return "a parameter is not a dense view of its buffer";
