@@ -31,6 +31,37 @@ RankedTensorType rowsType(RankedTensorType like, Type elem) {
 
 }  // namespace
 
+namespace blu::comp {
+
+// Note [Broadcast operands]: how an operand of shape `in` reaches the elements of `out`.
+BroadcastKind broadcastKind(ArrayRef<int64_t> in, ArrayRef<int64_t> out) {
+  if (in == out) return BroadcastKind::kSame;
+  if (out.empty()) return BroadcastKind::kNone;
+  if (in.size() == 1 && in[0] == out.back()) return BroadcastKind::kColumns;
+  if (in.size() == out.size() && in.back() == 1 && in.drop_back() == out.drop_back()) return BroadcastKind::kRows;
+  if (in.size() >= 2 && in.size() < out.size() && in == out.take_back(in.size())) return BroadcastKind::kTrailing;
+  // The 2-D form of the same (a fused group outlined on its (rows, cols) view: Note [Fused group
+  // kernels]): [R, cols] against [rows, cols], R a proper divisor of rows, repeated down the rows.
+  if (in.size() == 2 && out.size() == 2 && in[1] == out[1] && in[0] > 0 && in[0] < out[0] && out[0] % in[0] == 0)
+    return BroadcastKind::kTrailing;
+  return BroadcastKind::kNone;
+}
+
+}  // namespace blu::comp
+
+LogicalResult BroadcastOp::verify() {
+  RankedTensorType in = rankedType(getInput()), out = rankedType(getResult());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("input element type ") << in.getElementType() << " differs from the result's "
+                                              << out.getElementType();
+  const BroadcastKind k = broadcastKind(in.getShape(), out.getShape());
+  if (k == BroadcastKind::kNone || k == BroadcastKind::kSame)
+    return emitOpError("cannot broadcast ") << in << " to " << out
+                                            << " (need the result's shape with last dimension 1, or its trailing "
+                                               "dimensions)";
+  return success();
+}
+
 LogicalResult BiasAddOp::verify() {
   RankedTensorType input = rankedType(getInput());
   RankedTensorType bias = rankedType(getBias());
@@ -171,12 +202,12 @@ LogicalResult FusedOp::verify() {
     if (rankedType(r).getShape() != result.getShape())
       return emitOpError("result #") << index << " " << r.getType() << " does not have the first result's shape "
                                      << result;
-  RankedTensorType bias_shape = lastDimVectorType(result, result.getElementType());
   for (auto [index, input] : llvm::enumerate(getInputs())) {
     RankedTensorType type = rankedType(input);
-    if (type.getShape() != result.getShape() && type.getShape() != bias_shape.getShape())
+    if (broadcastKind(type.getShape(), result.getShape()) == BroadcastKind::kNone)
       return emitOpError("input #") << index << " " << type << " is neither of the result's shape "
-                                    << result << " nor a rank-1 tensor of its last dimension";
+                                    << result << " nor a rank-1 tensor of its last dimension, nor (Note "
+                                       "[Broadcast operands]) its shape with last dimension 1 or its trailing dimensions";
   }
   return success();
 }

@@ -24,9 +24,11 @@ struct CountKernelsPass : blu::comp::impl::BluCountKernelsBase<CountKernelsPass>
       // Every top-level blu op is one launch (blu.yield only appears inside blu.fused), but
       // the views of a captured step (blu.reshape, blu.view, blu.insert_view: how the kernel that
       // reads or writes them addresses its operand, as the eager step did) and blu.host_read (a
-      // copy to the host).
+      // copy to the host) and blu.broadcast (how its one reader, an elementwise op it is always
+      // fused with, reads a recorded broadcast operand: Note [Broadcast operands]).
       if (isa<blu::comp::BluDialect>(op.getDialect()) &&
-          !isa<blu::comp::ReshapeOp, blu::comp::ViewOp, blu::comp::InsertViewOp, blu::comp::HostReadOp>(op))
+          !isa<blu::comp::ReshapeOp, blu::comp::ViewOp, blu::comp::InsertViewOp, blu::comp::HostReadOp,
+               blu::comp::BroadcastOp>(op))
         ++kernels;
     }
     fn->setAttr("blu.kernels", Builder(fn.getContext()).getI64IntegerAttr(kernels));

@@ -29,8 +29,10 @@
 #include "blucomp/import_capture.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "llvm/Support/JSON.h"
@@ -532,11 +534,69 @@ class Importer {
     return row;
   }
 
+  // Note [Broadcast operands] (blu_dialect.h): the dense tensor an operand broadcast over `out`
+  // reads, when its stride-0 dimensions are the last one alone (per-row values: that dimension
+  // becomes 1) or a leading run (repeated trailing dimensions: those are dropped); else nothing.
+  std::optional<Ref> broadcastSource(const Ref& r, const Ref& out) {
+    if (r.sizes != out.sizes || r.sizes.empty() || noBroadcast(r)) return std::nullopt;
+    const size_t n = r.sizes.size();
+    Ref src = r;
+    if (r.strides[n - 1] == 0) {  // per row: only the last dimension broadcast
+      for (size_t i = 0; i + 1 < n; ++i)
+        if (r.strides[i] == 0 && r.sizes[i] != 1) return std::nullopt;
+      src.sizes.back() = 1;
+      src.strides.back() = 1;
+    } else {  // a leading run of broadcast dimensions, then dense trailing ones
+      size_t lead = 0;
+      while (lead < n && (r.strides[lead] == 0 || r.sizes[lead] == 1)) ++lead;
+      for (size_t i = lead; i < n; ++i)
+        if (r.strides[i] == 0 && r.sizes[i] != 1) return std::nullopt;
+      if (lead == 0 || lead == n) return std::nullopt;
+      src.sizes.assign(r.sizes.begin() + static_cast<std::ptrdiff_t>(lead), r.sizes.end());
+      src.strides.assign(r.strides.begin() + static_cast<std::ptrdiff_t>(lead), r.strides.end());
+    }
+    if (!src.contiguous() ||
+        broadcastKind(src.sizes, out.sizes) == BroadcastKind::kNone || broadcastKind(src.sizes, out.sizes) == BroadcastKind::kSame)
+      return std::nullopt;
+    return src;
+  }
+
+  // An operand of a binary op at the result's shape: itself, or (BLU_PLAN_BROADCAST=1) a
+  // blu.broadcast of its dense source; null when it is neither.
+  Value operandAtShape(const Ref& r, const Ref& out) {
+    if (noBroadcast(r)) return read(r);
+    static const bool on = [] {
+      const char* v = std::getenv("BLU_PLAN_BROADCAST");
+      return v != nullptr && std::string(v) == "1";
+    }();
+    if (!on) return nullptr;
+    std::optional<Ref> src = broadcastSource(r, out);
+    if (!src) return nullptr;
+    return b_.create<BroadcastOp>(loc_, typeOf(out), read(*src));
+  }
+
   bool importBinary(const JNode& n) {
     const Ref &out = tensor(n, "out"), &a = tensor(n, "a"), &bt = tensor(n, "b");
     const std::string& op = n.arg("op")->enum_name;
     const JArg* alpha = n.arg("alpha");
     if (!arithmetic(out.dtype) || a.sizes != out.sizes || bt.sizes != out.sizes) return false;
+    if (!noBroadcast(a) || !noBroadcast(bt)) {
+      // Note [Broadcast operands]: a bias-row add keeps blu.bias_add below (the GEMM epilogue
+      // fusion looks for it); any other broadcast operand becomes blu.broadcast.
+      const bool bias_add = op == "kAdd" && alpha && alpha->number == 1.0 && noBroadcast(a) && biasRow(bt, out);
+      if (!bias_add) {
+        if (op != "kMul" && ewName(op).empty()) return false;
+        Value va = operandAtShape(a, out), vb = operandAtShape(bt, out);
+        if (!va || !vb) return false;
+        if (op == "kMul") {
+          write(out, b_.create<MulOp>(loc_, va, vb));
+        } else {
+          write(out, b_.create<EwOp>(loc_, va.getType(), b_.getStringAttr(ewName(op)), ValueRange{va, vb},
+                                     b_.getF64FloatAttr(alpha ? alpha->number : 1.0)));
+        }
+        return true;
+      }
+    }
     if (!noBroadcast(a)) return false;
     if (op == "kAdd" && alpha && alpha->number == 1.0) {
       if (noBroadcast(bt)) {

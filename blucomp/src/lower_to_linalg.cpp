@@ -65,13 +65,25 @@ llvm::SmallVector<Value> buildGeneric(OpBuilder& b, Location loc, llvm::ArrayRef
   llvm::SmallVector<AffineMap> maps;
   for (Value input : inputs) {
     auto type = cast<RankedTensorType>(input.getType());
-    if (type.getShape() == result_type.getShape()) {
-      views.push_back(
-          to2d(b, loc, input, RankedTensorType::get({rows, cols}, type.getElementType())));
-      maps.push_back(identity);
-    } else {  // a bias: rank 1, the last dimension (blu.fused's verifier)
-      views.push_back(input);
-      maps.push_back(by_column);
+    switch (broadcastKind(type.getShape(), result_type.getShape())) {
+      case BroadcastKind::kColumns:  // a bias: rank 1, the last dimension
+        views.push_back(input);
+        maps.push_back(by_column);
+        break;
+      case BroadcastKind::kRows:  // one value per row: [rows, 1], (row, 0)
+        views.push_back(to2d(b, loc, input, RankedTensorType::get({rows, 1}, type.getElementType())));
+        maps.push_back(AffineMap::get(2, 0, {getAffineDimExpr(0, ctx), getAffineConstantExpr(0, ctx)}, ctx));
+        break;
+      case BroadcastKind::kTrailing: {  // the trailing dims repeated: [R, cols], (row mod R, col)
+        const int64_t r = type.getNumElements() / std::max<int64_t>(cols, 1);
+        views.push_back(to2d(b, loc, input, RankedTensorType::get({r, cols}, type.getElementType())));
+        maps.push_back(AffineMap::get(2, 0, {getAffineDimExpr(0, ctx) % r, getAffineDimExpr(1, ctx)}, ctx));
+        break;
+      }
+      default:  // the result's shape (blu.fused's verifier allows nothing else)
+        views.push_back(
+            to2d(b, loc, input, RankedTensorType::get({rows, cols}, type.getElementType())));
+        maps.push_back(identity);
     }
   }
   llvm::SmallVector<Value> inits;

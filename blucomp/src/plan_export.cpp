@@ -99,9 +99,17 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
   auto flat = RankedTensorType::get({rows, shape.empty() ? 1 : shape.back()}, result_type.getElementType());
+  const int64_t cols = flat.getShape()[1];
   auto flatten = [&](Type t) -> Type {
     auto r = dyn_cast<RankedTensorType>(t);
-    return r && r.getShape() == shape && shape.size() != 2 ? RankedTensorType::get(flat.getShape(), r.getElementType()) : t;
+    if (!r || shape.size() == 2) return t;
+    switch (broadcastKind(r.getShape(), shape)) {  // Note [Broadcast operands]: their 2-D views
+      case BroadcastKind::kSame: return RankedTensorType::get(flat.getShape(), r.getElementType());
+      case BroadcastKind::kRows: return RankedTensorType::get({rows, 1}, r.getElementType());
+      case BroadcastKind::kTrailing:
+        return RankedTensorType::get({r.getNumElements() / std::max<int64_t>(cols, 1), cols}, r.getElementType());
+      default: return t;
+    }
   };
   SmallVector<Type> in_types;
   for (Type t : g.getOperandTypes()) in_types.push_back(flatten(t));

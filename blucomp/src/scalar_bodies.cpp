@@ -34,6 +34,9 @@ Value AddOp::buildScalar(OpBuilder& b, Location loc, ValueRange operands) {
   return b.create<arith::AddFOp>(loc, operands[0], operands[1]);
 }
 
+// The element of the operand the iteration's index map selects (Note [Broadcast operands]).
+Value BroadcastOp::buildScalar(OpBuilder&, Location, ValueRange operands) { return operands[0]; }
+
 Value MulOp::buildScalar(OpBuilder& b, Location loc, ValueRange operands) {
   return b.create<arith::MulFOp>(loc, operands[0], operands[1]);
 }

@@ -8,6 +8,15 @@
 // RUN: blu-import %t/llama.json -o %t/llama.mlir
 // RUN: blu-opt %t/llama.mlir --blu-count-kernels | FileCheck %s --check-prefix=BEFORE
 // RUN: blu-opt %t/llama.mlir --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=AFTER
+// Note [Broadcast operands] and multi-output groups (Note [Fusion cost rule]), each switched on by
+// its environment variable until measured on the device: 120 -> 97 with the broadcast products,
+// -> 89 with multi-output groups as well.
+// RUN: env BLU_PLAN_BROADCAST=1 blu-import %t/llama.json -o %t/llama_b.mlir
+// RUN: blu-opt %t/llama_b.mlir --blu-count-kernels | FileCheck %s --check-prefix=BEFORE
+// RUN: blu-opt %t/llama_b.mlir --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=BCAST
+// RUN: env BLU_PLAN_MULTI_OUTPUT=1 blu-opt %t/llama_b.mlir --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=BOTH
+// RUN: blu-opt %t/llama_b.mlir --blu-fuse-pipeline | FileCheck %s --check-prefix=BCASTIR
+// RUN: env BLU_PLAN_BROADCAST=1 blu-plan %t/llama.json -o %t/plan_b.json && FileCheck %s --check-prefix=PLANB < %t/plan_b.json
 
 // CAPTURE: llama block step (B=2 T=16 C=64 heads=4 hidden=176): 137 nodes (136 launches, 1 host reads)
 // CAPTURE: unary:kExp x1
@@ -21,3 +30,12 @@
 // AFTER-NEXT: blu.ew "pow_scalar"{{.*}}alpha = -5.000000e-01
 // AFTER: blu.ew "neg"
 // AFTER-NEXT: blu.ew "exp"
+
+// BCAST: blu.kernels = 97
+// BOTH: blu.kernels = 89
+// RMSNorm's x * rstd (one value per row) and * weight, and rotary's tables over batch and heads,
+// inside fused groups (never a launch of their own):
+// BCASTIR: blu.broadcast %{{.*}} : tensor<2x16x1xf32> to tensor<2x16x64xf32>
+// BCASTIR: blu.broadcast %{{.*}} : tensor<16x8xf32> to tensor<2x4x16x8xf32>
+// PLANB: "blu.broadcast"
+// PLANB: "launches_after": 97

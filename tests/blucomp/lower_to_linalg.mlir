@@ -73,3 +73,23 @@ func.func @two_results(%x: tensor<4x8x64xbf16>, %y: tensor<4x8x64xf32>) -> (tens
   }
   return %0#0, %0#1 : tensor<4x8x64xbf16>, tensor<4x8x64xf32>
 }
+
+// -----
+
+// Note [Broadcast operands]: a per-row operand is read as [rows, 1] at (row, 0), a trailing one
+// (rotary's [T, d] table over [B, H, T, d]) as [R, cols] at (row mod R, col).
+// CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-DAG: #[[MOD:.*]] = affine_map<(d0, d1) -> (d0 mod 16, d1)>
+// CHECK-LABEL: func.func @broadcast_inputs
+// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<2x16x1xf32> into tensor<32x1xf32>
+// CHECK: linalg.generic {indexing_maps = [#[[ROWS]], #{{.*}}, #{{.*}}]
+// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<32x1xf32>, tensor<32x64xf32>)
+// CHECK: linalg.generic {indexing_maps = [#[[MOD]], #{{.*}}, #{{.*}}]
+// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<128x8xf32>)
+func.func @broadcast_inputs(%x: tensor<2x16x64xf32>, %r: tensor<2x16x1xf32>, %q: tensor<2x4x16x8xf32>, %c: tensor<16x8xf32>) -> (tensor<2x16x64xf32>, tensor<2x4x16x8xf32>) {
+  %0 = blu.broadcast %r : tensor<2x16x1xf32> to tensor<2x16x64xf32>
+  %1 = blu.mul %x, %0 : tensor<2x16x64xf32>
+  %2 = blu.broadcast %c : tensor<16x8xf32> to tensor<2x4x16x8xf32>
+  %3 = blu.mul %q, %2 : tensor<2x4x16x8xf32>
+  return %1, %3 : tensor<2x16x64xf32>, tensor<2x4x16x8xf32>
+}

@@ -147,6 +147,14 @@ func.func @fused_results_of_two_shapes(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -
 
 // -----
 
+func.func @broadcast_not_a_suffix(%c: tensor<8x16xf32>) -> tensor<2x16x8xf32> {
+  // expected-error @+1 {{cannot broadcast 'tensor<8x16xf32>' to 'tensor<2x16x8xf32>'}}
+  %0 = blu.broadcast %c : tensor<8x16xf32> to tensor<2x16x8xf32>
+  return %0 : tensor<2x16x8xf32>
+}
+
+// -----
+
 func.func @kernel_unknown_callee(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // expected-error @+1 {{unknown callee 'flash_attention' (known: attention_forward, attention_backward}}
   %0 = blu.kernel "flash_attention"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>

@@ -19,4 +19,19 @@
 namespace blu::comp {
 // Inputs blu.ew's function takes (1 or 2), 0 for a name it does not know (Note [Generic elementwise]).
 int ewArity(llvm::StringRef fn);
+
+// Note [Broadcast operands]
+// How a blu.fused input (or blu.broadcast's operand) of one shape reaches the elements of the
+// result's shape, in the 2-D (rows, cols) iteration of Note [2-D iteration space]:
+//   kSame      the result's shape                                  (row, col)
+//   kColumns   rank 1, the result's last dimension (a bias row)      (col)
+//   kRows      the result's shape with last dimension 1 (per row)    (row, 0) on [rows, 1]
+//   kTrailing  the result's last k >= 2 dimensions, repeated over    (row mod R, col) on [R, cols],
+//              the leading ones (rotary tables over batch, heads)    R = product of its leading dims
+//              (and, in the 2-D view of an outlined group, [R, cols] against [rows, cols] with R
+//              dividing rows: the same elements)
+// blu-import makes blu.broadcast from a recorded operand whose stride-0 dimensions are exactly
+// one of these (BLU_PLAN_BROADCAST=1 until measured); the runtime binds the dense source tensor.
+enum class BroadcastKind { kNone, kSame, kColumns, kRows, kTrailing };
+BroadcastKind broadcastKind(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out);
 }  // namespace blu::comp

@@ -66,6 +66,22 @@ def Blu_BiasAddOp : Blu_ElementwiseOp<"bias_add", [AllTypesMatch<["input", "resu
   let hasVerifier = 1;
 }
 
+def Blu_BroadcastOp : Blu_ElementwiseOp<"broadcast", []> {
+  let summary = "a tensor repeated to a larger shape (Note [Broadcast operands])";
+  let description = [{
+    `blu.broadcast %r : tensor<2x64x1xf32> to tensor<2x64x128xf32>`: the operand is the result's
+    shape with its last dimension 1 (one value per row, e.g. RMSNorm's rstd), or the result's
+    trailing dimensions (repeated over the leading ones, e.g. rotary tables [T, d] over
+    [B, H, T, d], a weight [C] over [B, T, C]). Elementwise with a per-element identity body: in
+    a blu.fused region the operand is read through its own index map, so nothing of the larger
+    shape is ever written.
+  }];
+  let arguments = (ins Blu_Tensor:$input);
+  let results = (outs Blu_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
+}
+
 // --- not elementwise ---------------------------------------------------------------------------
 
 def Blu_LayerNormOp : Blu_Op<"layernorm", [Pure]> {

@@ -290,8 +290,14 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
                                   : (result < k.results.size() ? k.results[result] : -1);
     if (buffer < 0) return "a parameter no buffer holds";
     const TensorRef* r = p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
-    if (r == nullptr || !r->contiguous()) return "a parameter is not a dense view of its buffer";
-    refs.push_back(*r);
+    if (r == nullptr) return "a parameter no call of the group reads or writes";
+    // blucomp Note [Broadcast operands]: an operand the calls read broadcast (stride-0
+    // dimensions) is the kernel's dense source tensor: those dimensions as 1.
+    TensorRef dense = *r;
+    for (size_t d = 0; d < dense.sizes.size(); ++d)
+      if (dense.strides[d] == 0) dense.sizes[d] = 1;
+    if (!dense.contiguous()) return "a parameter is not a dense view of its buffer";
+    refs.push_back(dense);
   }
   std::string text;
   {
