@@ -242,6 +242,8 @@ def run_mode(d, mode, cfg, ours):
         m["ratio_vs_torch_eager"] = m["torch_eager_ms"] / ours_best
     if ours.get(p + "eager_ms"):
         m["eager_ratio_vs_torch_eager"] = m["torch_eager_ms"] / ours[p + "eager_ms"]
+    if ours.get(p + "compiled_env_ms"):  # llama_block_bench --plan-env: the second plan variant
+        m["compiled_env_ratio_vs_torch_compile"] = m["torch_compile_ms"] / ours[p + "compiled_env_ms"]
     torch._dynamo.reset()
     del block, compiled, ref, got_compile, exact, candidates
     torch.cuda.empty_cache()

@@ -10,7 +10,8 @@
 # gz/blu-plan.gz in .snap/.tools (about 4-5 minutes on an H100, most of it the build):
 #   run(command="cd .snap && scripts/device-llama.sh", timeout_s=600)
 # Bench flags after `--` go to llama_block_bench (default shape B8 T1024 C1024, 16 heads, hidden
-# 2816, 5 warm-up + 20 timed steps; e.g. `-- --batch 4 --iters 10`); the PyTorch side reads the
+# 2816, 5 warm-up + 20 timed steps; e.g. `-- --batch 4 --iters 10`, or `-- --plan-env
+# "BLU_PLAN_MULTI_OUTPUT=1 BLU_PLAN_BROADCAST=1"` for a second plan in the same process); the PyTorch side reads the
 # shape from its JSON. blu-plan: $BLU_PLAN, else $BLU_STATIC_TOOLS/blu-plan.gz, else
 # .tools/blu-plan.gz; none: the compiled leg is skipped (the table says so).
 # Writes to $OUT (default /tmp/blu-llama-out): llama.json (our metrics and PyTorch's, merged, with

@@ -7,7 +7,7 @@
 //
 //   llama_block_bench --out-dir DIR [--device cuda|cpu] [--modes fp32,bf16]
 //       [--batch 8] [--seq 1024] [--dim 1024] [--heads 16] [--hidden 2816]
-//       [--warmup 5] [--iters 20] [--blu-plan PATH] [--seed 1]
+//       [--warmup 5] [--iters 20] [--blu-plan PATH] [--seed 1] [--plan-env "VAR=v ..."]
 //
 // Note [Llama block benchmark]
 // What one "step" is: block.zero_grad() (gradients to undefined, like PyTorch's set_to_none),
@@ -26,6 +26,9 @@
 //  4. compiled: blu-plan (--blu-plan, else $BLU_PLAN) on that JSON -> plan + PTX, bound to a second
 //     Executable of the same graph (blucomp Note [Step runtime]; the first one is destroyed before,
 //     so the peaks do not add up), timed the same way. No blu-plan: no compiled_* metrics.
+//  5. --plan-env "VAR=v ...": blu-plan again with those variables in its environment (e.g. blucomp's
+//     BLU_PLAN_MULTI_OUTPUT=1 BLU_PLAN_BROADCAST=1), bound and timed as step 4, its metrics
+//     prefixed compiled_env_ (ms, ratio, launches, gradients vs eager): an A/B of plans in one process.
 // Peak memory: the caching allocator's peak of allocated bytes, reset before each variant's
 // warm-up (so it includes weights, batch and gradients, as torch.cuda.max_memory_allocated does;
 // the captured and compiled peaks also the capture's snapshot of its inputs, Scope(true): weights,
@@ -80,6 +83,7 @@ struct Options {
   int64_t batch = 8, seq = 1024, dim = 1024, heads = 16, hidden = 2816;
   int warmup = 5, iters = 20;
   uint64_t seed = 1;
+  std::string plan_env;  // step 5: "VAR=v ..." for a second blu-plan run
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -122,6 +126,8 @@ Options parse_args(int argc, char** argv) {
       o.blu_plan = need(i);
     else if (a == "--seed")
       o.seed = std::stoull(need(i));
+    else if (a == "--plan-env")
+      o.plan_env = need(i);
     else
       BLU_THROW("unknown argument ", a, " (see the header of bench/comp/llama_block_bench.cpp)");
   }
@@ -393,42 +399,63 @@ void run_mode(const Options& o, const std::string& mode,
     std::printf("[%s] compiled: not run (no blu-plan: --blu-plan PATH or $BLU_PLAN)\n",
                 mode.c_str());
   } else {
-    const std::string plan_path = prefix + "_plan.json", ptx_dir = prefix + "_ptx",
-                      log = prefix + "_plan.log";
-    fs::remove_all(ptx_dir);
-    fs::create_directories(ptx_dir);
-    fs::remove(plan_path);
-    BLU_CHECK(run_program({tool, graph_path, "-o", plan_path, "--ptx-dir", ptx_dir}, log), tool,
-              " failed on ", graph_path, " (see ", log, ")");
-    const std::string plan = read_file(plan_path);
-    capture::Executable exe(std::move(compiled_graph));
-    const comp::BindReport r = comp::bind_plan(exe, plan, ptx_dir);
-    const int after = launches_after(plan, r, launches_before);
-    std::vector<json::Value> reasons;
-    for (const std::string& why : r.reasons) reasons.push_back(json::Value::string(why));
-    (*info)["compiled_kept"] = json::Value::array(reasons);
-    synchronize(dev);
-    reset_peak(dev);
-    const double ms = median_step_ms(dev, o.warmup, o.iters, [&] { exe.run(); });
-    synchronize(dev);
-    const StepValues got = read_values(block, captured_loss);
-    (*metrics)["compiled_ms"] = json::Value::number(ms);
-    (*metrics)["ratio_vs_eager"] = json::Value::number(eager_ms / ms);
-    put_peak(dev, "compiled_peak_gib", metrics);
-    (*metrics)["kernels_bound"] = json::Value::integer(r.bound);
-    (*metrics)["kernels_kept"] = json::Value::integer(r.kept);
-    (*metrics)["launches_after"] = json::Value::integer(after);
-    if (const json::Value* planned = json::parse(plan).find("launches_after");
-        planned != nullptr && planned->is_integer())
-      (*metrics)["launches_after_planned"] =
-          json::Value::integer(planned->as_integer());  // all bound
-    (*metrics)["compiled_max_grad_rel_l2_vs_eager"] = json::Value::number(max_rel_l2(got, ref));
-    saved["compiled.loss"] = got.loss;
-    for (const auto& [name, g] : got.grads) saved["compiled.grad." + name] = g;
-    std::printf("[%s] compiled %.3f ms (%d kernels bound, %d kept; %d -> %d launches)\n",
-                mode.c_str(), ms, r.bound, r.kept, launches_before, after);
-    for (const std::string& why : r.reasons)
-      std::printf("[%s]   kept: %s\n", mode.c_str(), why.c_str());
+    // One plan variant: blu-plan with `env` set ("VAR=v ..."), bound, timed; metrics as `tag`_*.
+    const auto run_plan = [&](const std::string& tag, const std::string& env, capture::Graph g) {
+      const std::string plan_path = prefix + "_" + tag + "_plan.json", ptx_dir = prefix + "_" + tag + "_ptx",
+                        log = prefix + "_" + tag + "_plan.log";
+      // Step 4 keeps its metric names; step 5's carry compiled_env_.
+      const std::string key = tag == "compiled" ? "" : tag.substr(std::string("compiled_").size()) + "_";
+      const auto plain = [&](const std::string& name) { return key.empty() ? name : "compiled_" + key + name; };
+      fs::remove_all(ptx_dir);
+      fs::create_directories(ptx_dir);
+      fs::remove(plan_path);
+      std::vector<std::pair<std::string, std::string>> saved_env;
+      for (const std::string& kv : split(env, ' ')) {
+        const size_t eq = kv.find('=');
+        if (kv.empty() || eq == std::string::npos) continue;
+        const std::string name = kv.substr(0, eq);
+        const char* old = std::getenv(name.c_str());
+        saved_env.emplace_back(name, old != nullptr ? old : std::string("\x01"));
+        setenv(name.c_str(), kv.substr(eq + 1).c_str(), 1);
+      }
+      const bool ok = run_program({tool, graph_path, "-o", plan_path, "--ptx-dir", ptx_dir}, log);
+      for (const auto& [name, old] : saved_env) {
+        if (old == "\x01") unsetenv(name.c_str());
+        else setenv(name.c_str(), old.c_str(), 1);
+      }
+      BLU_CHECK(ok, tool, " failed on ", graph_path, " (see ", log, ")");
+      const std::string plan = read_file(plan_path);
+      capture::Executable exe(std::move(g));
+      const comp::BindReport r = comp::bind_plan(exe, plan, ptx_dir);
+      const int after = launches_after(plan, r, launches_before);
+      std::vector<json::Value> reasons;
+      for (const std::string& why : r.reasons) reasons.push_back(json::Value::string(why));
+      (*info)[tag + "_kept"] = json::Value::array(reasons);
+      if (!env.empty()) (*info)[tag + "_plan_env"] = json::Value::string(env);
+      synchronize(dev);
+      reset_peak(dev);
+      const double ms = median_step_ms(dev, o.warmup, o.iters, [&] { exe.run(); });
+      synchronize(dev);
+      const StepValues got = read_values(block, captured_loss);
+      (*metrics)["compiled_" + key + "ms"] = json::Value::number(ms);
+      (*metrics)[key.empty() ? "ratio_vs_eager" : "compiled_" + key + "ratio_vs_eager"] = json::Value::number(eager_ms / ms);
+      put_peak(dev, "compiled_" + key + "peak_gib", metrics);
+      (*metrics)[plain("kernels_bound")] = json::Value::integer(r.bound);
+      (*metrics)[plain("kernels_kept")] = json::Value::integer(r.kept);
+      (*metrics)[plain("launches_after")] = json::Value::integer(after);
+      if (const json::Value* planned = json::parse(plan).find("launches_after");
+          planned != nullptr && planned->is_integer())
+        (*metrics)[plain("launches_after_planned")] = json::Value::integer(planned->as_integer());  // all bound
+      (*metrics)["compiled_" + key + "max_grad_rel_l2_vs_eager"] = json::Value::number(max_rel_l2(got, ref));
+      saved[tag + ".loss"] = got.loss;
+      for (const auto& [name, gr] : got.grads) saved[tag + ".grad." + name] = gr;
+      std::printf("[%s] %s %.3f ms (%d kernels bound, %d kept; %d -> %d launches)%s%s\n", mode.c_str(), tag.c_str(),
+                  ms, r.bound, r.kept, launches_before, after, env.empty() ? "" : ", plan env ", env.c_str());
+      for (const std::string& why : r.reasons)
+        std::printf("[%s]   kept: %s\n", mode.c_str(), why.c_str());
+    };
+    if (!o.plan_env.empty()) run_plan("compiled_env", o.plan_env, compiled_graph);  // a copy
+    run_plan("compiled", "", std::move(compiled_graph));
   }
   const std::map<std::string, std::string> meta{{"mode", mode},
                                                 {"batch", std::to_string(o.batch)},
