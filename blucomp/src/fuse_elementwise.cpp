@@ -79,6 +79,10 @@ Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& gro
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = 0; i < members.size(); ++i) {
+      // A blu.broadcast's operand stays an input (Note [Broadcast operands]): its producer has
+      // another shape, and pulling it in could leave the group an input of no index map (a
+      // broadcast of a product of a broadcast: the review of d1548d2).
+      if (isa<BroadcastOp>(members[i])) continue;
       for (Value operand : members[i]->getOperands()) {
         Operation* producer = operand.getDefiningOp();
         if (!isFusible(producer) || producer->getBlock() != root->getBlock() || group_of.count(producer))

@@ -87,3 +87,20 @@ func.func @other_shape_is_not_a_result(%x: tensor<8x16xf32>, %b: tensor<16xf32>)
   %2 = blu.ew "exp"(%c) : tensor<16xf32>
   return %1, %2 : tensor<8x16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A broadcast of a product of a broadcast (review of d1548d2): the inner product stays outside the
+// outer broadcast's group (a blu.broadcast's operand is always an input), so every input of every
+// group has an index map; before, the group took [16, 1] against [2, 4, 16, 8] and the verifier
+// failed the whole step.
+// CHECK-LABEL: func.func @broadcast_of_a_broadcast_product
+// CHECK: %[[T:.*]] = blu.fused(%arg1, %arg0) : (tensor<16x1xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+// CHECK: blu.fused(%[[T]], %arg2) : (tensor<16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+func.func @broadcast_of_a_broadcast_product(%a: tensor<16x8xf32>, %r: tensor<16x1xf32>, %q: tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> {
+  %0 = blu.broadcast %r : tensor<16x1xf32> to tensor<16x8xf32>
+  %1 = blu.mul %a, %0 : tensor<16x8xf32>
+  %2 = blu.broadcast %1 : tensor<16x8xf32> to tensor<2x4x16x8xf32>
+  %3 = blu.mul %q, %2 : tensor<2x4x16x8xf32>
+  return %3 : tensor<2x4x16x8xf32>
+}

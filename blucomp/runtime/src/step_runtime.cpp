@@ -130,6 +130,25 @@ struct SharedWorkspace {
   }
 };
 
+// The launch takes the place of the set's last call: no other call between the first and the last
+// may write what the kernel reads (it would read the newer contents), nor write or read what it
+// writes (the write would be lost, the read would see the old contents). "" when none does.
+std::string touched_between(const capture::Graph& g, const std::vector<int>& nodes, const std::vector<int64_t>& reads,
+                            const std::vector<int64_t>& writes) {
+  const auto in = [](const std::vector<int64_t>& v, int64_t b) { return std::find(v.begin(), v.end(), b) != v.end(); };
+  for (int n = nodes.front() + 1; n < nodes.back(); ++n) {
+    if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
+    for (const Arg& arg : g.nodes[static_cast<size_t>(n)].args)
+      for (const TensorRef& t : arg.tensors) {
+        if (arg.write && (in(reads, t.buffer) || in(writes, t.buffer)))
+          return "call " + std::to_string(n) + " rewrites a buffer of the kernel between its calls";
+        if (arg.read && in(writes, t.buffer))
+          return "call " + std::to_string(n) + " reads a result of the kernel between its calls";
+      }
+  }
+  return "";
+}
+
 // "" when bound, else why not.
 std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
                           const std::shared_ptr<SharedWorkspace>& workspace) {
@@ -205,20 +224,10 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
   } else {
     return "epilogue '" + k.epilogue + "'";
   }
-  // The launch takes the place of the set's last call: no call between the first and the last
-  // may write what the kernel reads (it would read the newer contents).
   std::vector<int64_t> read_buffers{a.buffer, b.buffer};
   for (const TensorRef* r : {x.bias, x.c, x.aux})
     if (r != nullptr && (r != x.aux || k.epilogue == "gelu_grad")) read_buffers.push_back(r->buffer);
-  for (int n = k.nodes.front() + 1; n < k.nodes.back(); ++n) {
-    if (std::find(k.nodes.begin(), k.nodes.end(), n) != k.nodes.end()) continue;
-    for (const Arg& arg : g.nodes[static_cast<size_t>(n)].args) {
-      if (!arg.write) continue;
-      for (const TensorRef& t : arg.tensors)
-        if (std::find(read_buffers.begin(), read_buffers.end(), t.buffer) != read_buffers.end())
-          return "call " + std::to_string(n) + " rewrites an operand between the kernel's calls";
-    }
-  }
+  if (std::string why = touched_between(g, k.nodes, read_buffers, {}); !why.empty()) return why;
   // blublas validates pointers (non-null, aligned, aux not aliasing D, ...) before it sizes the
   // workspace, but the buffers are only known at launch: the query gets stand-ins, one disjoint
   // 64 GiB range per buffer (so distinct buffers never alias, as on the device) with the view's
@@ -298,6 +307,12 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
       if (dense.strides[d] == 0) dense.sizes[d] = 1;
     if (!dense.contiguous()) return "a parameter is not a dense view of its buffer";
     refs.push_back(dense);
+  }
+  {
+    std::vector<int64_t> reads, writes;
+    for (int64_t p : k.params) (p >= 0 ? reads : writes).push_back(p >= 0 ? k.operands[static_cast<size_t>(p)]
+                                                                            : k.results[static_cast<size_t>(-1 - p)]);
+    if (std::string why = touched_between(g, k.nodes, reads, writes); !why.empty()) return why;
   }
   std::string text;
   {

@@ -126,6 +126,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
       return chunk ? exe_->chunk_classifier().describe() : "classifier as recorded (BLU_CAPTURE_CHUNKED_CLASSIFIER=0)";
     };
     std::string classifier = chunk_now();
+    bool plan_bound = false;  // a plan bound (not the catch below): the compiled step's rewrites apply
     if (!plan_.empty()) {
       try {
         const comp::BindReport r = comp::bind_plan(*exe_, plan_, ptx_dir_);
@@ -134,6 +135,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
         plan_arena_bytes = r.plan_arena_bytes;
         plan_arena_bound_bytes = r.plan_arena_lower_bound_bytes;
         for (const std::string& why : r.reasons) describe_ += "  kept: " + why + "\n";
+        plan_bound = true;
       } catch (const std::exception& e) {
         if (!compiled) throw;  // --plan FILE: the user's plan is an error to report
         exe_ = std::make_unique<capture::Executable>(std::move(*record_copy));
@@ -148,7 +150,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     // BLU_CAPTURE_EMBEDDING_GRAD_F32=1 / 0: the embedding part with or without a plan.
     if (env_switch_on("BLU_CAPTURE_CLASSIFIER_GRAD")) {
       const char* f32 = std::getenv("BLU_CAPTURE_EMBEDDING_GRAD_F32");
-      const bool embedding_f32 = f32 == nullptr || *f32 == '\0' ? !plan_.empty() : std::string(f32) == "1";
+      const bool embedding_f32 = f32 == nullptr || *f32 == '\0' ? plan_bound : std::string(f32) == "1";
       describe_ += "classifier gradients: " + exe_->fold_classifier_grads(embedding_f32) + "\n";
     }
     // Note [Weight copies from the update] (blutensor): the bf16 weight casts written by AdamW
@@ -166,7 +168,7 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
       const char* op = std::getenv("BLU_CAPTURE_LN_ONE_PASS");
       const bool one_pass = op != nullptr && std::string(op) == "1" ? true
-                                                                    : !plan_.empty() && env_switch_on("BLU_CAPTURE_LN_ONE_PASS");
+                                                                    : plan_bound && env_switch_on("BLU_CAPTURE_LN_ONE_PASS");
       const int fused = exe_->fuse_ln_residual_grads(one_pass);
       if (fused > 0)
         describe_ += "LayerNorm backward" + std::string(one_pass ? " (one pass)" : "") +
