@@ -73,16 +73,15 @@ bool extraOutputOk(Operation* producer, Operation* root, const llvm::DenseMap<Op
 
 // Grows the group rooted at `root` to a fixed point (a producer rejected early may qualify once
 // its other users have joined).
-Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output) {
+Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output,
+                bool through_broadcast) {
   Group members{root};
   group_of[root] = group;
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = 0; i < members.size(); ++i) {
-      // A blu.broadcast's operand stays an input (Note [Broadcast operands]): its producer has
-      // another shape, and pulling it in could leave the group an input of no index map (a
-      // broadcast of a product of a broadcast: the review of d1548d2).
-      if (isa<BroadcastOp>(members[i])) continue;
+      // Without through_broadcast a blu.broadcast's operand stays an input (see growChecked).
+      if (!through_broadcast && isa<BroadcastOp>(members[i])) continue;
       for (Value operand : members[i]->getOperands()) {
         Operation* producer = operand.getDefiningOp();
         if (!isFusible(producer) || producer->getBlock() != root->getBlock() || group_of.count(producer))
@@ -97,6 +96,29 @@ Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& gro
     }
   }
   return members;
+}
+
+// Whether every value the members read from outside reaches the root's elements through an index
+// map (Note [Broadcast operands]).
+bool inputsMapped(const Group& members) {
+  llvm::SmallPtrSet<Operation*, 8> member_set(members.begin(), members.end());
+  const auto root_shape = cast<RankedTensorType>(members.front()->getResult(0).getType()).getShape();
+  for (Operation* op : members)
+    for (Value operand : op->getOperands())
+      if (!member_set.contains(operand.getDefiningOp()) &&
+          broadcastKind(cast<RankedTensorType>(operand.getType()).getShape(), root_shape) == BroadcastKind::kNone)
+        return false;
+  return true;
+}
+
+// growGroup through blu.broadcast operands (a per-row statistic's chain joins the group that
+// scales by it), unless that leaves an input no index map reaches (a broadcast of a product of a
+// broadcast: review of d1548d2, where the verifier then failed the whole plan); then again without.
+Group growChecked(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output) {
+  Group members = growGroup(root, group, group_of, multi_output, /*through_broadcast=*/true);
+  if (inputsMapped(members)) return members;
+  for (Operation* op : members) group_of.erase(op);
+  return growGroup(root, group, group_of, multi_output, /*through_broadcast=*/false);
 }
 
 // Replaces the members (root last in block order) with one blu.fused at the root's position: its
@@ -152,7 +174,7 @@ struct FuseElementwisePass : blu::comp::impl::BluFuseElementwiseBase<FuseElement
       // Walk consumers before producers: the last op of a chain roots its group.
       for (Operation& op : llvm::reverse(block)) {
         if (!isFusible(&op) || group_of.count(&op)) continue;
-        groups.push_back(growGroup(&op, static_cast<int>(groups.size()), group_of, multi_output));
+        groups.push_back(growChecked(&op, static_cast<int>(groups.size()), group_of, multi_output));
       }
       for (Group& group : groups)
         if (group.size() >= 2) materialize(group);

@@ -90,10 +90,9 @@ func.func @other_shape_is_not_a_result(%x: tensor<8x16xf32>, %b: tensor<16xf32>)
 
 // -----
 
-// A broadcast of a product of a broadcast (review of d1548d2): the inner product stays outside the
-// outer broadcast's group (a blu.broadcast's operand is always an input), so every input of every
-// group has an index map; before, the group took [16, 1] against [2, 4, 16, 8] and the verifier
-// failed the whole step.
+// A broadcast of a product of a broadcast (review of d1548d2): pulling the inner product into the
+// outer group would leave [16, 1] as an input no index map reaches from [2, 4, 16, 8] (the verifier
+// then failed the whole step), so that group is grown again without going through its broadcasts.
 // CHECK-LABEL: func.func @broadcast_of_a_broadcast_product
 // CHECK: %[[T:.*]] = blu.fused(%arg1, %arg0) : (tensor<16x1xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
 // CHECK: blu.fused(%[[T]], %arg2) : (tensor<16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
