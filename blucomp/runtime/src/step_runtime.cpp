@@ -2,6 +2,7 @@
 #include "blucomp/step_runtime.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -130,26 +131,40 @@ struct SharedWorkspace {
   }
 };
 
-// The launch takes the place of the set's last call: no other call between the first and the last
-// may write what the kernel reads (it would read the newer contents), nor write or read what it
-// writes (the write would be lost, the read would see the old contents). "" when none does.
+// The launch takes the place of the set's last call. Another call between the first and the last
+// breaks that when it writes a buffer the kernel reads after a member of the set read it (the
+// kernel would read the newer contents), or reads or writes a buffer the kernel writes after a
+// member wrote it (it would see the old contents, or its write would be lost). A write that only
+// comes before every member reading the buffer is what the kernel should read (a GEMM between a
+// group's calls producing one of its later inputs). "" when no call does.
 std::string touched_between(const capture::Graph& g, const std::vector<int>& nodes, const std::vector<int64_t>& reads,
                             const std::vector<int64_t>& writes) {
-  const auto in = [](const std::vector<int64_t>& v, int64_t b) { return std::find(v.begin(), v.end(), b) != v.end(); };
+  const auto member = [&](int n) { return std::find(nodes.begin(), nodes.end(), n) != nodes.end(); };
+  // The first member call that reads (writes) buffer b; INT_MAX when none.
+  const auto first_member = [&](int64_t b, bool want_write) {
+    for (int n : nodes)
+      for (const Arg& arg : g.nodes[static_cast<size_t>(n)].args)
+        if (want_write ? arg.write : arg.read)
+          for (const TensorRef& t : arg.tensors)
+            if (t.buffer == b) return n;
+    return std::numeric_limits<int>::max();
+  };
   for (int n = nodes.front() + 1; n < nodes.back(); ++n) {
-    if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
+    if (member(n)) continue;
     for (const Arg& arg : g.nodes[static_cast<size_t>(n)].args)
       for (const TensorRef& t : arg.tensors) {
-        if (arg.write && (in(reads, t.buffer) || in(writes, t.buffer)))
-          return "call " + std::to_string(n) + " rewrites a buffer of the kernel between its calls";
-        if (arg.read && in(writes, t.buffer))
-          return "call " + std::to_string(n) + " reads a result of the kernel between its calls";
+        const bool read_by_kernel = std::find(reads.begin(), reads.end(), t.buffer) != reads.end();
+        const bool written_by_kernel = std::find(writes.begin(), writes.end(), t.buffer) != writes.end();
+        if (arg.write && read_by_kernel && first_member(t.buffer, false) < n)
+          return "call " + std::to_string(n) + " rewrites an operand of the kernel between its calls";
+        if ((arg.write || arg.read) && written_by_kernel && first_member(t.buffer, true) < n)
+          return "call " + std::to_string(n) + (arg.write ? " rewrites" : " reads") +
+                 " a result of the kernel between its calls";
       }
   }
   return "";
 }
 
-// "" when bound, else why not.
 std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
                           const std::shared_ptr<SharedWorkspace>& workspace) {
   const capture::Graph& g = exe.graph();
