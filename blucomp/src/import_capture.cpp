@@ -555,24 +555,18 @@ class Importer {
       src.sizes.assign(r.sizes.begin() + static_cast<std::ptrdiff_t>(lead), r.sizes.end());
       src.strides.assign(r.strides.begin() + static_cast<std::ptrdiff_t>(lead), r.strides.end());
     }
-    if (!src.contiguous() ||
-        broadcastKind(src.sizes, out.sizes) == BroadcastKind::kNone || broadcastKind(src.sizes, out.sizes) == BroadcastKind::kSame)
-      return std::nullopt;
+    const BroadcastKind kind = broadcastKind(src.sizes, out.sizes);
+    if (!src.contiguous() || kind == BroadcastKind::kNone || kind == BroadcastKind::kSame) return std::nullopt;
     return src;
   }
 
-  // An operand of a binary op at the result's shape: itself, or (BLU_PLAN_BROADCAST=1) a
-  // blu.broadcast of its dense source; null when it is neither.
-  Value operandAtShape(const Ref& r, const Ref& out) {
-    if (noBroadcast(r)) return read(r);
+  // Note [Broadcast operands]: made only with BLU_PLAN_BROADCAST=1 until measured on a GPU.
+  static bool broadcastOn() {
     static const bool on = [] {
       const char* v = std::getenv("BLU_PLAN_BROADCAST");
       return v != nullptr && std::string(v) == "1";
     }();
-    if (!on) return nullptr;
-    std::optional<Ref> src = broadcastSource(r, out);
-    if (!src) return nullptr;
-    return b_.create<BroadcastOp>(loc_, typeOf(out), read(*src));
+    return on;
   }
 
   bool importBinary(const JNode& n) {
@@ -580,47 +574,38 @@ class Importer {
     const std::string& op = n.arg("op")->enum_name;
     const JArg* alpha = n.arg("alpha");
     if (!arithmetic(out.dtype) || a.sizes != out.sizes || bt.sizes != out.sizes) return false;
-    if (!noBroadcast(a) || !noBroadcast(bt)) {
-      // Note [Broadcast operands]: a bias-row add keeps blu.bias_add below (the GEMM epilogue
-      // fusion looks for it); any other broadcast operand becomes blu.broadcast.
-      const bool bias_add = op == "kAdd" && alpha && alpha->number == 1.0 && noBroadcast(a) && biasRow(bt, out);
-      if (!bias_add) {
-        if (op != "kMul" && ewName(op).empty()) return false;
-        Value va = operandAtShape(a, out), vb = operandAtShape(bt, out);
-        if (!va || !vb) return false;
-        if (op == "kMul") {
-          write(out, b_.create<MulOp>(loc_, va, vb));
-        } else {
-          write(out, b_.create<EwOp>(loc_, va.getType(), b_.getStringAttr(ewName(op)), ValueRange{va, vb},
-                                     b_.getF64FloatAttr(alpha ? alpha->number : 1.0)));
-        }
-        return true;
-      }
-    }
-    if (!noBroadcast(a)) return false;
-    if (op == "kAdd" && alpha && alpha->number == 1.0) {
-      if (noBroadcast(bt)) {
-        SmallVector<Value> v = elementwiseOperands(out, {&a, &bt});
-        write(out, b_.create<AddOp>(loc_, v[0], v[1]));
-        return true;
-      }
+    const bool add = op == "kAdd" && alpha && alpha->number == 1.0;
+    // A bias-row add: blu.bias_add (the GEMM epilogue fusion looks for it).
+    if (add && noBroadcast(a) && !noBroadcast(bt)) {
       if (std::optional<Ref> row = biasRow(bt, out)) {
         Value input = elementwiseOperands(out, {&a})[0];
         if (cast<RankedTensorType>(input.getType()).getShape().back() != out.sizes.back()) input = read(a);
         write(out, b_.create<BiasAddOp>(loc_, input, read(*row)));
         return true;
       }
-      return false;
     }
-    if (!noBroadcast(bt)) return false;
-    SmallVector<Value> v = elementwiseOperands(out, {&a, &bt});
-    if (op == "kMul") {
+    const std::string fn = add || op == "kMul" || op == "kGeluBackward" ? "" : ewName(op);
+    if (!add && op != "kMul" && op != "kGeluBackward" && fn.empty()) return false;
+    // The operands at the result's shape: as recorded, or a broadcast one as blu.broadcast of its
+    // dense source (checked for both before anything is created).
+    SmallVector<Value> v;
+    if (noBroadcast(a) && noBroadcast(bt)) {
+      v = elementwiseOperands(out, {&a, &bt});
+    } else {
+      const auto expressible = [&](const Ref& r) {
+        return noBroadcast(r) || (broadcastOn() && broadcastSource(r, out).has_value());
+      };
+      if (!expressible(a) || !expressible(bt)) return false;
+      for (const Ref* r : {&a, &bt})
+        v.push_back(noBroadcast(*r) ? read(*r) : b_.create<BroadcastOp>(loc_, typeOf(out), read(*broadcastSource(*r, out))));
+    }
+    if (add) {
+      write(out, b_.create<AddOp>(loc_, v[0], v[1]));
+    } else if (op == "kMul") {
       write(out, b_.create<MulOp>(loc_, v[0], v[1]));
     } else if (op == "kGeluBackward") {
       write(out, b_.create<GeluTanhGradOp>(loc_, v[0], v[1]));
     } else {
-      const std::string fn = ewName(op);
-      if (fn.empty()) return false;
       write(out, b_.create<EwOp>(loc_, v[0].getType(), b_.getStringAttr(fn), ValueRange{v[0], v[1]},
                                  b_.getF64FloatAttr(alpha ? alpha->number : 1.0)));
     }

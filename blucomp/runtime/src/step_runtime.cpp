@@ -2,9 +2,9 @@
 #include "blucomp/step_runtime.h"
 
 #include <algorithm>
-#include <limits>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -307,12 +307,14 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
   // Each parameter's tensor as the recorded calls addressed it: an operand's first read, the
   // result's last write; both must be dense (the kernel indexes them as [rows, last dim]).
   std::vector<TensorRef> refs;
+  std::vector<int64_t> reads, writes;  // the kernel's operand and result buffers
   for (int64_t p : k.params) {
     // p >= 0: operand p; p < 0: result -1 - p (multi-output groups write several).
     const size_t result = p < 0 ? static_cast<size_t>(-1 - p) : 0;
     const int64_t buffer = p >= 0 ? (static_cast<size_t>(p) < k.operands.size() ? k.operands[static_cast<size_t>(p)] : -1)
                                   : (result < k.results.size() ? k.results[result] : -1);
     if (buffer < 0) return "a parameter no buffer holds";
+    (p >= 0 ? reads : writes).push_back(buffer);
     const TensorRef* r = p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
     if (r == nullptr) return "a parameter no call of the group reads or writes";
     // blucomp Note [Broadcast operands]: an operand the calls read broadcast (stride-0
@@ -323,12 +325,7 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
     if (!dense.contiguous()) return "a parameter is not a dense view of its buffer";
     refs.push_back(dense);
   }
-  {
-    std::vector<int64_t> reads, writes;
-    for (int64_t p : k.params) (p >= 0 ? reads : writes).push_back(p >= 0 ? k.operands[static_cast<size_t>(p)]
-                                                                            : k.results[static_cast<size_t>(-1 - p)]);
-    if (std::string why = touched_between(g, k.nodes, reads, writes); !why.empty()) return why;
-  }
+  if (std::string why = touched_between(g, k.nodes, reads, writes); !why.empty()) return why;
   std::string text;
   {
     std::FILE* f = std::fopen((ptx_dir + "/" + k.ptx).c_str(), "rb");

@@ -1,6 +1,7 @@
 // capture_ln_residual.cpp: the captured step's LayerNorm backward with the residual gradient added
 // in the same kernel (Note [LayerNorm backward with the residual gradient]).
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 
 #include "blutensor/capture.h"
@@ -95,6 +96,20 @@ std::vector<LnResidualPair> find_ln_residual_pairs(const Graph& g, const std::ve
   return out;
 }
 
+#ifndef BLU_TENSOR_NO_CUDA_BACKEND
+namespace {
+
+// The distinct buffers of the defined tensors, in order (a replace()d launch's views).
+std::vector<int> buffers_of(std::initializer_list<const TensorRef*> tensors) {
+  std::vector<int> out;
+  for (const TensorRef* t : tensors)
+    if (t->defined() && std::find(out.begin(), out.end(), t->buffer) == out.end()) out.push_back(t->buffer);
+  return out;
+}
+
+}  // namespace
+#endif
+
 int Executable::fuse_ln_residual_grads(bool one_pass) {
 #ifdef BLU_TENSOR_NO_CUDA_BACKEND
   static_cast<void>(one_pass);
@@ -116,10 +131,7 @@ int Executable::fuse_ln_residual_grads(bool one_pass) {
                       mean = ln.arg("mean").tensors.at(0), rstd = ln.arg("rstd").tensors.at(0);
       if (!dx.defined() || !dweight.defined() || !weight.defined() || x.dtype != DType::BF16) continue;
       const int device = ln.device.index;
-      std::vector<int> views;
-      for (const TensorRef* t : {&dx, &dweight, &dbias, &dy, &x, &weight, &mean, &rstd}) {
-        if (t->defined() && std::find(views.begin(), views.end(), t->buffer) == views.end()) views.push_back(t->buffer);
-      }
+      const std::vector<int> views = buffers_of({&dx, &dweight, &dbias, &dy, &x, &weight, &mean, &rstd});
       replace({i},
               [=](const ViewFn& view) {
                 cuda::DeviceGuard guard(device);
@@ -143,10 +155,7 @@ int Executable::fuse_ln_residual_grads(bool one_pass) {
                     rstd = ln.arg("rstd").tensors.at(0), out = add.arg("out").tensors.at(0),
                     res = add.arg(p.residual == 0 ? "a" : "b").tensors.at(0);
     const int device = ln.device.index;
-    std::vector<int> views;
-    for (const TensorRef* t : {&dweight, &dbias, &dy, &x, &weight, &mean, &rstd, &out, &res}) {
-      if (t->defined() && std::find(views.begin(), views.end(), t->buffer) == views.end()) views.push_back(t->buffer);
-    }
+    const std::vector<int> views = buffers_of({&dweight, &dbias, &dy, &x, &weight, &mean, &rstd, &out, &res});
     replace({p.ln, p.add},
             [=](const ViewFn& view) {
               cuda::DeviceGuard guard(device);

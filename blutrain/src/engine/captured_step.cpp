@@ -167,8 +167,8 @@ UpdateResult CapturedStep::step(const Tensor& x, const Tensor& y, double lr, dou
     // off, =1: also without a plan (tests).
     if (env_switch_on("BLU_CAPTURE_LN_RESIDUAL")) {
       const char* op = std::getenv("BLU_CAPTURE_LN_ONE_PASS");
-      const bool one_pass = op != nullptr && std::string(op) == "1" ? true
-                                                                    : plan_bound && env_switch_on("BLU_CAPTURE_LN_ONE_PASS");
+      const bool one_pass =
+          (op != nullptr && std::string(op) == "1") || (plan_bound && env_switch_on("BLU_CAPTURE_LN_ONE_PASS"));
       const int fused = exe_->fuse_ln_residual_grads(one_pass);
       if (fused > 0)
         describe_ += "LayerNorm backward" + std::string(one_pass ? " (one pass)" : "") +
