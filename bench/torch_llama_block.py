@@ -4,10 +4,13 @@ benchmark]): the same Llama-style block in stock PyTorch, on the same weights, b
 (read from the safetensors files llama_block_bench wrote), timed eager and under torch.compile, and
 checked against ours.
 
-Usage: python3 bench/torch_llama_block.py <dir> [--modes fp32,bf16]
+Usage: python3 bench/torch_llama_block.py <dir> [--modes fp32,bf16] [--profile]
   <dir> holds llama_block.json and llama_block_<mode>.safetensors (llama_block_bench --out-dir).
 Writes <dir>/torch_llama_block.json (metrics comp.llama.<mode>.torch_eager_ms, torch_compile_ms,
 ratio_vs_torch_compile, max_grad_rel_l2_vs_torch, ...; per-tensor differences) and prints a table.
+--profile: one more step of each (after the timing) under torch.profiler, grouped by kernel family
+(bench/e2e/kernel_families.py, the table blutrain's CUPTI tracer shares) to
+<dir>/torch_llama_block_<mode>_{eager,compile}_trace.json, beside llama_block_bench --profile's.
 
 The block, as Hugging Face's LlamaDecoderLayer writes it: nn.Linear without bias; LlamaRMSNorm
 (x in float32: x * rsqrt(mean(x^2) + eps), cast back, times the weight); rotary with rotate_half on
@@ -42,6 +45,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_timing import median_ms  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
+from kernel_families import breakdown, profile_one_step  # noqa: E402
 
 try:
     from safetensors.torch import load_file
@@ -141,7 +146,15 @@ def set_mode(mode):
                 bool(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)}
 
 
-def run_mode(d, mode, cfg, ours):
+def write_trace(path, step):
+    """One step of `step` under torch.profiler, its kernel-family breakdown to `path`."""
+    wall = []
+    recs = profile_one_step(step, wall)
+    with open(path, "w") as fh:
+        json.dump(breakdown(recs, wall[0], top=40), fh, indent=1)
+
+
+def run_mode(d, mode, cfg, ours, profile=False):
     dev = torch.device("cuda")
     st = load_file(os.path.join(d, f"llama_block_{mode}.safetensors"))
     dtype = DTYPES[mode]
@@ -189,6 +202,9 @@ def run_mode(d, mode, cfg, ours):
     torch.cuda.reset_peak_memory_stats()
     m["torch_compile_ms"] = median_ms(compile_step, warm, iters)
     m["torch_compile_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if profile:
+        write_trace(os.path.join(d, f"torch_llama_block_{mode}_eager_trace.json"), eager_step)
+        write_trace(os.path.join(d, f"torch_llama_block_{mode}_compile_trace.json"), compile_step)
     for p in block.parameters():
         p.grad = None
 
@@ -271,6 +287,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--modes", default="", help="default: every mode llama_block_bench wrote")
+    ap.add_argument("--profile", action="store_true", help="kernel-family traces of one step each")
     a = ap.parse_args()
     with open(os.path.join(a.dir, "llama_block.json")) as fh:
         ours_json = json.load(fh)
@@ -281,7 +298,7 @@ def main():
         sys.exit(f"torch_llama_block: no llama_block_<mode>.safetensors in {a.dir}")
     metrics, per_tensor, settings = {}, {}, {}
     for mode in modes:
-        m, pt, s = run_mode(a.dir, mode, cfg, ours)
+        m, pt, s = run_mode(a.dir, mode, cfg, ours, a.profile)
         metrics.update(m)
         per_tensor[mode], settings[mode] = pt, s
         print(f"[{mode}] " + ", ".join(f"{k.split('.')[-1]}={v:.4g}" for k, v in m.items()), flush=True)

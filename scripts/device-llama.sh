@@ -5,7 +5,7 @@
 # bench/torch_llama_block.py (PyTorch eager and torch.compile on the same weights and batch, the
 # gradients compared with ours and with float64), then prints a short table last.
 #
-#   scripts/device-llama.sh [--modes fp32,bf16] [--no-build] [--build-dir DIR] [-- bench flags...]
+#   scripts/device-llama.sh [--modes fp32,bf16] [--no-build] [--build-dir DIR] [--profile] [-- bench flags...]
 # The lead's device call, the working tree copied into .snap and scripts/blucomp-static.sh's
 # gz/blu-plan.gz in .snap/.tools (about 4-5 minutes on an H100, most of it the build):
 #   run(command="cd .snap && scripts/device-llama.sh", timeout_s=600)
@@ -14,17 +14,20 @@
 # "BLU_PLAN_MULTI_OUTPUT=1 BLU_PLAN_BROADCAST=1"` for a second plan in the same process); the PyTorch side reads the
 # shape from its JSON. blu-plan: $BLU_PLAN, else $BLU_STATIC_TOOLS/blu-plan.gz, else
 # .tools/blu-plan.gz; none: the compiled leg is skipped (the table says so).
+# --profile: both programs trace one step of each variant (CUPTI / torch.profiler, one kernel-family
+# table) and bench/comp/llama_profile_table.py prints them side by side (llama_profile.md).
 # Writes to $OUT (default /tmp/blu-llama-out): llama.json (our metrics and PyTorch's, merged, with
 # gpu/commit/dirty/date as in the results contract), llama_table.md, llama.tar.gz (both programs'
 # JSON, the capture, the plans and blu-plan's logs, the build and run logs; not the safetensors).
 # Timeouts (s): BLU_BUILD_TIMEOUT (330), BLU_LLAMA_OURS_TIMEOUT (150), BLU_LLAMA_TORCH_TIMEOUT (240).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-modes=fp32,bf16; build=build-device; do_build=1; bench_args=()
+modes=fp32,bf16; build=build-device; do_build=1; bench_args=(); profile=()
 while (($#)); do
   case "$1" in
     --modes) modes=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --profile) profile=(--profile); shift ;;
     --build-dir) build=$2; shift 2 ;;
     --) shift; bench_args=("$@"); break ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
@@ -56,7 +59,7 @@ fi
 stamp "ours: eager / captured / compiled ($modes)"
 if [ -x "$bench" ]; then
   timeout "${BLU_LLAMA_OURS_TIMEOUT:-150}" "$bench" --device cuda --modes "$modes" --out-dir "$res" \
-    "${plan_args[@]}" "${bench_args[@]}" > "$logs/ours.txt" 2>&1 || failures+=("llama_block_bench rc=$?")
+    "${plan_args[@]}" "${profile[@]}" "${bench_args[@]}" > "$logs/ours.txt" 2>&1 || failures+=("llama_block_bench rc=$?")
   tail -n 30 "$logs/ours.txt"
 else
   failures+=("no $bench")
@@ -64,7 +67,7 @@ fi
 
 stamp "PyTorch eager / torch.compile"
 if [ -f "$res/llama_block.json" ]; then
-  timeout "${BLU_LLAMA_TORCH_TIMEOUT:-240}" python3 bench/torch_llama_block.py "$res" --modes "$modes" \
+  timeout "${BLU_LLAMA_TORCH_TIMEOUT:-240}" python3 bench/torch_llama_block.py "$res" --modes "$modes" "${profile[@]}" \
     > "$logs/torch.txt" 2>&1 || failures+=("torch_llama_block.py rc=$? (1: numerics_ok 0 in some mode)")
   grep -v '^|' "$logs/torch.txt" | tail -n 20
 fi
@@ -89,6 +92,10 @@ with open(dst, "w") as fh:
     json.dump(merged, fh, indent=1, sort_keys=True)
 EOF
 grep '^|' "$logs/torch.txt" > "$out/llama_table.md" 2>/dev/null
+if ((${#profile[@]})); then
+  python3 bench/comp/llama_profile_table.py "$res" > "$out/llama_profile.md" 2>&1
+  cut -c1-150 "$out/llama_profile.md" | head -n 150
+fi
 tar czf "$out/llama.tar.gz" -C "$work" --exclude='*.safetensors' --exclude='*_ptx' results logs
 
 echo

@@ -8,6 +8,7 @@
 //   llama_block_bench --out-dir DIR [--device cuda|cpu] [--modes fp32,bf16]
 //       [--batch 8] [--seq 1024] [--dim 1024] [--heads 16] [--hidden 2816]
 //       [--warmup 5] [--iters 20] [--blu-plan PATH] [--seed 1] [--plan-env "VAR=v ..."]
+//       [--profile]
 //
 // Note [Llama block benchmark]
 // What one "step" is: block.zero_grad() (gradients to undefined, like PyTorch's set_to_none),
@@ -29,6 +30,10 @@
 //  5. --plan-env "VAR=v ...": blu-plan again with those variables in its environment (e.g. blucomp's
 //     BLU_PLAN_MULTI_OUTPUT=1 BLU_PLAN_BROADCAST=1), bound and timed as step 4, its metrics
 //     prefixed compiled_env_ (ms, ratio, launches, gradients vs eager): an A/B of plans in one process.
+//  6. --profile (CUDA, built with CUPTI): one more step of each variant (eager, captured, each plan)
+//     under blutrain's kernel tracer (Note [Kernel trace]), its per-family and per-kernel breakdown
+//     to llama_block_<mode>_<variant>_trace.json; torch_llama_block.py --profile writes PyTorch's
+//     beside it (same families, bench/e2e/kernel_families.py). After the timing: no effect on it.
 // Peak memory: the caching allocator's peak of allocated bytes, reset before each variant's
 // warm-up (so it includes weights, batch and gradients, as torch.cuda.max_memory_allocated does;
 // the captured and compiled peaks also the capture's snapshot of its inputs, Scope(true): weights,
@@ -64,6 +69,7 @@
 #include "blutensor/llama.h"
 #include "blutensor/random.h"
 #include "blutensor/safetensors.h"
+#include "common/kernel_trace.h"  // blutrain's CUPTI tracer (Note [Kernel trace])
 #if BLU_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -84,6 +90,7 @@ struct Options {
   int warmup = 5, iters = 20;
   uint64_t seed = 1;
   std::string plan_env;  // step 5: "VAR=v ..." for a second blu-plan run
+  bool profile = false;  // step 6
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -126,6 +133,8 @@ Options parse_args(int argc, char** argv) {
       o.blu_plan = need(i);
     else if (a == "--seed")
       o.seed = std::stoull(need(i));
+    else if (a == "--profile")
+      o.profile = true;
     else if (a == "--plan-env")
       o.plan_env = need(i);
     else
@@ -197,6 +206,23 @@ double median_step_ms(const Device& dev, int warmup, int iters, const std::funct
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Step 6 (--profile): one step under blutrain's CUPTI tracer, its breakdown to `path`. A no-op on
+// the CPU or without CUPTI (the report says which files exist).
+void trace_step(const Options& o, const Device& dev, const std::string& path, const std::function<void()>& step) {
+  if (!o.profile || !dev.is_cuda()) return;
+  if (!train::KernelTrace::available()) {
+    std::printf("--profile: this build has no CUPTI, no %s\n", path.c_str());
+    return;
+  }
+  train::KernelTrace trace;
+  trace.start();  // synchronises
+  const auto t0 = std::chrono::steady_clock::now();
+  step();
+  trace.stop();   // waits for the device
+  trace.set_wall_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  std::ofstream(path) << trace.to_json() << "\n";
 }
 
 void reset_peak(const Device& dev) {
@@ -357,6 +383,7 @@ void run_mode(const Options& o, const std::string& mode,
   synchronize(dev);
   (*metrics)["eager_ms"] = json::Value::number(eager_ms);
   put_peak(dev, "eager_peak_gib", metrics);
+  trace_step(o, dev, prefix + "_eager_trace.json", [&] { step(); });
   block.zero_grad();
 
   // 3. Captured (step 2 recorded).
@@ -382,6 +409,7 @@ void run_mode(const Options& o, const std::string& mode,
     (*metrics)["captured_ms"] = json::Value::number(ms);
     (*metrics)["captured_ratio_vs_eager"] = json::Value::number(eager_ms / ms);
     put_peak(dev, "captured_peak_gib", metrics);
+    trace_step(o, dev, prefix + "_captured_trace.json", [&] { exe.run(); });
     (*metrics)["captured_arena_gib"] =
         json::Value::number(static_cast<double>(exe.arena().bytes) / (1 << 30));
     (*metrics)["captured_max_grad_rel_l2_vs_eager"] =
@@ -440,6 +468,7 @@ void run_mode(const Options& o, const std::string& mode,
       (*metrics)["compiled_" + key + "ms"] = json::Value::number(ms);
       (*metrics)[key.empty() ? "ratio_vs_eager" : "compiled_" + key + "ratio_vs_eager"] = json::Value::number(eager_ms / ms);
       put_peak(dev, "compiled_" + key + "peak_gib", metrics);
+      trace_step(o, dev, prefix + "_" + tag + "_trace.json", [&] { exe.run(); });
       (*metrics)[plain("kernels_bound")] = json::Value::integer(r.bound);
       (*metrics)[plain("kernels_kept")] = json::Value::integer(r.kept);
       (*metrics)[plain("launches_after")] = json::Value::integer(after);

@@ -98,3 +98,29 @@ def breakdown(records, step_wall_ms=None, top=20):
         out["step_wall_ms"] = step_wall_ms
         out["wall_minus_busy_ms"] = step_wall_ms - busy
     return out
+
+
+def profile_one_step(run_step, wall_ms_out):
+    """Runs run_step() under torch.profiler (PyTorch imported here: the classifier needs none);
+    returns [(name, start_ms, end_ms)] of its GPU work and appends the wall ms to wall_ms_out."""
+    import json, os, tempfile, time
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run_step()
+        torch.cuda.synchronize()
+        wall_ms_out.append((time.perf_counter() - t0) * 1e3)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        trace = json.load(open(path))
+    recs = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            name = e.get("name", "?")
+            if e["cat"] != "kernel" and not name.startswith("["):
+                name = f"[{e['cat']}] {name}"
+            recs.append((name, e["ts"] / 1e3, (e["ts"] + e.get("dur", 0)) / 1e3))
+    return recs

@@ -163,6 +163,16 @@ def main():
         b = breakdown([("flash_attn_fwd_kernel", 0.0, 2.0), ("sm90_gemm_kernel", 1.0, 3.0), ("x", 5.0, 6.0)], 7.0)
         check(b["busy_ms"] == 4.0 and b["host_gap_ms"] == 2.0 and b["families"]["attention"]["count"] == 1,
               f"breakdown {b}")
+        # The Llama block's side-by-side table (bench/comp/llama_profile_table.py) reads such traces.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "comp"))
+        import llama_profile_table as lpt
+        for name in ("llama_block_bf16_compiled_trace.json", "torch_llama_block_bf16_compile_trace.json"):
+            with open(os.path.join(d, name), "w") as fh:
+                json.dump(b, fh)
+        got = lpt.load(d)
+        check(set(got.get("bf16", {})) == {"ours compiled", "torch compile"}, f"llama traces {got.keys()}")
+        text = lpt.table("bf16", got["bf16"], 3)
+        check("| attention | 2.000 (1) | 2.000 (1) |" in text, f"llama profile table:\n{text}")
     print("selftest passed")
 
 

@@ -47,14 +47,14 @@ the mean over ranks. Rank 0 writes the JSON, plus world_size, tok_s_per_gpu, the
 (peak_gib is their maximum) and the DDP settings. NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 unless the caller set them).
 """
-import argparse, glob, inspect, json, math, os, statistics, sys, tempfile, time
+import argparse, glob, inspect, json, math, os, statistics, sys, time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_families import breakdown  # noqa: E402
+from kernel_families import breakdown, profile_one_step  # noqa: E402
 from shards import ShardLoader  # noqa: E402
 
 VOCAB, PADDED_VOCAB = 50257, 50304
@@ -182,29 +182,6 @@ def learning_rate(step, max_lr, min_lr, warmup, max_steps):
         return min_lr
     ratio = (step - warmup) / max(1, max_steps - warmup)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
-
-
-def profile_one_step(run_step, wall_ms_out):
-    """Runs run_step() under torch.profiler; returns [(name, start_ms, end_ms)] of its GPU work."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        run_step()
-        torch.cuda.synchronize()
-        wall_ms_out.append((time.perf_counter() - t0) * 1e3)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(path)
-        trace = json.load(open(path))
-    recs = []
-    for e in trace.get("traceEvents", []):
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            name = e.get("name", "?")
-            if e["cat"] != "kernel" and not name.startswith("["):
-                name = f"[{e['cat']}] {name}"
-            recs.append((name, e["ts"] / 1e3, (e["ts"] + e.get("dur", 0)) / 1e3))
-    return recs
 
 
 def dump_grads(model, path):
