@@ -202,8 +202,13 @@ LogicalResult FusedOp::verify() {
     if (rankedType(r).getShape() != result.getShape())
       return emitOpError("result #") << index << " " << r.getType() << " does not have the first result's shape "
                                      << result;
+  Block* body = getBody().empty() ? nullptr : &getBody().front();
   for (auto [index, input] : llvm::enumerate(getInputs())) {
     RankedTensorType type = rankedType(input);
+    // Note [Strided operands]: an input read only through blu.view inside may have any shape.
+    if (body != nullptr && index < body->getNumArguments() && !body->getArgument(index).use_empty() &&
+        llvm::all_of(body->getArgument(index).getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
+      continue;
     if (broadcastKind(type.getShape(), result.getShape()) == BroadcastKind::kNone)
       return emitOpError("input #") << index << " " << type << " is neither of the result's shape "
                                     << result << " nor a rank-1 tensor of its last dimension, nor (Note "
@@ -223,9 +228,16 @@ LogicalResult FusedOp::verifyRegions() {
       return emitOpError("region argument #")
              << index << " " << arg.getType() << " differs from input " << input.getType();
   }
-  for (Operation& op : body.without_terminator())
+  for (Operation& op : body.without_terminator()) {
+    if (auto view = dyn_cast<ViewOp>(&op)) {  // Note [Strided operands]: a view of an input
+      if (!isa<BlockArgument>(view.getInput()) || rankedType(view.getResult()).getShape() !=
+                                                     rankedType(getResults().front()).getShape())
+        return op.emitOpError("inside blu.fused must view a region argument in the result's shape");
+      continue;
+    }
     if (!isa<ElementwiseOpInterface>(&op))
       return op.emitOpError("is not elementwise and may not be inside blu.fused");
+  }
   auto yield = dyn_cast<YieldOp>(body.getTerminator());
   if (!yield) return emitOpError("region must end with blu.yield");
   if (yield.getValues().size() != getResults().size())
@@ -283,7 +295,15 @@ LogicalResult ReshapeOp::verify() {
 }
 
 LogicalResult ViewOp::verify() {
-  return verifyWindow(*this, rankedType(getResult()), rankedType(getInput()), getOffset(), getStrides());
+  RankedTensorType result = rankedType(getResult());
+  if (auto window = getWindow()) {  // Note [Strided operands]: a window read as its 2-D flattening
+    RankedTensorType shaped = RankedTensorType::get(*window, result.getElementType());
+    if (shaped.getNumElements() != result.getNumElements() || window->empty() ||
+        window->back() != result.getShape().back())
+      return emitOpError("window ") << shaped << " does not flatten to the result " << result;
+    return verifyWindow(*this, shaped, rankedType(getInput()), getOffset(), getStrides());
+  }
+  return verifyWindow(*this, result, rankedType(getInput()), getOffset(), getStrides());
 }
 
 LogicalResult InsertViewOp::verify() {

@@ -1,5 +1,6 @@
 // blu-fuse-elementwise: groups chains of elementwise blu ops into blu.fused regions (one kernel
-// each after lowering), never across blu.matmul / blu.layernorm and never by recomputing a value.
+// each after lowering), never across blu.matmul / blu.layernorm; values are recomputed only where
+// Note [Rematerialization] allows (off by default).
 #include "blucomp/passes.h"
 #include "node_provenance.h"
 
@@ -8,6 +9,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 
 namespace blu::comp {
@@ -47,6 +49,159 @@ bool isFusible(Operation* op) {
   return op && isa<ElementwiseOpInterface>(op);
 }
 
+// Note [Strided operands]
+// (the views option, or BLU_PLAN_VIEWS=1; off by default until measured on a GPU.) A captured
+// step reads many operands through strided windows of a buffer: the rotary embedding's halves of
+// q and k ([B, H, T, D/2] views of the [B, T, H, D] projection), the heads' transposes. blu-import
+// makes each such read a blu.view of the buffer's whole value; without this option a blu.view is
+// a boundary (its consumer's group reads the view's value, which no buffer holds: the runtime
+// keeps the group's recorded calls). With it, a blu.view of the group's shape joins the group of
+// its consumers (all of them in the group, as any member) and the group's input is the view's
+// source, the whole buffer: the lowering reads it through the view's offset and strides (an
+// affine map from the (row, column) iteration space to the flat index, blu-lower-to-linalg), the
+// plan lists the input in "view_operands" and the runtime binds the buffer from element 0.
+// Growth stops at a view (its source is never a member).
+bool isFusibleView(Operation* op, Operation* root) {
+  auto view = dyn_cast_or_null<ViewOp>(op);
+  return view && view.getResult().getType().getShape() ==
+                     cast<RankedTensorType>(root->getResult(0).getType()).getShape();
+}
+
+// Note [Rematerialization]
+// (the remat option, or BLU_PLAN_REMAT=1; off by default until measured on a GPU.) A training
+// step keeps forward values for the backward: the SwiGLU's exp(-g), 1 + exp(-g) and silu(g), each
+// written by the forward and read back by the backward, where the gate g itself is read anyway.
+// Before grouping, a value P that some elementwise op reads in a later *region* (the ops between
+// two non-elementwise ops: a GEMM, attention, a reduction) is recomputed there instead, when
+//  - P's chain (P and its elementwise producers, at most kMaxChain ops, all of P's shape or
+//    broadcasts) bottoms out in values (leaves) of which at most one has P's size: the chain
+//    reads no more full-size tensors than reading P did (the leaves of a broadcast are small);
+//  - every later reader of P is elementwise of P's shape (so the clone fuses into its group and
+//    P dies in its own region: a reader that is not keeps P materialized and nothing is cloned);
+//  - no op between a leaf's definition and the last reader writes the leaf's buffer (the runtime
+//    binds the leaf by its buffer: Note [Value buffers]);
+// Each reader gets its own clone of each chain op (shared by the chains it needs, never by two
+// readers: one reader's group must not hand a clone to another's, which no buffer would hold),
+// placed after the region's first op; the clones carry no blu.node (they replace no recorded call) and hold no
+// buffer, so the reading group lists only its own nodes and the forward group no longer writes P.
+// Costs: the chain's flops again (a few per element, in a memory-bound kernel), nothing in bytes.
+constexpr size_t kMaxChain = 8;
+
+int64_t numel(Value v) { return cast<RankedTensorType>(v.getType()).getNumElements(); }
+
+// The buffer an SSA value holds (Note [Value buffers]), -1 when none.
+int64_t heldBuffer(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    auto ids = fn ? fn->getAttrOfType<ArrayAttr>("blu.input_buffers") : nullptr;
+    if (!ids || arg.getArgNumber() >= ids.size()) return -1;
+    return cast<IntegerAttr>(ids[arg.getArgNumber()]).getInt();
+  }
+  auto r = cast<OpResult>(v);
+  auto ids = r.getOwner()->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers");
+  return ids && r.getResultNumber() < ids.size() ? ids[r.getResultNumber()] : -1;
+}
+
+// P's chain in block order and its leaves; false when it is not one Note [Rematerialization] takes.
+bool chainOf(Operation* p, llvm::SmallVector<Operation*>& chain, llvm::SetVector<Value>& leaves) {
+  llvm::SetVector<Operation*> ops;
+  llvm::SmallVector<Operation*> work{p};
+  while (!work.empty()) {
+    Operation* op = work.pop_back_val();
+    if (!ops.insert(op)) continue;
+    if (ops.size() > kMaxChain || op->getNumResults() != 1) return false;
+    for (Value operand : op->getOperands()) {
+      Operation* producer = operand.getDefiningOp();
+      if (isFusible(producer) && producer->getBlock() == p->getBlock()) work.push_back(producer);
+      else leaves.insert(operand);
+    }
+  }
+  int full = 0;
+  for (Value leaf : leaves) {
+    if (numel(leaf) >= numel(p->getResult(0))) ++full;
+    if (heldBuffer(leaf) < 0) return false;  // the runtime could not bind it
+  }
+  if (full > 1) return false;
+  chain.assign(ops.begin(), ops.end());
+  llvm::sort(chain, [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
+  return true;
+}
+
+void rematerialize(Block& block) {
+  // Region of each op: the number of non-elementwise ops before it.
+  llvm::DenseMap<Operation*, int> region;
+  llvm::SmallVector<Operation*> region_start{nullptr};  // the op that opens region r (r > 0)
+  int r = 0;
+  for (Operation& op : block) {
+    // A kernel that is not elementwise (count_kernels' launches less the elementwise ones).
+    if (isa<BluDialect>(op.getDialect()) && !isFusible(&op) &&
+        !isa<ReshapeOp, ViewOp, InsertViewOp, HostReadOp, YieldOp>(op)) {
+      ++r;
+      region_start.push_back(&op);
+    }
+    region[&op] = r;
+  }
+  // Per reader: original chain op -> its clone for that reader.
+  llvm::DenseMap<Operation*, IRMapping> clones;
+  llvm::DenseMap<int, Operation*> clone_tail;
+  llvm::SmallVector<Operation*> candidates;
+  for (Operation& op : block)
+    if (isFusible(&op) && op.getNumResults() == 1) candidates.push_back(&op);
+  for (Operation* p : candidates) {
+    Value v = p->getResult(0);
+    const int home = region[p];
+    llvm::SmallVector<OpOperand*> later;
+    bool ok = true;
+    for (OpOperand& use : v.getUses()) {
+      Operation* user = block.findAncestorOpInBlock(*use.getOwner());
+      if (user == nullptr) { ok = false; break; }
+      if (region[user] == home) continue;
+      if (!isFusible(user) || user->getNumResults() != 1 ||
+          cast<RankedTensorType>(user->getResult(0).getType()).getShape() !=
+              cast<RankedTensorType>(v.getType()).getShape()) { ok = false; break; }
+      later.push_back(&use);
+    }
+    if (!ok || later.empty()) continue;
+    llvm::SmallVector<Operation*> chain;
+    llvm::SetVector<Value> leaves;
+    if (!chainOf(p, chain, leaves)) continue;
+    // No write to a leaf's buffer between the leaf's value and the last reader.
+    Operation* last_reader = nullptr;
+    for (OpOperand* use : later) {
+      Operation* u = block.findAncestorOpInBlock(*use->getOwner());
+      if (last_reader == nullptr || last_reader->isBeforeInBlock(u)) last_reader = u;
+    }
+    for (Value leaf : leaves) {
+      const int64_t buffer = heldBuffer(leaf);
+      Operation* from = leaf.getDefiningOp() ? leaf.getDefiningOp()->getNextNode() : &block.front();
+      for (Operation* op = from; ok && op != nullptr && op != last_reader; op = op->getNextNode())
+        for (Value res : op->getResults())
+          if (res != leaf && heldBuffer(res) == buffer) ok = false;
+    }
+    if (!ok) continue;
+    for (OpOperand* use : later) {
+      Operation* user = block.findAncestorOpInBlock(*use->getOwner());
+      const int reg = region[user];
+      IRMapping& map = clones[user];
+      // After the region's first op and the clones already made there (they may be operands).
+      Operation*& tail = clone_tail[reg];
+      OpBuilder b(block.getParentOp()->getContext());
+      b.setInsertionPointAfter(tail != nullptr ? tail : region_start[static_cast<size_t>(reg)]);
+      for (Operation* op : chain) {
+        if (map.contains(op->getResult(0))) continue;
+        Operation* c = b.clone(*op, map);
+        for (const char* attr : {"blu.node", "blu.nodes", "blu.result_buffers", "blu.persistent_results"})
+          c->removeAttr(attr);
+        c->setAttr("blu.remat", b.getUnitAttr());
+        region[c] = reg;
+        b.setInsertionPointAfter(c);
+        tail = c;
+      }
+      use->set(map.lookup(v));
+    }
+  }
+}
+
 bool allUsersIn(Operation* producer, const llvm::DenseMap<Operation*, int>& group_of, int group) {
   for (Operation* user : producer->getUsers()) {
     auto it = group_of.find(user);
@@ -74,7 +229,7 @@ bool extraOutputOk(Operation* producer, Operation* root, const llvm::DenseMap<Op
 // Grows the group rooted at `root` to a fixed point (a producer rejected early may qualify once
 // its other users have joined).
 Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output,
-                bool through_broadcast) {
+                bool through_broadcast, bool views) {
   Group members{root};
   group_of[root] = group;
   for (bool changed = true; changed;) {
@@ -82,10 +237,13 @@ Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& gro
     for (size_t i = 0; i < members.size(); ++i) {
       // Without through_broadcast a blu.broadcast's operand stays an input (see growChecked).
       if (!through_broadcast && isa<BroadcastOp>(members[i])) continue;
+      if (isa<ViewOp>(members[i])) continue;  // Note [Strided operands]: its source is the input
       for (Value operand : members[i]->getOperands()) {
         Operation* producer = operand.getDefiningOp();
-        if (!isFusible(producer) || producer->getBlock() != root->getBlock() || group_of.count(producer))
+        const bool view = views && isFusibleView(producer, root);
+        if (!(isFusible(producer) || view) || producer->getBlock() != root->getBlock() || group_of.count(producer))
           continue;
+        if (view && !allUsersIn(producer, group_of, group)) continue;  // never an extra result
         if (!allUsersIn(producer, group_of, group) &&
             !(multi_output && extraOutputOk(producer, root, group_of, group)))
           continue;
@@ -105,7 +263,7 @@ bool inputsMapped(const Group& members) {
   const auto root_shape = cast<RankedTensorType>(members.front()->getResult(0).getType()).getShape();
   for (Operation* op : members)
     for (Value operand : op->getOperands())
-      if (!member_set.contains(operand.getDefiningOp()) &&
+      if (!member_set.contains(operand.getDefiningOp()) && !isa<ViewOp>(op) &&
           broadcastKind(cast<RankedTensorType>(operand.getType()).getShape(), root_shape) == BroadcastKind::kNone)
         return false;
   return true;
@@ -114,11 +272,12 @@ bool inputsMapped(const Group& members) {
 // growGroup through blu.broadcast operands (a per-row statistic's chain joins the group that
 // scales by it), unless that leaves an input no index map reaches (a broadcast of a product of a
 // broadcast: review of d1548d2, where the verifier then failed the whole plan); then again without.
-Group growChecked(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output) {
-  Group members = growGroup(root, group, group_of, multi_output, /*through_broadcast=*/true);
+Group growChecked(Operation* root, int group, llvm::DenseMap<Operation*, int>& group_of, bool multi_output,
+                  bool views) {
+  Group members = growGroup(root, group, group_of, multi_output, /*through_broadcast=*/true, views);
   if (inputsMapped(members)) return members;
   for (Operation* op : members) group_of.erase(op);
-  return growGroup(root, group, group_of, multi_output, /*through_broadcast=*/false);
+  return growGroup(root, group, group_of, multi_output, /*through_broadcast=*/false, views);
 }
 
 // Replaces the members (root last in block order) with one blu.fused at the root's position: its
@@ -168,13 +327,18 @@ struct FuseElementwisePass : blu::comp::impl::BluFuseElementwiseBase<FuseElement
   void runOnOperation() override {
     const char* env = std::getenv("BLU_PLAN_MULTI_OUTPUT");
     const bool multi_output = multiOutput || (env != nullptr && std::string(env) == "1");
+    const char* remat_env = std::getenv("BLU_PLAN_REMAT");
+    const bool remat_on = remat || (remat_env != nullptr && std::string(remat_env) == "1");
+    const char* views_env = std::getenv("BLU_PLAN_VIEWS");
+    const bool views_on = views || (views_env != nullptr && std::string(views_env) == "1");
     for (Block& block : getOperation().getBody()) {
+      if (remat_on) rematerialize(block);  // Note [Rematerialization]
       llvm::DenseMap<Operation*, int> group_of;
       llvm::SmallVector<Group> groups;
       // Walk consumers before producers: the last op of a chain roots its group.
       for (Operation& op : llvm::reverse(block)) {
         if (!isFusible(&op) || group_of.count(&op)) continue;
-        groups.push_back(growChecked(&op, static_cast<int>(groups.size()), group_of, multi_output));
+        groups.push_back(growChecked(&op, static_cast<int>(groups.size()), group_of, multi_output, views_on));
       }
       for (Group& group : groups)
         if (group.size() >= 2) materialize(group);

@@ -376,7 +376,8 @@ class Importer {
     Value v = cur_[static_cast<size_t>(r.buffer)];
     if (!v) fail("reads buffer " + std::to_string(r.buffer) + " before anything wrote it");
     if (whole(r)) return reshape(v, r.sizes);
-    return b_.create<ViewOp>(loc_, typeOf(r), v, b_.getI64IntegerAttr(r.offset), b_.getDenseI64ArrayAttr(r.strides));
+    return b_.create<ViewOp>(loc_, typeOf(r), v, b_.getI64IntegerAttr(r.offset), b_.getDenseI64ArrayAttr(r.strides),
+                                /*window=*/DenseI64ArrayAttr());
   }
 
   void write(const Ref& r, Value v) {

@@ -50,10 +50,39 @@ Value from2d(OpBuilder& b, Location loc, Value value, RankedTensorType type) {
   return b.create<tensor::ExpandShapeOp>(loc, type, value, reassociation);
 }
 
+// Note [Strided operands] (fuse_elementwise.cpp): the flat index a blu.view reads at iteration
+// (row, col): offset + sum_k strides[k] * i_k, the window's leading indices i_k unravelled from
+// the row (floordiv / mod by the window's sizes), the last one the column.
+AffineMap viewMap(ViewOp view, MLIRContext* ctx) {
+  llvm::SmallVector<int64_t> window(view.getWindow() ? llvm::ArrayRef<int64_t>(*view.getWindow())
+                                                     : view.getResult().getType().getShape());
+  const llvm::ArrayRef<int64_t> strides = view.getStrides();
+  const size_t n = window.size();
+  AffineExpr row = getAffineDimExpr(0, ctx), col = getAffineDimExpr(1, ctx);
+  AffineExpr flat = getAffineConstantExpr(view.getOffset(), ctx) + col * strides[n - 1];
+  int64_t inner = 1;  // product of the window's sizes between dimension k and the last
+  for (size_t k = n - 1; k-- > 0;) {
+    if (window[k] != 1 && strides[k] != 0) {
+      AffineExpr index = inner == 1 ? row : row.floorDiv(inner);
+      if (k > 0) index = index % window[k];
+      flat = flat + index * strides[k];
+    }
+    inner *= window[k];
+  }
+  return AffineMap::get(2, 0, {flat}, ctx);
+}
+
+// One input of a generic: a value read through its shape's broadcast kind, or (view set) the
+// whole of `value`, flattened, read through the view's strided map.
+struct GenericInput {
+  Value value;
+  ViewOp view;
+};
+
 // One linalg.generic computing `body` elementwise over `inputs`, one result per `result_types`
 // entry (all of the first one's shape).
 llvm::SmallVector<Value> buildGeneric(OpBuilder& b, Location loc, llvm::ArrayRef<RankedTensorType> result_types,
-                                      ValueRange inputs, const ScalarBody& body) {
+                                      llvm::ArrayRef<GenericInput> inputs, const ScalarBody& body) {
   RankedTensorType result_type = result_types.front();
   MLIRContext* ctx = b.getContext();
   const int64_t cols = result_type.getShape().back();
@@ -63,8 +92,22 @@ llvm::SmallVector<Value> buildGeneric(OpBuilder& b, Location loc, llvm::ArrayRef
 
   llvm::SmallVector<Value> views;
   llvm::SmallVector<AffineMap> maps;
-  for (Value input : inputs) {
+  for (const GenericInput& in : inputs) {
+    Value input = in.value;
     auto type = cast<RankedTensorType>(input.getType());
+    if (in.view) {  // Note [Strided operands]
+      Value flat = input;
+      if (type.getRank() != 1) {
+        ReassociationIndices all;
+        for (int64_t d = 0; d < type.getRank(); ++d) all.push_back(d);
+        flat = b.create<tensor::CollapseShapeOp>(
+            loc, RankedTensorType::get({type.getNumElements()}, type.getElementType()), input,
+            llvm::SmallVector<ReassociationIndices>{all});
+      }
+      views.push_back(flat);
+      maps.push_back(viewMap(in.view, ctx));
+      continue;
+    }
     switch (broadcastKind(type.getShape(), result_type.getShape())) {
       case BroadcastKind::kColumns:  // a bias: rank 1, the last dimension
         views.push_back(input);
@@ -115,12 +158,32 @@ llvm::SmallVector<Value> buildGeneric(OpBuilder& b, Location loc, llvm::ArrayRef
   return lowered;
 }
 
-// The scalar bodies of a blu.fused region's results: its ops' scalar bodies chained in order.
-llvm::SmallVector<Value> fusedScalarBody(FusedOp fused, OpBuilder& b, Location loc, ValueRange scalars) {
+// The generic's inputs for a blu.fused: each region argument read directly, then one per blu.view
+// of an argument (Note [Strided operands]); `keys` the value each input's scalar stands for.
+llvm::SmallVector<GenericInput> fusedInputs(FusedOp fused, llvm::SmallVector<Value>& keys) {
+  Block& block = fused.getBody().front();
+  llvm::SmallVector<GenericInput> inputs;
+  for (auto [arg, input] : llvm::zip(block.getArguments(), fused.getInputs())) {
+    if (!arg.use_empty() && llvm::all_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); })) continue;
+    inputs.push_back({input, nullptr});
+    keys.push_back(arg);
+  }
+  for (auto view : block.getOps<ViewOp>()) {
+    inputs.push_back({fused.getInputs()[cast<BlockArgument>(view.getInput()).getArgNumber()], view});
+    keys.push_back(view.getResult());
+  }
+  return inputs;
+}
+
+// The scalar bodies of a blu.fused region's results: its ops' scalar bodies chained in order
+// (`keys`: the region value each of `scalars` stands for, fusedInputs()).
+llvm::SmallVector<Value> fusedScalarBody(FusedOp fused, llvm::ArrayRef<Value> keys, OpBuilder& b, Location loc,
+                                         ValueRange scalars) {
   Block& block = fused.getBody().front();
   IRMapping scalar_of;
-  for (auto [arg, scalar] : llvm::zip(block.getArguments(), scalars)) scalar_of.map(arg, scalar);
+  for (auto [key, scalar] : llvm::zip(keys, scalars)) scalar_of.map(key, scalar);
   for (Operation& op : block.without_terminator()) {
+    if (isa<ViewOp>(op)) continue;  // its scalar is an input's
     llvm::SmallVector<Value> operands;
     for (Value operand : op.getOperands()) operands.push_back(scalar_of.lookup(operand));
     Value result = cast<ElementwiseOpInterface>(&op).buildScalar(b, op.getLoc(), operands);
@@ -157,13 +220,17 @@ struct LowerToLinalgPass : blu::comp::impl::BluLowerToLinalgBase<LowerToLinalgPa
       for (Value r : op->getResults()) result_types.push_back(cast<RankedTensorType>(r.getType()));
       llvm::SmallVector<Value> lowered;
       if (auto fused = dyn_cast<FusedOp>(op)) {
-        lowered = buildGeneric(b, op->getLoc(), result_types, fused.getInputs(),
-                               [fused](OpBuilder& nb, Location loc, ValueRange scalars) {
-                                 return fusedScalarBody(fused, nb, loc, scalars);
+        llvm::SmallVector<Value> keys;
+        const llvm::SmallVector<GenericInput> inputs = fusedInputs(fused, keys);
+        lowered = buildGeneric(b, op->getLoc(), result_types, inputs,
+                               [fused, &keys](OpBuilder& nb, Location loc, ValueRange scalars) {
+                                 return fusedScalarBody(fused, keys, nb, loc, scalars);
                                });
       } else {
         auto elementwise = cast<ElementwiseOpInterface>(op);
-        lowered = buildGeneric(b, op->getLoc(), result_types, op->getOperands(),
+        llvm::SmallVector<GenericInput> inputs;
+        for (Value v : op->getOperands()) inputs.push_back({v, nullptr});
+        lowered = buildGeneric(b, op->getLoc(), result_types, inputs,
                                [elementwise](OpBuilder& nb, Location loc, ValueRange scalars) mutable {
                                  return llvm::SmallVector<Value>{elementwise.buildScalar(nb, loc, scalars)};
                                });

@@ -15,6 +15,8 @@
 // no buffer holds it (a strided window): such a kernel cannot be bound yet and the runtime keeps
 // its recorded calls. A capture::Executable::replace per bound kernel is the runtime's job
 // (blublas's GEMM epilogues for matmul_epilogue; the PTX of the outlined group for fused: next).
+// A fused kernel's "view_operands" (present when not empty): the operand indices it reads only
+// through strided windows (Note [Strided operands]); the runtime binds those buffers from element 0.
 #include "blucomp/plan_export.h"
 
 #include "llvm/Support/JSON.h"
@@ -126,6 +128,9 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
     for (Region& r : op->getRegions())
       for (Block& blk : r)
         for (BlockArgument a : blk.getArguments()) a.setType(flatten(a.getType()));
+    // Note [Strided operands]: a view keeps its window; its result is that window's 2-D view.
+    if (auto view = dyn_cast<ViewOp>(op); view && !view.getWindow())
+      view.setWindowAttr(DenseI64ArrayAttr::get(ctx, view.getResult().getType().getShape()));
     if (op != clone)
       for (Value res : op->getResults()) res.setType(flatten(res.getType()));
   });
@@ -255,6 +260,12 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
         body.push_back(name);
       }
       k["body"] = std::move(body);
+      // Note [Strided operands]: inputs the kernel reads through views, from the buffer's start.
+      json::Array view_operands;
+      for (BlockArgument arg : cast<FusedOp>(op).getBody().front().getArguments())
+        if (!arg.use_empty() && llvm::all_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
+          view_operands.push_back(static_cast<int64_t>(arg.getArgNumber()));
+      if (!view_operands.empty()) k["view_operands"] = std::move(view_operands);
       if (group_index < launches.size() && !launches[group_index].ok) k["ptx_error"] = launches[group_index].error;
       if (group_index < launches.size() && launches[group_index].ok) {
         const GroupLaunch& l = launches[group_index];

@@ -563,19 +563,31 @@ TEST(CudaKernels, ReductionsOnEverySchedule) {
     check_reduce({4099, 67}, {0}, dt, false, ++seed);        // bias-gradient shape
     check_reduce({33, 129}, {0}, dt, true, ++seed);          // transposed input
     check_reduce({7, 1, 5}, {1}, dt, false, ++seed);         // reduce a size-1 dim
+    // Note [Split whole-tensor reductions]: few outputs of long inner reductions, cut into chunks
+    // (a ragged last chunk; one output; several; a transposed input keeps the old schedules).
+    check_reduce({3, 70001}, {1}, dt, false, ++seed);
+    check_reduce({5, 17, 4099}, {0, 1, 2}, dt, false, ++seed);
+    check_reduce({2, 3, 40000}, {2}, dt, false, ++seed);
+    check_reduce({40000, 3}, {0, 1}, dt, false, ++seed);     // [N, 3] whole: not a column sum any more
   }
 }
 
 TEST(CudaKernels, ReductionsAreDeterministic) {
   BLU_REQUIRE_GPU();
   Tensor a = gpu_random({2049, 769}, DType::F32, 9);
-  std::vector<double> first;
+  Tensor whole = gpu_random({8, 1024, 129}, DType::F32, 10);  // split into chunks
+  std::vector<double> first, first_whole;
   for (int rep = 0; rep < 3; ++rep) {
     Tensor out = gpu_poisoned({1, 769}, DType::F32);
     co::reduce(ReduceOp::kSum, out, a);
     std::vector<double> v = values(out);
     if (rep == 0) first = v;
     EXPECT_EQ(v, first) << "run " << rep << " differs";
+    Tensor out_whole = gpu_poisoned({1, 1, 1}, DType::F32);
+    co::reduce(ReduceOp::kSum, out_whole, whole);
+    std::vector<double> w = values(out_whole);
+    if (rep == 0) first_whole = w;
+    EXPECT_EQ(w, first_whole) << "whole-tensor sum, run " << rep << " differs";
   }
 }
 

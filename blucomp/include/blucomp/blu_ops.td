@@ -177,8 +177,11 @@ def Blu_ViewOp : Blu_Op<"view", [Pure]> {
     `blu.view %x {offset = 3, strides = array<i64: 8, 1>} : tensor<64xf32> -> tensor<4x2xf32>`:
     element (i, j) of the result is element offset + i*strides[0] + j*strides[1] of the source's
     row-major flattening. Strides are >= 0 (0 broadcasts); every element read is in bounds.
+    With `window` (a fused group's kernel, Note [Strided operands]): the strides index a window of
+    that shape, of which the result is the row-major reshape (same element count and last dim).
   }];
-  let arguments = (ins Blu_AnyTensor:$input, I64Attr:$offset, DenseI64ArrayAttr:$strides);
+  let arguments = (ins Blu_AnyTensor:$input, I64Attr:$offset, DenseI64ArrayAttr:$strides,
+                       OptionalAttr<DenseI64ArrayAttr>:$window);
   let results = (outs Blu_AnyTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;

@@ -11,11 +11,18 @@ def BluFuseElementwise : Pass<"blu-fuse-elementwise", "::mlir::func::FuncOp"> {
     of its users are in that group, so no value is recomputed and blu.matmul / blu.layernorm are
     boundaries (Note [Fusion cost rule] in fuse_elementwise.cpp). Groups of one op stay as they are.
     With multi-output (or BLU_PLAN_MULTI_OUTPUT=1 in the environment), a member whose value other
-    ops read after the group's last op becomes an extra result instead of a boundary.
+    ops read after the group's last op becomes an extra result instead of a boundary. With remat
+    (or BLU_PLAN_REMAT=1), a value read by elementwise ops past the next GEMM is recomputed there
+    from its inputs when that reads no more full-size tensors (Note [Rematerialization]). With
+    views (or BLU_PLAN_VIEWS=1), a strided read joins its consumers' group (Note [Strided operands]).
   }];
   let options = [
     Option<"multiOutput", "multi-output", "bool", /*default=*/"false",
-           "fuse a value read after the group as an extra result of the group">
+           "fuse a value read after the group as an extra result of the group">,
+    Option<"remat", "remat", "bool", /*default=*/"false",
+           "recompute a cheap value in a later region instead of reading it back (BLU_PLAN_REMAT=1)">,
+    Option<"views", "views", "bool", /*default=*/"false",
+           "fuse strided reads (blu.view) into their consumers' groups (BLU_PLAN_VIEWS=1)">
   ];
   let dependentDialects = ["::blu::comp::BluDialect"];
 }

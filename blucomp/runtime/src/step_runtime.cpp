@@ -34,6 +34,7 @@ struct PlanKernel {
   bool transpose_lhs = false, transpose_rhs = false;
   std::vector<int> nodes;
   std::vector<int64_t> operands, results;
+  std::vector<int64_t> view_operands;  // fused: read through strided windows (Note [Strided operands])
 };
 
 std::vector<int64_t> ints(const json::Value& v) {
@@ -68,6 +69,7 @@ std::vector<PlanKernel> parse_plan(const json::Value& root) {
       for (size_t d = 0; d < 3 && d < b.size(); ++d) p.block[d] = b[d];
     }
     p.results = ints(*k.find("results"));
+    if (const json::Value* v = k.find("view_operands")) p.view_operands = ints(*v);
     out.push_back(std::move(p));
   }
   return out;
@@ -96,6 +98,25 @@ const TensorRef* first_read(const capture::Graph& g, const std::vector<int>& nod
     }
   }
   return nullptr;
+}
+
+// The whole of `buffer` as a dense 1-D tensor from element 0 in the dtype the graph uses it as:
+// how a kernel addresses an operand no call of its group reads (blucomp Note [Rematerialization]:
+// a recomputed value's input, e.g. the gate a SwiGLU backward recomputes silu from). Undefined
+// (buffer -1) when no call names the buffer.
+TensorRef whole_buffer(const capture::Graph& g, int64_t buffer) {
+  TensorRef r;
+  for (const Node& n : g.nodes)
+    for (const Arg& a : n.args)
+      for (const TensorRef& t : a.tensors)
+        if (t.buffer == buffer && r.buffer < 0) {
+          r.buffer = t.buffer;
+          r.dtype = t.dtype;
+        }
+  if (r.buffer < 0 || static_cast<size_t>(buffer) >= g.buffers.size()) return TensorRef{};
+  r.sizes = {static_cast<int64_t>(g.buffers[static_cast<size_t>(buffer)].nbytes / dtype_size(r.dtype))};
+  r.strides = {1};
+  return r;
 }
 
 // A [1, R, C] operand as blublas's (op, ld): row-major (last stride 1) or a transposed view.
@@ -315,7 +336,12 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
                                   : (result < k.results.size() ? k.results[result] : -1);
     if (buffer < 0) return "a parameter no buffer holds";
     (p >= 0 ? reads : writes).push_back(buffer);
-    const TensorRef* r = p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
+    // blucomp Note [Strided operands]: an operand the kernel reads through windows is the whole
+    // buffer from element 0 (the windows' offsets and strides are in the kernel).
+    const bool viewed = p >= 0 && std::find(k.view_operands.begin(), k.view_operands.end(), p) != k.view_operands.end();
+    const TensorRef* r = viewed ? nullptr : p >= 0 ? first_read(g, k.nodes, buffer) : last_write(g, k.nodes, buffer);
+    const TensorRef whole = r == nullptr && p >= 0 ? whole_buffer(g, buffer) : TensorRef{};
+    if (r == nullptr && whole.defined()) r = &whole;  // a viewed operand, or a recomputed value's input
     if (r == nullptr) return "a parameter no call of the group reads or writes";
     // blucomp Note [Broadcast operands]: an operand the calls read broadcast (stride-0
     // dimensions) is the kernel's dense source tensor: those dimensions as 1.

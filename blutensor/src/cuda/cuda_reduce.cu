@@ -6,7 +6,8 @@
 // tree (shared memory / warp shuffles with fixed partners) or in chunk order. No atomics. Three
 // schedules, picked from the shapes:
 //  - inner reductions (the reduced elements are contiguous, e.g. rows): one block per output
-//    when the reduction is long (>= 2048), else one warp per output;
+//    when the reduction is long (>= 2048; with few outputs one block per chunk of each, Note
+//    [Split whole-tensor reductions]), else one warp per output;
 //  - outer reductions (the reduced dims are outside the output's contiguous dim, e.g. the bias
 //    gradient sum over rows of [N, C]): one thread per output, coalesced across threads; when
 //    there are too few outputs to fill the GPU the reduced range is cut into G chunks summed into
@@ -61,21 +62,36 @@ __device__ __forceinline__ C shfl_xor(C v, int mask) {
 // call: not yet measured (ops_cpu_vs_cuda and cuda_kernels GPU tests cover the kernel).
 constexpr int kLoadBatch = 8;
 
-// One block per output; the reduction indexer's offsets are relative to the output's base.
+// Note [Split whole-tensor reductions]
+// An inner reduction with few outputs (the Llama benchmark's loss: mean(y^2) over 8.4M floats, one
+// output) ran as one block per output: one SM reading 32 MB. With fewer than kSplitBelowOutputs
+// outputs and at least two chunks of kSplitChunk elements, each output's range is cut into chunks of
+// at least kSplitChunk (at most kSplitBlocks blocks in all), one block per (chunk, output), partials
+// in f32 added in chunk order by reduce_chunks_kernel. The constants are the only inputs besides the
+// shapes: the same bits on every device (Note [Deterministic reductions]).
+constexpr int64_t kSplitBelowOutputs = 256;
+constexpr int64_t kSplitChunk = 8192;
+constexpr int64_t kSplitBlocks = 1024;
+
+// One block per (chunk, output) (Note [Split whole-tensor reductions]): reduces the reduced range
+// [chunk * chunk_len, ...) of output blockIdx.x; partial == nullptr: one chunk, written to out;
+// the reduction indexer's offsets are relative to the output's base.
 template <typename T, bool kMax>
-__global__ void reduce_block_kernel(T* out, const T* a, OffsetCalc<1> out_oc, OffsetCalc<1> red_oc,
-                                    uint32_t reduce_n) {
+__global__ void reduce_block_kernel(T* out, compute_t<T>* partial, const T* a, OffsetCalc<1> out_oc,
+                                    OffsetCalc<1> red_oc, uint32_t reduce_n, uint32_t chunk_len) {
   using C = compute_t<T>;
   using Op = Combine<C, kMax>;
-  __shared__ C partial[kThreads];
+  __shared__ C partial_sh[kThreads];
   int64_t base[1];
   out_oc.get(static_cast<uint32_t>(blockIdx.x), base);
   const T* src = a + base[0];
+  const uint32_t r0 = blockIdx.y * chunk_len;
+  const uint32_t r1 = min(reduce_n, r0 + chunk_len);
   C acc = Op::identity();
   // Note [Loads in flight for a one-block reduction]: kLoadBatch loads issued before they are added,
   // in the same order (the same bits).
-  uint32_t r = threadIdx.x;
-  for (; r + (kLoadBatch - 1) * kThreads < reduce_n; r += kLoadBatch * kThreads) {
+  uint32_t r = r0 + threadIdx.x;
+  for (; r + (kLoadBatch - 1) * kThreads < r1; r += kLoadBatch * kThreads) {
     C v[kLoadBatch];
 #pragma unroll
     for (int j = 0; j < kLoadBatch; ++j) {
@@ -86,25 +102,31 @@ __global__ void reduce_block_kernel(T* out, const T* a, OffsetCalc<1> out_oc, Of
 #pragma unroll
     for (int j = 0; j < kLoadBatch; ++j) acc = Op::apply(acc, v[j]);
   }
-  for (; r < reduce_n; r += kThreads) {
+  for (; r < r1; r += kThreads) {
     int64_t off[1];
     red_oc.get(r, off);
     acc = Op::apply(acc, load_c(src[off[0]]));
   }
-  partial[threadIdx.x] = acc;
+  partial_sh[threadIdx.x] = acc;
   __syncthreads();
 #pragma unroll
   for (int width = kThreads / 2; width >= 32; width /= 2) {
     if (static_cast<int>(threadIdx.x) < width) {
-      partial[threadIdx.x] = Op::apply(partial[threadIdx.x], partial[threadIdx.x + width]);
+      partial_sh[threadIdx.x] = Op::apply(partial_sh[threadIdx.x], partial_sh[threadIdx.x + width]);
     }
     __syncthreads();
   }
   if (threadIdx.x < 32) {
-    C v = partial[threadIdx.x];
+    C v = partial_sh[threadIdx.x];
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) v = Op::apply(v, shfl_xor(v, m));
-    if (threadIdx.x == 0) out[blockIdx.x] = store_c<T>(v);
+    if (threadIdx.x == 0) {
+      if (partial == nullptr) {
+        out[blockIdx.x] = store_c<T>(v);
+      } else {
+        partial[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = v;
+      }
+    }
   }
 }
 
@@ -122,7 +144,20 @@ __global__ void reduce_warp_kernel(T* out, const T* a, OffsetCalc<1> out_oc, Off
     out_oc.get(o, base);
     const T* src = a + base[0];
     C acc = Op::identity();
-    for (uint32_t r = lane; r < reduce_n; r += 32) {
+    // Note [Loads in flight for a one-block reduction], per lane: the same elements, the same order.
+    uint32_t r = lane;
+    for (; r + (kLoadBatch - 1) * 32 < reduce_n; r += kLoadBatch * 32) {
+      C v[kLoadBatch];
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) {
+        int64_t off[1];
+        red_oc.get(r + static_cast<uint32_t>(j * 32), off);
+        v[j] = load_c(src[off[0]]);
+      }
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) acc = Op::apply(acc, v[j]);
+    }
+    for (; r < reduce_n; r += 32) {
       int64_t off[1];
       red_oc.get(r, off);
       acc = Op::apply(acc, load_c(src[off[0]]));
@@ -205,9 +240,31 @@ void reduce_typed(const Tensor& out, const Tensor& a) {
   const int sms = sm_count();
 
   if (reduce_n == 0 || (inner && reduce_n >= 2048)) {
-    reduce_block_kernel<T, kMax><<<static_cast<unsigned>(out_n), kThreads, 0, stream>>>(
-        out_ptr, a_ptr, out_oc, red_oc, static_cast<uint32_t>(reduce_n));
+    // Note [Split whole-tensor reductions]: few outputs of long reductions are cut into chunks.
+    int64_t chunks = 1;
+    if (out_n < kSplitBelowOutputs && reduce_n >= 2 * kSplitChunk) {
+      chunks = std::min<int64_t>((reduce_n + kSplitChunk - 1) / kSplitChunk,
+                                 std::max<int64_t>(1, kSplitBlocks / out_n));
+    }
+    const int64_t chunk_len = std::max<int64_t>(1, (reduce_n + chunks - 1) / chunks);
+    chunks = reduce_n == 0 ? 1 : (reduce_n + chunk_len - 1) / chunk_len;
+    using C = compute_t<T>;
+    if (chunks == 1) {
+      reduce_block_kernel<T, kMax><<<dim3(static_cast<unsigned>(out_n), 1), kThreads, 0, stream>>>(
+          out_ptr, nullptr, a_ptr, out_oc, red_oc, static_cast<uint32_t>(reduce_n),
+          static_cast<uint32_t>(std::max<int64_t>(reduce_n, 1)));
+      BLU_KERNEL_LAUNCH_CHECK("reduce_block_kernel");
+      return;
+    }
+    DeviceBuffer partial(static_cast<std::size_t>(chunks * out_n) * sizeof(C), out.device().index, stream);
+    reduce_block_kernel<T, kMax>
+        <<<dim3(static_cast<unsigned>(out_n), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+            out_ptr, partial.as<C>(), a_ptr, out_oc, red_oc, static_cast<uint32_t>(reduce_n),
+            static_cast<uint32_t>(chunk_len));
     BLU_KERNEL_LAUNCH_CHECK("reduce_block_kernel");
+    reduce_chunks_kernel<T, kMax><<<grid_for(out_n), kThreads, 0, stream>>>(
+        out_ptr, partial.as<C>(), static_cast<uint32_t>(out_n), static_cast<uint32_t>(chunks));
+    BLU_KERNEL_LAUNCH_CHECK("reduce_chunks_kernel");
     return;
   }
   if (inner && reduce_n >= 32) {
@@ -263,7 +320,9 @@ bool try_column_sum(const Tensor& out, const Tensor& a) {
   int64_t rows = 1;
   for (int64_t d = 0; d < split; ++d) rows *= a.sizes()[static_cast<std::size_t>(d)];
   const int64_t cols = a.numel() / std::max<int64_t>(rows, 1);
-  if (rows < 2 || cols < 1) return false;
+  // Fewer than 32 columns (a whole-tensor sum: one) leave blublas's column-parallel kernel most of
+  // its threads idle (377 us for the Llama loss's 8.4M floats, H200): the generic split path.
+  if (rows < 2 || cols < 32) return false;
   std::size_t ws_bytes = 0;
   if (!blublas_ok(blublas::column_sum_workspace_size(rows, cols, &ws_bytes), "reduce(sum)")) {
     return false;
