@@ -140,6 +140,7 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   options.chip = chip;
   options.features = features;
   options.results_as_out_params = true;
+  options.last_dim = cols;  // Note [Thread mapping]
   buildBluToNvvmPipeline(pm, options);
   std::string diagnostics;
   {

@@ -25,7 +25,11 @@ namespace blu::comp {
 struct GpuPipelineOptions {
   std::string chip = "sm_90";
   std::string features = "+ptx80";
-  int threads_per_block = 256;  // the tile of the last dimension one block covers
+  int threads_per_block = 256;  // the threads of a block (Note [Thread mapping] in pipelines.cpp)
+  // The groups' last dimension when known (blu-plan knows each group's): one narrower than
+  // threads_per_block makes a block cover threads_per_block / pow2ceil(last_dim) rows of it;
+  // 0 (unknown, or wide): one row, threads_per_block columns.
+  int64_t last_dim = 0;
   // Function results become out-parameters the kernel writes in place (buffer-results-to-out-
   // params with hoist-static-allocs): what a runtime binding every pointer to a buffer needs.
   bool results_as_out_params = false;
