@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
@@ -280,6 +281,60 @@ Group growChecked(Operation* root, int group, llvm::DenseMap<Operation*, int>& g
   return growGroup(root, group, group_of, multi_output, /*through_broadcast=*/false, views);
 }
 
+// Note [Sibling groups]
+// (with multi-output.) Two groups of one shape that read a common input and do not depend on each
+// other (the SwiGLU backward's d_up = dh * silu(g) and d_gate = dh * up * silu'(g): both read dh and
+// g) read that input twice. The earlier one (A) joins the later one (B) when every reader of A's
+// values outside A comes after B's root: the merged group sits at B's root, A's root becomes one of
+// its results (multi-output), and no path leaves the merged group and comes back (a path A -> X ->
+// B would need X, a reader of A, before B's root).
+std::vector<Value> outsideInputs(const Group& members) {
+  llvm::SmallPtrSet<Operation*, 8> member_set(members.begin(), members.end());
+  std::vector<Value> inputs;
+  for (Operation* op : members)
+    for (Value operand : op->getOperands())
+      if (!member_set.contains(operand.getDefiningOp())) inputs.push_back(operand);
+  return inputs;
+}
+
+Operation* rootOf(const Group& members) {
+  Operation* root = members.front();
+  for (Operation* op : members)
+    if (root->isBeforeInBlock(op)) root = op;
+  return root;
+}
+
+void mergeSiblings(llvm::SmallVector<Group>& groups, llvm::DenseMap<Operation*, int>& group_of) {
+  for (size_t b = 0; b < groups.size(); ++b) {
+    if (groups[b].empty()) continue;
+    for (size_t a = 0; a < groups.size(); ++a) {
+      if (a == b || groups[a].empty()) continue;
+      Operation* root_a = rootOf(groups[a]);
+      Operation* root_b = rootOf(groups[b]);
+      if (!root_a->isBeforeInBlock(root_b) ||
+          cast<RankedTensorType>(root_a->getResult(0).getType()).getShape() !=
+              cast<RankedTensorType>(root_b->getResult(0).getType()).getShape())
+        continue;
+      const std::vector<Value> in_a = outsideInputs(groups[a]), in_b = outsideInputs(groups[b]);
+      if (!llvm::any_of(in_a, [&](Value v) { return llvm::is_contained(in_b, v); })) continue;
+      bool ok = true;
+      for (Operation* op : groups[a])
+        for (Operation* user : op->getUsers()) {
+          Operation* u = root_b->getBlock()->findAncestorOpInBlock(*user);
+          auto it = group_of.find(u);
+          const bool inside = it != group_of.end() && (it->second == static_cast<int>(a) || it->second == static_cast<int>(b));
+          if (!inside && (u == nullptr || !root_b->isBeforeInBlock(u))) ok = false;
+        }
+      if (!ok) continue;
+      for (Operation* op : groups[a]) {
+        group_of[op] = static_cast<int>(b);
+        groups[b].push_back(op);
+      }
+      groups[a].clear();
+    }
+  }
+}
+
 // Replaces the members (root last in block order) with one blu.fused at the root's position: its
 // first result the root's value, then (multi-output) each member value read outside the group.
 void materialize(Group members) {
@@ -340,6 +395,7 @@ struct FuseElementwisePass : blu::comp::impl::BluFuseElementwiseBase<FuseElement
         if (!isFusible(&op) || group_of.count(&op)) continue;
         groups.push_back(growChecked(&op, static_cast<int>(groups.size()), group_of, multi_output, views_on));
       }
+      if (multi_output) mergeSiblings(groups, group_of);  // Note [Sibling groups]
       for (Group& group : groups)
         if (group.size() >= 2) materialize(group);
     }

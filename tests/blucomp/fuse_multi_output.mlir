@@ -103,3 +103,29 @@ func.func @broadcast_of_a_broadcast_product(%a: tensor<16x8xf32>, %r: tensor<16x
   %3 = blu.mul %q, %2 : tensor<2x4x16x8xf32>
   return %3 : tensor<2x4x16x8xf32>
 }
+
+// -----
+
+// Note [Sibling groups]: d_up = dh * s and d_gate = dh * u * s' read dh and g; neither reads the
+// other, and both are read only by the GEMMs after them: one group, d_gate first (the later root),
+// then d_up. Without multi-output they stay two groups.
+// CHECK-LABEL: func.func @siblings_merge
+// CHECK-NEXT: %[[F:.*]]:2 = blu.fused(%arg1, %arg0, %arg2)
+// CHECK: blu.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: blu.matmul %[[F]]#1, %arg3
+// CHECK-NEXT: blu.matmul %[[F]]#0, %arg3
+// SINGLE-LABEL: func.func @siblings_merge
+// SINGLE-COUNT-2: blu.fused
+// SINGLE-NOT: blu.fused
+// SINGLE: return
+func.func @siblings_merge(%dh: tensor<8x16xf32>, %g: tensor<8x16xf32>, %u: tensor<8x16xf32>, %w: tensor<16x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0 = blu.ew "exp"(%g) : tensor<8x16xf32>
+  %1 = blu.mul %dh, %0 : tensor<8x16xf32>
+  %2 = blu.ew "neg"(%g) : tensor<8x16xf32>
+  %3 = blu.mul %dh, %2 : tensor<8x16xf32>
+  %4 = blu.mul %3, %u : tensor<8x16xf32>
+  %5 = blu.matmul %1, %w : tensor<8x16xf32>, tensor<16x4xf32> -> tensor<8x4xf32>
+  %6 = blu.matmul %4, %w : tensor<8x16xf32>, tensor<16x4xf32> -> tensor<8x4xf32>
+  return %5, %6 : tensor<8x4xf32>, tensor<8x4xf32>
+}

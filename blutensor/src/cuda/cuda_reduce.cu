@@ -67,7 +67,7 @@ constexpr int kLoadBatch = 8;
 // output) ran as one block per output: one SM reading 32 MB. With fewer than kSplitBelowOutputs
 // outputs and at least two chunks of kSplitChunk elements, each output's range is cut into chunks of
 // at least kSplitChunk (at most kSplitBlocks blocks in all), one block per (chunk, output), partials
-// in f32 added in chunk order by reduce_chunks_kernel. The constants are the only inputs besides the
+// in f32 combined by one block per output in a fixed tree (reduce_chunks_block_kernel). The constants are the only inputs besides the
 // shapes: the same bits on every device (Note [Deterministic reductions]).
 constexpr int64_t kSplitBelowOutputs = 256;
 constexpr int64_t kSplitChunk = 8192;
@@ -211,6 +211,36 @@ __global__ void reduce_chunks_kernel(T* out, const compute_t<T>* partial, uint32
   }
 }
 
+// One block per output: the chunks' partials of output blockIdx.x combined by a fixed tree
+// (thread t takes chunks t, t + kThreads, ... in order; then shared memory and warp shuffles with
+// fixed partners): the same bits on every run, ~log2 steps instead of `chunks` dependent loads
+// (Note [Split whole-tensor reductions]: 1024 partials of one output took 19 us in one thread).
+template <typename T, bool kMax>
+__global__ void reduce_chunks_block_kernel(T* out, const compute_t<T>* partial, uint32_t out_n,
+                                           uint32_t chunks) {
+  using C = compute_t<T>;
+  using Op = Combine<C, kMax>;
+  __shared__ C sh[kThreads];
+  const uint32_t o = blockIdx.x;
+  C acc = Op::identity();
+  for (uint32_t g = threadIdx.x; g < chunks; g += kThreads) {
+    acc = Op::apply(acc, partial[static_cast<int64_t>(g) * out_n + o]);
+  }
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int width = kThreads / 2; width >= 32; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) sh[threadIdx.x] = Op::apply(sh[threadIdx.x], sh[threadIdx.x + width]);
+    __syncthreads();
+  }
+  if (threadIdx.x < 32) {
+    C v = sh[threadIdx.x];
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) v = Op::apply(v, shfl_xor(v, m));
+    if (threadIdx.x == 0) out[o] = store_c<T>(v);
+  }
+}
+
 template <typename T, bool kMax>
 void reduce_typed(const Tensor& out, const Tensor& a) {
   const int64_t out_n = out.numel();
@@ -262,9 +292,9 @@ void reduce_typed(const Tensor& out, const Tensor& a) {
             out_ptr, partial.as<C>(), a_ptr, out_oc, red_oc, static_cast<uint32_t>(reduce_n),
             static_cast<uint32_t>(chunk_len));
     BLU_KERNEL_LAUNCH_CHECK("reduce_block_kernel");
-    reduce_chunks_kernel<T, kMax><<<grid_for(out_n), kThreads, 0, stream>>>(
+    reduce_chunks_block_kernel<T, kMax><<<static_cast<unsigned>(out_n), kThreads, 0, stream>>>(
         out_ptr, partial.as<C>(), static_cast<uint32_t>(out_n), static_cast<uint32_t>(chunks));
-    BLU_KERNEL_LAUNCH_CHECK("reduce_chunks_kernel");
+    BLU_KERNEL_LAUNCH_CHECK("reduce_chunks_block_kernel");
     return;
   }
   if (inner && reduce_n >= 32) {
