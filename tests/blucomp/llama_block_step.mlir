@@ -17,7 +17,9 @@
 // RUN: env BLU_PLAN_MULTI_OUTPUT=1 blu-opt %t/llama_b.mlir --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=BOTH
 // RUN: env BLU_PLAN_MULTI_OUTPUT=1 BLU_PLAN_REMAT=1 BLU_PLAN_VIEWS=1 blu-opt %t/llama_b.mlir --blu-fuse-pipeline --blu-count-kernels | FileCheck %s --check-prefix=ALL
 // RUN: blu-opt %t/llama_b.mlir --blu-fuse-pipeline | FileCheck %s --check-prefix=BCASTIR
-// RUN: env BLU_PLAN_BROADCAST=1 blu-plan %t/llama.json -o %t/plan_b.json && FileCheck %s --check-prefix=PLANB < %t/plan_b.json
+// RUN: env BLU_PLAN_BROADCAST=1 BLU_PLAN_MULTI_OUTPUT=0 BLU_PLAN_REMAT=0 BLU_PLAN_VIEWS=0 blu-plan %t/llama.json -o %t/plan_b.json && FileCheck %s --check-prefix=PLANB < %t/plan_b.json
+// Note [blu-plan defaults]: all four on unless turned off.
+// RUN: env -u BLU_PLAN_BROADCAST -u BLU_PLAN_MULTI_OUTPUT -u BLU_PLAN_REMAT -u BLU_PLAN_VIEWS blu-plan %t/llama.json -o %t/plan_all.json && FileCheck %s --check-prefix=PLANALL < %t/plan_all.json
 
 // CAPTURE: llama block step (B=2 T=16 C=64 heads=4 hidden=176): 137 nodes (136 launches, 1 host reads)
 // CAPTURE: unary:kExp x1
@@ -44,3 +46,4 @@
 // BCASTIR: blu.broadcast %{{.*}} : tensor<16x8xf32> to tensor<2x4x16x8xf32>
 // PLANB: "blu.broadcast"
 // PLANB: "launches_after": 97
+// PLANALL: "launches_after": 83

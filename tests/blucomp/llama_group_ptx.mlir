@@ -1,25 +1,30 @@
 // Note [Fused group kernels]: blu-plan --ptx-dir outlines each fused group of the captured Llama
 // step, compiles it with its result as an out-parameter, and says how to launch it (grid, block,
 // each kernel parameter as an operand index or -1 for the result); the PTX assembles for sm_90 and
-// calls nothing. All 6 groups compile (outlined on their 2-D view: a rank-3 result was otherwise
-// computed into a 2-D alloc and copied out); RMSNorm's rsqrt is sqrt.rn.f32, not libdevice.
+// calls nothing. All 14 groups of blu-plan's defaults (Note [blu-plan defaults]) compile (outlined
+// on their 2-D view: a rank-3 result was otherwise computed into a 2-D alloc and copied out);
+// RMSNorm's rsqrt is sqrt.rn.f32, not libdevice. Group 0 (RMSNorm's scale and output, 64 columns)
+// runs 4 rows of 64 threads a block, columns on thread x (Note [Thread mapping]).
 // Registered only when ptxas is found (filecheck.cmake).
 // RUN: capture_llama_step %t/llama.json > /dev/null
 // RUN: mkdir -p %t/ptx && blu-plan %t/llama.json -o %t/plan.json --ptx-dir %t/ptx
 // RUN: FileCheck %s < %t/plan.json
 // RUN: for f in %t/ptx/*.ptx; do ptxas -arch=sm_90 "$f" -o "$f.cubin" || exit 1; done
 // RUN: cat %t/ptx/*.ptx | FileCheck %s --check-prefix=PTX
-// RUN: test $(ls %t/ptx/*.ptx | wc -l) -eq 6
+// RUN: test $(ls %t/ptx/*.ptx | wc -l) -eq 14
 // RUN: grep -q sqrt.rn.f32 %t/ptx/group_0_kernel.ptx
 
 // CHECK-NOT: ptx_error
 // CHECK: "block": [
-// CHECK-NEXT: 1,
-// CHECK-NEXT: 256,
+// CHECK-NEXT: 64,
+// CHECK-NEXT: 4,
 // CHECK: "kernel": "group_0_kernel",
 // CHECK: "params": [
 // CHECK-NEXT: 0,
-// CHECK-NEXT: -1
+// CHECK-NEXT: 1,
+// CHECK-NEXT: 2,
+// CHECK-NEXT: -1,
+// CHECK-NEXT: -2
 // CHECK-NEXT: ],
 // CHECK-NEXT: "ptx": "group_0_kernel.ptx",
 // PTX-NOT: call
