@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# device-llama-gemm.sh: the Llama block's GEMMs (bench/comp/llama_block_bench.cpp's default shape:
+# B*T = 8192, C = 1024, hidden 2816; weights [out, in] row-major: forward NT, dX NN, dW TN) through
+# blublas-profiler, blublas against cuBLAS(Lt) in one process, for each sm90 tile in $BLU_LG_TILES
+# (auto = the heuristic's choice; others forced with BLUBLAS_SM90_TILE): which tile the N = 2816
+# shapes want (session 27: 704 tiles of 128x256 are 5.3 waves on 132 SMs). Builds only the
+# profiler (about two minutes on the device). Table to stdout and $OUT/llama_gemm.md.
+#   run(command="cd .snap && scripts/device-llama-gemm.sh", timeout_s=...)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/blu-llama-gemm}; mkdir -p "$out"
+build=${BLU_LG_BUILD:-build-lg}
+read -r -a tiles <<< "${BLU_LG_TILES:-auto 192x192_3c 128x128_2c}"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
+  -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF -DBLU_BUILD_TESTS=OFF > "$out/configure.txt" 2>&1
+timeout "${BLU_LG_BUILD_TIMEOUT:-170}" cmake --build "$build" -j "$(nproc)" --target blublas-profiler > "$out/build.txt" 2>&1
+echo "build rc=$? at ${SECONDS}s"
+P=$build/blublas/blublas-profiler
+[ -x "$P" ] || { tail -5 "$out/build.txt"; exit 1; }
+shapes=(
+  "gate_up_fwd;--m=8192 --n=2816 --k=1024 --op_a=n --op_b=t"
+  "down_fwd;--m=8192 --n=1024 --k=2816 --op_a=n --op_b=t"
+  "down_dx;--m=8192 --n=2816 --k=1024 --op_a=n --op_b=n"
+  "gate_up_dx_beta;--m=8192 --n=1024 --k=2816 --op_a=n --op_b=n --beta=1"
+  "gate_up_dw;--m=2816 --n=1024 --k=8192 --op_a=t --op_b=n"
+  "down_dw;--m=1024 --n=2816 --k=8192 --op_a=t --op_b=n"
+  "qkvo_fwd;--m=8192 --n=1024 --k=1024 --op_a=n --op_b=t"
+  "qkvo_dx_beta;--m=8192 --n=1024 --k=1024 --op_a=n --op_b=n --beta=1"
+  "qkvo_dw;--m=1024 --n=1024 --k=8192 --op_a=t --op_b=n"
+)
+{
+  printf '| shape | tile | blublas ms | cuBLAS ms | ratio |\n|---|---|---|---|---|\n'
+  for s in "${shapes[@]}"; do
+    name=${s%%;*}; args=${s#*;}
+    for t in "${tiles[@]}"; do
+      envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
+      # shellcheck disable=SC2086
+      env $envs timeout 20 "$P" gemm --dtype=bf16 $args --reps=10 > "$out/prof_${name}_$t.txt" 2>&1
+      ms=$(awk '$1 == "blublas" {print $3; exit}' "$out/prof_${name}_$t.txt")
+      cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$out/prof_${name}_$t.txt")
+      ratio=$(awk '$1 == "ratio" {print $3; exit}' "$out/prof_${name}_$t.txt")
+      echo "| $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} |"
+    done
+  done
+} | tee "$out/llama_gemm.md"
+echo "done at ${SECONDS}s"
