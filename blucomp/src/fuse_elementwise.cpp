@@ -166,18 +166,17 @@ void rematerialize(Block& block) {
     llvm::SmallVector<Operation*> chain;
     llvm::SetVector<Value> leaves;
     if (!chainOf(p, chain, leaves)) continue;
-    // No write to a leaf's buffer between the leaf's value and the last reader.
-    Operation* last_reader = nullptr;
-    for (OpOperand* use : later) {
-      Operation* u = block.findAncestorOpInBlock(*use->getOwner());
-      if (last_reader == nullptr || last_reader->isBeforeInBlock(u)) last_reader = u;
-    }
+    // No write to a leaf's buffer after the leaf's value, to the end of the block: the clone runs
+    // where its reader's group launches, which grouping (multi-output, siblings) may place after
+    // the reader itself (review of 182c169). A reshape of the leaf holds the same bytes.
     for (Value leaf : leaves) {
       const int64_t buffer = heldBuffer(leaf);
       Operation* from = leaf.getDefiningOp() ? leaf.getDefiningOp()->getNextNode() : &block.front();
-      for (Operation* op = from; ok && op != nullptr && op != last_reader; op = op->getNextNode())
+      for (Operation* op = from; ok && op != nullptr; op = op->getNextNode()) {
+        if (isa<ReshapeOp>(op)) continue;
         for (Value res : op->getResults())
           if (res != leaf && heldBuffer(res) == buffer) ok = false;
+      }
     }
     if (!ok) continue;
     for (OpOperand* use : later) {
@@ -243,6 +242,13 @@ Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& gro
         Operation* producer = operand.getDefiningOp();
         const bool view = views && isFusibleView(producer, root);
         if (!(isFusible(producer) || view) || producer->getBlock() != root->getBlock() || group_of.count(producer))
+          continue;
+        // A view member reads its source from outside the group: the source never joins (review
+        // of 182c169: y = s + view(s) pulled s in and the verifier failed the plan).
+        if (llvm::any_of(producer->getResult(0).getUsers(), [&](Operation* u) {
+              auto it = group_of.find(u);
+              return isa<ViewOp>(u) && it != group_of.end() && it->second == group;
+            }))
           continue;
         if (view && !allUsersIn(producer, group_of, group)) continue;  // never an extra result
         if (!allUsersIn(producer, group_of, group) &&

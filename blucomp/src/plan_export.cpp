@@ -261,10 +261,12 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
         body.push_back(name);
       }
       k["body"] = std::move(body);
-      // Note [Strided operands]: inputs the kernel reads through views, from the buffer's start.
+      // Note [Strided operands]: inputs the kernel reads through views, from the buffer's start
+      // (also those it reads directly as well: the input is the whole buffer, so element 0 is
+      // right for both, where a call's first read might be a window at an offset).
       json::Array view_operands;
       for (BlockArgument arg : cast<FusedOp>(op).getBody().front().getArguments())
-        if (!arg.use_empty() && llvm::all_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
+        if (llvm::any_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
           view_operands.push_back(static_cast<int64_t>(arg.getArgNumber()));
       if (!view_operands.empty()) k["view_operands"] = std::move(view_operands);
       if (group_index < launches.size() && !launches[group_index].ok) k["ptx_error"] = launches[group_index].error;

@@ -20,17 +20,21 @@
 namespace cl = llvm::cl;
 
 // Note [blu-plan defaults]
-// blu-plan compiles with the measured-best fusion options on unless the environment turns one off
-// with VAR=0: broadcast operands (BLU_PLAN_BROADCAST, Note [Broadcast operands]), multi-output and
-// sibling groups (BLU_PLAN_MULTI_OUTPUT, Note [Fusion cost rule], Note [Sibling groups]),
-// rematerialization (BLU_PLAN_REMAT) and strided operands (BLU_PLAN_VIEWS). Measured together
-// (H200, session 27, one device call each): the Llama block's bf16 step 2.434 -> 2.237 ms and fp32
-// 16.358 -> 15.907 ms (106 -> 70 and 104 -> 67 launches; gradients within the bench's float64
-// bound); GPT-2 d12 engines neutral (bf16 B16 513.05K vs 513.85K tok/s, fp32 B8 55.30K vs 55.20K,
-// two rounds pooled each). blu-import and blu-opt's passes keep them opt-in (their FileCheck tests
-// name each option), so only the tool that feeds the runtime changes.
+// blu-plan compiles with the measured fusion options on unless the environment turns one off with
+// VAR=0: broadcast operands (BLU_PLAN_BROADCAST, Note [Broadcast operands]), multi-output and
+// sibling groups (BLU_PLAN_MULTI_OUTPUT, Note [Fusion cost rule], Note [Sibling groups]) and strided
+// operands (BLU_PLAN_VIEWS). Measured with rematerialization as well (H200, session 27, one device
+// call each): the Llama block's bf16 step 2.434 -> 2.237 ms and fp32 16.358 -> 15.907 ms (106 -> 70
+// and 104 -> 67 launches; gradients within the bench's float64 bound); GPT-2 d12 engines neutral
+// (bf16 B16 513.05K vs 513.85K tok/s, fp32 B8 55.30K vs 55.20K, two rounds pooled each).
+// Rematerialization (BLU_PLAN_REMAT=1) stays opt-in: a review found that when the group that
+// recomputes a value is kept as recorded calls (its PTX failed, a hazard check refused it) while
+// the forward group binds, those calls read a buffer the forward kernel no longer writes; the
+// runtime must first drop such forward kernels (a fixpoint over the plan before any replace), and
+// the leaf's read must be known to the side-stream plan. blu-import and blu-opt's passes keep every
+// option opt-in (their FileCheck tests name each), so only the tool that feeds the runtime changes.
 void setDefaultOptions() {
-  for (const char* var : {"BLU_PLAN_BROADCAST", "BLU_PLAN_MULTI_OUTPUT", "BLU_PLAN_REMAT", "BLU_PLAN_VIEWS"})
+  for (const char* var : {"BLU_PLAN_BROADCAST", "BLU_PLAN_MULTI_OUTPUT", "BLU_PLAN_VIEWS"})
     if (std::getenv(var) == nullptr) setenv(var, "1", 0);
 }
 

@@ -56,3 +56,20 @@ func.func @view_read_twice(%x: tensor<64xf32>) -> (tensor<8x4xf32>, tensor<8x4xf
   %n = blu.ew "neg"(%e) : tensor<8x4xf32>
   return %n, %v : tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// The source of a view member never joins the group (review of 182c169: y = s + transpose(s)
+// pulled s = exp(x) in, and the view then read a value inside the region: the verifier failed the
+// whole plan). s heads its own group; the sum reads it directly and through the view.
+// CHECK-LABEL: func.func @view_of_a_member_candidate
+// CHECK: %[[S:.*]] = blu.ew "exp"(%arg0)
+// CHECK-NEXT: blu.fused(%[[S]])
+// CHECK: blu.view %arg1
+// CHECK: blu.yield
+func.func @view_of_a_member_candidate(%x: tensor<4x4xf32>) -> tensor<4x4xf32> attributes {blu.input_buffers = [0]} {
+  %s = blu.ew "exp"(%x) : tensor<4x4xf32>
+  %t = blu.view %s {offset = 0 : i64, strides = array<i64: 1, 4>} : tensor<4x4xf32> -> tensor<4x4xf32>
+  %y = blu.add %s, %t : tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}

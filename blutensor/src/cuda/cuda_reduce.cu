@@ -350,9 +350,11 @@ bool try_column_sum(const Tensor& out, const Tensor& a) {
   int64_t rows = 1;
   for (int64_t d = 0; d < split; ++d) rows *= a.sizes()[static_cast<std::size_t>(d)];
   const int64_t cols = a.numel() / std::max<int64_t>(rows, 1);
-  // Fewer than 32 columns (a whole-tensor sum: one) leave blublas's column-parallel kernel most of
-  // its threads idle (377 us for the Llama loss's 8.4M floats, H200): the generic split path.
-  if (rows < 2 || cols < 32) return false;
+  // One column (a whole-tensor sum) leaves blublas's column-parallel kernel one busy thread a
+  // block (377 us for the Llama loss's 8.4M floats, H200): the generic split path, whose chunks
+  // depend on the shape alone (a few columns stay here: the generic outer path's chunk count
+  // depends on the SM count).
+  if (rows < 2 || cols < 2) return false;
   std::size_t ws_bytes = 0;
   if (!blublas_ok(blublas::column_sum_workspace_size(rows, cols, &ws_bytes), "reduce(sum)")) {
     return false;
