@@ -195,6 +195,11 @@ LogicalResult KernelOp::verify() {
   return emitOpError("unknown callee '") << getCallee() << "' (known: " << known << ")";
 }
 
+bool blu::comp::readThroughViews(BlockArgument arg, bool only) {
+  const auto view = [](Operation* u) { return isa<ViewOp>(u); };
+  return only ? !arg.use_empty() && llvm::all_of(arg.getUsers(), view) : llvm::any_of(arg.getUsers(), view);
+}
+
 LogicalResult FusedOp::verify() {
   if (getResults().empty()) return emitOpError("has no result");
   RankedTensorType result = rankedType(getResults().front());
@@ -206,8 +211,7 @@ LogicalResult FusedOp::verify() {
   for (auto [index, input] : llvm::enumerate(getInputs())) {
     RankedTensorType type = rankedType(input);
     // Note [Strided operands]: an input read only through blu.view inside may have any shape.
-    if (body != nullptr && index < body->getNumArguments() && !body->getArgument(index).use_empty() &&
-        llvm::all_of(body->getArgument(index).getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
+    if (body != nullptr && index < body->getNumArguments() && readThroughViews(body->getArgument(index), true))
       continue;
     if (broadcastKind(type.getShape(), result.getShape()) == BroadcastKind::kNone)
       return emitOpError("input #") << index << " " << type << " is neither of the result's shape "

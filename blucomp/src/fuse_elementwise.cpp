@@ -10,7 +10,6 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 
 namespace blu::comp {
@@ -51,7 +50,7 @@ bool isFusible(Operation* op) {
 }
 
 // Note [Strided operands]
-// (the views option, or BLU_PLAN_VIEWS=1; off by default until measured on a GPU.) A captured
+// (the views option, or BLU_PLAN_VIEWS=1: on in blu-plan, Note [blu-plan defaults].) A captured
 // step reads many operands through strided windows of a buffer: the rotary embedding's halves of
 // q and k ([B, H, T, D/2] views of the [B, T, H, D] projection), the heads' transposes. blu-import
 // makes each such read a blu.view of the buffer's whole value; without this option a blu.view is
@@ -69,18 +68,18 @@ bool isFusibleView(Operation* op, Operation* root) {
 }
 
 // Note [Rematerialization]
-// (the remat option, or BLU_PLAN_REMAT=1; off by default until measured on a GPU.) A training
+// (the remat option, or BLU_PLAN_REMAT=1; opt-in, Note [blu-plan defaults].) A training
 // step keeps forward values for the backward: the SwiGLU's exp(-g), 1 + exp(-g) and silu(g), each
 // written by the forward and read back by the backward, where the gate g itself is read anyway.
 // Before grouping, a value P that some elementwise op reads in a later *region* (the ops between
 // two non-elementwise ops: a GEMM, attention, a reduction) is recomputed there instead, when
-//  - P's chain (P and its elementwise producers, at most kMaxChain ops, all of P's shape or
-//    broadcasts) bottoms out in values (leaves) of which at most one has P's size: the chain
+//  - P's chain (P and its elementwise producers, at most kMaxChain ops) bottoms out in values
+//    (leaves) that buffers hold, of which at most one has P's size: the chain
 //    reads no more full-size tensors than reading P did (the leaves of a broadcast are small);
 //  - every later reader of P is elementwise of P's shape (so the clone fuses into its group and
 //    P dies in its own region: a reader that is not keeps P materialized and nothing is cloned);
-//  - no op between a leaf's definition and the last reader writes the leaf's buffer (the runtime
-//    binds the leaf by its buffer: Note [Value buffers]);
+//  - no op after a leaf's definition writes the leaf's buffer (the runtime binds the leaf by its
+//    buffer, Note [Value buffers], where the reader's group launches, which may be past the reader);
 // Each reader gets its own clone of each chain op (shared by the chains it needs, never by two
 // readers: one reader's group must not hand a clone to another's, which no buffer would hold),
 // placed after the region's first op; the clones carry no blu.node (they replace no recorded call) and hold no
@@ -89,19 +88,6 @@ bool isFusibleView(Operation* op, Operation* root) {
 constexpr size_t kMaxChain = 8;
 
 int64_t numel(Value v) { return cast<RankedTensorType>(v.getType()).getNumElements(); }
-
-// The buffer an SSA value holds (Note [Value buffers]), -1 when none.
-int64_t heldBuffer(Value v) {
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
-    auto ids = fn ? fn->getAttrOfType<ArrayAttr>("blu.input_buffers") : nullptr;
-    if (!ids || arg.getArgNumber() >= ids.size()) return -1;
-    return cast<IntegerAttr>(ids[arg.getArgNumber()]).getInt();
-  }
-  auto r = cast<OpResult>(v);
-  auto ids = r.getOwner()->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers");
-  return ids && r.getResultNumber() < ids.size() ? ids[r.getResultNumber()] : -1;
-}
 
 // P's chain in block order and its leaves; false when it is not one Note [Rematerialization] takes.
 bool chainOf(Operation* p, llvm::SmallVector<Operation*>& chain, llvm::SetVector<Value>& leaves) {
@@ -120,7 +106,7 @@ bool chainOf(Operation* p, llvm::SmallVector<Operation*>& chain, llvm::SetVector
   int full = 0;
   for (Value leaf : leaves) {
     if (numel(leaf) >= numel(p->getResult(0))) ++full;
-    if (heldBuffer(leaf) < 0) return false;  // the runtime could not bind it
+    if (bufferOf(leaf) < 0) return false;  // the runtime could not bind it
   }
   if (full > 1) return false;
   chain.assign(ops.begin(), ops.end());
@@ -170,12 +156,12 @@ void rematerialize(Block& block) {
     // where its reader's group launches, which grouping (multi-output, siblings) may place after
     // the reader itself (review of 182c169). A reshape of the leaf holds the same bytes.
     for (Value leaf : leaves) {
-      const int64_t buffer = heldBuffer(leaf);
+      const int64_t buffer = bufferOf(leaf);
       Operation* from = leaf.getDefiningOp() ? leaf.getDefiningOp()->getNextNode() : &block.front();
       for (Operation* op = from; ok && op != nullptr; op = op->getNextNode()) {
         if (isa<ReshapeOp>(op)) continue;
         for (Value res : op->getResults())
-          if (res != leaf && heldBuffer(res) == buffer) ok = false;
+          if (res != leaf && bufferOf(res) == buffer) ok = false;
       }
     }
     if (!ok) continue;
@@ -386,12 +372,14 @@ struct FuseElementwisePass : blu::comp::impl::BluFuseElementwiseBase<FuseElement
   using BluFuseElementwiseBase::BluFuseElementwiseBase;
 
   void runOnOperation() override {
-    const char* env = std::getenv("BLU_PLAN_MULTI_OUTPUT");
-    const bool multi_output = multiOutput || (env != nullptr && std::string(env) == "1");
-    const char* remat_env = std::getenv("BLU_PLAN_REMAT");
-    const bool remat_on = remat || (remat_env != nullptr && std::string(remat_env) == "1");
-    const char* views_env = std::getenv("BLU_PLAN_VIEWS");
-    const bool views_on = views || (views_env != nullptr && std::string(views_env) == "1");
+    // Each option is on when the pass option says so or its variable is 1 (blu-plan's defaults).
+    const auto on = [](bool option, const char* var) {
+      const char* v = std::getenv(var);
+      return option || (v != nullptr && std::string(v) == "1");
+    };
+    const bool multi_output = on(multiOutput, "BLU_PLAN_MULTI_OUTPUT");
+    const bool remat_on = on(remat, "BLU_PLAN_REMAT");
+    const bool views_on = on(views, "BLU_PLAN_VIEWS");
     for (Block& block : getOperation().getBody()) {
       if (remat_on) rematerialize(block);  // Note [Rematerialization]
       llvm::DenseMap<Operation*, int> group_of;

@@ -164,7 +164,7 @@ llvm::SmallVector<GenericInput> fusedInputs(FusedOp fused, llvm::SmallVector<Val
   Block& block = fused.getBody().front();
   llvm::SmallVector<GenericInput> inputs;
   for (auto [arg, input] : llvm::zip(block.getArguments(), fused.getInputs())) {
-    if (!arg.use_empty() && llvm::all_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); })) continue;
+    if (readThroughViews(arg, /*only=*/true)) continue;
     inputs.push_back({input, nullptr});
     keys.push_back(arg);
   }

@@ -37,6 +37,22 @@ inline void mergeNodes(mlir::Operation* into, llvm::ArrayRef<mlir::Operation*> f
 
 // Note [Value buffers] (import_capture.cpp): `to` (a result of the op that replaces `from`'s)
 // holds the buffer `from` held.
+// The capture buffer an SSA value of the step function holds whole (Note [Value buffers]): a
+// function argument's from the function's blu.input_buffers, an op result's from its op's
+// blu.result_buffers; -1 when none (a window, or a value no buffer holds).
+inline int64_t bufferOf(mlir::Value v) {
+  if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(v)) {
+    mlir::Operation* fn = arg.getOwner()->getParentOp();
+    auto ids = fn ? fn->getAttrOfType<mlir::ArrayAttr>("blu.input_buffers") : nullptr;
+    if (!ids || arg.getArgNumber() >= ids.size()) return -1;
+    return mlir::cast<mlir::IntegerAttr>(ids[arg.getArgNumber()]).getInt();
+  }
+  auto result = mlir::cast<mlir::OpResult>(v);
+  auto ids = result.getOwner()->getAttrOfType<mlir::DenseI64ArrayAttr>("blu.result_buffers");
+  if (!ids || result.getResultNumber() >= ids.size()) return -1;
+  return ids[result.getResultNumber()];
+}
+
 inline void inheritBuffer(mlir::Value from, mlir::Value to) {
   auto src = mlir::dyn_cast<mlir::OpResult>(from);
   auto dst = mlir::dyn_cast<mlir::OpResult>(to);

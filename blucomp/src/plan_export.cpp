@@ -33,6 +33,7 @@
 #include "blucomp/blu_dialect.h"
 #include "blucomp/passes.h"
 #include "blucomp/ptx.h"
+#include "node_provenance.h"
 
 using namespace mlir;
 namespace json = llvm::json;
@@ -40,18 +41,6 @@ namespace json = llvm::json;
 namespace blu::comp {
 
 namespace {
-
-int64_t bufferOf(Value v, func::FuncOp fn) {
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    auto ids = fn->getAttrOfType<ArrayAttr>("blu.input_buffers");
-    if (!ids || arg.getArgNumber() >= ids.size()) return -1;
-    return cast<IntegerAttr>(ids[arg.getArgNumber()]).getInt();
-  }
-  auto result = cast<OpResult>(v);
-  auto ids = result.getOwner()->getAttrOfType<DenseI64ArrayAttr>("blu.result_buffers");
-  if (!ids || result.getResultNumber() >= ids.size()) return -1;
-  return ids[result.getResultNumber()];
-}
 
 int64_t intAttr(Operation* op, StringRef name) {
   auto a = op->getAttrOfType<IntegerAttr>(name);
@@ -245,8 +234,8 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
     json::Object k;
     json::Array node_list, operands, results;
     for (int64_t n : nodes.asArrayRef()) node_list.push_back(n);
-    for (Value v : op.getOperands()) operands.push_back(bufferOf(v, fn));
-    for (Value v : op.getResults()) results.push_back(bufferOf(v, fn));
+    for (Value v : op.getOperands()) operands.push_back(bufferOf(v));
+    for (Value v : op.getResults()) results.push_back(bufferOf(v));
     if (auto mm = dyn_cast<MatmulEpilogueOp>(op)) {
       k["kind"] = "matmul_epilogue";
       k["epilogue"] = mm.getEpilogue().str();
@@ -266,8 +255,7 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
       // right for both, where a call's first read might be a window at an offset).
       json::Array view_operands;
       for (BlockArgument arg : cast<FusedOp>(op).getBody().front().getArguments())
-        if (llvm::any_of(arg.getUsers(), [](Operation* u) { return isa<ViewOp>(u); }))
-          view_operands.push_back(static_cast<int64_t>(arg.getArgNumber()));
+        if (readThroughViews(arg, /*only=*/false)) view_operands.push_back(static_cast<int64_t>(arg.getArgNumber()));
       if (!view_operands.empty()) k["view_operands"] = std::move(view_operands);
       if (group_index < launches.size() && !launches[group_index].ok) k["ptx_error"] = launches[group_index].error;
       if (group_index < launches.size() && launches[group_index].ok) {

@@ -35,7 +35,7 @@ namespace cl = llvm::cl;
 // option opt-in (their FileCheck tests name each), so only the tool that feeds the runtime changes.
 void setDefaultOptions() {
   for (const char* var : {"BLU_PLAN_BROADCAST", "BLU_PLAN_MULTI_OUTPUT", "BLU_PLAN_VIEWS"})
-    if (std::getenv(var) == nullptr) setenv(var, "1", 0);
+    setenv(var, "1", /*overwrite=*/0);  // a value already set (0 or 1) stays
 }
 
 int main(int argc, char** argv) {

@@ -34,4 +34,7 @@ int ewArity(llvm::StringRef fn);
 // one of these (BLU_PLAN_BROADCAST=1 until measured); the runtime binds the dense source tensor.
 enum class BroadcastKind { kNone, kSame, kColumns, kRows, kTrailing };
 BroadcastKind broadcastKind(llvm::ArrayRef<int64_t> in, llvm::ArrayRef<int64_t> out);
+// Note [Strided operands]: whether a blu.fused region argument is read through blu.view (only:
+// by nothing else, and at least once; otherwise: by at least one view).
+bool readThroughViews(mlir::BlockArgument arg, bool only);
 }  // namespace blu::comp
