@@ -73,6 +73,55 @@ constexpr int64_t kSplitBelowOutputs = 256;
 constexpr int64_t kSplitChunk = 8192;
 constexpr int64_t kSplitBlocks = 1024;
 
+// acc combined with the elements r = begin, begin + stride, ... < end of src (offsets through
+// red_oc), in that order. Note [Loads in flight for a one-block reduction]: kLoadBatch loads are
+// issued before they are added, in the same order (the same bits as one at a time).
+template <typename T, bool kMax, int kStride>
+__device__ __forceinline__ compute_t<T> accumulate_range(compute_t<T> acc, const T* src, const OffsetCalc<1>& red_oc,
+                                                         uint32_t begin, uint32_t end) {
+  using C = compute_t<T>;
+  using Op = Combine<C, kMax>;
+  uint32_t r = begin;
+  for (; r + (kLoadBatch - 1) * kStride < end; r += kLoadBatch * kStride) {
+    C v[kLoadBatch];
+#pragma unroll
+    for (int j = 0; j < kLoadBatch; ++j) {
+      int64_t off[1];
+      red_oc.get(r + static_cast<uint32_t>(j * kStride), off);
+      v[j] = load_c(src[off[0]]);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadBatch; ++j) acc = Op::apply(acc, v[j]);
+  }
+  for (; r < end; r += kStride) {
+    int64_t off[1];
+    red_oc.get(r, off);
+    acc = Op::apply(acc, load_c(src[off[0]]));
+  }
+  return acc;
+}
+
+// The block's kThreads values combined by a fixed tree (shared memory, then warp shuffles with
+// fixed partners); the result is valid in thread 0.
+template <typename C, bool kMax>
+__device__ __forceinline__ C block_combine(C acc) {
+  using Op = Combine<C, kMax>;
+  __shared__ C sh[kThreads];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int width = kThreads / 2; width >= 32; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) sh[threadIdx.x] = Op::apply(sh[threadIdx.x], sh[threadIdx.x + width]);
+    __syncthreads();
+  }
+  C v = sh[threadIdx.x < 32 ? threadIdx.x : 0];
+  if (threadIdx.x < 32) {
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) v = Op::apply(v, shfl_xor(v, m));
+  }
+  return v;
+}
+
 // One block per (chunk, output) (Note [Split whole-tensor reductions]): reduces the reduced range
 // [chunk * chunk_len, ...) of output blockIdx.x; partial == nullptr: one chunk, written to out;
 // the reduction indexer's offsets are relative to the output's base.
@@ -80,52 +129,17 @@ template <typename T, bool kMax>
 __global__ void reduce_block_kernel(T* out, compute_t<T>* partial, const T* a, OffsetCalc<1> out_oc,
                                     OffsetCalc<1> red_oc, uint32_t reduce_n, uint32_t chunk_len) {
   using C = compute_t<T>;
-  using Op = Combine<C, kMax>;
-  __shared__ C partial_sh[kThreads];
   int64_t base[1];
   out_oc.get(static_cast<uint32_t>(blockIdx.x), base);
-  const T* src = a + base[0];
   const uint32_t r0 = blockIdx.y * chunk_len;
   const uint32_t r1 = min(reduce_n, r0 + chunk_len);
-  C acc = Op::identity();
-  // Note [Loads in flight for a one-block reduction]: kLoadBatch loads issued before they are added,
-  // in the same order (the same bits).
-  uint32_t r = r0 + threadIdx.x;
-  for (; r + (kLoadBatch - 1) * kThreads < r1; r += kLoadBatch * kThreads) {
-    C v[kLoadBatch];
-#pragma unroll
-    for (int j = 0; j < kLoadBatch; ++j) {
-      int64_t off[1];
-      red_oc.get(r + static_cast<uint32_t>(j * kThreads), off);
-      v[j] = load_c(src[off[0]]);
-    }
-#pragma unroll
-    for (int j = 0; j < kLoadBatch; ++j) acc = Op::apply(acc, v[j]);
-  }
-  for (; r < r1; r += kThreads) {
-    int64_t off[1];
-    red_oc.get(r, off);
-    acc = Op::apply(acc, load_c(src[off[0]]));
-  }
-  partial_sh[threadIdx.x] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int width = kThreads / 2; width >= 32; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) {
-      partial_sh[threadIdx.x] = Op::apply(partial_sh[threadIdx.x], partial_sh[threadIdx.x + width]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x < 32) {
-    C v = partial_sh[threadIdx.x];
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) v = Op::apply(v, shfl_xor(v, m));
-    if (threadIdx.x == 0) {
-      if (partial == nullptr) {
-        out[blockIdx.x] = store_c<T>(v);
-      } else {
-        partial[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = v;
-      }
+  const C v = block_combine<C, kMax>(
+      accumulate_range<T, kMax, kThreads>(Combine<C, kMax>::identity(), a + base[0], red_oc, r0 + threadIdx.x, r1));
+  if (threadIdx.x == 0) {
+    if (partial == nullptr) {
+      out[blockIdx.x] = store_c<T>(v);
+    } else {
+      partial[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = v;
     }
   }
 }
@@ -143,25 +157,7 @@ __global__ void reduce_warp_kernel(T* out, const T* a, OffsetCalc<1> out_oc, Off
     int64_t base[1];
     out_oc.get(o, base);
     const T* src = a + base[0];
-    C acc = Op::identity();
-    // Note [Loads in flight for a one-block reduction], per lane: the same elements, the same order.
-    uint32_t r = lane;
-    for (; r + (kLoadBatch - 1) * 32 < reduce_n; r += kLoadBatch * 32) {
-      C v[kLoadBatch];
-#pragma unroll
-      for (int j = 0; j < kLoadBatch; ++j) {
-        int64_t off[1];
-        red_oc.get(r + static_cast<uint32_t>(j * 32), off);
-        v[j] = load_c(src[off[0]]);
-      }
-#pragma unroll
-      for (int j = 0; j < kLoadBatch; ++j) acc = Op::apply(acc, v[j]);
-    }
-    for (; r < reduce_n; r += 32) {
-      int64_t off[1];
-      red_oc.get(r, off);
-      acc = Op::apply(acc, load_c(src[off[0]]));
-    }
+    C acc = accumulate_range<T, kMax, 32>(Op::identity(), src, red_oc, lane, reduce_n);
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) acc = Op::apply(acc, shfl_xor(acc, m));
     if (lane == 0) out[o] = store_c<T>(acc);
@@ -220,25 +216,13 @@ __global__ void reduce_chunks_block_kernel(T* out, const compute_t<T>* partial, 
                                            uint32_t chunks) {
   using C = compute_t<T>;
   using Op = Combine<C, kMax>;
-  __shared__ C sh[kThreads];
   const uint32_t o = blockIdx.x;
   C acc = Op::identity();
   for (uint32_t g = threadIdx.x; g < chunks; g += kThreads) {
     acc = Op::apply(acc, partial[static_cast<int64_t>(g) * out_n + o]);
   }
-  sh[threadIdx.x] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int width = kThreads / 2; width >= 32; width /= 2) {
-    if (static_cast<int>(threadIdx.x) < width) sh[threadIdx.x] = Op::apply(sh[threadIdx.x], sh[threadIdx.x + width]);
-    __syncthreads();
-  }
-  if (threadIdx.x < 32) {
-    C v = sh[threadIdx.x];
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) v = Op::apply(v, shfl_xor(v, m));
-    if (threadIdx.x == 0) out[o] = store_c<T>(v);
-  }
+  const C v = block_combine<C, kMax>(acc);
+  if (threadIdx.x == 0) out[o] = store_c<T>(v);
 }
 
 template <typename T, bool kMax>
