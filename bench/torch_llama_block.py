@@ -241,11 +241,9 @@ def run_mode(d, mode, cfg, ours, profile=False):
     exact.update({"grad." + n: g.cpu() for n, g in block64.named_grads().items()})
     del block64, y64, loss64
 
-    candidates = {"ours": {k[len("eager."):]: v for k, v in st.items() if k.startswith("eager.")},
-                  "ours_compiled": {k[len("compiled."):]: v for k, v in st.items() if k.startswith("compiled.")},
-                  "ours_compiled_env": {k[len("compiled_env."):]: v for k, v in st.items()
-                                        if k.startswith("compiled_env.")},
-                  "torch_compile": got_compile, "torch_eager": ref}
+    ours_of = lambda tag: {k[len(tag) + 1:]: v for k, v in st.items() if k.startswith(tag + ".")}
+    candidates = {"ours": ours_of("eager"), "ours_compiled": ours_of("compiled"),
+                  "ours_compiled_env": ours_of("compiled_env"), "torch_compile": got_compile, "torch_eager": ref}
     per_tensor = {}
     for who, vals in candidates.items():
         if not vals:
@@ -265,12 +263,10 @@ def run_mode(d, mode, cfg, ours, profile=False):
     m["max_grad_rel_l2_vs_fp64"] = grads("ours", "rel_l2_vs_fp64")
     m["torch_max_grad_rel_l2_vs_fp64"] = grads("torch_eager", "rel_l2_vs_fp64")
     m["torch_compile_max_grad_rel_l2_vs_torch"] = grads("torch_compile", "rel_l2_vs_torch")
-    if "ours_compiled" in per_tensor:
-        m["compiled_max_grad_rel_l2_vs_torch"] = grads("ours_compiled", "rel_l2_vs_torch")
-        m["compiled_max_grad_rel_l2_vs_fp64"] = grads("ours_compiled", "rel_l2_vs_fp64")
-    if "ours_compiled_env" in per_tensor:
-        m["compiled_env_max_grad_rel_l2_vs_torch"] = grads("ours_compiled_env", "rel_l2_vs_torch")
-        m["compiled_env_max_grad_rel_l2_vs_fp64"] = grads("ours_compiled_env", "rel_l2_vs_fp64")
+    for tag in ("compiled", "compiled_env"):
+        if "ours_" + tag in per_tensor:
+            for ref_name in ("torch", "fp64"):
+                m[f"{tag}_max_grad_rel_l2_vs_{ref_name}"] = grads("ours_" + tag, "rel_l2_vs_" + ref_name)
     floor = FLOORS[mode]
     ok = True
     for who in [w for w in ("ours", "ours_compiled", "ours_compiled_env") if w in per_tensor]:

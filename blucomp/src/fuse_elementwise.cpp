@@ -236,9 +236,9 @@ Group growGroup(Operation* root, int group, llvm::DenseMap<Operation*, int>& gro
               return isa<ViewOp>(u) && it != group_of.end() && it->second == group;
             }))
           continue;
-        if (view && !allUsersIn(producer, group_of, group)) continue;  // never an extra result
+        // A view is never an extra result: all its users must be members.
         if (!allUsersIn(producer, group_of, group) &&
-            !(multi_output && extraOutputOk(producer, root, group_of, group)))
+            (view || !(multi_output && extraOutputOk(producer, root, group_of, group))))
           continue;
         group_of[producer] = group;
         members.push_back(producer);
