@@ -5,6 +5,9 @@
 # (auto = the heuristic's choice; others forced with BLUBLAS_SM90_TILE): which tile the N = 2816
 # shapes want (session 27: 704 tiles of 128x256 are 5.3 waves on 132 SMs). Builds only the
 # profiler (about two minutes on the device). Table to stdout and $OUT/llama_gemm.md.
+# BLU_LG_DTYPES (default bf16): each dtype's rows; f32 and tf32 rows run the heuristic's choice only
+# (the tiles are the sm90 16-bit ones). BLU_LG_NCU="name ..." then runs scripts/ncu-hot.sh on those
+# rows of its table (reports under $OUT/ncu).
 #   run(command="cd .snap && scripts/device-llama-gemm.sh", timeout_s=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,17 +33,25 @@ shapes=(
 )
 {
   printf '| shape | tile | blublas ms | cuBLAS ms | ratio |\n|---|---|---|---|---|\n'
-  for s in "${shapes[@]}"; do
-    name=${s%%;*}; args=${s#*;}
-    for t in "${tiles[@]}"; do
-      envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
-      # shellcheck disable=SC2086
-      env $envs timeout 20 "$P" gemm --dtype=bf16 $args --reps=10 > "$out/prof_${name}_$t.txt" 2>&1
-      ms=$(awk '$1 == "blublas" {print $3; exit}' "$out/prof_${name}_$t.txt")
-      cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$out/prof_${name}_$t.txt")
-      ratio=$(awk '$1 == "ratio" {print $3; exit}' "$out/prof_${name}_$t.txt")
-      echo "| $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} |"
+  for dt in ${BLU_LG_DTYPES:-bf16}; do
+    dtiles=("${tiles[@]}"); [ "$dt" = bf16 ] || [ "$dt" = f16 ] || dtiles=(auto)
+    for s in "${shapes[@]}"; do
+      name=${s%%;*}; args=${s#*;}
+      for t in "${dtiles[@]}"; do
+        envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
+        f="$out/prof_${dt}_${name}_$t.txt"
+        # shellcheck disable=SC2086
+        env $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps=10 > "$f" 2>&1
+        ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
+        cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
+        ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
+        echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} |"
+      done
     done
   done
 } | tee "$out/llama_gemm.md"
+if [ -n "${BLU_LG_NCU:-}" ]; then
+  # shellcheck disable=SC2086
+  scripts/ncu-hot.sh "$build" "$out/ncu" $BLU_LG_NCU
+fi
 echo "done at ${SECONDS}s"

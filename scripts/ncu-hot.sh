@@ -27,6 +27,14 @@ table=(
   "gemm_bf16_fcproj_dx;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=n --reps=2"
   "gemm_bf16_fc_dw;regex:sm90_gemm;gemm --m=768 --n=3072 --k=16384 --dtype=bf16 --op_a=t --op_b=n --reps=2"
   "gemm_bf16_xent_dw_beta;regex:sm90_gemm;gemm --m=50304 --n=768 --k=640 --dtype=bf16 --out=f32 --op_a=t --op_b=n --beta=1 --reps=2"
+  # The cuBLAS kernel of the same problem beside ours (its tile, cluster, registers, stalls).
+  "cublas_bf16_fc_dw;regex:nvjet|xmma|cutlass;gemm --m=768 --n=3072 --k=16384 --dtype=bf16 --op_a=t --op_b=n --reps=2"
+  "gemm_bf16_qkv_fwd;regex:sm90_gemm;gemm --m=16384 --n=2304 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "cublas_bf16_qkv_fwd;regex:nvjet|xmma|cutlass;gemm --m=16384 --n=2304 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_lmhead_fwd;regex:sm90_gemm;gemm --m=16384 --n=50304 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "cublas_bf16_lmhead_fwd;regex:nvjet|xmma|cutlass;gemm --m=16384 --n=50304 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "gemm_bf16_llama_gateup_fwd;regex:sm90_gemm;gemm --m=8192 --n=2816 --k=1024 --dtype=bf16 --op_a=n --op_b=t --reps=2"
+  "cublas_bf16_llama_gateup_fwd;regex:nvjet|xmma|cutlass;gemm --m=8192 --n=2816 --k=1024 --dtype=bf16 --op_a=n --op_b=t --reps=2"
   "gemm_sm80_bf16;regex:sm80;gemm --m=4096 --n=4096 --k=4096 --dtype=bf16 --path=sm80 --reps=2"
   "gemm_simt_f32;regex:simt;gemm --m=4096 --n=4096 --k=4096 --dtype=f32 --reps=2"
   "gemm_simt_f32_fc_fwd;regex:simt;gemm --m=16384 --n=3072 --k=768 --dtype=f32 --op_a=n --op_b=t --reps=2"
@@ -64,7 +72,7 @@ for row in "${table[@]}"; do
     echo "ncu-hot: ncu cannot read counters here:"; grep -E "==ERROR==|Failed|not supported" "$out/$name.txt" | head -3
     exit 1
   fi
-  grep -E "^\s+[a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible" "$out/$name.txt" | head -14
+  grep -E "^\s+[a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Grid Size|Block Size|Cluster Size|Dynamic Shared" "$out/$name.txt" | head -20
   # The three largest stall reasons.
   grep -E "smsp__average_warps_issue_stalled_" "$out/$name.txt" | awk '{print $NF, $1}' | sort -g -r | head -3 |
     sed -E 's/smsp__average_warps_issue_stalled_|_per_issue_active.ratio//g; s/^/  stall /'
