@@ -22,8 +22,9 @@
 // With kCluster = 2 the grid is launched in clusters of two CTAs. A work unit then covers two
 // vertically adjacent tiles (KernelParams::tiles_m counts such pairs; CTA rank r takes tile row
 // 2 * pair + r, possibly past M: its loads are zero-filled and its stores skipped). Each CTA loads
-// its own A tile and half of the shared B tile, multicast into both CTAs' shared memory at the
-// same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
+// its own A tile and part of the shared B tile (K-major: half the rows, one box of BN / 2 rows;
+// MN-major: half the 64-wide boxes, rounded down for rank 0: BN = 192 splits 1 + 2), multicast
+// into both CTAs' shared memory at the same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
 // A stage may be overwritten only when the consumers of both CTAs have released it, so every
 // consumer warp arrives on the empty barrier of both CTAs (count 2 * 4 * kConsumers). The CTAs
 // sync as a cluster after barrier init and again before exit (no CTA leaves while its peer may
@@ -106,6 +107,10 @@ struct KernelParams {
   int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
 };
 
+// The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
+constexpr int kEpiCols = 32;
+constexpr int kEpiLd = kEpiCols + 8;  // floats per staging row (padding against bank conflicts)
+
 template <class In>
 inline constexpr bool kIsFp8In = std::is_same_v<In, InE4M3E4M3> || std::is_same_v<In, InE4M3E5M2> ||
                                  std::is_same_v<In, InE5M2E4M3> || std::is_same_v<In, InE5M2E5M2>;
@@ -137,12 +142,17 @@ struct KernelConfig {
   static constexpr int kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Epilogue staging per consumer warpgroup: kWgM rows x 256 bytes (TMA-store path; the generic
-  // path's kWgM rows x 40 floats fit in it).
-  static constexpr int kStagingBytes = kConsumers * kWgM * 256;
   // + full[kStages], empty[kStages], the ping-pong order[2] and two epilogue-load mbarriers per
   // consumer warpgroup (Note [sm90 C through TMA], Note [sm90 epilogue loads ahead]).
   static constexpr int kBarrierBytes = (2 * kStages + 2 + 2 * kConsumers) * 8;
+  // Note [sm90 epilogue pass width]: 128-byte TMA-store boxes per pass (two, 256 bytes a staged
+  // row, where they fit next to the stages; else one). Staging per consumer warpgroup: kWgM rows
+  // of the larger of that and the generic epilogue's kEpiLd floats.
+  static constexpr int kPassBoxes =
+      1024 + kStages * kStageBytes + kConsumers * kWgM * 256 + kBarrierBytes <= 232448 ? 2 : 1;
+  static constexpr int kStagingRowBytes = 128 * kPassBoxes;
+  static constexpr int kStagingBytes =
+      kConsumers * kWgM * (kStagingRowBytes > kEpiLd * 4 ? kStagingRowBytes : kEpiLd * 4);
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kStagingBytes + kBarrierBytes;
   // Note [sm90 epilogue loads ahead]: a second staging tile per consumer warpgroup, 1024-aligned
   // after the barriers, present only in launches that load C or aux ahead (kSmemBytesAhead).
@@ -180,8 +190,8 @@ struct KernelConfig {
   static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
                 "tf32 and FP8 wgmma take K-major operands only");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
-  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
-                "cluster multicast splits B into two halves of whole 64-wide boxes");
+  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0) || (kCluster == 2 && BN == 192),
+                "cluster multicast splits B between the two CTAs (Note [sm90 cluster multicast])");
 };
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -201,8 +211,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
 // threads own consecutive column pairs, so global stores coalesce) and apply the shared
 // epilogue (epilogue.cuh). The staging loop is rolled: one copy per output dtype instead of BN
 // inlined copies of the epilogue, which keeps both the code and the compile time small.
-constexpr int kEpiCols = 32;
-constexpr int kEpiLd = kEpiCols + 8;  // floats per staging row (padding against bank conflicts)
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 #if BLUBLAS_SM90A_ENABLED
@@ -284,6 +292,13 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
   }
 }
 
+// Note [sm90 epilogue pass width]
+// A pass of the TMA-store epilogue stages Cfg::kPassBoxes 64-row x 128-byte boxes per m64 block
+// (two: 128 columns of 16-bit D, 64 of f32; one: half that) and stores them. Two where they fit;
+// the 192x192 tile with 4 stages (4 x 48 KB, the stage count cuBLAS's 192x192 kernel runs) has
+// room only for one (3 x 64 rows x 160 bytes for the generic epilogue's staging, 30 KB: 228.5 KB
+// in all), so its passes are half as wide and twice as many.
+//
 // Note [sm90 TMA-store epilogue]
 // When D (and aux, and C with beta != 0: Note [sm90 C through TMA]) are TMA-aligned, the
 // epilogue stays in registers:
@@ -294,13 +309,12 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
 // reused only after cp.async.bulk.wait_group.read. Columns leave in passes of two 128-byte boxes
 // (128 columns of 16-bit D, 64 of f32: 16 KB of staging per 64 rows); with
 // aux, each pass stores the pre-activation first, then D = gelu(pre).
-constexpr int kStagingRowBytes = 256;  // two 128-byte boxes per staged row
-
-// Per output type: columns per 128-byte box row and per pass (two boxes; 16 KB per 64 rows).
-template <class OutT>
+// Per output type: columns per 128-byte box row and per pass of kBoxes boxes (Note [sm90
+// epilogue pass width]).
+template <class OutT, int kBoxes>
 struct StoreShape {
   static constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
-  static constexpr int kPassCols = 2 * kBoxCols;
+  static constexpr int kPassCols = kBoxes * kBoxCols;
 };
 // TMA stores write whole 16-byte chunks of a row: the last partial chunk past N would be written
 // too, so the launcher takes this path only when N * 2 bytes is a multiple of 16 (seen on H200:
@@ -413,7 +427,7 @@ template <class Cfg, class OutT, int kWhat, int kStaged>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
                                            float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax) {
-  using Shape = StoreShape<OutT>;
+  using Shape = StoreShape<OutT, Cfg::kPassBoxes>;
   constexpr int kEs = static_cast<int>(sizeof(OutT));
   const int t = threadIdx.x % 128;
   const int warp = t / 32, lane = t % 32;
@@ -441,7 +455,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
-      row_addr[h] = stg_addr + static_cast<uint32_t>(mi * 2 * 64 * 128 + r * 128 +
+      row_addr[h] = stg_addr + static_cast<uint32_t>(mi * Cfg::kPassBoxes * 64 * 128 + r * 128 +
                                                      (((r % 8) ^ lane_chunk) << 4) + lane_within);
       if (bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
@@ -510,16 +524,16 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
 template <class Cfg, class OutT, class Fn>
 __device__ __forceinline__ void for_each_pass_box(const KernelParams& p, int pass, int row_base, int col_base,
                                                   Fn&& fn) {
-  using Shape = StoreShape<OutT>;
+  using Shape = StoreShape<OutT, Cfg::kPassBoxes>;
 #pragma unroll
   for (int mi = 0; mi < Cfg::kMI; ++mi) {
 #pragma unroll
-    for (int box = 0; box < 2; ++box) {
+    for (int box = 0; box < Cfg::kPassBoxes; ++box) {
       if (pass * Shape::kPassCols + box * Shape::kBoxCols >= Cfg::BN) continue;
       const int c0 = col_base + pass * Shape::kPassCols + box * Shape::kBoxCols;
       const int r0 = row_base + mi * 64;
       if (c0 >= p.n || r0 >= p.m) continue;
-      fn((mi * 2 + box) * (64 * 128), c0, r0);
+      fn((mi * Cfg::kPassBoxes + box) * (64 * 128), c0, r0);
     }
   }
 }
@@ -605,7 +619,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
                                 p.epi.kind == static_cast<int>(Epilogue::kGelu));
   const bool aux = gelu && p.epi.aux != nullptr;
   const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
-  constexpr int kPassCols = StoreShape<OutT>::kPassCols;
+  constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   float amax = 0.0f;
   if constexpr (kLoads && Cfg::kEpiAhead) {
@@ -717,7 +731,7 @@ template <class Cfg, class OutT>
 __device__ __forceinline__ void issue_loads_ahead_typed(const KernelParams& p, const WorkUnit& w,
                                                         const CUtensorMap* map, uint8_t* stg,
                                                         uint8_t* ahead, uint64_t* cbar) {
-  constexpr int kPassCols = StoreShape<OutT>::kPassCols;
+  constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
   const int row_base = w.tm * Cfg::BM;
   const int col_base = w.tn * Cfg::BN;
@@ -847,9 +861,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 tma_load_2d_multicast(dst, &map_b, &full[stage], k0, n_half, mask);
               }
             } else {
+              // The B tile's 64-wide boxes, split between the ranks: [0, nb/2) and [nb/2, nb)
+              // (BN = 192: one box and two).
+              constexpr int kBoxes = BN / 64;
+              const int j0 = cta_rank == 0 ? 0 : kBoxes / 2, j1 = cta_rank == 0 ? kBoxes / 2 : kBoxes;
 #pragma unroll
-              for (int jj = 0; jj < kHalf / 64; ++jj) {
-                const int j = cta_rank * (kHalf / 64) + jj;
+              for (int j = j0; j < j1; ++j) {
                 uint8_t* dst = sb + j * BK * 128;
                 if (p.b_rank3) {
                   tma_load_3d_multicast(dst, &map_b, &full[stage], n0 + 64 * j, k0, w.batch, mask);
@@ -878,8 +895,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Parity of this warpgroup's next C / aux load, bit b for buffer b (Note [sm90 C through TMA],
     // Note [sm90 epilogue loads ahead]).
     uint32_t c_phase = 0;
-    uint8_t* stg_c = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * kStagingRowBytes;
-    uint8_t* ahead_c = ahead_base + c * Cfg::kWgM * kStagingRowBytes;
+    uint8_t* stg_c = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * Cfg::kStagingRowBytes;
+    uint8_t* ahead_c = ahead_base + c * Cfg::kWgM * Cfg::kStagingRowBytes;
     for (int u = first_unit; u < p.num_units; u += unit_step, ++turn) {
       // Only the k-block count stays live through the main loop (registers are scarce next to
       // the accumulators); the unit is decoded again for the epilogue.

@@ -93,9 +93,21 @@ int splits_from_env() {
 
 }  // namespace
 
+bool sm90_tile_compiled(Sm90Tile t, Dtype ab_type) {
+  if (t == Sm90Tile::kCount) return false;
+  if (dtype_is_fp8(ab_type)) {
+    return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k64x256_pp || t == Sm90Tile::k128x128_2c;
+  }
+  return t != Sm90Tile::k192x192_3c_cl2 || ab_type == Dtype::kBF16;
+}
+
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force) {
   Sm90Plan plan;
-  const int forced_tile = force.tile >= 0 ? force.tile : tile_from_env();
+  int forced_tile = force.tile >= 0 ? force.tile : tile_from_env();
+  // A forced tile with no kernel for these inputs is ignored (kAuto's choice runs instead).
+  if (forced_tile >= 0 && !sm90_tile_compiled(static_cast<Sm90Tile>(forced_tile), p.ab_type)) {
+    forced_tile = -1;
+  }
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct but measured slower on H200
   // in every GPT-2 shape (run 9: bf16 geomean 0.57 vs 0.81 without clusters), so kAuto does not
