@@ -50,8 +50,17 @@
 // and p + kStages cannot have (it needs p released).
 //
 // Note [sm90 192x192 tile]
-// Three consumer warpgroups of m64n192 (96 accumulators each) on a 192x192 tile, 3 stages of 48 KB
-// (4 would not fit next to the 48 KB of epilogue staging). cuBLAS runs this tile shape (its tile
+// Three consumer warpgroups of m64n192 (96 accumulators each) on a 192x192 tile, 4 stages of 48 KB
+// (since session 28; 3 before, when two-box epilogue passes took 48 KB of staging: Note [sm90
+// epilogue pass width]). The stage count is cuBLAS's: its kernel on the GPT-2 / Llama forwards
+// (ncu, H200, session 28) is nvjet_sm90_tst_192x192_64x4_2x1 (192x192, BK 64, 4 stages, clusters
+// 2x1, 384 threads at 168 registers, 213 KB of shared memory). Measured 3 -> 4 stages (H200, forced
+// tile, ratio to cuBLAS in the same process): Llama gate/up fwd 0.891 -> 0.915, down dX 0.922 ->
+// 0.976, gate/up dW 0.714 -> 0.793, qkvo fwd 0.803 -> 0.842; down fwd 0.907 -> 0.886, down dW
+// 0.749 -> 0.728 (run-to-run spread ~5%). The same tile in clusters of two (B multicast; the MN-
+// major split below takes BN = 192) was correct (tests, property test) but 1.5-9x slower than
+// without clusters on every shape, like 128x256_2c_cl2 in session 9: our cluster path has a defect
+// not yet found (profile it before building on clusters); the tile was not kept. cuBLAS runs this tile shape (its tile
 // 209, clusters 2x1x1) on the skinny deep-K weight gradients, where it is the wave arithmetic that
 // counts: fc dW (3072 x 768, K = 16384) is 16 x 4 = 64 tiles, x 2 splits = 128 units = one even
 // wave on 132 SMs, where 128x256 needs 72 tiles x 3 splits = 216 units in two uneven waves. Per
