@@ -10,7 +10,7 @@
 # rows of its table (reports under $OUT/ncu). BLU_LG_SET="llama gpt2" (default llama): the shape
 # sets (gpt2: the GPT-2 124M forward / dX / dW set, B*T = 16384). BLU_LG_TESTS=1 first builds and
 # runs the sm90 GEMM GPU tests and the random-problem property test (BLU_GEMM_PROPERTY_CASES).
-# Per-run profiler outputs go to $OUT/prof.tgz (the device returns a bounded number of files).
+# BLU_LG_REPS: timed repetitions per run (default 10). Per-run profiler outputs go to $OUT/prof.tgz (the device returns a bounded number of files).
 #   run(command="cd .snap && scripts/device-llama-gemm.sh", timeout_s=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +68,7 @@ mkdir -p "$out/prof"
         envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
         f="$out/prof/${dt}_${name}_$t.txt"
         # shellcheck disable=SC2086
-        env $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps=10 > "$f" 2>&1
+        env $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-10}" > "$f" 2>&1
         ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
         cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
         ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
