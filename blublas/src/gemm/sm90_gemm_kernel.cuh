@@ -22,9 +22,8 @@
 // With kCluster = 2 the grid is launched in clusters of two CTAs. A work unit then covers two
 // vertically adjacent tiles (KernelParams::tiles_m counts such pairs; CTA rank r takes tile row
 // 2 * pair + r, possibly past M: its loads are zero-filled and its stores skipped). Each CTA loads
-// its own A tile and part of the shared B tile (K-major: half the rows, one box of BN / 2 rows;
-// MN-major: half the 64-wide boxes, rounded down for rank 0: BN = 192 splits 1 + 2), multicast
-// into both CTAs' shared memory at the same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
+// its own A tile and half of the shared B tile, multicast into both CTAs' shared memory at the
+// same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
 // A stage may be overwritten only when the consumers of both CTAs have released it, so every
 // consumer warp arrives on the empty barrier of both CTAs (count 2 * 4 * kConsumers). The CTAs
 // sync as a cluster after barrier init and again before exit (no CTA leaves while its peer may
@@ -58,9 +57,9 @@
 // tile, ratio to cuBLAS in the same process): Llama gate/up fwd 0.891 -> 0.915, down dX 0.922 ->
 // 0.976, gate/up dW 0.714 -> 0.793, qkvo fwd 0.803 -> 0.842; down fwd 0.907 -> 0.886, down dW
 // 0.749 -> 0.728 (run-to-run spread ~5%). The same tile in clusters of two (B multicast; the MN-
-// major split below takes BN = 192) was correct (tests, property test) but 1.5-9x slower than
-// without clusters on every shape, like 128x256_2c_cl2 in session 9: our cluster path has a defect
-// not yet found (profile it before building on clusters); the tile was not kept. cuBLAS runs this tile shape (its tile
+// major B split 1 + 2 boxes) was correct (tests, property test) but 1.5-9x slower than without
+// clusters on every shape, like 128x256_2c_cl2 in session 9; ncu then found why (Note [Cluster
+// arrive scope] in sm90_primitives.cuh). The tile was not kept: re-measure it after that fix. cuBLAS runs this tile shape (its tile
 // 209, clusters 2x1x1) on the skinny deep-K weight gradients, where it is the wave arithmetic that
 // counts: fc dW (3072 x 768, K = 16384) is 16 x 4 = 64 tiles, x 2 splits = 128 units = one even
 // wave on 132 SMs, where 128x256 needs 72 tiles x 3 splits = 216 units in two uneven waves. Per
@@ -199,8 +198,8 @@ struct KernelConfig {
   static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
                 "tf32 and FP8 wgmma take K-major operands only");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
-  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0) || (kCluster == 2 && BN == 192),
-                "cluster multicast splits B between the two CTAs (Note [sm90 cluster multicast])");
+  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
+                "cluster multicast splits B into two halves of whole 64-wide boxes");
 };
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -870,12 +869,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 tma_load_2d_multicast(dst, &map_b, &full[stage], k0, n_half, mask);
               }
             } else {
-              // The B tile's 64-wide boxes, split between the ranks: [0, nb/2) and [nb/2, nb)
-              // (BN = 192: one box and two).
-              constexpr int kBoxes = BN / 64;
-              const int j0 = cta_rank == 0 ? 0 : kBoxes / 2, j1 = cta_rank == 0 ? kBoxes / 2 : kBoxes;
 #pragma unroll
-              for (int j = j0; j < j1; ++j) {
+              for (int jj = 0; jj < kHalf / 64; ++jj) {
+                const int j = cta_rank * (kHalf / 64) + jj;
                 uint8_t* dst = sb + j * BK * 128;
                 if (p.b_rank3) {
                   tma_load_3d_multicast(dst, &map_b, &full[stage], n0 + 64 * j, k0, w.batch, mask);
