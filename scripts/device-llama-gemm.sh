@@ -59,7 +59,7 @@ for set in ${BLU_LG_SET:-llama}; do
 done
 mkdir -p "$out/prof"
 {
-  printf '| shape | tile | blublas ms | cuBLAS ms | ratio |\n|---|---|---|---|---|\n'
+  printf '| shape | tile | blublas ms | cuBLAS ms | ratio | max abs diff |\n|---|---|---|---|---|---|\n'
   for dt in ${BLU_LG_DTYPES:-bf16}; do
     dtiles=("${tiles[@]}"); [ "$dt" = bf16 ] || [ "$dt" = f16 ] || dtiles=(auto)
     for s in "${shapes[@]}"; do
@@ -72,7 +72,8 @@ mkdir -p "$out/prof"
         ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
         cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
         ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
-        echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} |"
+        diff=$(awk '$1 == "max" {print $5; exit}' "$f")
+        echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} | ${diff:-?} |"
       done
     done
   done
