@@ -401,7 +401,6 @@ constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
 constexpr int kCluster2 = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
 constexpr int kPingPong64 = static_cast<int>(sm90::Sm90Tile::k64x256_pp);
 constexpr int kTile192 = static_cast<int>(sm90::Sm90Tile::k192x192_3c);
-constexpr int kTile192Cl2 = static_cast<int>(sm90::Sm90Tile::k192x192_3c_cl2);  // bf16 only (else kAuto)
 
 // ---- tests -------------------------------------------------------------------------------------------
 TEST(GemmSm90Gpu, SimpleTileBf16AllMajors) {
@@ -422,7 +421,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 17, 17}, {129, 1000, 129}, {1000, 17, 1000}, {4099, 129, 17}};
   for (Dtype ab : {Dtype::kBF16, Dtype::kF16}) {
-    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+    for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
       for (int mj = 0; mj < 4; ++mj) {
         for (const auto& s : sizes) {
           Case c;
@@ -441,7 +440,7 @@ TEST(GemmSm90Gpu, AllTilesAllMajorsOddSizes) {
 
 TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kCluster2, kPingPong64, kTile192}) {
     for (int mj = 0; mj < 4; ++mj) {
       Case c;
       c.ab = Dtype::kBF16;
@@ -459,7 +458,7 @@ TEST(GemmSm90Gpu, GenericEpilogueAllMajors) {
 TEST(GemmSm90Gpu, Tf32AllMajors) {
   BLU_REQUIRE_SM90(dev);
   const int sizes[][3] = {{1, 1, 1}, {17, 33, 19}, {129, 1000, 129}, {1000, 129, 1001}};
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     for (int mj = 0; mj < 4; ++mj) {
       for (const auto& s : sizes) {
         Case c;
@@ -501,7 +500,7 @@ TEST(GemmSm90Gpu, OutputTypesAlphaBeta) {
 // and the same problems through the generic epilogue.
 TEST(GemmSm90Gpu, CThroughTma) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
       for (int variant = 0; variant < 4; ++variant) {
         Case c;
@@ -521,7 +520,7 @@ TEST(GemmSm90Gpu, CThroughTma) {
     }
   }
   // kGeluGrad (aux read through TMA the same way), every tile, with a bias on one of them.
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
       Case c;
       c.ab = Dtype::kBF16; c.cd = cd;
@@ -547,7 +546,7 @@ TEST(GemmSm90Gpu, CThroughTma) {
 // N = 520 (a last tile of 8 columns: pairs past N read as 0) and M with an edge tile.
 TEST(GemmSm90Gpu, EpilogueBiasPrefetch) {
   BLU_REQUIRE_SM90(dev);
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     for (Dtype cd : {Dtype::kF32, Dtype::kBF16}) {
       for (int variant = 0; variant < 3; ++variant) {
         Case c;
@@ -580,7 +579,7 @@ TEST(GemmSm90Gpu, Batched) {
       run_case(c, dev);
     }
   }
-  for (int tile : {kWide, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {  // TMA-store epilogue, 3-d maps
+  for (int tile : {kWide, kCluster2, kPingPong64, kTile192}) {  // TMA-store epilogue, 3-d maps
     Case c;
     // 16-bit D on kTile192: the second store pass holds one box (tile columns 128..191), and
     // N = 200 puts 8 columns in a second tile (Note [sm90 192x192 tile]).
@@ -646,7 +645,7 @@ TEST(GemmSm90Gpu, Epilogues) {
 TEST(GemmSm90Gpu, SplitKDeterministic) {
   BLU_REQUIRE_SM90(dev);
   // Forced splits on odd shapes, every tile.
-  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192, kTile192Cl2}) {
+  for (int tile : {kSimple, kWide, kNarrow, kCluster2, kPingPong64, kTile192}) {
     Case c;
     c.ab = Dtype::kBF16; c.cd = Dtype::kBF16;
     c.m = 200; c.n = 300; c.k = 4099;

@@ -151,18 +151,15 @@ const char* sm90_tile_name(Sm90Tile t) {
     case Sm90Tile::k128x256_2c_cl2: return "128x256_2c_cl2";
     case Sm90Tile::k64x256_pp: return "64x256_pp";
     case Sm90Tile::k192x192_3c: return "192x192_3c";
-    case Sm90Tile::k192x192_3c_cl2: return "192x192_3c_cl2";
     case Sm90Tile::kCount: break;
   }
   return "invalid";
 }
 int sm90_tile_m(Sm90Tile t) {
-  return t == Sm90Tile::k64x256_pp ? 64
-         : t == Sm90Tile::k192x192_3c || t == Sm90Tile::k192x192_3c_cl2 ? 192
-                                                                          : 128;
+  return t == Sm90Tile::k64x256_pp ? 64 : t == Sm90Tile::k192x192_3c ? 192 : 128;
 }
 int sm90_tile_n(Sm90Tile t) {
-  if (t == Sm90Tile::k192x192_3c || t == Sm90Tile::k192x192_3c_cl2) return 192;
+  if (t == Sm90Tile::k192x192_3c) return 192;
   return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x256_2c_cl2 ||
                  t == Sm90Tile::k64x256_pp
              ? 256
@@ -190,7 +187,6 @@ LaunchFn find_launcher(Dtype a_type, Dtype b_type, Sm90Tile tile, bool a_k_major
         case Sm90Tile::k128x256_2c_cl2: return launcher_bf16_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_bf16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::k192x192_3c: return launcher_bf16_192x192_3c(a_k_major, b_k_major);
-        case Sm90Tile::k192x192_3c_cl2: return launcher_bf16_192x192_3c_cl2(a_k_major, b_k_major);
         case Sm90Tile::kCount: break;
       }
       break;
@@ -202,7 +198,6 @@ LaunchFn find_launcher(Dtype a_type, Dtype b_type, Sm90Tile tile, bool a_k_major
         case Sm90Tile::k128x256_2c_cl2: return launcher_f16_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_f16_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::k192x192_3c: return launcher_f16_192x192_3c(a_k_major, b_k_major);
-        case Sm90Tile::k192x192_3c_cl2:  // bf16 only (sm90_tile_compiled)
         case Sm90Tile::kCount: break;
       }
       break;
@@ -214,7 +209,6 @@ LaunchFn find_launcher(Dtype a_type, Dtype b_type, Sm90Tile tile, bool a_k_major
         case Sm90Tile::k128x256_2c_cl2: return launcher_tf32_128x256_2c_cl2(a_k_major, b_k_major);
         case Sm90Tile::k64x256_pp: return launcher_tf32_64x256_pp(a_k_major, b_k_major);
         case Sm90Tile::k192x192_3c: return launcher_tf32_192x192_3c(a_k_major, b_k_major);
-        case Sm90Tile::k192x192_3c_cl2:  // bf16 only (sm90_tile_compiled)
         case Sm90Tile::kCount: break;
       }
       break;

@@ -22,9 +22,8 @@
 // With kCluster = 2 the grid is launched in clusters of two CTAs. A work unit then covers two
 // vertically adjacent tiles (KernelParams::tiles_m counts such pairs; CTA rank r takes tile row
 // 2 * pair + r, possibly past M: its loads are zero-filled and its stores skipped). Each CTA loads
-// its own A tile and half of the shared B tile (K-major: one box of BN / 2 rows; MN-major: half
-// the 64-wide boxes, BN = 192 split 1 + 2), multicast into both CTAs' shared memory at the same
-// offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
+// its own A tile and half of the shared B tile, multicast into both CTAs' shared memory at the
+// same offsets, completing bytes on both CTAs' full barriers (each still expects a whole stage).
 // A stage may be overwritten only when the consumers of both CTAs have released it, so every
 // consumer warp arrives on the empty barrier of both CTAs (count 2 * 4 * kConsumers). The CTAs
 // sync as a cluster after barrier init and again before exit (no CTA leaves while its peer may
@@ -199,8 +198,8 @@ struct KernelConfig {
   static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
                 "tf32 and FP8 wgmma take K-major operands only");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned");
-  static_assert(kCluster == 1 || (kCluster == 2 && (BN % 128 == 0 || BN == 192)),
-                "cluster multicast splits B between the CTAs (Note [sm90 cluster multicast])");
+  static_assert(kCluster == 1 || (kCluster == 2 && BN % 128 == 0),
+                "cluster multicast splits B into two halves of whole 64-wide boxes");
 };
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar,
@@ -870,13 +869,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 tma_load_2d_multicast(dst, &map_b, &full[stage], k0, n_half, mask);
               }
             } else {
-              // The tile's 64-wide boxes: rank 0 loads [0, nb / 2), rank 1 the rest (BN = 192:
-              // one box and two). Unrolled over all boxes with a predicate: a loop with the
-              // rank's bounds spilled in the 40-register producer.
-              constexpr int kBoxes = BN / 64;
 #pragma unroll
-              for (int j = 0; j < kBoxes; ++j) {
-                if ((j < kBoxes / 2) != (cta_rank == 0)) continue;
+              for (int jj = 0; jj < kHalf / 64; ++jj) {
+                const int j = cta_rank * (kHalf / 64) + jj;
                 uint8_t* dst = sb + j * BK * 128;
                 if (p.b_rank3) {
                   tma_load_3d_multicast(dst, &map_b, &full[stage], n0 + 64 * j, k0, w.batch, mask);

@@ -22,12 +22,11 @@ enum class Sm90Tile : int {
   k128x256_2c_cl2 = 3,  // as k128x256_2c in clusters of 2 CTAs along M sharing B (multicast)
   k64x256_pp = 4,   // ping-pong: 2 consumer warpgroups, each owns whole 64x256 tiles, 4 stages
   k192x192_3c = 5,  // 3 consumer warpgroups, m64n192 each, 4 stages (not FP8; Note [sm90 192x192 tile])
-  k192x192_3c_cl2 = 6,  // as k192x192_3c in clusters of 2 CTAs along M sharing B (bf16 only)
-  kCount = 7,
+  kCount = 6,
 };
 const char* sm90_tile_name(Sm90Tile t);
 // Whether find_launcher has kernels of `tile` for inputs of `ab_type` (host side, no CUDA): FP8
-// has 128x256_2c, 64x256_pp and 128x128_2c; 192x192_3c_cl2 is bf16 only.
+// has 128x256_2c, 64x256_pp and 128x128_2c; bf16, f16 and tf32 have every tile.
 bool sm90_tile_compiled(Sm90Tile t, Dtype ab_type);
 int sm90_tile_m(Sm90Tile t);
 int sm90_tile_n(Sm90Tile t);
@@ -73,7 +72,6 @@ LaunchFn launcher_tf32_64x256_pp(bool a_k_major, bool b_k_major);
 LaunchFn launcher_bf16_192x192_3c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_f16_192x192_3c(bool a_k_major, bool b_k_major);
 LaunchFn launcher_tf32_192x192_3c(bool a_k_major, bool b_k_major);
-LaunchFn launcher_bf16_192x192_3c_cl2(bool a_k_major, bool b_k_major);
 // FP8 (sm90_fp8_gemm_<tile>.cu): the four e4m3/e5m2 pairs of one tile, K-major operands only.
 LaunchFn launcher_fp8_128x256_2c(Dtype a, Dtype b, bool a_k_major, bool b_k_major);
 LaunchFn launcher_fp8_64x256_pp(Dtype a, Dtype b, bool a_k_major, bool b_k_major);

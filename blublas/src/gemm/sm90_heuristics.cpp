@@ -98,7 +98,7 @@ bool sm90_tile_compiled(Sm90Tile t, Dtype ab_type) {
   if (dtype_is_fp8(ab_type)) {
     return t == Sm90Tile::k128x256_2c || t == Sm90Tile::k64x256_pp || t == Sm90Tile::k128x128_2c;
   }
-  return t != Sm90Tile::k192x192_3c_cl2 || ab_type == Dtype::kBF16;
+  return true;
 }
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force) {

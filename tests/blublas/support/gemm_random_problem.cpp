@@ -244,8 +244,8 @@ RandomGemm random_gemm(uint64_t seed, int index) {
   g.workspace_offset = r.percent(25) ? r.pick(ws_offsets) : 0;
 
   if (r.percent(60)) {
-    const char* tiles[] = {"128x128_1c",     "128x256_2c", "128x128_2c",     "128x256_2c_cl2",
-                           "64x256_pp",      "192x192_3c", "192x192_3c_cl2"};
+    const char* tiles[] = {"128x128_1c", "128x256_2c",     "128x128_2c",
+                           "128x256_2c_cl2", "64x256_pp", "192x192_3c"};
     g.sm90_tile = r.pick(tiles);
   }
   const int splits[] = {0, 0, 0, 1, 2, 3, 4, 7};
