@@ -72,7 +72,7 @@ mkdir -p "$out/prof"
         ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
         cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
         ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
-        diff=$(awk '$1 == "max" {print $5; exit}' "$f")
+        diff=$(awk '$1 == "max" {print $6; exit}' "$f")
         echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} | ${diff:-?} |"
       done
     done
