@@ -62,8 +62,8 @@
 // arrive scope] in sm90_primitives.cuh). After the fix (H200, session 28, call 5): even with the
 // cluster-less tile on single-split shapes (lm-head fwd 2.10 vs 2.24 ms, qkv dX 0.093 vs 0.097,
 // down fwd 0.079 vs 0.078, attn_proj fwd 0.042 vs 0.041) and still 1.4-4x slower with split-K (a
-// second cluster defect, open). Not kept (unused by kAuto; CI compile time): commit f49d0aa has it. cuBLAS runs this tile shape (its tile
-// 209, clusters 2x1x1) on the skinny deep-K weight gradients, where it is the wave arithmetic that
+// second cluster defect, open). Not kept (unused by kAuto; CI compile time): commit f49d0aa has it.
+// cuBLAS runs this tile shape (its tile 209, clusters 2x1x1) also on the skinny deep-K weight gradients, where it is the wave arithmetic that
 // counts: fc dW (3072 x 768, K = 16384) is 16 x 4 = 64 tiles, x 2 splits = 128 units = one even
 // wave on 132 SMs, where 128x256 needs 72 tiles x 3 splits = 216 units in two uneven waves. Per
 // k-block it moves (192 + 192) / (192 * 192) bytes per output of global/L2 traffic against

@@ -109,9 +109,10 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
     forced_tile = -1;
   }
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
-  // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct but measured slower on H200
-  // in every GPT-2 shape (run 9: bf16 geomean 0.57 vs 0.81 without clusters), so kAuto does not
-  // pick it; it stays selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
+  // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct; measured slower on H200
+  // in every GPT-2 shape until session 28's fix (Note [Cluster arrive scope]), since then even
+  // with 128x256_2c without split-K and 2-4x slower with it, so kAuto does not pick it; it stays
+  // selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
   const TileModel candidates[] = {
       {Sm90Tile::k128x256_2c, 1.0, false},
       {Sm90Tile::k64x256_pp, 0.93, true},
