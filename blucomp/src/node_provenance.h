@@ -35,8 +35,6 @@ inline void mergeNodes(mlir::Operation* into, llvm::ArrayRef<mlir::Operation*> f
   into->setAttr("blu.nodes", mlir::Builder(into->getContext()).getDenseI64ArrayAttr(nodes));
 }
 
-// Note [Value buffers] (import_capture.cpp): `to` (a result of the op that replaces `from`'s)
-// holds the buffer `from` held.
 // The capture buffer an SSA value of the step function holds whole (Note [Value buffers]): a
 // function argument's from the function's blu.input_buffers, an op result's from its op's
 // blu.result_buffers; -1 when none (a window, or a value no buffer holds).
@@ -53,6 +51,8 @@ inline int64_t bufferOf(mlir::Value v) {
   return ids[result.getResultNumber()];
 }
 
+// Note [Value buffers] (import_capture.cpp): `to` (a result of the op that replaces `from`'s)
+// holds the buffer `from` held.
 inline void inheritBuffer(mlir::Value from, mlir::Value to) {
   auto src = mlir::dyn_cast<mlir::OpResult>(from);
   auto dst = mlir::dyn_cast<mlir::OpResult>(to);

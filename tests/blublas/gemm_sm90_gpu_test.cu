@@ -581,7 +581,7 @@ TEST(GemmSm90Gpu, Batched) {
   }
   for (int tile : {kWide, kCluster2, kPingPong64, kTile192}) {  // TMA-store epilogue, 3-d maps
     Case c;
-    // 16-bit D on kTile192: the second store pass holds one box (tile columns 128..191), and
+    // 16-bit D on kTile192: one-box store passes (Note [sm90 epilogue pass width]), and
     // N = 200 puts 8 columns in a second tile (Note [sm90 192x192 tile]).
     c.ab = Dtype::kF16;
     c.cd = tile == kWide || tile == kPingPong64 || tile == kTile192 ? Dtype::kF16 : Dtype::kF32;

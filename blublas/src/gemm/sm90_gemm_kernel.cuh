@@ -69,7 +69,7 @@
 // k-block it moves (192 + 192) / (192 * 192) bytes per output of global/L2 traffic against
 // (128 + 256) / (128 * 256) for 128x256, so the main loop is no slower. The kernel is the same
 // template: kConsumers = 3 gives 512 threads, setmaxnreg 40 (producer) / 152 (consumers).
-// With 16-bit D the TMA-store epilogue's second pass holds one 64-column box.
+// Its TMA-store epilogue passes are one box wide (Note [sm90 epilogue pass width]).
 
 // Note [sm90 work units]
 // unit u = split * (tiles * batch) + b * tiles + t; t walks the tiles in groups of group_m tile
@@ -317,8 +317,8 @@ __device__ __forceinline__ void consumer_epilogue(const KernelParams& p, const W
 // 128B-swizzled staging tile (the same XOR pattern TMA uses, so the stores are conflict-free) and
 // one thread per warpgroup issues TMA stores of 64x64 boxes (TMA clips the tile edges). The
 // stores run asynchronously while the warpgroup starts its next work unit; the staging buffer is
-// reused only after cp.async.bulk.wait_group.read. Columns leave in passes of two 128-byte boxes
-// (128 columns of 16-bit D, 64 of f32: 16 KB of staging per 64 rows); with
+// reused only after cp.async.bulk.wait_group.read. Columns leave in passes of Cfg::kPassBoxes
+// 128-byte boxes (Note [sm90 epilogue pass width]); with
 // aux, each pass stores the pre-activation first, then D = gelu(pre).
 // Per output type: columns per 128-byte box row and per pass of kBoxes boxes (Note [sm90
 // epilogue pass width]).
@@ -530,7 +530,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
 }
 
 // fn(box offset in the staging tile, c0, r0) for each 64-row x 128-byte box of pass `pass` that
-// holds columns of the tile (BN = 192 with 16-bit D: the second pass holds one box) and starts
+// holds columns of the tile (a two-box pass past BN holds one box) and starts
 // inside the matrix (TMA clips the rest of a box at the edges).
 template <class Cfg, class OutT, class Fn>
 __device__ __forceinline__ void for_each_pass_box(const KernelParams& p, int pass, int row_base, int col_base,
