@@ -8,9 +8,12 @@
 # BLU_LG_DTYPES (default bf16): each dtype's rows; f32 and tf32 rows run the heuristic's choice only
 # (the tiles are the sm90 16-bit ones). BLU_LG_NCU="name ..." then runs scripts/ncu-hot.sh on those
 # rows of its table (reports under $OUT/ncu). BLU_LG_SET="llama gpt2" (default llama): the shape
-# sets (gpt2: the GPT-2 124M forward / dX / dW set, B*T = 16384). BLU_LG_TESTS=1 first builds and
+# sets (gpt2: the GPT-2 124M forward / dX / dW set, B*T = 16384; d24 / d36 / d48: the same at
+# C = 1024 / 1280 / 1600; BLU_LG_SWAP=1 adds each GPT-2 shape's transposed problem). BLU_LG_TESTS=1 first builds and
 # runs the sm90 GEMM GPU tests and the random-problem property test (BLU_GEMM_PROPERTY_CASES).
-# BLU_LG_REPS: timed repetitions per run (default 10). Per-run profiler outputs go to $OUT/prof.tgz (the device returns a bounded number of files).
+# BLU_LG_VARIANTS="auto,192x192_3c,...": instead of one process per tile, each shape once with
+# every variant and cuBLAS interleaved (Note [Interleaved tile A/B]); cells are ratios to cuBLAS.
+# BLU_LG_REPS: timed repetitions per run (default 10; 20 rounds with variants). Per-run profiler outputs go to $OUT/prof.tgz (the device returns a bounded number of files).
 #   run(command="cd .snap && scripts/device-llama-gemm.sh", timeout_s=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,20 +49,65 @@ llama_shapes=(
   "qkvo_dx_beta;--m=8192 --n=1024 --k=1024 --op_a=n --op_b=n --beta=1"
   "qkvo_dw;--m=1024 --n=1024 --k=8192 --op_a=t --op_b=n"
 )
-gpt2_shapes=()
-for sh in "qkv;2304;768" "attn_proj;768;768" "fc;3072;768" "fc_proj;768;3072" "lm_head;50304;768"; do
-  IFS=';' read -r nm out in <<< "$sh"
-  gpt2_shapes+=("${nm}_fwd;--m=16384 --n=$out --k=$in --op_a=n --op_b=t"
-                "${nm}_dx;--m=16384 --n=$in --k=$out --op_a=n --op_b=n"
-                "${nm}_dw;--m=$out --n=$in --k=16384 --op_a=t --op_b=n")
-done
+# GPT-2's forward / dX / dW set at C channels (B*T = 16384); with BLU_LG_SWAP=1 each shape also
+# as the transposed problem D^T = op(B)^T op(A)^T (m and n exchanged: is the swap worth doing?).
+gpt2_set() {
+  local c=$1 sh nm out in
+  for sh in "qkv;$((3 * c));$c" "attn_proj;$c;$c" "fc;$((4 * c));$c" "fc_proj;$c;$((4 * c))" "lm_head;50304;$c"; do
+    IFS=';' read -r nm out in <<< "$sh"
+    shapes+=("${nm}_fwd;--m=16384 --n=$out --k=$in --op_a=n --op_b=t"
+             "${nm}_dx;--m=16384 --n=$in --k=$out --op_a=n --op_b=n"
+             "${nm}_dw;--m=$out --n=$in --k=16384 --op_a=t --op_b=n")
+    if [ "${BLU_LG_SWAP:-0}" = 1 ]; then
+      shapes+=("${nm}_fwd_swap;--m=$out --n=16384 --k=$in --op_a=n --op_b=t"
+               "${nm}_dx_swap;--m=$in --n=16384 --k=$out --op_a=t --op_b=t"
+               "${nm}_dw_swap;--m=$in --n=$out --k=16384 --op_a=t --op_b=n")
+    fi
+  done
+}
 shapes=()
 for set in ${BLU_LG_SET:-llama}; do
-  if [ "$set" = gpt2 ]; then shapes+=("${gpt2_shapes[@]}"); else shapes+=("${llama_shapes[@]}"); fi
+  case $set in
+    gpt2) gpt2_set 768 ;;
+    d24) gpt2_set 1024 ;;
+    d36) gpt2_set 1280 ;;
+    d48) gpt2_set 1600 ;;
+    *) shapes+=("${llama_shapes[@]}") ;;
+  esac
 done
 mkdir -p "$out/prof"
+if [ -n "${BLU_LG_VARIANTS:-}" ]; then
+  # Note [Interleaved tile A/B] (blublas/tools/profile_gemm.cu): every variant and cuBLAS in one
+  # process, one call each per round; the cells are ratios to cuBLAS (its median from the same rounds).
+  IFS=, read -r -a vnames <<< "$BLU_LG_VARIANTS"
+  {
+    printf '| shape | cuBLAS ms |'; printf ' %s |' "${vnames[@]}"; printf ' best | first variant plan | bits | host us/call first / cuBLAS |\n'
+    printf '|---|---|'; printf -- '---|%.0s' "${vnames[@]}"; printf -- '---|---|---|---|\n'
+    for dt in ${BLU_LG_DTYPES:-bf16}; do
+      for s in "${shapes[@]}"; do
+        name=${s%%;*}; args=${s#*;}
+        f="$out/prof/${dt}_${name}_variants.txt"
+        # shellcheck disable=SC2086
+        BLUBLAS_SM90_LOG=1 timeout 60 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-20}" \
+          --variants="$BLU_LG_VARIANTS" > "$f" 2>&1
+        awk -v shape="$dt $name" '
+          $1 == "blublas" && $2 == "sm90" && plan == "" { plan = $10 " " $11 }
+          $1 == "variant" { n++; v[n] = $2; r[n] = $9; cub = $6; if (n == 1) { hu = $20; hc = $22; sub(/\)/, "", hc) } if ($17 != "nan" && $17 + 0 != 0) bits = bits " " $2 "!=" }
+          END {
+            best = 1; for (i = 2; i <= n; i++) if (r[i] + 0 > r[best] + 0) best = i
+            printf "| %s | %s |", shape, (cub == "" ? "?" : cub)
+            for (i = 1; i <= n; i++) printf " %s |", r[i]
+            printf " %s | %s | %s | %s / %s |\n", (n ? v[best] : "?"), (plan == "" ? "-" : plan), (bits == "" ? "same" : bits), hu, hc
+          }' "$f"
+      done
+    done
+  } | tee "$out/llama_gemm.md"
+  tar -czf "$out/prof.tgz" -C "$out" prof && rm -rf "$out/prof"
+  echo "done at ${SECONDS}s"
+  exit 0
+fi
 {
-  printf '| shape | tile | blublas ms | cuBLAS ms | ratio | max abs diff |\n|---|---|---|---|---|---|\n'
+  printf '| shape | tile | blublas ms | cuBLAS ms | ratio | max abs diff | plan |\n|---|---|---|---|---|---|---|\n'
   for dt in ${BLU_LG_DTYPES:-bf16}; do
     dtiles=("${tiles[@]}"); [ "$dt" = bf16 ] || [ "$dt" = f16 ] || dtiles=(auto)
     for s in "${shapes[@]}"; do
@@ -68,12 +116,13 @@ mkdir -p "$out/prof"
         envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
         f="$out/prof/${dt}_${name}_$t.txt"
         # shellcheck disable=SC2086
-        env $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-10}" > "$f" 2>&1
+        env BLUBLAS_SM90_LOG=1 $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-10}" > "$f" 2>&1
         ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
         cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
         ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
         diff=$(awk '$1 == "max" {print $6; exit}' "$f")
-        echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} | ${diff:-?} |"
+        plan=$(awk '$1 == "blublas" && $2 == "sm90" {print $10, $11; exit}' "$f")
+        echo "| $dt $name | $t | ${ms:-?} | ${cub:-?} | ${ratio:-?} | ${diff:-?} | ${plan:--} |"
       done
     done
   done

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -29,6 +30,7 @@
 
 #include "blublas/gemm.h"
 #include "cublas_reference.h"
+#include "gpu_hold.cuh"
 #include "profiler_registry.h"
 
 namespace {
@@ -59,7 +61,7 @@ void cublas_ok(cublasStatus_t s, const char* what) {
 struct Options {
   int m = 4096, n = 4096, k = 4096, batch = 1, reps = 20, beta = 0;
   std::string dtype = "bf16", out, op_a = "n", op_b = "t", layout = "row", epilogue = "none",
-              path = "auto";
+              path = "auto", variants;
   bool json = false;
 };
 
@@ -67,12 +69,15 @@ const char* kUsage =
     "--m=4096 --n=4096 --k=4096 --batch=1 --dtype=bf16|f16|tf32|f32 --out=bf16|f16|f32 "
     "(default: bf16/f16 in -> same out, tf32/f32 -> f32) --op_a=n|t --op_b=t|n --layout=row|col "
     "--epilogue=none|bias|bias_gelu|gelu|gelu_grad|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
-    "C = D in place) --reps=20 --json";
+    "C = D in place) --reps=20 --json "
+    "--variants=auto,192x192_3c,... (sm90 tiles, BLUBLAS_SM90_TILE names: each timed interleaved with "
+    "cuBLAS, one call of each per round, and checked against it)";
 
 // Returns "" or the usage error.
 std::string parse(const Args& a, Options* o) {
   static const std::set<std::string> known{"m", "n", "k", "batch", "dtype", "out", "op_a", "op_b",
-                                           "layout", "epilogue", "path", "reps", "beta", "json"};
+                                           "layout", "epilogue", "path", "reps", "beta", "json",
+                                           "variants"};
   for (auto& [k, v] : a.kv)
     if (!known.count(k)) return std::string("gemm: unknown flag --").append(k).append(" (flags: ").append(kUsage).append(")");
   auto pick = [&](const char* key, std::string* dst, std::initializer_list<const char*> allowed) {
@@ -109,6 +114,7 @@ std::string parse(const Args& a, Options* o) {
     return std::string();
   };
   o->json = a.has("json");
+  o->variants = a.get("variants", "");
   std::string e;
   if (!(e = integer("m", &o->m, 1, 1 << 30)).empty()) return e;
   if (!(e = integer("n", &o->n, 1, 1 << 30)).empty()) return e;
@@ -218,8 +224,8 @@ struct DevMem {
   ~DevMem() { for (void* p : ptrs) cudaFree(p); }
 };
 
-// Median ms of fn(rep) over reps (each timed by its own event pair) after a warm-up of at least
-// ~50 ms of GPU time (clocks ramp up) and 2 calls.
+// Median ms of fn(rep) over reps (each timed by its own event pair, behind a hold: Note [Timing
+// behind a hold]) after a warm-up of at least ~50 ms of GPU time (clocks ramp up) and 2 calls.
 double median_ms(const std::function<void(int)>& fn, cudaStream_t s, int reps) {
   std::vector<cudaEvent_t> ev(2 * reps);
   for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
@@ -231,6 +237,8 @@ double median_ms(const std::function<void(int)>& fn, cudaStream_t s, int reps) {
   cuda_ok(cudaEventElapsedTime(&first_ms, ev[0], ev[1]), "cudaEventElapsedTime");
   const int warmup = static_cast<int>(std::clamp(50.0 / std::max(first_ms, 1e-3f), 2.0, 2000.0));
   for (int i = 1; i < warmup; ++i) fn(i);
+  // Note [Timing behind a hold] (gpu_hold.cuh): the host enqueues every rep while the GPU spins.
+  cuda_ok(blublas::profiler::hold_gpu(s, 5.0 + 0.1 * reps), "hold");
   for (int i = 0; i < reps; ++i) {
     cuda_ok(cudaEventRecord(ev[2 * i], s), "cudaEventRecord");
     fn(warmup + i);
@@ -271,6 +279,131 @@ int report_error(const Options& o, int code, const std::string& msg) {
   if (o.json) std::printf("{\"command\": \"gemm\", \"error\": %s}\n", json_str(msg).c_str());
   std::fprintf(stderr, "blublas-profiler: %s\n", msg.c_str());
   return code;
+}
+
+// Note [Interleaved tile A/B]
+// --variants times several sm90 plans of one problem and cuBLAS in the same process, one call of
+// each per round (after a shared warm-up), so clock drift and the machine's state between
+// processes (one plan's row moved 5-9% between processes in session 28, cuBLAS's too) fall on all
+// of them alike; the medians are then comparable. Each variant is forced through
+// BLUBLAS_SM90_TILE (read at every call), gets its own workspace, and is checked once against
+// cuBLAS into a poisoned D (beta = 0) and bitwise against the first variant: plans with one
+// K split sum each element in the same k order, so they should agree to the bit.
+int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t d_el, size_t cd,
+                 const void* ref_d, unsigned* scratch, DevMem& mem, cudaStream_t stream,
+                 const std::function<void(const GemmDesc&)>& ref_call) {
+  std::vector<std::string> names;
+  for (size_t b = 0; b <= o.variants.size();) {
+    size_t e = o.variants.find(',', b);
+    if (e == std::string::npos) e = o.variants.size();
+    if (e > b) names.push_back(o.variants.substr(b, e - b));
+    b = e + 1;
+  }
+  const char* saved_env = std::getenv("BLUBLAS_SM90_TILE");
+  const std::string saved = saved_env != nullptr ? saved_env : "";
+  auto select = [&](const std::string& v) {
+    if (v == "auto") unsetenv("BLUBLAS_SM90_TILE");
+    else setenv("BLUBLAS_SM90_TILE", v.c_str(), 1);
+  };
+  struct Variant { std::string name; void* ws = nullptr; size_t ws_bytes = 0; double diff = NAN, vs_first = NAN; };
+  std::vector<Variant> vs;
+  void* first_d = nullptr;
+  const Dtype cdt = sets[0].cd_type;
+  for (const std::string& nm : names) {
+    Variant v;
+    v.name = nm;
+    select(nm);
+    blublas::Status st = blublas::gemm_workspace_size(sets[0], &v.ws_bytes);
+    if (!st.ok()) return report_error(o, 1, "variant " + nm + ": " + st.to_string());
+    v.ws = v.ws_bytes ? mem.alloc(v.ws_bytes) : nullptr;
+    if (sets[0].beta == 0.0f) {  // checked run into a poisoned D
+      fill(sets[0].d, cdt, d_el, 0, true);
+      if (!(st = blublas::gemm(sets[0], v.ws, v.ws_bytes, stream)).ok()) {
+        return report_error(o, 1, "variant " + nm + ": " + st.to_string());
+      }
+      cuda_ok(cudaStreamSynchronize(stream), "variant check");
+      v.diff = max_diff(sets[0].d, cdt, ref_d, cdt, d_el, scratch).first;
+      if (first_d == nullptr) {
+        first_d = mem.alloc(d_el * cd);
+        cuda_ok(cudaMemcpy(first_d, sets[0].d, d_el * cd, cudaMemcpyDeviceToDevice), "copy D");
+      } else {
+        v.vs_first = max_diff(sets[0].d, cdt, first_d, cdt, d_el, scratch).first;
+      }
+    }
+    vs.push_back(v);
+  }
+  const int nv = static_cast<int>(vs.size()) + 1;  // + cuBLAS, last
+  auto call = [&](int v, int i) {
+    const GemmDesc& g = sets[i % rot];
+    if (v == nv - 1) { ref_call(g); return; }
+    select(vs[v].name);
+    blublas::Status st = blublas::gemm(g, vs[v].ws, vs[v].ws_bytes, stream);
+    if (!st.ok()) throw Fail("variant " + vs[v].name + ": " + st.to_string());
+  };
+  // Warm-up: every variant, until ~50 ms of GPU time have passed (clocks ramp up).
+  cudaEvent_t w0, w1;
+  cuda_ok(cudaEventCreate(&w0), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&w1), "cudaEventCreate");
+  float warm_ms = 0;
+  for (int round = 0; round < 2000 && warm_ms < 50.0f; ++round) {
+    cuda_ok(cudaEventRecord(w0, stream), "cudaEventRecord");
+    for (int v = 0; v < nv; ++v) call(v, round);
+    cuda_ok(cudaEventRecord(w1, stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(w1), "warm-up");
+    float t = 0;
+    cuda_ok(cudaEventElapsedTime(&t, w0, w1), "cudaEventElapsedTime");
+    warm_ms += t;
+  }
+  cudaEventDestroy(w0);
+  cudaEventDestroy(w1);
+  const int reps = o.reps;
+  std::vector<cudaEvent_t> ev(2 * nv * reps);
+  for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
+  // Note [Timing behind a hold]: the whole loop is enqueued while the GPU spins; each variant's
+  // host time per call (its enqueue, events excluded) is reported apart.
+  cuda_ok(blublas::profiler::hold_gpu(stream, 5.0 + 0.1 * reps * nv), "hold");
+  std::vector<double> host_us(nv, 0.0);
+  for (int r = 0; r < reps; ++r) {
+    for (int v = 0; v < nv; ++v) {
+      cuda_ok(cudaEventRecord(ev[2 * (r * nv + v)], stream), "cudaEventRecord");
+      const auto h0 = std::chrono::steady_clock::now();
+      call(v, r * nv + v);
+      host_us[v] += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+      cuda_ok(cudaEventRecord(ev[2 * (r * nv + v) + 1], stream), "cudaEventRecord");
+    }
+  }
+  cuda_ok(cudaStreamSynchronize(stream), "interleaved runs");
+  std::vector<double> med(nv);
+  for (int v = 0; v < nv; ++v) {
+    std::vector<double> ms(reps);
+    for (int r = 0; r < reps; ++r) {
+      float t = 0;
+      cuda_ok(cudaEventElapsedTime(&t, ev[2 * (r * nv + v)], ev[2 * (r * nv + v) + 1]), "cudaEventElapsedTime");
+      ms[r] = t;
+    }
+    std::sort(ms.begin(), ms.end());
+    med[v] = ms[reps / 2];
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  if (saved_env != nullptr) setenv("BLUBLAS_SM90_TILE", saved.c_str(), 1);
+  else unsetenv("BLUBLAS_SM90_TILE");
+  const double ref_ms = med[nv - 1];
+  for (int v = 0; v < nv - 1; ++v) {
+    if (o.json) {
+      std::printf("{\"command\": \"gemm_variant\", \"variant\": %s, \"blublas_ms\": %s, \"cublas_ms\": %s, "
+                  "\"ratio\": %s, \"max_abs_diff\": %s, \"max_abs_diff_vs_first\": %s, \"host_us_per_call\": %s, "
+                  "\"cublas_host_us_per_call\": %s}\n",
+                  json_str(vs[v].name).c_str(), num(med[v]).c_str(), num(ref_ms).c_str(),
+                  num(ref_ms / med[v]).c_str(), num(vs[v].diff).c_str(), num(vs[v].vs_first).c_str(),
+                  num(host_us[v] / reps).c_str(), num(host_us[nv - 1] / reps).c_str());
+    } else {
+      std::printf("  variant %-16s %9.4f ms  cuBLAS %9.4f ms  ratio %6.3f  max|d - cuBLAS| %.3e  max|d - %s| %.3e"
+                  "  host us/call %.1f (cuBLAS %.1f)\n",
+                  vs[v].name.c_str(), med[v], ref_ms, ref_ms / med[v], vs[v].diff, vs[0].name.c_str(),
+                  vs[v].vs_first, host_us[v] / reps, host_us[nv - 1] / reps);
+    }
+  }
+  return 0;
 }
 
 int run_gemm(const Args& args) {
@@ -431,6 +564,11 @@ int run_gemm(const Args& args) {
     }
   } else {
     note = plan->why;
+  }
+  if (!o.variants.empty() && std::isfinite(ref_ms)) {
+    std::function<void(const GemmDesc&)> ref_call = gemm_ex;
+    if (impl == "cublasLt") ref_call = lt_run;
+    if (int rc = run_variants(o, sets, rot, d_el, cd, ref.d, scratch, mem, stream, ref_call); rc != 0) return rc;
   }
   const double ours_tf = flop / (ours_ms * 1e-3) / 1e12, ref_tf = flop / (ref_ms * 1e-3) / 1e12;
   const double ratio = ref_ms / ours_ms;

@@ -552,6 +552,18 @@ TEST(GemmProperty, Sm90PlanInvariants) {
   EXPECT_EQ(dw_plan.splits, 2);
   fc_dw.ab_type = fc_dw.b_type = Dtype::kE4M3;
   EXPECT_NE(sm90::choose_plan(fc_dw, devs[0], sm90::Sm90Override{}).tile, sm90::Sm90Tile::k192x192_3c);
+  // A forced cluster tile gets split-K from the model too (units counted in pairs): attn_proj dW
+  // (768 x 768, K = 16384) is 3 x 3 pairs of 128x256 tiles, one split would leave 114 SMs idle.
+  gd::GemmProblem attn_dw = fc;
+  attn_dw.m = attn_dw.n = 768;
+  attn_dw.k = 16384;
+  sm90::Sm90Override cl2;
+  cl2.tile = static_cast<int>(sm90::Sm90Tile::k128x256_2c_cl2);
+  const sm90::Sm90Plan cl2_plan = sm90::choose_plan(attn_dw, devs[0], cl2);
+  EXPECT_EQ(cl2_plan.tile, sm90::Sm90Tile::k128x256_2c_cl2);
+  EXPECT_GE(cl2_plan.splits, 7) << "9 pair units x splits should fill 66 SM pairs";
+  EXPECT_NE(sm90::choose_plan(attn_dw, devs[0], sm90::Sm90Override{}).tile,
+            sm90::Sm90Tile::k128x256_2c_cl2) << "kAuto never takes the cluster tile";
   // The problems: K <= 2 is one k-block, never split.
   for (int which = 0; which < 2; ++which) {
     gd::GemmProblem p;

@@ -24,10 +24,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <string>
 
 #include "gemm/splitk_reduce.h"
 #include "blublas/check.h"
@@ -223,6 +225,30 @@ std::size_t workspace_bytes_with(const GemmProblem& p, const DeviceInfo& dev,
   return layout_for(p, dev, choose_plan(p, dev, force)).total;
 }
 
+namespace {
+
+// BLUBLAS_SM90_LOG=1: one stderr line per problem whose plan differs from the previous call's
+// (benchmarks and sweeps read which tile / split kAuto took; repeated calls print nothing).
+void log_plan(const GemmProblem& p, const Sm90Plan& plan) {
+  static const bool on = [] {
+    const char* v = std::getenv("BLUBLAS_SM90_LOG");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (!on) return;
+  static std::mutex mu;
+  static std::string last;
+  std::ostringstream line;
+  line << "blublas sm90 plan: m=" << p.m << " n=" << p.n << " k=" << p.k << " batch=" << p.batch
+       << " a_k_major=" << p.a_k_major << " b_k_major=" << p.b_k_major << " tile=" << sm90_tile_name(plan.tile)
+       << " splits=" << plan.splits << " grid=" << plan.grid << " group_m=" << plan.group_m;
+  std::lock_guard<std::mutex> lock(mu);
+  if (line.str() == last) return;
+  last = line.str();
+  std::fprintf(stderr, "%s\n", last.c_str());
+}
+
+}  // namespace
+
 Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force,
                 void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   BLUBLAS_RETURN_IF_ERROR(sm90_gemm_supports(p, dev));
@@ -281,6 +307,7 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for a=",
                 dtype_name(p.ab_type), " b=", dtype_name(p.b_type), " tile ", sm90_tile_name(plan.tile), " a_k_major=",
                 args.a_k_major, " b_k_major=", args.b_k_major);
+  log_plan(p, plan);
   BLUBLAS_RETURN_IF_ERROR(launch(args, stream));
   if (plan.splits > 1) {
     BLUBLAS_RETURN_IF_ERROR(splitk_reduce(p, args.partial, args.partial_ld, plan.splits, stream));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "blublas/check.h"
@@ -96,6 +97,25 @@ inline Status make_output_map(CUtensorMap* map, const GemmProblem& p, void* ptr,
                                                   box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// Note [sm90 launch attributes]
+// Each kernel's dynamic shared-memory limit (and its carveout preference) is set the first time
+// it launches on a device: the attributes belong to the function, so later launches need not
+// repeat the driver calls (~1-2 us of host time each). In session 29 (H200) an interleaved A/B of
+// one problem (Note [Interleaved tile A/B]) showed ~10 us more per call for a GEMM kernel that
+// followed a different kernel than for one that followed itself (qkvo fwd 8192x1024x1024: 0.66
+// vs 0.88 of cuBLAS for the same plan), which real steps pay on every GEMM. One suspect is the
+// SM's L1 / shared-memory split changing between kernels of different shared-memory needs (the
+// driver picks the split per kernel unless told): every sm90 kernel now asks for the largest
+// shared carveout, so consecutive GEMM kernels run on one configuration; BLUBLAS_SM90_CARVEOUT=0
+// leaves the choice to the driver (the A/B).
+inline bool sm90_max_carveout() {
+  static const bool on = [] {
+    const char* v = std::getenv("BLUBLAS_SM90_CARVEOUT");
+    return !(v != nullptr && v[0] == '0');
+  }();
+  return on;
+}
+
 template <class Cfg>
 Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   const GemmProblem& p = *args.p;
@@ -171,7 +191,19 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   // limit under them would fail their launch.
   const int smem_limit =
       Cfg::kEpiAhead && Cfg::kSmemBytesAhead <= args.max_smem_optin ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
-  BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
+  // Note [sm90 launch attributes]: set once per kernel and device, not before every launch.
+  static std::atomic<uint64_t> attrs_set{0};
+  int device = 0;
+  BLUBLAS_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t device_bit = device < 64 ? uint64_t{1} << device : 0;
+  if (device_bit == 0 || (attrs_set.load(std::memory_order_acquire) & device_bit) == 0) {
+    BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
+    if (sm90_max_carveout()) {
+      BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              cudaSharedmemCarveoutMaxShared));
+    }
+    attrs_set.fetch_or(device_bit, std::memory_order_release);
+  }
   if constexpr (Cfg::kCluster == 1) {
     const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
     kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);

@@ -22,10 +22,14 @@ namespace {
 //   against 9.3 us of main loop, H200), ~3.3 us with f32 output.
 // - Ping-pong tiles hide a warpgroup's epilogue behind the other's main loop; only the part
 //   longer than one main loop shows.
+// - Clusters of two CTAs (k128x256_2c_cl2): a work unit is a pair of vertically adjacent tiles on
+//   a pair of SMs, so units and SMs are both counted in pairs; each CTA's time is its own tile's.
 struct TileModel {
   Sm90Tile tile;
   double relative_speed;  // main-loop throughput relative to the 128x256 cooperative tile
   bool ping_pong;
+  int cluster = 1;        // CTAs per cluster (along M)
+  bool forced_only = false;  // never kAuto's choice; modelled so a forced tile gets its splits
 };
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -36,11 +40,12 @@ constexpr int kPingPongMaxKBlocks = 24;
 double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileModel& t,
                         int splits) {
   const int bm = sm90_tile_m(t.tile), bn = sm90_tile_n(t.tile), bk = sm90_tile_k(t.tile, p.ab_type);
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn) * p.batch;
+  const int64_t tiles =
+      static_cast<int64_t>(ceil_div(ceil_div(p.m, bm), t.cluster)) * ceil_div(p.n, bn) * p.batch;
   const int64_t units = tiles * splits;
   const int kblocks = ceil_div(p.k, bk);
   const int kb_per_unit = ceil_div(kblocks, splits);
-  const int64_t sms = std::max(1, dev.sm_count);
+  const int64_t sms = std::max(1, dev.sm_count / t.cluster);
   const int64_t per_cta = (units + sms - 1) / sms;
   const bool tf32 = p.ab_type == Dtype::kF32;
   // FP8: twice the bf16 tensor rate (H100 datasheet, dense), not yet measured here.
@@ -111,8 +116,11 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct; measured slower on H200
   // in every GPT-2 shape until session 28's fix (Note [Cluster arrive scope]), since then even
-  // with 128x256_2c without split-K and 2-4x slower with it, so kAuto does not pick it; it stays
-  // selectable (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work.
+  // with 128x256_2c on single-split shapes, so kAuto does not pick it; it stays selectable
+  // (BLUBLAS_SM90_TILE=128x256_2c_cl2, tests) for further work. It is modelled so that a forced
+  // run gets split-K like the others: before session 29 a forced tile outside this list ran with
+  // one split, which is what made "split-K in clusters" look 1.4-4x slow in session 28 (attn_proj
+  // dW: 9 cluster units for 132 SMs).
   const TileModel candidates[] = {
       {Sm90Tile::k128x256_2c, 1.0, false},
       {Sm90Tile::k64x256_pp, 0.93, true},
@@ -120,10 +128,12 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
       // Note [sm90 192x192 tile]: not compiled for FP8. Its speed relative to 128x256 is a guess
       // until measured (0.95: three warpgroups' wgmmas share one stage barrier per k-block).
       {Sm90Tile::k192x192_3c, 0.95, false},
+      {Sm90Tile::k128x256_2c_cl2, 1.0, false, 2, true},
   };
   double best = 1e30;
   for (const TileModel& t : candidates) {
     if (forced_tile >= 0 && static_cast<int>(t.tile) != forced_tile) continue;
+    if (t.forced_only && forced_tile < 0) continue;
     if (t.ping_pong && forced_tile < 0 && !allowed_by_env("BLUBLAS_SM90_PINGPONG")) continue;
     if (t.tile == Sm90Tile::k192x192_3c &&
         (dtype_is_fp8(p.ab_type) || (forced_tile < 0 && !allowed_by_env("BLUBLAS_SM90_192")))) {

@@ -23,7 +23,8 @@ struct Sm90Plan {
 // BLUBLAS_SM90_GENERIC_EPILOGUE=1 disables the TMA-store epilogue (for the benchmark and for
 // bisecting a failure), and BLUBLAS_SM90_C_TMA=0 keeps beta != 0 and kGeluGrad off it (Note
 // [sm90 C through TMA]; on by default), BLUBLAS_SM90_EPI_AHEAD=0 keeps the ping-pong tiles' C / aux
-// loads in the epilogue (Note [sm90 epilogue loads ahead]; on by default).
+// loads in the epilogue (Note [sm90 epilogue loads ahead]; on by default), and BLUBLAS_SM90_LOG=1
+// prints each new plan (tile, splits, grid) to stderr.
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
