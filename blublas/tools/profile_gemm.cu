@@ -71,7 +71,8 @@ const char* kUsage =
     "--epilogue=none|bias|bias_gelu|gelu|gelu_grad|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
     "C = D in place) --reps=20 --json "
     "--variants=auto,192x192_3c,... (sm90 tiles, BLUBLAS_SM90_TILE names: each timed interleaved with "
-    "cuBLAS, one call of each per round, and checked against it)";
+    "cuBLAS, one call of each per round, and checked against it; noop / cublas: a one-thread kernel / "
+    "cuBLAS in that place of the round)";
 
 // Returns "" or the usage error.
 std::string parse(const Args& a, Options* o) {
@@ -288,7 +289,9 @@ int report_error(const Options& o, int code, const std::string& msg) {
 // of them alike; the medians are then comparable. Each variant is forced through
 // BLUBLAS_SM90_TILE (read at every call), gets its own workspace, and is checked once against
 // cuBLAS into a poisoned D (beta = 0) and bitwise against the first variant: plans with one
-// K split sum each element in the same k order, so they should agree to the bit.
+// K split sum each element in the same k order, so they should agree to the bit. Two pseudo-
+// variants place other kernels in the round: "noop" (a one-thread kernel) and "cublas" (the
+// reference once more), to see what a GEMM kernel pays for following a different kernel.
 int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t d_el, size_t cd,
                  const void* ref_d, unsigned* scratch, DevMem& mem, cudaStream_t stream,
                  const std::function<void(const GemmDesc&)>& ref_call) {
@@ -312,6 +315,10 @@ int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t 
   for (const std::string& nm : names) {
     Variant v;
     v.name = nm;
+    if (nm == "noop" || nm == "cublas") {  // pseudo-variants: a one-thread kernel, cuBLAS again
+      vs.push_back(v);
+      continue;
+    }
     select(nm);
     blublas::Status st = blublas::gemm_workspace_size(sets[0], &v.ws_bytes);
     if (!st.ok()) return report_error(o, 1, "variant " + nm + ": " + st.to_string());
@@ -335,7 +342,8 @@ int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t 
   const int nv = static_cast<int>(vs.size()) + 1;  // + cuBLAS, last
   auto call = [&](int v, int i) {
     const GemmDesc& g = sets[i % rot];
-    if (v == nv - 1) { ref_call(g); return; }
+    if (v == nv - 1 || vs[v].name == "cublas") { ref_call(g); return; }
+    if (vs[v].name == "noop") { cuda_ok(blublas::profiler::hold_gpu(stream, 0.0), "noop"); return; }
     select(vs[v].name);
     blublas::Status st = blublas::gemm(g, vs[v].ws, vs[v].ws_bytes, stream);
     if (!st.ok()) throw Fail("variant " + vs[v].name + ": " + st.to_string());
