@@ -426,7 +426,8 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
   }
 }
 
-// kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre).
+// kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre), 3 = D = acc (alpha 1, no
+// bias: Note [sm90 plain epilogue]).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
 // this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
@@ -447,9 +448,10 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   const int lane_byte = (lane % 4) * 2 * kEs;  // this lane's first column, bytes into the chunk row
   const int lane_chunk = lane_byte / 16, lane_within = lane_byte % 16;
   // Note [sm90 epilogue bias prefetch]: this pass's column-bias pairs, all loads issued here.
+  constexpr bool kPlain = kWhat == 3;
   constexpr int kGroups = Shape::kPassCols / 8;
   BiasPair<OutT> col_bias[kGroups];
-  const bool per_col = bias != nullptr && p.epi.bias_per_col;
+  const bool per_col = !kPlain && bias != nullptr && p.epi.bias_per_col;
 #pragma unroll
   for (int jj = 0; jj < kGroups; ++jj) {
     col_bias[jj] = BiasPair<OutT>{};
@@ -468,7 +470,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
       row_addr[h] = stg_addr + static_cast<uint32_t>(mi * Cfg::kPassBoxes * 64 * 128 + r * 128 +
                                                      (((r % 8) ^ lane_chunk) << 4) + lane_within);
-      if (bias != nullptr && !p.epi.bias_per_col) {
+      if (!kPlain && bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
         row_bias[h] = grow < p.m ? to_f32(bias[grow]) : 0.0f;
       }
@@ -490,6 +492,9 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           const float2 cv = staged_pair<OutT>(addr);
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
+        } else if constexpr (kPlain) {
+          v0 = acc[mi][4 * j + 2 * h];
+          v1 = acc[mi][4 * j + 2 * h + 1];
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
@@ -601,6 +606,18 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
   });
 }
 
+// Note [sm90 plain epilogue]
+// In session 29 (H200, Note [Interleaved tile A/B] with the order experiment of
+// scripts/device-order-exp.sh) a GEMM kernel paid ~11 us more per call after another of our GEMM
+// kernels than after itself, a one-thread kernel or cuBLAS (qkvo fwd 8192x1024x1024: 44 vs 33.5
+// us; cuBLAS paid nothing after ours). The suspect is instruction fetch: each kernel is ~34K SASS
+// instructions (128x256_2c bf16: every epilogue variant unrolled), and a tile's epilogue runs
+// ~1-3K of them once, straight-line, far from the main loop; after another large kernel evicted
+// them, the first tile of every CTA fetches them again. The common case (alpha 1, no bias, no
+// GELU, no C) now has its own pass variant with no alpha / bias arithmetic and no bias prefetch
+// code: about half the instructions per accumulator pair on the path every plain GEMM runs.
+// Same values: alpha * acc + 0 + 0 == acc (acc is never -0: it starts at +0).
+
 // Note [sm90 epilogue variants]
 // The TMA-store epilogue is straight-line code: fully unrolled over the thread's 64-192
 // accumulators, once per output type. What a pass reads from the staging tile (nothing, C, or
@@ -629,6 +646,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = !kLoads && (p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                                 p.epi.kind == static_cast<int>(Epilogue::kGelu));
   const bool aux = gelu && p.epi.aux != nullptr;
+  const bool plain = !kLoads && !gelu && p.epi.alpha == 1.0f && p.epi.bias == nullptr;
   const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
@@ -684,6 +702,8 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     } else {
       if (gelu) {
         stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      } else if (plain) {  // Note [sm90 plain epilogue]
+        stage_pass<Cfg, OutT, 3, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       } else {
         stage_pass<Cfg, OutT, 0, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       }
