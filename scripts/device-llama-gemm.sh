@@ -27,7 +27,7 @@ fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF -DBLU_BUILD_TESTS=$tests \
   -DBLU_TEST_PATTERN="gemm_(sm90_gpu|property_gpu|property)_test" > "$out/configure.txt" 2>&1
-timeout "${BLU_LG_BUILD_TIMEOUT:-170}" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$out/build.txt" 2>&1
+timeout "${BLU_LG_BUILD_TIMEOUT:-300}" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$out/build.txt" 2>&1
 echo "build rc=$? at ${SECONDS}s"
 if [ "$tests" = ON ]; then
   for t in blublas_gemm_property_test blublas_gemm_sm90_gpu_test blublas_gemm_property_gpu_test; do
@@ -117,7 +117,7 @@ fi
         f="$out/prof/${dt}_${name}_$t.txt"
         # shellcheck disable=SC2086
         env BLUBLAS_SM90_LOG=1 $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-10}" > "$f" 2>&1
-        ms=$(awk '$1 == "blublas" {print $3; exit}' "$f")
+        ms=$(awk '$1 == "blublas" && $2 == ":" {print $3; exit}' "$f")
         cub=$(awk '$1 == "cuBLAS" {print $3; exit}' "$f")
         ratio=$(awk '$1 == "ratio" {print $3; exit}' "$f")
         diff=$(awk '$1 == "max" {print $6; exit}' "$f")

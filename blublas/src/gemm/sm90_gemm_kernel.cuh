@@ -427,7 +427,8 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
 }
 
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre), 3 = D = acc (alpha 1, no
-// bias: Note [sm90 plain epilogue]).
+// bias: Note [sm90 plain epilogue]). kLean (kStaged == kStagedNone only): alpha 1 and no per-row
+// bias, so pre = acc + column bias.
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
 // this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
@@ -435,7 +436,7 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
 // amax (FP8 configs only): the running max |value| of this thread's in-range elements.
 // kStaged: what a TMA load left at the staging addresses before this pass (a template argument, not
 // a runtime flag: Note [sm90 epilogue variants]).
-template <class Cfg, class OutT, int kWhat, int kStaged>
+template <class Cfg, class OutT, int kWhat, int kStaged, bool kLean = false>
 __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int row_base,
                                            int col_base, uint8_t* stg,
                                            float (&acc)[Cfg::kMI][Cfg::BN / 2], float& amax) {
@@ -470,7 +471,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
       row_addr[h] = stg_addr + static_cast<uint32_t>(mi * Cfg::kPassBoxes * 64 * 128 + r * 128 +
                                                      (((r % 8) ^ lane_chunk) << 4) + lane_within);
-      if (!kPlain && bias != nullptr && !p.epi.bias_per_col) {
+      if (!kPlain && !kLean && bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
         row_bias[h] = grow < p.m ? to_f32(bias[grow]) : 0.0f;
       }
@@ -495,6 +496,9 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
         } else if constexpr (kPlain) {
           v0 = acc[mi][4 * j + 2 * h];
           v1 = acc[mi][4 * j + 2 * h + 1];
+        } else if constexpr (kLean) {  // alpha 1, no row bias: Note [sm90 plain epilogue]
+          v0 = acc[mi][4 * j + 2 * h] + b0;
+          v1 = acc[mi][4 * j + 2 * h + 1] + b1;
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
@@ -616,7 +620,14 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
 // them, the first tile of every CTA fetches them again. The common case (alpha 1, no bias, no
 // GELU, no C) now has its own pass variant with no alpha / bias arithmetic and no bias prefetch
 // code: about half the instructions per accumulator pair on the path every plain GEMM runs.
-// Same values: alpha * acc + 0 + 0 == acc (acc is never -0: it starts at +0).
+// Same values: alpha * acc + 0 + 0 == acc (acc is never -0: it starts at +0). Measured (call 9):
+// the penalty after another GEMM kernel ~11 -> ~4.5 us, warm times 7-10% lower (fc fwd 0.1355 ->
+// 0.1219 ms), GPT-2 bf16 set in the interleaved table 0.860 -> 0.913 geomean (min 0.692 -> 0.808).
+// The lean pass (kLean, written after that call, not yet measured) does the same for alpha 1 with
+// a column bias and no GELU (the trainer's qkv / attn_proj / fc_proj forwards): pre = acc + bias,
+// the value the general pass computes (alpha * acc + bias + 0 with alpha 1; only a -0 sum can come
+// out +0 there). Not for GELU (its tanh dominates the pass; lean GELU + aux passes took the
+// 128x256 kernel from 34K to 44K instructions and its sm_90a compile from 38 to 55 s).
 
 // Note [sm90 epilogue variants]
 // The TMA-store epilogue is straight-line code: fully unrolled over the thread's 64-192
@@ -646,7 +657,8 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = !kLoads && (p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                                 p.epi.kind == static_cast<int>(Epilogue::kGelu));
   const bool aux = gelu && p.epi.aux != nullptr;
-  const bool plain = !kLoads && !gelu && p.epi.alpha == 1.0f && p.epi.bias == nullptr;
+  const bool lean = !kLoads && p.epi.alpha == 1.0f && (p.epi.bias == nullptr || p.epi.bias_per_col);
+  const bool plain = lean && !gelu && p.epi.bias == nullptr;
   const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
@@ -700,10 +712,12 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       c_phase ^= 1u;
       stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, stg, acc, amax);
     } else {
-      if (gelu) {
-        stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
-      } else if (plain) {  // Note [sm90 plain epilogue]
+      if (plain) {  // Note [sm90 plain epilogue]
         stage_pass<Cfg, OutT, 3, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      } else if (gelu) {  // GELU's own arithmetic dominates: no lean variant (code size)
+        stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      } else if (lean) {
+        stage_pass<Cfg, OutT, 0, kStagedNone, true>(p, pass, row_base, col_base, stg, acc, amax);
       } else {
         stage_pass<Cfg, OutT, 0, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       }
