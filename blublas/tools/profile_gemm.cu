@@ -70,9 +70,9 @@ const char* kUsage =
     "(default: bf16/f16 in -> same out, tf32/f32 -> f32) --op_a=n|t --op_b=t|n --layout=row|col "
     "--epilogue=none|bias|bias_gelu|gelu|gelu_grad|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
     "C = D in place) --reps=20 --json "
-    "--variants=auto,192x192_3c,... (sm90 tiles, BLUBLAS_SM90_TILE names: each timed interleaved with "
-    "cuBLAS, one call of each per round, and checked against it; noop / cublas: a one-thread kernel / "
-    "cuBLAS in that place of the round)";
+    "--variants=auto,192x192_3c,128x256_2c/s3,... (sm90 tiles, BLUBLAS_SM90_TILE names, /sN: N K splits; "
+    "each timed interleaved with cuBLAS, one call of each per round, and checked against it; noop / "
+    "cublas: a one-thread kernel / cuBLAS in that place of the round)";
 
 // Returns "" or the usage error.
 std::string parse(const Args& a, Options* o) {
@@ -302,11 +302,22 @@ int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t 
     if (e > b) names.push_back(o.variants.substr(b, e - b));
     b = e + 1;
   }
-  const char* saved_env = std::getenv("BLUBLAS_SM90_TILE");
-  const std::string saved = saved_env != nullptr ? saved_env : "";
+  // A variant is a tile name or "auto", optionally with "/s<N>": N K splits forced too.
+  struct SavedEnv {
+    const char* name;
+    bool had;
+    std::string value;
+    explicit SavedEnv(const char* n) : name(n), had(std::getenv(n) != nullptr), value(had ? std::getenv(n) : "") {}
+    ~SavedEnv() { if (had) setenv(name, value.c_str(), 1); else unsetenv(name); }
+  };
+  SavedEnv saved_tile("BLUBLAS_SM90_TILE"), saved_splits("BLUBLAS_SM90_SPLITS");
   auto select = [&](const std::string& v) {
-    if (v == "auto") unsetenv("BLUBLAS_SM90_TILE");
-    else setenv("BLUBLAS_SM90_TILE", v.c_str(), 1);
+    const size_t slash = v.find("/s");
+    const std::string tile = v.substr(0, slash);
+    if (tile == "auto") unsetenv("BLUBLAS_SM90_TILE");
+    else setenv("BLUBLAS_SM90_TILE", tile.c_str(), 1);
+    if (slash == std::string::npos) unsetenv("BLUBLAS_SM90_SPLITS");
+    else setenv("BLUBLAS_SM90_SPLITS", v.substr(slash + 2).c_str(), 1);
   };
   struct Variant { std::string name; void* ws = nullptr; size_t ws_bytes = 0; double diff = NAN, vs_first = NAN; };
   std::vector<Variant> vs;
@@ -393,8 +404,6 @@ int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t 
     med[v] = ms[reps / 2];
   }
   for (auto& e : ev) cudaEventDestroy(e);
-  if (saved_env != nullptr) setenv("BLUBLAS_SM90_TILE", saved.c_str(), 1);
-  else unsetenv("BLUBLAS_SM90_TILE");
   const double ref_ms = med[nv - 1];
   for (int v = 0; v < nv - 1; ++v) {
     if (o.json) {

@@ -61,8 +61,10 @@
 // clusters on every shape, like 128x256_2c_cl2 in session 9; ncu then found why (Note [Cluster
 // arrive scope] in sm90_primitives.cuh). After the fix (H200, session 28, call 5): even with the
 // cluster-less tile on single-split shapes (lm-head fwd 2.10 vs 2.24 ms, qkv dX 0.093 vs 0.097,
-// down fwd 0.079 vs 0.078, attn_proj fwd 0.042 vs 0.041) and still 1.4-4x slower with split-K (a
-// second cluster defect, open). Not kept (unused by kAuto; CI compile time): commit f49d0aa has it.
+// down fwd 0.079 vs 0.078, attn_proj fwd 0.042 vs 0.041) and 1.4-4x slower on the split-K shapes,
+// which session 29 traced to the plan, not the kernel: a forced tile outside the cost model's
+// candidates ran with one split (the cluster tile is modelled now). Not kept (unused by kAuto; CI
+// compile time): commit f49d0aa has it.
 // cuBLAS runs this tile shape (its tile 209, clusters 2x1x1) also on the skinny deep-K weight gradients, where it is the wave arithmetic that
 // counts: fc dW (3072 x 768, K = 16384) is 16 x 4 = 64 tiles, x 2 splits = 128 units = one even
 // wave on 132 SMs, where 128x256 needs 72 tiles x 3 splits = 216 units in two uneven waves. Per
@@ -623,8 +625,8 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
 // Same values: alpha * acc + 0 + 0 == acc (acc is never -0: it starts at +0). Measured (call 9):
 // the penalty after another GEMM kernel ~11 -> ~4.5 us, warm times 7-10% lower (fc fwd 0.1355 ->
 // 0.1219 ms), GPT-2 bf16 set in the interleaved table 0.860 -> 0.913 geomean (min 0.692 -> 0.808).
-// The lean pass (kLean, written after that call, not yet measured) does the same for alpha 1 with
-// a column bias and no GELU (the trainer's qkv / attn_proj / fc_proj forwards): pre = acc + bias,
+// The lean pass (kLean, written after that call, not yet measured; not in the 192x192 tile, which
+// spilled with it) does the same for alpha 1 with a column bias and no GELU (the trainer's qkv / attn_proj / fc_proj forwards): pre = acc + bias,
 // the value the general pass computes (alpha * acc + bias + 0 with alpha 1; only a -0 sum can come
 // out +0 there). Not for GELU (its tanh dominates the pass; lean GELU + aux passes took the
 // 128x256 kernel from 34K to 44K instructions and its sm_90a compile from 38 to 55 s).
@@ -657,8 +659,10 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool gelu = !kLoads && (p.epi.kind == static_cast<int>(Epilogue::kBiasGelu) ||
                                 p.epi.kind == static_cast<int>(Epilogue::kGelu));
   const bool aux = gelu && p.epi.aux != nullptr;
-  const bool lean = !kLoads && p.epi.alpha == 1.0f && (p.epi.bias == nullptr || p.epi.bias_per_col);
-  const bool plain = lean && !gelu && p.epi.bias == nullptr;
+  const bool alpha_one = !kLoads && p.epi.alpha == 1.0f;
+  const bool plain = alpha_one && !gelu && p.epi.bias == nullptr;
+  // Not in the 3-consumer tile: its 152 registers spilled (4 bytes) with the lean pass.
+  const bool lean = Cfg::kConsumers < 3 && alpha_one && (p.epi.bias == nullptr || p.epi.bias_per_col);
   const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
@@ -717,7 +721,9 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       } else if (gelu) {  // GELU's own arithmetic dominates: no lean variant (code size)
         stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       } else if (lean) {
-        stage_pass<Cfg, OutT, 0, kStagedNone, true>(p, pass, row_base, col_base, stg, acc, amax);
+        if constexpr (Cfg::kConsumers < 3) {
+          stage_pass<Cfg, OutT, 0, kStagedNone, true>(p, pass, row_base, col_base, stg, acc, amax);
+        }
       } else {
         stage_pass<Cfg, OutT, 0, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       }
