@@ -9,7 +9,8 @@
 # (the tiles are the sm90 16-bit ones). BLU_LG_NCU="name ..." then runs scripts/ncu-hot.sh on those
 # rows of its table (reports under $OUT/ncu). BLU_LG_SET="llama gpt2" (default llama): the shape
 # sets (gpt2: the GPT-2 124M forward / dX / dW set, B*T = 16384; d24 / d36 / d48: the same at
-# C = 1024 / 1280 / 1600; BLU_LG_SWAP=1 adds each GPT-2 shape's transposed problem). BLU_LG_TESTS=1 first builds and
+# C = 1024 / 1280 / 1600; gpt2epi: the trainer's fused-epilogue GEMMs; BLU_LG_SWAP=1 adds each
+# GPT-2 shape's transposed problem). BLU_LG_TESTS=1 first builds and
 # runs the sm90 GEMM GPU tests and the random-problem property test (BLU_GEMM_PROPERTY_CASES).
 # BLU_LG_VARIANTS="auto,192x192_3c,...": instead of one process per tile, each shape once with
 # every variant and cuBLAS interleaved (Note [Interleaved tile A/B]); cells are ratios to cuBLAS.
@@ -72,6 +73,12 @@ for set in ${BLU_LG_SET:-llama}; do
     d24) gpt2_set 1024 ;;
     d36) gpt2_set 1280 ;;
     d48) gpt2_set 1600 ;;
+    gpt2epi)  # the GPT-2 trainer's fused epilogues (bias, bias + GELU with aux, GELU gradient)
+      shapes+=("qkv_fwd_bias;--m=16384 --n=2304 --k=768 --op_a=n --op_b=t --epilogue=bias"
+               "attn_proj_fwd_bias;--m=16384 --n=768 --k=768 --op_a=n --op_b=t --epilogue=bias"
+               "fc_fwd_bias_gelu;--m=16384 --n=3072 --k=768 --op_a=n --op_b=t --epilogue=bias_gelu"
+               "fc_proj_fwd_bias;--m=16384 --n=768 --k=3072 --op_a=n --op_b=t --epilogue=bias"
+               "fc_proj_dx_gelu_grad;--m=16384 --n=3072 --k=768 --op_a=n --op_b=n --epilogue=gelu_grad") ;;
     *) shapes+=("${llama_shapes[@]}") ;;
   esac
 done
