@@ -292,6 +292,9 @@ int report_error(const Options& o, int code, const std::string& msg) {
 // K split sum each element in the same k order, so they should agree to the bit. Two pseudo-
 // variants place other kernels in the round: "noop" (a one-thread kernel) and "cublas" (the
 // reference once more), to see what a GEMM kernel pays for following a different kernel.
+// Mind the order: a variant whose kernel is the one just before it in the round (e.g. auto then
+// the tile auto picked) runs warm, ~5-11 us faster than after another GEMM kernel (session 29,
+// Note [sm90 plain epilogue] in sm90_gemm_kernel.cuh); a training step's GEMMs run cold.
 int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t d_el, size_t cd,
                  const void* ref_d, unsigned* scratch, DevMem& mem, cudaStream_t stream,
                  const std::function<void(const GemmDesc&)>& ref_call) {
