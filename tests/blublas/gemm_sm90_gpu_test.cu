@@ -739,6 +739,47 @@ TEST(GemmSm90Gpu, EpilogueLoadsAhead) {
   }
 }
 
+// Note [sm90 plain epilogue]: the plain pass (alpha 1, no bias) and the lean pass (alpha 1, column
+// bias) store the bits the generic epilogue stores (alpha * acc + bias with alpha 1 is acc + bias),
+// and so does the general pass with alpha 0.5 (an exact product, so no fused-multiply-add question);
+// with one K split every tile sums each element in the same k order, so all tiles agree bit for
+// bit too. bf16 and f32 D, two operand majors, N with a partial last tile; each run also checked
+// against float64 by run_case.
+TEST(GemmSm90Gpu, PlainAndLeanPassesKeepTheBits) {
+  BLU_REQUIRE_SM90(dev);
+  for (Dtype cd : {Dtype::kBF16, Dtype::kF32}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool bias = variant % 2 == 1;
+      const float alpha = variant < 2 ? 1.0f : 0.5f;
+      for (int mj = 0; mj < 2; ++mj) {
+        std::vector<uint8_t> first;
+        for (int tile : {kWide, kNarrow, kPingPong64, kTile192, kSimple, kCluster2}) {
+          for (bool generic : {false, true}) {
+            Case c;
+            c.ab = Dtype::kBF16; c.cd = cd;
+            c.m = 700; c.n = 584; c.k = 320;  // 584 = 2 x 256 + 72: a partial last tile
+            c.a_k = true; c.b_k = mj == 0;
+            c.epi = bias ? Epilogue::kBias : Epilogue::kNone;
+            c.alpha = alpha;
+            c.tile = tile; c.splits = 1;
+            c.generic_epi = generic;
+            std::vector<uint8_t> got;
+            c.bits = &got;
+            run_case(c, dev);
+            if (first.empty()) {
+              first = got;
+              continue;
+            }
+            ASSERT_EQ(first.size(), got.size()) << c.str();
+            EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size()), 0)
+                << "bits differ from the 128x256 TMA-store run: " << c.str();
+          }
+        }
+      }
+    }
+  }
+}
+
 // Note [GEMM CTA budget]: a grid capped at 5 CTAs (2 clusters and a half for the 2-CTA tiles) or
 // 1 runs every unit on fewer CTAs: the same units, so D (and the bias gradient) bit for bit as on
 // the full grid, and each within the float64 bound; the cooperative and ping-pong tiles, split-K.
