@@ -626,9 +626,9 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
 // the penalty after another GEMM kernel ~11 -> ~4.5 us, warm times 7-10% lower (fc fwd 0.1355 ->
 // 0.1219 ms), GPT-2 bf16 set in the interleaved table 0.860 -> 0.913 geomean (min 0.692 -> 0.808).
 // The lean pass (kLean, written after that call, not yet measured; not in the 192x192 tile, which
-// spilled with it) does the same for alpha 1 with a column bias and no GELU (the trainer's qkv / attn_proj / fc_proj forwards): pre = acc + bias,
-// the value the general pass computes (alpha * acc + bias + 0 with alpha 1; only a -0 sum can come
-// out +0 there). Not for GELU (its tanh dominates the pass; lean GELU + aux passes took the
+// spilled with it) does the same for alpha 1 with a column bias and no GELU (the trainer's qkv /
+// attn_proj / fc_proj forwards): pre = acc + bias, the value the general pass computes (alpha *
+// acc + bias + 0 with alpha 1; only a -0 sum can come out +0 there). Not for GELU (its tanh dominates the pass; lean GELU + aux passes took the
 // 128x256 kernel from 34K to 44K instructions and its sm_90a compile from 38 to 55 s).
 
 // Note [sm90 epilogue variants]
