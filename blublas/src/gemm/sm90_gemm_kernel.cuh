@@ -429,8 +429,8 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
 }
 
 // kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre), 3 = D = acc (alpha 1, no
-// bias: Note [sm90 plain epilogue]). kLean (kStaged == kStagedNone only): alpha 1 and no per-row
-// bias, so pre = acc + column bias.
+// bias: Note [sm90 plain epilogue]). kLean: with kStagedNone alpha 1 and no per-row bias (pre = acc
+// + column bias); with kStagedC alpha 1 and no bias (D = acc + beta C).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
 // this lane's part of the chunk XORed with r%8, so each store is one XOR with a constant (32-bit
@@ -454,7 +454,8 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   constexpr bool kPlain = kWhat == 3;
   constexpr int kGroups = Shape::kPassCols / 8;
   BiasPair<OutT> col_bias[kGroups];
-  const bool per_col = !kPlain && bias != nullptr && p.epi.bias_per_col;
+  // The C-staged lean pass has no bias at all: no prefetch code.
+  const bool per_col = !kPlain && !(kLean && kStaged == kStagedC) && bias != nullptr && p.epi.bias_per_col;
 #pragma unroll
   for (int jj = 0; jj < kGroups; ++jj) {
     col_bias[jj] = BiasPair<OutT>{};
@@ -491,7 +492,11 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       for (int h = 0; h < 2; ++h) {
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         float v0, v1;
-        if constexpr (kStaged == kStagedC) {  // the generic epilogue's order: alpha acc + beta C + bias
+        if constexpr (kStaged == kStagedC && kLean) {  // alpha 1, no bias: D = acc + beta C
+          const float2 cv = staged_pair<OutT>(addr);
+          v0 = acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x;
+          v1 = acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y;
+        } else if constexpr (kStaged == kStagedC) {  // the generic epilogue's order: alpha acc + beta C + bias
           const float2 cv = staged_pair<OutT>(addr);
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y + b1 + row_bias[h];
@@ -612,6 +617,21 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
   });
 }
 
+// A pass over what a TMA load staged (C or kGeluGrad's aux): the C-staged lean variant where it
+// applies (Note [sm90 plain epilogue]).
+template <class Cfg, class OutT, int kStaged>
+__device__ __forceinline__ void staged_pass(const KernelParams& p, int pass, int row_base, int col_base,
+                                            uint8_t* stg, float (&acc)[Cfg::kMI][Cfg::BN / 2],
+                                            float& amax, bool c_lean) {
+  if constexpr (kStaged == kStagedC) {
+    if (c_lean) {
+      stage_pass<Cfg, OutT, 0, kStaged, true>(p, pass, row_base, col_base, stg, acc, amax);
+      return;
+    }
+  }
+  stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, stg, acc, amax);
+}
+
 // Note [sm90 plain epilogue]
 // In session 29 (H200, Note [Interleaved tile A/B] with the order experiment of
 // scripts/device-order-exp.sh) a GEMM kernel paid ~11 us more per call after another of our GEMM
@@ -628,8 +648,12 @@ __device__ __forceinline__ void load_c_pass(const KernelParams& p, const CUtenso
 // The lean pass (kLean, written after that call, not yet measured; not in the 192x192 tile, which
 // spilled with it) does the same for alpha 1 with a column bias and no GELU (the trainer's qkv /
 // attn_proj / fc_proj forwards): pre = acc + bias, the value the general pass computes (alpha *
-// acc + bias + 0 with alpha 1; only a -0 sum can come out +0 there). Not for GELU (its tanh dominates the pass; lean GELU + aux passes took the
-// 128x256 kernel from 34K to 44K instructions and its sm_90a compile from 38 to 55 s).
+// acc + bias + 0 with alpha 1; only a -0 sum can come out +0 there). Not for GELU (its tanh
+// dominates the pass; lean GELU + aux passes took the 128x256 kernel from 34K to 44K instructions
+// and its sm_90a compile from 38 to 55 s). With C staged (beta != 0: the Llama block's
+// accumulating dX, the chunked lm-head dW) the lean pass is alpha 1 without bias: D = acc + beta C
+// (one FFMA; the general pass's alpha acc + beta C + 0 + 0 may round beta C separately, so the two
+// can differ in the last bit when beta is not 1).
 
 // Note [sm90 epilogue variants]
 // The TMA-store epilogue is straight-line code: fully unrolled over the thread's 64-192
@@ -663,6 +687,8 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
   const bool plain = alpha_one && !gelu && p.epi.bias == nullptr;
   // Not in the 3-consumer tile: its 152 registers spilled (4 bytes) with the lean pass.
   const bool lean = Cfg::kConsumers < 3 && alpha_one && (p.epi.bias == nullptr || p.epi.bias_per_col);
+  // The C-staged lean pass: alpha 1, no bias (D = acc + beta C).
+  const bool c_lean = kStaged == kStagedC && p.epi.alpha == 1.0f && p.epi.bias == nullptr;
   const CUtensorMap* load_map = kStaged == kStagedC ? map_c : map_aux;
   constexpr int kPassCols = StoreShape<OutT, Cfg::kPassBoxes>::kPassCols;
   constexpr int kPasses = (Cfg::BN + kPassCols - 1) / kPassCols;
@@ -676,7 +702,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
         uint8_t* buf = b == 0 ? ahead : stg;
         mbar_wait(&cbar[b], (c_phase >> b) & 1u);
         c_phase ^= 1u << b;
-        stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, buf, acc, amax);
+        staged_pass<Cfg, OutT, kStaged>(p, pass, row_base, col_base, buf, acc, amax, c_lean);
         fence_proxy_async_smem();
         named_barrier_sync(1 + c, 128);  // every thread is done with buf
         if (t == 0) {
@@ -714,7 +740,7 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       if (t == 0) load_c_pass<Cfg, OutT>(p, load_map, pass, row_base, col_base, w.batch, stg, cbar);
       mbar_wait(cbar, c_phase & 1u);
       c_phase ^= 1u;
-      stage_pass<Cfg, OutT, 0, kStaged>(p, pass, row_base, col_base, stg, acc, amax);
+      staged_pass<Cfg, OutT, kStaged>(p, pass, row_base, col_base, stg, acc, amax, c_lean);
     } else {
       if (plain) {  // Note [sm90 plain epilogue]
         stage_pass<Cfg, OutT, 3, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
