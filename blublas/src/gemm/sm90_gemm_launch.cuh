@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "blublas/check.h"
@@ -98,23 +97,15 @@ inline Status make_output_map(CUtensorMap* map, const GemmProblem& p, void* ptr,
 }
 
 // Note [sm90 launch attributes]
-// Each kernel's dynamic shared-memory limit (and its carveout preference) is set the first time
+// Each kernel's dynamic shared-memory limit is set the first time
 // it launches on a device: the attributes belong to the function, so later launches need not
 // repeat the driver calls (~1-2 us of host time each). In session 29 (H200) an interleaved A/B of
 // one problem (Note [Interleaved tile A/B]) showed ~10 us more per call for a GEMM kernel that
 // followed a different kernel than for one that followed itself (qkvo fwd 8192x1024x1024: 0.66
-// vs 0.88 of cuBLAS for the same plan), which real steps pay on every GEMM. One suspect is the
-// SM's L1 / shared-memory split changing between kernels of different shared-memory needs (the
-// driver picks the split per kernel unless told): every sm90 kernel now asks for the largest
-// shared carveout, so consecutive GEMM kernels run on one configuration; BLUBLAS_SM90_CARVEOUT=0
-// leaves the choice to the driver (the A/B).
-inline bool sm90_max_carveout() {
-  static const bool on = [] {
-    const char* v = std::getenv("BLUBLAS_SM90_CARVEOUT");
-    return !(v != nullptr && v[0] == '0');
-  }();
-  return on;
-}
+// vs 0.88 of cuBLAS for the same plan), which real steps pay on every GEMM. Asking for the largest
+// shared-memory carveout (so consecutive GEMM kernels share one L1 / shared split) was measured
+// against the driver's choice in the same session: no difference, so it is not set; the cause was
+// the epilogue's instruction fetch (Note [sm90 plain epilogue] in sm90_gemm_kernel.cuh).
 
 template <class Cfg>
 Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
@@ -198,10 +189,6 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   const uint64_t device_bit = device < 64 ? uint64_t{1} << device : 0;
   if (device_bit == 0 || (attrs_set.load(std::memory_order_acquire) & device_bit) == 0) {
     BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
-    if (sm90_max_carveout()) {
-      BLUBLAS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              cudaSharedmemCarveoutMaxShared));
-    }
     attrs_set.fetch_or(device_bit, std::memory_order_release);
   }
   if constexpr (Cfg::kCluster == 1) {
