@@ -13,6 +13,8 @@
 # device-check.sh leaves $OUT/summary.json + device-results.tar.gz (import-device-results.sh); the
 # rest goes to $OUT/race_ab.tar.gz. BLU_RACE_AB_STAGES (default "tests,gemm,race,ab") picks stages;
 # stage attn times the 3xTF32 attention alone under each of BLU_ATTN_AB's settings (blublas-profiler).
+# BLU_RACE_AB_TARGETS: the build targets (default: the trainer, gemm_bench, the profiler and the
+# tests above); BLU_RACE_AB_PRECISION: the A/B runs' mode (default fp32).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-race-ab.sh [build-dir (default /tmp/bd)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,20 +31,22 @@ stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 if [ "${BLU_RACE_AB_BUILD:-1}" = 1 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real \
     -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_WITH_MLIR=OFF > "$work/configure.txt" 2>&1 || tail -20 "$work/configure.txt"
-  timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" --target blutrain-cli \
+  # shellcheck disable=SC2086
+  timeout "${BLU_BUILD_TIMEOUT:-330}" cmake --build "$build" -j "$(nproc)" --target ${BLU_RACE_AB_TARGETS:-blutrain-cli \
     gemm_bench blublas_gemm_simt_gpu_test blublas_attention_gpu_test \
-    blublas_attention_args_test blublas_gemm_property_test blublas-profiler > "$work/build.txt" 2>&1
+    blublas_attention_args_test blublas_gemm_property_test blublas-profiler} > "$work/build.txt" 2>&1
   rc=$?; grep -E "error|FAILED" "$work/build.txt" | head -20; stamp "build rc=$rc"
   ((rc == 0)) || exit 1
 fi
 
-ab_run() {  # tag, then env assignments / extra flags: blutrain fp32 B16 T1024, 20 steps, synthetic
+ab_run() {  # tag, then env assignments / extra flags: blutrain B16 T1024 in BLU_RACE_AB_PRECISION
+  # (default fp32), 20 steps, synthetic
   local tag=$1; shift
   local envs=() flags=()
   for a in "$@"; do [[ $a == *=* && $a != --* ]] && envs+=("$a") || flags+=("$a"); done
   mkdir -p "$work/ab_$tag"
   env "${envs[@]}" CUDA_VISIBLE_DEVICES=0 timeout 150 "$build/blutrain/blutrain" train --model d12 \
-    --device cuda --precision fp32 --batch-size 16 --seq-len 1024 --data synthetic \
+    --device cuda --precision "${BLU_RACE_AB_PRECISION:-fp32}" --batch-size 16 --seq-len 1024 --data synthetic \
     --cache-dir "$work/cache" --out-dir "$work/ab_$tag" --resume none --no-save --no-plot \
     --sample-tokens 0 --val-every -1 --val-batches -1 --max-steps 20 --warmup-steps 5 \
     --summary-json "$work/ab_$tag/summary.json" "${flags[@]}" > "$work/ab_$tag/log.txt" 2>&1

@@ -9,7 +9,8 @@
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-sass-stalls.sh [build-dir] [variants (default: "default l88")]
 # BLU_SASS_SET=epi (session 30): instead, the sm90 bf16 GEMM's fused epilogues (the trainer's fc
 # forward with bias + GELU + aux, the fc_proj dX with the GELU gradient, the plain fc forward) and
-# cuBLASLt's kernel for the first, variants ignored (the SIMT SASS listing is skipped).
+# cuBLASLt's kernel for the first, the attn_proj forward with and without its bias; variants ignored
+# (the SIMT SASS listing is skipped).
 # Everything but the .ncu-rep files lands in $OUT/sass_stalls.tar.xz (the device tool brings back at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +19,10 @@ variants=${2:-"default l88"}
 OUT=${OUT:-/tmp/blu-out}; out=/tmp/blu-sass/sass_stalls; rm -rf "$out"; mkdir -p "$out" "$OUT"
 . scripts/device-build.sh
 # shellcheck disable=SC2086
-blu_device_build "$build" "$out" blublas-profiler ${BLU_SASS_EXTRA_TARGETS:-}
-stamp "build rc=$?"
+if [ -z "${BLU_SASS_PREBUILT:-}" ]; then  # BLU_SASS_PREBUILT=1: the profiler in build-dir is current
+  blu_device_build "$build" "$out" blublas-profiler ${BLU_SASS_EXTRA_TARGETS:-}
+  stamp "build rc=$?"
+fi
 bin=$build/blublas/blublas-profiler
 command -v ncu >/dev/null || { echo "device-sass-stalls: no ncu"; exit 1; }
 # name ; profiler command (the GPT-2 fc shapes, fp32, as in ncu-hot.sh)
@@ -34,7 +37,9 @@ if [ "${BLU_SASS_SET:-simt}" = epi ]; then
   shapes=("fc_fwd_gelu;regex:sm90_gemm;$fc --epilogue=bias_gelu"
           "fcproj_dx_gelugrad;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_b=n --epilogue=gelu_grad --reps=2"
           "fc_fwd_plain;regex:sm90_gemm;$fc"
-          "cublaslt_fc_fwd_gelu;regex:nvjet|xmma|cutlass|sm90_xmma;$fc --epilogue=bias_gelu")
+          "cublaslt_fc_fwd_gelu;regex:nvjet|xmma|cutlass|sm90_xmma;$fc --epilogue=bias_gelu"
+          "attnproj_fwd_bias;regex:sm90_gemm;gemm --m=16384 --n=768 --k=768 --dtype=bf16 --op_b=t --epilogue=bias --reps=2"
+          "attnproj_fwd_plain;regex:sm90_gemm;gemm --m=16384 --n=768 --k=768 --dtype=bf16 --op_b=t --reps=2")
 fi
 for v in $variants; do
   if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi

@@ -6,7 +6,8 @@
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
 # BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d48side1 ...: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
-# d12race: the d12 race itself; every race case runs BLU_SCALE_MODES, default bf16; largest:
+# d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
+# BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
 # BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
@@ -44,6 +45,13 @@ for c in "${cases[@]}"; do
         --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain \
         --model "${c%side*}" \
         --profile-step 8 --steps 16 --warmup 5 --data synthetic > "$work/$c/log.txt" 2>&1
+      echo "$c rc=$? $(grep -E 'tok/s' "$work/$c/log.txt" | tail -3 | tr '\n' ' ')"
+      continue ;;
+    d[0-9]*gelugrad[01])  # blutrain alone with the GELU backward as the dX GEMM's epilogue off / on
+      mkdir -p "$work/$c"
+      BLUTRAIN_GELU_GRAD_EPILOGUE=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
+        --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain \
+        --model "${c%gelugrad*}" --steps 16 --warmup 5 --data synthetic > "$work/$c/log.txt" 2>&1
       echo "$c rc=$? $(grep -E 'tok/s' "$work/$c/log.txt" | tail -3 | tr '\n' ' ')"
       continue ;;
     largest)  # bench/e2e/largest_model.py: the largest GPT-2-shaped model each framework trains

@@ -739,6 +739,39 @@ TEST(GemmSm90Gpu, EpilogueLoadsAhead) {
   }
 }
 
+// Note [sm90 GELU epilogue]: with the second staging tile (aux_buffer, the ping-pong tile; it rides
+// on epi_ahead) aux is staged there while D is staged in the first, and the D pass starts from the
+// pre-activation the aux pass left in the accumulators. Several units a warpgroup (M = 8000), with
+// and without the bias, alpha 1 and not, GELU with and without aux, an N whose last tile has one
+// pass, bf16, f16 and f32 D: each against float64 (aux too) with the second tile and without, bit for bit.
+TEST(GemmSm90Gpu, GeluAuxSecondTile) {
+  BLU_REQUIRE_SM90(dev);
+  const std::pair<Dtype, Dtype> types[] = {{Dtype::kBF16, Dtype::kBF16}, {Dtype::kF16, Dtype::kF16},
+                                           {Dtype::kBF16, Dtype::kF32}};
+  for (const auto& [ab, cd] : types) {
+    for (int variant = 0; variant < 3; ++variant) {
+      Case c;
+      c.ab = ab; c.cd = cd;
+      c.m = 8000; c.k = 200;
+      c.n = variant == 1 ? 1096 : 1032;
+      c.a_k = true; c.b_k = variant == 2;
+      c.epi = variant == 2 ? Epilogue::kGelu : Epilogue::kBiasGelu;
+      c.aux = variant != 1 || cd != Dtype::kBF16;  // one run without aux
+      c.alpha = variant == 0 ? 1.0f : 0.75f;
+      c.tile = kPingPong64;
+      std::vector<uint8_t> on, off;
+      c.epi_ahead = 1; c.bits = &on;
+      c.check_determinism = true;
+      run_case(c, dev);
+      c.epi_ahead = 0; c.bits = &off;
+      c.check_determinism = false;
+      run_case(c, dev);
+      ASSERT_EQ(on.size(), off.size()) << c.str();
+      EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << "the second tile changed the bits: " << c.str();
+    }
+  }
+}
+
 // Note [sm90 plain epilogue]: the plain pass (alpha 1, no bias) and the lean pass (alpha 1, column
 // bias) store the bits the generic epilogue stores (alpha * acc + bias with alpha 1 is acc + bias),
 // and so does the general pass with alpha 0.5 (an exact product, so no fused-multiply-add question);

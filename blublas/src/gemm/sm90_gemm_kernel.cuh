@@ -118,6 +118,7 @@ struct KernelParams {
   const float* scale_a = nullptr;  // FP8 (Note [FP8 GEMM]): acc *= *scale_a * *scale_b (null = 1)
   const float* scale_b = nullptr;
   int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
+  int aux_buffer = 0;            // GELU's aux staged in the second tile (Note [sm90 GELU epilogue])
 };
 
 // The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
@@ -428,8 +429,9 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
   }
 }
 
-// kWhat: 0 = D without GELU, 1 = aux (pre-activation), 2 = D = gelu(pre), 3 = D = acc (alpha 1, no
-// bias: Note [sm90 plain epilogue]). kLean: with kStagedNone alpha 1 and no per-row bias (pre = acc
+// kWhat: 0 = D without GELU, 1 = aux (pre-activation, also left in acc), 2 = D = gelu(pre), 3 = D =
+// acc (alpha 1, no bias: Note [sm90 plain epilogue]), 4 = D = gelu(acc) after a kWhat 1 pass put
+// the pre-activation in acc (Note [sm90 GELU epilogue]). kLean: with kStagedNone alpha 1 and no per-row bias (pre = acc
 // + column bias); with kStagedC alpha 1 and no bias (D = acc + beta C).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
@@ -451,11 +453,12 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
   const int lane_byte = (lane % 4) * 2 * kEs;  // this lane's first column, bytes into the chunk row
   const int lane_chunk = lane_byte / 16, lane_within = lane_byte % 16;
   // Note [sm90 epilogue bias prefetch]: this pass's column-bias pairs, all loads issued here.
-  constexpr bool kPlain = kWhat == 3;
+  constexpr bool kPlain = kWhat == 3 || kWhat == 4;  // acc is D's value (before GELU for 4)
   constexpr int kGroups = Shape::kPassCols / 8;
   BiasPair<OutT> col_bias[kGroups];
-  // The C-staged lean pass has no bias at all: no prefetch code.
-  const bool per_col = !kPlain && !(kLean && kStaged == kStagedC) && bias != nullptr && p.epi.bias_per_col;
+  // The plain, C-staged lean and GELU-gradient passes have no bias at all: no bias code.
+  constexpr bool kNoBias = kPlain || kStaged == kStagedGeluGradAux || (kLean && kStaged == kStagedC);
+  const bool per_col = !kNoBias && bias != nullptr && p.epi.bias_per_col;
 #pragma unroll
   for (int jj = 0; jj < kGroups; ++jj) {
     col_bias[jj] = BiasPair<OutT>{};
@@ -474,7 +477,7 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       const int r = warp * 16 + lane / 4 + 8 * h;  // row inside the m64 block
       row_addr[h] = stg_addr + static_cast<uint32_t>(mi * Cfg::kPassBoxes * 64 * 128 + r * 128 +
                                                      (((r % 8) ^ lane_chunk) << 4) + lane_within);
-      if (!kPlain && !kLean && bias != nullptr && !p.epi.bias_per_col) {
+      if (!kNoBias && !kLean && bias != nullptr && !p.epi.bias_per_col) {
         const int grow = row_base + mi * 64 + r;
         row_bias[h] = grow < p.m ? to_f32(bias[grow]) : 0.0f;
       }
@@ -509,18 +512,23 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
         } else {
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
-          if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: times gelu'(pre-activation)
-            const float2 av = staged_pair<OutT>(addr);
-            if constexpr (std::is_same_v<OutT, float>) {
-              v0 *= gelu_tanh_grad(av.x);
-              v1 *= gelu_tanh_grad(av.y);
-            } else {  // Note [Fast GELU gradient for 16-bit outputs]
-              v0 *= gelu_tanh_grad_fast(av.x);
-              v1 *= gelu_tanh_grad_fast(av.y);
-            }
+        }
+        if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: D = acc * gelu'(pre-activation)
+          // alpha 1 (tma_store_ok sends other alphas to the generic epilogue): no alpha, no bias.
+          const float2 av = staged_pair<OutT>(addr);
+          if constexpr (std::is_same_v<OutT, float>) {
+            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad(av.x);
+            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad(av.y);
+          } else {  // Note [Fast GELU gradient for 16-bit outputs]
+            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad_fast(av.x);
+            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad_fast(av.y);
           }
         }
-        if constexpr (kWhat == 2) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
+        if constexpr (kWhat == 1) {  // Note [sm90 GELU epilogue]: the D pass starts from pre
+          acc[mi][4 * j + 2 * h] = v0;
+          acc[mi][4 * j + 2 * h + 1] = v1;
+        }
+        if constexpr (kWhat == 2 || kWhat == 4) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
           if constexpr (std::is_same_v<OutT, float>) {
             v0 = gelu_tanh(v0);
             v1 = gelu_tanh(v1);
@@ -655,6 +663,23 @@ __device__ __forceinline__ void staged_pass(const KernelParams& p, int pass, int
 // (one FFMA; the general pass's alpha acc + beta C + 0 + 0 may round beta C separately, so the two
 // can differ in the last bit when beta is not 1).
 
+// Note [sm90 GELU epilogue]
+// Session 30, Nsight Compute source counters on the fc forward with bias + GELU + aux (16384 x
+// 3072 x 768 bf16, 64x256_pp, H200; scripts/device-sass-stalls.sh BLU_SASS_SET=epi): 0.75x
+// cuBLASLt's GELU_AUX_BIAS kernel. Per 128-column pass a thread ran the aux pass (263 SASS
+// instructions: alpha acc + bias + row bias for 64 elements) and then the D pass (765: the same
+// bias arithmetic again, then GELU), 'no instruction' about half the D pass's stall samples, and
+// between the two a wait for the aux store to finish reading the one staging tile (the named
+// barriers after it held ~9% of all samples). Now: the aux pass leaves the pre-activation in acc
+// (kWhat 1) and the D pass applies GELU to it (kWhat 4: no alpha, no bias, no prefetch), with the
+// shorter GELU of Note [Fast GELU for 16-bit outputs]; GELU without aux runs the same two passes
+// without the aux store (one code path, kWhat 2 is no longer instantiated); and where the launch
+// has the second staging tile of Note [sm90 epilogue loads ahead] (the ping-pong tiles) aux is
+// staged there (aux_buffer), so the D pass waits only for the previous pass's D store, long done.
+// Same values as before for aux and D up to the GELU form. The GELU-gradient pass (kGeluGrad,
+// staged aux) likewise multiplies acc without alpha or bias (alpha != 1 takes the generic
+// epilogue: tma_store_ok) and uses the shorter gradient of gelu_fast.h.
+
 // Note [sm90 epilogue variants]
 // The TMA-store epilogue is straight-line code: fully unrolled over the thread's 64-192
 // accumulators, once per output type. What a pass reads from the staging tile (nothing, C, or
@@ -720,21 +745,31 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
       return;
     }
   }
+  // Note [sm90 GELU epilogue]: aux in the second staging tile where the launch has one.
+  uint8_t* pre_stg = stg;
+  if constexpr (!kLoads && Cfg::kEpiAhead) {
+    if (aux && p.aux_buffer) pre_stg = ahead;
+  }
+  const bool two_tiles = pre_stg != stg;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (col_base + pass * kPassCols >= p.n) break;  // uniform across the warpgroup
     if constexpr (!kLoads) {
-      if (aux) {
-        if (t == 0) bulk_wait_read<0>();
+      if (gelu) {  // the pre-activation into acc, and to aux when it is wanted
+        // With two tiles the newest store group is the other tile's (D of the last pass).
+        if (t == 0) two_tiles ? bulk_wait_read<1>() : bulk_wait_read<0>();
         named_barrier_sync(1 + c, 128);
         float aux_amax = 0.0f;  // amax is of D, not of the pre-activation
-        stage_pass<Cfg, OutT, 1, kStagedNone>(p, pass, row_base, col_base, stg, acc, aux_amax);
-        fence_proxy_async_smem();
-        named_barrier_sync(1 + c, 128);
-        if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, stg);
+        stage_pass<Cfg, OutT, 1, kStagedNone>(p, pass, row_base, col_base, pre_stg, acc, aux_amax);
+        if (aux) {
+          fence_proxy_async_smem();
+          named_barrier_sync(1 + c, 128);
+          if (t == 0) store_pass<Cfg, OutT>(p, map_aux, pass, row_base, col_base, w.batch, pre_stg);
+        }
       }
     }
-    if (t == 0) bulk_wait_read<0>();
+    // With two tiles the newest store group is this pass's aux, in the other tile.
+    if (t == 0) two_tiles ? bulk_wait_read<1>() : bulk_wait_read<0>();
     named_barrier_sync(1 + c, 128);
     if constexpr (kLoads) {
       if (t == 0) load_c_pass<Cfg, OutT>(p, load_map, pass, row_base, col_base, w.batch, stg, cbar);
@@ -744,8 +779,8 @@ __device__ __forceinline__ void consumer_epilogue_tma(const KernelParams& p, con
     } else {
       if (plain) {  // Note [sm90 plain epilogue]
         stage_pass<Cfg, OutT, 3, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
-      } else if (gelu) {  // GELU's own arithmetic dominates: no lean variant (code size)
-        stage_pass<Cfg, OutT, 2, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
+      } else if (gelu) {  // acc holds the pre-activation (Note [sm90 GELU epilogue])
+        stage_pass<Cfg, OutT, 4, kStagedNone>(p, pass, row_base, col_base, stg, acc, amax);
       } else if (lean) {
         if constexpr (Cfg::kConsumers < 3) {
           stage_pass<Cfg, OutT, 0, kStagedNone, true>(p, pass, row_base, col_base, stg, acc, amax);

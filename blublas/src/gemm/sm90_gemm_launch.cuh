@@ -65,7 +65,10 @@ inline bool tma_store_ok(const GemmProblem& p, int splits, bool c_through_tma, b
   const bool gelu_grad = p.epilogue == Epilogue::kGeluGrad;
   if (splits > 1) return false;
   // loads_ok: the tile compiles the staged loads (not the 3-consumer 192x192 one).
-  if (gelu_grad && (!c_through_tma || !loads_ok || p.beta != 0.0f || p.aux == nullptr)) return false;
+  // The staged GELU-gradient pass multiplies acc itself: alpha 1 only (Note [sm90 GELU epilogue]).
+  if (gelu_grad && (!c_through_tma || !loads_ok || p.beta != 0.0f || p.alpha != 1.0f || p.aux == nullptr)) {
+    return false;
+  }
   if (p.beta != 0.0f && (gelu || !c_through_tma || !loads_ok)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(p.cd_type));
   // TMA clips stores at 16-byte granularity along the row (Note [sm90 TMA-store epilogue]).
@@ -171,12 +174,16 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     // Note [sm90 epilogue loads ahead]: C / aux loaded at the unit's start, where the tile has
     // room for the second staging tile and the device allows the larger launch.
     const bool loads = kp.epi.c != nullptr || p.epilogue == Epilogue::kGeluGrad;
-    kp.epi_ahead = Cfg::kEpiAhead && args.epi_ahead && loads && Cfg::kSmemBytesAhead <= args.max_smem_optin ? 1 : 0;
+    const bool second_tile = Cfg::kEpiAhead && args.epi_ahead && Cfg::kSmemBytesAhead <= args.max_smem_optin;
+    kp.epi_ahead = second_tile && loads ? 1 : 0;
+    // Note [sm90 GELU epilogue]: the same second tile holds GELU's aux while D is staged.
+    const bool gelu = p.epilogue == Epilogue::kBiasGelu || p.epilogue == Epilogue::kGelu;
+    kp.aux_buffer = second_tile && gelu && kp.epi.aux != nullptr ? 1 : 0;
     // Note [sm90 epilogue bias prefetch]: pair loads of the bias need it aligned to a pair.
     kp.bias_pairs = reinterpret_cast<std::uintptr_t>(kp.epi.bias) % (2 * dtype_size(p.cd_type)) == 0 ? 1 : 0;
   }
   auto kernel = sm90_gemm_kernel<Cfg>;
-  const int smem_bytes = kp.epi_ahead ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
+  const int smem_bytes = kp.epi_ahead || kp.aux_buffer ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
   // The kernel's limit is one value whatever this launch needs: launches of the same kernel
   // from other host threads (or other graph nodes) may need the larger size, and lowering the
   // limit under them would fail their launch.
