@@ -778,6 +778,56 @@ TEST(GemmProperty, Sm90WorkUnitsCoverEveryTileOnce) {
   }
 }
 
+// Note [sm90 fused bias gradient]: which problems the kernel sums kBiasGradA for, and that every
+// work unit of those starts its k-range on a 128-k chunk (the kernel's precondition: a chunk's two
+// k-blocks in one unit), checked with the kernel's own decode_unit over random splits.
+TEST(GemmProperty, Sm90FusedBiasGradPreconditions) {
+  using T = sm90::Sm90Tile;
+  blublas::gemm_detail::GemmProblem p;
+  p.m = 768; p.n = 3072; p.k = 16384; p.batch = 1;
+  p.ab_type = p.b_type = Dtype::kBF16; p.cd_type = Dtype::kF32;
+  p.a_k_major = false;
+  p.epilogue = Epilogue::kBiasGradA;
+  for (T t : {T::k128x128_1c, T::k128x256_2c, T::k128x128_2c, T::k64x256_pp, T::k192x192_3c}) {
+    EXPECT_TRUE(sm90::sm90_fuses_bias_grad(p, t, 1, false)) << sm90::sm90_tile_name(t);
+  }
+  EXPECT_FALSE(sm90::sm90_fuses_bias_grad(p, T::k128x256_2c_cl2, 1, false));  // cluster multicast
+  EXPECT_FALSE(sm90::sm90_fuses_bias_grad(p, T::k128x128_2c, 1, true));       // K-major A: "row" pass
+  blublas::gemm_detail::GemmProblem q = p;
+  q.epilogue = Epilogue::kBiasGradB;
+  EXPECT_FALSE(sm90::sm90_fuses_bias_grad(q, T::k128x128_2c, 1, false));
+  q = p;
+  q.batch = 2;
+  EXPECT_FALSE(sm90::sm90_fuses_bias_grad(q, T::k128x128_2c, 1, false));
+  q = p;
+  q.ab_type = q.b_type = Dtype::kF32;
+  EXPECT_FALSE(sm90::sm90_fuses_bias_grad(q, T::k128x128_2c, 1, false));  // tf32: 32-deep stages
+  q = p;
+  q.ab_type = q.b_type = Dtype::kF16;
+  EXPECT_TRUE(sm90::sm90_fuses_bias_grad(q, T::k128x128_2c, 1, false));
+  // Splits: fused exactly when every unit's first k-block is even.
+  uint64_t rng = 30;
+  int fused = 0, separate = 0;
+  for (int t = 0; t < 3000; ++t) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    q = p;
+    q.k = 1 + static_cast<int>((rng >> 33) % 5000);
+    UnitParams u;
+    u.tiles_m = 3; u.tiles_n = 2; u.batch = 1; u.group_m = 8;
+    u.kblocks = (q.k + 63) / 64;
+    u.splits = 1 + static_cast<int>((rng >> 20) % static_cast<uint64_t>(std::min(16, u.kblocks)));
+    bool all_even = true;
+    for (int unit = 0; unit < u.tiles_m * u.tiles_n * u.splits; ++unit) {
+      all_even = all_even && sm90::decode_unit(u, unit).kb0 % 2 == 0;
+    }
+    const bool f = sm90::sm90_fuses_bias_grad(q, T::k128x128_2c, u.splits, false);
+    EXPECT_EQ(f, all_even) << "k " << q.k << " splits " << u.splits;
+    (f ? fused : separate) += 1;
+  }
+  EXPECT_GT(fused, 300);
+  EXPECT_GT(separate, 300);
+}
+
 TEST(GemmProperty, RepackedOperandLayout) {
   for (Dtype t : {Dtype::kF32, Dtype::kBF16, Dtype::kF16}) {
     const int64_t per16 = 16 / static_cast<int64_t>(blublas::dtype_size(t));

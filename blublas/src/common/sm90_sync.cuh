@@ -37,11 +37,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 #endif
 }
 
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+__device__ __forceinline__ void mbar_arrive_u32(uint32_t addr) {
 #if BLUBLAS_SM90_ENABLED
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
 #endif
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive_u32(smem_u32(bar)); }
 
 // One arrival for the whole warp, made by lane 0 after every lane's earlier shared-memory reads
 // (Note [Warp arrivals on empty barriers]). Call it warp-uniformly.

@@ -27,7 +27,7 @@ constexpr int kRowWarpsPerBlock = 8;  // "row" layout: one warp per (r, chunk)
 // "col" layout: k per chunk. 128 (was 512): the bf16 GPT-2 bias gradients (768 .. 3072 columns
 // of 16384 rows, 256 columns a block) had 96 .. 384 blocks, under one per SM for the 768-wide
 // ones: 2.1 ms of the d12 step for ~2.7 GB (1.3 TB/s, side stream off, H100, session 10).
-constexpr int kColChunkK = 128;
+constexpr int kColChunkK = kBiasGradColChunkK;
 constexpr int kColWarps = 8, kColUnroll = 8;
 
 // Sum of x[r*ld + k], k in [k0, k1), by one warp: lane-strided partial sums, then a fixed tree.
@@ -244,11 +244,13 @@ Status bias_grad_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
     case Dtype::kE5M2:  // validate() keeps FP8 away from the bias-gradient epilogues
       return Status(StatusCode::kNotSupported, "gemm bias_grad: FP8 operands");
   }
-  if (chunks > 1) {
-    bias_grad_chunk_sum_kernel<<<(v.rows + 255) / 256, 256, 0, stream>>>(target, chunks, v.rows,
-                                                                         p.bias_grad);
-    BLUBLAS_KERNEL_LAUNCH_CHECK("bias_grad_chunk_sum_kernel");
-  }
+  if (chunks > 1) BLUBLAS_RETURN_IF_ERROR(bias_grad_finish(target, chunks, v.rows, p.bias_grad, stream));
+  return Status::success();
+}
+
+Status bias_grad_finish(const float* partial, int chunks, int rows, float* out, cudaStream_t stream) {
+  bias_grad_chunk_sum_kernel<<<(rows + 255) / 256, 256, 0, stream>>>(partial, chunks, rows, out);
+  BLUBLAS_KERNEL_LAUNCH_CHECK("bias_grad_chunk_sum_kernel");
   return Status::success();
 }
 

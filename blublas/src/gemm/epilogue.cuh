@@ -301,5 +301,12 @@ __device__ __forceinline__ void amax_warp_commit(float* amax, float m) {
 std::size_t bias_grad_workspace_bytes(const GemmProblem& p, const DeviceInfo& dev);
 Status bias_grad_run(const GemmProblem& p, const DeviceInfo& dev, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream);
+// The "col" layout's chunk of reduced elements (Note [Fixed-order bias-gradient reduction]); the
+// sm90 kernel's fused bias gradient sums the same chunks (Note [sm90 fused bias gradient]).
+inline constexpr int kBiasGradColChunkK = 128;
+inline int bias_grad_col_chunks(int k) { return (k + kBiasGradColChunkK - 1) / kBiasGradColChunkK; }
+// out[r] = sum over chunks c, in order, of partial[c * rows + r]: the pass's second kernel, for a
+// path that wrote the chunk partials itself.
+Status bias_grad_finish(const float* partial, int chunks, int rows, float* out, cudaStream_t stream);
 
 }  // namespace blublas::gemm_detail

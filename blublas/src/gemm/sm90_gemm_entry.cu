@@ -11,7 +11,8 @@
 //   An MN-major tf32 operand is first transposed into the workspace (Note [tf32 operand plan]),
 //   so only its K-major copy meets TMA and the original may have any alignment.
 // - Every epilogue: per-element ones in the kernel (or in the split-K reduction), bias gradients
-//   through the shared deterministic pass (bias_grad_run, epilogue.cuh).
+//   through the shared deterministic pass (bias_grad_run, epilogue.cuh), except kBiasGradA of an
+//   MN-major 16-bit A, which the kernel sums to the same bits (Note [sm90 fused bias gradient]).
 //
 // Note [tf32 operand plan]
 // tf32 wgmma has no transpose bits, so both operands must sit K-major in shared memory. An
@@ -302,6 +303,20 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;
   }
+  // Note [sm90 fused bias gradient]: kBiasGradA summed by the kernel where its tiles allow, every
+  // split boundary on a 128-k chunk boundary (two 64-deep k-blocks), and not switched off.
+  const int bg_chunks = bias_grad_col_chunks(p.k);
+  bool fused_bgrad = force.fused_bias_grad != 0 && sm90_fuses_bias_grad(p, plan.tile, plan.splits, args.a_k_major);
+  if (fused_bgrad && force.fused_bias_grad < 0) {
+    const char* env = std::getenv("BLUBLAS_SM90_FUSED_BGRAD");
+    fused_bgrad = !(env != nullptr && std::strcmp(env, "0") == 0);
+  }
+  if (fused_bgrad) {
+    BLUBLAS_CHECK(bg_chunks == 1 || ws.bias_grad != WorkspaceLayout::npos, StatusCode::kNotSupported,
+                  "sm90_wgmma: no workspace for the fused bias gradient's ", bg_chunks, " chunks");
+    args.bgrad = bg_chunks > 1 ? reinterpret_cast<float*>(wsb + ws.bias_grad) : p.bias_grad;
+    args.bgrad_chunked = bg_chunks > 1;
+  }
   const LaunchFn launch =
       find_launcher(p.ab_type, p.b_type, plan.tile, args.a_k_major, args.b_k_major);
   BLUBLAS_CHECK(launch != nullptr, StatusCode::kNotSupported, "sm90_wgmma: no kernel for a=",
@@ -312,7 +327,11 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
   if (plan.splits > 1) {
     BLUBLAS_RETURN_IF_ERROR(splitk_reduce(p, args.partial, args.partial_ld, plan.splits, stream));
   }
-  if (epilogue_is_bias_grad(p.epilogue)) {
+  if (fused_bgrad) {
+    if (bg_chunks > 1) {
+      BLUBLAS_RETURN_IF_ERROR(bias_grad_finish(args.bgrad, bg_chunks, p.m, p.bias_grad, stream));
+    }
+  } else if (epilogue_is_bias_grad(p.epilogue)) {
     const std::size_t bg_bytes = ws.bias_grad == WorkspaceLayout::npos ? 0 : ws.total - ws.bias_grad;
     void* bg = ws.bias_grad == WorkspaceLayout::npos ? nullptr : wsb + ws.bias_grad;
     BLUBLAS_RETURN_IF_ERROR(bias_grad_run(p, dev, bg, bg_bytes, stream));

@@ -119,6 +119,8 @@ struct KernelParams {
   const float* scale_b = nullptr;
   int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
   int aux_buffer = 0;            // GELU's aux staged in the second tile (Note [sm90 GELU epilogue])
+  float* bgrad = nullptr;        // kBiasGradA summed from A's stages (Note [sm90 fused bias gradient])
+  int bgrad_chunked = 0;         // bgrad holds [chunk][m] partials (else the m sums themselves)
 };
 
 // The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
@@ -174,11 +176,20 @@ struct KernelConfig {
       (kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytesAhead = 1024 + kAheadOffset + kStagingBytes;
   static constexpr bool kEpiAhead = kPingPong && kSmemBytesAhead <= 232448;
-  // Registers after setmaxnreg (only with two or more consumer warpgroups). The register file
-  // (64K) must hold 128 * (kProducerRegs + kConsumers * kConsumerRegs): 2 consumers 232 (128
-  // accumulators of m64n256), 3 consumers 152 (96 of m64n192; Note [sm90 192x192 tile]).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumers >= 3 ? 152 : kConsumers == 2 ? 232 : 0;
+  // Registers after setmaxnreg (only with two or more consumer warpgroups). setmaxnreg moves
+  // registers within the CTA's launch allocation, kThreads x the per-thread count ptxas gives
+  // under __launch_bounds__(kThreads, 1) (65536 / kThreads rounded down to 8: 168 at 384
+  // threads, 128 at 512), not the whole 64K file: an .inc beyond it waits forever. So 128 *
+  // (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs: 2 consumers 232 (128
+  // accumulators of m64n256) + 40, 3 consumers 152 (96 of m64n192; Note [sm90 192x192 tile]) + 56.
+  // Note [sm90 fused bias gradient]: idle producer warps sum A's MN-major 16-bit stages, one warp
+  // per 64-row panel (warps 1..3 of the producer warpgroup); their 16 partial sums spilled at 40
+  // registers, so those kernels give the producer warpgroup 56, the two consumers 224 (56 + 2 x
+  // 224 = 504 = 384 x 168 / 128; ptxas: no spills at 224 in the 2-consumer kernels).
+  static constexpr bool kFusedBiasGrad = !kAKMajor && kCluster == 1 && kElemBytes == 2 && !kFp8 && BM <= 192;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegs = kFusedBiasGrad ? 56 : 40;
+  static constexpr int kConsumerRegs = kConsumers >= 3 ? 152 : kConsumers == 2 ? (kFusedBiasGrad ? 224 : 232) : 0;
 
   static_assert(kWgM % 64 == 0 && kMI >= 1, "BM must be a multiple of 64 * kConsumers");
   static_assert(!kPingPong || (kConsumers == 2 && kCluster == 1),
@@ -197,8 +208,8 @@ struct KernelConfig {
            (out_type == 2 && std::is_same_v<In, InF16>);
   }
   static_assert(kSmemBytes <= 232448, "shared memory above the sm_90 opt-in limit");
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536 || kConsumers < 2,
-                "setmaxnreg budget above the register file");
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs || kConsumers < 2,
+                "setmaxnreg budget above the CTA's launch allocation (an .inc would wait forever)");
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN: 64, 128, 192 or 256");
   static_assert(BM <= 256 && BN <= 256, "TMA boxes are at most 256 rows");
   static_assert(!(std::is_same_v<In, InTf32> || kFp8) || (kAKMajor && kBKMajor),
@@ -869,6 +880,93 @@ __device__ __forceinline__ void issue_loads_ahead(const KernelParams& p, const W
   }
 }
 
+// Note [sm90 fused bias gradient]
+// kBiasGradA (bias_grad[i] = sum_k A'(i, k): the dW GEMM's bias gradient, A' = dY^T MN-major) ran
+// as a separate pass over dY (bias_grad_reduce.cu) after the GEMM had already brought every A tile
+// into shared memory: at d48 13.3 + 1.4 ms of a 377 ms bf16 step (H200, session 30), where
+// cuBLASLt's dW kernels fuse it. Now, for MN-major 16-bit A without a cluster, warps 1..BM/64 of
+// the producer warpgroup (idle: one thread issues the TMA loads) each take one 64-row panel of
+// every A stage: they wait for the stage like a consumer, sum it when the unit is the first column
+// tile of its row block (tn == 0), and arrive on the stage's empty barrier (its count includes
+// them), so the stage is not refilled under them. The sums reproduce the separate pass's bits
+// exactly (Note [Fixed-order bias-gradient reduction], "col" layout): chunks of
+// kBiasGradColChunkK = 128 k = two 64-deep stages; in a chunk, class c = k % 8 is summed in k
+// order from +0 (the separate kernel's warp c), then the 8 class sums in class order from +0; the
+// chunks land in [chunk][m] partials for bias_grad_finish (or in bias_grad itself with one chunk).
+// TMA's zero fill past K adds +0.0, which changes no sum (a sum that starts at +0 is never -0).
+// Each lane takes two adjacent rows (one 32-bit shared load per k: conflict-free, the 128B
+// swizzle keeps a row's 16-byte chunks in one 128-byte line). The entry fuses only when every
+// split boundary falls on a chunk boundary (sm90_gemm_entry.cu).
+template <class Cfg>
+__device__ __forceinline__ void bias_grad_warp(const KernelParams& p, const uint8_t* smem_a,
+                                               uint64_t* full, uint64_t* empty, int first_unit,
+                                               int unit_step, int panel, int lane) {
+  static_assert(Cfg::BK == 64, "two 64-deep stages per 128-k chunk");
+  const uint32_t a_lane = smem_u32(smem_a) + static_cast<uint32_t>(panel * Cfg::BK * 128 + (lane % 4) * 4);
+  const uint32_t lane_chunk = static_cast<uint32_t>(lane / 4);
+  // 32-bit shared addresses of the barriers: at 48 registers a thread, 64-bit pointers spilled.
+  const uint32_t full_u = smem_u32(full), empty_u = smem_u32(empty);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int u = first_unit; u < p.num_units; u += unit_step) {
+    const WorkUnit w = decode_unit(p, u);
+    const int r0 = w.tm * Cfg::BM + panel * 64 + 2 * lane;
+    float part[8][2] = {};
+    for (int kb = w.kb0; kb < w.kb1; ++kb) {
+      mbar_wait_u32(full_u + 8u * static_cast<uint32_t>(stage), phase);
+      // Chunk c of a row block is summed by its column tile c % tiles_n: the work is spread over
+      // the row block's units (one tile summing every chunk held its stages 2-4x as long).
+      if ((kb >> 1) % p.tiles_n == w.tn) {
+        if ((kb & 1) == 0) {
+#pragma unroll
+          for (int c = 0; c < 8; ++c) part[c][0] = part[c][1] = 0.0f;
+        }
+        const uint32_t tile = a_lane + static_cast<uint32_t>(stage * Cfg::kABytes);
+        // Class by class (each in k order, as the separate pass sums it), a class's eight rows
+        // loaded together (eight loads in flight; every class at once spilled).
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {  // rows c, c + 8, ...: their 16-byte chunks XORed with c
+          const uint32_t base = tile + static_cast<uint32_t>(c * 128) + ((lane_chunk ^ static_cast<uint32_t>(c)) << 4);
+          uint32_t v[Cfg::BK / 8];
+#pragma unroll
+          for (int i = 0; i < Cfg::BK / 8; ++i) v[i] = ld_shared_b32(base + static_cast<uint32_t>(i * 8 * 128));
+          float s0 = part[c][0], s1 = part[c][1];
+#pragma unroll
+          for (int i = 0; i < Cfg::BK / 8; ++i) {
+            float2 f;
+            if constexpr (std::is_same_v<typename Cfg::In, InBf16>) {
+              f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
+            } else {
+              f = __half22float2(*reinterpret_cast<const __half2*>(&v[i]));
+            }
+            s0 += f.x;
+            s1 += f.y;
+          }
+          part[c][0] = s0;
+          part[c][1] = s1;
+        }
+        if ((kb & 1) == 1 || kb + 1 == p.kblocks) {  // a chunk is complete
+          float t0 = 0.0f, t1 = 0.0f;
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            t0 += part[c][0];
+            t1 += part[c][1];
+          }
+          float* out = p.bgrad + (p.bgrad_chunked ? static_cast<int64_t>(kb >> 1) * p.m : 0);
+          if (r0 < p.m) out[r0] = t0;
+          if (r0 + 1 < p.m) out[r0 + 1] = t1;
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive_u32(empty_u + 8u * static_cast<uint32_t>(stage));
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
 // A consumer warp's release of a stage: the local empty barrier, and the peer's with a cluster.
 template <class Cfg>
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) {
@@ -906,11 +1004,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // warpgroup-uniform and applies the setmaxnreg register limits per branch.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid_in_wg = threadIdx.x % 128;
+  // Note [sm90 fused bias gradient]: these warps also release every stage.
+  const int bgrad_warps = Cfg::kFusedBiasGrad && p.bgrad != nullptr ? BM / 64 : 0;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 4 * Cfg::kStageReaders * Cfg::kCluster);
+      mbar_init(&empty[s], 4 * Cfg::kStageReaders * Cfg::kCluster + bgrad_warps);
     }
     mbar_init(&order[0], 1);
     mbar_init(&order[1], 1);
@@ -990,6 +1090,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             phase ^= 1;
           }
         }
+      }
+    } else if constexpr (Cfg::kFusedBiasGrad) {
+      const int warp = tid_in_wg / 32;
+      if (warp >= 1 && warp <= bgrad_warps) {
+        bias_grad_warp<Cfg>(p, smem_a, full, empty, first_unit, unit_step, warp - 1, tid_in_wg % 32);
       }
     }
   } else {

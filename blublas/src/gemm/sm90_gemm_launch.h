@@ -46,7 +46,16 @@ struct LaunchArgs {
   bool generic_epilogue = false;   // force the staged generic epilogue (tests / debugging)
   bool c_through_tma = false;      // beta != 0 may take the TMA-store epilogue (Note [sm90 C through TMA])
   bool epi_ahead = true;           // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
+  // kBiasGradA summed inside the kernel (Note [sm90 fused bias gradient]): [chunk][m] partials
+  // (bgrad_chunked) or the m sums; null: the separate pass. Only where sm90_fuses_bias_grad.
+  float* bgrad = nullptr;
+  bool bgrad_chunked = false;
 };
+
+// Whether the kernel sums p's kBiasGradA itself (Note [sm90 fused bias gradient]): the tile's
+// kernels have it (KernelConfig::kFusedBiasGrad: MN-major 16-bit A, no cluster), one batch, and
+// every split boundary on a 128-k chunk boundary. Host only, no CUDA (CPU-tested).
+bool sm90_fuses_bias_grad(const GemmProblem& p, Sm90Tile tile, int splits, bool a_k_major);
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);
 

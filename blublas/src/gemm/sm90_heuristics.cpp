@@ -98,6 +98,18 @@ int splits_from_env() {
 
 }  // namespace
 
+bool sm90_fuses_bias_grad(const GemmProblem& p, Sm90Tile tile, int splits, bool a_k_major) {
+  if (p.epilogue != Epilogue::kBiasGradA || p.batch != 1 || a_k_major) return false;
+  if (tile == Sm90Tile::k128x256_2c_cl2 || (p.ab_type != Dtype::kBF16 && p.ab_type != Dtype::kF16)) return false;
+  // A unit's k-blocks are [s * kblocks / splits, (s + 1) * kblocks / splits) (sm90_work_units.h);
+  // a chunk is two 64-deep k-blocks, so every inner boundary must be even.
+  const int kblocks = (p.k + 63) / 64;
+  for (int s = 1; s < splits; ++s) {
+    if ((static_cast<int64_t>(s) * kblocks / splits) % 2 != 0) return false;
+  }
+  return true;
+}
+
 bool sm90_tile_compiled(Sm90Tile t, Dtype ab_type) {
   if (t == Sm90Tile::kCount) return false;
   if (dtype_is_fp8(ab_type)) {

@@ -31,6 +31,8 @@ struct Sm90Override {
   bool generic_epilogue = false;  // never the TMA-store epilogue
   int c_through_tma = -1;         // beta != 0 on the TMA-store epilogue: -1 default (on), 0 off, 1 on
   int epi_ahead = -1;             // C / aux loads ahead: -1 default (on), 0 off, 1 on
+  int fused_bias_grad = -1;       // kBiasGradA in the kernel: -1 default (on unless
+                                  // BLUBLAS_SM90_FUSED_BGRAD=0), 0 off, 1 on where it applies
 };
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);

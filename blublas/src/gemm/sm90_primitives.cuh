@@ -31,6 +31,7 @@ namespace blublas::gemm_detail::sm90 {
 using sm90_sync::cluster_cta_rank;
 using sm90_sync::fence_proxy_async_smem;
 using sm90_sync::mbar_arrive;
+using sm90_sync::mbar_arrive_u32;
 using sm90_sync::mbar_arrive_warp;
 using sm90_sync::mbar_arrive_expect_tx;
 using sm90_sync::mbar_init;
@@ -49,9 +50,9 @@ __device__ __forceinline__ void mbar_fence_init() {
 // 0: waiting for parity 1 returns at once (the "previous" phase counts as complete), waiting for
 // parity 0 blocks until the first phase completes. (No watchdog/__trap here: a trap in this loop
 // made ptxas spill in the 2-consumer kernels.)
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+// By 32-bit shared address (a warp short of registers keeps these rather than 64-bit pointers).
+__device__ __forceinline__ void mbar_wait_u32(uint32_t addr, uint32_t parity) {
 #if BLUBLAS_SM90A_ENABLED
-  const uint32_t addr = smem_u32(bar);
   uint32_t done = 0;
   do {
     asm volatile(
@@ -66,6 +67,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 #endif
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait_u32(smem_u32(bar), parity); }
 
 // ---- TMA ----------------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
