@@ -405,6 +405,20 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   }
 }
 
+// c with the second staging tile (epi_ahead: C / aux loads ahead, GELU's aux buffer) and without,
+// each against float64 (run_case), the first twice; D bit for bit the same.
+void expect_epi_ahead_keeps_the_bits(Case c, const blublas::DeviceInfo& dev, const char* what) {
+  std::vector<uint8_t> on, off;
+  c.epi_ahead = 1; c.bits = &on;
+  c.check_determinism = true;
+  run_case(c, dev);
+  c.epi_ahead = 0; c.bits = &off;
+  c.check_determinism = false;
+  run_case(c, dev);
+  ASSERT_EQ(on.size(), off.size()) << c.str();
+  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << what << ": " << c.str();
+}
+
 constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
 constexpr int kWide = static_cast<int>(sm90::Sm90Tile::k128x256_2c);
 constexpr int kNarrow = static_cast<int>(sm90::Sm90Tile::k128x128_2c);
@@ -736,15 +750,7 @@ TEST(GemmSm90Gpu, EpilogueLoadsAhead) {
       c.beta = variant == 0 ? 0.0f : variant == 2 ? -0.5f : 1.0f;
       c.c_in_place = variant == 1 || variant == 3;
       c.tile = kPingPong64;
-      std::vector<uint8_t> on, off;
-      c.epi_ahead = 1; c.bits = &on;
-      c.check_determinism = true;
-      run_case(c, dev);
-      c.epi_ahead = 0; c.bits = &off;
-      c.check_determinism = false;
-      run_case(c, dev);
-      ASSERT_EQ(on.size(), off.size()) << c.str();
-      EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << "loads ahead changed the bits: " << c.str();
+      expect_epi_ahead_keeps_the_bits(c, dev, "loads ahead changed the bits");
     }
   }
 }
@@ -820,15 +826,7 @@ TEST(GemmSm90Gpu, GeluAuxSecondTile) {
       c.aux = variant != 1 || cd != Dtype::kBF16;  // one run without aux
       c.alpha = variant == 0 ? 1.0f : 0.75f;
       c.tile = kPingPong64;
-      std::vector<uint8_t> on, off;
-      c.epi_ahead = 1; c.bits = &on;
-      c.check_determinism = true;
-      run_case(c, dev);
-      c.epi_ahead = 0; c.bits = &off;
-      c.check_determinism = false;
-      run_case(c, dev);
-      ASSERT_EQ(on.size(), off.size()) << c.str();
-      EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << "the second tile changed the bits: " << c.str();
+      expect_epi_ahead_keeps_the_bits(c, dev, "the second tile changed the bits");
     }
   }
 }
