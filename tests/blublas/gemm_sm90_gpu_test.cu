@@ -405,18 +405,27 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   }
 }
 
-// c with the second staging tile (epi_ahead: C / aux loads ahead, GELU's aux buffer) and without,
-// each against float64 (run_case), the first twice; D bit for bit the same.
+// `on` and `off` (one switch apart), each against float64 (run_case), `on` twice; the bytes that
+// `field` captures (D's or the bias gradient's) bit for bit the same.
+void expect_same_bits(Case on, Case off, std::vector<uint8_t>* Case::*field,
+                      const blublas::DeviceInfo& dev, const char* what) {
+  std::vector<uint8_t> a, b;
+  on.*field = &a;
+  on.check_determinism = true;
+  run_case(on, dev);
+  off.*field = &b;
+  off.check_determinism = false;
+  run_case(off, dev);
+  ASSERT_EQ(a.size(), b.size()) << on.str();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << what << ": " << on.str();
+}
+
+// c with the second staging tile (epi_ahead: C / aux loads ahead, GELU's aux buffer) and without.
 void expect_epi_ahead_keeps_the_bits(Case c, const blublas::DeviceInfo& dev, const char* what) {
-  std::vector<uint8_t> on, off;
-  c.epi_ahead = 1; c.bits = &on;
-  c.check_determinism = true;
-  run_case(c, dev);
-  c.epi_ahead = 0; c.bits = &off;
-  c.check_determinism = false;
-  run_case(c, dev);
-  ASSERT_EQ(on.size(), off.size()) << c.str();
-  EXPECT_EQ(std::memcmp(on.data(), off.data(), on.size()), 0) << what << ": " << c.str();
+  Case off = c;
+  c.epi_ahead = 1;
+  off.epi_ahead = 0;
+  expect_same_bits(c, off, &Case::bits, dev, what);
 }
 
 constexpr int kSimple = static_cast<int>(sm90::Sm90Tile::k128x128_1c);
@@ -791,16 +800,10 @@ TEST(GemmSm90Gpu, FusedBiasGradKeepsTheBits) {
           EXPECT_EQ(sm90::sm90_fuses_bias_grad(q, static_cast<sm90::Sm90Tile>(tile), sh.splits, false), even)
               << c.str();
         }
-        std::vector<uint8_t> fused, separate;
-        c.fused_bias_grad = 1; c.bgrad_bits = &fused;
-        c.check_determinism = true;
-        run_case(c, dev);
-        c.fused_bias_grad = 0; c.bgrad_bits = &separate;
-        c.check_determinism = false;
-        run_case(c, dev);
-        ASSERT_EQ(fused.size(), separate.size()) << c.str();
-        EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size()), 0)
-            << "the fused bias gradient differs from the separate pass: " << c.str();
+        Case separate = c;
+        c.fused_bias_grad = 1;
+        separate.fused_bias_grad = 0;
+        expect_same_bits(c, separate, &Case::bgrad_bits, dev, "the fused bias gradient differs from the separate pass");
       }
     }
   }
