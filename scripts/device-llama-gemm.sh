@@ -9,7 +9,8 @@
 # (the tiles are the sm90 16-bit ones). BLU_LG_NCU="name ..." then runs scripts/ncu-hot.sh on those
 # rows of its table (reports under $OUT/ncu). BLU_LG_SET="llama gpt2" (default llama): the shape
 # sets (gpt2: the GPT-2 124M forward / dX / dW set, B*T = 16384; d24 / d36 / d48: the same at
-# C = 1024 / 1280 / 1600; gpt2epi: the trainer's fused-epilogue GEMMs; BLU_LG_SWAP=1 adds each
+# C = 1024 / 1280 / 1600; gpt2epi: the trainer's fused-epilogue GEMMs, the dW ones with the bias
+# gradient fused and (rows *_sep) through the separate pass; BLU_LG_SWAP=1 adds each
 # GPT-2 shape's transposed problem). BLU_LG_TESTS=1 first builds and
 # runs the sm90 GEMM GPU tests and the random-problem property test (BLU_GEMM_PROPERTY_CASES).
 # BLU_LG_VARIANTS="auto,192x192_3c,...": instead of one process per tile, each shape once with
@@ -78,7 +79,15 @@ for set in ${BLU_LG_SET:-llama}; do
                "attn_proj_fwd_bias;--m=16384 --n=768 --k=768 --op_a=n --op_b=t --epilogue=bias"
                "fc_fwd_bias_gelu;--m=16384 --n=3072 --k=768 --op_a=n --op_b=t --epilogue=bias_gelu"
                "fc_proj_fwd_bias;--m=16384 --n=768 --k=3072 --op_a=n --op_b=t --epilogue=bias"
-               "fc_proj_dx_gelu_grad;--m=16384 --n=3072 --k=768 --op_a=n --op_b=n --epilogue=gelu_grad") ;;
+               "fc_proj_dx_gelu_grad;--m=16384 --n=3072 --k=768 --op_a=n --op_b=n --epilogue=gelu_grad")
+      # The dW GEMMs with the bias gradient (f32 D, as the trainer), fused in the sm90 kernel and,
+      # the "_sep" rows, through the separate pass (Note [sm90 fused bias gradient]).
+      for sh in "qkv;2304;768" "attn_proj;768;768" "fc;3072;768" "fc_proj;768;3072"; do
+        IFS=';' read -r nm out in <<< "$sh"
+        for v in "" _sep; do
+          shapes+=("${nm}_dw_bgrad$v;--m=$out --n=$in --k=16384 --op_a=t --op_b=n --out=f32 --epilogue=bgrada")
+        done
+      done ;;
     *) shapes+=("${llama_shapes[@]}") ;;
   esac
 done
@@ -94,8 +103,9 @@ if [ -n "${BLU_LG_VARIANTS:-}" ]; then
       for s in "${shapes[@]}"; do
         name=${s%%;*}; args=${s#*;}
         f="$out/prof/${dt}_${name}_variants.txt"
+        envs=(BLUBLAS_SM90_LOG=1); [[ $name == *_sep ]] && envs+=(BLUBLAS_SM90_FUSED_BGRAD=0)
         # shellcheck disable=SC2086
-        BLUBLAS_SM90_LOG=1 timeout 60 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-20}" \
+        env "${envs[@]}" timeout 60 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-20}" \
           --variants="$BLU_LG_VARIANTS" > "$f" 2>&1
         awk -v shape="$dt $name" '
           $1 == "blublas" && $2 == "sm90" && plan == "" { plan = $10 " " $11 }
@@ -121,6 +131,7 @@ fi
       name=${s%%;*}; args=${s#*;}
       for t in "${dtiles[@]}"; do
         envs=""; [ "$t" != auto ] && envs="BLUBLAS_SM90_TILE=$t"
+        [[ $name == *_sep ]] && envs="$envs BLUBLAS_SM90_FUSED_BGRAD=0"
         f="$out/prof/${dt}_${name}_$t.txt"
         # shellcheck disable=SC2086
         env BLUBLAS_SM90_LOG=1 $envs timeout 30 "$P" gemm --dtype="$dt" $args --reps="${BLU_LG_REPS:-10}" > "$f" 2>&1
