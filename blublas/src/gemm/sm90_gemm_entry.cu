@@ -315,7 +315,6 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
     BLUBLAS_CHECK(bg_chunks == 1 || ws.bias_grad != WorkspaceLayout::npos, StatusCode::kNotSupported,
                   "sm90_wgmma: no workspace for the fused bias gradient's ", bg_chunks, " chunks");
     args.bgrad = bg_chunks > 1 ? reinterpret_cast<float*>(wsb + ws.bias_grad) : p.bias_grad;
-    args.bgrad_chunked = bg_chunks > 1;
   }
   const LaunchFn launch =
       find_launcher(p.ab_type, p.b_type, plan.tile, args.a_k_major, args.b_k_major);

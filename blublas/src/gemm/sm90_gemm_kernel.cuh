@@ -120,7 +120,6 @@ struct KernelParams {
   int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
   int aux_buffer = 0;            // GELU's aux staged in the second tile (Note [sm90 GELU epilogue])
   float* bgrad = nullptr;        // kBiasGradA summed from A's stages (Note [sm90 fused bias gradient])
-  int bgrad_chunked = 0;         // bgrad holds [chunk][m] partials (else the m sums themselves)
 };
 
 // The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
@@ -440,9 +439,9 @@ __device__ __forceinline__ float2 bias_pair_f32(BiasPair<OutT> v) {
   }
 }
 
-// kWhat: 0 = D without GELU, 1 = aux (pre-activation, also left in acc), 2 = D = gelu(pre), 3 = D =
-// acc (alpha 1, no bias: Note [sm90 plain epilogue]), 4 = D = gelu(acc) after a kWhat 1 pass put
-// the pre-activation in acc (Note [sm90 GELU epilogue]). kLean: with kStagedNone alpha 1 and no per-row bias (pre = acc
+// kWhat: 0 = D without GELU, 1 = aux (pre-activation, also left in acc), 3 = D = acc (alpha 1, no
+// bias: Note [sm90 plain epilogue]), 4 = D = gelu(acc) after a kWhat 1 pass put the pre-activation
+// in acc (Note [sm90 GELU epilogue]; 2, GELU of alpha acc + bias in one pass, is gone). kLean: with kStagedNone alpha 1 and no per-row bias (pre = acc
 // + column bias); with kStagedC alpha 1 and no bias (D = acc + beta C).
 // Staging address of (row r, 16-byte chunk c) in a 64-row x 128-byte box: r*128 + ((c ^ r%8)*16).
 // With the box 1024-byte aligned that is row_addr ^ (c_const << 4), where row_addr already holds
@@ -506,7 +505,17 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
       for (int h = 0; h < 2; ++h) {
         const uint32_t addr = (row_addr[h] ^ chunk_xor) + box_offset;
         float v0, v1;
-        if constexpr (kStaged == kStagedC && kLean) {  // alpha 1, no bias: D = acc + beta C
+        if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: D = acc * gelu'(pre-activation)
+          // alpha 1 (tma_store_ok sends other alphas to the generic epilogue): no alpha, no bias.
+          const float2 av = staged_pair<OutT>(addr);
+          if constexpr (std::is_same_v<OutT, float>) {
+            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad(av.x);
+            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad(av.y);
+          } else {  // Note [Fast GELU gradient for 16-bit outputs]
+            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad_fast(av.x);
+            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad_fast(av.y);
+          }
+        } else if constexpr (kStaged == kStagedC && kLean) {  // alpha 1, no bias: D = acc + beta C
           const float2 cv = staged_pair<OutT>(addr);
           v0 = acc[mi][4 * j + 2 * h] + p.epi.beta * cv.x;
           v1 = acc[mi][4 * j + 2 * h + 1] + p.epi.beta * cv.y;
@@ -524,22 +533,11 @@ __device__ __forceinline__ void stage_pass(const KernelParams& p, int pass, int 
           v0 = p.epi.alpha * acc[mi][4 * j + 2 * h] + b0 + row_bias[h];
           v1 = p.epi.alpha * acc[mi][4 * j + 2 * h + 1] + b1 + row_bias[h];
         }
-        if constexpr (kStaged == kStagedGeluGradAux) {  // kGeluGrad: D = acc * gelu'(pre-activation)
-          // alpha 1 (tma_store_ok sends other alphas to the generic epilogue): no alpha, no bias.
-          const float2 av = staged_pair<OutT>(addr);
-          if constexpr (std::is_same_v<OutT, float>) {
-            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad(av.x);
-            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad(av.y);
-          } else {  // Note [Fast GELU gradient for 16-bit outputs]
-            v0 = acc[mi][4 * j + 2 * h] * gelu_tanh_grad_fast(av.x);
-            v1 = acc[mi][4 * j + 2 * h + 1] * gelu_tanh_grad_fast(av.y);
-          }
-        }
         if constexpr (kWhat == 1) {  // Note [sm90 GELU epilogue]: the D pass starts from pre
           acc[mi][4 * j + 2 * h] = v0;
           acc[mi][4 * j + 2 * h + 1] = v1;
         }
-        if constexpr (kWhat == 2 || kWhat == 4) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
+        if constexpr (kWhat == 4) {  // Note [Fast GELU for 16-bit outputs] (f32 D is exact)
           if constexpr (std::is_same_v<OutT, float>) {
             v0 = gelu_tanh(v0);
             v1 = gelu_tanh(v1);
@@ -684,7 +682,7 @@ __device__ __forceinline__ void staged_pass(const KernelParams& p, int pass, int
 // barriers after it held ~9% of all samples). Now: the aux pass leaves the pre-activation in acc
 // (kWhat 1) and the D pass applies GELU to it (kWhat 4: no alpha, no bias, no prefetch), with the
 // shorter GELU of Note [Fast GELU for 16-bit outputs]; GELU without aux runs the same two passes
-// without the aux store (one code path, kWhat 2 is no longer instantiated); and where the launch
+// without the aux store (one code path; the one-pass kWhat 2 is gone); and where the launch
 // has the second staging tile of Note [sm90 epilogue loads ahead] (the ping-pong tiles) aux is
 // staged there (aux_buffer), so the D pass waits only for the previous pass's D store, long done.
 // Same values as before for aux and D up to the GELU form. The GELU-gradient pass (kGeluGrad,
@@ -952,7 +950,8 @@ __device__ __forceinline__ void bias_grad_warp(const KernelParams& p, const uint
             t0 += part[c][0];
             t1 += part[c][1];
           }
-          float* out = p.bgrad + (p.bgrad_chunked ? static_cast<int64_t>(kb >> 1) * p.m : 0);
+          // More than one chunk (more than two k-blocks): [chunk][m] partials, else the sums.
+          float* out = p.bgrad + (p.kblocks > 2 ? static_cast<int64_t>(kb >> 1) * p.m : 0);
           if (r0 < p.m) out[r0] = t0;
           if (r0 + 1 < p.m) out[r0 + 1] = t1;
         }

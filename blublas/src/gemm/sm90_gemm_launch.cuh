@@ -185,7 +185,6 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   BLUBLAS_CHECK(args.bgrad == nullptr || Cfg::kFusedBiasGrad, StatusCode::kNotSupported,
                 "sm90 gemm: a fused bias gradient for a kernel without it");
   kp.bgrad = Cfg::kFusedBiasGrad ? args.bgrad : nullptr;
-  kp.bgrad_chunked = args.bgrad_chunked ? 1 : 0;
   auto kernel = sm90_gemm_kernel<Cfg>;
   const int smem_bytes = kp.epi_ahead || kp.aux_buffer ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
   // The kernel's limit is one value whatever this launch needs: launches of the same kernel

@@ -47,9 +47,9 @@ struct LaunchArgs {
   bool c_through_tma = false;      // beta != 0 may take the TMA-store epilogue (Note [sm90 C through TMA])
   bool epi_ahead = true;           // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
   // kBiasGradA summed inside the kernel (Note [sm90 fused bias gradient]): [chunk][m] partials
-  // (bgrad_chunked) or the m sums; null: the separate pass. Only where sm90_fuses_bias_grad.
+  // when K has more than one 128-k chunk, else the m sums; null: the separate pass. Only where
+  // sm90_fuses_bias_grad.
   float* bgrad = nullptr;
-  bool bgrad_chunked = false;
 };
 
 // Whether the kernel sums p's kBiasGradA itself (Note [sm90 fused bias gradient]): the tile's
