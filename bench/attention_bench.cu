@@ -9,13 +9,18 @@
 // binary prints and records attention.bf16.fwdbwd_ratio_vs_torch_sdpa as well (and the tf32,
 // fp32 and f32_3xtf32 ratios against PyTorch's fp32 SDPA).
 //
-// Usage: attention_bench [--blu_out=<dir>] [--blu_quick]
+// The bf16 d64 rows also run per dQ mode (Note [sm90 flash backward: dQ accumulated in order]):
+// <prefix>.dq_twopass.* and <prefix>.dq_accumulate.*, at the GPT-2 shape, the d48 shape (B16
+// T1024 H25) and the long-context shape (B2 T16384 H12), each mode's backward in the same process.
+//
+// Usage: attention_bench [--blu_out=<dir>] [--blu_quick] [--dq_only (the dQ-mode rows alone)]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -37,7 +42,21 @@ struct Shape {
   AttnPrecision prec;
   const char* metric_prefix;  // metrics: <prefix>.fwd_tflops, <prefix>.fwdbwd_tflops
   AttnPath path = AttnPath::kAuto;  // forced path rows: <prefix>.<path>.*
+  blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;  // forced rows: <prefix>.dq_<mode>.*
 };
+
+const char* dq_mode_name(blublas::AttnDqMode m) {
+  switch (m) {
+    case blublas::AttnDqMode::kTwoPass:
+      return "twopass";
+    case blublas::AttnDqMode::kPartials:
+      return "partials";
+    case blublas::AttnDqMode::kAccumulate:
+      return "accumulate";
+    default:
+      return "auto";
+  }
+}
 
 struct Result {
   double fwd_ms, fwdbwd_ms, fwd_tflops, bwd_tflops, fwdbwd_tflops;
@@ -97,6 +116,7 @@ void setup(const Shape& s, cudaStream_t stream, Problem* pb) {
   desc.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   desc.causal = true;
   desc.precision = s.prec;
+  desc.dq_mode = s.dq_mode;
   desc.q = blublas::attn_qkv_view(qkv, 0, s.T, s.H, s.d, eb);
   desc.k = blublas::attn_qkv_view(qkv, 1, s.T, s.H, s.d, eb);
   desc.v = blublas::attn_qkv_view(qkv, 2, s.T, s.H, s.d, eb);
@@ -242,6 +262,8 @@ double json_number(const std::string& path, const std::string& key) {
 
 int main(int argc, char** argv) {
   const blu::bench::Options opt = blu::bench::parse_options(&argc, argv);
+  bool dq_only = false;
+  for (int i = 1; i < argc; ++i) dq_only = dq_only || std::strcmp(argv[i], "--dq_only") == 0;
   if (blublas::device_count() == 0) {
     std::fprintf(stderr, "attention_bench: no CUDA device\n");
     return 1;
@@ -270,6 +292,21 @@ int main(int argc, char** argv) {
         shapes.push_back(s);
       }
     }
+    // bf16 d64 per dQ mode: GPT-2 124M, d48 (1.56B), long context (skipped with --blu_quick).
+    const Shape dq_shapes[] = {
+        {16, 1024, 12, 64, AttnPrecision::kBF16, "attention.bf16"},
+        {16, 1024, 25, 64, AttnPrecision::kBF16, "attention.bf16.d48"},
+        {2, 16384, 12, 64, AttnPrecision::kBF16, "attention.bf16.t16384"},
+    };
+    if (dq_only) shapes.clear();
+    for (const Shape& base : dq_shapes) {
+      if (opt.quick && base.T > 1024) continue;
+      for (auto m : {blublas::AttnDqMode::kTwoPass, blublas::AttnDqMode::kAccumulate}) {
+        Shape s = base;
+        s.dq_mode = m;
+        shapes.push_back(s);
+      }
+    }
   }
   blu::bench::Report report("attention_bench");
   struct Printed {
@@ -281,6 +318,7 @@ int main(int argc, char** argv) {
     const Result r = run(s, opt.quick, stream);
     std::string prefix = s.metric_prefix;
     if (s.path != AttnPath::kAuto) prefix += std::string(".") + blublas::attn_path_name(s.path);
+    if (s.dq_mode != blublas::AttnDqMode::kAuto) prefix += std::string(".dq_") + dq_mode_name(s.dq_mode);
     report.metric(prefix + ".fwd_tflops", r.fwd_tflops);
     report.metric(prefix + ".bwd_tflops", r.bwd_tflops);
     report.metric(prefix + ".fwdbwd_tflops", r.fwdbwd_tflops);
@@ -291,6 +329,7 @@ int main(int argc, char** argv) {
                    .num("T", s.T)
                    .num("H", s.H)
                    .num("d", s.d)
+                   .str("dq_mode", dq_mode_name(s.dq_mode))
                    .num("fwd_ms", r.fwd_ms)
                    .num("fwdbwd_ms", r.fwdbwd_ms)
                    .num("fwd_tflops", r.fwd_tflops)
@@ -306,7 +345,8 @@ int main(int argc, char** argv) {
     torch_fwd = json_number(tj, "torch_sdpa.bf16.fwd_tflops");
   }
   const double ours = done[0].r.fwdbwd_tflops;
-  if (!opt.out_dir.empty()) {  // tf32 and strict fp32 against PyTorch SDPA on fp32 inputs
+  if (dq_only) torch_fwdbwd = torch_fwd = NAN;  // the ratios below index the full row list
+  if (!opt.out_dir.empty() && !dq_only) {  // tf32 and strict fp32 against PyTorch SDPA on fp32 inputs
     const std::string tj = opt.out_dir + "/torch_attention.json";
     // f32_3xtf32 is compared with PyTorch's fp32 SDPA under strict settings at the same B16
     // shape (torch_sdpa.fp32_b16: the memory-efficient kernel's 3xTF32 fp32 path on sm80+).
@@ -338,13 +378,13 @@ int main(int argc, char** argv) {
   }
   auto print_summary = [&]() {
     std::printf(
-        "\n| precision | path | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
-        "fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "\n| precision | path | dQ | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
+        "fwd+bwd ms | fwd+bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& p : done) {
-      std::printf("| %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
-                  blublas::attn_precision_name(p.s.prec), p.r.path.c_str(), p.s.B, p.s.T, p.s.H,
-                  p.s.d, p.r.fwd_ms, p.r.fwd_tflops, p.r.bwd_tflops, p.r.fwdbwd_ms,
-                  p.r.fwdbwd_tflops);
+      std::printf("| %s | %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
+                  blublas::attn_precision_name(p.s.prec), p.r.path.c_str(),
+                  dq_mode_name(p.s.dq_mode), p.s.B, p.s.T, p.s.H, p.s.d, p.r.fwd_ms,
+                  p.r.fwd_tflops, p.r.bwd_tflops, p.r.fwdbwd_ms, p.r.fwdbwd_tflops);
     }
     if (std::isfinite(torch_fwdbwd)) {
       std::printf(

@@ -9,7 +9,9 @@
 # d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
-# BLU_SCALE_TESTS: GPU test binaries built and run first; BLU_SCALE_NCU: scripts/ncu-hot.sh
+# BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
+# --gtest_filter); BLU_SCALE_BENCH="target args...": one benchmark built and run after the tests
+# (output <target>.txt, JSON under <target>/); BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-scale.sh [build-dir (default /tmp/bd)]
@@ -24,14 +26,24 @@ trap 'tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null'
 stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 tests=${BLU_SCALE_TESTS:-}  # GPU test binaries to build and run first (comma-separated)
 ncu_names=${BLU_SCALE_NCU:-}  # scripts/ncu-hot.sh names, run last (comma-separated)
-blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blublas-profiler} || exit 1
+read -r -a bench <<< "${BLU_SCALE_BENCH:-}"  # target and its arguments
+blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blublas-profiler} \
+  ${bench[0]:-} || exit 1
 stamp "build done"
 bin=$build/blutrain/blutrain
 for t in ${tests//,/ }; do
-  timeout 200 "$build/tests/$t" > "$work/$t.txt" 2>&1
+  timeout 200 "$build/tests/$t" ${BLU_SCALE_TEST_FILTER:+--gtest_filter=$BLU_SCALE_TEST_FILTER} \
+    > "$work/$t.txt" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/$t.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]" "$work/$t.txt" | head -5
+  grep -E "^\[  FAILED  \]|Failure|error" "$work/$t.txt" | head -8
 done
+if [ -n "${bench[0]:-}" ]; then
+  mkdir -p "$work/${bench[0]}"
+  timeout 200 "$build/bench/${bench[0]}" --blu_out="$work/${bench[0]}" "${bench[@]:1}" \
+    > "$work/${bench[0]}.txt" 2>&1
+  echo "${bench[0]} rc=$?"; grep -E "^\|" "$work/${bench[0]}.txt" | tail -12
+  stamp "bench done"
+fi
 
 IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
 for c in "${cases[@]}"; do

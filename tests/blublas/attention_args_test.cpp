@@ -224,6 +224,52 @@ TEST(AttentionArgs, DqPartialsWorkspace) {
   EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument);
 }
 
+// Note [sm90 flash backward: dQ accumulated in order]: the accumulator (B*H*ceil(T/64) tiles of
+// 64 x 64 floats) and the chain counters (one per query block + the ticket) follow D, only for
+// bf16, causal, head_dim 64 when requested (kAccumulate, or kAuto without BLUBLAS_ATTN_DQ=twopass).
+TEST(AttentionArgs, DqAccumulateWorkspace) {
+  auto ws = [](const AttentionDesc& d) {
+    std::size_t bytes = 0;
+    EXPECT_TRUE(blublas::attention_backward_workspace_size(d, &bytes).ok());
+    return bytes;
+  };
+  auto with = [](AttentionDesc d, blublas::AttnDqMode m) {
+    d.dq_mode = m;
+    return d;
+  };
+  using blublas::AttnDqMode;
+  AttentionDesc d = valid_desc();  // B2 T17 H3 d64 causal bf16: one query block per head
+  const std::size_t two = ws(with(d, AttnDqMode::kTwoPass));
+  const std::size_t acc = 2 * 3 * 1 * 64 * 64 * sizeof(float);        // 49152: 256-aligned
+  const std::size_t sems = ((2 * 3 * 1 + 1) * 4 + 255) / 256 * 256;  // 28 bytes -> 256
+  EXPECT_EQ(ws(with(d, AttnDqMode::kAccumulate)), two + acc + sems);
+  if (std::getenv("BLUBLAS_ATTN_DQ") == nullptr) {
+    EXPECT_EQ(ws(with(d, AttnDqMode::kAuto)), two + acc + sems);
+  }
+  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), two);  // a 3xTF32 request: two passes in bf16
+  // Not applicable: non-causal, head_dim 128, fp32 modes.
+  AttentionDesc e = with(d, AttnDqMode::kAccumulate);
+  e.causal = false;
+  EXPECT_EQ(ws(e), two);
+  e = with(d, AttnDqMode::kAccumulate);
+  e.head_dim = 128;
+  EXPECT_EQ(ws(e), ws(with(e, AttnDqMode::kTwoPass)));
+  e = with(d, AttnDqMode::kAccumulate);
+  e.precision = AttnPrecision::kF32TF32;
+  EXPECT_EQ(ws(e), ws(with(e, AttnDqMode::kTwoPass)));
+  // GPT-2 124M: B16 H12 T1024 -> D (768 KiB) + 3072 tiles (48 MiB) + 3073 counters (12,544 bytes).
+  d.batch = 16;
+  d.heads = 12;
+  d.seq_len = 1024;
+  EXPECT_EQ(ws(with(d, AttnDqMode::kAccumulate)),
+            std::size_t{786432} + std::size_t{50331648} + std::size_t{12544});
+  // An accumulate-sized request is checked against that size.
+  d = with(valid_desc(), AttnDqMode::kAccumulate);
+  EXPECT_EQ(bwd(d, ws(d) - 1), StatusCode::kWorkspaceTooSmall);
+  d.dq_mode = static_cast<AttnDqMode>(4);
+  EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument);
+}
+
 TEST(AttentionArgs, EmptyProblemIsANoOp) {
   AttentionDesc d = valid_desc();
   d.seq_len = 0;

@@ -595,6 +595,38 @@ TEST(AttentionGpu, Bf16Sm90MatchesSm80) {
     }
 }
 
+// Note [sm90 flash backward: dQ accumulated in order]: dQ added by the key blocks in order into
+// the fp32 accumulator, against float64 and run-to-run bitwise (run_case), at T with one query
+// block, a partial last key block (one or both warpgroups' keys past T), exact multiples, and
+// more CTAs than SMs (B*H = 64 at T = 600: 320 CTAs, chains of 5 key blocks); dK and dV
+// bitwise equal to the two-pass kernel's (the same dK/dV arithmetic), dQ within twice the bound.
+TEST(AttentionGpu, Bf16Sm90DqAccumulate) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  struct Shape {
+    int B, T, H;
+  };
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 63, 3}, Shape{1, 64, 2}, Shape{2, 65, 1},
+                  Shape{1, 127, 2}, Shape{1, 128, 1}, Shape{3, 129, 2}, Shape{2, 200, 3},
+                  Shape{1, 257, 2}, Shape{1, 600, 64}, Shape{1, 2048, 2}}) {
+    Case c{s.B, s.T, s.H, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, s.T % 2 == 1};
+    c.dq_mode = blublas::AttnDqMode::kAccumulate;
+    CaseResult a, b;
+    run_case(c, &a);
+    c.dq_mode = blublas::AttnDqMode::kTwoPass;
+    run_case(c, &b);
+    if (::testing::Test::HasFailure()) return;
+    SCOPED_TRACE("dQ accumulated vs two passes: " + name(c));
+    EXPECT_TRUE(a.dk.x == b.dk.x) << "dK differs between the dQ modes";
+    EXPECT_TRUE(a.dv.x == b.dv.x) << "dV differs between the dQ modes";
+    Tol tol = tol_for(AttnPrecision::kBF16, AttnPath::kSm90Wgmma);
+    tol.rel *= 2;
+    tol.abs *= 2;
+    compare("dQ accumulated vs two passes", a.dq, b.dq, b.mdq, tol);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST(AttentionGpu, Tf32Sm80Mma) {
   BLU_REQUIRE_GPU();
   run_grid(AttnPrecision::kF32TF32, AttnPath::kSm80Mma);

@@ -11,9 +11,10 @@
 // Paths: sm_90a wgmma + TMA (bf16 on Hopper), sm_80 mma.sync (also forcible on Hopper), SIMT.
 // Precision is a named mode: bf16 (tensor cores, fp32 accumulation and softmax), strict fp32
 // (SIMT FMA, no tf32 anywhere) and tf32 (tensor cores on tf32-rounded fp32 operands).
-// Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass (or
-// from per-key-block partials summed in a fixed order, AttnDqMode), so there are no float atomics
-// at all. No hidden allocation, no host synchronisation.
+// Deterministic: dK/dV are computed per key block and dQ per query block in a separate pass, from
+// per-key-block partials summed in a fixed order, or (bf16 causal on sm_90) added into an fp32
+// accumulator by the key blocks in key-block order (AttnDqMode): the same bits every run. No
+// hidden allocation, no host synchronisation.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,15 +43,18 @@ enum class AttnPath : int {
                    // there when views are 16-byte aligned)
 };
 
-// How the backward computes dQ (Note [dQ partials] in sm80_flash_attn_bwd.cuh). Both are
-// deterministic (no atomics). kPartials is a request: it applies to 3xTF32 at head_dim 64 on the
-// sm80 path when its workspace (B*H*ceil(T/64)*T*64 floats) is at most 2 GiB; everything else
-// runs two passes. kAuto reads BLUBLAS_ATTN_DQ=partials|twopass once per process (default
-// partials).
+// How the backward computes dQ. All are deterministic. kPartials and kAccumulate are requests:
+// kPartials (Note [dQ partials] in sm80_flash_attn_bwd.cuh) applies to 3xTF32 at head_dim 64 on
+// the sm80 path when its workspace (B*H*ceil(T/64)*T*64 floats) is at most 2 GiB; kAccumulate
+// (Note [sm90 flash backward: dQ accumulated in order] in sm90_flash_attn_bwd.cuh) to bf16,
+// causal, head_dim 64 (workspace B*H*ceil(T/64)*64*64 floats + counters), used on the sm90 path;
+// everything else runs two passes. kAuto takes whichever of the two applies unless
+// BLUBLAS_ATTN_DQ=twopass (read once per process).
 enum class AttnDqMode : int {
   kAuto = 0,
-  kTwoPass = 1,   // a dK/dV pass and a dQ pass that recomputes S and dP
-  kPartials = 2,  // the dK/dV pass also writes per-key-block dQ partials; a reduce sums them
+  kTwoPass = 1,    // a dK/dV pass and a dQ pass that recomputes S and dP
+  kPartials = 2,   // the dK/dV pass also writes per-key-block dQ partials; a reduce sums them
+  kAccumulate = 3, // the dK/dV pass adds dQ into an fp32 accumulator, key blocks in order
 };
 
 // A read-only [B, T, H, d] view; element (b, t, h, i) is ptr[b*batch + t*seq + h*head + i].
@@ -106,8 +110,9 @@ inline AttnInput attn_qkv_view(const void* qkv, int which, int seq_len, int head
 Status attention_forward(const AttentionDesc& desc, cudaStream_t stream);
 
 // Bytes of workspace attention_backward needs for this desc: B*H*T floats (rounded up), plus the
-// dQ partials when this desc runs in AttnDqMode::kPartials. Size it with the desc (precision,
-// head_dim, dq_mode) the backward will get, after BLUBLAS_ATTN_DQ is set.
+// dQ partials or the dQ accumulator when this desc runs in AttnDqMode::kPartials / kAccumulate.
+// Size it with the desc (precision, head_dim, causal, dq_mode) the backward will get, after
+// BLUBLAS_ATTN_DQ is set.
 Status attention_backward_workspace_size(const AttentionDesc& desc, std::size_t* bytes);
 
 // Backward: reads q, k, v, o, lse, d_o; writes dq, dk, dv (fully overwritten, never accumulated).

@@ -74,7 +74,7 @@ Status check_desc(const AttentionDesc& d, bool backward, const char* op) {
   const int path = static_cast<int>(d.path);
   BLUBLAS_CHECK_ARG(path >= 0 && path <= 3, op, ": unknown path ", path);
   const int dq_mode = static_cast<int>(d.dq_mode);
-  BLUBLAS_CHECK_ARG(dq_mode >= 0 && dq_mode <= 2, op, ": unknown dq_mode ", dq_mode);
+  BLUBLAS_CHECK_ARG(dq_mode >= 0 && dq_mode <= 3, op, ": unknown dq_mode ", dq_mode);
   BLUBLAS_CHECK(!(d.path == AttnPath::kSm90Wgmma && d.precision != AttnPrecision::kBF16),
                 StatusCode::kNotSupported, op, ": the sm90 wgmma path takes bf16 only (precision ",
                 attn_precision_name(d.precision), "; use kSm80Mma or kAuto)");
@@ -168,13 +168,26 @@ std::size_t delta_bytes(const AttentionDesc& d) {
 // The backward workspace is D = rowsum(dO * O), B*H*T fp32. In two-pass mode the dQ pass
 // recomputes S and dP instead of accumulating dQ across key blocks, so there is no dQ buffer; in
 // dQ-partials mode the per-key-block partials follow D (Note [dQ partials]).
+// In dQ-accumulate mode the fp32 accumulator and the chain counters follow D (Note [sm90 flash
+// backward: dQ accumulated in order]).
+std::size_t dq_acc_bytes(const AttentionDesc& d) {
+  const std::size_t nqb = (static_cast<std::size_t>(d.seq_len) + 63) / 64;
+  return round_up(static_cast<std::size_t>(d.batch) * d.heads * nqb * 64 * 64 * sizeof(float));
+}
+std::size_t dq_sem_bytes(const AttentionDesc& d) {
+  return round_up(static_cast<std::size_t>(attn::dq_sem_count(d.batch, d.heads, d.seq_len)) *
+                  sizeof(uint32_t));
+}
+
 std::size_t workspace_bytes(const AttentionDesc& d) {
   const std::size_t part = attn::dq_partials_mode(d) ? round_up(attn::dq_partials_bytes(d)) : 0;
-  return delta_bytes(d) + part;
+  const std::size_t acc = attn::dq_accumulate_mode(d) ? dq_acc_bytes(d) + dq_sem_bytes(d) : 0;
+  return delta_bytes(d) + part + acc;
 }
 
 // BLUBLAS_ATTN_DQ=partials|twopass, read once per process; unset or anything but "twopass":
-// partials (the default since session 7's measurement, Note [dQ partials]).
+// partials for 3xTF32 (the default since session 7's measurement, Note [dQ partials]) and the
+// accumulator for bf16 (Note [sm90 flash backward: dQ accumulated in order]).
 bool dq_partials_env() {
   static const bool on = [] {
     const char* v = std::getenv("BLUBLAS_ATTN_DQ");
@@ -209,6 +222,17 @@ bool dq_partials_mode(const AttentionDesc& d) {
          dq_partials_bytes(d) <= kDqPartialsMaxBytes;
 }
 
+bool dq_accumulate_mode(const AttentionDesc& d) {
+  const bool requested = d.dq_mode == AttnDqMode::kAccumulate ||
+                         (d.dq_mode == AttnDqMode::kAuto && dq_partials_env());
+  return requested && d.precision == AttnPrecision::kBF16 && d.head_dim == 64 && d.causal &&
+         d.batch > 0 && d.heads > 0 && d.seq_len > 0;
+}
+
+int64_t dq_sem_count(int batch, int heads, int seq_len) {
+  return static_cast<int64_t>(batch) * heads * ((seq_len + 63) / 64) + 1;
+}
+
 Params make_params(const AttentionDesc& d, void* workspace) {
   Params p;
   p.q = d.q.ptr;
@@ -237,6 +261,11 @@ Params make_params(const AttentionDesc& d, void* workspace) {
   p.delta = static_cast<float*>(workspace);
   if (workspace != nullptr && dq_partials_mode(d)) {
     p.dq_part = reinterpret_cast<float*>(static_cast<char*>(workspace) + delta_bytes(d));
+  }
+  if (workspace != nullptr && dq_accumulate_mode(d)) {
+    char* acc = static_cast<char*>(workspace) + delta_bytes(d);
+    p.dq_acc = reinterpret_cast<float*>(acc);
+    p.dq_sem = reinterpret_cast<uint32_t*>(acc + dq_acc_bytes(d));
   }
   return p;
 }

@@ -37,6 +37,11 @@ struct Params {
   // Backward workspace in dQ-partials mode, else null (Note [dQ partials]):
   // [B*H][ceil(T/64) key blocks][T][64] fp32.
   float* dq_part = nullptr;
+  // Backward workspace in dQ-accumulate mode, else null (Note [sm90 flash backward: dQ
+  // accumulated in order]): the fp32 accumulator [B*H][ceil(T/64)][64 x 64] and the chain
+  // counters [B*H][ceil(T/64)] + the CTA ticket (zeroed by attn_bwd_delta).
+  float* dq_acc = nullptr;
+  uint32_t* dq_sem = nullptr;
 };
 
 // The parameter block of a desc; `workspace` (attention_backward_workspace_size bytes, or null for
@@ -51,6 +56,11 @@ constexpr int kDqPartialsKeyBlock = 64;  // keys per dK/dV CTA (sm80 tf32 d64 Dk
 constexpr std::size_t kDqPartialsMaxBytes = std::size_t{2} << 30;
 std::size_t dq_partials_bytes(const AttentionDesc& desc);
 bool dq_partials_mode(const AttentionDesc& desc);
+// Whether the backward of `desc` gets the dQ accumulator (requested by desc.dq_mode, or kAuto
+// without BLUBLAS_ATTN_DQ=twopass; bf16, causal, head_dim 64); the sm90 path then uses it.
+bool dq_accumulate_mode(const AttentionDesc& desc);
+// Chain counters + ticket of dQ-accumulate mode (uint32 each).
+int64_t dq_sem_count(int batch, int heads, int seq_len);
 
 // mma.sync families (bf16: m16n8k16; tf32: m16n8k8 on tf32-rounded fp32 storage). Each returns
 // kNotSupported when the device's opt-in shared memory is too small for its tiles.

@@ -2,6 +2,8 @@
 // head dim, in fp32, written to the caller's workspace as [B, H, T]. Vector form (16-byte aligned
 // views, as the mma path requires): a group of kD*size/16 lanes per row, one 16-byte load of O and
 // of dO per lane; scalar form otherwise: one warp per row. Fixed shuffle trees: deterministic.
+// In dQ-accumulate mode it also zeroes the chain counters and the ticket of the sm90 backward
+// that follows (Note [sm90 flash backward: dQ accumulated in order]): no extra launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,8 +24,16 @@ __device__ __forceinline__ float to_f(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 
+// Zeroes dq_sem[thread] for this thread's linear index (every grid below has at least
+// dq_sem_count threads: >= 8 per row of B*T*H).
+__device__ __forceinline__ void zero_dq_sems(const Params& p, int64_t thread, int64_t count) {
+  if (p.dq_sem != nullptr && thread < count) p.dq_sem[thread] = 0u;
+}
+
 template <typename Elem, int kD>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(const Params p) {
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(const Params p,
+                                                                             int64_t sems) {
+  zero_dq_sems(p, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, sems);
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int64_t rows = static_cast<int64_t>(p.batch) * p.seq_len * p.heads;
@@ -44,7 +54,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) attn_bwd_delta_kernel(con
 // Vector form: kLanes = kD * sizeof(Elem) / 16 lanes per row (8 for bf16 d64 ... 32 for f32 d128).
 // Grid (T blocks, H, B): no index division, and consecutive rows of a block write consecutive D.
 template <typename Elem, int kD>
-__global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p) {
+__global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p, int64_t sems) {
+  const int64_t block =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  zero_dq_sems(p, block * 256 + threadIdx.x, sems);
   constexpr int kPer = 16 / static_cast<int>(sizeof(Elem));  // elements per lane
   constexpr int kLanes = kD / kPer;
   constexpr int kRowsPerBlock = 256 / kLanes;
@@ -73,6 +86,7 @@ __global__ void __launch_bounds__(256) attn_bwd_delta_vec_kernel(const Params p)
 template <typename Elem, int kD>
 Status launch(const Params& p, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.seq_len * p.heads;
+  const int64_t sems = dq_sem_count(p.batch, p.heads, p.seq_len);
   constexpr int64_t kChunk = 16 / sizeof(Elem);
   const bool vec = reinterpret_cast<uintptr_t>(p.o) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.d_o) % 16 == 0 && p.so.b % kChunk == 0 &&
@@ -81,14 +95,14 @@ Status launch(const Params& p, cudaStream_t stream) {
   if (vec) {
     constexpr int kRowsPerBlock = static_cast<int>(256 / (kD / kChunk));
     const dim3 grid((p.seq_len + kRowsPerBlock - 1) / kRowsPerBlock, p.heads, p.batch);
-    attn_bwd_delta_vec_kernel<Elem, kD><<<grid, 256, 0, stream>>>(p);
+    attn_bwd_delta_vec_kernel<Elem, kD><<<grid, 256, 0, stream>>>(p, sems);
     BLUBLAS_KERNEL_LAUNCH_CHECK("attn_bwd_delta_vec");
     return Status::success();
   }
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   BLUBLAS_CHECK_ARG(blocks <= 0x7fffffffLL, "attention_backward: B*T*H=", rows, " too large");
   attn_bwd_delta_kernel<Elem, kD>
-      <<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(p);
+      <<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(p, sems);
   BLUBLAS_KERNEL_LAUNCH_CHECK("attn_bwd_delta");
   return Status::success();
 }

@@ -5,17 +5,22 @@
 // Name: kv-st<dkdv ring stages> q-st<dq ring stages>; 1wg: one consumer warpgroup (64 keys or
 // query rows) per CTA, two CTAs per SM; dq-bc<keys per block of the dq role> when not 64;
 // no-defer: each iteration waits for its last product (BwdCfg::kDefer off).
+// With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
+// launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
+// accumulated in order]) instead of the table's entry 0.
 #include "attention/sm90_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
 namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
-          bool kDefer = true>
+          bool kDefer = true, bool kAccDq = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_bwd_sm90<
-      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer>>(
-      p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128");
+      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq>>(
+      p, dev, stream,
+      kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
+             : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
 }
 
 // Comments: bwd TFLOP/s (2.5x forward FLOPs, D precompute included) at B16 T1024 causal on the
@@ -50,6 +55,9 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
 
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
+  if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
+    return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
+  }
   int n = 0;
   return sm90_bf16_bwd_table(head_dim, &n)[0].launch(p, dev, stream);
 }

@@ -22,6 +22,32 @@
 // Rows past T: queries get L*log2e = +inf (P = 0) and zero-filled Q/dO; keys past T get
 // zero-filled K/V and are masked in the dq role (their P could overflow against a negative L);
 // in the dkdv role they only touch their own never-stored rows of dK/dV.
+//
+// Note [sm90 flash backward: dQ accumulated in order]
+// The two-pass split costs 7 block products per (key block, query block) pair: the dq role
+// recomputes S and dP. With BwdCfg::kAccDq (causal, head_dim 64; AttnDqMode::kAccumulate) the
+// dkdv role alone runs (5 products) and adds dQ into an fp32 accumulator in global memory:
+//   - each consumer warpgroup stores its dS^T (64 keys x 64 queries, bf16) into shared memory,
+//     128B-swizzled, so the CTA's 128 x 64 dS^T tile reads back as the MN-major A operand of
+//     dQ = dS K; warpgroup c computes the head-dim half 32c..32c+31 of it (m64n32, k over the
+//     CTA's 128 keys, 64 on the diagonal block where warpgroup 1's keys are all masked): no
+//     reduction between the warpgroups. The dS^T tile is double-buffered (a warpgroup's write
+//     of block i+2 comes after both warpgroups passed block i+1's barrier, i.e. after both
+//     waited for their block-i dQ product).
+//   - query block i receives key blocks 0..m (m = last key block touching it, = i/2) in that
+//     order, so the sums are deterministic: key block 0 stores, the middle ones add with
+//     red.global.add.v4.f32, key block m loads the sum, adds its own part, scales and writes
+//     bf16 dQ (no separate conversion pass). A counter per (b, h, query block) counts the
+//     warpgroup contributions; key block kb waits (thread 0 spins on an acquire load) until it
+//     reads 2*kb, and bumps it one iteration after its adds (their fence is then cheap), with a
+//     __threadfence + warpgroup barrier before the bump (release).
+//   - deadlock freedom: CTAs take a ticket (atomicAdd) when they start and map it to (key block,
+//     head) key-block-major, heaviest first. A CTA waits only on lower key blocks of its head,
+//     which hold lower tickets, so they have started and, by induction, finish.
+//   - counters and the ticket are zeroed by attn_bwd_delta, which runs just before; the
+//     accumulator needs no zeroing (key block 0 stores). Workspace: attention.cpp.
+// Query blocks are visited in increasing order by every CTA, so key block kb reaches block i
+// two iterations after key block kb-1: in steady state nobody waits.
 #pragma once
 
 #include <cuda.h>
@@ -53,11 +79,13 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // kDefer: the last product of an iteration (dK += dS^T Q, dQ += dS K) is not waited for; it runs
 // while the next iteration waits for its tiles and issues its first two products, and its ring
 // stage is released once that next iteration's first wait shows it complete.
+// kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true>
+          bool kDefer_ = true, bool kAccDq_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
+  static constexpr bool kAccDq = kAccDq_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -67,14 +95,24 @@ struct BwdCfg {
   static constexpr int kRows = 64 * kConsumers, kKBlk = kKBlk_, kStagesQ = kStagesQ_;
   static constexpr int kTile64 = 64 * kD * 2;  // bytes of a 64-row tile (kD/64 panels)
   static constexpr int kResident = kConsumers * kTile64;  // K (V) tile of dkdv, Q (dO) of dq
-  static constexpr int kDkdvBytes = 2 * kResident + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
+  static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;  // dS^T of the CTA's keys, bf16
+  static constexpr int kDsBytes = kAccDq ? 2 * kDsTile : 0;      // double-buffered
+  static constexpr int kDkdvBytes =
+      2 * kResident + kDsBytes + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
   static constexpr int kKBlkTile = kKBlk * kD * 2;  // a K (V) block of the dq role
   static constexpr int kDqBytes = 2 * kResident + kStagesQ * 2 * kKBlkTile;
-  static constexpr int kBarrierBytes = 8 * (2 + 2 * (kStagesKV > kStagesQ ? kStagesKV : kStagesQ));
+  // + the CTA's ticket in kAccDq mode
+  static constexpr int kBarrierBytes =
+      8 * (2 + 2 * (kStagesKV > kStagesQ ? kStagesKV : kStagesQ)) + (kAccDq ? 8 : 0);
   static constexpr int kSmemBytes =
       1024 + (kDkdvBytes > kDqBytes ? kDkdvBytes : kDqBytes) + kBarrierBytes;
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 232 : 240;
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
+  static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
+                "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
+                    kThreads * (65536 / kThreads / kMinBlocks / 8 * 8),
+                "setmaxnreg redistributes the launch allocation only");
 };
 
 // Loads a tile of `rows` (a multiple of 64) sequence rows from row0 into panel-major smem (kD/64
@@ -126,6 +164,124 @@ struct BwdMaps {
   CUtensorMap q, k, v, d_o;
 };
 
+// ---- dQ accumulation (kAccDq) -------------------------------------------------------------------
+__device__ __forceinline__ void red_add_v4(float* addr, const float* v) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(addr), "f"(v[0]),
+               "f"(v[1]), "f"(v[2]), "f"(v[3])
+               : "memory");
+#else
+  (void)addr; (void)v;
+#endif
+}
+__device__ __forceinline__ void ld_relaxed_v4(const float* addr, float* v) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "l"(addr)
+               : "memory");
+#else
+  (void)addr; (void)v;
+#endif
+}
+__device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* addr) {
+  uint32_t v = 0;
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+#else
+  (void)addr;
+#endif
+  return v;
+}
+
+// Where key block kb stands in query block i's chain of dQ contributions (key blocks 0..last).
+struct DqChain {
+  float* acc;     // this warpgroup's half of the block's fp32 accumulator: element (v, tid) at
+                  // acc + 512 v + 4 tid, v = 0..3 (the m64n32 fragment's registers 4v..4v+3)
+  uint32_t* sem;  // warpgroup contributions so far
+  bool first, last;
+};
+
+// Writes rows (row0, row0 + 8; below T) of an m64n32 fragment times `mul` as bf16 at column
+// offset col0.
+__device__ __forceinline__ void store_rows_n32(const float (&v)[16], __nv_bfloat16* base,
+                                               int64_t row_stride, int row0, int col0, int T,
+                                               int quad, float mul) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + 8 * hr;
+    if (row >= T) continue;
+    __nv_bfloat16* dst = base + static_cast<int64_t>(row) * row_stride + col0 + 2 * quad;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+          pack_bf16(v[4 * j + 2 * hr] * mul, v[4 * j + 2 * hr + 1] * mul);
+    }
+  }
+}
+
+// Adds this warpgroup's dQ part of a query block in chain order (Note [sm90 flash backward: dQ
+// accumulated in order]); the last contributor writes bf16 dQ. Returns whether the chain
+// counter must be bumped (after the adds land: dq_bump).
+__device__ __forceinline__ bool dq_accumulate(const float (&dq)[16], const DqChain& ch, int kb,
+                                              int tid, int bar_id, __nv_bfloat16* out,
+                                              int64_t row_stride, int row0, int col0, int T,
+                                              int quad, float scale) {
+  if (ch.first && ch.last) {
+    store_rows_n32(dq, out, row_stride, row0, col0, T, quad, scale);
+    return false;
+  }
+  float* a = ch.acc + 4 * tid;
+  if (ch.first) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v)
+      *reinterpret_cast<float4*>(a + 512 * v) =
+          make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+    return true;
+  }
+  if (tid == 0) {
+    const uint32_t target = 2u * static_cast<uint32_t>(kb);
+    while (ld_acquire_u32(ch.sem) < target) __nanosleep(64);
+  }
+  named_bar_sync(bar_id, 128);
+  if (!ch.last) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) red_add_v4(a + 512 * v, &dq[4 * v]);
+    return true;
+  }
+  float sum[16];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) ld_relaxed_v4(a + 512 * v, &sum[4 * v]);
+#pragma unroll
+  for (int e = 0; e < 16; ++e) sum[e] += dq[e];
+  store_rows_n32(sum, out, row_stride, row0, col0, T, quad, scale);
+  return false;
+}
+
+// Publishes this warpgroup's adds to a query block (release: every thread's fence, then one bump).
+__device__ __forceinline__ void dq_bump(uint32_t* sem, int tid, int bar_id) {
+  __threadfence();
+  named_bar_sync(bar_id, 128);
+  if (tid == 0) atomicAdd(sem, 1u);
+}
+
+// Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
+// 128B-swizzled [keys][64 queries] bf16 tile: fragment (kk, r) holds key row g + 8 (r & 1) of
+// the warp's 16, queries 16 kk + 8 (r >> 1) + 2 quad + {0, 1}.
+__device__ __forceinline__ void store_ds_t(const uint32_t (&fa)[4][4], uint8_t* tile, int c,
+                                           int warp, int lane) {
+  const int g = lane / 4, quad = lane % 4;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = 64 * c + 16 * warp + g + 8 * (r & 1);
+      const int chunk = 2 * kk + (r >> 1);
+      *reinterpret_cast<uint32_t*>(tile + row * 128 + ((chunk ^ (row & 7)) << 4) + 4 * quad) =
+          fa[kk][r];
+    }
+}
+
 // ---- dkdv role ----------------------------------------------------------------------------------
 template <class Cfg>
 __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, uint8_t* smem,
@@ -134,7 +290,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   constexpr int kTile = Cfg::kTile64;
   uint8_t* sK = smem;                     // [kKeys] tile
   uint8_t* sV = sK + Cfg::kResident;      // [kKeys]
-  uint8_t* sQ = sV + Cfg::kResident;      // [kStages] x [64 queries]
+  uint8_t* sDs = sV + Cfg::kResident;     // kAccDq: 2 x [kKeys][64 queries] dS^T
+  uint8_t* sQ = sDs + Cfg::kDsBytes;      // [kStages] x [64 queries]
   uint8_t* sdO = sQ + kStages * kTile;    // [kStages] x [64 queries]
   float* sL = reinterpret_cast<float*>(sdO + kStages * kTile);  // [kStages][64], L*log2e
   float* sD = sL + kStages * kQBlk;                                // [kStages][64]
@@ -209,6 +366,28 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   float st[kQBlk / 2], dpt[kQBlk / 2];
   uint32_t fa[kQBlk / 16][4];
 
+  // kAccDq state: this warpgroup's m64n32 dQ part of block prev_i, waiting to be added; the block
+  // whose adds still need their counter bump.
+  float dq[16];
+  int prev_i = -1, bump_i = -1;
+  float* const acc_head = p.dq_acc + bh * nqb * (kQBlk * kD) + 2048 * c;
+  uint32_t* const sem_head = p.dq_sem + bh * nqb;
+  __nv_bfloat16* const dq_out = static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
+  const int bar_wg = 2 + c;
+  auto chain = [&](int i) {
+    DqChain ch;
+    ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
+    ch.sem = sem_head + i;
+    ch.first = kb == 0;
+    ch.last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
+    return ch;
+  };
+  auto add_dq = [&](int i) {
+    const int row0 = i * kQBlk + 16 * warp + lane / 4;
+    return dq_accumulate(dq, chain(i), kb, tid, bar_wg, dq_out, p.sdq.t, row0, 32 * c, T, quad,
+                         p.scale);
+  };
+
   g90::mbar_wait(full_kv, 0);
   Ring r;
   int pending = -1;  // ring stage whose dK product may still run (kDefer)
@@ -216,7 +395,24 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     const int qs = i * kQBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
     // Every key of this warpgroup after every query of the block: nothing to add.
-    if (!(causal && wg_key_min > qs + kQBlk - 1)) {
+    const bool own = !(causal && wg_key_min > qs + kQBlk - 1);
+    if constexpr (Cfg::kAccDq) {
+      // The previous dK and dQ products retire here, before this block's S^T and dP^T are issued:
+      // a wait across the loop's back edge that ptxas cannot prove would serialize every wgmma
+      // (C7514) once dq is read in the loop.
+      g90::wgmma_wait<0>();
+      g90::fence_accumulators(dq);
+      if (pending >= 0) {  // the deferred dK product read that stage
+        g90::mbar_arrive_warp(&empty[pending], lane);
+        pending = -1;
+      }
+      if (!own) {  // warpgroup 1 on the diagonal block (first iteration): its dS^T rows are zero
+        const uint32_t zero[kQBlk / 16][4] = {};
+        store_ds_t(zero, sDs + (i & 1) * Cfg::kDsTile, c, warp, lane);
+        g90::fence_proxy_async_smem();
+      }
+    }
+    if (own) {
       const uint32_t q_tile = q_tiles + r.stage * kTile, o_tile = o_tiles + r.stage * kTile;
       const float* cL = sL + r.stage * kQBlk;
       const float* cD = sD + r.stage * kQBlk;
@@ -235,11 +431,21 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
             ks > 0 ? 1 : 0);
       }
       g90::wgmma_commit();
-      g90::wgmma_wait<1>();  // S^T (and a deferred dK) ready; dP^T may still run
+      g90::wgmma_wait<1>();  // S^T (and a deferred dK, dQ) ready; dP^T may still run
       g90::fence_accumulators(st);
       if (pending >= 0) {
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
+      }
+      if constexpr (Cfg::kAccDq) {  // the previous block's dQ part, while dP^T runs
+        if (bump_i >= 0) {
+          dq_bump(sem_head + bump_i, tid, bar_wg);
+          bump_i = -1;
+        }
+        if (prev_i >= 0) {
+          if (add_dq(prev_i)) bump_i = prev_i;
+          prev_i = -1;
+        }
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
 #pragma unroll
@@ -271,6 +477,10 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::wgmma_wait<0>();  // dV done: its A fragments may be overwritten
       g90::fence_accumulators(dv);
       acc_to_a_frags<kQBlk>(st, fa);
+      if constexpr (Cfg::kAccDq) {
+        store_ds_t(fa, sDs + (i & 1) * Cfg::kDsTile, c, warp, lane);
+        g90::fence_proxy_async_smem();  // generic-proxy stores -> the wgmma's async-proxy reads
+      }
       g90::wgmma_fence();
       // dK += dS^T Q
 #pragma unroll
@@ -290,12 +500,32 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::mbar_arrive_warp(&empty[pending], lane);
       pending = -1;
     }
+    if constexpr (Cfg::kAccDq) {
+      // dQ[:, 32c..32c+31] = dS K over the CTA's keys (both warpgroups' dS^T rows: wait for them).
+      // Always all 128 keys: a conditional wgmma would make ptxas copy (and so serialize) dq.
+      named_bar_sync(1, 256);
+      const uint32_t ds_tile = g90::smem_u32(sDs + (i & 1) * Cfg::kDsTile);
+      g90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        g90::Wgmma<g90::InBf16, 32>::template mma<1, 1>(
+            dq, desc_mnmajor<kKeys>(ds_tile, kk),
+            g90::make_desc_sw128(k_tile + 2048 * kk + 64 * c, kKeys * 128, 1024), kk > 0 ? 1 : 0);
+      }
+      g90::wgmma_commit();
+      prev_i = i;
+    }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
   }
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
+  if constexpr (Cfg::kAccDq) {
+    g90::fence_accumulators(dq);
+    if (bump_i >= 0) dq_bump(sem_head + bump_i, tid, bar_wg);
+    if (prev_i >= 0 && add_dq(prev_i)) dq_bump(sem_head + prev_i, tid, bar_wg);
+  }
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
                  T, quad, p.scale);
   store_rows<kD>(dv, static_cast<__nv_bfloat16*>(p.dv) + b * p.sdv.b + h * p.sdv.h, p.sdv.t, key0,
@@ -468,6 +698,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = static_cast<int>(threadIdx.x % 128);
   const int bh_count = p.batch * p.heads;
+  if constexpr (Cfg::kAccDq) {
+    // The dkdv role alone, (key block, head) from a ticket taken at the CTA's start, key block
+    // major (Note [sm90 flash backward: dQ accumulated in order]: deadlock freedom).
+    int* s_ticket = reinterpret_cast<int*>(smem + Cfg::kSmemBytes - 1024 - 8);
+    if (threadIdx.x == 0) {
+      const int nqb = (p.seq_len + Cfg::kQBlk - 1) / Cfg::kQBlk;
+      *s_ticket = static_cast<int>(atomicAdd(p.dq_sem + static_cast<int64_t>(bh_count) * nqb, 1u));
+    }
+    __syncthreads();
+    const int ticket = *s_ticket;
+    const int bh = ticket % bh_count;
+    dkdv_role<Cfg>(maps, p, smem, ticket / bh_count, bh % p.heads, bh / p.heads, wg, tid);
+    return;
+  }
   const int rank = static_cast<int>(blockIdx.x) / bh_count;
   const int bh = static_cast<int>(blockIdx.x) % bh_count;
   const int h = bh % p.heads, b = bh / p.heads;
@@ -503,7 +747,12 @@ Status launch_flash_attn_bwd_sm90(const Params& p, const DeviceInfo& dev, cudaSt
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   static_assert(Cfg::kKeys == Cfg::kRows, "one block count for both roles");
   const int n_blocks = (T + Cfg::kKeys - 1) / Cfg::kKeys;
-  const int64_t ctas = 2LL * n_blocks * B * H;
+  if constexpr (Cfg::kAccDq) {
+    BLUBLAS_CHECK(p.causal != 0 && p.dq_acc != nullptr && p.dq_sem != nullptr,
+                  StatusCode::kInvalidArgument, name,
+                  ": dQ accumulation needs a causal problem and its workspace");
+  }
+  const int64_t ctas = (Cfg::kAccDq ? 1LL : 2LL) * n_blocks * B * H;
   BLUBLAS_CHECK(ctas <= 0x7fffffffLL, StatusCode::kInvalidArgument, name, ": ", ctas,
                 " CTAs exceed the grid limit");
   kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(maps, p, n_blocks);
