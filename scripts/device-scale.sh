@@ -10,7 +10,7 @@
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
 # BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
-# --gtest_filter); BLU_SCALE_BENCH="target args...": one benchmark built and run after the tests
+# --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...": one benchmark built and run after the tests
 # (output <target>.txt, JSON under <target>/); BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
@@ -32,10 +32,13 @@ blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blubla
 stamp "build done"
 bin=$build/blutrain/blutrain
 for t in ${tests//,/ }; do
-  timeout 200 "$build/tests/$t" ${BLU_SCALE_TEST_FILTER:+--gtest_filter=$BLU_SCALE_TEST_FILTER} \
-    > "$work/$t.txt" 2>&1
-  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$work/$t.txt" | tr '\n' ' ')"
+  timeout "${BLU_SCALE_TEST_TIMEOUT:-200}" "$build/tests/$t" \
+    ${BLU_SCALE_TEST_FILTER:+--gtest_filter=$BLU_SCALE_TEST_FILTER} > "$work/$t.txt" 2>&1
+  rc=$?
+  echo "$t rc=$rc $(grep -E '^\[  (PASSED|FAILED)' "$work/$t.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|Failure|error" "$work/$t.txt" | head -8
+  # BLU_SCALE_GATE=1: a failing (or hanging) test stops the call before the races.
+  if [ "$rc" != 0 ] && [ "${BLU_SCALE_GATE:-0}" = 1 ]; then tail -20 "$work/$t.txt"; exit 1; fi
 done
 if [ -n "${bench[0]:-}" ]; then
   mkdir -p "$work/${bench[0]}"
