@@ -27,27 +27,33 @@
 // The two-pass split costs 7 block products per (key block, query block) pair: the dq role
 // recomputes S and dP. With BwdCfg::kAccDq (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // dkdv role alone runs (5 products) and adds dQ into an fp32 accumulator in global memory:
-//   - each consumer warpgroup stores its dS^T (64 keys x 64 queries, bf16) into shared memory,
-//     128B-swizzled, so the CTA's 128 x 64 dS^T tile reads back as the MN-major A operand of
-//     dQ = dS K; warpgroup c computes the head-dim half 32c..32c+31 of it (m64n32, k over the
-//     CTA's 128 keys, 64 on the diagonal block where warpgroup 1's keys are all masked): no
-//     reduction between the warpgroups. The dS^T tile is double-buffered (a warpgroup's write
-//     of block i+2 comes after both warpgroups passed block i+1's barrier, i.e. after both
-//     waited for their block-i dQ product).
+//   - each consumer warpgroup stores its dS^T (64 keys x 64 queries, bf16) into its own rows of
+//     a 128B-swizzled shared tile, which reads back as the MN-major A operand of its dQ part
+//     = dS K over its 64 keys (m64n64, K tile rows MN-major); issued before dK += dS^T Q so its
+//     wait leaves dK running. No barrier between the warpgroups for that (version 1 split the
+//     head dim between them over both warpgroups' dS^T, with a barrier every block: lock-step
+//     warpgroups, 0.79x of the two-pass kernel, session 31).
+//   - warpgroup 0 hands its fp32 part to warpgroup 1 through a double-buffered shared tile (named
+//     barriers 4/5: written, 6/7: read); warpgroup 1 adds the two and does all the global work,
+//     so warpgroup 0 never waits on memory.
 //   - query block i receives key blocks 0..m (m = last key block touching it, = i/2) in that
 //     order, so the sums are deterministic: key block 0 stores, the middle ones add with
-//     red.global.add.v4.f32, key block m loads the sum, adds its own part, scales and writes
-//     bf16 dQ (no separate conversion pass). A counter per (b, h, query block) counts the
-//     warpgroup contributions; key block kb waits (thread 0 spins on an acquire load) until it
-//     reads 2*kb, and bumps it one iteration after its adds (their fence is then cheap), with a
-//     __threadfence + warpgroup barrier before the bump (release).
+//     red.global.add.v4.f32, key block m loads the sum, adds its part, scales and writes bf16 dQ
+//     (no conversion pass). A counter per (b, h, query block) counts the key blocks added;
+//     key block kb waits (thread 0 spins on an acquire load, then the warpgroup's barrier) until
+//     it reads kb, and bumps it one block later (barrier, then one thread's fence + atomicAdd).
 //   - deadlock freedom: CTAs take a ticket (atomicAdd) when they start and map it to (key block,
-//     head) key-block-major, heaviest first. A CTA waits only on lower key blocks of its head,
+//     head), key block major, heaviest first. A CTA waits only on lower key blocks of its head,
 //     which hold lower tickets, so they have started and, by induction, finish.
 //   - counters and the ticket are zeroed by attn_bwd_delta, which runs just before; the
 //     accumulator needs no zeroing (key block 0 stores). Workspace: attention.cpp.
-// Query blocks are visited in increasing order by every CTA, so key block kb reaches block i
-// two iterations after key block kb-1: in steady state nobody waits.
+// Key blocks that start together run in lock-step behind their predecessor (key block kb starts
+// at query block 2kb, which key block kb-1 reaches two blocks later, and the bump is deferred by
+// one): a few blocks of waiting at the start of the first wave; later CTAs find their
+// predecessors far ahead (tickets of one key block span B*H CTAs).
+// ptxas serializes every wgmma (C7514) when an accumulator is read after a wait it cannot prove
+// retired it (e.g. across the loop's back edge), and when a wgmma is conditional inside an
+// unrolled loop: the dQ part is read after a wait<1> in the same iteration.
 #pragma once
 
 #include <cuda.h>
@@ -95,10 +101,12 @@ struct BwdCfg {
   static constexpr int kRows = 64 * kConsumers, kKBlk = kKBlk_, kStagesQ = kStagesQ_;
   static constexpr int kTile64 = 64 * kD * 2;  // bytes of a 64-row tile (kD/64 panels)
   static constexpr int kResident = kConsumers * kTile64;  // K (V) tile of dkdv, Q (dO) of dq
-  static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;  // dS^T of the CTA's keys, bf16
-  static constexpr int kDsBytes = kAccDq ? 2 * kDsTile : 0;      // double-buffered
+  // kAccDq: dS^T of the CTA's keys (bf16) and two fp32 m64 x kD dQ parts (warpgroup 0 -> 1)
+  static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;
+  static constexpr int kPartBytes = kQBlk * kD * 4;
+  static constexpr int kAccDqBytes = kAccDq ? kDsTile + 2 * kPartBytes : 0;
   static constexpr int kDkdvBytes =
-      2 * kResident + kDsBytes + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
+      2 * kResident + kAccDqBytes + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
   static constexpr int kKBlkTile = kKBlk * kD * 2;  // a K (V) block of the dq role
   static constexpr int kDqBytes = 2 * kResident + kStagesQ * 2 * kKBlkTile;
   // + the CTA's ticket in kAccDq mode
@@ -196,73 +204,60 @@ __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* addr) {
 
 // Where key block kb stands in query block i's chain of dQ contributions (key blocks 0..last).
 struct DqChain {
-  float* acc;     // this warpgroup's half of the block's fp32 accumulator: element (v, tid) at
-                  // acc + 512 v + 4 tid, v = 0..3 (the m64n32 fragment's registers 4v..4v+3)
-  uint32_t* sem;  // warpgroup contributions so far
+  float* acc;     // the block's fp32 accumulator: element (v, tid) of the m64n64 fragment
+                  // (registers 4v..4v+3 of thread tid of the adding warpgroup) at acc + 512 v + 4 tid
+  uint32_t* sem;  // key blocks added so far
   bool first, last;
 };
 
-// Writes rows (row0, row0 + 8; below T) of an m64n32 fragment times `mul` as bf16 at column
-// offset col0.
-__device__ __forceinline__ void store_rows_n32(const float (&v)[16], __nv_bfloat16* base,
-                                               int64_t row_stride, int row0, int col0, int T,
-                                               int quad, float mul) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + 8 * hr;
-    if (row >= T) continue;
-    __nv_bfloat16* dst = base + static_cast<int64_t>(row) * row_stride + col0 + 2 * quad;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack_bf16(v[4 * j + 2 * hr] * mul, v[4 * j + 2 * hr + 1] * mul);
-    }
-  }
-}
-
-// Adds this warpgroup's dQ part of a query block in chain order (Note [sm90 flash backward: dQ
-// accumulated in order]); the last contributor writes bf16 dQ. Returns whether the chain
-// counter must be bumped (after the adds land: dq_bump).
-__device__ __forceinline__ bool dq_accumulate(const float (&dq)[16], const DqChain& ch, int kb,
+// Adds a CTA's dQ part of a query block (the sum of both warpgroups', held by warpgroup 1) in
+// chain order (Note [sm90 flash backward: dQ accumulated in order]); the last contributor writes
+// bf16 dQ. Returns whether the chain counter must be bumped (after the adds land: dq_bump).
+template <int kD>
+__device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const DqChain& ch, int kb,
                                               int tid, int bar_id, __nv_bfloat16* out,
-                                              int64_t row_stride, int row0, int col0, int T,
-                                              int quad, float scale) {
+                                              int64_t row_stride, int row0, int T, int quad,
+                                              float scale) {
+  constexpr int kVec = kD / 8;  // float4 groups per thread
   if (ch.first && ch.last) {
-    store_rows_n32(dq, out, row_stride, row0, col0, T, quad, scale);
+    store_rows<kD>(dq, out, row_stride, row0, T, quad, scale);
     return false;
   }
   float* a = ch.acc + 4 * tid;
   if (ch.first) {
 #pragma unroll
-    for (int v = 0; v < 4; ++v)
+    for (int v = 0; v < kVec; ++v)
       *reinterpret_cast<float4*>(a + 512 * v) =
           make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
     return true;
   }
   if (tid == 0) {
-    const uint32_t target = 2u * static_cast<uint32_t>(kb);
-    while (ld_acquire_u32(ch.sem) < target) __nanosleep(64);
+    while (ld_acquire_u32(ch.sem) < static_cast<uint32_t>(kb)) __nanosleep(64);
   }
   named_bar_sync(bar_id, 128);
   if (!ch.last) {
 #pragma unroll
-    for (int v = 0; v < 4; ++v) red_add_v4(a + 512 * v, &dq[4 * v]);
+    for (int v = 0; v < kVec; ++v) red_add_v4(a + 512 * v, &dq[4 * v]);
     return true;
   }
-  float sum[16];
+  float sum[kD / 2];
 #pragma unroll
-  for (int v = 0; v < 4; ++v) ld_relaxed_v4(a + 512 * v, &sum[4 * v]);
+  for (int v = 0; v < kVec; ++v) ld_relaxed_v4(a + 512 * v, &sum[4 * v]);
 #pragma unroll
-  for (int e = 0; e < 16; ++e) sum[e] += dq[e];
-  store_rows_n32(sum, out, row_stride, row0, col0, T, quad, scale);
+  for (int e = 0; e < kD / 2; ++e) sum[e] += dq[e];
+  store_rows<kD>(sum, out, row_stride, row0, T, quad, scale);
   return false;
 }
 
-// Publishes this warpgroup's adds to a query block (release: every thread's fence, then one bump).
+// Publishes a warpgroup's adds to a query block: the warpgroup's barrier, then one thread's
+// release (fence.acq_rel via __threadfence, cumulative over what the barrier ordered before it)
+// and bump.
 __device__ __forceinline__ void dq_bump(uint32_t* sem, int tid, int bar_id) {
-  __threadfence();
   named_bar_sync(bar_id, 128);
-  if (tid == 0) atomicAdd(sem, 1u);
+  if (tid == 0) {
+    __threadfence();
+    atomicAdd(sem, 1u);
+  }
 }
 
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
@@ -290,8 +285,9 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   constexpr int kTile = Cfg::kTile64;
   uint8_t* sK = smem;                     // [kKeys] tile
   uint8_t* sV = sK + Cfg::kResident;      // [kKeys]
-  uint8_t* sDs = sV + Cfg::kResident;     // kAccDq: 2 x [kKeys][64 queries] dS^T
-  uint8_t* sQ = sDs + Cfg::kDsBytes;      // [kStages] x [64 queries]
+  uint8_t* sDs = sV + Cfg::kResident;     // kAccDq: [kKeys][64 queries] dS^T
+  float* sPart = reinterpret_cast<float*>(sDs + Cfg::kDsTile);  // kAccDq: 2 x [64][kD] dQ parts
+  uint8_t* sQ = sDs + Cfg::kAccDqBytes;   // [kStages] x [64 queries]
   uint8_t* sdO = sQ + kStages * kTile;    // [kStages] x [64 queries]
   float* sL = reinterpret_cast<float*>(sdO + kStages * kTile);  // [kStages][64], L*log2e
   float* sD = sL + kStages * kQBlk;                                // [kStages][64]
@@ -366,27 +362,15 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   float st[kQBlk / 2], dpt[kQBlk / 2];
   uint32_t fa[kQBlk / 16][4];
 
-  // kAccDq state: this warpgroup's m64n32 dQ part of block prev_i, waiting to be added; the block
-  // whose adds still need their counter bump.
-  float dq[16];
-  int prev_i = -1, bump_i = -1;
-  float* const acc_head = p.dq_acc + bh * nqb * (kQBlk * kD) + 2048 * c;
+  // kAccDq state: this warpgroup's m64n64 dQ part of the current block, and (warpgroup 1) the
+  // block whose adds still need their counter bump.
+  float dq[kD / 2];
+  int bump_i = -1;
+  const int n_iter = nqb - i0;
+  float* const acc_head = p.dq_acc + bh * nqb * (kQBlk * kD);
   uint32_t* const sem_head = p.dq_sem + bh * nqb;
   __nv_bfloat16* const dq_out = static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
   const int bar_wg = 2 + c;
-  auto chain = [&](int i) {
-    DqChain ch;
-    ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
-    ch.sem = sem_head + i;
-    ch.first = kb == 0;
-    ch.last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
-    return ch;
-  };
-  auto add_dq = [&](int i) {
-    const int row0 = i * kQBlk + 16 * warp + lane / 4;
-    return dq_accumulate(dq, chain(i), kb, tid, bar_wg, dq_out, p.sdq.t, row0, 32 * c, T, quad,
-                         p.scale);
-  };
 
   g90::mbar_wait(full_kv, 0);
   Ring r;
@@ -396,22 +380,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     g90::mbar_wait(&full[r.stage], r.phase);
     // Every key of this warpgroup after every query of the block: nothing to add.
     const bool own = !(causal && wg_key_min > qs + kQBlk - 1);
-    if constexpr (Cfg::kAccDq) {
-      // The previous dK and dQ products retire here, before this block's S^T and dP^T are issued:
-      // a wait across the loop's back edge that ptxas cannot prove would serialize every wgmma
-      // (C7514) once dq is read in the loop.
-      g90::wgmma_wait<0>();
-      g90::fence_accumulators(dq);
-      if (pending >= 0) {  // the deferred dK product read that stage
-        g90::mbar_arrive_warp(&empty[pending], lane);
-        pending = -1;
-      }
-      if (!own) {  // warpgroup 1 on the diagonal block (first iteration): its dS^T rows are zero
-        const uint32_t zero[kQBlk / 16][4] = {};
-        store_ds_t(zero, sDs + (i & 1) * Cfg::kDsTile, c, warp, lane);
-        g90::fence_proxy_async_smem();
-      }
-    }
     if (own) {
       const uint32_t q_tile = q_tiles + r.stage * kTile, o_tile = o_tiles + r.stage * kTile;
       const float* cL = sL + r.stage * kQBlk;
@@ -431,20 +399,16 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
             ks > 0 ? 1 : 0);
       }
       g90::wgmma_commit();
-      g90::wgmma_wait<1>();  // S^T (and a deferred dK, dQ) ready; dP^T may still run
+      g90::wgmma_wait<1>();  // S^T (and a deferred dK) ready; dP^T may still run
       g90::fence_accumulators(st);
       if (pending >= 0) {
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
       }
-      if constexpr (Cfg::kAccDq) {  // the previous block's dQ part, while dP^T runs
+      if constexpr (Cfg::kAccDq) {  // publish the previous block's adds while dP^T runs
         if (bump_i >= 0) {
           dq_bump(sem_head + bump_i, tid, bar_wg);
           bump_i = -1;
-        }
-        if (prev_i >= 0) {
-          if (add_dq(prev_i)) bump_i = prev_i;
-          prev_i = -1;
         }
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
@@ -478,42 +442,86 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::fence_accumulators(dv);
       acc_to_a_frags<kQBlk>(st, fa);
       if constexpr (Cfg::kAccDq) {
-        store_ds_t(fa, sDs + (i & 1) * Cfg::kDsTile, c, warp, lane);
+        // dQ part = dS K over this warpgroup's 64 keys: dS^T rows to shared memory (this
+        // warpgroup's own rows: its previous dQ product, the only reader, has retired), then
+        // the product first so that its wait below leaves dK += dS^T Q running.
+        store_ds_t(fa, sDs, c, warp, lane);
         g90::fence_proxy_async_smem();  // generic-proxy stores -> the wgmma's async-proxy reads
+        named_bar_sync(bar_wg, 128);
+        const uint32_t ds_rows = g90::smem_u32(sDs) + 8192 * c, k_rows = k_tile + 8192 * c;
+        g90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          g90::Wgmma<g90::InBf16, kD>::template mma<1, 1>(
+              dq, desc_mnmajor<kKeys>(ds_rows, kk), desc_mnmajor<kKeys>(k_rows, kk),
+              kk > 0 ? 1 : 0);
+        }
+        g90::wgmma_commit();
+      } else {
+        g90::wgmma_fence();
       }
-      g90::wgmma_fence();
       // dK += dS^T Q
 #pragma unroll
       for (int kk = 0; kk < kQBlk / 16; ++kk) {
         WgmmaRegA<kD>::template mma<1>(dk, fa[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
       }
       g90::wgmma_commit();
+      if constexpr (Cfg::kAccDq) {
+        g90::wgmma_wait<1>();  // the dQ part is ready; dK may still run
+        g90::fence_accumulators(dq);
+      }
       if constexpr (Cfg::kDefer) {
         pending = r.stage;
       } else {
         g90::wgmma_wait<0>();
         g90::fence_accumulators(dk);
       }
-    } else if (pending >= 0) {  // a skipped block: retire the deferred product first
-      g90::wgmma_wait<0>();
-      g90::fence_accumulators(dk);
-      g90::mbar_arrive_warp(&empty[pending], lane);
-      pending = -1;
+    } else {
+      if (pending >= 0) {  // a skipped block: retire the deferred product first
+        g90::wgmma_wait<0>();
+        g90::fence_accumulators(dk);
+        g90::mbar_arrive_warp(&empty[pending], lane);
+        pending = -1;
+      }
+      if constexpr (Cfg::kAccDq) {  // warpgroup 1 on the diagonal block: a zero dQ part
+#pragma unroll
+        for (int e = 0; e < kD / 2; ++e) dq[e] = 0.0f;
+      }
     }
     if constexpr (Cfg::kAccDq) {
-      // dQ[:, 32c..32c+31] = dS K over the CTA's keys (both warpgroups' dS^T rows: wait for them).
-      // Always all 128 keys: a conditional wgmma would make ptxas copy (and so serialize) dq.
-      named_bar_sync(1, 256);
-      const uint32_t ds_tile = g90::smem_u32(sDs + (i & 1) * Cfg::kDsTile);
-      g90::wgmma_fence();
+      // Warpgroup 0 hands its dQ part to warpgroup 1 through a double-buffered fp32 tile
+      // (named barriers 4 + buf: part written, 6 + buf: part read); warpgroup 1 adds both
+      // parts into the chain (Note [sm90 flash backward: dQ accumulated in order]).
+      const int t = i - i0, buf = t & 1;
+      float* part = sPart + buf * (kQBlk * kD) + 4 * tid;
+      if (c == 0) {
+        if (t >= 2) named_bar_sync(6 + buf, 256);
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        g90::Wgmma<g90::InBf16, 32>::template mma<1, 1>(
-            dq, desc_mnmajor<kKeys>(ds_tile, kk),
-            g90::make_desc_sw128(k_tile + 2048 * kk + 64 * c, kKeys * 128, 1024), kk > 0 ? 1 : 0);
+        for (int v = 0; v < kD / 8; ++v)
+          *reinterpret_cast<float4*>(part + 512 * v) =
+              make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+        named_bar_arrive(4 + buf, 256);
+      } else {
+        named_bar_sync(4 + buf, 256);
+#pragma unroll
+        for (int v = 0; v < kD / 8; ++v) {
+          const float4 w = *reinterpret_cast<const float4*>(part + 512 * v);
+          dq[4 * v] = w.x + dq[4 * v];
+          dq[4 * v + 1] = w.y + dq[4 * v + 1];
+          dq[4 * v + 2] = w.z + dq[4 * v + 2];
+          dq[4 * v + 3] = w.w + dq[4 * v + 3];
+        }
+        if (t + 2 < n_iter) named_bar_arrive(6 + buf, 256);
+        DqChain ch;
+        ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
+        ch.sem = sem_head + i;
+        ch.first = kb == 0;
+        ch.last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
+        const int row0 = qs + 16 * warp + lane / 4;
+        if (dq_accumulate<kD>(dq, ch, kb, tid, bar_wg, dq_out, p.sdq.t, row0, T, quad, p.scale)) {
+          bump_i = i;
+        }
       }
-      g90::wgmma_commit();
-      prev_i = i;
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
@@ -522,9 +530,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   g90::fence_accumulators(dk);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
   if constexpr (Cfg::kAccDq) {
-    g90::fence_accumulators(dq);
     if (bump_i >= 0) dq_bump(sem_head + bump_i, tid, bar_wg);
-    if (prev_i >= 0 && add_dq(prev_i)) dq_bump(sem_head + prev_i, tid, bar_wg);
   }
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
                  T, quad, p.scale);

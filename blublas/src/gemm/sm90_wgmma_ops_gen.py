@@ -4,9 +4,6 @@
 # independently), fp32 accumulators in registers,
 # both operands from shared-memory descriptors; plus WgmmaRegA<N> (bf16, A from registers). Run: python3 sm90_wgmma_ops_gen.py > sm90_wgmma_ops.cuh
 NS = [64, 128, 192, 256]
-# Extra N per input type: bf16 m64n32 (the fused attention backward's dQ halves, Note [sm90 flash
-# backward: dQ accumulated in order]).
-EXTRA_NS = {"InBf16": [32]}
 # (tag, PTX type of A, PTX type of B, k per instruction, transposable)
 TYPES = [("InBf16", "bf16", "bf16", 16, True), ("InF16", "f16", "f16", 16, True),
          ("InTf32", "tf32", "tf32", 8, False),
@@ -44,7 +41,7 @@ struct Wgmma;
 """)
 
 for tag, ptx_a, ptx_b, k, trans in TYPES:
-    for n in EXTRA_NS.get(tag, []) + NS:
+    for n in NS:
         nreg = n // 2
         regs = ", ".join(f"%{i}" for i in range(nreg))
         da, db, sc = nreg, nreg + 1, nreg + 2
