@@ -85,6 +85,7 @@ for c in "${cases[@]}"; do
     > "$work/$c/log.txt" 2>&1
   echo "rc=$?" >> "$work/$c/log.txt"
   grep -E "^\| (bf16|fp32|tf32)" "$work/$c/log.txt" | head -8
+  tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null  # kept if the call is cut
 done
 if [ -n "$ncu_names" ]; then
   stamp "ncu: $ncu_names"
