@@ -185,15 +185,22 @@ std::size_t workspace_bytes(const AttentionDesc& d) {
   return delta_bytes(d) + part + acc;
 }
 
-// BLUBLAS_ATTN_DQ=partials|twopass, read once per process; unset or anything but "twopass":
-// partials for 3xTF32 (the default since session 7's measurement, Note [dQ partials]) and the
-// accumulator for bf16 (Note [sm90 flash backward: dQ accumulated in order]).
-bool dq_partials_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("BLUBLAS_ATTN_DQ");
-    return v == nullptr || std::strcmp(v, "twopass") != 0;
+// BLUBLAS_ATTN_DQ=partials|twopass|accumulate, read once per process. Unset or anything but
+// "twopass": partials for 3xTF32 (the default since session 7's measurement, Note [dQ
+// partials]). "accumulate": the bf16 dQ accumulator (Note [sm90 flash backward: dQ accumulated
+// in order]); not the default: measured slower than two passes (session 31).
+const char* dq_env() {
+  static const char* v = [] {
+    const char* e = std::getenv("BLUBLAS_ATTN_DQ");
+    return e == nullptr ? "" : e;
   }();
-  return on;
+  return v;
+}
+bool dq_partials_env() {
+  return std::strcmp(dq_env(), "twopass") != 0;
+}
+bool dq_accumulate_env() {
+  return std::strcmp(dq_env(), "accumulate") == 0;
 }
 
 bool empty(const AttentionDesc& d) {
@@ -224,7 +231,7 @@ bool dq_partials_mode(const AttentionDesc& d) {
 
 bool dq_accumulate_mode(const AttentionDesc& d) {
   const bool requested = d.dq_mode == AttnDqMode::kAccumulate ||
-                         (d.dq_mode == AttnDqMode::kAuto && dq_partials_env());
+                         (d.dq_mode == AttnDqMode::kAuto && dq_accumulate_env());
   return requested && d.precision == AttnPrecision::kBF16 && d.head_dim == 64 && d.causal &&
          d.batch > 0 && d.heads > 0 && d.seq_len > 0;
 }

@@ -57,7 +57,7 @@ constexpr std::size_t kDqPartialsMaxBytes = std::size_t{2} << 30;
 std::size_t dq_partials_bytes(const AttentionDesc& desc);
 bool dq_partials_mode(const AttentionDesc& desc);
 // Whether the backward of `desc` gets the dQ accumulator (requested by desc.dq_mode, or kAuto
-// without BLUBLAS_ATTN_DQ=twopass; bf16, causal, head_dim 64); the sm90 path then uses it.
+// with BLUBLAS_ATTN_DQ=accumulate; bf16, causal, head_dim 64); the sm90 path then uses it.
 bool dq_accumulate_mode(const AttentionDesc& desc);
 // Chain counters + ticket of dQ-accumulate mode (uint32 each).
 int64_t dq_sem_count(int batch, int heads, int seq_len);

@@ -25,8 +25,9 @@
 //
 // Note [sm90 flash backward: dQ accumulated in order]
 // The two-pass split costs 7 block products per (key block, query block) pair: the dq role
-// recomputes S and dP. With BwdCfg::kAccDq (causal, head_dim 64; AttnDqMode::kAccumulate) the
-// dkdv role alone runs (5 products) and adds dQ into an fp32 accumulator in global memory:
+// recomputes S and dP. With BwdCfg::kAccDq (causal, head_dim 64; AttnDqMode::kAccumulate,
+// opt-in) the dkdv role alone runs (5 products) and adds dQ into an fp32 accumulator in global
+// memory:
 //   - each consumer warpgroup stores its dS^T (64 keys x 64 queries, bf16) into its own rows of
 //     a 128B-swizzled shared tile, which reads back as the MN-major A operand of its dQ part
 //     = dS K over its 64 keys (m64n64, K tile rows MN-major); issued before dK += dS^T Q so its
@@ -54,6 +55,16 @@
 // ptxas serializes every wgmma (C7514) when an accumulator is read after a wait it cannot prove
 // retired it (e.g. across the loop's back edge), and when a wgmma is conditional inside an
 // unrolled loop: the dQ part is read after a wait<1> in the same iteration.
+// Measured (H200, session 31, attention_bench in one process, backward TFLOP/s with the causal
+// 2.5x-forward FLOP count, two passes vs this): GPT-2 124M B16 T1024 H12 229.2 vs 189.8 (version
+// 1: 181.7), d48 B16 H25 230.5 vs 189.0, B2 T16384 H12 321.6 vs 253.5 (version 1: 268.9). So it
+// is opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate), correct and deterministic
+// (AttentionGpu.Bf16Sm90DqAccumulate), and not yet faster. Suspects, unprofiled: warpgroup 1
+// carries all the global work (spin, adds, loads) and the ring's empty barriers let warpgroup 0
+// run at most 3 blocks ahead, so the CTA runs at warpgroup 1's pace; 16 KB of fp32
+// read-modify-write per (key block, query block) pair through per-thread red.global (6.5 GB a
+// layer at T=16384). Next: Nsight Compute stall reasons; the add as one TMA bulk reduce
+// (cp.reduce.async.bulk .add.f32) from the shared part; alternate the adding warpgroup by block.
 #pragma once
 
 #include <cuda.h>
@@ -205,7 +216,7 @@ __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* addr) {
 // Where key block kb stands in query block i's chain of dQ contributions (key blocks 0..last).
 struct DqChain {
   float* acc;     // the block's fp32 accumulator: element (v, tid) of the m64n64 fragment
-                  // (registers 4v..4v+3 of thread tid of the adding warpgroup) at acc + 512 v + 4 tid
+                  // (registers 4v..4v+3 of the adding warpgroup's thread tid): acc + 512v + 4tid
   uint32_t* sem;  // key blocks added so far
   bool first, last;
 };
