@@ -1,11 +1,11 @@
 // attention_args_test.cpp: bad arguments to the attention launchers come back as the right
 // blublas::Status (never a launch, never a fault); runs on machines without a GPU because every
 // argument check happens before the first CUDA call.
-#include <cstdlib>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "blublas/attention.h"
 
@@ -178,48 +178,56 @@ TEST(AttentionArgs, Workspace) {
             StatusCode::kInvalidArgument);
 }
 
+// The backward workspace a desc asks for, and the desc with another dQ mode.
+std::size_t ws_bytes(const AttentionDesc& d) {
+  std::size_t bytes = 0;
+  EXPECT_TRUE(blublas::attention_backward_workspace_size(d, &bytes).ok());
+  return bytes;
+}
+AttentionDesc with_dq(AttentionDesc d, blublas::AttnDqMode m) {
+  d.dq_mode = m;
+  return d;
+}
+
 // Note [dQ partials]: the workspace grows by B*H*ceil(T/64)*T*64 floats only where the partials
 // mode applies (3xTF32, d64, partials <= 2 GiB); every other request sizes as two passes.
 TEST(AttentionArgs, DqPartialsWorkspace) {
-  auto ws = [](const AttentionDesc& d) {
-    std::size_t bytes = 0;
-    EXPECT_TRUE(blublas::attention_backward_workspace_size(d, &bytes).ok());
-    return bytes;
-  };
-  auto with = [](AttentionDesc d, blublas::AttnDqMode m) {
-    d.dq_mode = m;
-    return d;
-  };
   using blublas::AttnDqMode;
   AttentionDesc d = valid_desc();  // B2 T17 H3 d64
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));  // bf16
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            ws_bytes(with_dq(d, AttnDqMode::kTwoPass)));  // bf16
   d.precision = AttnPrecision::kF32TF32;
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            ws_bytes(with_dq(d, AttnDqMode::kTwoPass)));
   d.precision = AttnPrecision::kF32Split3TF32;
-  const std::size_t two = ws(with(d, AttnDqMode::kTwoPass));
+  const std::size_t two = ws_bytes(with_dq(d, AttnDqMode::kTwoPass));
   const std::size_t part = 2 * 3 * 1 * 17 * 64 * sizeof(float);  // one key block
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), two + (part + 255) / 256 * 256);
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)), two + (part + 255) / 256 * 256);
   // GPT-2 124M: B16 H12 T1024 -> D (768 KiB) + 16 key blocks of partials (768 MiB).
   d.batch = 16;
   d.heads = 12;
   d.seq_len = 1024;
-  EXPECT_EQ(ws(with(d, AttnDqMode::kTwoPass)), std::size_t{786432});
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), std::size_t{786432} + std::size_t{805306368});
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kTwoPass)), std::size_t{786432});
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            std::size_t{786432} + std::size_t{805306368});
   if (std::getenv("BLUBLAS_ATTN_DQ") == nullptr) {  // kAuto: partials by default
-    EXPECT_EQ(ws(with(d, AttnDqMode::kAuto)), ws(with(d, AttnDqMode::kPartials)));
+    EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kAuto)), ws_bytes(with_dq(d, AttnDqMode::kPartials)));
   }
   d.seq_len = 1664;  // 2,126,512,128 bytes of partials: still <= 2 GiB
-  EXPECT_GT(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  EXPECT_GT(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            ws_bytes(with_dq(d, AttnDqMode::kTwoPass)));
   d.seq_len = 1665;  // 2,209,628,160 bytes: falls back to two passes
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            ws_bytes(with_dq(d, AttnDqMode::kTwoPass)));
   d = valid_desc();
   d.precision = AttnPrecision::kF32Split3TF32;
   d.head_dim = 128;
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), ws(with(d, AttnDqMode::kTwoPass)));
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            ws_bytes(with_dq(d, AttnDqMode::kTwoPass)));
   // A partials-sized request is checked against the partials size.
   d.head_dim = 64;
   d.dq_mode = AttnDqMode::kPartials;
-  EXPECT_EQ(bwd(d, ws(d) - 1), StatusCode::kWorkspaceTooSmall);
+  EXPECT_EQ(bwd(d, ws_bytes(d) - 1), StatusCode::kWorkspaceTooSmall);
   d.dq_mode = static_cast<AttnDqMode>(7);
   EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument);
 }
@@ -228,44 +236,36 @@ TEST(AttentionArgs, DqPartialsWorkspace) {
 // 64 x 64 floats) and the chain counters (one per query block + the ticket) follow D, only for
 // bf16, causal, head_dim 64 when requested (kAccumulate, or kAuto with BLUBLAS_ATTN_DQ=accumulate).
 TEST(AttentionArgs, DqAccumulateWorkspace) {
-  auto ws = [](const AttentionDesc& d) {
-    std::size_t bytes = 0;
-    EXPECT_TRUE(blublas::attention_backward_workspace_size(d, &bytes).ok());
-    return bytes;
-  };
-  auto with = [](AttentionDesc d, blublas::AttnDqMode m) {
-    d.dq_mode = m;
-    return d;
-  };
   using blublas::AttnDqMode;
   AttentionDesc d = valid_desc();  // B2 T17 H3 d64 causal bf16: one query block per head
-  const std::size_t two = ws(with(d, AttnDqMode::kTwoPass));
-  const std::size_t acc = 2 * 3 * 1 * 64 * 64 * sizeof(float);        // 49152: 256-aligned
+  const std::size_t two = ws_bytes(with_dq(d, AttnDqMode::kTwoPass));
+  const std::size_t acc = 2 * 3 * 1 * 64 * 64 * sizeof(float);       // 49152: 256-aligned
   const std::size_t sems = ((2 * 3 * 1 + 1) * 4 + 255) / 256 * 256;  // 28 bytes -> 256
-  EXPECT_EQ(ws(with(d, AttnDqMode::kAccumulate)), two + acc + sems);
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kAccumulate)), two + acc + sems);
   if (std::getenv("BLUBLAS_ATTN_DQ") == nullptr) {  // kAuto: two passes for bf16 by default
-    EXPECT_EQ(ws(with(d, AttnDqMode::kAuto)), two);
+    EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kAuto)), two);
   }
-  EXPECT_EQ(ws(with(d, AttnDqMode::kPartials)), two);  // a 3xTF32 request: two passes in bf16
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kPartials)),
+            two);  // a 3xTF32 request: two passes in bf16
   // Not applicable: non-causal, head_dim 128, fp32 modes.
-  AttentionDesc e = with(d, AttnDqMode::kAccumulate);
+  AttentionDesc e = with_dq(d, AttnDqMode::kAccumulate);
   e.causal = false;
-  EXPECT_EQ(ws(e), two);
-  e = with(d, AttnDqMode::kAccumulate);
+  EXPECT_EQ(ws_bytes(e), two);
+  e = with_dq(d, AttnDqMode::kAccumulate);
   e.head_dim = 128;
-  EXPECT_EQ(ws(e), ws(with(e, AttnDqMode::kTwoPass)));
-  e = with(d, AttnDqMode::kAccumulate);
+  EXPECT_EQ(ws_bytes(e), ws_bytes(with_dq(e, AttnDqMode::kTwoPass)));
+  e = with_dq(d, AttnDqMode::kAccumulate);
   e.precision = AttnPrecision::kF32TF32;
-  EXPECT_EQ(ws(e), ws(with(e, AttnDqMode::kTwoPass)));
+  EXPECT_EQ(ws_bytes(e), ws_bytes(with_dq(e, AttnDqMode::kTwoPass)));
   // GPT-2 124M: B16 H12 T1024 -> D (768 KiB) + 3072 tiles (48 MiB) + 3073 counters (12,544 bytes).
   d.batch = 16;
   d.heads = 12;
   d.seq_len = 1024;
-  EXPECT_EQ(ws(with(d, AttnDqMode::kAccumulate)),
+  EXPECT_EQ(ws_bytes(with_dq(d, AttnDqMode::kAccumulate)),
             std::size_t{786432} + std::size_t{50331648} + std::size_t{12544});
   // An accumulate-sized request is checked against that size.
-  d = with(valid_desc(), AttnDqMode::kAccumulate);
-  EXPECT_EQ(bwd(d, ws(d) - 1), StatusCode::kWorkspaceTooSmall);
+  d = with_dq(valid_desc(), AttnDqMode::kAccumulate);
+  EXPECT_EQ(bwd(d, ws_bytes(d) - 1), StatusCode::kWorkspaceTooSmall);
   d.dq_mode = static_cast<AttnDqMode>(4);
   EXPECT_EQ(bwd(d), StatusCode::kInvalidArgument);
 }

@@ -595,6 +595,24 @@ TEST(AttentionGpu, Bf16Sm90MatchesSm80) {
     }
 }
 
+// Runs `c` (a dQ mode other than two passes) and `c` again with two passes: dK and dV bitwise
+// equal (the same dK/dV arithmetic), dQ within twice the bound of c's path.
+void expect_matches_two_passes(Case c, const char* mode) {
+  CaseResult a, b;
+  run_case(c, &a);
+  c.dq_mode = blublas::AttnDqMode::kTwoPass;
+  run_case(c, &b);
+  if (::testing::Test::HasFailure()) return;
+  const std::string what = std::string("dQ ") + mode + " vs two passes";
+  SCOPED_TRACE(what + ": " + name(c));
+  EXPECT_TRUE(a.dk.x == b.dk.x) << "dK differs between the dQ modes";
+  EXPECT_TRUE(a.dv.x == b.dv.x) << "dV differs between the dQ modes";
+  Tol tol = tol_for(c.prec, c.path);
+  tol.rel *= 2;
+  tol.abs *= 2;
+  compare(what.c_str(), a.dq, b.dq, b.mdq, tol);
+}
+
 // Note [sm90 flash backward: dQ accumulated in order]: dQ added by the key blocks in order into
 // the fp32 accumulator, against float64 and run-to-run bitwise (run_case), at T with one query
 // block, a partial last key block (one or both warpgroups' keys past T), exact multiples, and
@@ -611,18 +629,7 @@ TEST(AttentionGpu, Bf16Sm90DqAccumulate) {
                   Shape{1, 257, 2}, Shape{1, 600, 64}, Shape{1, 2048, 2}}) {
     Case c{s.B, s.T, s.H, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, s.T % 2 == 1};
     c.dq_mode = blublas::AttnDqMode::kAccumulate;
-    CaseResult a, b;
-    run_case(c, &a);
-    c.dq_mode = blublas::AttnDqMode::kTwoPass;
-    run_case(c, &b);
-    if (::testing::Test::HasFailure()) return;
-    SCOPED_TRACE("dQ accumulated vs two passes: " + name(c));
-    EXPECT_TRUE(a.dk.x == b.dk.x) << "dK differs between the dQ modes";
-    EXPECT_TRUE(a.dv.x == b.dv.x) << "dV differs between the dQ modes";
-    Tol tol = tol_for(AttnPrecision::kBF16, AttnPath::kSm90Wgmma);
-    tol.rel *= 2;
-    tol.abs *= 2;
-    compare("dQ accumulated vs two passes", a.dq, b.dq, b.mdq, tol);
+    expect_matches_two_passes(c, "accumulated");
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -686,19 +693,9 @@ TEST(AttentionGpu, DqPartialsRequestFallsBackToTwoPasses) {
 TEST(AttentionGpu, F32Split3Tf32DqPartialsMatchesTwoPasses) {
   BLU_REQUIRE_GPU();
   for (bool causal : {true, false}) {
-    Case c = partials_case(2, 301, 3, 64, causal, AttnPrecision::kF32Split3TF32);
-    CaseResult a, b;
-    run_case(c, &a);
-    c.dq_mode = blublas::AttnDqMode::kTwoPass;
-    run_case(c, &b);
+    expect_matches_two_passes(partials_case(2, 301, 3, 64, causal, AttnPrecision::kF32Split3TF32),
+                              "partials");
     if (::testing::Test::HasFailure()) return;
-    SCOPED_TRACE("dQ partials vs two passes: " + name(c));
-    EXPECT_TRUE(a.dk.x == b.dk.x) << "dK differs between the dQ modes";
-    EXPECT_TRUE(a.dv.x == b.dv.x) << "dV differs between the dQ modes";
-    Tol tol = tol_for(AttnPrecision::kF32Split3TF32, AttnPath::kSm80Mma);
-    tol.rel *= 2;
-    tol.abs *= 2;
-    compare("dQ partials vs two passes", a.dq, b.dq, b.mdq, tol);
   }
 }
 
