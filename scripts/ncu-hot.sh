@@ -48,6 +48,9 @@ table=(
   "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_fwd_bf16_t16k;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
   "attn_bwd_bf16_t16k;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
+  # The dQ-accumulate backward (Note [sm90 flash backward: dQ accumulated in order]) beside them.
+  "attn_bwd_bf16_acc;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --dq=accumulate --reps=2"
+  "attn_bwd_bf16_t16k_acc;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --dq=accumulate --reps=1"
   "attn_fwd_f32x3;regex:flash_attn_fwd;attention --d=64 --mode=f32x3 --reps=2"
   "attn_bwd_dkdv_f32x3;regex:flash_attn_bwd_dkdv|flash_attn_bwd_merged;attention --d=64 --mode=f32x3 --reps=2"
   "attn_bwd_dq_f32x3;regex:flash_attn_bwd_dq;attention --d=64 --mode=f32x3 --reps=2"

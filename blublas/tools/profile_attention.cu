@@ -2,6 +2,7 @@
 // blublas attention at any B, T, H, d (64/128), mode (bf16, tf32, f32) and causal flag, plus the
 // max error against a CPU float64 reference on a small case of the same mode and head dim.
 //   blublas-profiler attention --B=16 --T=1024 --H=12 --d=64 --mode=bf16 --causal=1 [--path=auto]
+//                              [--dq=auto|twopass|partials|accumulate] (AttnDqMode)
 //                              [--json]    (exit codes: 0 ok, 1 blublas/CUDA error, 2 usage)
 // FLOPs: forward 4*B*H*T*T*d (halved when causal), backward 2.5x forward.
 #include <cuda_bf16.h>
@@ -45,6 +46,7 @@ struct Problem {
   bool causal;
   AttnPrecision prec;
   AttnPath path;
+  blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;
 };
 
 // Device buffers for one dense problem; host copies (rounded to the storage type) in `h*`.
@@ -101,6 +103,7 @@ int setup(const Problem& pr, Buffers* b, blublas::AttentionDesc* desc) {
   desc->causal = pr.causal;
   desc->precision = pr.prec;
   desc->path = pr.path;
+  desc->dq_mode = pr.dq_mode;
   desc->q = {b->q, sb, st, sh};
   desc->k = {b->k, sb, st, sh};
   desc->v = {b->v, sb, st, sh};
@@ -209,6 +212,20 @@ int run_attention(const blublas::profiler::Args& args) {
   pr.causal = args.get_int("causal", 1) != 0;
   const std::string mode = args.get("mode", "bf16");
   const std::string path = args.get("path", "auto");
+  const std::string dq = args.get("dq", "auto");
+  if (dq == "auto")
+    pr.dq_mode = blublas::AttnDqMode::kAuto;
+  else if (dq == "twopass")
+    pr.dq_mode = blublas::AttnDqMode::kTwoPass;
+  else if (dq == "partials")
+    pr.dq_mode = blublas::AttnDqMode::kPartials;
+  else if (dq == "accumulate")
+    pr.dq_mode = blublas::AttnDqMode::kAccumulate;
+  else {
+    std::fprintf(stderr, "attention: --dq must be auto, twopass, partials or accumulate (got %s)\n",
+                 dq.c_str());
+    return 2;
+  }
   const int reps = static_cast<int>(args.get_int("reps", 20));
   if (mode == "bf16")
     pr.prec = AttnPrecision::kBF16;
@@ -301,5 +318,5 @@ int run_attention(const blublas::profiler::Args& args) {
 
 BLUBLAS_PROFILER_COMMAND("attention", "flash attention forward/backward TFLOP/s and error",
                          "--B=16 --T=1024 --H=12 --d=64|128 --mode=bf16|tf32|f32|f32x3 --causal=1|0 "
-                         "--path=auto|simt|sm80|sm90 --reps=20 --json",
+                         "--path=auto|simt|sm80|sm90 --dq=auto|twopass|partials|accumulate --reps=20 --json",
                          run_attention);
