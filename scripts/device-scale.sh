@@ -4,7 +4,7 @@
 # race) with a per-kernel profile of one step of every run, for
 #   longctx: d12 with a 16384-position table, B2 T16384 (12 steps, 4 warm-up, profile step 6)
 #   d48:     GPT-2 d48 (1.56B), B16 T1024 (10 steps, 4 warm-up, profile step 6)
-# BLU_SCALE_CASES picks (default "longctx,d48"; also d24, d36, and d12side0 / d48side1 ...: blutrain
+# BLU_SCALE_CASES picks (default "longctx,d48"; none: no race; also d24, d36, and d12side0 / d48side1 ...: blutrain
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
 # d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
@@ -75,6 +75,7 @@ for c in "${cases[@]}"; do
         --blutrain "$bin" --out "$work/$c" ${BLU_LARGEST_ARGS:-} > "$work/$c/log.txt" 2>&1
       echo "largest rc=$?"; grep -E "^\| (blutrain|torch)" "$work/$c/log.txt"
       continue ;;
+    none) continue ;;  # tests, bench or ncu only
     *) echo "device-scale.sh: unknown case $c" >&2; continue ;;
   esac
   stamp "$c: ${args[*]}"
