@@ -34,15 +34,16 @@
 //     wait leaves dK running. No barrier between the warpgroups for that (version 1 split the
 //     head dim between them over both warpgroups' dS^T, with a barrier every block: lock-step
 //     warpgroups, 0.79x of the two-pass kernel, session 31).
-//   - warpgroup 0 hands its fp32 part to warpgroup 1 through a double-buffered shared tile (named
-//     barriers 4/5: written, 6/7: read); warpgroup 1 adds the two and does all the global work,
-//     so warpgroup 0 never waits on memory.
+//   - the warpgroups take turns adding (block t of the CTA: warpgroup t & 1): the other hands its
+//     fp32 part over through shared tile t & 1 (named barriers 4/5: written, 6/7: read back,
+//     the latter one block late), the adder sums the two into that tile.
 //   - query block i receives key blocks 0..m (m = last key block touching it, = i/2) in that
-//     order, so the sums are deterministic: key block 0 stores, the middle ones add with
-//     red.global.add.v4.f32, key block m loads the sum, adds its part, scales and writes bf16 dQ
-//     (no conversion pass). A counter per (b, h, query block) counts the key blocks added;
-//     key block kb waits (thread 0 spins on an acquire load, then the warpgroup's barrier) until
-//     it reads kb, and bumps it one block later (barrier, then one thread's fence + atomicAdd).
+//     order, so the sums are deterministic: key block 0 stores, the middle ones add, each as one
+//     16 KB TMA bulk operation (cp.reduce.async.bulk .add.f32) issued by the adder's thread 0;
+//     key block m loads the sum, adds its part, scales and writes bf16 dQ (no conversion pass).
+//     A counter per (b, h, query block) counts the key blocks added; key block kb's thread 0
+//     spins on an acquire load until it reads kb, and one block later waits for its bulk
+//     operation and bumps the counter (fence.proxy.async.global + fence + atomicAdd).
 //   - deadlock freedom: CTAs take a ticket (atomicAdd) when they start and map it to (key block,
 //     head), key block major, heaviest first. A CTA waits only on lower key blocks of its head,
 //     which hold lower tickets, so they have started and, by induction, finish.
@@ -56,15 +57,14 @@
 // retired it (e.g. across the loop's back edge), and when a wgmma is conditional inside an
 // unrolled loop: the dQ part is read after a wait<1> in the same iteration.
 // Measured (H200, session 31, attention_bench in one process, backward TFLOP/s with the causal
-// 2.5x-forward FLOP count, two passes vs this): GPT-2 124M B16 T1024 H12 229.2 vs 189.8 (version
-// 1: 181.7), d48 B16 H25 230.5 vs 189.0, B2 T16384 H12 321.6 vs 253.5 (version 1: 268.9). So it
-// is opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate), correct and deterministic
-// (AttentionGpu.Bf16Sm90DqAccumulate), and not yet faster. Suspects, unprofiled: warpgroup 1
-// carries all the global work (spin, adds, loads) and the ring's empty barriers let warpgroup 0
-// run at most 3 blocks ahead, so the CTA runs at warpgroup 1's pace; 16 KB of fp32
-// read-modify-write per (key block, query block) pair through per-thread red.global (6.5 GB a
-// layer at T=16384). Next: Nsight Compute stall reasons; the add as one TMA bulk reduce
-// (cp.reduce.async.bulk .add.f32) from the shared part; alternate the adding warpgroup by block.
+// 2.5x-forward FLOP count, two passes vs version 2): GPT-2 124M B16 T1024 H12 229.2 vs 189.8
+// (version 1: 181.7), d48 B16 H25 230.5 vs 189.0, B2 T16384 H12 321.6 vs 253.5 (version 1:
+// 268.9). Version 2 had warpgroup 1 do every add, with per-thread red.global.add.v4.f32 and a
+// per-thread load path; suspects (unprofiled): warpgroup 1 paced the CTA (the ring's empty
+// barriers let warpgroup 0 run at most 3 blocks ahead) and 16 KB of per-thread fp32
+// read-modify-write per (key block, query block) pair (6.5 GB a layer at T=16384). Version 3
+// (this code: alternating adders, TMA bulk adds) is NOT yet run on a GPU. The mode is opt-in
+// (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate) until it beats two passes.
 #pragma once
 
 #include <cuda.h>
@@ -203,6 +203,32 @@ __device__ __forceinline__ void ld_relaxed_v4(const float* addr, float* v) {
   (void)addr; (void)v;
 #endif
 }
+// One thread: the shared tile [src, src + bytes) stored to / added (f32) into global dst by the
+// TMA unit (a bulk async group: bulk_commit, then bulk_wait_read / bulk_wait).
+__device__ __forceinline__ void bulk_store_s2g(float* dst, const void* src, uint32_t bytes) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+               "r"(g90::smem_u32(src)), "r"(bytes)
+               : "memory");
+#else
+  (void)dst; (void)src; (void)bytes;
+#endif
+}
+__device__ __forceinline__ void bulk_add_s2g(float* dst, const void* src, uint32_t bytes) {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               ::"l"(dst), "r"(g90::smem_u32(src)), "r"(bytes)
+               : "memory");
+#else
+  (void)dst; (void)src; (void)bytes;
+#endif
+}
+// Orders this thread's async-proxy (bulk) global accesses with its generic-proxy ones.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* addr) {
   uint32_t v = 0;
 #if BLUBLAS_SM90A_ENABLED
@@ -221,36 +247,51 @@ struct DqChain {
   bool first, last;
 };
 
-// Adds a CTA's dQ part of a query block (the sum of both warpgroups', held by warpgroup 1) in
-// chain order (Note [sm90 flash backward: dQ accumulated in order]); the last contributor writes
-// bf16 dQ. Returns whether the chain counter must be bumped (after the adds land: dq_bump).
+// Thread 0 of the adding warpgroup: waits until the chain counter reads `target`, then orders
+// its acquire before the bulk (async-proxy) operation it issues next.
+__device__ __forceinline__ void dq_chain_wait(const uint32_t* sem, uint32_t target) {
+  while (ld_acquire_u32(sem) < target) __nanosleep(64);
+  fence_proxy_async_global();
+}
+
+// Adds a CTA's dQ part of a query block (both warpgroups' parts, summed in registers by the adding
+// warpgroup) in chain order (Note [sm90 flash backward: dQ accumulated in order]). The first key
+// block stores and the middle ones add, as one 16 KB TMA bulk operation issued by thread 0 from
+// the shared tile `part` (the sum is written there first); the last key block loads the sum, adds,
+// scales and writes bf16 dQ. Returns whether a bulk operation was issued (then the chain counter
+// needs its bump, dq_bump, and `part` must not be reused before bulk_wait_read).
 template <int kD>
-__device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const DqChain& ch, int kb,
-                                              int tid, int bar_id, __nv_bfloat16* out,
-                                              int64_t row_stride, int row0, int T, int quad,
-                                              float scale) {
+__device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const DqChain& ch,
+                                              float* part, int kb, int tid, int bar_id,
+                                              __nv_bfloat16* out, int64_t row_stride, int row0,
+                                              int T, int quad, float scale) {
   constexpr int kVec = kD / 8;  // float4 groups per thread
   if (ch.first && ch.last) {
     store_rows<kD>(dq, out, row_stride, row0, T, quad, scale);
     return false;
   }
-  float* a = ch.acc + 4 * tid;
-  if (ch.first) {
+  if (!ch.last) {
+    float* mine = part + 4 * tid;
 #pragma unroll
     for (int v = 0; v < kVec; ++v)
-      *reinterpret_cast<float4*>(a + 512 * v) =
+      *reinterpret_cast<float4*>(mine + 512 * v) =
           make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+    g90::fence_proxy_async_smem();  // generic-proxy stores -> the bulk operation's reads
+    named_bar_sync(bar_id, 128);
+    if (tid == 0) {
+      if (ch.first) {
+        bulk_store_s2g(ch.acc, part, kD * 64 * 4);
+      } else {
+        dq_chain_wait(ch.sem, static_cast<uint32_t>(kb));
+        bulk_add_s2g(ch.acc, part, kD * 64 * 4);
+      }
+      g90::bulk_commit();
+    }
     return true;
   }
-  if (tid == 0) {
-    while (ld_acquire_u32(ch.sem) < static_cast<uint32_t>(kb)) __nanosleep(64);
-  }
+  if (tid == 0) dq_chain_wait(ch.sem, static_cast<uint32_t>(kb));
   named_bar_sync(bar_id, 128);
-  if (!ch.last) {
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) red_add_v4(a + 512 * v, &dq[4 * v]);
-    return true;
-  }
+  const float* a = ch.acc + 4 * tid;
   float sum[kD / 2];
 #pragma unroll
   for (int v = 0; v < kVec; ++v) ld_relaxed_v4(a + 512 * v, &sum[4 * v]);
@@ -260,15 +301,13 @@ __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const D
   return false;
 }
 
-// Publishes a warpgroup's adds to a query block: the warpgroup's barrier, then one thread's
-// release (fence.acq_rel via __threadfence, cumulative over what the barrier ordered before it)
-// and bump.
-__device__ __forceinline__ void dq_bump(uint32_t* sem, int tid, int bar_id) {
-  named_bar_sync(bar_id, 128);
-  if (tid == 0) {
-    __threadfence();
-    atomicAdd(sem, 1u);
-  }
+// Thread 0 of the warpgroup that issued a block's bulk operation: once its writes are done,
+// publishes them (release) by bumping the block's counter.
+__device__ __forceinline__ void dq_bump(uint32_t* sem) {
+  g90::bulk_wait<0>();
+  fence_proxy_async_global();
+  __threadfence();
+  atomicAdd(sem, 1u);
 }
 
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
@@ -376,7 +415,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   // kAccDq state: this warpgroup's m64n64 dQ part of the current block, and (warpgroup 1) the
   // block whose adds still need their counter bump.
   float dq[kD / 2];
-  int bump_i = -1;
+  int bump_i = -1;    // block whose bulk add this warpgroup issued, to be published
+  int read_buf = -1;  // shared part this warpgroup read, to be handed back
   const int n_iter = nqb - i0;
   float* const acc_head = p.dq_acc + bh * nqb * (kQBlk * kD);
   uint32_t* const sem_head = p.dq_sem + bh * nqb;
@@ -416,10 +456,15 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
       }
-      if constexpr (Cfg::kAccDq) {  // publish the previous block's adds while dP^T runs
+      if constexpr (Cfg::kAccDq) {  // retire the previous block's bulk add while dP^T runs
         if (bump_i >= 0) {
-          dq_bump(sem_head + bump_i, tid, bar_wg);
+          if (tid == 0) dq_bump(sem_head + bump_i);
           bump_i = -1;
+        }
+        if (read_buf >= 0) {  // its shared part has been read: the other warpgroup may refill it
+          if (tid == 0) g90::bulk_wait_read<0>();
+          named_bar_arrive(6 + read_buf, 256);
+          read_buf = -1;
         }
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
@@ -500,38 +545,42 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       }
     }
     if constexpr (Cfg::kAccDq) {
-      // Warpgroup 0 hands its dQ part to warpgroup 1 through a double-buffered fp32 tile
-      // (named barriers 4 + buf: part written, 6 + buf: part read); warpgroup 1 adds both
-      // parts into the chain (Note [sm90 flash backward: dQ accumulated in order]).
+      // The warpgroups take turns adding (warpgroup t & 1 adds block t of this CTA): the other
+      // one hands its dQ part over through shared tile t & 1 (named barriers 4 + buf: written,
+      // 6 + buf: read, the latter deferred to the adder's next block), the adder sums the two and
+      // adds them into the chain (Note [sm90 flash backward: dQ accumulated in order]).
       const int t = i - i0, buf = t & 1;
-      float* part = sPart + buf * (kQBlk * kD) + 4 * tid;
-      if (c == 0) {
+      float* part = sPart + buf * (kQBlk * kD);
+      if (c != buf) {  // sender
         if (t >= 2) named_bar_sync(6 + buf, 256);
+        float* mine = part + 4 * tid;
 #pragma unroll
         for (int v = 0; v < kD / 8; ++v)
-          *reinterpret_cast<float4*>(part + 512 * v) =
+          *reinterpret_cast<float4*>(mine + 512 * v) =
               make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
         named_bar_arrive(4 + buf, 256);
-      } else {
+      } else {  // adder
         named_bar_sync(4 + buf, 256);
+        const float* theirs = part + 4 * tid;
 #pragma unroll
         for (int v = 0; v < kD / 8; ++v) {
-          const float4 w = *reinterpret_cast<const float4*>(part + 512 * v);
+          const float4 w = *reinterpret_cast<const float4*>(theirs + 512 * v);
           dq[4 * v] = w.x + dq[4 * v];
           dq[4 * v + 1] = w.y + dq[4 * v + 1];
           dq[4 * v + 2] = w.z + dq[4 * v + 2];
           dq[4 * v + 3] = w.w + dq[4 * v + 3];
         }
-        if (t + 2 < n_iter) named_bar_arrive(6 + buf, 256);
         DqChain ch;
         ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
         ch.sem = sem_head + i;
         ch.first = kb == 0;
         ch.last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
         const int row0 = qs + 16 * warp + lane / 4;
-        if (dq_accumulate<kD>(dq, ch, kb, tid, bar_wg, dq_out, p.sdq.t, row0, T, quad, p.scale)) {
+        if (dq_accumulate<kD>(dq, ch, part, kb, tid, bar_wg, dq_out, p.sdq.t, row0, T, quad,
+                              p.scale)) {
           bump_i = i;
         }
+        if (t + 2 < n_iter) read_buf = buf;  // released at the next block (after bulk_wait_read)
       }
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
@@ -541,7 +590,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   g90::fence_accumulators(dk);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
   if constexpr (Cfg::kAccDq) {
-    if (bump_i >= 0) dq_bump(sem_head + bump_i, tid, bar_wg);
+    if (bump_i >= 0 && tid == 0) dq_bump(sem_head + bump_i);
   }
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
                  T, quad, p.scale);
