@@ -112,7 +112,8 @@ struct BwdCfg {
   static constexpr int kRows = 64 * kConsumers, kKBlk = kKBlk_, kStagesQ = kStagesQ_;
   static constexpr int kTile64 = 64 * kD * 2;  // bytes of a 64-row tile (kD/64 panels)
   static constexpr int kResident = kConsumers * kTile64;  // K (V) tile of dkdv, Q (dO) of dq
-  // kAccDq: dS^T of the CTA's keys (bf16) and two fp32 m64 x kD dQ parts (warpgroup 0 -> 1)
+  // kAccDq: dS^T of the CTA's keys (bf16) and two fp32 m64 x kD dQ part tiles (handed between
+  // the warpgroups)
   static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;
   static constexpr int kPartBytes = kQBlk * kD * 4;
   static constexpr int kAccDqBytes = kAccDq ? kDsTile + 2 * kPartBytes : 0;
@@ -259,7 +260,7 @@ __device__ __forceinline__ void dq_chain_wait(const uint32_t* sem, uint32_t targ
 // block stores and the middle ones add, as one 16 KB TMA bulk operation issued by thread 0 from
 // the shared tile `part` (the sum is written there first); the last key block loads the sum, adds,
 // scales and writes bf16 dQ. Returns whether a bulk operation was issued (then the chain counter
-// needs its bump, dq_bump, and `part` must not be reused before bulk_wait_read).
+// needs its bump, dq_bump, and `part` must not be reused before that bump's wait).
 template <int kD>
 __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const DqChain& ch,
                                               float* part, int kb, int tid, int bar_id,
@@ -306,8 +307,11 @@ __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const D
 __device__ __forceinline__ void dq_bump(uint32_t* sem) {
   g90::bulk_wait<0>();
   fence_proxy_async_global();
-  __threadfence();
-  atomicAdd(sem, 1u);
+#if BLUBLAS_SM90A_ENABLED
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sem) : "memory");
+#else
+  (void)sem;
+#endif
 }
 
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
@@ -412,8 +416,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   float st[kQBlk / 2], dpt[kQBlk / 2];
   uint32_t fa[kQBlk / 16][4];
 
-  // kAccDq state: this warpgroup's m64n64 dQ part of the current block, and (warpgroup 1) the
-  // block whose adds still need their counter bump.
+  // kAccDq state: this warpgroup's m64n64 dQ part of the current block; as the adder of the
+  // previous block, what it still owes (Note [sm90 flash backward: dQ accumulated in order]).
   float dq[kD / 2];
   int bump_i = -1;    // block whose bulk add this warpgroup issued, to be published
   int read_buf = -1;  // shared part this warpgroup read, to be handed back
@@ -455,17 +459,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       if (pending >= 0) {
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
-      }
-      if constexpr (Cfg::kAccDq) {  // retire the previous block's bulk add while dP^T runs
-        if (bump_i >= 0) {
-          if (tid == 0) dq_bump(sem_head + bump_i);
-          bump_i = -1;
-        }
-        if (read_buf >= 0) {  // its shared part has been read: the other warpgroup may refill it
-          if (tid == 0) g90::bulk_wait_read<0>();
-          named_bar_arrive(6 + read_buf, 256);
-          read_buf = -1;
-        }
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
 #pragma unroll
@@ -523,6 +516,16 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       }
       g90::wgmma_commit();
       if constexpr (Cfg::kAccDq) {
+        // What this warpgroup owes as the previous block's adder, while dQ and dK run: the bulk
+        // add published (thread 0 waits for it), its part tile handed back.
+        if (bump_i >= 0) {
+          if (tid == 0) dq_bump(sem_head + bump_i);
+          bump_i = -1;
+        }
+        if (read_buf >= 0) {
+          named_bar_arrive(6 + read_buf, 256);  // after dq_bump's wait: the bulk read is done
+          read_buf = -1;
+        }
         g90::wgmma_wait<1>();  // the dQ part is ready; dK may still run
         g90::fence_accumulators(dq);
       }
@@ -551,24 +554,29 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       // adds them into the chain (Note [sm90 flash backward: dQ accumulated in order]).
       const int t = i - i0, buf = t & 1;
       float* part = sPart + buf * (kQBlk * kD);
+      // Block 0 is the diagonal one, where warpgroup 1 (the sender) has no keys: no part moves.
       if (c != buf) {  // sender
         if (t >= 2) named_bar_sync(6 + buf, 256);
         float* mine = part + 4 * tid;
+        if (t > 0) {
 #pragma unroll
-        for (int v = 0; v < kD / 8; ++v)
-          *reinterpret_cast<float4*>(mine + 512 * v) =
-              make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+          for (int v = 0; v < kD / 8; ++v)
+            *reinterpret_cast<float4*>(mine + 512 * v) =
+                make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+        }
         named_bar_arrive(4 + buf, 256);
       } else {  // adder
         named_bar_sync(4 + buf, 256);
         const float* theirs = part + 4 * tid;
+        if (t > 0) {
 #pragma unroll
-        for (int v = 0; v < kD / 8; ++v) {
-          const float4 w = *reinterpret_cast<const float4*>(theirs + 512 * v);
-          dq[4 * v] = w.x + dq[4 * v];
-          dq[4 * v + 1] = w.y + dq[4 * v + 1];
-          dq[4 * v + 2] = w.z + dq[4 * v + 2];
-          dq[4 * v + 3] = w.w + dq[4 * v + 3];
+          for (int v = 0; v < kD / 8; ++v) {
+            const float4 w = *reinterpret_cast<const float4*>(theirs + 512 * v);
+            dq[4 * v] = w.x + dq[4 * v];
+            dq[4 * v + 1] = w.y + dq[4 * v + 1];
+            dq[4 * v + 2] = w.z + dq[4 * v + 2];
+            dq[4 * v + 3] = w.w + dq[4 * v + 3];
+          }
         }
         DqChain ch;
         ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
@@ -580,7 +588,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
                               p.scale)) {
           bump_i = i;
         }
-        if (t + 2 < n_iter) read_buf = buf;  // released at the next block (after bulk_wait_read)
+        if (t + 2 < n_iter) read_buf = buf;  // handed back at the next block
       }
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
