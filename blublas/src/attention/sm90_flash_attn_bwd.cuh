@@ -63,8 +63,12 @@
 // per-thread load path; suspects (unprofiled): warpgroup 1 paced the CTA (the ring's empty
 // barriers let warpgroup 0 run at most 3 blocks ahead) and 16 KB of per-thread fp32
 // read-modify-write per (key block, query block) pair (6.5 GB a layer at T=16384). Version 3
-// (this code: alternating adders, TMA bulk adds) is NOT yet run on a GPU. The mode is opt-in
-// (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate) until it beats two passes.
+// (alternating adders, TMA bulk adds; the default of the mode) and version 4 (BwdCfg::kDqWriter,
+// BLUBLAS_ATTN_DQ_WRITER=1: both warpgroups drop their parts into a 2-slot ring of tile pairs
+// with mbarrier full/empty, producer warp 2 sums them and does the chain wait, the bulk add and
+// the bump, so no MMA warpgroup waits on global memory or on the other warpgroup; producer
+// warpgroup at 40 registers, consumers 232, no spills) are NOT yet run on a GPU. The mode is
+// opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate) until it beats two passes.
 #pragma once
 
 #include <cuda.h>
@@ -96,13 +100,16 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // kDefer: the last product of an iteration (dK += dS^T Q, dQ += dS K) is not waited for; it runs
 // while the next iteration waits for its tiles and issues its first two products, and its ring
 // stage is released once that next iteration's first wait shows it complete.
-// kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]).
+// kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]);
+// kDqWriter: its global side in producer warp 2 (version 4) instead of the consumers (version 3).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true, bool kAccDq_ = false>
+          bool kDefer_ = true, bool kAccDq_ = false, bool kDqWriter_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
+  static constexpr bool kDqWriter = kDqWriter_;
+  static constexpr int kSlots = 2;  // kDqWriter: part slots (a tile per consumer warpgroup each)
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -116,20 +123,24 @@ struct BwdCfg {
   // the warpgroups)
   static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;
   static constexpr int kPartBytes = kQBlk * kD * 4;
-  static constexpr int kAccDqBytes = kAccDq ? kDsTile + 2 * kPartBytes : 0;
+  static constexpr int kPartTiles = kDqWriter ? 2 * kSlots : 2;
+  static constexpr int kAccDqBytes = kAccDq ? kDsTile + kPartTiles * kPartBytes : 0;
   static constexpr int kDkdvBytes =
       2 * kResident + kAccDqBytes + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
   static constexpr int kKBlkTile = kKBlk * kD * 2;  // a K (V) block of the dq role
   static constexpr int kDqBytes = 2 * kResident + kStagesQ * 2 * kKBlkTile;
-  // + the CTA's ticket in kAccDq mode
+  // + the part slots' full / empty barriers (kDqWriter) + the CTA's ticket (kAccDq, last)
+  static constexpr int kMaxStages = kStagesKV > kStagesQ ? kStagesKV : kStagesQ;
   static constexpr int kBarrierBytes =
-      8 * (2 + 2 * (kStagesKV > kStagesQ ? kStagesKV : kStagesQ)) + (kAccDq ? 8 : 0);
+      8 * (2 + 2 * kMaxStages) + (kDqWriter ? 16 * kSlots : 0) + (kAccDq ? 8 : 0);
   static constexpr int kSmemBytes =
       1024 + (kDkdvBytes > kDqBytes ? kDkdvBytes : kDqBytes) + kBarrierBytes;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 232 : 240;
+  static constexpr int kProducerRegs = kDqWriter ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 || kDqWriter ? 232 : 240;
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
+  static_assert(!kDqWriter || kAccDq, "the dQ writer warp belongs to dQ accumulation");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
                     kThreads * (65536 / kThreads / kMinBlocks / 8 * 8),
                 "setmaxnreg redistributes the launch allocation only");
@@ -302,16 +313,103 @@ __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const D
   return false;
 }
 
-// Thread 0 of the warpgroup that issued a block's bulk operation: once its writes are done,
-// publishes them (release) by bumping the block's counter.
-__device__ __forceinline__ void dq_bump(uint32_t* sem) {
-  g90::bulk_wait<0>();
+// The thread that issued a block's bulk add, once it completed: the release bump.
+__device__ __forceinline__ void dq_release_bump(uint32_t* sem) {
   fence_proxy_async_global();
 #if BLUBLAS_SM90A_ENABLED
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sem) : "memory");
 #else
   (void)sem;
 #endif
+}
+// Version 3: thread 0 of the adding warpgroup, a block after its bulk add.
+__device__ __forceinline__ void dq_bump(uint32_t* sem) {
+  g90::bulk_wait<0>();
+  dq_release_bump(sem);
+}
+
+// Version 4's dQ writer (producer warp 2, Note [sm90 flash backward: dQ accumulated in order]):
+// per block, waits for both consumer warpgroups' parts in slot t % kSlots, sums them, and adds
+// the sum into the chain: one TMA bulk store / reduce-add by lane 0 after the chain wait (the
+// previous block's bump once that one completed), or, as the last key block, loads the sum,
+// adds, scales and writes bf16 dQ. The MMA warpgroups never wait on global memory.
+template <class Cfg>
+__device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_t* part_full,
+                                          uint64_t* part_empty, int kb, int h, int b, int i0,
+                                          int nqb, int lane) {
+  constexpr int kD = Cfg::kD, kQBlk = Cfg::kQBlk, kKeys = Cfg::kKeys, kSlots = Cfg::kSlots;
+  constexpr int kTileF = kQBlk * kD;  // floats of a part tile
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+  float* const acc_head = p.dq_acc + bh * nqb * kTileF;
+  uint32_t* const sem_head = p.dq_sem + bh * nqb;
+  __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
+  const int T = p.seq_len;
+  int owed = -1;  // block whose bulk add is in flight, its bump owed (lane 0)
+  for (int i = i0; i < nqb; ++i) {
+    const int t = i - i0, slot = t % kSlots;
+    g90::mbar_wait(&part_full[slot], static_cast<uint32_t>((t / kSlots) & 1));
+    float4* t0 = reinterpret_cast<float4*>(sPart + 2 * slot * kTileF);
+    const float4* t1 = t0 + kTileF / 4;
+    const bool first = kb == 0, last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
+    float* const acc = acc_head + static_cast<int64_t>(i) * kTileF;
+    if (!last) {
+#pragma unroll 4
+      for (int f = lane; f < kTileF / 4; f += 32) {
+        const float4 x = t0[f], y = t1[f];
+        t0[f] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+      }
+      g90::fence_proxy_async_smem();  // the sums -> the bulk operation's reads
+      __syncwarp();
+      if (lane == 0) {
+        if (!first) dq_chain_wait(sem_head + i, static_cast<uint32_t>(kb));
+        if (first) {
+          bulk_store_s2g(acc, t0, kTileF * 4);
+        } else {
+          bulk_add_s2g(acc, t0, kTileF * 4);
+        }
+        g90::bulk_commit();
+        if (owed >= 0) {
+          g90::bulk_wait<1>();  // the previous block's add is done
+          dq_release_bump(sem_head + owed);
+        }
+        g90::bulk_wait_read<0>();  // the slot may be refilled
+      }
+      owed = i;
+    } else {
+      if (!first) {
+        if (lane == 0) dq_chain_wait(sem_head + i, static_cast<uint32_t>(kb));
+        __syncwarp();
+      }
+      // float4 f of a tile = registers 4v..4v+3 of consumer thread tid (f = 128 v + tid): rows
+      // 16 (tid / 32) + (tid % 32) / 4 (+8), columns 8 v + 2 (tid % 4) + {0, 1}.
+#pragma unroll 2
+      for (int f = lane; f < kTileF / 4; f += 32) {
+        const float4 x = t0[f], y = t1[f];
+        float v4[4] = {x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w};
+        if (!first) {
+          float a4[4];
+          ld_relaxed_v4(acc + 4 * f, a4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v4[e] = a4[e] + v4[e];
+        }
+        const int v = f / 128, tid = f % 128;
+        const int row = i * kQBlk + 16 * (tid / 32) + (tid % 32) / 4;
+        const int col = 8 * v + 2 * (tid % 4);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          if (row + 8 * hr < T) {
+            *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row + 8 * hr) * p.sdq.t + col) =
+                pack_bf16(v4[2 * hr] * p.scale, v4[2 * hr + 1] * p.scale);
+          }
+        }
+      }
+    }
+    g90::mbar_arrive_warp(&part_empty[slot], lane);
+  }
+  if (lane == 0 && owed >= 0) {
+    g90::bulk_wait<0>();
+    dq_release_bump(sem_head + owed);
+  }
 }
 
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
@@ -348,6 +446,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   uint64_t* full_kv = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBytes - 1024 - Cfg::kBarrierBytes);
   uint64_t* full = full_kv + 2;
   uint64_t* empty = full + kStages;
+  uint64_t* part_full = full_kv + 2 + 2 * Cfg::kMaxStages;  // kDqWriter: [kSlots]
+  uint64_t* part_empty = part_full + Cfg::kSlots;
 
   const int T = p.seq_len;
   const int k0 = kb * kKeys;
@@ -362,6 +462,13 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::mbar_init(&full[s], 1 + 32);  // TMA thread's expect-tx + the 32 L/D lanes
       g90::mbar_init(&empty[s], 4 * Cfg::kConsumers);
     }
+    if constexpr (Cfg::kDqWriter) {
+#pragma unroll
+      for (int s = 0; s < Cfg::kSlots; ++s) {
+        g90::mbar_init(&part_full[s], 4 * Cfg::kConsumers);  // one arrival per consumer warp
+        g90::mbar_init(&part_empty[s], 1);                   // the writer warp
+      }
+    }
     g90::mbar_fence_init();
   }
   __syncthreads();
@@ -369,6 +476,12 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   if (wg == 0) {
     g90::setmaxnreg_dec<Cfg::kProducerRegs>();
     const int warp = tid / 32, lane = tid % 32;
+    if constexpr (Cfg::kDqWriter) {
+      if (warp == 2) {
+        dq_writer<Cfg>(p, sPart, part_full, part_empty, kb, h, b, i0, nqb, lane);
+        return;
+      }
+    }
     if (warp == 0 && lane == 0) {
       g90::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kResident);
       tma_tile<kD, kKeys>(sK, &maps.k, full_kv, h, k0, b);
@@ -515,7 +628,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         WgmmaRegA<kD>::template mma<1>(dk, fa[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
       }
       g90::wgmma_commit();
-      if constexpr (Cfg::kAccDq) {
+      if constexpr (Cfg::kAccDq && !Cfg::kDqWriter) {
         // What this warpgroup owes as the previous block's adder, while dQ and dK run: the bulk
         // add published (thread 0 waits for it), its part tile handed back.
         if (bump_i >= 0) {
@@ -526,6 +639,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
           named_bar_arrive(6 + read_buf, 256);  // after dq_bump's wait: the bulk read is done
           read_buf = -1;
         }
+      }
+      if constexpr (Cfg::kAccDq) {
         g90::wgmma_wait<1>();  // the dQ part is ready; dK may still run
         g90::fence_accumulators(dq);
       }
@@ -547,7 +662,17 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         for (int e = 0; e < kD / 2; ++e) dq[e] = 0.0f;
       }
     }
-    if constexpr (Cfg::kAccDq) {
+    if constexpr (Cfg::kDqWriter) {
+      // Version 4: the part goes to slot t % kSlots, tile c, for the writer warp.
+      const int t = i - i0, slot = t % Cfg::kSlots;
+      g90::mbar_wait(&part_empty[slot], static_cast<uint32_t>(((t / Cfg::kSlots) & 1) ^ 1));
+      float* mine = sPart + (2 * slot + c) * (kQBlk * kD) + 4 * tid;
+#pragma unroll
+      for (int v = 0; v < kD / 8; ++v)
+        *reinterpret_cast<float4*>(mine + 512 * v) =
+            make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+      g90::mbar_arrive_warp(&part_full[slot], lane);
+    } else if constexpr (Cfg::kAccDq) {
       // The warpgroups take turns adding (warpgroup t & 1 adds block t of this CTA): the other
       // one hands its dQ part over through shared tile t & 1 (named barriers 4 + buf: written,
       // 6 + buf: read, the latter deferred to the adder's next block), the adder sums the two and
@@ -597,7 +722,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
-  if constexpr (Cfg::kAccDq) {
+  if constexpr (Cfg::kAccDq && !Cfg::kDqWriter) {
     if (bump_i >= 0 && tid == 0) dq_bump(sem_head + bump_i);
   }
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
