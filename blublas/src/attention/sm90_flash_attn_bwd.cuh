@@ -64,10 +64,11 @@
 // barriers let warpgroup 0 run at most 3 blocks ahead) and 16 KB of per-thread fp32
 // read-modify-write per (key block, query block) pair (6.5 GB a layer at T=16384). Version 3
 // (alternating adders, TMA bulk adds; the default of the mode) and version 4 (BwdCfg::kDqWriter,
-// BLUBLAS_ATTN_DQ_WRITER=1: both warpgroups drop their parts into a 2-slot ring of tile pairs
+// BLUBLAS_ATTN_DQ_WRITER=1: both warpgroups drop their parts into a 3-slot ring of tile pairs
 // with mbarrier full/empty, producer warp 2 sums them and does the chain wait, the bulk add and
 // the bump, so no MMA warpgroup waits on global memory or on the other warpgroup; producer
-// warpgroup at 40 registers, consumers 232, no spills) are NOT yet run on a GPU. The mode is
+// warpgroup at 56 registers, consumers 224, no spills; 3 slots: 199 KB of shared memory) are
+// NOT yet run on a GPU. The mode is
 // opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate) until it beats two passes.
 #pragma once
 
@@ -109,7 +110,7 @@ struct BwdCfg {
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
   static constexpr bool kDqWriter = kDqWriter_;
-  static constexpr int kSlots = 2;  // kDqWriter: part slots (a tile per consumer warpgroup each)
+  static constexpr int kSlots = 3;  // kDqWriter: part slots (a tile per consumer warpgroup each)
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -119,8 +120,8 @@ struct BwdCfg {
   static constexpr int kRows = 64 * kConsumers, kKBlk = kKBlk_, kStagesQ = kStagesQ_;
   static constexpr int kTile64 = 64 * kD * 2;  // bytes of a 64-row tile (kD/64 panels)
   static constexpr int kResident = kConsumers * kTile64;  // K (V) tile of dkdv, Q (dO) of dq
-  // kAccDq: dS^T of the CTA's keys (bf16) and two fp32 m64 x kD dQ part tiles (handed between
-  // the warpgroups)
+  // kAccDq: dS^T of the CTA's keys (bf16) and the fp32 m64 x kD dQ part tiles (version 3: two,
+  // handed between the warpgroups; version 4: a pair per writer slot)
   static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;
   static constexpr int kPartBytes = kQBlk * kD * 4;
   static constexpr int kPartTiles = kDqWriter ? 2 * kSlots : 2;
@@ -135,8 +136,8 @@ struct BwdCfg {
       8 * (2 + 2 * kMaxStages) + (kDqWriter ? 16 * kSlots : 0) + (kAccDq ? 8 : 0);
   static constexpr int kSmemBytes =
       1024 + (kDkdvBytes > kDqBytes ? kDkdvBytes : kDqBytes) + kBarrierBytes;
-  static constexpr int kProducerRegs = kDqWriter ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 1 || kDqWriter ? 232 : 240;
+  static constexpr int kProducerRegs = kDqWriter ? 56 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : (kDqWriter ? 224 : 240);
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
@@ -347,6 +348,11 @@ __device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_
   int owed = -1;  // block whose bulk add is in flight, its bump owed (lane 0)
   for (int i = i0; i < nqb; ++i) {
     const int t = i - i0, slot = t % kSlots;
+    if (lane == 0 && owed >= 0) {  // publish the previous add before waiting for the next parts
+      g90::bulk_wait<0>();
+      dq_release_bump(sem_head + owed);
+    }
+    owed = -1;
     g90::mbar_wait(&part_full[slot], static_cast<uint32_t>((t / kSlots) & 1));
     float4* t0 = reinterpret_cast<float4*>(sPart + 2 * slot * kTileF);
     const float4* t1 = t0 + kTileF / 4;
@@ -368,10 +374,6 @@ __device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_
           bulk_add_s2g(acc, t0, kTileF * 4);
         }
         g90::bulk_commit();
-        if (owed >= 0) {
-          g90::bulk_wait<1>();  // the previous block's add is done
-          dq_release_bump(sem_head + owed);
-        }
         g90::bulk_wait_read<0>();  // the slot may be refilled
       }
       owed = i;
@@ -381,25 +383,35 @@ __device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_
         __syncwarp();
       }
       // float4 f of a tile = registers 4v..4v+3 of consumer thread tid (f = 128 v + tid): rows
-      // 16 (tid / 32) + (tid % 32) / 4 (+8), columns 8 v + 2 (tid % 4) + {0, 1}.
-#pragma unroll 2
-      for (int f = lane; f < kTileF / 4; f += 32) {
-        const float4 x = t0[f], y = t1[f];
-        float v4[4] = {x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w};
+      // 16 (tid / 32) + (tid % 32) / 4 (+8), columns 8 v + 2 (tid % 4) + {0, 1}. Four
+      // accumulator loads in flight per lane; on block 0 warpgroup 1's part is zero (no keys).
+      constexpr int kBatch = 4;
+      for (int f0 = lane; f0 < kTileF / 4; f0 += 32 * kBatch) {
+        float a4[kBatch][4];
         if (!first) {
-          float a4[4];
-          ld_relaxed_v4(acc + 4 * f, a4);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) v4[e] = a4[e] + v4[e];
+          for (int u = 0; u < kBatch; ++u) ld_relaxed_v4(acc + 4 * (f0 + 32 * u), a4[u]);
         }
-        const int v = f / 128, tid = f % 128;
-        const int row = i * kQBlk + 16 * (tid / 32) + (tid % 32) / 4;
-        const int col = 8 * v + 2 * (tid % 4);
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          if (row + 8 * hr < T) {
-            *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row + 8 * hr) * p.sdq.t + col) =
-                pack_bf16(v4[2 * hr] * p.scale, v4[2 * hr + 1] * p.scale);
+        for (int u = 0; u < kBatch; ++u) {
+          const int f = f0 + 32 * u;
+          const float4 x = t0[f];
+          const float4 y = t > 0 ? t1[f] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          float v4[4] = {x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w};
+          if (!first) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v4[e] = a4[u][e] + v4[e];
+          }
+          const int v = f / 128, tid = f % 128;
+          const int row = i * kQBlk + 16 * (tid / 32) + (tid % 32) / 4;
+          const int col = 8 * v + 2 * (tid % 4);
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            if (row + 8 * hr < T) {
+              *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row + 8 * hr) * p.sdq.t +
+                                           col) =
+                  pack_bf16(v4[2 * hr] * p.scale, v4[2 * hr + 1] * p.scale);
+            }
           }
         }
       }
@@ -438,7 +450,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   uint8_t* sK = smem;                     // [kKeys] tile
   uint8_t* sV = sK + Cfg::kResident;      // [kKeys]
   uint8_t* sDs = sV + Cfg::kResident;     // kAccDq: [kKeys][64 queries] dS^T
-  float* sPart = reinterpret_cast<float*>(sDs + Cfg::kDsTile);  // kAccDq: 2 x [64][kD] dQ parts
+  float* sPart = reinterpret_cast<float*>(sDs + Cfg::kDsTile);  // kAccDq: [64][kD] dQ part tiles
   uint8_t* sQ = sDs + Cfg::kAccDqBytes;   // [kStages] x [64 queries]
   uint8_t* sdO = sQ + kStages * kTile;    // [kStages] x [64 queries]
   float* sL = reinterpret_cast<float*>(sdO + kStages * kTile);  // [kStages][64], L*log2e
@@ -663,14 +675,17 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       }
     }
     if constexpr (Cfg::kDqWriter) {
-      // Version 4: the part goes to slot t % kSlots, tile c, for the writer warp.
+      // Version 4: the part goes to slot t % kSlots, tile c, for the writer warp (not on block 0
+      // from warpgroup 1, which has no keys there: the writer reads only tile 0 then).
       const int t = i - i0, slot = t % Cfg::kSlots;
       g90::mbar_wait(&part_empty[slot], static_cast<uint32_t>(((t / Cfg::kSlots) & 1) ^ 1));
-      float* mine = sPart + (2 * slot + c) * (kQBlk * kD) + 4 * tid;
+      if (own) {
+        float* mine = sPart + (2 * slot + c) * (kQBlk * kD) + 4 * tid;
 #pragma unroll
-      for (int v = 0; v < kD / 8; ++v)
-        *reinterpret_cast<float4*>(mine + 512 * v) =
-            make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+        for (int v = 0; v < kD / 8; ++v)
+          *reinterpret_cast<float4*>(mine + 512 * v) =
+              make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+      }
       g90::mbar_arrive_warp(&part_full[slot], lane);
     } else if constexpr (Cfg::kAccDq) {
       // The warpgroups take turns adding (warpgroup t & 1 adds block t of this CTA): the other
