@@ -260,6 +260,17 @@ struct DqChain {
   bool first, last;
 };
 
+// Writes this thread's m64 x kD fp32 dQ fragment into a part tile: registers 4v..4v+3 of
+// thread tid as float4 128 v + tid (the global accumulator's layout too).
+template <int kD>
+__device__ __forceinline__ void store_part(float* tile, const float (&dq)[kD / 2], int tid) {
+  float* mine = tile + 4 * tid;
+#pragma unroll
+  for (int v = 0; v < kD / 8; ++v)
+    *reinterpret_cast<float4*>(mine + 512 * v) =
+        make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+}
+
 // Thread 0 of the adding warpgroup: waits until the chain counter reads `target`, then orders
 // its acquire before the bulk (async-proxy) operation it issues next.
 __device__ __forceinline__ void dq_chain_wait(const uint32_t* sem, uint32_t target) {
@@ -284,11 +295,7 @@ __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const D
     return false;
   }
   if (!ch.last) {
-    float* mine = part + 4 * tid;
-#pragma unroll
-    for (int v = 0; v < kVec; ++v)
-      *reinterpret_cast<float4*>(mine + 512 * v) =
-          make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+    store_part<kD>(part, dq, tid);
     g90::fence_proxy_async_smem();  // generic-proxy stores -> the bulk operation's reads
     named_bar_sync(bar_id, 128);
     if (tid == 0) {
@@ -679,13 +686,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       // from warpgroup 1, which has no keys there: the writer reads only tile 0 then).
       const int t = i - i0, slot = t % Cfg::kSlots;
       g90::mbar_wait(&part_empty[slot], static_cast<uint32_t>(((t / Cfg::kSlots) & 1) ^ 1));
-      if (own) {
-        float* mine = sPart + (2 * slot + c) * (kQBlk * kD) + 4 * tid;
-#pragma unroll
-        for (int v = 0; v < kD / 8; ++v)
-          *reinterpret_cast<float4*>(mine + 512 * v) =
-              make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
-      }
+      if (own) store_part<kD>(sPart + (2 * slot + c) * (kQBlk * kD), dq, tid);
       g90::mbar_arrive_warp(&part_full[slot], lane);
     } else if constexpr (Cfg::kAccDq) {
       // The warpgroups take turns adding (warpgroup t & 1 adds block t of this CTA): the other
@@ -697,13 +698,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       // Block 0 is the diagonal one, where warpgroup 1 (the sender) has no keys: no part moves.
       if (c != buf) {  // sender
         if (t >= 2) named_bar_sync(6 + buf, 256);
-        float* mine = part + 4 * tid;
-        if (t > 0) {
-#pragma unroll
-          for (int v = 0; v < kD / 8; ++v)
-            *reinterpret_cast<float4*>(mine + 512 * v) =
-                make_float4(dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
-        }
+        if (t > 0) store_part<kD>(part, dq, tid);
         named_bar_arrive(4 + buf, 256);
       } else {  // adder
         named_bar_sync(4 + buf, 256);
