@@ -43,7 +43,7 @@
 //     key block m loads the sum, adds its part, scales and writes bf16 dQ (no conversion pass).
 //     A counter per (b, h, query block) counts the key blocks added; key block kb's thread 0
 //     spins on an acquire load until it reads kb, and one block later waits for its bulk
-//     operation and bumps the counter (fence.proxy.async.global + fence + atomicAdd).
+//     operation and bumps the counter (fence.proxy.async.global + red.release.gpu).
 //   - deadlock freedom: CTAs take a ticket (atomicAdd) when they start and map it to (key block,
 //     head), key block major, heaviest first. A CTA waits only on lower key blocks of its head,
 //     which hold lower tickets, so they have started and, by induction, finish.
@@ -68,8 +68,8 @@
 // with mbarrier full/empty, producer warp 2 sums them and does the chain wait, the bulk add and
 // the bump, so no MMA warpgroup waits on global memory or on the other warpgroup; producer
 // warpgroup at 56 registers, consumers 224, no spills; 3 slots: 199 KB of shared memory) are
-// NOT yet run on a GPU. The mode is
-// opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate) until it beats two passes.
+// NOT yet run on a GPU. The mode is opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate)
+// until it beats two passes.
 #pragma once
 
 #include <cuda.h>
@@ -142,6 +142,10 @@ struct BwdCfg {
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
   static_assert(!kDqWriter || kAccDq, "the dQ writer warp belongs to dQ accumulation");
+  // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
+  static constexpr __host__ __device__ int last_key_block(int i) {
+    return (i * kQBlk + kQBlk - 1) / kKeys;
+  }
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
                     kThreads * (65536 / kThreads / kMinBlocks / 8 * 8),
                 "setmaxnreg redistributes the launch allocation only");
@@ -197,15 +201,6 @@ struct BwdMaps {
 };
 
 // ---- dQ accumulation (kAccDq) -------------------------------------------------------------------
-__device__ __forceinline__ void red_add_v4(float* addr, const float* v) {
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(addr), "f"(v[0]),
-               "f"(v[1]), "f"(v[2]), "f"(v[3])
-               : "memory");
-#else
-  (void)addr; (void)v;
-#endif
-}
 __device__ __forceinline__ void ld_relaxed_v4(const float* addr, float* v) {
 #if BLUBLAS_SM90A_ENABLED
   asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -338,14 +333,14 @@ __device__ __forceinline__ void dq_bump(uint32_t* sem) {
 
 // Version 4's dQ writer (producer warp 2, Note [sm90 flash backward: dQ accumulated in order]):
 // per block, waits for both consumer warpgroups' parts in slot t % kSlots, sums them, and adds
-// the sum into the chain: one TMA bulk store / reduce-add by lane 0 after the chain wait (the
-// previous block's bump once that one completed), or, as the last key block, loads the sum,
+// the sum into the chain: one TMA bulk store / reduce-add by lane 0 after the chain wait (its
+// bump at the top of the next block, once it completed), or, as the last key block, loads the sum,
 // adds, scales and writes bf16 dQ. The MMA warpgroups never wait on global memory.
 template <class Cfg>
 __device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_t* part_full,
                                           uint64_t* part_empty, int kb, int h, int b, int i0,
                                           int nqb, int lane) {
-  constexpr int kD = Cfg::kD, kQBlk = Cfg::kQBlk, kKeys = Cfg::kKeys, kSlots = Cfg::kSlots;
+  constexpr int kD = Cfg::kD, kQBlk = Cfg::kQBlk, kSlots = Cfg::kSlots;
   constexpr int kTileF = kQBlk * kD;  // floats of a part tile
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
   float* const acc_head = p.dq_acc + bh * nqb * kTileF;
@@ -363,7 +358,7 @@ __device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_
     g90::mbar_wait(&part_full[slot], static_cast<uint32_t>((t / kSlots) & 1));
     float4* t0 = reinterpret_cast<float4*>(sPart + 2 * slot * kTileF);
     const float4* t1 = t0 + kTileF / 4;
-    const bool first = kb == 0, last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
+    const bool first = kb == 0, last = kb == Cfg::last_key_block(i);
     float* const acc = acc_head + static_cast<int64_t>(i) * kTileF;
     if (!last) {
 #pragma unroll 4
@@ -717,7 +712,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         ch.acc = acc_head + static_cast<int64_t>(i) * (kQBlk * kD);
         ch.sem = sem_head + i;
         ch.first = kb == 0;
-        ch.last = kb == (i * kQBlk + kQBlk - 1) / kKeys;
+        ch.last = kb == Cfg::last_key_block(i);
         const int row0 = qs + 16 * warp + lane / 4;
         if (dq_accumulate<kD>(dq, ch, part, kb, tid, bar_wg, dq_out, p.sdq.t, row0, T, quad,
                               p.scale)) {

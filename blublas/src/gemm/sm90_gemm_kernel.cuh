@@ -884,9 +884,9 @@ __device__ __forceinline__ void issue_loads_ahead(const KernelParams& p, const W
 // into shared memory: at d48 13.3 + 1.4 ms of a 377 ms bf16 step (H200, session 30), where
 // cuBLASLt's dW kernels fuse it. Now, for MN-major 16-bit A without a cluster, warps 1..BM/64 of
 // the producer warpgroup (idle: one thread issues the TMA loads) each take one 64-row panel of
-// every A stage: they wait for the stage like a consumer, sum it when the unit is the first column
-// tile of its row block (tn == 0), and arrive on the stage's empty barrier (its count includes
-// them), so the stage is not refilled under them. The sums reproduce the separate pass's bits
+// every A stage: they wait for the stage like a consumer, sum it when its chunk c belongs to the
+// unit (column tile c % tiles_n of the row block), and arrive on the stage's empty barrier (its
+// count includes them), so the stage is not refilled under them. The sums reproduce the separate pass's bits
 // exactly (Note [Fixed-order bias-gradient reduction], "col" layout): chunks of
 // kBiasGradColChunkK = 128 k = two 64-deep stages; in a chunk, class c = k % 8 is summed in k
 // order from +0 (the separate kernel's warp c), then the 8 class sums in class order from +0; the
