@@ -70,7 +70,7 @@ const char* kUsage =
     "(default: bf16/f16 in -> same out, tf32/f32 -> f32) --op_a=n|t --op_b=t|n --layout=row|col "
     "--epilogue=none|bias|bias_gelu|gelu|gelu_grad|bgrada|bgradb --path=auto|simt|sm80|sm90 --beta=0|1 (1: D += op(A) op(B), "
     "C = D in place) --reps=20 --json "
-    "--variants=auto,192x192_3c,128x256_2c/s3,... (sm90 tiles, BLUBLAS_SM90_TILE names, /sN: N K splits; "
+    "--variants=auto,192x192_3c,128x256_2c/s3,auto/sk,... (sm90 tiles, BLUBLAS_SM90_TILE names, /sN: N K splits, /sk /nosk: stream-K on / off; "
     "each timed interleaved with cuBLAS, one call of each per round, and checked against it; noop / "
     "cublas: a one-thread kernel / cuBLAS in that place of the round)";
 
@@ -313,14 +313,24 @@ int run_variants(const Options& o, std::vector<GemmDesc>& sets, int rot, size_t 
     explicit SavedEnv(const char* n) : name(n), had(std::getenv(n) != nullptr), value(had ? std::getenv(n) : "") {}
     ~SavedEnv() { if (had) setenv(name, value.c_str(), 1); else unsetenv(name); }
   };
-  SavedEnv saved_tile("BLUBLAS_SM90_TILE"), saved_splits("BLUBLAS_SM90_SPLITS");
+  // "/sk" forces stream-K on, "/nosk" off (Note [sm90 stream-K]); else the cost model decides.
+  SavedEnv saved_tile("BLUBLAS_SM90_TILE"), saved_splits("BLUBLAS_SM90_SPLITS"),
+      saved_sk("BLUBLAS_SM90_STREAMK");
   auto select = [&](const std::string& v) {
-    const size_t slash = v.find("/s");
+    const size_t slash = v.find('/');
     const std::string tile = v.substr(0, slash);
     if (tile == "auto") unsetenv("BLUBLAS_SM90_TILE");
     else setenv("BLUBLAS_SM90_TILE", tile.c_str(), 1);
-    if (slash == std::string::npos) unsetenv("BLUBLAS_SM90_SPLITS");
-    else setenv("BLUBLAS_SM90_SPLITS", v.substr(slash + 2).c_str(), 1);
+    unsetenv("BLUBLAS_SM90_SPLITS");
+    unsetenv("BLUBLAS_SM90_STREAMK");
+    for (size_t b = slash; b != std::string::npos && b < v.size();) {
+      const size_t e = v.find('/', b + 1);
+      const std::string opt = v.substr(b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
+      if (opt == "sk") setenv("BLUBLAS_SM90_STREAMK", "1", 1);
+      else if (opt == "nosk") setenv("BLUBLAS_SM90_STREAMK", "0", 1);
+      else if (opt.size() > 1 && opt[0] == 's') setenv("BLUBLAS_SM90_SPLITS", opt.substr(1).c_str(), 1);
+      b = e;
+    }
   };
   struct Variant { std::string name; void* ws = nullptr; size_t ws_bytes = 0; double diff = NAN, vs_first = NAN; };
   std::vector<Variant> vs;

@@ -336,6 +336,7 @@ class CaseRunner {
     ScopedEnv splits("BLUBLAS_SM90_SPLITS",
                      sm90 && g.sm90_splits > 0 ? std::to_string(g.sm90_splits) : "");
     ScopedEnv generic("BLUBLAS_SM90_GENERIC_EPILOGUE", sm90 && g.sm90_generic_epilogue ? "1" : "");
+    ScopedEnv stream_k("BLUBLAS_SM90_STREAMK", sm90 && g.sm90_stream_k == 1 ? "1" : "");
     const bool sm80 = d.path == GemmPath::kSm80Mma;
     ScopedEnv sm80_splits("BLUBLAS_SM80_SPLITS", sm80 && g.sm80_splits > 0 ? std::to_string(g.sm80_splits) : "");
 

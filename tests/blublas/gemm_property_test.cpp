@@ -16,6 +16,7 @@
 #include <blublas/gemm.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -776,6 +777,121 @@ TEST(GemmProperty, Sm90WorkUnitsCoverEveryTileOnce) {
     }
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// Note [sm90 stream-K]: with the kernel's own local_unit over random shapes, partitions and
+// grids (the CTA budget): every (tile, k-block) runs exactly once; partition boundaries fall on
+// sk_gran; a launched CTA runs its partition CTAs in descending order, every partition CTA has
+// work; a tile's later parts (kb0 > 0) are first units and its finisher (kb0 = 0 < kb1 <
+// kblocks) a last unit whose sk_last_contributor names exactly the CTAs holding those parts; and
+// a simulation of the launched CTAs (each running its units in order, a finisher blocking until
+// its tile's parts are stored) always runs to the end: no wait can hang.
+struct StreamKParams {  // the fields of KernelParams that local_unit reads
+  int tiles_m, tiles_n, batch, group_m, splits, kblocks, num_units;
+  int sk_ctas, sk_gran, sk_units;
+};
+
+TEST(GemmProperty, Sm90StreamKPartitionsAndNeverHangs) {
+  uint64_t rng = 4242;
+  auto next = [&](int lo, int hi) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + static_cast<int>((rng >> 33) % static_cast<uint64_t>(hi - lo + 1));
+  };
+  int finished_tiles = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    StreamKParams p;
+    p.tiles_m = next(1, 12);
+    p.tiles_n = next(1, 12);
+    p.batch = next(1, 3);
+    p.group_m = next(1, 8);
+    p.splits = 1;
+    p.kblocks = next(1, 80);
+    p.num_units = p.tiles_m * p.tiles_n * p.batch;
+    p.sk_gran = p.kblocks % 2 == 0 ? 2 : 1;
+    p.sk_units = p.num_units * p.kblocks / p.sk_gran;
+    p.sk_ctas = std::min(next(1, 140), p.sk_units);  // as the launcher clamps it
+    const int grid = next(1, p.sk_ctas);
+    SCOPED_TRACE("tiles " + std::to_string(p.tiles_m) + "x" + std::to_string(p.tiles_n) + " batch " +
+                 std::to_string(p.batch) + " kblocks " + std::to_string(p.kblocks) + " sk_ctas " +
+                 std::to_string(p.sk_ctas) + " grid " + std::to_string(grid));
+    std::vector<std::vector<sm90::WorkUnit>> per_cta(grid);
+    std::map<int, std::vector<sm90::WorkUnit>> per_partition;
+    std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> ranges;
+    for (int b = 0; b < grid; ++b) {
+      const int n = sm90::local_unit_count(p, b, grid);
+      int prev_v = p.sk_ctas;
+      for (int j = 0; j < n; ++j) {
+        const sm90::WorkUnit w = sm90::local_unit(p, b, grid, j);
+        ASSERT_EQ(w.sk_cta % grid, b) << "unit " << j << " of CTA " << b;
+        ASSERT_LE(w.sk_cta, prev_v) << "partition CTAs not in descending order";
+        prev_v = w.sk_cta;
+        ASSERT_TRUE(w.kb0 >= 0 && w.kb0 < w.kb1 && w.kb1 <= p.kblocks) << w.kb0 << ".." << w.kb1;
+        if (p.sk_gran == 2) {
+          EXPECT_EQ(w.kb0 % 2, 0);
+          EXPECT_EQ(w.kb1 % 2, 0);
+        }
+        per_cta[b].push_back(w);
+        per_partition[w.sk_cta].push_back(w);
+        ranges[{w.batch, w.tm, w.tn}].push_back({w.kb0, w.kb1});
+      }
+    }
+    ASSERT_EQ(static_cast<int>(per_partition.size()), p.sk_ctas) << "a partition CTA without work";
+    ASSERT_EQ(static_cast<int>(ranges.size()), p.num_units);
+    for (auto& [tile, r] : ranges) {
+      std::sort(r.begin(), r.end());
+      EXPECT_EQ(r.front().first, 0);
+      EXPECT_EQ(r.back().second, p.kblocks);
+      for (size_t i = 1; i < r.size(); ++i) EXPECT_EQ(r[i].first, r[i - 1].second);
+    }
+    // Parts and finishers.
+    std::map<std::tuple<int, int, int>, std::vector<int>> parts;  // tile -> partition CTAs, k order
+    for (const auto& [v, units] : per_partition) {
+      for (size_t j = 0; j < units.size(); ++j) {
+        const sm90::WorkUnit& w = units[j];
+        if (w.kb0 > 0) {
+          EXPECT_EQ(j, 0u) << "a later part that is not its partition CTA's first unit";
+          parts[{w.batch, w.tm, w.tn}].push_back(v);
+        }
+        if (w.kb0 == 0 && w.kb1 < p.kblocks) {
+          EXPECT_EQ(j + 1, units.size()) << "a finisher that is not last";
+        }
+      }
+    }
+    for (const auto& [v, units] : per_partition) {
+      const sm90::WorkUnit& w = units.back();
+      if (w.kb0 != 0 || w.kb1 == p.kblocks) continue;
+      ++finished_tiles;
+      const int last = sm90::sk_last_contributor(p, w);
+      std::vector<int> expect;
+      for (int h = v + 1; h <= last; ++h) expect.push_back(h);
+      const std::vector<int>& got = parts[std::make_tuple(w.batch, w.tm, w.tn)];
+      EXPECT_EQ(got, expect) << "finisher " << v;
+    }
+    // Simulation: round-robin over launched CTAs; a finisher waits for its tile's parts.
+    std::set<int> stored;  // partition CTAs whose part is stored
+    std::vector<size_t> pc(grid, 0);
+    size_t done = 0, total = 0;
+    for (const auto& u : per_cta) total += u.size();
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int b = 0; b < grid; ++b) {
+        if (pc[b] == per_cta[b].size()) continue;
+        const sm90::WorkUnit& w = per_cta[b][pc[b]];
+        if (w.kb0 == 0 && w.kb1 < p.kblocks) {
+          bool ready = true;
+          for (int h = w.sk_cta + 1; h <= sm90::sk_last_contributor(p, w); ++h) ready = ready && stored.count(h);
+          if (!ready) continue;
+        }
+        if (w.kb0 > 0) stored.insert(w.sk_cta);
+        ++pc[b];
+        ++done;
+        progress = true;
+      }
+    }
+    ASSERT_EQ(done, total) << "the launched CTAs would wait forever";
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(finished_tiles, 1000);
 }
 
 // Note [sm90 fused bias gradient]: which problems the kernel sums kBiasGradA for, and that every

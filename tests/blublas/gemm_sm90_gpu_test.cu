@@ -159,6 +159,7 @@ struct Case {
   std::vector<uint8_t>* bits = nullptr;  // receives D's bytes when set
   std::vector<uint8_t>* bgrad_bits = nullptr;  // receives bias_grad's bytes when set
   int fused_bias_grad = -1;      // Note [sm90 fused bias gradient]: -1 default, 0 off, 1 on
+  int stream_k = -1;             // Note [sm90 stream-K]: -1 the cost model, 0 off, 1 on where allowed
   std::string str() const {
     std::ostringstream os;
     os << "ab=" << dname(ab) << " cd=" << dname(cd) << " M=" << m << " N=" << n << " K=" << k
@@ -170,7 +171,8 @@ struct Case {
        << (odd_ldd ? " odd ldd" : "") << (even_ldd ? " even ldd" : "") << (generic_epi ? " generic-epilogue" : "")
        << (c_in_place ? " C=D" : "") << (misaligned_bias ? " misaligned bias" : "")
        << (max_ctas > 0 ? " max_ctas=" + std::to_string(max_ctas) : "")
-       << (fused_bias_grad >= 0 ? " fused_bias_grad=" + std::to_string(fused_bias_grad) : "");
+       << (fused_bias_grad >= 0 ? " fused_bias_grad=" + std::to_string(fused_bias_grad) : "")
+       << (stream_k >= 0 ? " stream_k=" + std::to_string(stream_k) : "");
     return os.str();
   }
 };
@@ -259,6 +261,10 @@ void run_case(const Case& c, const blublas::DeviceInfo& dev) {
   force.c_through_tma = 1;  // Note [sm90 C through TMA] (on by default; forced against the environment)
   force.epi_ahead = c.epi_ahead;
   force.fused_bias_grad = c.fused_bias_grad;
+  force.stream_k = c.stream_k;
+  if (c.stream_k == 1) {  // the forced mode is taken (else the comparisons are vacuous)
+    EXPECT_TRUE(sm90::choose_plan(p, dev, force).stream_k);
+  }
   const std::size_t ws_bytes = sm90::workspace_bytes_with(p, dev, force);
   DevBuf ws(ws_bytes);
   ASSERT_TRUE(ws_bytes == 0 || ws.ptr != nullptr) << "workspace of " << ws_bytes << " bytes";
@@ -687,7 +693,7 @@ TEST(GemmSm90Gpu, SplitKDeterministic) {
     c.check_determinism = true;
     run_case(c, dev);
   }
-  // The GPT-2 dW shapes with the heuristic's choice (split-K expected), bf16 and tf32.
+  // The GPT-2 dW shapes with the heuristic's choice (split-K or stream-K), bf16 and tf32.
   for (Dtype ab : {Dtype::kBF16, Dtype::kF32}) {
     Case c;
     c.ab = ab; c.cd = ab == Dtype::kF32 ? Dtype::kF32 : Dtype::kBF16;
@@ -901,6 +907,68 @@ TEST(GemmSm90Gpu, CtaBudgetKeepsTheBits) {
       EXPECT_EQ(std::memcmp(full.data(), few.data(), full.size()), 0) << "the CTA budget changed the bits: " << c.str();
     }
   }
+}
+
+// Note [sm90 stream-K]: forced on every tile that takes it, odd shapes, odd k-block counts (one
+// k-block granularity) and even ones (two), output types and epilogues, each against float64 and
+// run twice for the same bits; under CTA budgets (a launched CTA runs several partition CTAs, in
+// descending order) bit for bit as on the full grid; the fused bias gradient bit for bit against
+// the separate pass; tf32 and f16.
+TEST(GemmSm90Gpu, StreamKKeepsTheBits) {
+  BLU_REQUIRE_SM90(dev);
+  struct Shape { int m, n, k; };
+  const Shape shapes[] = {{200, 300, 4099}, {131, 72, 1000}, {768, 768, 16384}, {1500, 1032, 2048},
+                          {64, 64, 2560}, {1000, 520, 1100}};
+  const Epilogue epis[] = {Epilogue::kNone, Epilogue::kBias, Epilogue::kBiasGelu};
+  int variant = 0;
+  for (int tile : {kSimple, kWide, kNarrow, kTile192}) {
+    for (const Shape& sh : shapes) {
+      Case c;
+      c.ab = variant % 5 == 4 ? Dtype::kF16 : Dtype::kBF16;
+      c.cd = variant % 2 == 0 ? Dtype::kF32 : c.ab;
+      c.m = sh.m; c.n = sh.n; c.k = sh.k;
+      c.a_k = variant % 3 != 0; c.b_k = variant % 4 != 1;
+      c.epi = epis[variant % 3];
+      c.beta = variant % 7 == 3 ? 0.5f : 0.0f;
+      c.tile = tile;
+      c.stream_k = 1;
+      ++variant;
+      std::vector<uint8_t> full;
+      c.bits = &full;
+      c.check_determinism = true;
+      run_case(c, dev);
+      for (int ctas : {7, 1}) {
+        if (ctas == 1 && static_cast<int64_t>(sh.m) * sh.n * sh.k > (int64_t{1} << 31)) continue;
+        std::vector<uint8_t> few;
+        Case b = c;
+        b.max_ctas = ctas;
+        b.bits = &few;
+        b.check_determinism = false;
+        run_case(b, dev);
+        ASSERT_EQ(full.size(), few.size()) << b.str();
+        EXPECT_EQ(std::memcmp(full.data(), few.data(), full.size()), 0)
+            << "the CTA budget changed stream-K's bits: " << b.str();
+      }
+      if (tile != kSimple) {  // MN-major A: the fused bias gradient (even k-block counts only)
+        Case on = c;
+        on.a_k = false;
+        on.cd = Dtype::kF32;
+        on.epi = Epilogue::kBiasGradA;
+        on.beta = 0.0f;
+        on.bits = nullptr;
+        Case off = on;
+        on.fused_bias_grad = 1;
+        off.fused_bias_grad = 0;
+        expect_same_bits(on, off, &Case::bgrad_bits, dev, "stream-K's fused bias gradient differs from the separate pass");
+      }
+    }
+  }
+  Case tf;
+  tf.ab = Dtype::kF32; tf.cd = Dtype::kF32;
+  tf.m = 300; tf.n = 200; tf.k = 3001; tf.a_k = false; tf.b_k = true;
+  tf.stream_k = 1;
+  tf.check_determinism = true;
+  run_case(tf, dev);
 }
 
 TEST(GemmSm90Gpu, MisalignedIsReported) {

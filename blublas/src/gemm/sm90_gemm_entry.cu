@@ -1,6 +1,7 @@
 // sm90_gemm_entry.cu: the sm_90a GEMM path's entry points (sm90_gemm_supports / _workspace_bytes
 // / _run, declared in gemm_problem.h): what the path accepts, the workspace plan, and the launch
-// sequence (tf32 transposes -> wgmma kernel -> split-K reduction -> bias-gradient pass).
+// sequence (tf32 transposes -> [stream-K flags' memset] wgmma kernel -> split-K reduction ->
+// bias-gradient pass).
 //
 // Note [sm90 path: what it takes]
 // - An sm_90 device running sm_90a machine code (checked once with cudaFuncGetAttributes on a
@@ -93,7 +94,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // Byte offsets of each workspace region (npos when absent).
 struct WorkspaceLayout {
   static constexpr std::size_t npos = ~std::size_t{0};
-  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos;
+  std::size_t a_t = npos, b_t = npos, partial = npos, bias_grad = npos, sk_partial = npos, sk_flags = npos;
   std::size_t total = 0;
   int64_t k_pad = 0;       // row length of the transposed tf32 copies (floats)
   int64_t partial_ld = 0;  // floats per partial row
@@ -117,6 +118,13 @@ WorkspaceLayout layout_for(const GemmProblem& p, const DeviceInfo& dev, const Sm
     w.partial_ld = round_up(p.n, 4);
     w.partial = off;
     off = align_up(off + static_cast<std::size_t>(plan.splits) * p.batch * p.m * w.partial_ld * 4);
+  }
+  if (plan.stream_k) {  // Note [sm90 stream-K]: a tile of fp32 and three flags per partition CTA
+    w.sk_partial = off;
+    off = align_up(off + static_cast<std::size_t>(plan.sk_ctas) * sm90_tile_m(plan.tile) *
+                             sm90_tile_n(plan.tile) * 4);
+    w.sk_flags = off;
+    off = align_up(off + static_cast<std::size_t>(plan.sk_ctas) * 3 * sizeof(int));
   }
   const std::size_t bg = bias_grad_workspace_bytes(p, dev);
   if (bg > 0) {
@@ -241,7 +249,8 @@ void log_plan(const GemmProblem& p, const Sm90Plan& plan) {
   std::ostringstream line;
   line << "blublas sm90 plan: m=" << p.m << " n=" << p.n << " k=" << p.k << " batch=" << p.batch
        << " a_k_major=" << p.a_k_major << " b_k_major=" << p.b_k_major << " tile=" << sm90_tile_name(plan.tile)
-       << " splits=" << plan.splits << " grid=" << plan.grid << " group_m=" << plan.group_m;
+       << " splits=" << plan.splits << " stream_k=" << plan.stream_k << " grid=" << plan.grid
+       << " group_m=" << plan.group_m;
   std::lock_guard<std::mutex> lock(mu);
   if (line.str() == last) return;
   last = line.str();
@@ -303,10 +312,16 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
     args.partial = reinterpret_cast<float*>(wsb + ws.partial);
     args.partial_ld = ws.partial_ld;
   }
+  if (plan.stream_k) {
+    args.stream_k = true;
+    args.sk_ctas = plan.sk_ctas;
+    args.sk_partial = reinterpret_cast<float*>(wsb + ws.sk_partial);
+    args.sk_flags = reinterpret_cast<int*>(wsb + ws.sk_flags);
+  }
   // Note [sm90 fused bias gradient]: kBiasGradA summed by the kernel where its tiles allow, every
   // split boundary on a 128-k chunk boundary (two 64-deep k-blocks), and not switched off.
   const int bg_chunks = bias_grad_col_chunks(p.k);
-  bool fused_bgrad = force.fused_bias_grad != 0 && sm90_fuses_bias_grad(p, plan.tile, plan.splits, args.a_k_major);
+  bool fused_bgrad = force.fused_bias_grad != 0 && sm90_fuses_bias_grad(p, plan.tile, plan.splits, args.a_k_major, plan.stream_k);
   if (fused_bgrad && force.fused_bias_grad < 0) {
     const char* env = std::getenv("BLUBLAS_SM90_FUSED_BGRAD");
     fused_bgrad = !(env != nullptr && std::strcmp(env, "0") == 0);

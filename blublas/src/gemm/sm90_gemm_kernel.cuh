@@ -120,6 +120,14 @@ struct KernelParams {
   int epi_ahead = 0;             // C / aux loaded at the unit's start (Note [sm90 epilogue loads ahead])
   int aux_buffer = 0;            // GELU's aux staged in the second tile (Note [sm90 GELU epilogue])
   float* bgrad = nullptr;        // kBiasGradA summed from A's stages (Note [sm90 fused bias gradient])
+  // Note [sm90 stream-K] (sm90_work_units.h): sk_ctas partition CTAs (0: strided units); sk_units
+  // k-iterations of sk_gran k-blocks; per partition CTA and consumer warpgroup an fp32
+  // accumulator slot and a flag (zeroed by the launcher before the kernel).
+  int sk_ctas = 0;
+  int sk_gran = 1;
+  int sk_units = 0;
+  float* sk_partial = nullptr;
+  int* sk_flags = nullptr;
 };
 
 // The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
@@ -906,8 +914,9 @@ __device__ __forceinline__ void bias_grad_warp(const KernelParams& p, const uint
   const uint32_t full_u = smem_u32(full), empty_u = smem_u32(empty);
   int stage = 0;
   uint32_t phase = 0;
-  for (int u = first_unit; u < p.num_units; u += unit_step) {
-    const WorkUnit w = decode_unit(p, u);
+  const int n_local = local_unit_count(p, first_unit, unit_step);
+  for (int j = 0; j < n_local; ++j) {
+    const WorkUnit w = local_unit(p, first_unit, unit_step, j);
     const int r0 = w.tm * Cfg::BM + panel * 64 + 2 * lane;
     float part[8][2] = {};
     for (int kb = w.kb0; kb < w.kb1; ++kb) {
@@ -963,6 +972,68 @@ __device__ __forceinline__ void bias_grad_warp(const KernelParams& p, const uint
         phase ^= 1;
       }
     }
+  }
+}
+
+// Note [sm90 stream-K]: a consumer warpgroup's accumulator slot. Thread t's float4 v of m64 block
+// mi sits at (mi * BN/8 + v) * 128 + t: every store and load is a coalesced 2 KB row.
+template <class Cfg>
+__device__ __forceinline__ float4* stream_k_slot(const KernelParams& p, int cta, int c) {
+  constexpr int64_t kFloats = Cfg::kMI * Cfg::BN / 2 * 128;
+  return reinterpret_cast<float4*>(p.sk_partial + (static_cast<int64_t>(cta) * Cfg::kConsumers + c) * kFloats) +
+         threadIdx.x % 128;
+}
+
+__device__ __forceinline__ void st_release_gpu(int* addr, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+// A contributor: the accumulators to this CTA's slot, then the flag (release after every thread's
+// stores: each fences, the warpgroup meets at its named barrier, thread 0 releases).
+template <class Cfg>
+__device__ __forceinline__ void stream_k_store(const KernelParams& p, int cta, int c,
+                                               const float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  float4* slot = stream_k_slot<Cfg>(p, cta, c);
+#pragma unroll
+  for (int mi = 0; mi < Cfg::kMI; ++mi)
+#pragma unroll
+    for (int v = 0; v < Cfg::BN / 8; ++v)
+      __stcg(slot + (mi * (Cfg::BN / 8) + v) * 128,
+             make_float4(acc[mi][4 * v], acc[mi][4 * v + 1], acc[mi][4 * v + 2], acc[mi][4 * v + 3]));
+  __threadfence();
+  named_barrier_sync(1 + c, 128);
+  if (threadIdx.x % 128 == 0) st_release_gpu(p.sk_flags + cta * Cfg::kConsumers + c, 1);
+}
+
+// The finisher: the later parts of its tile added in CTA (= k) order.
+template <class Cfg>
+__device__ __forceinline__ void stream_k_add(const KernelParams& p, int c, const WorkUnit& w,
+                                             float (&acc)[Cfg::kMI][Cfg::BN / 2]) {
+  const int last = sk_last_contributor(p, w);
+#pragma unroll 1
+  for (int h = w.sk_cta + 1; h <= last; ++h) {
+    if (threadIdx.x % 128 == 0) {
+      const int* flag = p.sk_flags + h * Cfg::kConsumers + c;
+      while (ld_acquire_gpu(flag) == 0) {
+      }
+    }
+    named_barrier_sync(1 + c, 128);
+    const float4* slot = stream_k_slot<Cfg>(p, h, c);
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMI; ++mi)
+#pragma unroll
+      for (int v = 0; v < Cfg::BN / 8; ++v) {
+        const float4 x = __ldcg(slot + (mi * (Cfg::BN / 8) + v) * 128);
+        acc[mi][4 * v] += x.x;
+        acc[mi][4 * v + 1] += x.y;
+        acc[mi][4 * v + 2] += x.z;
+        acc[mi][4 * v + 3] += x.w;
+      }
   }
 }
 
@@ -1031,8 +1102,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch_map(&map_b);
       int stage = 0;
       uint32_t phase = 0;
-      for (int u = first_unit; u < p.num_units; u += unit_step) {
-        const WorkUnit w = decode_unit(p, u);
+      const int n_local = local_unit_count(p, first_unit, unit_step);
+      for (int j = 0; j < n_local; ++j) {
+        const WorkUnit w = local_unit(p, first_unit, unit_step, j);
         const int m0 = (w.tm * Cfg::kCluster + cta_rank) * BM, n0 = w.tn * BN;
         for (int kb = w.kb0; kb < w.kb1; ++kb) {
           mbar_wait(&empty[stage], phase ^ 1);
@@ -1110,12 +1182,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t c_phase = 0;
     uint8_t* stg_c = reinterpret_cast<uint8_t*>(staging) + c * Cfg::kWgM * Cfg::kStagingRowBytes;
     uint8_t* ahead_c = ahead_base + c * Cfg::kWgM * Cfg::kStagingRowBytes;
-    for (int u = first_unit; u < p.num_units; u += unit_step, ++turn) {
+    const int n_local = local_unit_count(p, first_unit, unit_step);
+    for (int u = 0; u < n_local; ++u, ++turn) {
       // Only the k-block count stays live through the main loop (registers are scarce next to
       // the accumulators); the unit is decoded again for the epilogue.
       int kb_count;
       {
-        const WorkUnit w0 = decode_unit(p, u);
+        const WorkUnit w0 = local_unit(p, first_unit, unit_step, u);
         kb_count = w0.kb1 - w0.kb0;
       }
       if constexpr (Cfg::kPingPong) {
@@ -1128,7 +1201,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if constexpr (Cfg::kEpiAhead) {  // Note [sm90 epilogue loads ahead]
         if (p.epi_ahead && tid_in_wg == 0) {
-          WorkUnit wl = decode_unit(p, u);
+          WorkUnit wl = local_unit(p, first_unit, unit_step, u);
           wl.tm = wl.tm * Cfg::kCluster + cta_rank;
           issue_loads_ahead<Cfg>(p, wl, &map_aux, &map_c, stg_c, ahead_c, &cbar[2 * c]);
         }
@@ -1199,8 +1272,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
-      WorkUnit w = decode_unit(p, u);
+      WorkUnit w = local_unit(p, first_unit, unit_step, u);
       w.tm = w.tm * Cfg::kCluster + cta_rank;
+      if constexpr (!Cfg::kPingPong && Cfg::kCluster == 1) {  // Note [sm90 stream-K]
+        if (p.sk_ctas > 0) {
+          if (w.kb0 > 0) {  // a later part of a tile another CTA finishes
+            stream_k_store<Cfg>(p, w.sk_cta, c, acc);
+            continue;
+          }
+          if (w.kb1 < p.kblocks) stream_k_add<Cfg>(p, c, w, acc);
+        }
+      }
 
       if (kEnableTmaStoreEpilogue && p.fast_epi) {
         uint8_t* stg = stg_c;

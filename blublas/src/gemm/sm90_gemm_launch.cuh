@@ -185,6 +185,25 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   BLUBLAS_CHECK(args.bgrad == nullptr || Cfg::kFusedBiasGrad, StatusCode::kNotSupported,
                 "sm90 gemm: a fused bias gradient for a kernel without it");
   kp.bgrad = Cfg::kFusedBiasGrad ? args.bgrad : nullptr;
+  int grid_cap = args.grid < 1 ? 1 : args.grid;
+  if (args.stream_k) {  // Note [sm90 stream-K]
+    BLUBLAS_CHECK(Cfg::kCluster == 1 && !Cfg::kPingPong && kp.splits == 1 && args.sk_partial != nullptr &&
+                      args.sk_flags != nullptr,
+                  StatusCode::kInvalidArgument,
+                  "sm90 gemm: stream-K needs a cooperative tile without a cluster, one split and its workspace");
+    kp.sk_gran = kp.kblocks % 2 == 0 ? 2 : 1;
+    const int64_t sk_units = units * kp.kblocks / kp.sk_gran;
+    // Every partition CTA needs at least one iteration (a finisher waits on each after it).
+    kp.sk_ctas = static_cast<int>(std::min<int64_t>(args.sk_ctas < 1 ? 1 : args.sk_ctas, sk_units));
+    BLUBLAS_CHECK(units * kp.kblocks * kp.sk_ctas < (int64_t{1} << 31), StatusCode::kInvalidArgument,
+                  "sm90 gemm: stream-K with ", units * kp.kblocks, " k-iterations on ", kp.sk_ctas,
+                  " CTAs exceeds its 32-bit arithmetic");
+    kp.sk_units = static_cast<int>(sk_units);
+    grid_cap = std::min(grid_cap, kp.sk_ctas);
+    kp.sk_partial = args.sk_partial;
+    kp.sk_flags = args.sk_flags;
+    BLUBLAS_CUDA_CHECK(cudaMemsetAsync(args.sk_flags, 0, sizeof(int) * 3 * static_cast<size_t>(kp.sk_ctas), stream));
+  }
   auto kernel = sm90_gemm_kernel<Cfg>;
   const int smem_bytes = kp.epi_ahead || kp.aux_buffer ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
   // The kernel's limit is one value whatever this launch needs: launches of the same kernel
@@ -202,7 +221,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     attrs_set.fetch_or(device_bit, std::memory_order_release);
   }
   if constexpr (Cfg::kCluster == 1) {
-    const int grid = static_cast<int>(std::min<int64_t>(units, args.grid < 1 ? 1 : args.grid));
+    const int grid = args.stream_k ? grid_cap : static_cast<int>(std::min<int64_t>(units, grid_cap));
     kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {

@@ -50,12 +50,20 @@ struct LaunchArgs {
   // when K has more than one 128-k chunk, else the m sums; null: the separate pass. Only where
   // sm90_fuses_bias_grad.
   float* bgrad = nullptr;
+  // Note [sm90 stream-K] (cooperative tiles without a cluster, splits == 1): sk_ctas partition
+  // CTAs share the k-iterations, run by `grid` CTAs; sk_partial holds sk_ctas x BM x BN floats,
+  // sk_flags sk_ctas x 3 ints (zeroed by the launcher).
+  bool stream_k = false;
+  int sk_ctas = 0;
+  float* sk_partial = nullptr;
+  int* sk_flags = nullptr;
 };
 
 // Whether the kernel sums p's kBiasGradA itself (Note [sm90 fused bias gradient]): the tile's
 // kernels have it (KernelConfig::kFusedBiasGrad: MN-major 16-bit A, no cluster), one batch, and
-// every split boundary on a 128-k chunk boundary. Host only, no CUDA (CPU-tested).
-bool sm90_fuses_bias_grad(const GemmProblem& p, Sm90Tile tile, int splits, bool a_k_major);
+// every split boundary on a 128-k chunk boundary (stream-K: an even k-block count). Host only, no CUDA (CPU-tested).
+bool sm90_fuses_bias_grad(const GemmProblem& p, Sm90Tile tile, int splits, bool a_k_major,
+                          bool stream_k = false);
 
 using LaunchFn = Status (*)(const LaunchArgs& args, cudaStream_t stream);
 

@@ -13,6 +13,8 @@ struct Sm90Plan {
   int splits = 1;   // K splits (>1: fp32 partials in the workspace + a fixed-order reduction)
   int group_m = 8;  // tile rows per group of the L2-friendly tile order
   int grid = 1;     // persistent CTAs
+  bool stream_k = false;  // the CTAs share k-iterations (Note [sm90 stream-K]); splits is 1
+  int sk_ctas = 0;        // stream-K: partition CTAs (the SM count, whatever the grid)
 };
 
 // Forced choices (tests, benchmarks, debugging); negative / zero fields mean "let the heuristic
@@ -24,7 +26,8 @@ struct Sm90Plan {
 // bisecting a failure), and BLUBLAS_SM90_C_TMA=0 keeps beta != 0 and kGeluGrad off it (Note
 // [sm90 C through TMA]; on by default), BLUBLAS_SM90_EPI_AHEAD=0 keeps the ping-pong tiles' C / aux
 // loads in the epilogue (Note [sm90 epilogue loads ahead]; on by default), and BLUBLAS_SM90_LOG=1
-// prints each new plan (tile, splits, grid) to stderr.
+// prints each new plan (tile, splits, grid) to stderr; BLUBLAS_SM90_STREAMK=0 keeps the
+// heuristic off stream-K, =1 takes it wherever the tile allows (Note [sm90 stream-K]).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
@@ -33,7 +36,11 @@ struct Sm90Override {
   int epi_ahead = -1;             // C / aux loads ahead: -1 default (on), 0 off, 1 on
   int fused_bias_grad = -1;       // kBiasGradA in the kernel: -1 default (on unless
                                   // BLUBLAS_SM90_FUSED_BGRAD=0), 0 off, 1 on where it applies
+  int stream_k = -1;              // -1 the cost model decides, 0 never, 1 wherever the tile allows
 };
+
+// Whether a tile can run stream-K: cooperative consumers, no cluster (host only, CPU-tested).
+bool sm90_stream_k_tile(Sm90Tile t);
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);
 

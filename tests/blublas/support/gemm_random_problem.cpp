@@ -253,6 +253,7 @@ RandomGemm random_gemm(uint64_t seed, int index) {
   g.sm90_generic_epilogue = r.percent(25);
   const int sm80_splits[] = {0, 0, 0, 2, 3, 5};  // Note [sm80 split-K]; drawn last: the rest is unchanged
   g.sm80_splits = r.pick(sm80_splits);
+  g.sm90_stream_k = r.percent(35) ? 1 : -1;  // Note [sm90 stream-K]; drawn last as well
   return g;
 }
 
@@ -368,6 +369,7 @@ std::string RandomGemm::describe() const {
   os << " | workspace offset=" << workspace_offset
      << " | sm90 variant: tile=" << (sm90_tile.empty() ? "heuristic" : sm90_tile)
      << " splits=" << sm90_splits << " generic_epilogue=" << (sm90_generic_epilogue ? 1 : 0)
+     << " stream_k=" << sm90_stream_k
      << " | sm80 splits=" << sm80_splits;
   return os.str();
 }

@@ -51,6 +51,9 @@ struct RandomGemm {
   bool sm90_generic_epilogue = false;
   // The forced sm80 mma.sync run's split-K count (BLUBLAS_SM80_SPLITS; 0: the heuristic's).
   int sm80_splits = 0;
+  // The forced sm_90a run's stream-K (BLUBLAS_SM90_STREAMK=1 where the tile takes it and no
+  // splits are forced; -1: the cost model's).
+  int sm90_stream_k = -1;
 
   // Every field, on one line: enough to rebuild the problem by hand.
   std::string describe() const;
