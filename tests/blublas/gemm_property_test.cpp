@@ -507,6 +507,7 @@ TEST(GemmProperty, Sm90PlanInvariants) {
       }
       const int64_t units = static_cast<int64_t>(ceil_div(p.m, sm90::sm90_tile_m(plan.tile))) *
                             ceil_div(p.n, sm90::sm90_tile_n(plan.tile)) * p.batch * plan.splits;
+      EXPECT_FALSE(plan.stream_k) << "kAuto takes stream-K only when asked (Note [sm90 stream-K])";
       EXPECT_EQ(plan.grid, std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
       EXPECT_EQ(plan.group_m, 8);
       const sm90::Sm90Plan again = sm90::choose_plan(p, dev, sm90::Sm90Override{});

@@ -195,6 +195,9 @@ struct KernelConfig {
   // 224 = 504 = 384 x 168 / 128; ptxas: no spills at 224 in the 2-consumer kernels).
   static constexpr bool kFusedBiasGrad = !kAKMajor && kCluster == 1 && kElemBytes == 2 && !kFp8 && BM <= 192;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  // Note [sm90 stream-K]: cooperative 16-bit kernels without a cluster (the tf32 128x256 consumer
+  // spilled with the parts' adds).
+  static constexpr bool kStreamK = !kPingPong && kCluster == 1 && kElemBytes == 2 && !kFp8;
   static constexpr int kProducerRegs = kFusedBiasGrad ? 56 : 40;
   static constexpr int kConsumerRegs = kConsumers >= 3 ? 152 : kConsumers == 2 ? (kFusedBiasGrad ? 224 : 232) : 0;
 
@@ -1274,7 +1277,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (prev_stage >= 0 && lane == 0) release_stage<Cfg>(&empty[prev_stage]);
       WorkUnit w = local_unit(p, first_unit, unit_step, u);
       w.tm = w.tm * Cfg::kCluster + cta_rank;
-      if constexpr (!Cfg::kPingPong && Cfg::kCluster == 1) {  // Note [sm90 stream-K]
+      if constexpr (Cfg::kStreamK) {  // Note [sm90 stream-K]
         if (p.sk_ctas > 0) {
           if (w.kb0 > 0) {  // a later part of a tile another CTA finishes
             stream_k_store<Cfg>(p, w.sk_cta, c, acc);

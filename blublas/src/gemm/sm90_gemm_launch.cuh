@@ -187,10 +187,10 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
   kp.bgrad = Cfg::kFusedBiasGrad ? args.bgrad : nullptr;
   int grid_cap = args.grid < 1 ? 1 : args.grid;
   if (args.stream_k) {  // Note [sm90 stream-K]
-    BLUBLAS_CHECK(Cfg::kCluster == 1 && !Cfg::kPingPong && kp.splits == 1 && args.sk_partial != nullptr &&
+    BLUBLAS_CHECK(Cfg::kStreamK && kp.splits == 1 && args.sk_partial != nullptr &&
                       args.sk_flags != nullptr,
                   StatusCode::kInvalidArgument,
-                  "sm90 gemm: stream-K needs a cooperative tile without a cluster, one split and its workspace");
+                  "sm90 gemm: stream-K needs a cooperative 16-bit tile without a cluster, one split and its workspace");
     kp.sk_gran = kp.kblocks % 2 == 0 ? 2 : 1;
     const int64_t sk_units = units * kp.kblocks / kp.sk_gran;
     // Every partition CTA needs at least one iteration (a finisher waits on each after it).

@@ -74,30 +74,6 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
   return seconds;
 }
 
-// Note [sm90 stream-K]: every CTA runs ~tiles * kblocks / G k-blocks, finishes ~tiles / G tiles
-// (the ordinary epilogue), and stores or reads fp32 tile parts (per CTA at most one store; a
-// finisher reads one part per further CTA its tile spans); plus the flags' memset and wait.
-double estimate_stream_k_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileModel& t) {
-  const int bm = sm90_tile_m(t.tile), bn = sm90_tile_n(t.tile), bk = sm90_tile_k(t.tile, p.ab_type);
-  const int64_t tiles = static_cast<int64_t>(ceil_div(p.m, bm)) * ceil_div(p.n, bn) * p.batch;
-  const int kblocks = ceil_div(p.k, bk);
-  const int64_t total = tiles * kblocks;
-  const int64_t g = std::max<int64_t>(1, std::min<int64_t>(dev.sm_count, total / (kblocks % 2 == 0 ? 2 : 1)));
-  const int64_t per_cta = (total + g - 1) / g;
-  const bool tf32 = p.ab_type == Dtype::kF32;
-  const double rate = tf32 ? 330e12 : dtype_is_fp8(p.ab_type) ? 2.0 * 716e12 : 716e12;
-  const double sm_flops = rate / 132.0 * t.relative_speed;
-  const double main_seconds = (2.0 * bm * bn * bk * per_cta) / sm_flops;
-  const double out_bytes = static_cast<double>(bm) * bn * dtype_size(p.cd_type);
-  double epi_seconds = 1.7e-6 + 0.8e-6 * out_bytes / 65536.0;
-  const bool loads = p.beta != 0.0f || p.epilogue == Epilogue::kGeluGrad;
-  if (loads) epi_seconds += 2.0e-6 * out_bytes / 65536.0;
-  const double part_seconds = 0.8e-6 * bm * bn * 4.0 / 65536.0;
-  const int64_t reads = std::max<int64_t>(1, (kblocks + per_cta - 1) / per_cta);
-  return main_seconds + static_cast<double>((tiles + g - 1) / g) * epi_seconds +
-         static_cast<double>(1 + reads) * part_seconds + 2e-6;
-}
-
 // The kernel's stream-K arithmetic is 32-bit: tiles * kblocks * SMs < 2^31.
 bool stream_k_fits(const GemmProblem& p, const DeviceInfo& dev, Sm90Tile tile) {
   const int64_t iters = static_cast<int64_t>(ceil_div(p.m, sm90_tile_m(tile))) * ceil_div(p.n, sm90_tile_n(tile)) *
@@ -135,7 +111,8 @@ int splits_from_env() {
 
 }  // namespace
 
-bool sm90_stream_k_tile(Sm90Tile t) {
+bool sm90_stream_k_tile(Sm90Tile t, Dtype ab_type) {
+  if (ab_type != Dtype::kBF16 && ab_type != Dtype::kF16) return false;
   return t == Sm90Tile::k128x128_1c || t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x128_2c ||
          t == Sm90Tile::k192x192_3c;
 }
@@ -171,7 +148,7 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
     forced_tile = -1;
   }
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
-  const int stream_k_mode = force.stream_k >= 0 ? force.stream_k : stream_k_from_env();
+  const int stream_k_mode = force.stream_k >= 0 ? force.stream_k : stream_k_from_env();  // -1: off
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct; measured slower on H200
   // in every GPT-2 shape until session 28's fix (Note [Cluster arrive scope]), since then even
   // with 128x256_2c on single-split shapes, so kAuto does not pick it; it stays selectable
@@ -214,21 +191,11 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
         plan.stream_k = false;
       }
     }
-    // Stream-K (Note [sm90 stream-K]) for long K only: a short tile's parts cost more than the
-    // wave they save.
-    if (stream_k_mode != 0 && forced_splits == 0 && sm90_stream_k_tile(t.tile) && kblocks >= 16 &&
-        stream_k_fits(p, dev, t.tile)) {
-      const double sec = estimate_stream_k_seconds(p, dev, t);
-      if (sec < best * 0.97) {
-        best = sec;
-        plan.tile = t.tile;
-        plan.splits = 1;
-        plan.stream_k = true;
-      }
-    }
   }
-  // BLUBLAS_SM90_STREAMK=1 / force.stream_k = 1: stream-K wherever the chosen tile allows it.
-  if (stream_k_mode == 1 && forced_splits == 0 && sm90_stream_k_tile(plan.tile) &&
+  // Stream-K only when asked (BLUBLAS_SM90_STREAMK=1 / force.stream_k = 1), wherever the chosen
+  // tile allows it: measured slower than the strided units on every GPT-2 shape (Note [sm90
+  // stream-K]: the CTAs' staggered k offsets defeat the L2 reuse of the shared A / B panels).
+  if (stream_k_mode == 1 && forced_splits == 0 && sm90_stream_k_tile(plan.tile, p.ab_type) &&
       stream_k_fits(p, dev, plan.tile)) {
     plan.splits = 1;
     plan.stream_k = true;

@@ -26,8 +26,8 @@ struct Sm90Plan {
 // bisecting a failure), and BLUBLAS_SM90_C_TMA=0 keeps beta != 0 and kGeluGrad off it (Note
 // [sm90 C through TMA]; on by default), BLUBLAS_SM90_EPI_AHEAD=0 keeps the ping-pong tiles' C / aux
 // loads in the epilogue (Note [sm90 epilogue loads ahead]; on by default), and BLUBLAS_SM90_LOG=1
-// prints each new plan (tile, splits, grid) to stderr; BLUBLAS_SM90_STREAMK=0 keeps the
-// heuristic off stream-K, =1 takes it wherever the tile allows (Note [sm90 stream-K]).
+// prints each new plan (tile, splits, grid) to stderr; BLUBLAS_SM90_STREAMK=1 takes stream-K
+// wherever the tile allows (Note [sm90 stream-K]; off by default).
 struct Sm90Override {
   int tile = -1;
   int splits = 0;
@@ -36,11 +36,12 @@ struct Sm90Override {
   int epi_ahead = -1;             // C / aux loads ahead: -1 default (on), 0 off, 1 on
   int fused_bias_grad = -1;       // kBiasGradA in the kernel: -1 default (on unless
                                   // BLUBLAS_SM90_FUSED_BGRAD=0), 0 off, 1 on where it applies
-  int stream_k = -1;              // -1 the cost model decides, 0 never, 1 wherever the tile allows
+  int stream_k = -1;              // -1 the environment's (default off), 0 off, 1 wherever the tile allows
 };
 
-// Whether a tile can run stream-K: cooperative consumers, no cluster (host only, CPU-tested).
-bool sm90_stream_k_tile(Sm90Tile t);
+// Whether a tile can run stream-K: bf16 / f16 inputs, cooperative consumers, no cluster (host
+// only, the launcher checks it against KernelConfig::kStreamK).
+bool sm90_stream_k_tile(Sm90Tile t, Dtype ab_type);
 
 Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override& force);
 

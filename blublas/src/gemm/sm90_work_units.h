@@ -51,6 +51,7 @@ BLUBLAS_SM90_HD WorkUnit decode_unit(const P& p, int u) {
 }
 
 // Note [sm90 stream-K]
+// (bf16 / f16 inputs, cooperative tiles without a cluster: KernelConfig::kStreamK.)
 // Wave quantization: a skinny weight-gradient GEMM (qkv dW 2304 x 768, K = 16384) has 108 tiles of
 // 128 x 128 for 132 SMs (82% of the GPU busy), attn_proj dW (768 x 768) 36; split-K fills the GPU
 // but writes every split's whole fp32 tile to memory and reads it back in a second kernel. With
@@ -64,6 +65,17 @@ BLUBLAS_SM90_HD WorkUnit decode_unit(const P& p, int u) {
 // slot of their own and raise a flag; the finisher waits for them in order and adds them to its
 // registers, then runs the ordinary epilogue. The sums' order depends on the shape and V only:
 // the same bits every run and under any CTA budget (Note [GEMM CTA budget]).
+// Measured (H200, session 32, interleaved with cuBLAS in one process): SLOWER than the strided
+// units on every GPT-2 shape, so opt-in (BLUBLAS_SM90_STREAMK=1): qkv dW (2304 x 768, K = 16384)
+// 0.669 of cuBLAS vs 0.765, lm head dX 0.706 vs 1.001, d48 fc_proj dW 0.515 vs 0.763. The cause
+// is L2 reuse: with strided units every CTA starts its tile at k = 0 at the same time, so the
+// tiles that share an A row panel or a B column panel read each k-slice within a short window
+// and L2 serves all but the first; stream-K staggers the CTAs' k offsets by construction, so
+// each tile streams its panels from DRAM on its own (qkv dW with 128 x 256 tiles: ~680 MB
+// against ~100 MB). What could keep the reuse: stream-K for the last partial wave only (the
+// data-parallel waves stay aligned), or uniform splits with an in-kernel running-sum fixup
+// (every unit of a wave at the same k-slab), whose per-unit overhead eats most of the wave gain
+// on qkv dW (9 units of 23 k-blocks per CTA).
 // A launched CTA b runs partition CTAs b, b + grid, ... in DESCENDING order: a partition CTA only
 // waits on higher ones, and those have either run already on the same CTA or sit on other
 // resident CTAs that reach them without waiting on lower ones, so nothing waits forever (by
