@@ -552,6 +552,14 @@ TEST(GemmProperty, Sm90PlanInvariants) {
   const sm90::Sm90Plan dw_plan = sm90::choose_plan(fc_dw, devs[0], sm90::Sm90Override{});
   EXPECT_EQ(dw_plan.tile, sm90::Sm90Tile::k192x192_3c);
   EXPECT_EQ(dw_plan.splits, 2);
+  // The d48 (C = 1600) weight gradients (session 32's interleaved table): qkv dW on 192x192_3c,
+  // fc dW on 128x256_2c, not the 128x128_2c tile the old guesses gave them (0.75 of cuBLAS).
+  gd::GemmProblem d48_dw = fc_dw;
+  d48_dw.m = 4800;
+  d48_dw.n = 1600;
+  EXPECT_EQ(sm90::choose_plan(d48_dw, devs[0], sm90::Sm90Override{}).tile, sm90::Sm90Tile::k192x192_3c);
+  d48_dw.m = 6400;
+  EXPECT_EQ(sm90::choose_plan(d48_dw, devs[0], sm90::Sm90Override{}).tile, sm90::Sm90Tile::k128x256_2c);
   fc_dw.ab_type = fc_dw.b_type = Dtype::kE4M3;
   EXPECT_NE(sm90::choose_plan(fc_dw, devs[0], sm90::Sm90Override{}).tile, sm90::Sm90Tile::k192x192_3c);
   // A forced cluster tile gets split-K from the model too (units counted in pairs): attn_proj dW

@@ -156,13 +156,17 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   // run gets split-K like the others: before session 29 a forced tile outside this list ran with
   // one split, which is what made "split-K in clusters" look 1.4-4x slow in session 28 (attn_proj
   // dW: 9 cluster units for 132 SMs).
+  // Relative speeds of 128x128_2c and 192x192_3c fitted to session 32's interleaved table of the
+  // GPT-2 d48 set (C = 1600, raw/session32/call3_d48_tile_variants.md): with wave counts from
+  // the model, qkv / fc / fc_proj dW give 0.73-0.76 and 0.96-1.02 of 128x256_2c's per-SM rate
+  // (they were guesses, 0.9 and 0.95: kAuto took 128x128_2c for every d48 dW at 0.75-0.77 of
+  // cuBLAS where 192x192_3c ran 0.87 on qkv dW and 128x256_2c 0.84 on fc / fc_proj dW).
   const TileModel candidates[] = {
       {Sm90Tile::k128x256_2c, 1.0, false},
       {Sm90Tile::k64x256_pp, 0.93, true},
-      {Sm90Tile::k128x128_2c, 0.9, false},
-      // Note [sm90 192x192 tile]: not compiled for FP8. Its speed relative to 128x256 is a guess
-      // until measured (0.95: three warpgroups' wgmmas share one stage barrier per k-block).
-      {Sm90Tile::k192x192_3c, 0.95, false},
+      {Sm90Tile::k128x128_2c, 0.76, false},
+      // Note [sm90 192x192 tile]: not compiled for FP8.
+      {Sm90Tile::k192x192_3c, 1.0, false},
       {Sm90Tile::k128x256_2c_cl2, 1.0, false, 2, true},
   };
   double best = 1e30;
