@@ -178,6 +178,13 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
         (dtype_is_fp8(p.ab_type) || (forced_tile < 0 && !allowed_by_env("BLUBLAS_SM90_192")))) {
       continue;
     }
+    // The 192x192 tile has no staged C / aux loads (three consumers fill its shared memory), so
+    // beta != 0 or kGeluGrad would run its generic epilogue (sm90_gemm_launch.cuh tma_store_ok):
+    // kAuto leaves those problems to the others.
+    if (t.tile == Sm90Tile::k192x192_3c && forced_tile < 0 &&
+        (p.beta != 0.0f || p.epilogue == Epilogue::kGeluGrad)) {
+      continue;
+    }
     const int kblocks = ceil_div(p.k, sm90_tile_k(t.tile, p.ab_type));
     // Ping-pong was measured (run4-0105) on K = 768 (12 k-blocks) only; past that the cooperative
     // tile matches cuBLAS (lm head dX/dW 0.99), so kAuto keeps it to short K.
