@@ -9,6 +9,7 @@
 # d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
+# BLU_SCALE_FRAMEWORKS: the race's frameworks (run_e2e.py --frameworks; default all three).
 # BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
 # --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...": one benchmark built and run after the tests
 # (output <target>.txt, JSON under <target>/); BLU_SCALE_NCU: scripts/ncu-hot.sh
@@ -82,7 +83,7 @@ for c in "${cases[@]}"; do
   mkdir -p "$work/$c"
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${BLU_SCALE_TIMEOUT:-270}" python3 bench/e2e/run_e2e.py \
     --blutrain "$bin" --out "$work/$c" --modes "${BLU_SCALE_MODES:-bf16}" --profile-step 6 --data synthetic \
-    "${args[@]}" \
+    ${BLU_SCALE_FRAMEWORKS:+--frameworks "$BLU_SCALE_FRAMEWORKS"} "${args[@]}" \
     > "$work/$c/log.txt" 2>&1
   echo "rc=$?" >> "$work/$c/log.txt"
   grep -E "^\| (bf16|fp32|tf32)" "$work/$c/log.txt" | head -8
