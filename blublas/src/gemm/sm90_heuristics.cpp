@@ -71,14 +71,6 @@ double estimate_seconds(const GemmProblem& p, const DeviceInfo& dev, const TileM
     const double bytes = 2.0 * splits * 4.0 * p.m * p.n * p.batch;
     seconds += bytes / 2.5e12 + 4e-6;
   }
-  // A bias gradient of MN-major 16-bit A that the kernel cannot sum (a split boundary inside a
-  // 128-k chunk: Note [sm90 fused bias gradient]) costs the separate pass's read of A (session
-  // 32, d48 attn_proj dW in 3 splits: ~39 us a call).
-  if (p.epilogue == Epilogue::kBiasGradA && !p.a_k_major && p.batch == 1 &&
-      (p.ab_type == Dtype::kBF16 || p.ab_type == Dtype::kF16) &&
-      !sm90_fuses_bias_grad(p, t.tile, splits, false)) {
-    seconds += 2.0 * p.m * static_cast<double>(p.k) / 2.5e12 + 5e-6;
-  }
   return seconds;
 }
 
