@@ -43,7 +43,6 @@ struct Shape {
   const char* metric_prefix;  // metrics: <prefix>.fwd_tflops, <prefix>.fwdbwd_tflops
   AttnPath path = AttnPath::kAuto;  // forced path rows: <prefix>.<path>.*
   blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;  // forced rows: <prefix>.dq_<mode>.*
-  int dq_acc_version = 0;  // 3 / 4: that dQ-accumulate kernel called directly (<prefix>.dq_acc_v<n>)
 };
 
 const char* dq_mode_name(blublas::AttnDqMode m) {
@@ -168,19 +167,10 @@ Result run(const Shape& s, bool quick, cudaStream_t stream) {
   r.path = blublas::attn_path_name(path);
   r.fwd_ms = blu::bench::median_ms([&](int) { check(blublas::attention_forward(desc, stream)); },
                                    stream, warmup, reps);
-  blublas::DeviceInfo dev;
-  check(blublas::current_device_info(&dev));
-  const blublas::attn::Params p = blublas::attn::make_params(desc, ws);
   r.fwdbwd_ms = blu::bench::median_ms(
       [&](int) {
         check(blublas::attention_forward(desc, stream));
-        if (s.dq_acc_version != 0) {  // the internal entry: D, then that version of the kernel
-          check(blublas::attn::attn_bwd_delta(p, s.d, true, stream));
-          check(blublas::attn::sm90_bf16_flash_attn_bwd_dqacc(p, dev, stream,
-                                                               s.dq_acc_version == 4));
-        } else {
-          check(blublas::attention_backward(desc, ws, ws_bytes, stream));
-        }
+        check(blublas::attention_backward(desc, ws, ws_bytes, stream));
       },
       stream, warmup, reps);
   const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
@@ -316,14 +306,6 @@ int main(int argc, char** argv) {
         s.dq_mode = m;
         shapes.push_back(s);
       }
-      if (sm90) {  // both dQ-accumulate versions, called directly
-        for (int version : {3, 4}) {
-          Shape s = base;
-          s.dq_mode = blublas::AttnDqMode::kAccumulate;
-          s.dq_acc_version = version;
-          shapes.push_back(s);
-        }
-      }
     }
   }
   blu::bench::Report report("attention_bench");
@@ -336,9 +318,7 @@ int main(int argc, char** argv) {
     const Result r = run(s, opt.quick, stream);
     std::string prefix = s.metric_prefix;
     if (s.path != AttnPath::kAuto) prefix += std::string(".") + blublas::attn_path_name(s.path);
-    if (s.dq_acc_version != 0) {
-      prefix += ".dq_acc_v" + std::to_string(s.dq_acc_version);
-    } else if (s.dq_mode != blublas::AttnDqMode::kAuto) {
+    if (s.dq_mode != blublas::AttnDqMode::kAuto) {
       prefix += std::string(".dq_") + dq_mode_name(s.dq_mode);
     }
     report.metric(prefix + ".fwd_tflops", r.fwd_tflops);
@@ -405,9 +385,7 @@ int main(int argc, char** argv) {
     for (const auto& p : done) {
       std::printf("| %s | %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
                   blublas::attn_precision_name(p.s.prec), p.r.path.c_str(),
-                  p.s.dq_acc_version == 3   ? "acc v3"
-                  : p.s.dq_acc_version == 4 ? "acc v4"
-                                            : dq_mode_name(p.s.dq_mode),
+                  dq_mode_name(p.s.dq_mode),
                   p.s.B, p.s.T, p.s.H, p.s.d, p.r.fwd_ms,
                   p.r.fwd_tflops, p.r.bwd_tflops, p.r.fwdbwd_ms, p.r.fwdbwd_tflops);
     }

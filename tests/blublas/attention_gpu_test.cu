@@ -24,6 +24,7 @@
 #include "blublas/check.h"
 #include "blublas/device_info.h"
 #include "common/gpu_test.h"
+#include "common/scoped_env.h"
 
 namespace {
 
@@ -42,7 +43,6 @@ struct Case {
   int o_pad = 8;  // O's sequence stride is H*d + o_pad (1: not 16-byte aligned -> SIMT fallback)
   bool sm90_table = false;  // fwd_cfg/bwd_cfg index the sm90 tables (else the sm80 ones)
   blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;  // Note [dQ partials]
-  int dq_acc_version = 0;  // 3 or 4: that dQ-accumulate backward, called directly
 };
 
 std::string name(const Case& c) {
@@ -54,7 +54,6 @@ std::string name(const Case& c) {
   if (c.bwd_cfg >= 0) os << " bwd_cfg=" << c.bwd_cfg;
   os << " o_pad=" << c.o_pad;
   if (c.dq_mode != blublas::AttnDqMode::kAuto) os << " dq_mode=" << static_cast<int>(c.dq_mode);
-  if (c.dq_acc_version != 0) os << " dq_acc_version=" << c.dq_acc_version;
   return os.str();
 }
 
@@ -309,13 +308,6 @@ blublas::Status run_forward(const Case& c, const AttentionDesc& desc) {
 }
 
 blublas::Status run_backward(const Case& c, const AttentionDesc& desc, void* ws, size_t bytes) {
-  if (c.dq_acc_version != 0) {
-    blublas::DeviceInfo dev;
-    BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
-    const blublas::attn::Params p = blublas::attn::make_params(desc, ws);
-    BLUBLAS_RETURN_IF_ERROR(blublas::attn::attn_bwd_delta(p, c.d, true, nullptr));
-    return blublas::attn::sm90_bf16_flash_attn_bwd_dqacc(p, dev, nullptr, c.dq_acc_version == 4);
-  }
   if (c.bwd_cfg < 0) return blublas::attention_backward(desc, ws, bytes, nullptr);
   blublas::DeviceInfo dev;
   BLUBLAS_RETURN_IF_ERROR(blublas::current_device_info(&dev));
@@ -610,7 +602,6 @@ void expect_matches_two_passes(Case c, const char* mode) {
   CaseResult a, b;
   run_case(c, &a);
   c.dq_mode = blublas::AttnDqMode::kTwoPass;
-  c.dq_acc_version = 0;
   run_case(c, &b);
   if (::testing::Test::HasFailure()) return;
   const std::string what = std::string("dQ ") + mode + " vs two passes";
@@ -627,8 +618,7 @@ void expect_matches_two_passes(Case c, const char* mode) {
 // the fp32 accumulator, against float64 and run-to-run bitwise (run_case), at T with one query
 // block, a partial last key block (one or both warpgroups' keys past T), exact multiples, and
 // more CTAs than SMs (B*H = 64 at T = 600: 320 CTAs, chains of 5 key blocks); dK and dV
-// bitwise equal to the two-pass kernel's (the same dK/dV arithmetic), dQ within twice the bound;
-// both versions (3: the consumer warpgroups add, 4: the producer's writer warp adds).
+// bitwise equal to the two-pass kernel's (the same dK/dV arithmetic), dQ within twice the bound.
 TEST(AttentionGpu, Bf16Sm90DqAccumulate) {
   BLU_REQUIRE_GPU();
   BLU_REQUIRE_SM90();
@@ -638,13 +628,38 @@ TEST(AttentionGpu, Bf16Sm90DqAccumulate) {
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 63, 3}, Shape{1, 64, 2}, Shape{2, 65, 1},
                   Shape{1, 127, 2}, Shape{1, 128, 1}, Shape{3, 129, 2}, Shape{2, 200, 3},
                   Shape{1, 257, 2}, Shape{1, 600, 64}, Shape{1, 2048, 2}}) {
-    for (int version : {3, 4}) {  // the consumers add / the writer warp adds
-      Case c{s.B, s.T, s.H, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, s.T % 2 == 1};
-      c.dq_mode = blublas::AttnDqMode::kAccumulate;
-      c.dq_acc_version = version;
-      expect_matches_two_passes(c, "accumulated");
-      if (::testing::Test::HasFailure()) return;
+    Case c{s.B, s.T, s.H, 64, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, s.T % 2 == 1};
+    c.dq_mode = blublas::AttnDqMode::kAccumulate;
+    expect_matches_two_passes(c, "accumulated");
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// Note [sm90 flash backward: CTA order]: the two-pass backward in head groups (G = 1, 5 with a
+// smaller last group, 3 dividing B*H, more than B*H) gives the default order's bits, each case
+// also against float64 (run_case); causal and not, one block and many.
+TEST(AttentionGpu, Bf16Sm90BackwardHeadGroupsKeepTheBits) {
+  BLU_REQUIRE_GPU();
+  BLU_REQUIRE_SM90();
+  struct Shape {
+    int B, T, H;
+    bool causal;
+  };
+  for (Shape s : {Shape{2, 300, 7, true}, Shape{3, 129, 2, false}, Shape{1, 1000, 6, true}}) {
+    Case c{s.B, s.T, s.H, 64, s.causal, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false};
+    c.dq_mode = blublas::AttnDqMode::kTwoPass;
+    CaseResult base;
+    run_case(c, &base);
+    for (const char* g : {"1", "5", "3", "100"}) {
+      blu::test::ScopedEnv env("BLUBLAS_ATTN_BWD_GROUP", g);
+      CaseResult grouped;
+      run_case(c, &grouped);
+      SCOPED_TRACE(std::string("BLUBLAS_ATTN_BWD_GROUP=") + g + ": " + name(c));
+      EXPECT_TRUE(grouped.dq.x == base.dq.x) << "dQ changed with the CTA order";
+      EXPECT_TRUE(grouped.dk.x == base.dk.x) << "dK changed with the CTA order";
+      EXPECT_TRUE(grouped.dv.x == base.dv.x) << "dV changed with the CTA order";
     }
+    if (::testing::Test::HasFailure()) return;
   }
 }
 

@@ -266,6 +266,10 @@ Params make_params(const AttentionDesc& d, void* workspace) {
   p.scale_log2 = d.softmax_scale * 1.4426950408889634f;
   p.causal = d.causal ? 1 : 0;
   p.delta = static_cast<float*>(workspace);
+  // Note [sm90 flash backward: CTA order]: read per call so tests can compare orders.
+  if (const char* g = std::getenv("BLUBLAS_ATTN_BWD_GROUP"); g != nullptr && std::atoi(g) > 0) {
+    p.bwd_group_heads = std::atoi(g);
+  }
   if (workspace != nullptr && dq_partials_mode(d)) {
     p.dq_part = reinterpret_cast<float*>(static_cast<char*>(workspace) + delta_bytes(d));
   }

@@ -42,6 +42,9 @@ struct Params {
   // counters [B*H][ceil(T/64)] + the CTA ticket (zeroed by attn_bwd_delta).
   float* dq_acc = nullptr;
   uint32_t* dq_sem = nullptr;
+  // sm90 two-pass backward: heads per group of its CTA order (Note [sm90 flash backward: CTA
+  // order]); 0 = all heads in one group (the default), from BLUBLAS_ATTN_BWD_GROUP.
+  int bwd_group_heads = 0;
 };
 
 // The parameter block of a desc; `workspace` (attention_backward_workspace_size bytes, or null for
@@ -98,10 +101,9 @@ Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo&
                                 cudaStream_t stream);
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream);
-// The dQ-accumulate backward (head_dim 64, causal, p.dq_acc set): version 3, or version 4 with
-// the dQ writer warp (Note [sm90 flash backward: dQ accumulated in order]).
-Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
-                                      bool writer);
+// The dQ-accumulate backward (head_dim 64, causal, p.dq_acc set; Note [sm90 flash backward: dQ
+// accumulated in order]).
+Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream);
 const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count);
 const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count);
 

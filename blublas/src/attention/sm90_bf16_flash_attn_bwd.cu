@@ -7,21 +7,17 @@
 // no-defer: each iteration waits for its last product (BwdCfg::kDefer off).
 // With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
-// accumulated in order]) instead of the table's entry 0: version 3, or version 4 (the dQ writer
-// warp) with BLUBLAS_ATTN_DQ_WRITER=1.
-#include <cstdlib>
-#include <cstring>
-
+// accumulated in order]) instead of the table's entry 0.
 #include "attention/sm90_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
 namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
-          bool kDefer = true, bool kAccDq = false, bool kDqWriter = false>
+          bool kDefer = true, bool kAccDq = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_bwd_sm90<
-      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq, kDqWriter>>(
+      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq>>(
       p, dev, stream,
       kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
              : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
@@ -57,21 +53,14 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream,
-                                      bool writer) {
-  if (writer) return run<64, 3, 3, 2, 64, true, true, true>(p, dev, stream);
+Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
 }
 
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
-    // BLUBLAS_ATTN_DQ_WRITER=1: version 4 (the writer warp), else version 3; read once.
-    static const bool writer = [] {
-      const char* v = std::getenv("BLUBLAS_ATTN_DQ_WRITER");
-      return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    return sm90_bf16_flash_attn_bwd_dqacc(p, dev, stream, writer);
+    return sm90_bf16_flash_attn_bwd_dqacc(p, dev, stream);
   }
   int n = 0;
   return sm90_bf16_bwd_table(head_dim, &n)[0].launch(p, dev, stream);

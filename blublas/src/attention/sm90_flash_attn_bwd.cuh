@@ -63,13 +63,14 @@
 // per-thread load path; suspects (unprofiled): warpgroup 1 paced the CTA (the ring's empty
 // barriers let warpgroup 0 run at most 3 blocks ahead) and 16 KB of per-thread fp32
 // read-modify-write per (key block, query block) pair (6.5 GB a layer at T=16384). Version 3
-// (alternating adders, TMA bulk adds; the default of the mode) and version 4 (BwdCfg::kDqWriter,
-// BLUBLAS_ATTN_DQ_WRITER=1: both warpgroups drop their parts into a 3-slot ring of tile pairs
-// with mbarrier full/empty, producer warp 2 sums them and does the chain wait, the bulk add and
-// the bump, so no MMA warpgroup waits on global memory or on the other warpgroup; producer
-// warpgroup at 56 registers, consumers 224, no spills; 3 slots: 199 KB of shared memory) are
-// NOT yet run on a GPU. The mode is opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate)
-// until it beats two passes.
+// (alternating adders, TMA bulk adds; the code here) measured in session 32 (same benchmark):
+// 196.0 / 194.4 / 292.1 against two passes' 229.3 / 229.5 / 323.9; ncu at T1024 (dK/dV launch
+// 312 vs 270 us): barrier stalls 2.13 per issue (two passes 0.19) and long_scoreboard 2.29 (the
+// chain spin), issue rate 0.28 vs 0.43 per scheduler: the hand-over barriers between the
+// warpgroups cost more than the two saved products. Version 4 (producer warp 2 summing both
+// warpgroups' parts from a 3-slot ring and doing the chain's global side) ran 141.6 / 139.1 /
+// 249.8: one warp moving 48 KB of shared memory per block pair paced the CTA; removed after
+// that measurement. The mode is opt-in (AttnDqMode::kAccumulate, BLUBLAS_ATTN_DQ=accumulate).
 #pragma once
 
 #include <cuda.h>
@@ -101,16 +102,13 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // kDefer: the last product of an iteration (dK += dS^T Q, dQ += dS K) is not waited for; it runs
 // while the next iteration waits for its tiles and issues its first two products, and its ring
 // stage is released once that next iteration's first wait shows it complete.
-// kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]);
-// kDqWriter: its global side in producer warp 2 (version 4) instead of the consumers (version 3).
+// kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true, bool kAccDq_ = false, bool kDqWriter_ = false>
+          bool kDefer_ = true, bool kAccDq_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
-  static constexpr bool kDqWriter = kDqWriter_;
-  static constexpr int kSlots = 3;  // kDqWriter: part slots (a tile per consumer warpgroup each)
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -120,28 +118,27 @@ struct BwdCfg {
   static constexpr int kRows = 64 * kConsumers, kKBlk = kKBlk_, kStagesQ = kStagesQ_;
   static constexpr int kTile64 = 64 * kD * 2;  // bytes of a 64-row tile (kD/64 panels)
   static constexpr int kResident = kConsumers * kTile64;  // K (V) tile of dkdv, Q (dO) of dq
-  // kAccDq: dS^T of the CTA's keys (bf16) and the fp32 m64 x kD dQ part tiles (version 3: two,
-  // handed between the warpgroups; version 4: a pair per writer slot)
+  // kAccDq: dS^T of the CTA's keys (bf16) and the two fp32 m64 x kD dQ part tiles handed between
+  // the warpgroups
   static constexpr int kDsTile = 64 * kConsumers * kQBlk * 2;
   static constexpr int kPartBytes = kQBlk * kD * 4;
-  static constexpr int kPartTiles = kDqWriter ? 2 * kSlots : 2;
+  static constexpr int kPartTiles = 2;
   static constexpr int kAccDqBytes = kAccDq ? kDsTile + kPartTiles * kPartBytes : 0;
   static constexpr int kDkdvBytes =
       2 * kResident + kAccDqBytes + kStagesKV * (2 * kTile64 + 2 * kQBlk * 4);
   static constexpr int kKBlkTile = kKBlk * kD * 2;  // a K (V) block of the dq role
   static constexpr int kDqBytes = 2 * kResident + kStagesQ * 2 * kKBlkTile;
-  // + the part slots' full / empty barriers (kDqWriter) + the CTA's ticket (kAccDq, last)
+  // + the CTA's ticket (kAccDq, last)
   static constexpr int kMaxStages = kStagesKV > kStagesQ ? kStagesKV : kStagesQ;
   static constexpr int kBarrierBytes =
-      8 * (2 + 2 * kMaxStages) + (kDqWriter ? 16 * kSlots : 0) + (kAccDq ? 8 : 0);
+      8 * (2 + 2 * kMaxStages) + (kAccDq ? 8 : 0);
   static constexpr int kSmemBytes =
       1024 + (kDkdvBytes > kDqBytes ? kDkdvBytes : kDqBytes) + kBarrierBytes;
-  static constexpr int kProducerRegs = kDqWriter ? 56 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : (kDqWriter ? 224 : 240);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : 240;
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
-  static_assert(!kDqWriter || kAccDq, "the dQ writer warp belongs to dQ accumulation");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -331,101 +328,6 @@ __device__ __forceinline__ void dq_bump(uint32_t* sem) {
   dq_release_bump(sem);
 }
 
-// Version 4's dQ writer (producer warp 2, Note [sm90 flash backward: dQ accumulated in order]):
-// per block, waits for both consumer warpgroups' parts in slot t % kSlots, sums them, and adds
-// the sum into the chain: one TMA bulk store / reduce-add by lane 0 after the chain wait (its
-// bump at the top of the next block, once it completed), or, as the last key block, loads the sum,
-// adds, scales and writes bf16 dQ. The MMA warpgroups never wait on global memory.
-template <class Cfg>
-__device__ __forceinline__ void dq_writer(const Params& p, float* sPart, uint64_t* part_full,
-                                          uint64_t* part_empty, int kb, int h, int b, int i0,
-                                          int nqb, int lane) {
-  constexpr int kD = Cfg::kD, kQBlk = Cfg::kQBlk, kSlots = Cfg::kSlots;
-  constexpr int kTileF = kQBlk * kD;  // floats of a part tile
-  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
-  float* const acc_head = p.dq_acc + bh * nqb * kTileF;
-  uint32_t* const sem_head = p.dq_sem + bh * nqb;
-  __nv_bfloat16* const out = static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
-  const int T = p.seq_len;
-  int owed = -1;  // block whose bulk add is in flight, its bump owed (lane 0)
-  for (int i = i0; i < nqb; ++i) {
-    const int t = i - i0, slot = t % kSlots;
-    if (lane == 0 && owed >= 0) {  // publish the previous add before waiting for the next parts
-      g90::bulk_wait<0>();
-      dq_release_bump(sem_head + owed);
-    }
-    owed = -1;
-    g90::mbar_wait(&part_full[slot], static_cast<uint32_t>((t / kSlots) & 1));
-    float4* t0 = reinterpret_cast<float4*>(sPart + 2 * slot * kTileF);
-    const float4* t1 = t0 + kTileF / 4;
-    const bool first = kb == 0, last = kb == Cfg::last_key_block(i);
-    float* const acc = acc_head + static_cast<int64_t>(i) * kTileF;
-    if (!last) {
-#pragma unroll 4
-      for (int f = lane; f < kTileF / 4; f += 32) {
-        const float4 x = t0[f], y = t1[f];
-        t0[f] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-      }
-      g90::fence_proxy_async_smem();  // the sums -> the bulk operation's reads
-      __syncwarp();
-      if (lane == 0) {
-        if (!first) dq_chain_wait(sem_head + i, static_cast<uint32_t>(kb));
-        if (first) {
-          bulk_store_s2g(acc, t0, kTileF * 4);
-        } else {
-          bulk_add_s2g(acc, t0, kTileF * 4);
-        }
-        g90::bulk_commit();
-        g90::bulk_wait_read<0>();  // the slot may be refilled
-      }
-      owed = i;
-    } else {
-      if (!first) {
-        if (lane == 0) dq_chain_wait(sem_head + i, static_cast<uint32_t>(kb));
-        __syncwarp();
-      }
-      // float4 f of a tile = registers 4v..4v+3 of consumer thread tid (f = 128 v + tid): rows
-      // 16 (tid / 32) + (tid % 32) / 4 (+8), columns 8 v + 2 (tid % 4) + {0, 1}. Four
-      // accumulator loads in flight per lane; on block 0 warpgroup 1's part is zero (no keys).
-      constexpr int kBatch = 4;
-      for (int f0 = lane; f0 < kTileF / 4; f0 += 32 * kBatch) {
-        float a4[kBatch][4];
-        if (!first) {
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u) ld_relaxed_v4(acc + 4 * (f0 + 32 * u), a4[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int f = f0 + 32 * u;
-          const float4 x = t0[f];
-          const float4 y = t > 0 ? t1[f] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          float v4[4] = {x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w};
-          if (!first) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) v4[e] = a4[u][e] + v4[e];
-          }
-          const int v = f / 128, tid = f % 128;
-          const int row = i * kQBlk + 16 * (tid / 32) + (tid % 32) / 4;
-          const int col = 8 * v + 2 * (tid % 4);
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            if (row + 8 * hr < T) {
-              *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row + 8 * hr) * p.sdq.t +
-                                           col) =
-                  pack_bf16(v4[2 * hr] * p.scale, v4[2 * hr + 1] * p.scale);
-            }
-          }
-        }
-      }
-    }
-    g90::mbar_arrive_warp(&part_empty[slot], lane);
-  }
-  if (lane == 0 && owed >= 0) {
-    g90::bulk_wait<0>();
-    dq_release_bump(sem_head + owed);
-  }
-}
-
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a
 // 128B-swizzled [keys][64 queries] bf16 tile: fragment (kk, r) holds key row g + 8 (r & 1) of
 // the warp's 16, queries 16 kk + 8 (r >> 1) + 2 quad + {0, 1}.
@@ -460,8 +362,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   uint64_t* full_kv = reinterpret_cast<uint64_t*>(smem + Cfg::kSmemBytes - 1024 - Cfg::kBarrierBytes);
   uint64_t* full = full_kv + 2;
   uint64_t* empty = full + kStages;
-  uint64_t* part_full = full_kv + 2 + 2 * Cfg::kMaxStages;  // kDqWriter: [kSlots]
-  uint64_t* part_empty = part_full + Cfg::kSlots;
 
   const int T = p.seq_len;
   const int k0 = kb * kKeys;
@@ -476,13 +376,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::mbar_init(&full[s], 1 + 32);  // TMA thread's expect-tx + the 32 L/D lanes
       g90::mbar_init(&empty[s], 4 * Cfg::kConsumers);
     }
-    if constexpr (Cfg::kDqWriter) {
-#pragma unroll
-      for (int s = 0; s < Cfg::kSlots; ++s) {
-        g90::mbar_init(&part_full[s], 4 * Cfg::kConsumers);  // one arrival per consumer warp
-        g90::mbar_init(&part_empty[s], 1);                   // the writer warp
-      }
-    }
     g90::mbar_fence_init();
   }
   __syncthreads();
@@ -490,12 +383,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   if (wg == 0) {
     g90::setmaxnreg_dec<Cfg::kProducerRegs>();
     const int warp = tid / 32, lane = tid % 32;
-    if constexpr (Cfg::kDqWriter) {
-      if (warp == 2) {
-        dq_writer<Cfg>(p, sPart, part_full, part_empty, kb, h, b, i0, nqb, lane);
-        return;
-      }
-    }
     if (warp == 0 && lane == 0) {
       g90::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kResident);
       tma_tile<kD, kKeys>(sK, &maps.k, full_kv, h, k0, b);
@@ -642,7 +529,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         WgmmaRegA<kD>::template mma<1>(dk, fa[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
       }
       g90::wgmma_commit();
-      if constexpr (Cfg::kAccDq && !Cfg::kDqWriter) {
+      if constexpr (Cfg::kAccDq) {
         // What this warpgroup owes as the previous block's adder, while dQ and dK run: the bulk
         // add published (thread 0 waits for it), its part tile handed back.
         if (bump_i >= 0) {
@@ -676,14 +563,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         for (int e = 0; e < kD / 2; ++e) dq[e] = 0.0f;
       }
     }
-    if constexpr (Cfg::kDqWriter) {
-      // Version 4: the part goes to slot t % kSlots, tile c, for the writer warp (not on block 0
-      // from warpgroup 1, which has no keys there: the writer reads only tile 0 then).
-      const int t = i - i0, slot = t % Cfg::kSlots;
-      g90::mbar_wait(&part_empty[slot], static_cast<uint32_t>(((t / Cfg::kSlots) & 1) ^ 1));
-      if (own) store_part<kD>(sPart + (2 * slot + c) * (kQBlk * kD), dq, tid);
-      g90::mbar_arrive_warp(&part_full[slot], lane);
-    } else if constexpr (Cfg::kAccDq) {
+    if constexpr (Cfg::kAccDq) {
       // The warpgroups take turns adding (warpgroup t & 1 adds block t of this CTA): the other
       // one hands its dQ part over through shared tile t & 1 (named barriers 4 + buf: written,
       // 6 + buf: read, the latter deferred to the adder's next block), the adder sums the two and
@@ -727,7 +607,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
-  if constexpr (Cfg::kAccDq && !Cfg::kDqWriter) {
+  if constexpr (Cfg::kAccDq) {
     if (bump_i >= 0 && tid == 0) dq_bump(sem_head + bump_i);
   }
   store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t, key0,
@@ -892,6 +772,17 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
 // rank r = blockIdx.x / (B*H) alternates dkdv key block r/2 (key block 0 sees every query block)
 // and dq query block n_blocks - 1 - r/2 (the last sees every key block), so the light CTAs of
 // every head run last instead of heavy CTAs of the last heads.
+//
+// Note [sm90 flash backward: CTA order]
+// That order runs all B*H heads at once: each wave of 132 CTAs touches a different head per CTA
+// and each head's Q / K / V / dO (512 KB at T = 1024, d = 64; 8 MB at T = 16384) is read again by
+// each of its 2 * n_blocks CTAs long after L2 evicted it (ncu, session 32, GPT-2 T1024: 578 MB of
+// DRAM traffic a launch for ~150 MB of compulsory bytes, 44% of peak, L2 hit 38%). With
+// p.bwd_group_heads = G (BLUBLAS_ATTN_BWD_GROUP) the grid runs groups of G heads one after the
+// other, each group in the decreasing-work order above (the last group may be smaller): a
+// group's CTAs share its heads' tensors in L2, at the price of a tail of the last group's
+// heavy CTAs. Same bits in any order (no CTA reads another's output). Not yet measured: 0 (all
+// heads, the old order) stays the default.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     flash_attn_bwd_sm90_kernel(const __grid_constant__ BwdMaps maps, const Params p, int n_blocks) {
@@ -916,8 +807,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     dkdv_role<Cfg>(maps, p, smem, ticket / bh_count, bh % p.heads, bh / p.heads, wg, tid);
     return;
   }
-  const int rank = static_cast<int>(blockIdx.x) / bh_count;
-  const int bh = static_cast<int>(blockIdx.x) % bh_count;
+  // Note [sm90 flash backward: CTA order]: groups of G heads, each in decreasing work.
+  const int group = p.bwd_group_heads > 0 && p.bwd_group_heads < bh_count ? p.bwd_group_heads : bh_count;
+  const int per_group = 2 * n_blocks * group;
+  const int g = static_cast<int>(blockIdx.x) / per_group;
+  const int g_heads = min(group, bh_count - g * group);
+  const int j = static_cast<int>(blockIdx.x) - g * per_group;
+  const int rank = j / g_heads;
+  const int bh = g * group + j % g_heads;
   const int h = bh % p.heads, b = bh / p.heads;
   if ((rank & 1) == 0) {
     dkdv_role<Cfg>(maps, p, smem, rank / 2, h, b, wg, tid);
