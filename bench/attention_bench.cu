@@ -13,7 +13,11 @@
 // <prefix>.dq_twopass.* and <prefix>.dq_accumulate.*, at the GPT-2 shape, the d48 shape (B16
 // T1024 H25) and the long-context shape (B2 T16384 H12), each mode's backward in the same process.
 //
+// --bwd_groups=G1,G2,...: the two-pass rows again with the backward's CTA order in groups of G
+// heads (Note [sm90 flash backward: CTA order]), in the same process.
+//
 // Usage: attention_bench [--blu_out=<dir>] [--blu_quick] [--dq_only (the dQ-mode rows alone)]
+//                        [--bwd_groups=1,4,8]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +47,8 @@ struct Shape {
   const char* metric_prefix;  // metrics: <prefix>.fwd_tflops, <prefix>.fwdbwd_tflops
   AttnPath path = AttnPath::kAuto;  // forced path rows: <prefix>.<path>.*
   blublas::AttnDqMode dq_mode = blublas::AttnDqMode::kAuto;  // forced rows: <prefix>.dq_<mode>.*
+  // > 0: BLUBLAS_ATTN_BWD_GROUP for this row (Note [sm90 flash backward: CTA order]): <prefix>.dq_twopass.g<G>.*
+  int bwd_group = 0;
 };
 
 const char* dq_mode_name(blublas::AttnDqMode m) {
@@ -150,6 +156,12 @@ void setup(const Shape& s, cudaStream_t stream, Problem* pb) {
 }
 
 Result run(const Shape& s, bool quick, cudaStream_t stream) {
+  // Note [sm90 flash backward: CTA order]: read per call by make_params.
+  if (s.bwd_group > 0) {
+    setenv("BLUBLAS_ATTN_BWD_GROUP", std::to_string(s.bwd_group).c_str(), 1);
+  } else {
+    unsetenv("BLUBLAS_ATTN_BWD_GROUP");
+  }
   Problem pb;
   setup(s, stream, &pb);
   pb.desc.path = s.path;
@@ -263,7 +275,19 @@ double json_number(const std::string& path, const std::string& key) {
 int main(int argc, char** argv) {
   const blu::bench::Options opt = blu::bench::parse_options(&argc, argv);
   bool dq_only = false;
-  for (int i = 1; i < argc; ++i) dq_only = dq_only || std::strcmp(argv[i], "--dq_only") == 0;
+  std::vector<int> bwd_groups;
+  for (int i = 1; i < argc; ++i) {
+    dq_only = dq_only || std::strcmp(argv[i], "--dq_only") == 0;
+    if (std::strncmp(argv[i], "--bwd_groups=", 13) == 0) {
+      for (const char* c = argv[i] + 13; *c != '\0';) {
+        char* end = nullptr;
+        const long g = std::strtol(c, &end, 10);
+        if (end == c) break;
+        if (g > 0) bwd_groups.push_back(static_cast<int>(g));
+        c = *end == ',' ? end + 1 : end;
+      }
+    }
+  }
   if (blublas::device_count() == 0) {
     std::fprintf(stderr, "attention_bench: no CUDA device\n");
     return 1;
@@ -306,6 +330,12 @@ int main(int argc, char** argv) {
         s.dq_mode = m;
         shapes.push_back(s);
       }
+      for (int g : bwd_groups) {
+        Shape s = base;
+        s.dq_mode = blublas::AttnDqMode::kTwoPass;
+        s.bwd_group = g;
+        shapes.push_back(s);
+      }
     }
   }
   blu::bench::Report report("attention_bench");
@@ -320,6 +350,7 @@ int main(int argc, char** argv) {
     if (s.path != AttnPath::kAuto) prefix += std::string(".") + blublas::attn_path_name(s.path);
     if (s.dq_mode != blublas::AttnDqMode::kAuto) {
       prefix += std::string(".dq_") + dq_mode_name(s.dq_mode);
+      if (s.bwd_group > 0) prefix += ".g" + std::to_string(s.bwd_group);
     }
     report.metric(prefix + ".fwd_tflops", r.fwd_tflops);
     report.metric(prefix + ".bwd_tflops", r.bwd_tflops);
@@ -385,7 +416,9 @@ int main(int argc, char** argv) {
     for (const auto& p : done) {
       std::printf("| %s | %s | %s | %d | %d | %d | %d | %.3f | %.1f | %.1f | %.3f | %.1f |\n",
                   blublas::attn_precision_name(p.s.prec), p.r.path.c_str(),
-                  dq_mode_name(p.s.dq_mode),
+                  (std::string(dq_mode_name(p.s.dq_mode)) +
+                   (p.s.bwd_group > 0 ? " g" + std::to_string(p.s.bwd_group) : std::string()))
+                      .c_str(),
                   p.s.B, p.s.T, p.s.H, p.s.d, p.r.fwd_ms,
                   p.r.fwd_tflops, p.r.bwd_tflops, p.r.fwdbwd_ms, p.r.fwdbwd_tflops);
     }
