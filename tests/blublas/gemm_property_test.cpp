@@ -739,16 +739,21 @@ TEST(GemmProperty, SimtTransposeBChoice) {
 }
 
 // ---- tile math ----------------------------------------------------------------------------------
+// A seeded linear congruential generator: next(lo, hi) is uniform in [lo, hi].
+struct Lcg {
+  uint64_t state;
+  int operator()(int lo, int hi) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + static_cast<int>((state >> 33) % static_cast<uint64_t>(hi - lo + 1));
+  }
+};
+
 struct UnitParams {  // the fields of the kernel's KernelParams that decode_unit reads
   int tiles_m, tiles_n, batch, group_m, splits, kblocks;
 };
 
 TEST(GemmProperty, Sm90WorkUnitsCoverEveryTileOnce) {
-  uint64_t rng = 77;
-  auto next = [&](int lo, int hi) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + static_cast<int>((rng >> 33) % static_cast<uint64_t>(hi - lo + 1));
-  };
+  Lcg next{77};
   for (int t = 0; t < 1500; ++t) {
     UnitParams p;
     p.tiles_m = next(1, 24);
@@ -801,11 +806,7 @@ struct StreamKParams {  // the fields of KernelParams that local_unit reads
 };
 
 TEST(GemmProperty, Sm90StreamKPartitionsAndNeverHangs) {
-  uint64_t rng = 4242;
-  auto next = [&](int lo, int hi) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + static_cast<int>((rng >> 33) % static_cast<uint64_t>(hi - lo + 1));
-  };
+  Lcg next{4242};
   int finished_tiles = 0;
   for (int trial = 0; trial < 1500; ++trial) {
     StreamKParams p;
