@@ -752,15 +752,20 @@ struct UnitParams {  // the fields of the kernel's KernelParams that decode_unit
   int tiles_m, tiles_n, batch, group_m, splits, kblocks;
 };
 
+// A random tile grid of up to max_tiles x max_tiles tiles, max_batch batches, max_kblocks k-blocks.
+void draw_tiles(Lcg& next, UnitParams* p, int max_tiles, int max_batch, int max_group, int max_kblocks) {
+  p->tiles_m = next(1, max_tiles);
+  p->tiles_n = next(1, max_tiles);
+  p->batch = next(1, max_batch);
+  p->group_m = next(1, max_group);
+  p->kblocks = next(1, max_kblocks);
+}
+
 TEST(GemmProperty, Sm90WorkUnitsCoverEveryTileOnce) {
   Lcg next{77};
   for (int t = 0; t < 1500; ++t) {
     UnitParams p;
-    p.tiles_m = next(1, 24);
-    p.tiles_n = next(1, 24);
-    p.batch = next(1, 4);
-    p.group_m = next(1, 12);
-    p.kblocks = next(1, 64);
+    draw_tiles(next, &p, 24, 4, 12, 64);
     p.splits = next(1, std::min(12, p.kblocks));  // the launcher clamps splits to the k-blocks
     SCOPED_TRACE("tiles " + std::to_string(p.tiles_m) + "x" + std::to_string(p.tiles_n) +
                  " batch " + std::to_string(p.batch) + " group_m " + std::to_string(p.group_m) +
@@ -800,9 +805,8 @@ TEST(GemmProperty, Sm90WorkUnitsCoverEveryTileOnce) {
 // kblocks) a last unit whose sk_last_contributor names exactly the CTAs holding those parts; and
 // a simulation of the launched CTAs (each running its units in order, a finisher blocking until
 // its tile's parts are stored) always runs to the end: no wait can hang.
-struct StreamKParams {  // the fields of KernelParams that local_unit reads
-  int tiles_m, tiles_n, batch, group_m, splits, kblocks, num_units;
-  int sk_ctas, sk_gran, sk_units;
+struct StreamKParams : UnitParams {  // the fields of KernelParams that local_unit reads
+  int num_units, sk_ctas, sk_gran, sk_units;
 };
 
 TEST(GemmProperty, Sm90StreamKPartitionsAndNeverHangs) {
@@ -810,12 +814,8 @@ TEST(GemmProperty, Sm90StreamKPartitionsAndNeverHangs) {
   int finished_tiles = 0;
   for (int trial = 0; trial < 1500; ++trial) {
     StreamKParams p;
-    p.tiles_m = next(1, 12);
-    p.tiles_n = next(1, 12);
-    p.batch = next(1, 3);
-    p.group_m = next(1, 8);
+    draw_tiles(next, &p, 12, 3, 8, 80);
     p.splits = 1;
-    p.kblocks = next(1, 80);
     p.num_units = p.tiles_m * p.tiles_n * p.batch;
     p.sk_gran = p.kblocks % 2 == 0 ? 2 : 1;
     p.sk_units = p.num_units * p.kblocks / p.sk_gran;

@@ -16,6 +16,7 @@
 // sm80 path stays forcible on Hopper (that is how it is tested there).
 #include "blublas/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -267,8 +268,8 @@ Params make_params(const AttentionDesc& d, void* workspace) {
   p.causal = d.causal ? 1 : 0;
   p.delta = static_cast<float*>(workspace);
   // Note [sm90 flash backward: CTA order]: read per call so tests can compare orders.
-  if (const char* g = std::getenv("BLUBLAS_ATTN_BWD_GROUP"); g != nullptr && std::atoi(g) > 0) {
-    p.bwd_group_heads = std::atoi(g);
+  if (const char* g = std::getenv("BLUBLAS_ATTN_BWD_GROUP"); g != nullptr) {
+    p.bwd_group_heads = std::max(0, std::atoi(g));
   }
   if (workspace != nullptr && dq_partials_mode(d)) {
     p.dq_part = reinterpret_cast<float*>(static_cast<char*>(workspace) + delta_bytes(d));

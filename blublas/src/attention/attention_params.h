@@ -101,9 +101,6 @@ Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo&
                                 cudaStream_t stream);
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream);
-// The dQ-accumulate backward (head_dim 64, causal, p.dq_acc set; Note [sm90 flash backward: dQ
-// accumulated in order]).
-Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream);
 const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count);
 const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count);
 

@@ -53,14 +53,10 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-Status sm90_bf16_flash_attn_bwd_dqacc(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
-  return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
-}
-
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
-    return sm90_bf16_flash_attn_bwd_dqacc(p, dev, stream);
+    return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
   }
   int n = 0;
   return sm90_bf16_bwd_table(head_dim, &n)[0].launch(p, dev, stream);

@@ -234,15 +234,6 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* addr) {
-  uint32_t v = 0;
-#if BLUBLAS_SM90A_ENABLED
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
-#else
-  (void)addr;
-#endif
-  return v;
-}
 
 // Where key block kb stands in query block i's chain of dQ contributions (key blocks 0..last).
 struct DqChain {
@@ -266,7 +257,7 @@ __device__ __forceinline__ void store_part(float* tile, const float (&dq)[kD / 2
 // Thread 0 of the adding warpgroup: waits until the chain counter reads `target`, then orders
 // its acquire before the bulk (async-proxy) operation it issues next.
 __device__ __forceinline__ void dq_chain_wait(const uint32_t* sem, uint32_t target) {
-  while (ld_acquire_u32(sem) < target) __nanosleep(64);
+  while (g90::ld_acquire_gpu(sem) < target) __nanosleep(64);
   fence_proxy_async_global();
 }
 
@@ -313,19 +304,16 @@ __device__ __forceinline__ bool dq_accumulate(const float (&dq)[kD / 2], const D
   return false;
 }
 
-// The thread that issued a block's bulk add, once it completed: the release bump.
-__device__ __forceinline__ void dq_release_bump(uint32_t* sem) {
+// Thread 0 of the adding warpgroup, a block after its bulk add: once the add completed, the
+// chain counter's release bump.
+__device__ __forceinline__ void dq_bump(uint32_t* sem) {
+  g90::bulk_wait<0>();
   fence_proxy_async_global();
 #if BLUBLAS_SM90A_ENABLED
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sem) : "memory");
 #else
   (void)sem;
 #endif
-}
-// Version 3: thread 0 of the adding warpgroup, a block after its bulk add.
-__device__ __forceinline__ void dq_bump(uint32_t* sem) {
-  g90::bulk_wait<0>();
-  dq_release_bump(sem);
 }
 
 // Stores dS^T (A fragments of this warpgroup's 64 keys x 64 queries) at rows 64c.. of a

@@ -64,6 +64,26 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #endif
 }
 
+// GPU-scope flag handshakes between CTAs (the GEMM's stream-K parts, the attention backward's dQ
+// chain): an acquire load and a release store of a 32-bit word in global memory.
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* addr) {
+  uint32_t v = 0;
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+#else
+  (void)addr;
+#endif
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(uint32_t* addr, uint32_t v) {
+#if BLUBLAS_SM90_ENABLED
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(addr), "r"(v) : "memory");
+#else
+  (void)addr;
+  (void)v;
+#endif
+}
+
 __device__ __forceinline__ uint32_t cluster_cta_rank() {
   uint32_t r = 0;
 #if BLUBLAS_SM90_ENABLED

@@ -119,12 +119,13 @@ WorkspaceLayout layout_for(const GemmProblem& p, const DeviceInfo& dev, const Sm
     w.partial = off;
     off = align_up(off + static_cast<std::size_t>(plan.splits) * p.batch * p.m * w.partial_ld * 4);
   }
-  if (plan.stream_k) {  // Note [sm90 stream-K]: a tile of fp32 and three flags per partition CTA
+  if (plan.stream_k) {  // Note [sm90 stream-K]: a tile of fp32 and three flags per partition CTA,
+                        // one partition CTA per SM (the launcher may keep fewer)
     w.sk_partial = off;
-    off = align_up(off + static_cast<std::size_t>(plan.sk_ctas) * sm90_tile_m(plan.tile) *
+    off = align_up(off + static_cast<std::size_t>(dev.sm_count) * sm90_tile_m(plan.tile) *
                              sm90_tile_n(plan.tile) * 4);
     w.sk_flags = off;
-    off = align_up(off + static_cast<std::size_t>(plan.sk_ctas) * 3 * sizeof(int));
+    off = align_up(off + static_cast<std::size_t>(dev.sm_count) * 3 * sizeof(uint32_t));
   }
   const std::size_t bg = bias_grad_workspace_bytes(p, dev);
   if (bg > 0) {
@@ -313,10 +314,9 @@ Status run_with(const GemmProblem& p, const DeviceInfo& dev, const Sm90Override&
     args.partial_ld = ws.partial_ld;
   }
   if (plan.stream_k) {
-    args.stream_k = true;
-    args.sk_ctas = plan.sk_ctas;
+    args.sk_ctas = dev.sm_count;
     args.sk_partial = reinterpret_cast<float*>(wsb + ws.sk_partial);
-    args.sk_flags = reinterpret_cast<int*>(wsb + ws.sk_flags);
+    args.sk_flags = reinterpret_cast<uint32_t*>(wsb + ws.sk_flags);
   }
   // Note [sm90 fused bias gradient]: kBiasGradA summed by the kernel where its tiles allow, every
   // split boundary on a 128-k chunk boundary (two 64-deep k-blocks), and not switched off.

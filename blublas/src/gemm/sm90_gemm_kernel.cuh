@@ -127,7 +127,7 @@ struct KernelParams {
   int sk_gran = 1;
   int sk_units = 0;
   float* sk_partial = nullptr;
-  int* sk_flags = nullptr;
+  uint32_t* sk_flags = nullptr;
 };
 
 // The generic epilogue's staging (Note [sm90 epilogue through shared memory]).
@@ -987,15 +987,6 @@ __device__ __forceinline__ float4* stream_k_slot(const KernelParams& p, int cta,
          threadIdx.x % 128;
 }
 
-__device__ __forceinline__ void st_release_gpu(int* addr, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
-  return v;
-}
-
 // A contributor: the accumulators to this CTA's slot, then the flag (release after every thread's
 // stores: each fences, the warpgroup meets at its named barrier, thread 0 releases).
 template <class Cfg>
@@ -1010,7 +1001,7 @@ __device__ __forceinline__ void stream_k_store(const KernelParams& p, int cta, i
              make_float4(acc[mi][4 * v], acc[mi][4 * v + 1], acc[mi][4 * v + 2], acc[mi][4 * v + 3]));
   __threadfence();
   named_barrier_sync(1 + c, 128);
-  if (threadIdx.x % 128 == 0) st_release_gpu(p.sk_flags + cta * Cfg::kConsumers + c, 1);
+  if (threadIdx.x % 128 == 0) st_release_gpu(p.sk_flags + cta * Cfg::kConsumers + c, 1u);
 }
 
 // The finisher: the later parts of its tile added in CTA (= k) order.
@@ -1021,8 +1012,8 @@ __device__ __forceinline__ void stream_k_add(const KernelParams& p, int c, const
 #pragma unroll 1
   for (int h = w.sk_cta + 1; h <= last; ++h) {
     if (threadIdx.x % 128 == 0) {
-      const int* flag = p.sk_flags + h * Cfg::kConsumers + c;
-      while (ld_acquire_gpu(flag) == 0) {
+      const uint32_t* flag = p.sk_flags + h * Cfg::kConsumers + c;
+      while (ld_acquire_gpu(flag) == 0u) {
       }
     }
     named_barrier_sync(1 + c, 128);

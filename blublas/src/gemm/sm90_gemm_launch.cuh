@@ -186,7 +186,8 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
                 "sm90 gemm: a fused bias gradient for a kernel without it");
   kp.bgrad = Cfg::kFusedBiasGrad ? args.bgrad : nullptr;
   int grid_cap = args.grid < 1 ? 1 : args.grid;
-  if (args.stream_k) {  // Note [sm90 stream-K]
+  const bool stream_k = args.sk_ctas > 0;
+  if (stream_k) {  // Note [sm90 stream-K]
     BLUBLAS_CHECK(Cfg::kStreamK && kp.splits == 1 && args.sk_partial != nullptr &&
                       args.sk_flags != nullptr,
                   StatusCode::kInvalidArgument,
@@ -194,7 +195,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     kp.sk_gran = kp.kblocks % 2 == 0 ? 2 : 1;
     const int64_t sk_units = units * kp.kblocks / kp.sk_gran;
     // Every partition CTA needs at least one iteration (a finisher waits on each after it).
-    kp.sk_ctas = static_cast<int>(std::min<int64_t>(args.sk_ctas < 1 ? 1 : args.sk_ctas, sk_units));
+    kp.sk_ctas = static_cast<int>(std::min<int64_t>(args.sk_ctas, sk_units));
     BLUBLAS_CHECK(units * kp.kblocks * kp.sk_ctas < (int64_t{1} << 31), StatusCode::kInvalidArgument,
                   "sm90 gemm: stream-K with ", units * kp.kblocks, " k-iterations on ", kp.sk_ctas,
                   " CTAs exceeds its 32-bit arithmetic");
@@ -202,7 +203,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     grid_cap = std::min(grid_cap, kp.sk_ctas);
     kp.sk_partial = args.sk_partial;
     kp.sk_flags = args.sk_flags;
-    BLUBLAS_CUDA_CHECK(cudaMemsetAsync(args.sk_flags, 0, sizeof(int) * 3 * static_cast<size_t>(kp.sk_ctas), stream));
+    BLUBLAS_CUDA_CHECK(cudaMemsetAsync(args.sk_flags, 0, sizeof(uint32_t) * 3 * static_cast<size_t>(kp.sk_ctas), stream));
   }
   auto kernel = sm90_gemm_kernel<Cfg>;
   const int smem_bytes = kp.epi_ahead || kp.aux_buffer ? Cfg::kSmemBytesAhead : Cfg::kSmemBytes;
@@ -221,7 +222,7 @@ Status launch_sm90_gemm(const LaunchArgs& args, cudaStream_t stream) {
     attrs_set.fetch_or(device_bit, std::memory_order_release);
   }
   if constexpr (Cfg::kCluster == 1) {
-    const int grid = args.stream_k ? grid_cap : static_cast<int>(std::min<int64_t>(units, grid_cap));
+    const int grid = stream_k ? grid_cap : static_cast<int>(std::min<int64_t>(units, grid_cap));
     kernel<<<grid, Cfg::kThreads, smem_bytes, stream>>>(map_a, map_b, map_d, map_aux, map_c, kp);
     BLUBLAS_KERNEL_LAUNCH_CHECK("sm90_gemm_kernel");
   } else {

@@ -50,13 +50,12 @@ struct LaunchArgs {
   // when K has more than one 128-k chunk, else the m sums; null: the separate pass. Only where
   // sm90_fuses_bias_grad.
   float* bgrad = nullptr;
-  // Note [sm90 stream-K] (cooperative tiles without a cluster, splits == 1): sk_ctas partition
-  // CTAs share the k-iterations, run by `grid` CTAs; sk_partial holds sk_ctas x BM x BN floats,
-  // sk_flags sk_ctas x 3 ints (zeroed by the launcher).
-  bool stream_k = false;
+  // Note [sm90 stream-K] (cooperative tiles without a cluster, splits == 1): sk_ctas > 0
+  // partition CTAs share the k-iterations, run by `grid` CTAs; sk_partial holds sk_ctas x BM x BN
+  // floats, sk_flags sk_ctas x 3 words (zeroed by the launcher). 0: strided units.
   int sk_ctas = 0;
   float* sk_partial = nullptr;
-  int* sk_flags = nullptr;
+  uint32_t* sk_flags = nullptr;
 };
 
 // Whether the kernel sums p's kBiasGradA itself (Note [sm90 fused bias gradient]): the tile's

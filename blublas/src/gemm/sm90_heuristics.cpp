@@ -81,10 +81,9 @@ bool stream_k_fits(const GemmProblem& p, const DeviceInfo& dev, Sm90Tile tile) {
   return iters * std::max(1, dev.sm_count) < (int64_t{1} << 31);
 }
 
-int stream_k_from_env() {
+bool stream_k_from_env() {
   const char* v = std::getenv("BLUBLAS_SM90_STREAMK");
-  if (v == nullptr || *v == '\0') return -1;
-  return std::atoi(v) != 0 ? 1 : 0;
+  return v != nullptr && std::atoi(v) != 0;
 }
 
 int tile_from_env() {
@@ -148,7 +147,7 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
     forced_tile = -1;
   }
   const int forced_splits = force.splits > 0 ? force.splits : splits_from_env();
-  const int stream_k_mode = force.stream_k >= 0 ? force.stream_k : stream_k_from_env();  // -1: off
+  const bool stream_k_on = force.stream_k >= 0 ? force.stream_k == 1 : stream_k_from_env();
   // The cluster-of-2 tile (k128x256_2c_cl2, B multicast) is correct; measured slower on H200
   // in every GPT-2 shape until session 28's fix (Note [Cluster arrive scope]), since then even
   // with 128x256_2c on single-split shapes, so kAuto does not pick it; it stays selectable
@@ -206,7 +205,7 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   // Stream-K only when asked (BLUBLAS_SM90_STREAMK=1 / force.stream_k = 1), wherever the chosen
   // tile allows it: measured slower than the strided units on every GPT-2 shape (Note [sm90
   // stream-K]: the CTAs' staggered k offsets defeat the L2 reuse of the shared A / B panels).
-  if (stream_k_mode == 1 && forced_splits == 0 && sm90_stream_k_tile(plan.tile, p.ab_type) &&
+  if (stream_k_on && forced_splits == 0 && sm90_stream_k_tile(plan.tile, p.ab_type) &&
       stream_k_fits(p, dev, plan.tile)) {
     plan.splits = 1;
     plan.stream_k = true;
@@ -225,9 +224,7 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
                         ceil_div(p.n, sm90_tile_n(plan.tile)) * p.batch * plan.splits;
   // Note [GEMM CTA budget] (gemm.h): only the grid, so the units and their sums stay the same.
   const int64_t ctas = p.max_ctas > 0 ? std::min<int64_t>(p.max_ctas, dev.sm_count) : dev.sm_count;
-  // Stream-K: the partition is the whole device's, the grid the budget's (the launcher keeps
-  // at most one partition CTA per k-iteration).
-  if (plan.stream_k) plan.sk_ctas = dev.sm_count;
+  // Stream-K: the partition is the whole device's (sm90_gemm_entry.cu), the grid the budget's.
   plan.grid = static_cast<int>(std::max<int64_t>(1, plan.stream_k ? ctas : std::min<int64_t>(units, ctas)));
   return plan;
 }

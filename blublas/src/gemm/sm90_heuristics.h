@@ -13,8 +13,8 @@ struct Sm90Plan {
   int splits = 1;   // K splits (>1: fp32 partials in the workspace + a fixed-order reduction)
   int group_m = 8;  // tile rows per group of the L2-friendly tile order
   int grid = 1;     // persistent CTAs
-  bool stream_k = false;  // the CTAs share k-iterations (Note [sm90 stream-K]); splits is 1
-  int sk_ctas = 0;        // stream-K: partition CTAs (the SM count, whatever the grid)
+  bool stream_k = false;  // the CTAs share k-iterations (Note [sm90 stream-K]); splits is 1,
+                          // the partition is the SM count's whatever the grid
 };
 
 // Forced choices (tests, benchmarks, debugging); negative / zero fields mean "let the heuristic

@@ -30,6 +30,8 @@ namespace blublas::gemm_detail::sm90 {
 // Shared with the streamed row kernels (common/sm90_sync.cuh).
 using sm90_sync::cluster_cta_rank;
 using sm90_sync::fence_proxy_async_smem;
+using sm90_sync::ld_acquire_gpu;
+using sm90_sync::st_release_gpu;
 using sm90_sync::mbar_arrive;
 using sm90_sync::mbar_arrive_u32;
 using sm90_sync::mbar_arrive_warp;

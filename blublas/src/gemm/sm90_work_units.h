@@ -20,11 +20,6 @@ struct WorkUnit {
   int sk_cta = 0;  // stream-K: the partition's CTA whose iterations these are (Note [sm90 stream-K])
 };
 
-template <class T>
-BLUBLAS_SM90_HD T sm90_min(T a, T b) { return a < b ? a : b; }
-template <class T>
-BLUBLAS_SM90_HD T sm90_max(T a, T b) { return a < b ? b : a; }
-
 // P: anything with int fields tiles_m, tiles_n, batch, group_m, splits, kblocks, num_units,
 // sk_ctas, sk_gran, sk_units (the kernel's KernelParams; a plain struct in the tests). Unit u = split * (tiles * batch) + b * tiles + t;
 // t walks the tiles in groups of group_m tile rows (column-major inside a group).
@@ -121,8 +116,8 @@ BLUBLAS_SM90_HD WorkUnit local_unit(const P& p, int first, int step, int j) {
     const int t = b / p.kblocks + j;
     WorkUnit w = decode_unit(p, t);  // splits == 1: the tile, kb [0, kblocks)
     const int t0 = t * p.kblocks;
-    w.kb0 = sm90_max(b, t0) - t0;
-    w.kb1 = sm90_min(e, t0 + p.kblocks) - t0;
+    w.kb0 = (b > t0 ? b : t0) - t0;
+    w.kb1 = (e < t0 + p.kblocks ? e : t0 + p.kblocks) - t0;
     w.sk_cta = v;
     return w;
   }
