@@ -15,6 +15,9 @@
 //
 // --bwd_groups=G1,G2,...: the two-pass rows again with the backward's CTA order in groups of G
 // heads (Note [sm90 flash backward: CTA order]), in the same process.
+// --dq_only: those rows alone, then the sm90 tile sweep at each of their shapes, and the ratios
+// to PyTorch SDPA's fastest backend per shape when torch_attention.py --dq_shapes wrote
+// <blu_out>/torch_attention.json in the same call (metrics <prefix>.{fwd,bwd}_ratio_vs_torch_sdpa).
 //
 // Usage: attention_bench [--blu_out=<dir>] [--blu_quick] [--dq_only (the dQ-mode rows alone)]
 //                        [--bwd_groups=1,4,8]
@@ -196,6 +199,7 @@ Result run(const Shape& s, bool quick, cudaStream_t stream) {
 void sweep(const Shape& s, bool sm90, bool quick, cudaStream_t stream,
            blu::bench::Report* report) {
   const char* family = sm90 ? "sm90" : "sm80";
+  unsetenv("BLUBLAS_ATTN_BWD_GROUP");  // the tables' own CTA order
   Problem pb;
   setup(s, stream, &pb);
   blublas::DeviceInfo dev;
@@ -204,8 +208,10 @@ void sweep(const Shape& s, bool sm90, bool quick, cudaStream_t stream,
   check(blublas::attention_forward(pb.desc, stream));
   const int warmup = quick ? 2 : 3, reps = quick ? 5 : 15;
   const double fwd_flop = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.d / 2.0;
-  std::printf("\n| %s tile sweep d%d | config | ms | TFLOP/s (causal FLOPs) |\n|---|---|---|---|\n",
-              family, s.d);
+  std::printf(
+      "\n| %s tile sweep B%d T%d H%d d%d | config | ms | TFLOP/s (causal FLOPs) |\n"
+      "|---|---|---|---|\n",
+      family, s.B, s.T, s.H, s.d);
   int n = 0;
   const blublas::attn::KernelConfig* ft = sm90 ? blublas::attn::sm90_bf16_fwd_table(s.d, &n)
                                                : blublas::attn::sm80_bf16_fwd_table(s.d, &n);
@@ -222,6 +228,9 @@ void sweep(const Shape& s, bool sm90, bool quick, cudaStream_t stream,
     report->row(blu::bench::Row()
                     .str("sweep", "fwd")
                     .str("family", family)
+                    .num("B", s.B)
+                    .num("T", s.T)
+                    .num("H", s.H)
                     .num("d", s.d)
                     .num("config", i)
                     .str("name", ft[i].name)
@@ -247,6 +256,9 @@ void sweep(const Shape& s, bool sm90, bool quick, cudaStream_t stream,
     report->row(blu::bench::Row()
                     .str("sweep", "bwd")
                     .str("family", family)
+                    .num("B", s.B)
+                    .num("T", s.T)
+                    .num("H", s.H)
                     .num("d", s.d)
                     .num("config", i)
                     .str("name", bt[i].name)
@@ -409,6 +421,22 @@ int main(int argc, char** argv) {
       report.metric("attention.bf16.fwd_ratio_vs_torch_sdpa", done[0].r.fwd_tflops / torch_fwd);
     }
   }
+  if (dq_only && !opt.out_dir.empty()) {  // per shape against torch_attention.py --dq_shapes
+    const std::string tj = opt.out_dir + "/torch_attention.json";
+    for (const Printed& d : done) {
+      if (d.s.dq_mode != blublas::AttnDqMode::kTwoPass || d.s.bwd_group != 0) continue;
+      const std::string ref = std::string("torch_sdpa") + (d.s.metric_prefix + 9);  // ".bf16..."
+      const double rf = json_number(tj, ref + ".fwd_tflops");
+      const double rb = json_number(tj, ref + ".bwd_tflops");
+      if (!(std::isfinite(rf) && std::isfinite(rb) && rf > 0 && rb > 0)) continue;
+      report.metric(std::string(d.s.metric_prefix) + ".fwd_ratio_vs_torch_sdpa", d.r.fwd_tflops / rf);
+      report.metric(std::string(d.s.metric_prefix) + ".bwd_ratio_vs_torch_sdpa", d.r.bwd_tflops / rb);
+      std::printf("%s vs torch SDPA (fastest backend): fwd %.1f / %.1f = %.3f, bwd %.1f / %.1f = "
+                  "%.3f TFLOP/s\n",
+                  d.s.metric_prefix, d.r.fwd_tflops, rf, d.r.fwd_tflops / rf, d.r.bwd_tflops, rb,
+                  d.r.bwd_tflops / rb);
+    }
+  }
   auto print_summary = [&]() {
     std::printf(
         "\n| precision | path | dQ | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | "
@@ -440,9 +468,17 @@ int main(int argc, char** argv) {
     blublas::DeviceInfo dev;
     check(blublas::current_device_info(&dev));
     const bool sm90 = blublas::attn::sm90_attn_available(dev).ok();
-    for (int fam = sm90 ? 1 : 0; fam >= 0; --fam) {
-      sweep(shapes[0], fam == 1, opt.quick, stream, &report);
-      sweep(shapes[1], fam == 1, opt.quick, stream, &report);
+    if (dq_only) {  // the sm90 tables at every dQ-mode shape (GPT-2, d48, long context)
+      for (const Printed& d : done) {
+        if (sm90 && d.s.dq_mode == blublas::AttnDqMode::kTwoPass && d.s.bwd_group == 0) {
+          sweep(d.s, true, opt.quick, stream, &report);
+        }
+      }
+    } else {
+      for (int fam = sm90 ? 1 : 0; fam >= 0; --fam) {
+        sweep(shapes[0], fam == 1, opt.quick, stream, &report);
+        sweep(shapes[1], fam == 1, opt.quick, stream, &report);
+      }
     }
   }
   report.write(opt.out_dir);  // again, with the sweep rows

@@ -11,7 +11,9 @@ every backend that takes fp32: on sm80+ that is the memory-efficient kernel, who
 3xTF32 on tensor cores): the reference of blublas's f32_3xtf32 mode.
 FLOPs counted as attention_bench.cu counts them: forward 4*B*H*T*T*d/2, backward 2.5x forward.
 
-Usage: python3 bench/torch_attention.py <out_dir> [--quick]
+Usage: python3 bench/torch_attention.py <out_dir> [--quick] [--dq_shapes]
+--dq_shapes: only bf16 d64 at attention_bench --dq_only's shapes (GPT-2 B16 T1024 H12, d48 B16
+T1024 H25, long context B2 T16384 H12), metrics torch_sdpa.bf16[.d48|.t16384].*.
 Writes <out_dir>/torch_attention.json (metrics torch_sdpa.bf16.fwd_tflops, .fwdbwd_tflops, ...)
 and prints a markdown table. Also checks, on one small odd case, that every backend agrees with
 the math backend in float64 (a cheap sanity check of the reference itself).
@@ -97,9 +99,13 @@ def main():
     out_dir = sys.argv[1]
     quick = "--quick" in sys.argv[2:]
     os.makedirs(out_dir, exist_ok=True)
-    shapes = [(16, 1024, 12, 64), (16, 1024, 6, 128)]
+    dq_shapes = "--dq_shapes" in sys.argv[2:]
+    if dq_shapes:
+        shapes = [(16, 1024, 12, 64, ""), (16, 1024, 25, 64, ".d48"), (2, 16384, 12, 64, ".t16384")]
+    else:
+        shapes = [(16, 1024, 12, 64, ""), (16, 1024, 6, 128, ".d128")]
     rows, metrics = [], {}
-    for (B, T, H, d) in shapes:
+    for (B, T, H, d, tag) in shapes:
         best = None
         for name, backend in BACKENDS.items():
             try:
@@ -114,7 +120,7 @@ def main():
                 best = (name, r)
         if best is None:
             continue
-        prefix = "torch_sdpa.bf16" if d == 64 else f"torch_sdpa.bf16.d{d}"
+        prefix = "torch_sdpa.bf16" + tag
         metrics[prefix + ".fwd_tflops"] = best[1]["fwd_tflops"]
         metrics[prefix + ".bwd_tflops"] = best[1]["bwd_tflops"]
         metrics[prefix + ".fwdbwd_tflops"] = best[1]["fwdbwd_tflops"]
@@ -122,11 +128,12 @@ def main():
         # 2 cudnn; the name is in "best_backend".
         metrics[prefix + ".best_backend_id"] = list(BACKENDS).index(best[0])
         for row in rows:
-            if row["d"] == d and row["backend"] == best[0]:
+            if (row["d"], row["H"], row["T"]) == (d, H, T) and row["backend"] == best[0]:
                 row["fastest"] = True
     # fp32 inputs (the strict-fp32 and tf32 modes of blublas): only the efficient and math
     # backends take fp32; tf32 on/off via the matmul flag. Shapes as attention_bench.cu.
-    for mode, B, allow in (("tf32", 16, True), ("fp32", 4, False), ("fp32_b16", 16, False)):
+    fp32_modes = () if dq_shapes else (("tf32", 16, True), ("fp32", 4, False), ("fp32_b16", 16, False))
+    for mode, B, allow in fp32_modes:
         torch.backends.cuda.matmul.allow_tf32 = allow
         torch.backends.cudnn.allow_tf32 = allow
         torch.set_float32_matmul_precision("high" if allow else "highest")
@@ -156,7 +163,8 @@ def main():
 
     result = {"name": "torch_attention", "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "metrics": metrics, "rows": rows,
-              "best_backend": {str(r["d"]): r["backend"] for r in rows if r.get("fastest")}}
+              "best_backend": {(str(r["d"]) if not dq_shapes else f"B{r['B']} T{r['T']} H{r['H']} d{r['d']}"):
+                               r["backend"] for r in rows if r.get("fastest")}}
     with open(os.path.join(out_dir, "torch_attention.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("\n| backend | B | T | H | d | fwd ms | fwd TFLOP/s | bwd TFLOP/s | fwd+bwd TFLOP/s | "

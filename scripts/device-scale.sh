@@ -11,8 +11,10 @@
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder);
 # BLU_SCALE_FRAMEWORKS: the race's frameworks (run_e2e.py --frameworks; default all three).
 # BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
-# --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...": one benchmark built and run after the tests
-# (output <target>.txt, JSON under <target>/); BLU_SCALE_NCU: scripts/ncu-hot.sh
+# --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...[;target
+# args...]": benchmarks built and run after the tests (output <target>.txt, JSON under <target>/;
+# BLU_SCALE_TORCH_ATTN=1 runs torch_attention.py --dq_shapes into attention_bench's folder first);
+# BLU_SCALE_SASS="build-relative paths": their SASS under sass/; BLU_SCALE_NCU: scripts/ncu-hot.sh
 # names profiled last (reports under ncu/). Each case's e2e.json/md/png and
 # profiles land in $OUT/scale.tar.gz under <case>/ (bench/results/<gpu>/raw/scale/ on import).
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-scale.sh [build-dir (default /tmp/bd)]
@@ -27,10 +29,19 @@ trap 'tar -C "$work" -czf "$OUT/scale.tar.gz" --exclude="*/cache" . 2>/dev/null'
 stamp "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 tests=${BLU_SCALE_TESTS:-}  # GPU test binaries to build and run first (comma-separated)
 ncu_names=${BLU_SCALE_NCU:-}  # scripts/ncu-hot.sh names, run last (comma-separated)
-read -r -a bench <<< "${BLU_SCALE_BENCH:-}"  # target and its arguments
+IFS=';' read -r -a benches <<< "${BLU_SCALE_BENCH:-}"  # "target args...;target args..."
+bench_targets=""
+for b in "${benches[@]}"; do read -r -a bench <<< "$b"; bench_targets+=" ${bench[0]:-}"; done
 blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blublas-profiler} \
-  ${bench[0]:-} || exit 1
+  $bench_targets || exit 1
 stamp "build done"
+# BLU_SCALE_SASS="path ...": cuobjdump -sass of build outputs (objects, binaries) into sass/.
+if [ -n "${BLU_SCALE_SASS:-}" ]; then
+  mkdir -p "$work/sass"
+  for o in $BLU_SCALE_SASS; do
+    cuobjdump -sass "$build/$o" > "$work/sass/$(basename "$o").sass" 2>&1 || echo "cuobjdump $o rc=$?"
+  done
+fi
 bin=$build/blutrain/blutrain
 for t in ${tests//,/ }; do
   timeout "${BLU_SCALE_TEST_TIMEOUT:-200}" "$build/tests/$t" \
@@ -41,13 +52,21 @@ for t in ${tests//,/ }; do
   # BLU_SCALE_GATE=1: a failing (or hanging) test stops the call before the races.
   if [ "$rc" != 0 ] && [ "${BLU_SCALE_GATE:-0}" = 1 ]; then tail -20 "$work/$t.txt"; exit 1; fi
 done
-if [ -n "${bench[0]:-}" ]; then
+for b in "${benches[@]}"; do
+  read -r -a bench <<< "$b"
+  [ -n "${bench[0]:-}" ] || continue
   mkdir -p "$work/${bench[0]}"
+  # BLU_SCALE_TORCH_ATTN=1: PyTorch SDPA at attention_bench --dq_only's shapes first (its ratios).
+  if [ "${bench[0]}" = attention_bench ] && [ "${BLU_SCALE_TORCH_ATTN:-0}" = 1 ]; then
+    timeout 150 python3 bench/torch_attention.py "$work/${bench[0]}" --dq_shapes \
+      > "$work/torch_attention.txt" 2>&1
+    echo "torch_attention rc=$?"; grep -E "^\|" "$work/torch_attention.txt" | tail -8
+  fi
   timeout 200 "$build/bench/${bench[0]}" --blu_out="$work/${bench[0]}" "${bench[@]:1}" \
     > "$work/${bench[0]}.txt" 2>&1
-  echo "${bench[0]} rc=$?"; grep -E "^\|" "$work/${bench[0]}.txt" | tail -12
-  stamp "bench done"
-fi
+  echo "${bench[0]} rc=$?"; grep -E "^\||vs torch|ex2_fma" "$work/${bench[0]}.txt" | tail -${BLU_SCALE_BENCH_LINES:-12}
+  stamp "bench ${bench[0]} done"
+done
 
 IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
 for c in "${cases[@]}"; do

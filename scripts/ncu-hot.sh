@@ -17,7 +17,7 @@ for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long
   stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
 done
 sections+=" --metrics $stalls"
-# name ; kernel regex ; profiler command
+# name ; kernel regex ; profiler command [; environment assignments for it]
 table=(
   "gemm_bf16_fc_fwd;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --reps=2"
   "gemm_bf16_fc_fwd_gelu;regex:sm90_gemm;gemm --m=16384 --n=3072 --k=768 --dtype=bf16 --op_a=n --op_b=t --epilogue=bias_gelu --reps=2"
@@ -51,6 +51,8 @@ table=(
   "attn_fwd_bf16;regex:flash_attn_fwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_fwd_bf16_t16k;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
+  "attn_fwd_bf16_t16k_bc128;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_FWD_CFG=4"
+  "attn_fwd_bf16_t16k_bc128fma4;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_FWD_CFG=8"
   "attn_bwd_bf16_t16k;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
   # The dQ-accumulate backward (Note [sm90 flash backward: dQ accumulated in order]) beside them.
   "attn_bwd_bf16_acc;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --dq=accumulate --reps=2"
@@ -69,11 +71,11 @@ if [ $probe_rc -ne 0 ] || ! grep -q "gpu__time_duration" "$out/probe.txt"; then
   echo "ncu-hot: the probe failed (rc $probe_rc): no reports on this machine"; exit 1
 fi
 for row in "${table[@]}"; do
-  IFS=';' read -r name kre cmd <<< "$row"
+  IFS=';' read -r name kre cmd envs <<< "$row"
   [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
   echo "== $name: $cmd ($kre)"
   # shellcheck disable=SC2086
-  timeout 60 ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 $sections \
+  timeout 60 env $envs ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 $sections \
     "$bin" $cmd > "$out/$name.txt" 2>&1 || echo "ncu $name rc=$?"
   if grep -qE "Failed to initialize|LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported" "$out/$name.txt"; then
     echo "ncu-hot: ncu cannot read counters here:"; grep -E "==ERROR==|Failed|not supported" "$out/$name.txt" | head -3
@@ -83,4 +85,14 @@ for row in "${table[@]}"; do
   # The three largest stall reasons.
   grep -E "smsp__average_warps_issue_stalled_" "$out/$name.txt" | awk '{print $NF, $1}' | sort -g -r | head -3 |
     sed -E 's/smsp__average_warps_issue_stalled_|_per_issue_active.ratio//g; s/^/  stall /'
+  # NCU_PIPES=1: per-pipe utilization (MUFU = xu, fma, alu, tensor) in a second, short pass: the
+  # section's body with its pipe table, and the pipe metrics by regular expression.
+  if [ "${NCU_PIPES:-0}" = 1 ]; then
+    # shellcheck disable=SC2086
+    timeout 60 env $envs ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 \
+      --section ComputeWorkloadAnalysis --section InstructionStats --print-details all \
+      --metrics "regex:^sm__inst_executed_pipe_[a-z0-9_]+$,regex:^sm__pipe_[a-z0-9_]+_cycles_active$" \
+      "$bin" $cmd > "$out/${name}_pipes.txt" 2>&1 || echo "ncu $name pipes rc=$?"
+    grep -iE "pipe|xu|mufu|ERROR" "$out/${name}_pipes.txt" | grep -vE "^==PROF==" | head -40
+  fi
 done

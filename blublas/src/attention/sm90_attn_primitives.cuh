@@ -30,6 +30,38 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// 2^x on the MUFU (flushes results under 2^-126 to 0).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Note [sm90 forward: exponentials on two pipes]
+// At d = 64 a key block costs the tensor cores 2 * 2 * 64 * kBc * 64 FLOPs per warpgroup, 4096 a
+// clock per SM: 512 clocks for two warpgroups and 64 keys; its 8192 exponentials take the MUFU
+// (16 a clock per SM) the same 512 clocks. Only a perfect overlap of the two pipes reaches the
+// tensor peak, and the MUFU has no slack for anything else. The FMA pipe (128 lanes a clock)
+// carries ~2.5 FP32 operations per score (scale, row sum, rescale), a quarter of its time. So one
+// column pair in kFmaExpEvery computes 2^x there (FlashAttention-4 does the same on Blackwell):
+// x = j + f with j = floor(x) from a round-down add of 1.5 * 2^23 (j lands in the low mantissa
+// bits), 2^f by a degree-3 polynomial (relative error <= 8.6e-5, far under bf16's 2^-9 rounding
+// of P; p(0) = 1 exactly, as the MUFU gives on the diagonal), 2^j assembled in an exponent field
+// and applied by one multiply: NaN stays NaN (max.NaN), x < -126 gives 0 as ex2.approx.ftz does.
+// Seven FMA-pipe operations replace one MUFU one; at 1 in 4 the MUFU does 3/4 of its work and the
+// FMA pipe gains 2048 * 7 / 128 = 112 clocks a block.
+__device__ __forceinline__ float ex2_fma(float x) {
+  float xc;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(xc) : "f"(x), "f"(-127.0f));
+  const float t = __fadd_rd(xc, 12582912.0f);  // 1.5 * 2^23 + floor(xc), exact
+  const float f = xc - (t - 12582912.0f);       // [0, 1)
+  const float p = fmaf(fmaf(fmaf(0.07706717f, f, 0.22764485f), f, 0.69511682f), f, 1.0f);
+  // bits(t) = bits(1.5 * 2^23) + j and bits(1.5 * 2^23) << 23 == 0 (mod 2^32): (bits(t) << 23)
+  // is j << 23; + 127 << 23 makes 2^j (+0 for j = -127).
+  const uint32_t j_bits = static_cast<uint32_t>(__float_as_int(t)) << 23;
+  return p * __int_as_float(static_cast<int>(j_bits + 0x3f800000u));
+}
+
 // Repacks an m64nN fp32 accumulator (N/2 registers) into N/16 k16 A fragments of bf16
 // (Note [wgmma accumulator == register A fragment]).
 template <int kN>

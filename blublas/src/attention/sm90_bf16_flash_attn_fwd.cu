@@ -1,7 +1,10 @@
 // sm90_bf16_flash_attn_fwd.cu: the compiled tile configurations of the sm_90a bf16 forward (kernel
 // template in sm90_flash_attn_fwd.cuh) and its launcher, which runs entry 0 of the per-head-dim
 // table (Note [Attention tile tables]). Name: bc<keys per block> st<K/V stages> [overlap]
-// [persistent] [pingpong]; 1wg: one consumer warpgroup of 64 rows per CTA, two CTAs per SM.
+// [persistent] [pingpong] [fma<n>: one column pair in n exponentiated on the FMA pipe, Note
+// [sm90 forward: exponentials on two pipes]]; 1wg: one consumer warpgroup of 64 rows per CTA, two
+// CTAs per SM.
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -16,10 +19,10 @@ namespace {
 __global__ void sm90_attn_probe_kernel() {}
 
 template <int kD, int kBc, int kStages, bool kOverlap, bool kPersistent, int kConsumers = 2,
-          bool kPingpong = false>
+          bool kPingpong = false, int kFmaExpEvery = 0>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_fwd_sm90<
-      sm90::FwdCfg<kD, kBc, kStages, kOverlap, kPersistent, kConsumers, kPingpong>>(
+      sm90::FwdCfg<kD, kBc, kStages, kOverlap, kPersistent, kConsumers, kPingpong, kFmaExpEvery>>(
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
@@ -29,13 +32,16 @@ const KernelConfig kTableD64[] = {
     {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 243.7
     {"bc64 st3 overlap persistent pingpong", run<64, 64, 3, true, true, 2, true>},
     {"bc64 st4 overlap persistent", run<64, 64, 4, true, true>},
-    {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},
+    {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},  // 274.6 (session 31)
     {"1wg bc64 st3 overlap persistent (2 CTAs/SM)", run<64, 64, 3, true, true, 1>},
-    {"bc128 st2", run<64, 128, 2, false, false>},                                // 230.5
-    {"bc128 st2 overlap persistent pingpong", run<64, 128, 2, true, true, 2, true>},  // 230.8
+    {"bc64 st3 overlap persistent fma4", run<64, 64, 3, true, true, 2, false, 4>},
+    {"bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 2, false, 8>},
+    {"bc128 st3 overlap persistent fma4", run<64, 128, 3, true, true, 2, false, 4>},
+    {"bc128 st3 overlap persistent fma3", run<64, 128, 3, true, true, 2, false, 3>},
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
-// per tile 220.5.
+// per tile 220.5. Dropped in session 33: bc128 st2 (228.9 in session 31's sweep) and bc128 st2
+// overlap persistent pingpong (228.9).
 const KernelConfig kTableD128[] = {
     {"bc64 st3 overlap persistent", run<128, 64, 3, true, true>},                // 316.7
     {"bc64 st3 overlap persistent pingpong", run<128, 64, 3, true, true, 2, true>},
@@ -87,10 +93,17 @@ const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
+// BLUBLAS_ATTN_FWD_CFG=i (read once per process): entry i of the head dim's table instead of
+// entry 0, where it exists: lets a whole training run try a table entry without a rebuild.
 Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
+  static const int forced = [] {
+    const char* e = std::getenv("BLUBLAS_ATTN_FWD_CFG");
+    return e == nullptr ? 0 : std::atoi(e);
+  }();
   int n = 0;
-  return sm90_bf16_fwd_table(head_dim, &n)[0].launch(p, dev, stream);
+  const KernelConfig* table = sm90_bf16_fwd_table(head_dim, &n);
+  return table[forced > 0 && forced < n ? forced : 0].launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

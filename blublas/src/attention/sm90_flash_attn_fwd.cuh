@@ -51,12 +51,15 @@ namespace g90 = blublas::gemm_detail::sm90;
 // kPingpong (two consumers, overlap): the consumers take turns issuing their wgmmas (named
 // barriers 1 and 2), so one warpgroup's softmax runs while the other's products occupy the tensor
 // cores (Note [sm90 forward pingpong]).
+// kFmaExpEvery = n > 0: one column pair in n of P takes its exponentials on the FMA pipe
+// (Note [sm90 forward: exponentials on two pipes]); 0: every one on the MUFU.
 template <int kD_, int kBc_, int kStages_, bool kOverlap_, bool kPersistent_, int kConsumers_ = 2,
-          bool kPingpong_ = false>
+          bool kPingpong_ = false, int kFmaExpEvery_ = 0>
 struct FwdCfg {
   static constexpr int kD = kD_, kBc = kBc_, kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_, kPersistent = kPersistent_;
   static constexpr bool kPingpong = kPingpong_;
+  static constexpr int kFmaExpEvery = kFmaExpEvery_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBr = 64 * kConsumers;  // 64 query rows per consumer warpgroup
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -70,6 +73,7 @@ struct FwdCfg {
   static_assert(kBc == 64 || kBc == 128, "keys per block 64 or 128");
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kPingpong || (kConsumers == 2 && kOverlap), "pingpong: two overlapped consumers");
+  static_assert(kFmaExpEvery >= 0 && kFmaExpEvery <= kBc / 8, "FMA exponentials: 0 or 1 in n <= kBc/8");
 };
 
 // Note [sm90 forward pingpong]
@@ -79,12 +83,6 @@ struct FwdCfg {
 // of issue points (n_kv + 1 per tile, the same tiles), so consumer 0 ends with one bar.sync(1) to
 // consume consumer 1's last arrive. Waits on TMA data come before bar.sync, so a warpgroup holding
 // the turn never waits on something only the other one can provide.
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Masks S (an m64 x kN accumulator, this thread's rows row0 and row0 + 8, columns from k0) to
 // -inf where the key is past T or, causal, after the query.
@@ -103,8 +101,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[kN / 2], int row0, int k0
 
 // Online softmax of one block: updates the running max m and partial row sums l (this thread's
 // columns only; the quad sum is taken at the end), overwrites s with P = exp2(s*sl2 - m*sl2) and
-// returns the rescale factors of the old O rows in corr.
-template <int kN>
+// returns the rescale factors of the old O rows in corr. kFmaExpEvery: Note [sm90 forward:
+// exponentials on two pipes].
+template <int kN, int kFmaExpEvery = 0>
 __device__ __forceinline__ void online_softmax(float (&s)[kN / 2], float (&m)[2], float (&l)[2],
                                                float (&corr)[2], float sl2) {
 #pragma unroll
@@ -121,8 +120,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[kN / 2], float (&m)[2]
     float rs = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {
-      const float p0 = ex2(fmaf(s[4 * j + 2 * hr], sl2, neg));
-      const float p1 = ex2(fmaf(s[4 * j + 2 * hr + 1], sl2, neg));
+      const float x0 = fmaf(s[4 * j + 2 * hr], sl2, neg);
+      const float x1 = fmaf(s[4 * j + 2 * hr + 1], sl2, neg);
+      constexpr int kEvery = kFmaExpEvery > 0 ? kFmaExpEvery : 1;
+      const bool on_fma = kFmaExpEvery > 0 && j % kEvery == kEvery - 1;
+      const float p0 = on_fma ? ex2_fma(x0) : ex2(x0);
+      const float p1 = on_fma ? ex2_fma(x1) : ex2(x1);
       s[4 * j + 2 * hr] = p0;
       s[4 * j + 2 * hr + 1] = p1;
       rs += p0 + p1;
@@ -321,7 +324,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         g90::fence_accumulators(s);
         if (j == w.n_kv - 1 && lane == 0) g90::mbar_arrive(empty_q);  // last read of Q
         if (needs_mask(j * kBc)) mask_scores<kBc>(s, row0, j * kBc, T, causal, quad);
-        online_softmax<kBc>(s, m, l, corr, sl2);
+        online_softmax<kBc, Cfg::kFmaExpEvery>(s, m, l, corr, sl2);
         rescale_rows<kD>(o, corr);
         acc_to_a_frags<kBc>(s, pa);
         g90::mbar_wait(&full_v[r.stage], r.phase);
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       g90::wgmma_wait<0>();
       g90::fence_accumulators(s);
       if (needs_mask(0)) mask_scores<kBc>(s, row0, 0, T, causal, quad);
-      online_softmax<kBc>(s, m, l, corr, sl2);
+      online_softmax<kBc, Cfg::kFmaExpEvery>(s, m, l, corr, sl2);
       acc_to_a_frags<kBc>(s, pa);
       Ring prev = r;
       r.advance<kStages>();
@@ -361,7 +364,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         g90::wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
         g90::fence_accumulators(s);
         if (needs_mask(j * kBc)) mask_scores<kBc>(s, row0, j * kBc, T, causal, quad);
-        online_softmax<kBc>(s, m, l, corr, sl2);
+        online_softmax<kBc, Cfg::kFmaExpEvery>(s, m, l, corr, sl2);
         g90::wgmma_wait<0>();
         g90::fence_accumulators(o);
         if (lane == 0) g90::mbar_arrive(&empty[prev.stage]);
