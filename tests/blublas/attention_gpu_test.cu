@@ -635,9 +635,10 @@ TEST(AttentionGpu, Bf16Sm90DqAccumulate) {
   }
 }
 
-// Note [sm90 flash backward: CTA order]: the two-pass backward in head groups (G = 1, 5 with a
-// smaller last group, 3 dividing B*H, more than B*H) gives the default order's bits, each case
-// also against float64 (run_case); causal and not, one block and many.
+// Note [sm90 flash backward: CTA order]: the two-pass backward in head groups (0 = all heads,
+// G = 1, 5 with a smaller last group, 3 dividing B*H, more than B*H) gives the default order's
+// (groups from the SM count) bits, each case also against float64 (run_case); causal and not,
+// one block and many.
 TEST(AttentionGpu, Bf16Sm90BackwardHeadGroupsKeepTheBits) {
   BLU_REQUIRE_GPU();
   BLU_REQUIRE_SM90();
@@ -650,7 +651,7 @@ TEST(AttentionGpu, Bf16Sm90BackwardHeadGroupsKeepTheBits) {
     c.dq_mode = blublas::AttnDqMode::kTwoPass;
     CaseResult base;
     run_case(c, &base);
-    for (const char* g : {"1", "5", "3", "100"}) {
+    for (const char* g : {"0", "1", "5", "3", "100"}) {
       blu::test::ScopedEnv env("BLUBLAS_ATTN_BWD_GROUP", g);
       CaseResult grouped;
       run_case(c, &grouped);

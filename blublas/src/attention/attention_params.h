@@ -43,8 +43,9 @@ struct Params {
   float* dq_acc = nullptr;
   uint32_t* dq_sem = nullptr;
   // sm90 two-pass backward: heads per group of its CTA order (Note [sm90 flash backward: CTA
-  // order]); 0 = all heads in one group (the default), from BLUBLAS_ATTN_BWD_GROUP.
-  int bwd_group_heads = 0;
+  // order]); -1 = chosen by the launcher from the SM count (the default), 0 = all heads in one
+  // group, G > 0 = G; BLUBLAS_ATTN_BWD_GROUP sets 0 or G.
+  int bwd_group_heads = -1;
 };
 
 // The parameter block of a desc; `workspace` (attention_backward_workspace_size bytes, or null for

@@ -50,6 +50,12 @@ __device__ __forceinline__ float ex2(float x) {
 // and applied by one multiply: NaN stays NaN (max.NaN), x < -126 gives 0 as ex2.approx.ftz does.
 // Seven FMA-pipe operations replace one MUFU one; at 1 in 4 the MUFU does 3/4 of its work and the
 // FMA pipe gains 2048 * 7 / 128 = 112 clocks a block.
+// Measured (session 33, H200, bench/exp2_bench.cu): the MUFU gives 16 results a clock per SM,
+// this function alone 13.2 (9 instructions: issue-bound), mixes 1/4 .. 1/2 about 21. The packed
+// ex2.approx.f16x2 / .ftz.bf16x2 give 16 results a clock: two MUFU slots each, no gain. In the
+// forward (tile sweep at GPT-2, d48 and T = 16384 shapes) 1 in 4 or 1 in 3 made it 9-13% slower
+// and 1 in 8 (bc128) equal at T = 1024 and +2.8% at T = 16384: the kernel is not MUFU-bound
+// (ncu: issue 0.5 per scheduler, stalls on wgmma waits and barriers); 1 in 8 is the default.
 __device__ __forceinline__ float ex2_fma(float x) {
   float xc;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(xc) : "f"(x), "f"(-127.0f));

@@ -26,22 +26,23 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
-// Comments: TFLOP/s at B16 T1024 causal (H12 d64 / H6 d128) on the H200, run 3 (00:45, quick).
 const KernelConfig kTableD64[] = {
-    {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                 // 245.4
-    {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 243.7
-    {"bc64 st3 overlap persistent pingpong", run<64, 64, 3, true, true, 2, true>},
-    {"bc64 st4 overlap persistent", run<64, 64, 4, true, true>},
-    {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},  // 274.6 (session 31)
-    {"1wg bc64 st3 overlap persistent (2 CTAs/SM)", run<64, 64, 3, true, true, 1>},
-    {"bc64 st3 overlap persistent fma4", run<64, 64, 3, true, true, 2, false, 4>},
-    {"bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 2, false, 8>},
-    {"bc128 st3 overlap persistent fma4", run<64, 128, 3, true, true, 2, false, 4>},
-    {"bc128 st3 overlap persistent fma3", run<64, 128, 3, true, true, 2, false, 3>},
+    // Session 33 sweep (H200, TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12):
+    {"bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 2, false, 8>},  // 253.6 / 269.9 / 404.7
+    {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},                  // 253.7 / 268.7 / 393.5
+    {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                    // 223.9 / 235.5 / 371.7
+    {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 225.2 / 213.4 / 400.7
+    {"bc64 st3 overlap persistent pingpong", run<64, 64, 3, true, true, 2, true>},  // 223.5 / 231.9 / 340.3
+    {"bc64 st4 overlap persistent", run<64, 64, 4, true, true>},                    // 236.0 / 253.9 / 370.2
+    {"1wg bc64 st3 overlap persistent (2 CTAs/SM)", run<64, 64, 3, true, true, 1>},  // 236.4 / 228.6 / 377.9
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
-// per tile 220.5. Dropped in session 33: bc128 st2 (228.9 in session 31's sweep) and bc128 st2
-// overlap persistent pingpong (228.9).
+// per tile 220.5. Dropped in session 33: bc128 st2 (228.9 in session 31's sweep), bc128 st2
+// overlap persistent pingpong (228.9), and more exponentials on the FMA pipe, all slower than
+// the MUFU alone: bc64 st3 fma4 214.5 / 224.5 / 323.6, bc128 st3 fma4 226.7 / 244.9 / 350.3,
+// fma3 224.9 / 244.6 / 358.1 (the forward is not MUFU-bound: Note [sm90 forward: exponentials on
+// two pipes]).
+// Comments: TFLOP/s at B16 T1024 H6 causal on the H200, run 3 (00:45, quick).
 const KernelConfig kTableD128[] = {
     {"bc64 st3 overlap persistent", run<128, 64, 3, true, true>},                // 316.7
     {"bc64 st3 overlap persistent pingpong", run<128, 64, 3, true, true, 2, true>},

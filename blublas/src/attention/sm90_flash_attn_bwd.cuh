@@ -769,8 +769,13 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
 // p.bwd_group_heads = G (BLUBLAS_ATTN_BWD_GROUP) the grid runs groups of G heads one after the
 // other, each group in the decreasing-work order above (the last group may be smaller): a
 // group's CTAs share its heads' tensors in L2, at the price of a tail of the last group's
-// heavy CTAs. Same bits in any order (no CTA reads another's output). Not yet measured: 0 (all
-// heads, the old order) stays the default.
+// heavy CTAs. Same bits in any order (no CTA reads another's output).
+// Measured (session 33, H200, attention_bench --dq_only --bwd_groups, backward TFLOP/s, all heads
+// / G = 1 / 2 / 4 / 8): GPT-2 B16 T1024 H12 226.9 / 229.6 / 227.6 / 230.9 / 232.0; d48 B16 T1024
+// H25 224.6 / 237.2 / 238.0 / 239.6 / 242.7; B2 T16384 H12 331.7 / 359.7 / 348.1 / 359.9 / 341.8.
+// The best G makes a group about one wave of CTAs: G = SMs / (2 * n_blocks) (8 at T = 1024 with
+// 132 SMs, 1 at T = 16384), at least 1: bwd_group_heads = -1 (the default) picks that in the
+// launcher; BLUBLAS_ATTN_BWD_GROUP=0 restores the all-heads order.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     flash_attn_bwd_sm90_kernel(const __grid_constant__ BwdMaps maps, const Params p, int n_blocks) {
@@ -844,7 +849,14 @@ Status launch_flash_attn_bwd_sm90(const Params& p, const DeviceInfo& dev, cudaSt
   const int64_t ctas = (Cfg::kAccDq ? 1LL : 2LL) * n_blocks * B * H;
   BLUBLAS_CHECK(ctas <= 0x7fffffffLL, StatusCode::kInvalidArgument, name, ": ", ctas,
                 " CTAs exceed the grid limit");
-  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(maps, p, n_blocks);
+  Params q = p;
+  if (q.bwd_group_heads < 0) {  // Note [sm90 flash backward: CTA order]: about a wave a group
+    const int per_head = 2 * n_blocks;
+    q.bwd_group_heads = dev.sm_count * Cfg::kMinBlocks / per_head > 1
+                            ? dev.sm_count * Cfg::kMinBlocks / per_head
+                            : 1;
+  }
+  kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(maps, q, n_blocks);
   BLUBLAS_KERNEL_LAUNCH_CHECK(name);
   return Status::success();
 }
