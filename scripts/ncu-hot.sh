@@ -70,6 +70,11 @@ probe_rc=$?; tail -15 "$out/probe.txt"
 if [ $probe_rc -ne 0 ] || ! grep -q "gpu__time_duration" "$out/probe.txt"; then
   echo "ncu-hot: the probe failed (rc $probe_rc): no reports on this machine"; exit 1
 fi
+# NCU_PIPES=1: the pipe metrics this ncu knows for the GPU, for naming them directly next time.
+if [ "${NCU_PIPES:-0}" = 1 ]; then
+  timeout 30 ncu --query-metrics 2>&1 | grep -iE "pipe|inst_executed" > "$out/pipe_metric_names.txt"
+  echo "pipe metric names: $(wc -l < "$out/pipe_metric_names.txt") lines"; head -5 "$out/pipe_metric_names.txt"
+fi
 for row in "${table[@]}"; do
   IFS=';' read -r name kre cmd envs <<< "$row"
   [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
@@ -85,14 +90,14 @@ for row in "${table[@]}"; do
   # The three largest stall reasons.
   grep -E "smsp__average_warps_issue_stalled_" "$out/$name.txt" | awk '{print $NF, $1}' | sort -g -r | head -3 |
     sed -E 's/smsp__average_warps_issue_stalled_|_per_issue_active.ratio//g; s/^/  stall /'
-  # NCU_PIPES=1: per-pipe utilization (MUFU = xu, fma, alu, tensor) in a second, short pass: the
-  # section's body with its pipe table, and the pipe metrics by regular expression.
+  # NCU_PIPES=1: per-pipe utilization (MUFU = xu, fma, alu, tensor, shared) in a second, short
+  # pass: the sections' bodies with their pipe tables (--print-details all). (A regex: metric list
+  # is refused by this ncu: "Failed to find metric regex:...", session 33.)
   if [ "${NCU_PIPES:-0}" = 1 ]; then
     # shellcheck disable=SC2086
     timeout 60 env $envs ncu --clock-control none -k "$kre" --launch-skip 2 --launch-count 1 \
       --section ComputeWorkloadAnalysis --section InstructionStats --print-details all \
-      --metrics "regex:^sm__inst_executed_pipe_[a-z0-9_]+$,regex:^sm__pipe_[a-z0-9_]+_cycles_active$" \
       "$bin" $cmd > "$out/${name}_pipes.txt" 2>&1 || echo "ncu $name pipes rc=$?"
-    grep -iE "pipe|xu|mufu|ERROR" "$out/${name}_pipes.txt" | grep -vE "^==PROF==" | head -40
+    grep -iE "pipe|xu|mufu|tensor|shared|ERROR" "$out/${name}_pipes.txt" | grep -vE "^==PROF==" | head -40
   fi
 done
