@@ -4,7 +4,8 @@
 // precompute (attn_bwd_delta) runs before, in attention_backward.
 // Name: kv-st<dkdv ring stages> q-st<dq ring stages>; 1wg: one consumer warpgroup (64 keys or
 // query rows) per CTA, two CTAs per SM; dq-bc<keys per block of the dq role> when not 64;
-// no-defer: each iteration waits for its last product (BwdCfg::kDefer off).
+// no-defer: each iteration waits for its last product (BwdCfg::kDefer off); ds-frags: dS^T in
+// fragments of its own (BwdCfg::kDsFrags, Note [sm90 flash backward: dS fragments]).
 // With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
 // accumulated in order]) instead of the table's entry 0.
@@ -14,10 +15,10 @@ namespace blublas::attn {
 namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
-          bool kDefer = true, bool kAccDq = false>
+          bool kDefer = true, bool kAccDq = false, bool kDsFrags = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_bwd_sm90<
-      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq>>(
+      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq, kDsFrags>>(
       p, dev, stream,
       kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
              : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
@@ -33,6 +34,7 @@ const KernelConfig kTableD64[] = {
     {"kv-st2 q-st2 no-defer", run<64, 2, 2, 2, 64, false>},       // 212.0
     {"kv-st4 q-st4", run<64, 4, 4>},
     {"1wg kv-st3 q-st3 (2 CTAs/SM)", run<64, 3, 3, 1>},
+    {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},  // not yet measured
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 const KernelConfig kTableD128[] = {

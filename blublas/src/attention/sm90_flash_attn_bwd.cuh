@@ -103,12 +103,16 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // while the next iteration waits for its tiles and issues its first two products, and its ring
 // stage is released once that next iteration's first wait shows it complete.
 // kAccDq: dQ accumulated by the dkdv role (Note [sm90 flash backward: dQ accumulated in order]).
+// kDsFrags: the dkdv role packs dS^T into A fragments of their own (+kQBlk/4 registers), so dK +=
+// dS^T Q is issued without waiting for dV += P^T dO to release the P^T fragments (Note [sm90
+// flash backward: dS fragments]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true, bool kAccDq_ = false>
+          bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
+  static constexpr bool kDsFrags = kDsFrags_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -139,6 +143,7 @@ struct BwdCfg {
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
+  static_assert(!kDsFrags || (!kAccDq && kDefer), "dS fragments: two passes, deferred products");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -417,6 +422,14 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.0f;
   float st[kQBlk / 2], dpt[kQBlk / 2];
   uint32_t fa[kQBlk / 16][4];
+  // Note [sm90 flash backward: dS fragments]
+  // Without kDsFrags dS^T reuses P^T's fragments, so it can be packed only once dV += P^T dO has
+  // read them (a wait<0> for dV in every iteration before dK can issue). With kDsFrags dS^T has
+  // its own fragments and dK follows dV into the tensor pipe at once; both retire, in commit
+  // order, before the next iteration's first wait<1> returns (which is also when that iteration
+  // overwrites fa and fd and releases this iteration's ring stage, read by both products).
+  constexpr int kFdRows = Cfg::kDsFrags ? kQBlk / 16 : 1;
+  uint32_t fd[kFdRows][4];
 
   // kAccDq state: this warpgroup's m64n64 dQ part of the current block; as the adder of the
   // previous block, what it still owes (Note [sm90 flash backward: dQ accumulated in order]).
@@ -456,8 +469,9 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
             ks > 0 ? 1 : 0);
       }
       g90::wgmma_commit();
-      g90::wgmma_wait<1>();  // S^T (and a deferred dK) ready; dP^T may still run
+      g90::wgmma_wait<1>();  // S^T (and a deferred dK, and with kDsFrags dV) ready; dP^T may run
       g90::fence_accumulators(st);
+      if constexpr (Cfg::kDsFrags) g90::fence_accumulators(dv);
       if (pending >= 0) {
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
@@ -489,9 +503,13 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
           const int qi = 8 * j + 2 * quad + (e & 1);
           st[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - cD[qi]);  // dS^T
         }
-      g90::wgmma_wait<0>();  // dV done: its A fragments may be overwritten
-      g90::fence_accumulators(dv);
-      acc_to_a_frags<kQBlk>(st, fa);
+      if constexpr (Cfg::kDsFrags) {
+        acc_to_a_frags<kQBlk>(st, fd);  // dV may still run: it reads fa, not fd
+      } else {
+        g90::wgmma_wait<0>();  // dV done: its A fragments may be overwritten
+        g90::fence_accumulators(dv);
+        acc_to_a_frags<kQBlk>(st, fa);
+      }
       if constexpr (Cfg::kAccDq) {
         // dQ part = dS K over this warpgroup's 64 keys: dS^T rows to shared memory (this
         // warpgroup's own rows: its previous dQ product, the only reader, has retired), then
@@ -514,7 +532,11 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       // dK += dS^T Q
 #pragma unroll
       for (int kk = 0; kk < kQBlk / 16; ++kk) {
-        WgmmaRegA<kD>::template mma<1>(dk, fa[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
+        if constexpr (Cfg::kDsFrags) {
+          WgmmaRegA<kD>::template mma<1>(dk, fd[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
+        } else {
+          WgmmaRegA<kD>::template mma<1>(dk, fa[kk], desc_mnmajor<kQBlk>(q_tile, kk), 1);
+        }
       }
       g90::wgmma_commit();
       if constexpr (Cfg::kAccDq) {
@@ -543,6 +565,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       if (pending >= 0) {  // a skipped block: retire the deferred product first
         g90::wgmma_wait<0>();
         g90::fence_accumulators(dk);
+        if constexpr (Cfg::kDsFrags) g90::fence_accumulators(dv);
         g90::mbar_arrive_warp(&empty[pending], lane);
         pending = -1;
       }
@@ -594,6 +617,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   }
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
+  g90::fence_accumulators(dv);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
   if constexpr (Cfg::kAccDq) {
     if (bump_i >= 0 && tid == 0) dq_bump(sem_head + bump_i);
