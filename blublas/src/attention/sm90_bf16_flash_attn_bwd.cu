@@ -35,6 +35,7 @@ const KernelConfig kTableD64[] = {
     {"kv-st4 q-st4", run<64, 4, 4>},
     {"1wg kv-st3 q-st3 (2 CTAs/SM)", run<64, 3, 3, 1>},
     {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},  // not yet measured
+    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // not yet measured
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 const KernelConfig kTableD128[] = {
