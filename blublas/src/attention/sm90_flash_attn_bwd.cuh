@@ -106,13 +106,16 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // kDsFrags: the dkdv role packs dS^T into A fragments of their own (+kQBlk/4 registers), so dK +=
 // dS^T Q is issued without waiting for dV += P^T dO to release the P^T fragments (Note [sm90
 // flash backward: dS fragments]).
+// kPipeDq: the dq role issues each block's dQ product behind the next block's S and dP (Note
+// [sm90 flash backward: pipelined dq role]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false>
+          bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false, bool kPipeDq_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
   static constexpr bool kDsFrags = kDsFrags_;
+  static constexpr bool kPipeDq = kPipeDq_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -144,6 +147,7 @@ struct BwdCfg {
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
   static_assert(!kDsFrags || (!kAccDq && kDefer), "dS fragments: two passes, deferred products");
+  static_assert(!kPipeDq || !kAccDq, "pipelined dq role: two passes");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -701,6 +705,101 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
   uint32_t fa[kKBlk / 16][4];
 
   g90::mbar_wait(full_qo, 0);
+  if constexpr (Cfg::kPipeDq) {
+    // Note [sm90 flash backward: pipelined dq role]
+    // The loop below issues S_j and dP_j behind block j-1's dQ product, so waiting for S_j also
+    // waits for that dQ: while the warpgroup computes its exponentials only dP_j is in the
+    // tensor pipe, and the other warpgroup alone covers the rest (ncu, T16384: tensor pipe 55%
+    // busy, issue 0.56 a scheduler). Here dQ_{j-1} is issued after S_j and dP_j
+    // (FlashAttention-3's ordering for the forward's P V): wait<2> retires S_j only, the
+    // exponentials run beside dP_j and dQ_{j-1}, wait<1> retires dP_j, and the wait<0> before
+    // block j's dS is packed (the fragments dQ_{j-1} reads) finds dQ_{j-1} long done; block
+    // j-1's ring stage is released there. S and dP are issued and read in one iteration, so
+    // ptxas keeps every wgmma asynchronous (an earlier version that issued block j+1's S / dP
+    // before finishing block j read accumulators across the loop's back edge: C7514, every
+    // wgmma serialized).
+    Ring r, prev;
+    bool have_prev = false;  // block j-1's dS fragments in fa, its dQ not yet issued
+    auto issue_dq = [&]() {
+      const uint32_t k_prev = k_tiles + prev.stage * kTile;
+#pragma unroll
+      for (int kk = 0; kk < kKBlk / 16; ++kk) {
+        WgmmaRegA<kD>::template mma<1>(dq, fa[kk], desc_mnmajor<kKBlk>(k_prev, kk), 1);
+      }
+    };
+    for (int j = 0; j < n_kv; ++j) {
+      const int k0 = j * kKBlk;
+      g90::mbar_wait(&full[r.stage], r.phase);
+      if (!(causal && k0 > wg_row_min + 63)) {
+        const uint32_t k_tile = k_tiles + r.stage * kTile, v_tile = v_tiles + r.stage * kTile;
+        g90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
+              s, desc_kmajor<kRows>(q_tile, 64 * c, ks), desc_kmajor<kKBlk>(k_tile, 0, ks),
+              ks > 0 ? 1 : 0);
+        }
+        g90::wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
+              dp, desc_kmajor<kRows>(o_tile, 64 * c, ks), desc_kmajor<kKBlk>(v_tile, 0, ks),
+              ks > 0 ? 1 : 0);
+        }
+        g90::wgmma_commit();
+        if (have_prev) issue_dq();
+        g90::wgmma_commit();  // dQ_{j-1} (empty without block j-1)
+        g90::wgmma_wait<2>();  // S_j
+        g90::fence_accumulators(s);
+        const bool need_mask = k0 + kKBlk > T || (causal && k0 + kKBlk - 1 > wg_row_min);
+#pragma unroll
+        for (int jj = 0; jj < kKBlk / 8; ++jj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float pv = ex2(fmaf(s[4 * jj + e], sl2, neg_l2[e >> 1]));
+            if (need_mask) {
+              const int row = row0 + 8 * (e >> 1);
+              const int col = k0 + 8 * jj + 2 * quad + (e & 1);
+              if (col >= T || (causal && col > row)) pv = 0.0f;
+            }
+            s[4 * jj + e] = pv;
+          }
+        g90::wgmma_wait<1>();  // dP_j
+        g90::fence_accumulators(dp);
+#pragma unroll
+        for (int jj = 0; jj < kKBlk / 8; ++jj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dl[e >> 1]);
+        g90::wgmma_wait<0>();  // dQ_{j-1}: fa and block j-1's stage are free
+        if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
+        acc_to_a_frags<kKBlk>(s, fa);
+        have_prev = true;
+        prev = r;
+      } else {
+        if (have_prev) {  // a skipped block: block j-1's dQ first
+          g90::wgmma_fence();
+          issue_dq();
+          g90::wgmma_commit();
+          g90::wgmma_wait<0>();
+          g90::mbar_arrive_warp(&empty[prev.stage], lane);
+          have_prev = false;
+        }
+        g90::mbar_arrive_warp(&empty[r.stage], lane);
+      }
+      r.advance<kStages>();
+    }
+    if (have_prev) {
+      g90::wgmma_fence();
+      issue_dq();
+      g90::wgmma_commit();
+      g90::wgmma_wait<0>();
+      g90::mbar_arrive_warp(&empty[prev.stage], lane);
+    }
+    g90::fence_accumulators(dq);
+    store_rows<kD>(dq, static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h, p.sdq.t,
+                   row0, T, quad, p.scale);
+    return;
+  }
   Ring r;
   int pending = -1;  // ring stage whose dQ product may still run (kDefer)
   for (int j = 0; j < n_kv; ++j) {
