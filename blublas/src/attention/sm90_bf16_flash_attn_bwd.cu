@@ -6,7 +6,8 @@
 // query rows) per CTA, two CTAs per SM; dq-bc<keys per block of the dq role> when not 64;
 // no-defer: each iteration waits for its last product (BwdCfg::kDefer off); ds-frags: dS^T in
 // fragments of its own (BwdCfg::kDsFrags, Note [sm90 flash backward: dS fragments]); dq-pipe:
-// the dq role software-pipelined (BwdCfg::kPipeDq, Note [sm90 flash backward: pipelined dq role]).
+// the dq role software-pipelined (BwdCfg::kPipeDq, Note [sm90 flash backward: pipelined dq role]);
+// kv-pipe: the dkdv role too (BwdCfg::kPipeKv, Note [sm90 flash backward: pipelined dkdv role]).
 // With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
 // accumulated in order]) instead of the table's entry 0.
@@ -16,10 +17,11 @@ namespace blublas::attn {
 namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
-          bool kDefer = true, bool kAccDq = false, bool kDsFrags = false, bool kPipeDq = false>
+          bool kDefer = true, bool kAccDq = false, bool kDsFrags = false, bool kPipeDq = false,
+          bool kPipeKv = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
-  return sm90::launch_flash_attn_bwd_sm90<
-      sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk, kDefer, kAccDq, kDsFrags, kPipeDq>>(
+  return sm90::launch_flash_attn_bwd_sm90<sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk,
+                                                       kDefer, kAccDq, kDsFrags, kPipeDq, kPipeKv>>(
       p, dev, stream,
       kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
              : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
@@ -38,6 +40,7 @@ const KernelConfig kTableD64[] = {
     {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},  // not yet measured
     {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // not yet measured
     {"kv-st3 q-st3 ds-frags dq-pipe", run<64, 3, 3, 2, 64, true, false, true, true>},  // not yet measured
+    {"kv-st3 q-st3 kv-pipe dq-pipe", run<64, 3, 3, 2, 64, true, false, false, true, true>},  // not yet measured
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 const KernelConfig kTableD128[] = {

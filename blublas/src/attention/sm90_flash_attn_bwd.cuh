@@ -107,15 +107,18 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // dS^T Q is issued without waiting for dV += P^T dO to release the P^T fragments (Note [sm90
 // flash backward: dS fragments]).
 // kPipeDq: the dq role issues each block's dQ product behind the next block's S and dP (Note
-// [sm90 flash backward: pipelined dq role]).
+// [sm90 flash backward: pipelined dq role]); kPipeKv: the dkdv role likewise with dV and dK
+// (Note [sm90 flash backward: pipelined dkdv role]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
-          bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false, bool kPipeDq_ = false>
+          bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false, bool kPipeDq_ = false,
+          bool kPipeKv_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
   static constexpr bool kAccDq = kAccDq_;
   static constexpr bool kDsFrags = kDsFrags_;
   static constexpr bool kPipeDq = kPipeDq_;
+  static constexpr bool kPipeKv = kPipeKv_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -148,6 +151,7 @@ struct BwdCfg {
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
   static_assert(!kDsFrags || (!kAccDq && kDefer), "dS fragments: two passes, deferred products");
   static_assert(!kPipeDq || !kAccDq, "pipelined dq role: two passes");
+  static_assert(!kPipeKv || !kAccDq, "pipelined dkdv role: two passes");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -447,6 +451,104 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   const int bar_wg = 2 + c;
 
   g90::mbar_wait(full_kv, 0);
+  if constexpr (Cfg::kPipeKv) {
+    // Note [sm90 flash backward: pipelined dkdv role]
+    // The dq role's reordering (Note [sm90 flash backward: pipelined dq role]) for the dkdv
+    // role: block i-1's dV += P^T dO and dK += dS^T Q are issued behind block i's S^T and dP^T,
+    // so the exponentials of block i run beside dP^T_i, dV_{i-1} and dK_{i-1} (three products
+    // instead of one). P^T and dS^T of block i-1 wait in fragments of their own (fa, fd) until
+    // then; the wait<0> before block i packs them finds both products long done and releases
+    // block i-1's ring stage (its Q and dO tiles). S^T and dP^T are issued and read in one
+    // iteration: no accumulator is read across the loop's back edge (C7514).
+    uint32_t fd[kQBlk / 16][4];
+    Ring r, prev;
+    bool have_prev = false;
+    auto issue_dvdk = [&]() {
+      const uint32_t q_prev = q_tiles + prev.stage * kTile, o_prev = o_tiles + prev.stage * kTile;
+#pragma unroll
+      for (int kk = 0; kk < kQBlk / 16; ++kk) {
+        WgmmaRegA<kD>::template mma<1>(dv, fa[kk], desc_mnmajor<kQBlk>(o_prev, kk), 1);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kQBlk / 16; ++kk) {
+        WgmmaRegA<kD>::template mma<1>(dk, fd[kk], desc_mnmajor<kQBlk>(q_prev, kk), 1);
+      }
+    };
+    auto retire_prev = [&]() {  // a skipped block or the end: block i-1's products now
+      if (!have_prev) return;
+      g90::wgmma_fence();
+      issue_dvdk();
+      g90::wgmma_commit();
+      g90::wgmma_wait<0>();
+      g90::mbar_arrive_warp(&empty[prev.stage], lane);
+      have_prev = false;
+    };
+    for (int i = i0; i < nqb; ++i) {
+      const int qs = i * kQBlk;
+      g90::mbar_wait(&full[r.stage], r.phase);
+      if (!(causal && wg_key_min > qs + kQBlk - 1)) {
+        const uint32_t q_tile = q_tiles + r.stage * kTile, o_tile = o_tiles + r.stage * kTile;
+        const float* cL = sL + r.stage * kQBlk;
+        const float* cD = sD + r.stage * kQBlk;
+        g90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
+              st, desc_kmajor<kKeys>(k_tile, 64 * c, ks), desc_kmajor<kQBlk>(q_tile, 0, ks),
+              ks > 0 ? 1 : 0);
+        }
+        g90::wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
+              dpt, desc_kmajor<kKeys>(v_tile, 64 * c, ks), desc_kmajor<kQBlk>(o_tile, 0, ks),
+              ks > 0 ? 1 : 0);
+        }
+        g90::wgmma_commit();
+        if (have_prev) issue_dvdk();
+        g90::wgmma_commit();  // dV_{i-1} and dK_{i-1} (empty without block i-1)
+        g90::wgmma_wait<2>();  // S^T_i
+        g90::fence_accumulators(st);
+        const bool need_mask = causal && wg_key_min + 63 > qs;
+#pragma unroll
+        for (int j = 0; j < kQBlk / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = 8 * j + 2 * quad + (e & 1);
+            float pv = ex2(fmaf(st[4 * j + e], sl2, -cL[qi]));
+            if (need_mask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
+            st[4 * j + e] = pv;
+          }
+        g90::wgmma_wait<1>();  // dP^T_i
+        g90::fence_accumulators(dpt);
+#pragma unroll
+        for (int j = 0; j < kQBlk / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = 8 * j + 2 * quad + (e & 1);
+            dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - cD[qi]);  // dS^T
+          }
+        g90::wgmma_wait<0>();  // dV_{i-1}, dK_{i-1}: fa, fd and block i-1's stage are free
+        if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
+        acc_to_a_frags<kQBlk>(st, fa);
+        acc_to_a_frags<kQBlk>(dpt, fd);
+        have_prev = true;
+        prev = r;
+      } else {
+        retire_prev();
+        g90::mbar_arrive_warp(&empty[r.stage], lane);
+      }
+      r.advance<kStages>();
+    }
+    retire_prev();
+    g90::fence_accumulators(dk);
+    g90::fence_accumulators(dv);
+    store_rows<kD>(dk, static_cast<__nv_bfloat16*>(p.dk) + b * p.sdk.b + h * p.sdk.h, p.sdk.t,
+                   key0, T, quad, p.scale);
+    store_rows<kD>(dv, static_cast<__nv_bfloat16*>(p.dv) + b * p.sdv.b + h * p.sdv.h, p.sdv.t,
+                   key0, T, quad, 1.0f);
+    return;
+  }
   Ring r;
   int pending = -1;  // ring stage whose dK product may still run (kDefer)
   for (int i = i0; i < nqb; ++i) {
