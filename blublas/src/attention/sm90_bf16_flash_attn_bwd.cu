@@ -11,6 +11,8 @@
 // With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
 // accumulated in order]) instead of the table's entry 0.
+#include <cstdlib>
+
 #include "attention/sm90_flash_attn_bwd.cuh"
 
 namespace blublas::attn {
@@ -61,13 +63,20 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
+// BLUBLAS_ATTN_BWD_CFG=i (read once per process): entry i of the head dim's table instead of
+// entry 0, where it exists (as BLUBLAS_ATTN_FWD_CFG for the forward).
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
     return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
   }
+  static const int forced = [] {
+    const char* e = std::getenv("BLUBLAS_ATTN_BWD_CFG");
+    return e == nullptr ? 0 : std::atoi(e);
+  }();
   int n = 0;
-  return sm90_bf16_bwd_table(head_dim, &n)[0].launch(p, dev, stream);
+  const KernelConfig* table = sm90_bf16_bwd_table(head_dim, &n);
+  return table[forced > 0 && forced < n ? forced : 0].launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn
