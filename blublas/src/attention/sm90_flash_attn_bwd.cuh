@@ -149,9 +149,11 @@ struct BwdCfg {
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kAccDq || (kD == 64 && kConsumers == 2 && kDefer),
                 "dQ accumulation: head_dim 64, two consumer warpgroups, deferred products");
-  static_assert(!kDsFrags || (!kAccDq && kDefer), "dS fragments: two passes, deferred products");
-  static_assert(!kPipeDq || !kAccDq, "pipelined dq role: two passes");
-  static_assert(!kPipeKv || !kAccDq, "pipelined dkdv role: two passes");
+  static_assert(!kDsFrags || (!kAccDq && kDefer && kD == 64),
+                "dS fragments: two passes, deferred products, head_dim 64 (registers)");
+  static_assert(!kPipeDq || (!kAccDq && kD == 64), "pipelined dq role: two passes, head_dim 64");
+  static_assert(!kPipeKv || (!kAccDq && !kDsFrags && kD == 64),
+                "pipelined dkdv role: two passes, head_dim 64 (it has its own dS fragments)");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -456,11 +458,15 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     // The dq role's reordering (Note [sm90 flash backward: pipelined dq role]) for the dkdv
     // role: block i-1's dV += P^T dO and dK += dS^T Q are issued behind block i's S^T and dP^T,
     // so the exponentials of block i run beside dP^T_i, dV_{i-1} and dK_{i-1} (three products
-    // instead of one). P^T and dS^T of block i-1 wait in fragments of their own (fa, fd) until
+    // instead of one). P^T and dS^T of block i-1 wait in fragments of their own (fa, fds) until
     // then; the wait<0> before block i packs them finds both products long done and releases
     // block i-1's ring stage (its Q and dO tiles). S^T and dP^T are issued and read in one
-    // iteration: no accumulator is read across the loop's back edge (C7514).
-    uint32_t fd[kQBlk / 16][4];
+    // iteration: no accumulator is read across the loop's back edge (C7514). Both pipelined
+    // loops hold block i-1's stage until the wait<0> late in iteration i (the deferred loop
+    // releases it at its first wait): with 3 stages about one block of TMA lookahead is left,
+    // hence the 4-stage table entry too. ptxas injects a warpgroup.arrive before the conditional
+    // previous-block products (C7519; peel the first block if it costs).
+    uint32_t fds[kQBlk / 16][4];  // block i-1's dS^T (P^T in fa)
     Ring r, prev;
     bool have_prev = false;
     auto issue_dvdk = [&]() {
@@ -471,7 +477,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       }
 #pragma unroll
       for (int kk = 0; kk < kQBlk / 16; ++kk) {
-        WgmmaRegA<kD>::template mma<1>(dk, fd[kk], desc_mnmajor<kQBlk>(q_prev, kk), 1);
+        WgmmaRegA<kD>::template mma<1>(dk, fds[kk], desc_mnmajor<kQBlk>(q_prev, kk), 1);
       }
     };
     auto retire_prev = [&]() {  // a skipped block or the end: block i-1's products now
@@ -531,7 +537,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         g90::wgmma_wait<0>();  // dV_{i-1}, dK_{i-1}: fa, fd and block i-1's stage are free
         if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
         acc_to_a_frags<kQBlk>(st, fa);
-        acc_to_a_frags<kQBlk>(dpt, fd);
+        acc_to_a_frags<kQBlk>(dpt, fds);
         have_prev = true;
         prev = r;
       } else {
