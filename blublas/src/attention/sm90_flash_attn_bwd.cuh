@@ -348,6 +348,86 @@ __device__ __forceinline__ void store_ds_t(const uint32_t (&fa)[4][4], uint8_t* 
     }
 }
 
+// Issues acc1 = A1 B1^T and acc2 = A2 B2^T over the head dim, one commit group each: both
+// operands K-major, the A tiles kRowsA-row tiles read from row a_row0 (this warpgroup's 64), the B
+// tiles blocks of kN rows (S^T / dP^T of the dkdv role, S / dP of the dq role). The caller fences.
+template <int kD, int kRowsA, int kN>
+__device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32_t a1, uint32_t b1,
+                                                   float (&acc2)[kN / 2], uint32_t a2, uint32_t b2,
+                                                   int a_row0) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    g90::Wgmma<g90::InBf16, kN>::template mma<0, 0>(acc1, desc_kmajor<kRowsA>(a1, a_row0, ks),
+                                                      desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
+  }
+  g90::wgmma_commit();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    g90::Wgmma<g90::InBf16, kN>::template mma<0, 0>(acc2, desc_kmajor<kRowsA>(a2, a_row0, ks),
+                                                      desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
+  }
+  g90::wgmma_commit();
+}
+
+// dkdv role, in place: P^T = exp2(S^T * scale*log2e - L*log2e) (cL: the block's L*log2e per query
+// column), 0 where the key (this thread's key0, key0 + 8) is after the query under need_mask.
+template <int kQBlk>
+__device__ __forceinline__ void dkdv_probs(float (&st)[kQBlk / 2], const float* cL, float sl2,
+                                           bool need_mask, int key0, int qs, int quad) {
+#pragma unroll
+  for (int j = 0; j < kQBlk / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int qi = 8 * j + 2 * quad + (e & 1);
+      float pv = ex2(fmaf(st[4 * j + e], sl2, -cL[qi]));
+      if (need_mask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
+      st[4 * j + e] = pv;
+    }
+}
+
+// dkdv role: dS^T = P^T (dP^T - D) into out (which may be pt or dpt; cD: D per query column).
+template <int kQBlk>
+__device__ __forceinline__ void dkdv_ds(const float (&pt)[kQBlk / 2], const float (&dpt)[kQBlk / 2],
+                                        float (&out)[kQBlk / 2], const float* cD, int quad) {
+#pragma unroll
+  for (int j = 0; j < kQBlk / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int qi = 8 * j + 2 * quad + (e & 1);
+      out[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - cD[qi]);
+    }
+}
+
+// dq role, in place: P = exp2(S * scale*log2e - L*log2e) (neg_l2: -L*log2e of this thread's two
+// rows), 0 for keys past T or, causal, after the row, under need_mask.
+template <int kKBlk>
+__device__ __forceinline__ void dq_probs(float (&s)[kKBlk / 2], const float (&neg_l2)[2], float sl2,
+                                         bool need_mask, bool causal, int row0, int k0, int T,
+                                         int quad) {
+#pragma unroll
+  for (int jj = 0; jj < kKBlk / 8; ++jj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float pv = ex2(fmaf(s[4 * jj + e], sl2, neg_l2[e >> 1]));
+      if (need_mask) {
+        const int row = row0 + 8 * (e >> 1);
+        const int col = k0 + 8 * jj + 2 * quad + (e & 1);
+        if (col >= T || (causal && col > row)) pv = 0.0f;
+      }
+      s[4 * jj + e] = pv;
+    }
+}
+
+// dq role, in place: dS = P (dP - D) (dl: D of this thread's two rows).
+template <int kKBlk>
+__device__ __forceinline__ void dq_ds(float (&s)[kKBlk / 2], const float (&dp)[kKBlk / 2],
+                                      const float (&dl)[2]) {
+#pragma unroll
+  for (int jj = 0; jj < kKBlk / 8; ++jj)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dl[e >> 1]);
+}
+
 // ---- dkdv role ----------------------------------------------------------------------------------
 template <class Cfg>
 __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, uint8_t* smem,
@@ -497,43 +577,16 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         const float* cL = sL + r.stage * kQBlk;
         const float* cD = sD + r.stage * kQBlk;
         g90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-          g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
-              st, desc_kmajor<kKeys>(k_tile, 64 * c, ks), desc_kmajor<kQBlk>(q_tile, 0, ks),
-              ks > 0 ? 1 : 0);
-        }
-        g90::wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-          g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
-              dpt, desc_kmajor<kKeys>(v_tile, 64 * c, ks), desc_kmajor<kQBlk>(o_tile, 0, ks),
-              ks > 0 ? 1 : 0);
-        }
-        g90::wgmma_commit();
+        issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
         if (have_prev) issue_dvdk();
         g90::wgmma_commit();  // dV_{i-1} and dK_{i-1} (empty without block i-1)
         g90::wgmma_wait<2>();  // S^T_i
         g90::fence_accumulators(st);
         const bool need_mask = causal && wg_key_min + 63 > qs;
-#pragma unroll
-        for (int j = 0; j < kQBlk / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = 8 * j + 2 * quad + (e & 1);
-            float pv = ex2(fmaf(st[4 * j + e], sl2, -cL[qi]));
-            if (need_mask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
-            st[4 * j + e] = pv;
-          }
+        dkdv_probs<kQBlk>(st, cL, sl2, need_mask, key0, qs, quad);
         g90::wgmma_wait<1>();  // dP^T_i
         g90::fence_accumulators(dpt);
-#pragma unroll
-        for (int j = 0; j < kQBlk / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = 8 * j + 2 * quad + (e & 1);
-            dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - cD[qi]);  // dS^T
-          }
+        dkdv_ds<kQBlk>(st, dpt, dpt, cD, quad);  // dS^T (P^T stays in st)
         g90::wgmma_wait<0>();  // dV_{i-1}, dK_{i-1}: fa, fd and block i-1's stage are free
         if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
         acc_to_a_frags<kQBlk>(st, fa);
@@ -567,20 +620,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       const float* cL = sL + r.stage * kQBlk;
       const float* cD = sD + r.stage * kQBlk;
       g90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
-            st, desc_kmajor<kKeys>(k_tile, 64 * c, ks), desc_kmajor<kQBlk>(q_tile, 0, ks),
-            ks > 0 ? 1 : 0);
-      }
-      g90::wgmma_commit();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        g90::Wgmma<g90::InBf16, kQBlk>::template mma<0, 0>(
-            dpt, desc_kmajor<kKeys>(v_tile, 64 * c, ks), desc_kmajor<kQBlk>(o_tile, 0, ks),
-            ks > 0 ? 1 : 0);
-      }
-      g90::wgmma_commit();
+      issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
       g90::wgmma_wait<1>();  // S^T (and a deferred dK, and with kDsFrags dV) ready; dP^T may run
       g90::fence_accumulators(st);
       if constexpr (Cfg::kDsFrags) g90::fence_accumulators(dv);
@@ -589,15 +629,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         pending = -1;
       }
       const bool need_mask = causal && wg_key_min + 63 > qs;
-#pragma unroll
-      for (int j = 0; j < kQBlk / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = 8 * j + 2 * quad + (e & 1);
-          float pv = ex2(fmaf(st[4 * j + e], sl2, -cL[qi]));
-          if (need_mask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
-          st[4 * j + e] = pv;
-        }
+      dkdv_probs<kQBlk>(st, cL, sl2, need_mask, key0, qs, quad);
       acc_to_a_frags<kQBlk>(st, fa);
       g90::wgmma_fence();
       // dV += P^T dO
@@ -608,13 +640,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       g90::wgmma_commit();
       g90::wgmma_wait<1>();  // dP^T ready; dV may still run
       g90::fence_accumulators(dpt);
-#pragma unroll
-      for (int j = 0; j < kQBlk / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = 8 * j + 2 * quad + (e & 1);
-          st[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - cD[qi]);  // dS^T
-        }
+      dkdv_ds<kQBlk>(st, dpt, st, cD, quad);  // dS^T
       if constexpr (Cfg::kDsFrags) {
         acc_to_a_frags<kQBlk>(st, fd);  // dV may still run: it reads fa, not fd
       } else {
@@ -841,43 +867,16 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       if (!(causal && k0 > wg_row_min + 63)) {
         const uint32_t k_tile = k_tiles + r.stage * kTile, v_tile = v_tiles + r.stage * kTile;
         g90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-          g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
-              s, desc_kmajor<kRows>(q_tile, 64 * c, ks), desc_kmajor<kKBlk>(k_tile, 0, ks),
-              ks > 0 ? 1 : 0);
-        }
-        g90::wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-          g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
-              dp, desc_kmajor<kRows>(o_tile, 64 * c, ks), desc_kmajor<kKBlk>(v_tile, 0, ks),
-              ks > 0 ? 1 : 0);
-        }
-        g90::wgmma_commit();
+        issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
         if (have_prev) issue_dq();
         g90::wgmma_commit();  // dQ_{j-1} (empty without block j-1)
         g90::wgmma_wait<2>();  // S_j
         g90::fence_accumulators(s);
         const bool need_mask = k0 + kKBlk > T || (causal && k0 + kKBlk - 1 > wg_row_min);
-#pragma unroll
-        for (int jj = 0; jj < kKBlk / 8; ++jj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float pv = ex2(fmaf(s[4 * jj + e], sl2, neg_l2[e >> 1]));
-            if (need_mask) {
-              const int row = row0 + 8 * (e >> 1);
-              const int col = k0 + 8 * jj + 2 * quad + (e & 1);
-              if (col >= T || (causal && col > row)) pv = 0.0f;
-            }
-            s[4 * jj + e] = pv;
-          }
+        dq_probs<kKBlk>(s, neg_l2, sl2, need_mask, causal, row0, k0, T, quad);
         g90::wgmma_wait<1>();  // dP_j
         g90::fence_accumulators(dp);
-#pragma unroll
-        for (int jj = 0; jj < kKBlk / 8; ++jj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dl[e >> 1]);
+        dq_ds<kKBlk>(s, dp, dl);
         g90::wgmma_wait<0>();  // dQ_{j-1}: fa and block j-1's stage are free
         if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
         acc_to_a_frags<kKBlk>(s, fa);
@@ -917,20 +916,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     if (!(causal && k0 > wg_row_min + 63)) {
       const uint32_t k_tile = k_tiles + r.stage * kTile, v_tile = v_tiles + r.stage * kTile;
       g90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
-            s, desc_kmajor<kRows>(q_tile, 64 * c, ks), desc_kmajor<kKBlk>(k_tile, 0, ks),
-            ks > 0 ? 1 : 0);
-      }
-      g90::wgmma_commit();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        g90::Wgmma<g90::InBf16, kKBlk>::template mma<0, 0>(
-            dp, desc_kmajor<kRows>(o_tile, 64 * c, ks), desc_kmajor<kKBlk>(v_tile, 0, ks),
-            ks > 0 ? 1 : 0);
-      }
-      g90::wgmma_commit();
+      issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
       g90::wgmma_wait<1>();  // S (and a deferred dQ) ready; dP may still run
       g90::fence_accumulators(s);
       if (pending >= 0) {
@@ -938,24 +924,10 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
         pending = -1;
       }
       const bool need_mask = k0 + kKBlk > T || (causal && k0 + kKBlk - 1 > wg_row_min);
-#pragma unroll
-      for (int jj = 0; jj < kKBlk / 8; ++jj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float pv = ex2(fmaf(s[4 * jj + e], sl2, neg_l2[e >> 1]));
-          if (need_mask) {
-            const int row = row0 + 8 * (e >> 1);
-            const int col = k0 + 8 * jj + 2 * quad + (e & 1);
-            if (col >= T || (causal && col > row)) pv = 0.0f;
-          }
-          s[4 * jj + e] = pv;
-        }
+      dq_probs<kKBlk>(s, neg_l2, sl2, need_mask, causal, row0, k0, T, quad);
       g90::wgmma_wait<0>();
       g90::fence_accumulators(dp);
-#pragma unroll
-      for (int jj = 0; jj < kKBlk / 8; ++jj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[4 * jj + e] = s[4 * jj + e] * (dp[4 * jj + e] - dl[e >> 1]);
+      dq_ds<kKBlk>(s, dp, dl);
       acc_to_a_frags<kKBlk>(s, fa);
       g90::wgmma_fence();
       // dQ += dS K
