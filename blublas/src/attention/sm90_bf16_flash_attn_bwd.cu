@@ -33,25 +33,28 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 // H200, run 3 (00:45, quick). Deferring the last product holds its ring stage one iteration
 // longer: with 2 stages the producer then starves (defer st2 186 vs no-defer st2 212 at d64).
 const KernelConfig kTableD64[] = {
-    {"kv-st3 q-st3", run<64, 3, 3>},                              // 230.2
-    {"kv-st3 q-st3 dq-bc128", run<64, 3, 3, 2, 128>},
-    {"kv-st3 q-st3 no-defer", run<64, 3, 3, 2, 64, false>},
-    {"kv-st2 q-st2 no-defer", run<64, 2, 2, 2, 64, false>},       // 212.0
-    {"kv-st4 q-st4", run<64, 4, 4>},
-    {"1wg kv-st3 q-st3 (2 CTAs/SM)", run<64, 3, 3, 1>},
-    {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},  // not yet measured
-    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // not yet measured
-    {"kv-st3 q-st3 ds-frags dq-pipe", run<64, 3, 3, 2, 64, true, false, true, true>},  // not yet measured
-    {"kv-st3 q-st3 kv-pipe dq-pipe", run<64, 3, 3, 2, 64, true, false, false, true, true>},  // not yet measured
-    {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},  // not yet measured
+    // Session 33 sweep (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384
+    // H12, before the head-grouped CTA order became the default):
+    {"kv-st3 q-st3", run<64, 3, 3>},                          // 217.9 / 219.6 / 325.8
+    {"kv-st3 q-st3 no-defer", run<64, 3, 3, 2, 64, false>},   // 221.6 / 227.8 / 315.1
+    {"kv-st4 q-st4", run<64, 4, 4>},                          // 219.6 / 221.9 / 328.3
+    // Not yet measured:
+    {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},
+    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},
+    {"kv-st3 q-st3 ds-frags dq-pipe", run<64, 3, 3, 2, 64, true, false, true, true>},
+    {"kv-st3 q-st3 kv-pipe dq-pipe", run<64, 3, 3, 2, 64, true, false, false, true, true>},
+    {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
+// Dropped in session 33 (compile time; TFLOP/s as above): kv-st3 q-st3 dq-bc128 214.4 / 220.4 /
+// 326.6, kv-st2 q-st2 no-defer 201.9 / 203.0 / 307.3, 1wg kv-st3 q-st3 (2 CTAs/SM) 218.8 / 211.4 /
+// 288.3 (the kConsumers = 1 and kKBlk = 128 paths of BwdCfg stay, uninstantiated).
 const KernelConfig kTableD128[] = {
     {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},      // 270.2
-    {"kv-st3 q-st3", run<128, 3, 3>},  // ptxas C7512: every wgmma serialized (registers)
     {"kv-st3 q-st3 no-defer", run<128, 3, 3, 2, 64, false>},
 };
-// Dropped after run 3: kv-st2 q-st2 (defer) 221.4, 1wg (2 CTAs/SM) 224.2.
+// Dropped after run 3: kv-st2 q-st2 (defer) 221.4, 1wg (2 CTAs/SM) 224.2. Dropped in session 33:
+// kv-st3 q-st3 (defer), whose wgmmas ptxas serializes for lack of registers (C7512).
 
 }  // namespace
 

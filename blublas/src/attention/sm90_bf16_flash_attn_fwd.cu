@@ -32,18 +32,17 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},                  // 253.7 / 268.7 / 393.5
     {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                    // 223.9 / 235.5 / 371.7
     {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 225.2 / 213.4 / 400.7
-    {"bc64 st3 overlap persistent pingpong", run<64, 64, 3, true, true, 2, true>},  // 223.5 / 231.9 / 340.3
-    {"bc64 st4 overlap persistent", run<64, 64, 4, true, true>},                    // 236.0 / 253.9 / 370.2
-    {"1wg bc64 st3 overlap persistent (2 CTAs/SM)", run<64, 64, 3, true, true, 1>},  // 236.4 / 228.6 / 377.9
     // Added after the sweep, not yet measured: the default's tile with 4 stages, and with one
     // consumer warpgroup per CTA (two CTAs per SM hide each other's softmax and epilogue).
     {"bc128 st4 overlap persistent fma8", run<64, 128, 4, true, true, 2, false, 8>},
     {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)", run<64, 128, 3, true, true, 1, false, 8>},
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
-// per tile 220.5. Dropped in session 33: bc128 st2 (228.9 in session 31's sweep), bc128 st2
-// overlap persistent pingpong (228.9), and more exponentials on the FMA pipe, all slower than
-// the MUFU alone: bc64 st3 fma4 214.5 / 224.5 / 323.6, bc128 st3 fma4 226.7 / 244.9 / 350.3,
+// per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
+// session 31's sweep), bc128 st2 overlap persistent pingpong (228.9), bc64 st3 overlap persistent
+// pingpong 223.5 / 231.9 / 340.3, bc64 st4 overlap persistent 236.0 / 253.9 / 370.2, 1wg bc64 st3
+// overlap persistent 236.4 / 228.6 / 377.9, and more exponentials on the FMA pipe, all slower
+// than the MUFU alone: bc64 st3 fma4 214.5 / 224.5 / 323.6, bc128 st3 fma4 226.7 / 244.9 / 350.3,
 // fma3 224.9 / 244.6 / 358.1 (the forward is not MUFU-bound: Note [sm90 forward: exponentials on
 // two pipes]).
 // Comments: TFLOP/s at B16 T1024 H6 causal on the H200, run 3 (00:45, quick).
