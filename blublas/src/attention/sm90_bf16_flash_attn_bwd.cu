@@ -11,7 +11,6 @@
 // With the dQ accumulator in the workspace (causal, head_dim 64; AttnDqMode::kAccumulate) the
 // launcher runs the dkdv role alone with dQ accumulated in order (Note [sm90 flash backward: dQ
 // accumulated in order]) instead of the table's entry 0.
-#include <cstdlib>
 
 #include "attention/sm90_flash_attn_bwd.cuh"
 
@@ -67,20 +66,15 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// BLUBLAS_ATTN_BWD_CFG=i (read once per process): entry i of the head dim's table instead of
-// entry 0, where it exists (as BLUBLAS_ATTN_FWD_CFG for the forward).
+// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_BWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
     return run<64, 3, 3, 2, 64, true, true>(p, dev, stream);
   }
-  static const int forced = [] {
-    const char* e = std::getenv("BLUBLAS_ATTN_BWD_CFG");
-    return e == nullptr ? 0 : std::atoi(e);
-  }();
   int n = 0;
   const KernelConfig* table = sm90_bf16_bwd_table(head_dim, &n);
-  return table[forced > 0 && forced < n ? forced : 0].launch(p, dev, stream);
+  return table_entry(table, n, "BLUBLAS_ATTN_BWD_CFG").launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

@@ -4,7 +4,6 @@
 // [persistent] [pingpong] [fma<n>: one column pair in n exponentiated on the FMA pipe, Note
 // [sm90 forward: exponentials on two pipes]]; 1wg: one consumer warpgroup of 64 rows per CTA, two
 // CTAs per SM.
-#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -97,17 +96,12 @@ const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// BLUBLAS_ATTN_FWD_CFG=i (read once per process): entry i of the head dim's table instead of
-// entry 0, where it exists: lets a whole training run try a table entry without a rebuild.
+// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
-  static const int forced = [] {
-    const char* e = std::getenv("BLUBLAS_ATTN_FWD_CFG");
-    return e == nullptr ? 0 : std::atoi(e);
-  }();
   int n = 0;
   const KernelConfig* table = sm90_bf16_fwd_table(head_dim, &n);
-  return table[forced > 0 && forced < n ? forced : 0].launch(p, dev, stream);
+  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG").launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

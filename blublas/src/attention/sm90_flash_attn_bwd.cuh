@@ -518,8 +518,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   // its own fragments and dK follows dV into the tensor pipe at once; both retire, in commit
   // order, before the next iteration's first wait<1> returns (which is also when that iteration
   // overwrites fa and fd and releases this iteration's ring stage, read by both products).
-  constexpr int kFdRows = Cfg::kDsFrags ? kQBlk / 16 : 1;
-  uint32_t fd[kFdRows][4];
+  constexpr int kFdRows = Cfg::kDsFrags || Cfg::kPipeKv ? kQBlk / 16 : 1;
+  uint32_t fd[kFdRows][4];  // dS^T (kDsFrags; kPipeKv: block i-1's)
 
   // kAccDq state: this warpgroup's m64n64 dQ part of the current block; as the adder of the
   // previous block, what it still owes (Note [sm90 flash backward: dQ accumulated in order]).
@@ -538,7 +538,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     // The dq role's reordering (Note [sm90 flash backward: pipelined dq role]) for the dkdv
     // role: block i-1's dV += P^T dO and dK += dS^T Q are issued behind block i's S^T and dP^T,
     // so the exponentials of block i run beside dP^T_i, dV_{i-1} and dK_{i-1} (three products
-    // instead of one). P^T and dS^T of block i-1 wait in fragments of their own (fa, fds) until
+    // instead of one). P^T and dS^T of block i-1 wait in fragments of their own (fa, fd) until
     // then; the wait<0> before block i packs them finds both products long done and releases
     // block i-1's ring stage (its Q and dO tiles). S^T and dP^T are issued and read in one
     // iteration: no accumulator is read across the loop's back edge (C7514). Both pipelined
@@ -546,7 +546,6 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     // releases it at its first wait): with 3 stages about one block of TMA lookahead is left,
     // hence the 4-stage table entry too. ptxas injects a warpgroup.arrive before the conditional
     // previous-block products (C7519; peel the first block if it costs).
-    uint32_t fds[kQBlk / 16][4];  // block i-1's dS^T (P^T in fa)
     Ring r, prev;
     bool have_prev = false;
     auto issue_dvdk = [&]() {
@@ -557,7 +556,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       }
 #pragma unroll
       for (int kk = 0; kk < kQBlk / 16; ++kk) {
-        WgmmaRegA<kD>::template mma<1>(dk, fds[kk], desc_mnmajor<kQBlk>(q_prev, kk), 1);
+        WgmmaRegA<kD>::template mma<1>(dk, fd[kk], desc_mnmajor<kQBlk>(q_prev, kk), 1);
       }
     };
     auto retire_prev = [&]() {  // a skipped block or the end: block i-1's products now
@@ -590,7 +589,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         g90::wgmma_wait<0>();  // dV_{i-1}, dK_{i-1}: fa, fd and block i-1's stage are free
         if (have_prev) g90::mbar_arrive_warp(&empty[prev.stage], lane);
         acc_to_a_frags<kQBlk>(st, fa);
-        acc_to_a_frags<kQBlk>(dpt, fds);
+        acc_to_a_frags<kQBlk>(dpt, fd);
         have_prev = true;
         prev = r;
       } else {
@@ -861,6 +860,15 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
         WgmmaRegA<kD>::template mma<1>(dq, fa[kk], desc_mnmajor<kKBlk>(k_prev, kk), 1);
       }
     };
+    auto retire_prev = [&]() {  // a skipped block or the end: block j-1's dQ now
+      if (!have_prev) return;
+      g90::wgmma_fence();
+      issue_dq();
+      g90::wgmma_commit();
+      g90::wgmma_wait<0>();
+      g90::mbar_arrive_warp(&empty[prev.stage], lane);
+      have_prev = false;
+    };
     for (int j = 0; j < n_kv; ++j) {
       const int k0 = j * kKBlk;
       g90::mbar_wait(&full[r.stage], r.phase);
@@ -883,25 +891,12 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
         have_prev = true;
         prev = r;
       } else {
-        if (have_prev) {  // a skipped block: block j-1's dQ first
-          g90::wgmma_fence();
-          issue_dq();
-          g90::wgmma_commit();
-          g90::wgmma_wait<0>();
-          g90::mbar_arrive_warp(&empty[prev.stage], lane);
-          have_prev = false;
-        }
+        retire_prev();
         g90::mbar_arrive_warp(&empty[r.stage], lane);
       }
       r.advance<kStages>();
     }
-    if (have_prev) {
-      g90::wgmma_fence();
-      issue_dq();
-      g90::wgmma_commit();
-      g90::wgmma_wait<0>();
-      g90::mbar_arrive_warp(&empty[prev.stage], lane);
-    }
+    retire_prev();
     g90::fence_accumulators(dq);
     store_rows<kD>(dq, static_cast<__nv_bfloat16*>(p.dq) + b * p.sdq.b + h * p.sdq.h, p.sdq.t,
                    row0, T, quad, p.scale);
