@@ -19,10 +19,11 @@ namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
           bool kDefer = true, bool kAccDq = false, bool kDsFrags = false, bool kPipeDq = false,
-          bool kPipeKv = false>
+          bool kPipeKv = false, bool kPingpong = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_bwd_sm90<sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk,
-                                                       kDefer, kAccDq, kDsFrags, kPipeDq, kPipeKv>>(
+                                                       kDefer, kAccDq, kDsFrags, kPipeDq, kPipeKv,
+                                                       kPingpong>>(
       p, dev, stream,
       kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
              : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
@@ -32,22 +33,25 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 // H200, run 3 (00:45, quick). Deferring the last product holds its ring stage one iteration
 // longer: with 2 stages the producer then starves (defer st2 186 vs no-defer st2 212 at d64).
 const KernelConfig kTableD64[] = {
-    // Session 33 sweep (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384
-    // H12, before the head-grouped CTA order became the default):
-    {"kv-st3 q-st3", run<64, 3, 3>},                          // 217.9 / 219.6 / 325.8
-    {"kv-st3 q-st3 no-defer", run<64, 3, 3, 2, 64, false>},   // 221.6 / 227.8 / 315.1
-    {"kv-st4 q-st4", run<64, 4, 4>},                          // 219.6 / 221.9 / 328.3
-    // Not yet measured:
-    {"kv-st3 q-st3 ds-frags", run<64, 3, 3, 2, 64, true, false, true>},
-    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},
-    {"kv-st3 q-st3 ds-frags dq-pipe", run<64, 3, 3, 2, 64, true, false, true, true>},
-    {"kv-st3 q-st3 kv-pipe dq-pipe", run<64, 3, 3, 2, 64, true, false, false, true, true>},
-    {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},
+    // Session 34 sweep (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384
+    // H12, head-grouped CTA order):
+    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7
+    {"kv-st3 q-st3", run<64, 3, 3>},                                     // 231.2 / 225.4 / 350.6
+    // Not yet measured (Note [sm90 flash backward: pingpong]):
+    {"kv-st4 q-st4 ds-frags pingpong", run<64, 4, 4, 2, 64, true, false, true, false, false, true>},
+    {"kv-st3 q-st3 ds-frags pingpong", run<64, 3, 3, 2, 64, true, false, true, false, false, true>},
+    {"kv-st3 q-st3 pingpong", run<64, 3, 3, 2, 64, true, false, false, false, false, true>},
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
-// Dropped in session 33 (compile time; TFLOP/s as above): kv-st3 q-st3 dq-bc128 214.4 / 220.4 /
-// 326.6, kv-st2 q-st2 no-defer 201.9 / 203.0 / 307.3, 1wg kv-st3 q-st3 (2 CTAs/SM) 218.8 / 211.4 /
-// 288.3 (the kConsumers = 1 and kKBlk = 128 paths of BwdCfg stay, uninstantiated).
+// Dropped in session 33 (compile time; TFLOP/s at the three shapes, all-heads CTA order): kv-st3
+// q-st3 dq-bc128 214.4 / 220.4 / 326.6, kv-st2 q-st2 no-defer 201.9 / 203.0 / 307.3, 1wg kv-st3
+// q-st3 (2 CTAs/SM) 218.8 / 211.4 / 288.3 (the kConsumers = 1 and kKBlk = 128 paths of BwdCfg
+// stay, uninstantiated). Dropped in session 34 (same shapes, head-grouped order): kv-st3 q-st3
+// no-defer 222.7 / 218.2 / 335.8, kv-st4 q-st4 231.4 / 228.3 / 348.9, kv-st3 q-st3 ds-frags
+// 231.9 / 230.6 / 345.8, and the software-pipelined loops (Notes [sm90 flash backward: pipelined
+// dq role] and [... pipelined dkdv role], 3-5% slower everywhere): ds-frags dq-pipe 221.7 / 223.3
+// / 337.5, kv-pipe dq-pipe 220.9 / 223.9 / 336.0, kv-st4 q-st4 kv-pipe dq-pipe 220.2 / 224.1 /
+// 334.3.
 const KernelConfig kTableD128[] = {
     {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},      // 270.2
     {"kv-st3 q-st3 no-defer", run<128, 3, 3, 2, 64, false>},

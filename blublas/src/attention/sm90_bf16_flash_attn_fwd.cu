@@ -31,10 +31,10 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},                  // 253.7 / 268.7 / 393.5
     {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                    // 223.9 / 235.5 / 371.7
     {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 225.2 / 213.4 / 400.7
-    // Added after the sweep, not yet measured: the default's tile with 4 stages, and with one
-    // consumer warpgroup per CTA (two CTAs per SM hide each other's softmax and epilogue).
-    {"bc128 st4 overlap persistent fma8", run<64, 128, 4, true, true, 2, false, 8>},
+    // Session 34 sweep (same shapes): 244.3 / 225.5 / 419.2.
     {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)", run<64, 128, 3, true, true, 1, false, 8>},
+    // Not yet measured: the default with the consumers taking turns (Note [sm90 forward pingpong]).
+    {"bc128 st3 overlap persistent pingpong fma8", run<64, 128, 3, true, true, 2, true, 8>},
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
@@ -43,7 +43,7 @@ const KernelConfig kTableD64[] = {
 // overlap persistent 236.4 / 228.6 / 377.9, and more exponentials on the FMA pipe, all slower
 // than the MUFU alone: bc64 st3 fma4 214.5 / 224.5 / 323.6, bc128 st3 fma4 226.7 / 244.9 / 350.3,
 // fma3 224.9 / 244.6 / 358.1 (the forward is not MUFU-bound: Note [sm90 forward: exponentials on
-// two pipes]).
+// two pipes]). Dropped in session 34: bc128 st4 overlap persistent fma8 254.4 / 274.0 / 369.3.
 // Comments: TFLOP/s at B16 T1024 H6 causal on the H200, run 3 (00:45, quick).
 const KernelConfig kTableD128[] = {
     {"bc64 st3 overlap persistent", run<128, 64, 3, true, true>},                // 316.7

@@ -109,9 +109,11 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // kPipeDq: the dq role issues each block's dQ product behind the next block's S and dP (Note
 // [sm90 flash backward: pipelined dq role]); kPipeKv: the dkdv role likewise with dV and dK
 // (Note [sm90 flash backward: pipelined dkdv role]).
+// kPingpong: the two consumer warpgroups take turns issuing their products (Note [sm90 flash
+// backward: pingpong]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
           bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false, bool kPipeDq_ = false,
-          bool kPipeKv_ = false>
+          bool kPipeKv_ = false, bool kPingpong_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
@@ -119,6 +121,7 @@ struct BwdCfg {
   static constexpr bool kDsFrags = kDsFrags_;
   static constexpr bool kPipeDq = kPipeDq_;
   static constexpr bool kPipeKv = kPipeKv_;
+  static constexpr bool kPingpong = kPingpong_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -154,6 +157,8 @@ struct BwdCfg {
   static_assert(!kPipeDq || (!kAccDq && kD == 64), "pipelined dq role: two passes, head_dim 64");
   static_assert(!kPipeKv || (!kAccDq && !kDsFrags && kD == 64),
                 "pipelined dkdv role: two passes, head_dim 64 (it has its own dS fragments)");
+  static_assert(!kPingpong || (kConsumers == 2 && !kAccDq && !kPipeDq && !kPipeKv),
+                "pingpong: two consumer warpgroups, the two-pass loops that are not pipelined");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -210,6 +215,49 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kD / 2], __nv_bflo
 
 struct BwdMaps {
   CUtensorMap q, k, v, d_o;
+};
+
+// Note [sm90 flash backward: pingpong]
+// Both consumer warpgroups wait for the same ring stage and run the same chain (two products,
+// exponentials, two more), so left alone they drift into lock-step: both sets of exponentials
+// (and both dS) run while the tensor pipe has nothing queued, then both warpgroups' products
+// queue at once (ncu, T16384 backward: tensor pipe 55% busy, issue 0.56 a scheduler, stalls on
+// wgmma waits). With kPingpong they take turns at two issue points an iteration, A = the S / dP
+// pair and B = the rest (dV and dK; dQ in the dq role), so the tensor pipe runs A0 A1 B0 B1 A0
+// ...: warpgroup 0's exponentials run under warpgroup 1's S / dP and the other way round, and at
+// 128 clocks a m64n64k64 product and ~256 for a block's exponentials the pipe never drains
+// (the forward's scheme, Note [sm90 forward pingpong], there with one issue point). Named barrier
+// 8 + c means "consumer c may issue": take = bar.sync(8 + c, 256), give = bar.arrive(9 - c, 256).
+// Consumer 1 arrives once on barrier 8 before its first turn so consumer 0 goes first; both
+// warpgroups run the same iterations and take both turns in every one (empty turns on the blocks
+// they skip), so consumer 0 ends with one bar.sync(8) for consumer 1's last arrive. No TMA or ring
+// wait happens inside a turn (only the warpgroup's own wgmma waits), so the holder of a turn never
+// waits on the other warpgroup.
+template <bool kOn>
+struct Turns {
+  int c;
+  __device__ __forceinline__ void start() const {
+    if constexpr (kOn) {
+      if (c == 1) named_bar_arrive(8, 256);
+    }
+  }
+  __device__ __forceinline__ void take() const {
+    if constexpr (kOn) named_bar_sync(8 + c, 256);
+  }
+  __device__ __forceinline__ void give() const {
+    if constexpr (kOn) named_bar_arrive(9 - c, 256);
+  }
+  __device__ __forceinline__ void skip() const {  // both turns of an iteration, nothing issued
+    take();
+    give();
+    take();
+    give();
+  }
+  __device__ __forceinline__ void finish() const {
+    if constexpr (kOn) {
+      if (c == 0) named_bar_sync(8, 256);
+    }
+  }
 };
 
 // ---- dQ accumulation (kAccDq) -------------------------------------------------------------------
@@ -609,6 +657,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   }
   Ring r;
   int pending = -1;  // ring stage whose dK product may still run (kDefer)
+  const Turns<Cfg::kPingpong> turns{c};
+  turns.start();
   for (int i = i0; i < nqb; ++i) {
     const int qs = i * kQBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -618,8 +668,10 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       const uint32_t q_tile = q_tiles + r.stage * kTile, o_tile = o_tiles + r.stage * kTile;
       const float* cL = sL + r.stage * kQBlk;
       const float* cD = sD + r.stage * kQBlk;
+      turns.take();  // A
       g90::wgmma_fence();
       issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
+      turns.give();
       g90::wgmma_wait<1>();  // S^T (and a deferred dK, and with kDsFrags dV) ready; dP^T may run
       g90::fence_accumulators(st);
       if constexpr (Cfg::kDsFrags) g90::fence_accumulators(dv);
@@ -630,6 +682,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       const bool need_mask = causal && wg_key_min + 63 > qs;
       dkdv_probs<kQBlk>(st, cL, sl2, need_mask, key0, qs, quad);
       acc_to_a_frags<kQBlk>(st, fa);
+      turns.take();  // B: dV, dK
       g90::wgmma_fence();
       // dV += P^T dO
 #pragma unroll
@@ -676,6 +729,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         }
       }
       g90::wgmma_commit();
+      turns.give();
       if constexpr (Cfg::kAccDq) {
         // What this warpgroup owes as the previous block's adder, while dQ and dK run: the bulk
         // add published (thread 0 waits for it), its part tile handed back.
@@ -699,6 +753,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
         g90::fence_accumulators(dk);
       }
     } else {
+      turns.skip();
       if (pending >= 0) {  // a skipped block: retire the deferred product first
         g90::wgmma_wait<0>();
         g90::fence_accumulators(dk);
@@ -752,6 +807,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
   }
+  turns.finish();
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dk);
   g90::fence_accumulators(dv);
@@ -904,14 +960,18 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
   }
   Ring r;
   int pending = -1;  // ring stage whose dQ product may still run (kDefer)
+  const Turns<Cfg::kPingpong> turns{c};  // Note [sm90 flash backward: pingpong]
+  turns.start();
   for (int j = 0; j < n_kv; ++j) {
     const int k0 = j * kKBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
     // Every key of the block after every row of this warpgroup: nothing to add.
     if (!(causal && k0 > wg_row_min + 63)) {
       const uint32_t k_tile = k_tiles + r.stage * kTile, v_tile = v_tiles + r.stage * kTile;
+      turns.take();  // A
       g90::wgmma_fence();
       issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
+      turns.give();
       g90::wgmma_wait<1>();  // S (and a deferred dQ) ready; dP may still run
       g90::fence_accumulators(s);
       if (pending >= 0) {
@@ -924,6 +984,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       g90::fence_accumulators(dp);
       dq_ds<kKBlk>(s, dp, dl);
       acc_to_a_frags<kKBlk>(s, fa);
+      turns.take();  // B
       g90::wgmma_fence();
       // dQ += dS K
 #pragma unroll
@@ -931,21 +992,26 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
         WgmmaRegA<kD>::template mma<1>(dq, fa[kk], desc_mnmajor<kKBlk>(k_tile, kk), 1);
       }
       g90::wgmma_commit();
+      turns.give();
       if constexpr (Cfg::kDefer) {
         pending = r.stage;
       } else {
         g90::wgmma_wait<0>();
         g90::fence_accumulators(dq);
       }
-    } else if (pending >= 0) {  // a skipped block: retire the deferred product first
-      g90::wgmma_wait<0>();
-      g90::fence_accumulators(dq);
-      g90::mbar_arrive_warp(&empty[pending], lane);
-      pending = -1;
+    } else {
+      turns.skip();
+      if (pending >= 0) {  // a skipped block: retire the deferred product first
+        g90::wgmma_wait<0>();
+        g90::fence_accumulators(dq);
+        g90::mbar_arrive_warp(&empty[pending], lane);
+        pending = -1;
+      }
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
   }
+  turns.finish();
   g90::wgmma_wait<0>();
   g90::fence_accumulators(dq);
   if (pending >= 0) g90::mbar_arrive_warp(&empty[pending], lane);
