@@ -79,6 +79,25 @@ __device__ __forceinline__ void acc_to_a_frags(const float (&acc)[kN / 2], uint3
   }
 }
 
+// A fragments of rows [r0, r0 + 64) of a panel-major, 128B-swizzled tile of kRowsTile rows (K-major
+// over kD): fragment (ks, r) of this thread holds row r0 + 16 warp + g + 8 (r & 1), columns
+// 16 ks + 8 (r >> 1) + 2 quad + {0, 1} (the layout acc_to_a_frags produces).
+template <int kD, int kRowsTile>
+__device__ __forceinline__ void load_a_frags_sw128(uint32_t (&f)[kD / 16][4], const uint8_t* tile,
+                                             int r0, int warp, int lane) {
+  const int g = lane / 4, quad = lane % 4;
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = r0 + 16 * warp + g + 8 * (r & 1);
+      const int col = 16 * ks + 8 * (r >> 1) + 2 * quad;
+      f[ks][r] = *reinterpret_cast<const uint32_t*>(tile + (col / 64) * kRowsTile * 128 + row * 128 +
+                                                    ((((col % 64) >> 3) ^ (row & 7)) << 4) +
+                                                    (col & 7) * 2);
+    }
+}
+
 // 4-D TMA tiled load of the box at (c0, c1, c2, c3) (innermost first), completing on *bar.
 __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar, int c0,
                                             int c1, int c2, int c3) {

@@ -19,11 +19,11 @@ namespace {
 
 template <int kD, int kStagesKV, int kStagesQ, int kConsumers = 2, int kKBlk = 64,
           bool kDefer = true, bool kAccDq = false, bool kDsFrags = false, bool kPipeDq = false,
-          bool kPipeKv = false, bool kPingpong = false>
+          bool kPipeKv = false, bool kPingpong = false, bool kRegA = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_bwd_sm90<sm90::BwdCfg<kD, kStagesKV, kStagesQ, kConsumers, kKBlk,
                                                        kDefer, kAccDq, kDsFrags, kPipeDq, kPipeKv,
-                                                       kPingpong>>(
+                                                       kPingpong, kRegA>>(
       p, dev, stream,
       kAccDq ? "sm90_bf16_flash_attn_bwd_d64_dqacc"
              : (kD == 64 ? "sm90_bf16_flash_attn_bwd_d64" : "sm90_bf16_flash_attn_bwd_d128"));
@@ -37,10 +37,12 @@ const KernelConfig kTableD64[] = {
     // H12, head-grouped CTA order):
     {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7
     {"kv-st3 q-st3", run<64, 3, 3>},                                     // 231.2 / 225.4 / 350.6
-    // Not yet measured (Note [sm90 flash backward: pingpong]):
-    {"kv-st4 q-st4 ds-frags pingpong", run<64, 4, 4, 2, 64, true, false, true, false, false, true>},
-    {"kv-st3 q-st3 ds-frags pingpong", run<64, 3, 3, 2, 64, true, false, true, false, false, true>},
-    {"kv-st3 q-st3 pingpong", run<64, 3, 3, 2, 64, true, false, false, false, false, true>},
+    // Not yet measured (Note [sm90 flash backward: resident operands in registers]):
+    {"kv-st4 q-st4 ds-frags rega",
+     run<64, 4, 4, 2, 64, true, false, true, false, false, false, true>},
+    {"kv-st3 q-st3 rega", run<64, 3, 3, 2, 64, true, false, false, false, false, false, true>},
+    {"kv-st3 q-st3 ds-frags rega",
+     run<64, 3, 3, 2, 64, true, false, true, false, false, false, true>},
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 // Dropped in session 33 (compile time; TFLOP/s at the three shapes, all-heads CTA order): kv-st3
@@ -51,7 +53,10 @@ const KernelConfig kTableD64[] = {
 // 231.9 / 230.6 / 345.8, and the software-pipelined loops (Notes [sm90 flash backward: pipelined
 // dq role] and [... pipelined dkdv role], 3-5% slower everywhere): ds-frags dq-pipe 221.7 / 223.3
 // / 337.5, kv-pipe dq-pipe 220.9 / 223.9 / 336.0, kv-st4 q-st4 kv-pipe dq-pipe 220.2 / 224.1 /
-// 334.3.
+// 334.3. Dropped in session 34 call 2 (Note [sm90 flash backward: pingpong], 3-6% slower than
+// the same loops without turns): kv-st4 q-st4 ds-frags pingpong 219.8 / 223.0 / 349.5, kv-st3
+// q-st3 ds-frags pingpong 219.6 / 223.5 / 333.2, kv-st3 q-st3 pingpong 220.8 / 227.0 / 337.2
+// (entry 0 in that call: 232.2 / 240.6 / 369.3).
 const KernelConfig kTableD128[] = {
     {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},      // 270.2
     {"kv-st3 q-st3 no-defer", run<128, 3, 3, 2, 64, false>},

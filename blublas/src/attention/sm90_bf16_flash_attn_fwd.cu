@@ -18,10 +18,11 @@ namespace {
 __global__ void sm90_attn_probe_kernel() {}
 
 template <int kD, int kBc, int kStages, bool kOverlap, bool kPersistent, int kConsumers = 2,
-          bool kPingpong = false, int kFmaExpEvery = 0>
+          bool kPingpong = false, int kFmaExpEvery = 0, bool kRegQ = false>
 Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
   return sm90::launch_flash_attn_fwd_sm90<
-      sm90::FwdCfg<kD, kBc, kStages, kOverlap, kPersistent, kConsumers, kPingpong, kFmaExpEvery>>(
+      sm90::FwdCfg<kD, kBc, kStages, kOverlap, kPersistent, kConsumers, kPingpong, kFmaExpEvery,
+                   kRegQ>>(
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
@@ -31,10 +32,14 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},                  // 253.7 / 268.7 / 393.5
     {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                    // 223.9 / 235.5 / 371.7
     {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 225.2 / 213.4 / 400.7
-    // Session 34 sweep (same shapes): 244.3 / 225.5 / 419.2.
+    // Session 34 sweep (same shapes): 244.3 / 225.5 / 419.2 (call 2: 242.2 / 222.8 / 399.9).
     {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)", run<64, 128, 3, true, true, 1, false, 8>},
-    // Not yet measured: the default with the consumers taking turns (Note [sm90 forward pingpong]).
+    // Session 34 call 2: 274.8 / 277.7 / 388.0 (entry 0 in that call: 269.3 / 274.0 / 407.6).
     {"bc128 st3 overlap persistent pingpong fma8", run<64, 128, 3, true, true, 2, true, 8>},
+    // Not yet measured (Q in registers, FwdCfg::kRegQ):
+    {"bc128 st3 overlap persistent fma8 regq", run<64, 128, 3, true, true, 2, false, 8, true>},
+    {"1wg bc128 st3 overlap persistent fma8 regq (2 CTAs/SM)",
+     run<64, 128, 3, true, true, 1, false, 8, true>},
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in

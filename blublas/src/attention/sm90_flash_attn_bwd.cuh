@@ -111,9 +111,12 @@ constexpr int kBoxRows = 64;  // every backward tensor map loads 64-row boxes
 // (Note [sm90 flash backward: pipelined dkdv role]).
 // kPingpong: the two consumer warpgroups take turns issuing their products (Note [sm90 flash
 // backward: pingpong]).
+// kRegA: the resident tiles (K, V of the dkdv role; Q, dO of the dq role) as register A
+// fragments, so S / dP read only B from shared memory (Note [sm90 flash backward: resident
+// operands in registers]).
 template <int kD_, int kStagesKV_, int kStagesQ_, int kConsumers_ = 2, int kKBlk_ = 64,
           bool kDefer_ = true, bool kAccDq_ = false, bool kDsFrags_ = false, bool kPipeDq_ = false,
-          bool kPipeKv_ = false, bool kPingpong_ = false>
+          bool kPipeKv_ = false, bool kPingpong_ = false, bool kRegA_ = false>
 struct BwdCfg {
   static constexpr int kD = kD_;
   static constexpr bool kDefer = kDefer_;
@@ -122,6 +125,7 @@ struct BwdCfg {
   static constexpr bool kPipeDq = kPipeDq_;
   static constexpr bool kPipeKv = kPipeKv_;
   static constexpr bool kPingpong = kPingpong_;
+  static constexpr bool kRegA = kRegA_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kMinBlocks = kConsumers == 1 ? 2 : 1;
@@ -159,6 +163,9 @@ struct BwdCfg {
                 "pipelined dkdv role: two passes, head_dim 64 (it has its own dS fragments)");
   static_assert(!kPingpong || (kConsumers == 2 && !kAccDq && !kPipeDq && !kPipeKv),
                 "pingpong: two consumer warpgroups, the two-pass loops that are not pipelined");
+  static_assert(!kRegA || (kD == 64 && kKBlk_ == 64 && !kAccDq && !kPipeDq && !kPipeKv),
+                "resident operands in registers: head_dim 64, 64-key blocks, the two-pass loops "
+                "that are not pipelined");
   // kAccDq: the last key block whose keys reach query block i (causal): its chain's end.
   static constexpr __host__ __device__ int last_key_block(int i) {
     return (i * kQBlk + kQBlk - 1) / kKeys;
@@ -417,6 +424,36 @@ __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32
   g90::wgmma_commit();
 }
 
+// Note [sm90 flash backward: resident operands in registers]
+// S^T = K Q^T and dP^T = V dO^T (dkdv role), S = Q K^T and dP = dO V^T (dq role) read both
+// operands from shared memory: a m64n64k16 wgmma with A and B there reads 4 KB in the 32 clocks
+// it takes at the tensor cores' rate, the 128 B a clock shared memory gives an SM, while the
+// register-A products (dV, dK, dQ) read 2 KB. The A operands of the first two are the CTA's
+// resident tiles (its K and V, or its Q and dO), the same every iteration, so kRegA loads them
+// once into A fragments (+kD/4 registers each: 32 for both at head_dim 64) and issues S / dP as
+// register-A wgmmas: shared-memory reads per block and warpgroup 48 -> 32 KB (dkdv), 40 -> 24 KB
+// (dq). The fragments are read from the swizzled tiles after their TMA completes (rows past T are
+// zero there, as before).
+
+// issue_two_products with the A operands from registers (a1, a2: load_a_frags).
+template <int kD, int kN>
+__device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
+                                                      const uint32_t (&a1)[kD / 16][4], uint32_t b1,
+                                                      float (&acc2)[kN / 2],
+                                                      const uint32_t (&a2)[kD / 16][4],
+                                                      uint32_t b2) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    WgmmaRegA<kN>::template mma<0>(acc1, a1[ks], desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
+  }
+  g90::wgmma_commit();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    WgmmaRegA<kN>::template mma<0>(acc2, a2[ks], desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
+  }
+  g90::wgmma_commit();
+}
+
 // dkdv role, in place: P^T = exp2(S^T * scale*log2e - L*log2e) (cL: the block's L*log2e per query
 // column), 0 where the key (this thread's key0, key0 + 8) is after the query under need_mask.
 template <int kQBlk>
@@ -659,6 +696,12 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   int pending = -1;  // ring stage whose dK product may still run (kDefer)
   const Turns<Cfg::kPingpong> turns{c};
   turns.start();
+  constexpr int kRegFr = Cfg::kRegA ? kD / 16 : 1;
+  uint32_t kf[kRegFr][4], vf[kRegFr][4];  // kRegA: this warpgroup's K and V rows as A fragments
+  if constexpr (Cfg::kRegA) {
+    load_a_frags_sw128<kD, kKeys>(kf, sK, 64 * c, warp, lane);
+    load_a_frags_sw128<kD, kKeys>(vf, sV, 64 * c, warp, lane);
+  }
   for (int i = i0; i < nqb; ++i) {
     const int qs = i * kQBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -670,7 +713,11 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       const float* cD = sD + r.stage * kQBlk;
       turns.take();  // A
       g90::wgmma_fence();
-      issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
+      if constexpr (Cfg::kRegA) {
+        issue_two_products_ra<kD, kQBlk>(st, kf, q_tile, dpt, vf, o_tile);
+      } else {
+        issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
+      }
       turns.give();
       g90::wgmma_wait<1>();  // S^T (and a deferred dK, and with kDsFrags dV) ready; dP^T may run
       g90::fence_accumulators(st);
@@ -962,6 +1009,12 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
   int pending = -1;  // ring stage whose dQ product may still run (kDefer)
   const Turns<Cfg::kPingpong> turns{c};  // Note [sm90 flash backward: pingpong]
   turns.start();
+  constexpr int kRegFr = Cfg::kRegA ? kD / 16 : 1;
+  uint32_t qf[kRegFr][4], of[kRegFr][4];  // kRegA: this warpgroup's Q and dO rows as A fragments
+  if constexpr (Cfg::kRegA) {
+    load_a_frags_sw128<kD, kRows>(qf, sQ, 64 * c, warp, lane);
+    load_a_frags_sw128<kD, kRows>(of, sdO, 64 * c, warp, lane);
+  }
   for (int j = 0; j < n_kv; ++j) {
     const int k0 = j * kKBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -970,7 +1023,11 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       const uint32_t k_tile = k_tiles + r.stage * kTile, v_tile = v_tiles + r.stage * kTile;
       turns.take();  // A
       g90::wgmma_fence();
-      issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
+      if constexpr (Cfg::kRegA) {
+        issue_two_products_ra<kD, kKBlk>(s, qf, k_tile, dp, of, v_tile);
+      } else {
+        issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
+      }
       turns.give();
       g90::wgmma_wait<1>();  // S (and a deferred dQ) ready; dP may still run
       g90::fence_accumulators(s);

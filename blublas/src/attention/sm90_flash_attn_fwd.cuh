@@ -53,13 +53,17 @@ namespace g90 = blublas::gemm_detail::sm90;
 // cores (Note [sm90 forward pingpong]).
 // kFmaExpEvery = n > 0: one column pair in n of P takes its exponentials on the FMA pipe
 // (Note [sm90 forward: exponentials on two pipes]); 0: every one on the MUFU.
+// kRegQ (overlap): the warpgroup's Q rows as register A fragments, S = Q K^T reads only K from
+// shared memory and the Q tile is released as soon as they are loaded (Note [sm90 flash
+// backward: resident operands in registers]).
 template <int kD_, int kBc_, int kStages_, bool kOverlap_, bool kPersistent_, int kConsumers_ = 2,
-          bool kPingpong_ = false, int kFmaExpEvery_ = 0>
+          bool kPingpong_ = false, int kFmaExpEvery_ = 0, bool kRegQ_ = false>
 struct FwdCfg {
   static constexpr int kD = kD_, kBc = kBc_, kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_, kPersistent = kPersistent_;
   static constexpr bool kPingpong = kPingpong_;
   static constexpr int kFmaExpEvery = kFmaExpEvery_;
+  static constexpr bool kRegQ = kRegQ_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kBr = 64 * kConsumers;  // 64 query rows per consumer warpgroup
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -73,6 +77,7 @@ struct FwdCfg {
   static_assert(kBc == 64 || kBc == 128, "keys per block 64 or 128");
   static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
   static_assert(!kPingpong || (kConsumers == 2 && kOverlap), "pingpong: two overlapped consumers");
+  static_assert(!kRegQ || kOverlap, "Q in registers: the overlapped loop");
   static_assert(kFmaExpEvery >= 0 && kFmaExpEvery <= kBc / 8, "FMA exponentials: 0 or 1 in n <= kBc/8");
 };
 
@@ -278,6 +283,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, da, db, ks > 0 ? 1 : 0);
     }
   };
+  constexpr int kQFr = Cfg::kRegQ ? kD / 16 : 1;
+  uint32_t qf[kQFr][4];  // kRegQ: this warpgroup's Q rows as A fragments
+  auto issue_s_ra = [&](float(&s)[kBc / 2], int stage) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint64_t db = g90::make_desc_sw128(
+          k_addr + stage * Cfg::kKVBytes + (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
+      WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
+    }
+  };
   auto issue_pv = [&](float(&o)[kD / 2], const uint32_t(&pa)[kBc / 16][4], int stage) {
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {
@@ -337,11 +352,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         r.advance<kStages>();
       }
     } else {
+      if constexpr (Cfg::kRegQ) {
+        load_a_frags_sw128<kD, kBr>(qf, sQ, 64 * c, warp, lane);
+        __syncwarp();
+        if (lane == 0) g90::mbar_arrive(empty_q);  // the warp's last read of Q
+      }
+      auto issue_s_any = [&](int stage) {
+        if constexpr (Cfg::kRegQ) {
+          issue_s_ra(s, stage);
+        } else {
+          issue_s(s, stage);
+        }
+      };
       // Block 0: S, softmax, P.
       g90::mbar_wait(&full_k[r.stage], r.phase);
       turn_wait();
       g90::wgmma_fence();
-      issue_s(s, r.stage);
+      issue_s_any(r.stage);
       g90::wgmma_commit();
       turn_pass();
       g90::wgmma_wait<0>();
@@ -356,7 +383,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         g90::mbar_wait(&full_v[prev.stage], prev.phase);  // no branch between the two issues
         turn_wait();
         g90::wgmma_fence();
-        issue_s(s, r.stage);
+        issue_s_any(r.stage);
         g90::wgmma_commit();
         issue_pv(o, pa, prev.stage);
         g90::wgmma_commit();
@@ -373,7 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         prev = r;
         r.advance<kStages>();
       }
-      if (lane == 0) g90::mbar_arrive(empty_q);  // every S of this tile has completed
+      if (!Cfg::kRegQ && lane == 0) g90::mbar_arrive(empty_q);  // every S of this tile has completed
       g90::mbar_wait(&full_v[prev.stage], prev.phase);
       turn_wait();
       g90::wgmma_fence();
