@@ -545,8 +545,7 @@ TEST(AttentionGpu, Bf16Sm90EveryTileConfig) {
         c.fwd_cfg = std::min(i, nf - 1);
         c.bwd_cfg = std::min(i, nb - 1);
         c.sm90_table = true;
-        run_case(c);
-        if (::testing::Test::HasFailure()) return;
+        run_case(c);  // every entry runs (a failure names its fwd_cfg / bwd_cfg in the trace)
       }
     }
   }
