@@ -98,6 +98,21 @@ __device__ __forceinline__ void load_a_frags_sw128(uint32_t (&f)[kD / 16][4], co
     }
 }
 
+// Register A fragments that several asynchronous wgmmas read (load_a_frags_sw128's resident
+// operands): an empty asm that "rewrites" them, placed before and after each product that reads
+// them, so the compiler keeps their registers for them across the product. Without it ptxas
+// (CUDA 13.0) gave the backward dq role's dS fragments the registers of its resident Q fragments
+// inside the loop (SASS of session 34: HGMMA ... R136 for S = Q K^T, then F2FP into R136 for dQ
+// += dS K, no reload), so from the second block on S read dS: wrong dQ / dK / dV. CUTLASS fences
+// its register-A operands around the products the same way.
+template <int kN>
+__device__ __forceinline__ void fence_frags(uint32_t (&f)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(f[i][r])::"memory");
+}
+
 // 4-D TMA tiled load of the box at (c0, c1, c2, c3) (innermost first), completing on *bar.
 __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar, int c0,
                                             int c1, int c2, int c3) {

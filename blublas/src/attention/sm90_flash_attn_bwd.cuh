@@ -438,10 +438,11 @@ __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32
 // issue_two_products with the A operands from registers (a1, a2: load_a_frags).
 template <int kD, int kN>
 __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
-                                                      const uint32_t (&a1)[kD / 16][4], uint32_t b1,
+                                                      uint32_t (&a1)[kD / 16][4], uint32_t b1,
                                                       float (&acc2)[kN / 2],
-                                                      const uint32_t (&a2)[kD / 16][4],
-                                                      uint32_t b2) {
+                                                      uint32_t (&a2)[kD / 16][4], uint32_t b2) {
+  fence_frags(a1);
+  fence_frags(a2);
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     WgmmaRegA<kN>::template mma<0>(acc1, a1[ks], desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
@@ -452,6 +453,8 @@ __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
     WgmmaRegA<kN>::template mma<0>(acc2, a2[ks], desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
   }
   g90::wgmma_commit();
+  fence_frags(a1);
+  fence_frags(a2);
 }
 
 // dkdv role, in place: P^T = exp2(S^T * scale*log2e - L*log2e) (cL: the block's L*log2e per query
