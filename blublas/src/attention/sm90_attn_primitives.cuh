@@ -98,19 +98,22 @@ __device__ __forceinline__ void load_a_frags_sw128(uint32_t (&f)[kD / 16][4], co
     }
 }
 
-// Register A fragments that several asynchronous wgmmas read (load_a_frags_sw128's resident
-// operands): an empty asm that "rewrites" them, placed before and after each product that reads
-// them, so the compiler keeps their registers for them across the product. Without it ptxas
-// (CUDA 13.0) gave the backward dq role's dS fragments the registers of its resident Q fragments
-// inside the loop (SASS of session 34: HGMMA ... R136 for S = Q K^T, then F2FP into R136 for dQ
-// += dS K, no reload), so from the second block on S read dS: wrong dQ / dK / dV. CUTLASS fences
-// its register-A operands around the products the same way.
+// Register A fragments that wgmmas of every loop iteration read (load_a_frags_sw128's resident
+// operands, kept across iterations): ptxas (CUDA 13.0) treats such a fragment as dead once the
+// wgmma that read it has retired, when nothing but wgmmas reads it, and gives its registers to
+// other values inside the loop. Session 34's SASS of the backward: S = Q K^T read R136.. (the Q
+// fragments, loaded once before the loop), then the dS fragments were packed into R136.. for dQ
+// += dS K, with no reload, so from the second block on S used dS: wrong dQ / dK / dV. Empty asm
+// fences (CUTLASS's fence_operand) emit no PTX and did not change that. refresh_frags adds an
+// opaque zero (a value ptxas cannot fold; the callers pass uint32_t(T) >> 31) to every register
+// at the bottom of each iteration: an ordinary ALU use that keeps the fragments alive through the
+// iteration and redefines them for the next one (kN * 4 IADDs an iteration).
 template <int kN>
-__device__ __forceinline__ void fence_frags(uint32_t (&f)[kN][4]) {
+__device__ __forceinline__ void refresh_frags(uint32_t (&f)[kN][4], uint32_t zero) {
 #pragma unroll
   for (int i = 0; i < kN; ++i)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(f[i][r])::"memory");
+    for (int r = 0; r < 4; ++r) asm volatile("add.u32 %0, %0, %1;" : "+r"(f[i][r]) : "r"(zero));
 }
 
 // 4-D TMA tiled load of the box at (c0, c1, c2, c3) (innermost first), completing on *bar.

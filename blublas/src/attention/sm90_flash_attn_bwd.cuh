@@ -438,11 +438,10 @@ __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32
 // issue_two_products with the A operands from registers (a1, a2: load_a_frags).
 template <int kD, int kN>
 __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
-                                                      uint32_t (&a1)[kD / 16][4], uint32_t b1,
+                                                      const uint32_t (&a1)[kD / 16][4], uint32_t b1,
                                                       float (&acc2)[kN / 2],
-                                                      uint32_t (&a2)[kD / 16][4], uint32_t b2) {
-  fence_frags(a1);
-  fence_frags(a2);
+                                                      const uint32_t (&a2)[kD / 16][4],
+                                                      uint32_t b2) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     WgmmaRegA<kN>::template mma<0>(acc1, a1[ks], desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
@@ -453,8 +452,6 @@ __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
     WgmmaRegA<kN>::template mma<0>(acc2, a2[ks], desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
   }
   g90::wgmma_commit();
-  fence_frags(a1);
-  fence_frags(a2);
 }
 
 // dkdv role, in place: P^T = exp2(S^T * scale*log2e - L*log2e) (cL: the block's L*log2e per query
@@ -705,6 +702,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     load_a_frags_sw128<kD, kKeys>(kf, sK, 64 * c, warp, lane);
     load_a_frags_sw128<kD, kKeys>(vf, sV, 64 * c, warp, lane);
   }
+  const uint32_t frag_zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
   for (int i = i0; i < nqb; ++i) {
     const int qs = i * kQBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -856,6 +854,10 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
+    if constexpr (Cfg::kRegA) {  // kept alive for the next block (refresh_frags)
+      refresh_frags(kf, frag_zero);
+      refresh_frags(vf, frag_zero);
+    }
   }
   turns.finish();
   g90::wgmma_wait<0>();
@@ -1018,6 +1020,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     load_a_frags_sw128<kD, kRows>(qf, sQ, 64 * c, warp, lane);
     load_a_frags_sw128<kD, kRows>(of, sdO, 64 * c, warp, lane);
   }
+  const uint32_t frag_zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
   for (int j = 0; j < n_kv; ++j) {
     const int k0 = j * kKBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -1070,6 +1073,10 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
+    if constexpr (Cfg::kRegA) {  // kept alive for the next block (refresh_frags)
+      refresh_frags(qf, frag_zero);
+      refresh_frags(of, frag_zero);
+    }
   }
   turns.finish();
   g90::wgmma_wait<0>();

@@ -286,14 +286,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int kQFr = Cfg::kRegQ ? kD / 16 : 1;
   uint32_t qf[kQFr][4];  // kRegQ: this warpgroup's Q rows as A fragments
   auto issue_s_ra = [&](float(&s)[kBc / 2], int stage) {
-    fence_frags(qf);  // kept in their registers across the product (fence_frags)
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       const uint64_t db = g90::make_desc_sw128(
           k_addr + stage * Cfg::kKVBytes + (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
       WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
     }
-    fence_frags(qf);
   };
   auto issue_pv = [&](float(&o)[kD / 2], const uint32_t(&pa)[kBc / 16][4], int stage) {
 #pragma unroll
