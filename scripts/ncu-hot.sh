@@ -51,9 +51,9 @@ table=(
   "attn_fwd_bf16;regex:flash_attn_fwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_bwd_bf16;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --reps=2"
   "attn_fwd_bf16_t16k;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
-  "attn_fwd_bf16_t16k_bc64;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_FWD_CFG=2"
+  "attn_fwd_bf16_t16k_2wg;regex:flash_attn_fwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_FWD_CFG=0"
   "attn_bwd_bf16_t16k;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1"
-  "attn_bwd_bf16_t16k_pingpong;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_BWD_CFG=2"
+  "attn_bwd_bf16_t16k_rega;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --reps=1;BLUBLAS_ATTN_BWD_CFG=2"
   # The dQ-accumulate backward (Note [sm90 flash backward: dQ accumulated in order]) beside them.
   "attn_bwd_bf16_acc;regex:flash_attn_bwd;attention --d=64 --mode=bf16 --dq=accumulate --reps=2"
   "attn_bwd_bf16_t16k_acc;regex:flash_attn_bwd;attention --B=2 --T=16384 --H=12 --d=64 --mode=bf16 --dq=accumulate --reps=1"

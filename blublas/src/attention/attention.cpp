@@ -212,10 +212,12 @@ bool empty(const AttentionDesc& d) {
 
 namespace attn {
 
-const KernelConfig& table_entry(const KernelConfig* table, int count, const char* env) {
+const KernelConfig& table_entry(const KernelConfig* table, int count, const char* env,
+                                int fallback) {
   const char* v = std::getenv(env);
-  const int i = v == nullptr ? 0 : std::atoi(v);
-  return table[i > 0 && i < count ? i : 0];
+  const int i = v == nullptr ? -1 : std::atoi(v);
+  if (i >= 0 && i < count) return table[i];
+  return table[fallback > 0 && fallback < count ? fallback : 0];
 }
 
 std::size_t backward_workspace_bytes(const AttentionDesc& desc) {

@@ -89,8 +89,9 @@ struct KernelConfig {
 };
 // The entry a launcher runs: entry `env` names (an index, read per call: BLUBLAS_ATTN_FWD_CFG /
 // BLUBLAS_ATTN_BWD_CFG for the sm90 tables, so a whole training run can try an entry without a
-// rebuild) where it exists, else entry 0.
-const KernelConfig& table_entry(const KernelConfig* table, int count, const char* env);
+// rebuild) where it exists, else entry `fallback` (the launcher's choice for the shape).
+const KernelConfig& table_entry(const KernelConfig* table, int count, const char* env,
+                                int fallback = 0);
 const KernelConfig* sm80_bf16_fwd_table(int head_dim, int* count);
 const KernelConfig* sm80_bf16_bwd_table(int head_dim, int* count);
 const KernelConfig* sm80_bf16_fwd_d64_table(int* count);

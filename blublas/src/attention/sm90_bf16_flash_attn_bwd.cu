@@ -33,16 +33,19 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 // H200, run 3 (00:45, quick). Deferring the last product holds its ring stage one iteration
 // longer: with 2 stages the producer then starves (defer st2 186 vs no-defer st2 212 at d64).
 const KernelConfig kTableD64[] = {
-    // Session 34 sweep (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384
-    // H12, head-grouped CTA order):
-    {"kv-st4 q-st4 ds-frags", run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7
-    {"kv-st3 q-st3", run<64, 3, 3>},                                     // 231.2 / 225.4 / 350.6
-    // Not yet measured (Note [sm90 flash backward: resident operands in registers]):
-    {"kv-st4 q-st4 ds-frags rega",
-     run<64, 4, 4, 2, 64, true, false, true, false, false, false, true>},
-    {"kv-st3 q-st3 rega", run<64, 3, 3, 2, 64, true, false, false, false, false, false, true>},
-    {"kv-st3 q-st3 ds-frags rega",
-     run<64, 3, 3, 2, 64, true, false, true, false, false, false, true>},
+    // Session 34 (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12,
+    // head-grouped CTA order; call 1, call 2 and call 6 where measured, before the descriptor and
+    // mask changes of Note [sm90 flash backward: instructions per block]):
+    {"kv-st4 q-st4 ds-frags",
+     run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7; 232.2 / 240.6 / 369.3; 232.1 / 218.8 / 359.1
+    {"kv-st3 q-st3", run<64, 3, 3>},  // 231.2 / 225.4 / 350.6; 230.1 / 229.2 / 362.5; 229.3 / 216.8 / 354.2
+    {"kv-st3 q-st3 rega",
+     run<64, 3, 3, 2, 64, true, false, false, false, false, false, true>},  // 230.5 / 225.0 / 354.8 (call 6)
+    // Slower before the instruction cuts (numbers in the comment below); kept to re-measure after
+    // them, since both were meant to hide latency the descriptor chains may have caused:
+    {"kv-st4 q-st4 ds-frags pingpong",
+     run<64, 4, 4, 2, 64, true, false, true, false, false, true>},
+    {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 // Dropped in session 33 (compile time; TFLOP/s at the three shapes, all-heads CTA order): kv-st3
@@ -56,7 +59,9 @@ const KernelConfig kTableD64[] = {
 // 334.3. Dropped in session 34 call 2 (Note [sm90 flash backward: pingpong], 3-6% slower than
 // the same loops without turns): kv-st4 q-st4 ds-frags pingpong 219.8 / 223.0 / 349.5, kv-st3
 // q-st3 ds-frags pingpong 219.6 / 223.5 / 333.2, kv-st3 q-st3 pingpong 220.8 / 227.0 / 337.2
-// (entry 0 in that call: 232.2 / 240.6 / 369.3).
+// (entry 0 in that call: 232.2 / 240.6 / 369.3). Dropped after call 6 (Note [sm90 flash backward:
+// resident operands in registers]): kv-st4 q-st4 ds-frags rega 225.9 / 219.8 / 337.3, kv-st3 q-st3
+// ds-frags rega 225.2 / 224.0 / 343.4.
 const KernelConfig kTableD128[] = {
     {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},      // 270.2
     {"kv-st3 q-st3 no-defer", run<128, 3, 3, 2, 64, false>},

@@ -26,20 +26,23 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
+// Entry 0 is the default, entry 1 the default at T >= kLongSeqD64 (sm90_bf16_flash_attn_fwd).
+constexpr int kLongSeqEntryD64 = 1;
+constexpr int kLongSeqD64 = 8192;
 const KernelConfig kTableD64[] = {
-    // Session 33 sweep (H200, TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12):
-    {"bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 2, false, 8>},  // 253.6 / 269.9 / 404.7
-    {"bc128 st3 overlap persistent", run<64, 128, 3, true, true>},                  // 253.7 / 268.7 / 393.5
-    {"bc64 st3 overlap persistent", run<64, 64, 3, true, true>},                    // 223.9 / 235.5 / 371.7
-    {"1wg bc128 st2 overlap persistent (2 CTAs/SM)", run<64, 128, 2, true, true, 1>},  // 225.2 / 213.4 / 400.7
-    // Session 34 sweep (same shapes): 244.3 / 225.5 / 419.2 (call 2: 242.2 / 222.8 / 399.9).
-    {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)", run<64, 128, 3, true, true, 1, false, 8>},
-    // Session 34 call 2: 274.8 / 277.7 / 388.0 (entry 0 in that call: 269.3 / 274.0 / 407.6).
-    {"bc128 st3 overlap persistent pingpong fma8", run<64, 128, 3, true, true, 2, true, 8>},
-    // Not yet measured (Q in registers, FwdCfg::kRegQ):
-    {"bc128 st3 overlap persistent fma8 regq", run<64, 128, 3, true, true, 2, false, 8, true>},
+    // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200; session 33,
+    // then session 34 calls 1, 2 and 6 (before make_desc_sw128_at):
+    {"bc128 st3 overlap persistent fma8",
+     run<64, 128, 3, true, true, 2, false, 8>},  // 253.6 / 269.9 / 404.7; 270.8 / 274.9 / 415.6; 269.3 / 274.0 / 407.6; 269.4 / 273.4 / 400.6
+    // Two CTAs a SM with Q in registers: the best at T16384 (call 6: 422.2 vs 400.6, +5.4%),
+    // slower at T1024 (253.3 vs 269.4, 226.7 vs 273.4 at H25); between the two unmeasured, hence
+    // the threshold kLongSeqD64 halfway.
     {"1wg bc128 st3 overlap persistent fma8 regq (2 CTAs/SM)",
-     run<64, 128, 3, true, true, 1, false, 8, true>},
+     run<64, 128, 3, true, true, 1, false, 8, true>},  // 253.3 / 226.7 / 422.2 (call 6)
+    {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)",
+     run<64, 128, 3, true, true, 1, false, 8>},  // 244.3 / 225.5 / 419.2; 242.2 / 222.8 / 399.9; 247.6 / 227.2 / 418.3
+    {"bc128 st3 overlap persistent pingpong fma8",
+     run<64, 128, 3, true, true, 2, true, 8>},  // 274.8 / 277.7 / 388.0 (call 2); 273.6 / 275.5 / 369.5 (call 6)
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
@@ -48,7 +51,12 @@ const KernelConfig kTableD64[] = {
 // overlap persistent 236.4 / 228.6 / 377.9, and more exponentials on the FMA pipe, all slower
 // than the MUFU alone: bc64 st3 fma4 214.5 / 224.5 / 323.6, bc128 st3 fma4 226.7 / 244.9 / 350.3,
 // fma3 224.9 / 244.6 / 358.1 (the forward is not MUFU-bound: Note [sm90 forward: exponentials on
-// two pipes]). Dropped in session 34: bc128 st4 overlap persistent fma8 254.4 / 274.0 / 369.3.
+// two pipes]). Dropped in session 34 (calls 1 / 2 / 6): bc128 st4 overlap persistent fma8 254.4 /
+// 274.0 / 369.3; bc128 st3 overlap persistent (no fma8) 270.0 / 273.8 / 386.8, 271.2 / 271.5 /
+// 379.8, 270.1 / 272.8 / 377.9; bc64 st3 overlap persistent 241.9 / 242.5 / 357.5, 242.7 / 241.7 /
+// 371.7, 241.5 / 240.8 / 363.4; 1wg bc128 st2 overlap persistent 238.1 / 213.8 / 397.2, 238.3 /
+// 212.8 / 412.4, 238.5 / 213.3 / 397.6; bc128 st3 overlap persistent fma8 regq (two consumers)
+// 242.2 / 256.7 / 364.2.
 // Comments: TFLOP/s at B16 T1024 H6 causal on the H200, run 3 (00:45, quick).
 const KernelConfig kTableD128[] = {
     {"bc64 st3 overlap persistent", run<128, 64, 3, true, true>},                // 316.7
@@ -101,12 +109,14 @@ const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
+// Entry 0 of the head dim's table (entry kLongSeqEntryD64 at head_dim 64 and T >= kLongSeqD64), or
+// the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   int n = 0;
   const KernelConfig* table = sm90_bf16_fwd_table(head_dim, &n);
-  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG").launch(p, dev, stream);
+  const int fallback = head_dim == 64 && p.seq_len >= kLongSeqD64 ? kLongSeqEntryD64 : 0;
+  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG", fallback).launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

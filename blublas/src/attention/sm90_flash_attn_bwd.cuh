@@ -191,14 +191,14 @@ __device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, u
 // K-major wgmma descriptor of rows [r0, r0+64) x k-slice ks of a panel-major tile of kRowsTile rows.
 template <int kRowsTile>
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int r0, int ks) {
-  return g90::make_desc_sw128(tile + (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
+  return g90::make_desc_sw128_at(tile, (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
                               1024);
 }
 // MN-major descriptor of the k16 slice kk (rows 16kk..16kk+15 of the tile as the K dimension,
 // the head dim as N across the kD/64 panels).
 template <int kRowsTile>
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
-  return g90::make_desc_sw128(tile + 2048 * kk, kRowsTile * 128, 1024);
+  return g90::make_desc_sw128_at(tile, 2048 * kk, kRowsTile * 128, 1024);
 }
 
 // Stores rows (this thread's row0 and row0 + 8, valid below T) of an m64 x kD accumulator times
@@ -239,7 +239,10 @@ struct BwdMaps {
 // warpgroups run the same iterations and take both turns in every one (empty turns on the blocks
 // they skip), so consumer 0 ends with one bar.sync(8) for consumer 1's last arrive. No TMA or ring
 // wait happens inside a turn (only the warpgroup's own wgmma waits), so the holder of a turn never
-// waits on the other warpgroup.
+// waits on the other warpgroup. Measured (session 34 call 2): 3-6% SLOWER than the same loop
+// without turns (kv-st4 q-st4 ds-frags: 219.8 / 223.0 / 349.5 vs 232.2 / 240.6 / 369.3 TFLOP/s at
+// GPT-2 T1024 / d48 / T16384); the SASS later showed the HGMMAs paced by descriptor chains (Note
+// [sm90 flash backward: instructions per block]), so it is re-measured after that fix.
 template <bool kOn>
 struct Turns {
   int c;
@@ -433,9 +436,36 @@ __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32
 // once into A fragments (+kD/4 registers each: 32 for both at head_dim 64) and issues S / dP as
 // register-A wgmmas: shared-memory reads per block and warpgroup 48 -> 32 KB (dkdv), 40 -> 24 KB
 // (dq). The fragments are read from the swizzled tiles after their TMA completes (rows past T are
-// zero there, as before).
+// zero there, as before), and kept alive with refresh_frags (ptxas otherwise reuses their
+// registers inside the loop). Measured (session 34 call 6, before make_desc_sw128_at): kv-st3
+// q-st3 rega 230.5 / 225.0 / 354.8 TFLOP/s vs 229.3 / 216.8 / 354.2 without (GPT-2 T1024 / d48 /
+// T16384): shared memory was not the limit (Note [sm90 flash backward: instructions per block]).
 
-// issue_two_products with the A operands from registers (a1, a2: load_a_frags).
+// kRegA: a warpgroup's two resident tiles (rows r0.. of each) as A fragments, kept alive from one
+// block to the next by refresh() at the bottom of each (refresh_frags). Without kRegA: empty.
+template <class Cfg>
+struct ResidentFrags {
+  static constexpr int kN = Cfg::kRegA ? Cfg::kD / 16 : 1;
+  uint32_t a[kN][4], b[kN][4];
+  uint32_t zero = 0;
+  template <int kRowsTile>
+  __device__ __forceinline__ void load(const uint8_t* tile_a, const uint8_t* tile_b, int r0,
+                                       int warp, int lane, int T) {
+    if constexpr (Cfg::kRegA) {
+      load_a_frags_sw128<Cfg::kD, kRowsTile>(a, tile_a, r0, warp, lane);
+      load_a_frags_sw128<Cfg::kD, kRowsTile>(b, tile_b, r0, warp, lane);
+      zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
+    }
+  }
+  __device__ __forceinline__ void refresh() {
+    if constexpr (Cfg::kRegA) {
+      refresh_frags(a, zero);
+      refresh_frags(b, zero);
+    }
+  }
+};
+
+// issue_two_products with the A operands from registers (a1, a2: ResidentFrags).
 template <int kD, int kN>
 __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
                                                       const uint32_t (&a1)[kD / 16][4], uint32_t b1,
@@ -454,20 +484,43 @@ __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
   g90::wgmma_commit();
 }
 
+// Note [sm90 flash backward: instructions per block]
+// The backward issues about as many instructions as its schedulers can: session 34's SASS of the
+// default entry has 487 instructions per block in the dkdv loop and 421 in the dq loop for each
+// consumer warp, two consumer warps per scheduler, so ~900 issue slots a block pair against
+// ~1000 clocks of tensor work at the peak rate and the ~1800 a block pair measured (issue 0.56 a
+// scheduler, ncu). Most of them were not math: ~130 uniform-datapath instructions rebuilding the
+// wgmma descriptors (make_desc_sw128_at now writes the tile's word once), ~70 (dkdv) / ~130 (dq)
+// computing the causal / T mask of every element in every block (select-converted; the masked
+// and unmasked loops are separate instantiations now, and only the diagonal blocks mask), and
+// 32 scalar shared loads of L and D (float2 now: 16). The math per element is an FFMA, an ex2, a
+// FADD, an FMUL and half of two F2FP packs.
+
 // dkdv role, in place: P^T = exp2(S^T * scale*log2e - L*log2e) (cL: the block's L*log2e per query
-// column), 0 where the key (this thread's key0, key0 + 8) is after the query under need_mask.
-template <int kQBlk>
-__device__ __forceinline__ void dkdv_probs(float (&st)[kQBlk / 2], const float* cL, float sl2,
-                                           bool need_mask, int key0, int qs, int quad) {
+// column), 0 where the key (this thread's key0, key0 + 8) is after the query under kMask.
+template <int kQBlk, bool kMask>
+__device__ __forceinline__ void dkdv_probs_of(float (&st)[kQBlk / 2], const float* cL, float sl2,
+                                              int key0, int qs, int quad) {
 #pragma unroll
-  for (int j = 0; j < kQBlk / 8; ++j)
+  for (int j = 0; j < kQBlk / 8; ++j) {
+    const float2 l2 = *reinterpret_cast<const float2*>(cL + 8 * j + 2 * quad);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int qi = 8 * j + 2 * quad + (e & 1);
-      float pv = ex2(fmaf(st[4 * j + e], sl2, -cL[qi]));
-      if (need_mask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
+      float pv = ex2(fmaf(st[4 * j + e], sl2, -((e & 1) ? l2.y : l2.x)));
+      if (kMask && key0 + 8 * (e >> 1) > qs + qi) pv = 0.0f;
       st[4 * j + e] = pv;
     }
+  }
+}
+template <int kQBlk>
+__device__ __forceinline__ void dkdv_probs(float (&st)[kQBlk / 2], const float* cL, float sl2,
+                                           bool need_mask, int key0, int qs, int quad) {
+  if (need_mask) {
+    dkdv_probs_of<kQBlk, true>(st, cL, sl2, key0, qs, quad);
+  } else {
+    dkdv_probs_of<kQBlk, false>(st, cL, sl2, key0, qs, quad);
+  }
 }
 
 // dkdv role: dS^T = P^T (dP^T - D) into out (which may be pt or dpt; cD: D per query column).
@@ -475,32 +528,42 @@ template <int kQBlk>
 __device__ __forceinline__ void dkdv_ds(const float (&pt)[kQBlk / 2], const float (&dpt)[kQBlk / 2],
                                         float (&out)[kQBlk / 2], const float* cD, int quad) {
 #pragma unroll
-  for (int j = 0; j < kQBlk / 8; ++j)
+  for (int j = 0; j < kQBlk / 8; ++j) {
+    const float2 d2 = *reinterpret_cast<const float2*>(cD + 8 * j + 2 * quad);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int qi = 8 * j + 2 * quad + (e & 1);
-      out[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - cD[qi]);
-    }
+    for (int e = 0; e < 4; ++e)
+      out[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? d2.y : d2.x));
+  }
 }
 
 // dq role, in place: P = exp2(S * scale*log2e - L*log2e) (neg_l2: -L*log2e of this thread's two
-// rows), 0 for keys past T or, causal, after the row, under need_mask.
-template <int kKBlk>
-__device__ __forceinline__ void dq_probs(float (&s)[kKBlk / 2], const float (&neg_l2)[2], float sl2,
-                                         bool need_mask, bool causal, int row0, int k0, int T,
-                                         int quad) {
+// rows), 0 for keys past T or, causal, after the row, under kMask.
+template <int kKBlk, bool kMask>
+__device__ __forceinline__ void dq_probs_of(float (&s)[kKBlk / 2], const float (&neg_l2)[2],
+                                            float sl2, bool causal, int row0, int k0, int T,
+                                            int quad) {
 #pragma unroll
   for (int jj = 0; jj < kKBlk / 8; ++jj)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float pv = ex2(fmaf(s[4 * jj + e], sl2, neg_l2[e >> 1]));
-      if (need_mask) {
+      if constexpr (kMask) {
         const int row = row0 + 8 * (e >> 1);
         const int col = k0 + 8 * jj + 2 * quad + (e & 1);
         if (col >= T || (causal && col > row)) pv = 0.0f;
       }
       s[4 * jj + e] = pv;
     }
+}
+template <int kKBlk>
+__device__ __forceinline__ void dq_probs(float (&s)[kKBlk / 2], const float (&neg_l2)[2], float sl2,
+                                         bool need_mask, bool causal, int row0, int k0, int T,
+                                         int quad) {
+  if (need_mask) {
+    dq_probs_of<kKBlk, true>(s, neg_l2, sl2, causal, row0, k0, T, quad);
+  } else {
+    dq_probs_of<kKBlk, false>(s, neg_l2, sl2, causal, row0, k0, T, quad);
+  }
 }
 
 // dq role, in place: dS = P (dP - D) (dl: D of this thread's two rows).
@@ -696,13 +759,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
   int pending = -1;  // ring stage whose dK product may still run (kDefer)
   const Turns<Cfg::kPingpong> turns{c};
   turns.start();
-  constexpr int kRegFr = Cfg::kRegA ? kD / 16 : 1;
-  uint32_t kf[kRegFr][4], vf[kRegFr][4];  // kRegA: this warpgroup's K and V rows as A fragments
-  if constexpr (Cfg::kRegA) {
-    load_a_frags_sw128<kD, kKeys>(kf, sK, 64 * c, warp, lane);
-    load_a_frags_sw128<kD, kKeys>(vf, sV, 64 * c, warp, lane);
-  }
-  const uint32_t frag_zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
+  ResidentFrags<Cfg> kv;  // kRegA: this warpgroup's K and V rows
+  kv.template load<kKeys>(sK, sV, 64 * c, warp, lane, T);
   for (int i = i0; i < nqb; ++i) {
     const int qs = i * kQBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -715,7 +773,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       turns.take();  // A
       g90::wgmma_fence();
       if constexpr (Cfg::kRegA) {
-        issue_two_products_ra<kD, kQBlk>(st, kf, q_tile, dpt, vf, o_tile);
+        issue_two_products_ra<kD, kQBlk>(st, kv.a, q_tile, dpt, kv.b, o_tile);
       } else {
         issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
       }
@@ -854,10 +912,7 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
-    if constexpr (Cfg::kRegA) {  // kept alive for the next block (refresh_frags)
-      refresh_frags(kf, frag_zero);
-      refresh_frags(vf, frag_zero);
-    }
+    kv.refresh();
   }
   turns.finish();
   g90::wgmma_wait<0>();
@@ -958,7 +1013,9 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     // j-1's ring stage is released there. S and dP are issued and read in one iteration, so
     // ptxas keeps every wgmma asynchronous (an earlier version that issued block j+1's S / dP
     // before finishing block j read accumulators across the loop's back edge: C7514, every
-    // wgmma serialized).
+    // wgmma serialized). Measured (session 34 call 1, with the pipelined dkdv role or ds-frags):
+    // 3-5% SLOWER than the plain loops at all three benchmark shapes; re-measured after the
+    // descriptor fix (Note [sm90 flash backward: instructions per block]).
     Ring r, prev;
     bool have_prev = false;  // block j-1's dS fragments in fa, its dQ not yet issued
     auto issue_dq = [&]() {
@@ -1014,13 +1071,8 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
   int pending = -1;  // ring stage whose dQ product may still run (kDefer)
   const Turns<Cfg::kPingpong> turns{c};  // Note [sm90 flash backward: pingpong]
   turns.start();
-  constexpr int kRegFr = Cfg::kRegA ? kD / 16 : 1;
-  uint32_t qf[kRegFr][4], of[kRegFr][4];  // kRegA: this warpgroup's Q and dO rows as A fragments
-  if constexpr (Cfg::kRegA) {
-    load_a_frags_sw128<kD, kRows>(qf, sQ, 64 * c, warp, lane);
-    load_a_frags_sw128<kD, kRows>(of, sdO, 64 * c, warp, lane);
-  }
-  const uint32_t frag_zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
+  ResidentFrags<Cfg> qo;  // kRegA: this warpgroup's Q and dO rows
+  qo.template load<kRows>(sQ, sdO, 64 * c, warp, lane, T);
   for (int j = 0; j < n_kv; ++j) {
     const int k0 = j * kKBlk;
     g90::mbar_wait(&full[r.stage], r.phase);
@@ -1030,7 +1082,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       turns.take();  // A
       g90::wgmma_fence();
       if constexpr (Cfg::kRegA) {
-        issue_two_products_ra<kD, kKBlk>(s, qf, k_tile, dp, of, v_tile);
+        issue_two_products_ra<kD, kKBlk>(s, qo.a, k_tile, dp, qo.b, v_tile);
       } else {
         issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
       }
@@ -1073,10 +1125,7 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
     }
     if (pending != r.stage) g90::mbar_arrive_warp(&empty[r.stage], lane);
     r.advance<kStages>();
-    if constexpr (Cfg::kRegA) {  // kept alive for the next block (refresh_frags)
-      refresh_frags(qf, frag_zero);
-      refresh_frags(of, frag_zero);
-    }
+    qo.refresh();
   }
   turns.finish();
   g90::wgmma_wait<0>();

@@ -277,9 +277,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       const uint64_t da =
-          g90::make_desc_sw128(q_addr + (ks / 4) * kBr * 128 + 32 * (ks % 4), 16, 1024);
-      const uint64_t db = g90::make_desc_sw128(
-          k_addr + stage * Cfg::kKVBytes + (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
+          g90::make_desc_sw128_at(q_addr, (ks / 4) * kBr * 128 + 32 * (ks % 4), 16, 1024);
+      const uint64_t db = g90::make_desc_sw128_at(
+          k_addr + stage * Cfg::kKVBytes, (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
       g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, da, db, ks > 0 ? 1 : 0);
     }
   };
@@ -288,8 +288,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto issue_s_ra = [&](float(&s)[kBc / 2], int stage) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint64_t db = g90::make_desc_sw128(
-          k_addr + stage * Cfg::kKVBytes + (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
+      const uint64_t db = g90::make_desc_sw128_at(
+          k_addr + stage * Cfg::kKVBytes, (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
       WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
     }
   };
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {
       const uint64_t db =
-          g90::make_desc_sw128(v_addr + stage * Cfg::kKVBytes + 2048 * kk, kBc * 128, 1024);
+          g90::make_desc_sw128_at(v_addr + stage * Cfg::kKVBytes, 2048 * kk, kBc * 128, 1024);
       WgmmaRegA<kD>::template mma<1>(o, pa[kk], db, 1);
     }
   };
