@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
+#include "../../blublas/src/attention/attention_params.h"  // table_entry (internal)
 #include "blublas/attention.h"
 
 namespace {
@@ -286,6 +288,37 @@ TEST(AttentionArgs, QkvViewStrides) {
   EXPECT_STREQ(blublas::attn_path_name(AttnPath::kSm80Mma), "sm80_mma");
   EXPECT_STREQ(blublas::attn_precision_name(AttnPrecision::kF32TF32), "tf32");
   EXPECT_STREQ(blublas::attn_precision_name(AttnPrecision::kF32Split3TF32), "f32_3xtf32");
+}
+
+// The launchers' table entry: BLUBLAS_ATTN_*_CFG when it is an index in range (0 included, so a
+// run can force entry 0 where the launcher would pick another), else the launcher's choice.
+TEST(AttentionArgs, TableEntryOverrideAndFallback) {
+  namespace attn = blublas::attn;
+  auto launch = [](const attn::Params&, const blublas::DeviceInfo&, cudaStream_t) {
+    return blublas::Status::success();
+  };
+  const attn::KernelConfig table[] = {{"e0", launch}, {"e1", launch}, {"e2", launch}};
+  const char* env = "BLUBLAS_ATTN_TEST_CFG";
+  auto pick = [&](const char* v, int fallback) {
+    if (v == nullptr) {
+      ::unsetenv(env);
+    } else {
+      ::setenv(env, v, 1);
+    }
+    const char* name = attn::table_entry(table, 3, env, fallback).name;
+    ::unsetenv(env);
+    return std::string(name);
+  };
+  EXPECT_EQ(pick(nullptr, 0), "e0");
+  EXPECT_EQ(pick(nullptr, 1), "e1");
+  EXPECT_EQ(pick(nullptr, 7), "e0");  // a fallback outside the table: entry 0
+  EXPECT_EQ(pick("0", 1), "e0");
+  EXPECT_EQ(pick("2", 1), "e2");
+  EXPECT_EQ(pick("3", 1), "e1");  // out of range
+  EXPECT_EQ(pick("-1", 1), "e1");
+  EXPECT_EQ(pick("abc", 1), "e1");
+  EXPECT_EQ(pick("1x", 2), "e2");
+  EXPECT_EQ(pick("", 2), "e2");
 }
 
 }  // namespace

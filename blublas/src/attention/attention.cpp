@@ -215,8 +215,11 @@ namespace attn {
 const KernelConfig& table_entry(const KernelConfig* table, int count, const char* env,
                                 int fallback) {
   const char* v = std::getenv(env);
-  const int i = v == nullptr ? -1 : std::atoi(v);
-  if (i >= 0 && i < count) return table[i];
+  if (v != nullptr && *v != '\0') {  // an index in range; anything else: the launcher's choice
+    char* end = nullptr;
+    const long i = std::strtol(v, &end, 10);
+    if (*end == '\0' && i >= 0 && i < count) return table[i];
+  }
   return table[fallback > 0 && fallback < count ? fallback : 0];
 }
 

@@ -44,6 +44,8 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent pingpong fma8",
      run<64, 128, 3, true, true, 2, true, 8>},  // 274.8 / 277.7 / 388.0 (call 2); 273.6 / 275.5 / 369.5 (call 6)
 };
+static_assert(kLongSeqEntryD64 < static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0])),
+              "the long-sequence entry is in the table");
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
 // session 31's sweep), bc128 st2 overlap persistent pingpong (228.9), bc64 st3 overlap persistent

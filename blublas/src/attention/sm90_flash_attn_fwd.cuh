@@ -352,6 +352,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         r.advance<kStages>();
       }
     } else {
+      [[maybe_unused]] const uint32_t q_zero = static_cast<uint32_t>(T) >> 31;  // 0, opaque to ptxas
       if constexpr (Cfg::kRegQ) {
         load_a_frags_sw128<kD, kBr>(qf, sQ, 64 * c, warp, lane);
         __syncwarp();
@@ -397,6 +398,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         if (lane == 0) g90::mbar_arrive(&empty[prev.stage]);
         rescale_rows<kD>(o, corr);
         acc_to_a_frags<kBc>(s, pa);
+        if constexpr (Cfg::kRegQ) refresh_frags(qf, q_zero);  // alive for the next S (refresh_frags)
         prev = r;
         r.advance<kStages>();
       }
