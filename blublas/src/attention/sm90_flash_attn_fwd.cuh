@@ -141,6 +141,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kN / 2], float (&m)[2]
 
 template <int kD>
 __device__ __forceinline__ void rescale_rows(float (&o)[kD / 2], const float (&corr)[2]) {
+  // No row of the warp's 16 changed its max (corr = ex2(0) = 1 exactly): the kD/2 multiplies
+  // would change no bit, so the warp skips them. Past the first blocks of a long row that is most
+  // blocks (Note [sm90 flash backward: instructions per block] for why instructions count).
+  if (__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) return;
 #pragma unroll
   for (int j = 0; j < kD / 8; ++j) {
     o[4 * j + 0] *= corr[0];
