@@ -35,11 +35,15 @@ for b in "${benches[@]}"; do read -r -a bench <<< "$b"; bench_targets+=" ${bench
 blu_device_build "$build" "$work" blutrain-cli ${tests//,/ } ${ncu_names:+blublas-profiler} \
   $bench_targets || exit 1
 stamp "build done"
-# BLU_SCALE_SASS="path ...": cuobjdump -sass of build outputs (objects, binaries) into sass/.
+# BLU_SCALE_SASS="path ...": cuobjdump -sass of build outputs (objects, binaries) into sass/, and
+# each one's loop instruction counts (<name>.loops.txt, scripts/sass-loops.py).
 if [ -n "${BLU_SCALE_SASS:-}" ]; then
   mkdir -p "$work/sass"
   for o in $BLU_SCALE_SASS; do
     cuobjdump -sass "$build/$o" > "$work/sass/$(basename "$o").sass" 2>&1 || echo "cuobjdump $o rc=$?"
+    # Loop bodies' instruction counts per function (scripts/sass-loops.py), small enough to commit.
+    python3 scripts/sass-loops.py "$work/sass/$(basename "$o").sass" \
+      > "$work/sass/$(basename "$o").loops.txt" 2>&1 || echo "sass-loops $o rc=$?"
   done
 fi
 bin=$build/blutrain/blutrain
