@@ -46,6 +46,10 @@ const KernelConfig kTableD64[] = {
     {"kv-st4 q-st4 ds-frags pingpong",
      run<64, 4, 4, 2, 64, true, false, true, false, false, true>},
     {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},
+    // The dq role's 128-key blocks (m64n128 S / dP, half the blocks and their fixed per-block
+    // instructions) measured even with 64 before the cuts (session 33: 214.4 / 220.4 / 326.6 vs
+    // 217.9 / 219.6 / 325.8 at kv-st3 q-st3); re-measured with the default's dkdv side:
+    {"kv-st4 q-st3 ds-frags dq-bc128", run<64, 4, 3, 2, 128, true, false, true>},
 };
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 // Dropped in session 33 (compile time; TFLOP/s at the three shapes, all-heads CTA order): kv-st3
