@@ -31,7 +31,7 @@ constexpr int kLongSeqEntryD64 = 1;
 constexpr int kLongSeqD64 = 8192;
 const KernelConfig kTableD64[] = {
     // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200; session 33,
-    // then session 34 calls 1, 2 and 6 (before make_desc_sw128_at):
+    // then session 34 calls 1, 2 and 6 (before the descriptor fix):
     {"bc128 st3 overlap persistent fma8",
      run<64, 128, 3, true, true, 2, false, 8>},  // 253.6 / 269.9 / 404.7; 270.8 / 274.9 / 415.6; 269.3 / 274.0 / 407.6; 269.4 / 273.4 / 400.6
     // Two CTAs a SM with Q in registers: the best at T16384 (call 6: 422.2 vs 400.6, +5.4%),

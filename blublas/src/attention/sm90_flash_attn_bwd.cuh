@@ -191,14 +191,14 @@ __device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, u
 // K-major wgmma descriptor of rows [r0, r0+64) x k-slice ks of a panel-major tile of kRowsTile rows.
 template <int kRowsTile>
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int r0, int ks) {
-  return g90::make_desc_sw128_at(tile, (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
+  return g90::make_desc_sw128(tile, (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
                               1024);
 }
 // MN-major descriptor of the k16 slice kk (rows 16kk..16kk+15 of the tile as the K dimension,
 // the head dim as N across the kD/64 panels).
 template <int kRowsTile>
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
-  return g90::make_desc_sw128_at(tile, 2048 * kk, kRowsTile * 128, 1024);
+  return g90::make_desc_sw128(tile, 2048 * kk, kRowsTile * 128, 1024);
 }
 
 // Stores rows (this thread's row0 and row0 + 8, valid below T) of an m64 x kD accumulator times
@@ -406,25 +406,25 @@ __device__ __forceinline__ void store_ds_t(const uint32_t (&fa)[4][4], uint8_t* 
     }
 }
 
-// Issues acc1 = A1 B1^T and acc2 = A2 B2^T over the head dim, one commit group each: both
-// operands K-major, the A tiles kRowsA-row tiles read from row a_row0 (this warpgroup's 64), the B
-// tiles blocks of kN rows (S^T / dP^T of the dkdv role, S / dP of the dq role). The caller fences.
+// Issues acc = A B^T over the head dim as one commit group: both operands K-major, A the rows
+// a_row0.. (this warpgroup's 64) of a kRowsA-row tile, B a block of kN rows. The caller fences.
+template <int kD, int kRowsA, int kN>
+__device__ __forceinline__ void issue_product(float (&acc)[kN / 2], uint32_t a, uint32_t b,
+                                              int a_row0) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    g90::Wgmma<g90::InBf16, kN>::template mma<0, 0>(acc, desc_kmajor<kRowsA>(a, a_row0, ks),
+                                                      desc_kmajor<kN>(b, 0, ks), ks > 0 ? 1 : 0);
+  }
+  g90::wgmma_commit();
+}
+// acc1 = A1 B1^T, then acc2 = A2 B2^T (S^T / dP^T of the dkdv role, S / dP of the dq role).
 template <int kD, int kRowsA, int kN>
 __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32_t a1, uint32_t b1,
                                                    float (&acc2)[kN / 2], uint32_t a2, uint32_t b2,
                                                    int a_row0) {
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    g90::Wgmma<g90::InBf16, kN>::template mma<0, 0>(acc1, desc_kmajor<kRowsA>(a1, a_row0, ks),
-                                                      desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
-  }
-  g90::wgmma_commit();
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    g90::Wgmma<g90::InBf16, kN>::template mma<0, 0>(acc2, desc_kmajor<kRowsA>(a2, a_row0, ks),
-                                                      desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
-  }
-  g90::wgmma_commit();
+  issue_product<kD, kRowsA, kN>(acc1, a1, b1, a_row0);
+  issue_product<kD, kRowsA, kN>(acc2, a2, b2, a_row0);
 }
 
 // Note [sm90 flash backward: resident operands in registers]
@@ -437,7 +437,7 @@ __device__ __forceinline__ void issue_two_products(float (&acc1)[kN / 2], uint32
 // register-A wgmmas: shared-memory reads per block and warpgroup 48 -> 32 KB (dkdv), 40 -> 24 KB
 // (dq). The fragments are read from the swizzled tiles after their TMA completes (rows past T are
 // zero there, as before), and kept alive with refresh_frags (ptxas otherwise reuses their
-// registers inside the loop). Measured (session 34 call 6, before make_desc_sw128_at): kv-st3
+// registers inside the loop). Measured (session 34 call 6, before the descriptor fix): kv-st3
 // q-st3 rega 230.5 / 225.0 / 354.8 TFLOP/s vs 229.3 / 216.8 / 354.2 without (GPT-2 T1024 / d48 /
 // T16384): shared memory was not the limit (Note [sm90 flash backward: instructions per block]).
 
@@ -465,21 +465,13 @@ struct ResidentFrags {
   }
 };
 
-// issue_two_products with the A operands from registers (a1, a2: ResidentFrags).
+// issue_product with A from registers (a: ResidentFrags).
 template <int kD, int kN>
-__device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
-                                                      const uint32_t (&a1)[kD / 16][4], uint32_t b1,
-                                                      float (&acc2)[kN / 2],
-                                                      const uint32_t (&a2)[kD / 16][4],
-                                                      uint32_t b2) {
+__device__ __forceinline__ void issue_product_ra(float (&acc)[kN / 2],
+                                                 const uint32_t (&a)[kD / 16][4], uint32_t b) {
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    WgmmaRegA<kN>::template mma<0>(acc1, a1[ks], desc_kmajor<kN>(b1, 0, ks), ks > 0 ? 1 : 0);
-  }
-  g90::wgmma_commit();
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    WgmmaRegA<kN>::template mma<0>(acc2, a2[ks], desc_kmajor<kN>(b2, 0, ks), ks > 0 ? 1 : 0);
+    WgmmaRegA<kN>::template mma<0>(acc, a[ks], desc_kmajor<kN>(b, 0, ks), ks > 0 ? 1 : 0);
   }
   g90::wgmma_commit();
 }
@@ -490,7 +482,8 @@ __device__ __forceinline__ void issue_two_products_ra(float (&acc1)[kN / 2],
 // consumer warp, two consumer warps per scheduler, so ~900 issue slots a block pair against
 // ~1000 clocks of tensor work at the peak rate and the ~1800 a block pair measured (issue 0.56 a
 // scheduler, ncu). Most of them were not math: ~130 uniform-datapath instructions rebuilding the
-// wgmma descriptors (make_desc_sw128_at now writes the tile's word once), ~70 (dkdv) / ~130 (dq)
+// wgmma descriptors (make_desc_sw128 now takes the tile and the offset apart and writes the
+// tile's word once), ~70 (dkdv) / ~130 (dq)
 // computing the causal / T mask of every element in every block (select-converted; the masked
 // and unmasked loops are separate instantiations now, and only the diagonal blocks mask), and
 // 32 scalar shared loads of L and D (float2 now: 16). The math per element is an FFMA, an ex2, a
@@ -773,7 +766,8 @@ __device__ __forceinline__ void dkdv_role(const BwdMaps& maps, const Params& p, 
       turns.take();  // A
       g90::wgmma_fence();
       if constexpr (Cfg::kRegA) {
-        issue_two_products_ra<kD, kQBlk>(st, kv.a, q_tile, dpt, kv.b, o_tile);
+        issue_product_ra<kD, kQBlk>(st, kv.a, q_tile);
+        issue_product_ra<kD, kQBlk>(dpt, kv.b, o_tile);
       } else {
         issue_two_products<kD, kKeys, kQBlk>(st, k_tile, q_tile, dpt, v_tile, o_tile, 64 * c);
       }
@@ -1082,7 +1076,8 @@ __device__ __forceinline__ void dq_role(const BwdMaps& maps, const Params& p, ui
       turns.take();  // A
       g90::wgmma_fence();
       if constexpr (Cfg::kRegA) {
-        issue_two_products_ra<kD, kKBlk>(s, qo.a, k_tile, dp, qo.b, v_tile);
+        issue_product_ra<kD, kKBlk>(s, qo.a, k_tile);
+        issue_product_ra<kD, kKBlk>(dp, qo.b, v_tile);
       } else {
         issue_two_products<kD, kRows, kKBlk>(s, q_tile, k_tile, dp, o_tile, v_tile, 64 * c);
       }

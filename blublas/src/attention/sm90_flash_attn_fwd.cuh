@@ -277,31 +277,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint32_t k_addr = g90::smem_u32(sK);
   const uint32_t v_addr = g90::smem_u32(sV);
 
+  constexpr int kQFr = Cfg::kRegQ ? kD / 16 : 1;
+  uint32_t qf[kQFr][4];  // kRegQ: this warpgroup's Q rows as A fragments
   auto issue_s = [&](float(&s)[kBc / 2], int stage) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint64_t da =
-          g90::make_desc_sw128_at(q_addr, (ks / 4) * kBr * 128 + 32 * (ks % 4), 16, 1024);
-      const uint64_t db = g90::make_desc_sw128_at(
+      const uint64_t db = g90::make_desc_sw128(
           k_addr + stage * Cfg::kKVBytes, (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
-      g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, da, db, ks > 0 ? 1 : 0);
-    }
-  };
-  constexpr int kQFr = Cfg::kRegQ ? kD / 16 : 1;
-  uint32_t qf[kQFr][4];  // kRegQ: this warpgroup's Q rows as A fragments
-  auto issue_s_ra = [&](float(&s)[kBc / 2], int stage) {
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint64_t db = g90::make_desc_sw128_at(
-          k_addr + stage * Cfg::kKVBytes, (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
-      WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
+      if constexpr (Cfg::kRegQ) {
+        WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
+      } else {
+        const uint64_t da =
+            g90::make_desc_sw128(q_addr, (ks / 4) * kBr * 128 + 32 * (ks % 4), 16, 1024);
+        g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, da, db, ks > 0 ? 1 : 0);
+      }
     }
   };
   auto issue_pv = [&](float(&o)[kD / 2], const uint32_t(&pa)[kBc / 16][4], int stage) {
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {
       const uint64_t db =
-          g90::make_desc_sw128_at(v_addr + stage * Cfg::kKVBytes, 2048 * kk, kBc * 128, 1024);
+          g90::make_desc_sw128(v_addr + stage * Cfg::kKVBytes, 2048 * kk, kBc * 128, 1024);
       WgmmaRegA<kD>::template mma<1>(o, pa[kk], db, 1);
     }
   };
@@ -362,18 +358,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         __syncwarp();
         if (lane == 0) g90::mbar_arrive(empty_q);  // the warp's last read of Q
       }
-      auto issue_s_any = [&](int stage) {
-        if constexpr (Cfg::kRegQ) {
-          issue_s_ra(s, stage);
-        } else {
-          issue_s(s, stage);
-        }
-      };
       // Block 0: S, softmax, P.
       g90::mbar_wait(&full_k[r.stage], r.phase);
       turn_wait();
       g90::wgmma_fence();
-      issue_s_any(r.stage);
+      issue_s(s, r.stage);
       g90::wgmma_commit();
       turn_pass();
       g90::wgmma_wait<0>();
@@ -388,7 +377,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         g90::mbar_wait(&full_v[prev.stage], prev.phase);  // no branch between the two issues
         turn_wait();
         g90::wgmma_fence();
-        issue_s_any(r.stage);
+        issue_s(s, r.stage);
         g90::wgmma_commit();
         issue_pv(o, pa, prev.stage);
         g90::wgmma_commit();

@@ -1224,16 +1224,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int ks = 0; ks < Cfg::kKSteps; ++ks) {
           const uint64_t desc_b =
-              Cfg::kBKMajor ? make_desc_sw128_at(b_base, 32 * ks, 16, 1024)
-                            : make_desc_sw128_at(b_base, 2048 * ks, BK * 128, 1024);
+              Cfg::kBKMajor ? make_desc_sw128(b_base, 32 * ks, 16, 1024)
+                            : make_desc_sw128(b_base, 2048 * ks, BK * 128, 1024);
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMI; ++mi) {
             // First row of this m64 block in the tile.
             const int row = (Cfg::kPingPong ? 0 : c * Cfg::kWgM) + mi * 64;
             const uint64_t desc_a =
                 Cfg::kAKMajor
-                    ? make_desc_sw128_at(a_base, row * 128 + 32 * ks, 16, 1024)
-                    : make_desc_sw128_at(a_base, (row / 64) * BK * 128 + 2048 * ks, BK * 128,
+                    ? make_desc_sw128(a_base, row * 128 + 32 * ks, 16, 1024)
+                    : make_desc_sw128(a_base, (row / 64) * BK * 128 + 2048 * ks, BK * 128,
                                          1024);
             Wgmma<typename Cfg::In, BN>::template mma<Cfg::kAKMajor ? 0 : 1,
                                                       Cfg::kBKMajor ? 0 : 1>(acc[mi], desc_a,

@@ -215,24 +215,14 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
 
 // ---- descriptors -------------------------------------------------------------------------------
 // See Note [wgmma shared-memory descriptors with 128-byte swizzle].
-__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
+// The descriptor of base + off. The address field is (base & 0x3FFFF) >> 4 plus off >> 4 (the
+// same as ((base + off) & 0x3FFFF) >> 4: shared memory stays inside the 256 KB the field covers,
+// and base and off are multiples of 16), so the compiler computes the tile's word once and each
+// k-slice costs one add. Rebuilding every descriptor from base + off (mask, shift, or, and the
+// high word) took ~8 uniform-datapath instructions per wgmma, issued by the same schedulers as
+// the math (Note [sm90 flash backward: instructions per block]).
+__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t base, uint32_t off, uint32_t lbo_bytes,
                                                     uint32_t sbo_bytes) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
-  desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
-  return desc;
-}
-
-// make_desc_sw128(base + off, ...) with the base's part written once: the address field is
-// (base & 0x3FFFF) >> 4 plus off >> 4 (the same value: shared memory stays inside the 256 KB the
-// field covers, and base and off are multiples of 16), so the compiler computes the base's word
-// once per tile and each k-slice costs one add. Rebuilding every descriptor from base + off
-// (mask, shift, or, and the high word) took ~8 uniform-datapath instructions per wgmma, issued by
-// the same schedulers as the math (Note [sm90 flash backward: instructions per block]).
-__device__ __forceinline__ uint64_t make_desc_sw128_at(uint32_t base, uint32_t off,
-                                                       uint32_t lbo_bytes, uint32_t sbo_bytes) {
   const uint32_t lo = ((base & 0x3FFFF) >> 4) | (((lbo_bytes >> 4) & 0x3FFF) << 16);
   const uint32_t hi = ((sbo_bytes >> 4) & 0x3FFF) | (1u << 30);  // 128-byte swizzle (bit 62)
   return (static_cast<uint64_t>(hi) << 32) | (lo + (off >> 4));
