@@ -32,25 +32,35 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 // Comments: bwd TFLOP/s (2.5x forward FLOPs, D precompute included) at B16 T1024 causal on the
 // H200, run 3 (00:45, quick). Deferring the last product holds its ring stage one iteration
 // longer: with 2 stages the producer then starves (defer st2 186 vs no-defer st2 212 at d64).
+// Entry 0 is the default, entry kLongSeqEntryD64 the default at T >= kLongSeqD64: at B2 T16384 the
+// attention sweep (one process) has the old entries 0, 4 and 5 (now 0, 3, 4) within 1%, but in the
+// long-context race (session 35 call 2, forward entry 0) the backward's kernel time a step was
+// 67.2-68.3 ms with entry 0 (three runs), 65.1 with kv-pipe dq-pipe, 65.4 with dq-bc128. At T1024
+// entry 0 stays (its race is 1.18x; the sweep's spread there is wider than the entries' gaps).
+constexpr int kLongSeqEntryD64 = 4;
+constexpr int kLongSeqD64 = 8192;
 const KernelConfig kTableD64[] = {
-    // Session 34 (H200, bwd TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12,
-    // head-grouped CTA order; call 1, call 2 and call 6 where measured, before the descriptor and
-    // mask changes of Note [sm90 flash backward: instructions per block]):
+    // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200, head-grouped
+    // CTA order: session 34 calls 1, 2 and 6 (before the descriptor and mask changes of Note [sm90
+    // flash backward: instructions per block]), then session 35 call 1 (after them):
     {"kv-st4 q-st4 ds-frags",
-     run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7; 232.2 / 240.6 / 369.3; 232.1 / 218.8 / 359.1
-    {"kv-st3 q-st3", run<64, 3, 3>},  // 231.2 / 225.4 / 350.6; 230.1 / 229.2 / 362.5; 229.3 / 216.8 / 354.2
+     run<64, 4, 4, 2, 64, true, false, true>},  // 232.8 / 234.1 / 352.7; 232.2 / 240.6 / 369.3; 232.1 / 218.8 / 359.1; 236.6 / 243.3 / 383.7
+    {"kv-st3 q-st3", run<64, 3, 3>},  // 231.2 / 225.4 / 350.6; 230.1 / 229.2 / 362.5; 229.3 / 216.8 / 354.2; 233.7 / 241.5 / 380.7
     {"kv-st3 q-st3 rega",
-     run<64, 3, 3, 2, 64, true, false, false, false, false, false, true>},  // 230.5 / 225.0 / 354.8 (call 6)
-    // Slower before the instruction cuts (numbers in the comment below); kept to re-measure after
-    // them, since both were meant to hide latency the descriptor chains may have caused:
-    {"kv-st4 q-st4 ds-frags pingpong",
-     run<64, 4, 4, 2, 64, true, false, true, false, false, true>},
-    {"kv-st4 q-st4 kv-pipe dq-pipe", run<64, 4, 4, 2, 64, true, false, false, true, true>},
+     run<64, 3, 3, 2, 64, true, false, false, false, false, false, true>},  // 230.5 / 225.0 / 354.8 (call 6); 240.1 / 245.9 / 380.5
+    // 3-5% slower before the instruction cuts (session 34: 220.2 / 224.1 / 334.3), not after them:
+    {"kv-st4 q-st4 kv-pipe dq-pipe",
+     run<64, 4, 4, 2, 64, true, false, false, true, true>},  // 241.7 / 248.5 / 381.6
     // The dq role's 128-key blocks (m64n128 S / dP, half the blocks and their fixed per-block
-    // instructions) measured even with 64 before the cuts (session 33: 214.4 / 220.4 / 326.6 vs
-    // 217.9 / 219.6 / 325.8 at kv-st3 q-st3); re-measured with the default's dkdv side:
-    {"kv-st4 q-st3 ds-frags dq-bc128", run<64, 4, 3, 2, 128, true, false, true>},
+    // instructions); session 33: 214.4 / 220.4 / 326.6 vs 217.9 / 219.6 / 325.8 with 64:
+    {"kv-st4 q-st3 ds-frags dq-bc128", run<64, 4, 3, 2, 128, true, false, true>},  // 236.4 / 244.6 / 384.3
+    // The two roles' changes together (session 35, not yet measured):
+    {"kv-st4 q-st3 kv-pipe dq-bc128", run<64, 4, 3, 2, 128, true, false, false, false, true>},
+    {"kv-st4 q-st3 kv-pipe dq-pipe dq-bc128",
+     run<64, 4, 3, 2, 128, true, false, false, true, true>},
 };
+static_assert(kLongSeqEntryD64 < static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0])),
+              "the long-sequence entry is in the table");
 // Dropped after run 3: kv-st2 q-st2 (defer) 186.1, its dq-bc128 205.8, 1wg st2 (2 CTAs/SM) 191.4.
 // Dropped in session 33 (compile time; TFLOP/s at the three shapes, all-heads CTA order): kv-st3
 // q-st3 dq-bc128 214.4 / 220.4 / 326.6, kv-st2 q-st2 no-defer 201.9 / 203.0 / 307.3, 1wg kv-st3
@@ -63,9 +73,10 @@ const KernelConfig kTableD64[] = {
 // 334.3. Dropped in session 34 call 2 (Note [sm90 flash backward: pingpong], 3-6% slower than
 // the same loops without turns): kv-st4 q-st4 ds-frags pingpong 219.8 / 223.0 / 349.5, kv-st3
 // q-st3 ds-frags pingpong 219.6 / 223.5 / 333.2, kv-st3 q-st3 pingpong 220.8 / 227.0 / 337.2
-// (entry 0 in that call: 232.2 / 240.6 / 369.3). Dropped after call 6 (Note [sm90 flash backward:
-// resident operands in registers]): kv-st4 q-st4 ds-frags rega 225.9 / 219.8 / 337.3, kv-st3 q-st3
-// ds-frags rega 225.2 / 224.0 / 343.4.
+// (entry 0 in that call: 232.2 / 240.6 / 369.3); the first, re-measured after the instruction cuts
+// (session 35 call 1): 219.0 / 225.4 / 359.5 vs 236.6 / 243.3 / 383.7, dropped. Dropped after
+// call 6 (Note [sm90 flash backward: resident operands in registers]): kv-st4 q-st4 ds-frags rega
+// 225.9 / 219.8 / 337.3, kv-st3 q-st3 ds-frags rega 225.2 / 224.0 / 343.4.
 const KernelConfig kTableD128[] = {
     {"kv-st2 q-st2 no-defer", run<128, 2, 2, 2, 64, false>},      // 270.2
     {"kv-st3 q-st3 no-defer", run<128, 3, 3, 2, 64, false>},
@@ -84,7 +95,8 @@ const KernelConfig* sm90_bf16_bwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_BWD_CFG names (table_entry).
+// Entry 0 of the head dim's table (entry kLongSeqEntryD64 at head_dim 64 and T >= kLongSeqD64), or
+// the one BLUBLAS_ATTN_BWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   if (p.dq_acc != nullptr && head_dim == 64 && p.causal != 0) {
@@ -92,7 +104,8 @@ Status sm90_bf16_flash_attn_bwd(const Params& p, int head_dim, const DeviceInfo&
   }
   int n = 0;
   const KernelConfig* table = sm90_bf16_bwd_table(head_dim, &n);
-  return table_entry(table, n, "BLUBLAS_ATTN_BWD_CFG").launch(p, dev, stream);
+  const int fallback = head_dim == 64 && p.seq_len >= kLongSeqD64 ? kLongSeqEntryD64 : 0;
+  return table_entry(table, n, "BLUBLAS_ATTN_BWD_CFG", fallback).launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

@@ -26,17 +26,17 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
-// Entry 0 is the default, entry 1 the default at T >= kLongSeqD64 (sm90_bf16_flash_attn_fwd).
-constexpr int kLongSeqEntryD64 = 1;
-constexpr int kLongSeqD64 = 8192;
+// Entry 0 is the default at every T. Session 34 had entry 1 at T >= 8192 (422.2 vs 400.6 in one
+// sweep); session 35 (after the descriptor and rescale changes) measured the opposite: sweep
+// 411.9 (entry 0) vs 372.8 (entry 1) at B2 T16384, and in the long-context race the forward's
+// kernel time a step 24.35-24.78 ms (entry 0, three runs) vs 25.13-25.15 (entry 1, two runs).
 const KernelConfig kTableD64[] = {
     // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200; session 33,
     // then session 34 calls 1, 2 and 6 (before the descriptor fix):
     {"bc128 st3 overlap persistent fma8",
      run<64, 128, 3, true, true, 2, false, 8>},  // 253.6 / 269.9 / 404.7; 270.8 / 274.9 / 415.6; 269.3 / 274.0 / 407.6; 269.4 / 273.4 / 400.6
-    // Two CTAs a SM with Q in registers: the best at T16384 (call 6: 422.2 vs 400.6, +5.4%),
-    // slower at T1024 (253.3 vs 269.4, 226.7 vs 273.4 at H25); between the two unmeasured, hence
-    // the threshold kLongSeqD64 halfway.
+    // Two CTAs a SM with Q in registers: the best at T16384 in session 34 call 6 (422.2 vs 400.6),
+    // slower at T1024 (253.3 vs 269.4, 226.7 vs 273.4 at H25); slower everywhere in session 35.
     {"1wg bc128 st3 overlap persistent fma8 regq (2 CTAs/SM)",
      run<64, 128, 3, true, true, 1, false, 8, true>},  // 253.3 / 226.7 / 422.2 (call 6)
     {"1wg bc128 st3 overlap persistent fma8 (2 CTAs/SM)",
@@ -44,8 +44,6 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent pingpong fma8",
      run<64, 128, 3, true, true, 2, true, 8>},  // 274.8 / 277.7 / 388.0 (call 2); 273.6 / 275.5 / 369.5 (call 6)
 };
-static_assert(kLongSeqEntryD64 < static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0])),
-              "the long-sequence entry is in the table");
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
 // session 31's sweep), bc128 st2 overlap persistent pingpong (228.9), bc64 st3 overlap persistent
@@ -111,14 +109,12 @@ const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// Entry 0 of the head dim's table (entry kLongSeqEntryD64 at head_dim 64 and T >= kLongSeqD64), or
-// the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
+// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   int n = 0;
   const KernelConfig* table = sm90_bf16_fwd_table(head_dim, &n);
-  const int fallback = head_dim == 64 && p.seq_len >= kLongSeqD64 ? kLongSeqEntryD64 : 0;
-  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG", fallback).launch(p, dev, stream);
+  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG").launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn

@@ -242,7 +242,9 @@ struct BwdMaps {
 // waits on the other warpgroup. Measured (session 34 call 2): 3-6% SLOWER than the same loop
 // without turns (kv-st4 q-st4 ds-frags: 219.8 / 223.0 / 349.5 vs 232.2 / 240.6 / 369.3 TFLOP/s at
 // GPT-2 T1024 / d48 / T16384); the SASS later showed the HGMMAs paced by descriptor chains (Note
-// [sm90 flash backward: instructions per block]), so it is re-measured after that fix.
+// [sm90 flash backward: instructions per block]); re-measured after that fix (session 35 call 1):
+// still 3-7% slower (219.0 / 225.4 / 359.5 vs 236.6 / 243.3 / 383.7), its table entry dropped
+// (the code stays, uninstantiated).
 template <bool kOn>
 struct Turns {
   int c;
