@@ -32,12 +32,14 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
 // Comments: bwd TFLOP/s (2.5x forward FLOPs, D precompute included) at B16 T1024 causal on the
 // H200, run 3 (00:45, quick). Deferring the last product holds its ring stage one iteration
 // longer: with 2 stages the producer then starves (defer st2 186 vs no-defer st2 212 at d64).
-// Entry 0 is the default, entry kLongSeqEntryD64 the default at T >= kLongSeqD64: at B2 T16384 the
-// attention sweep (one process) has the old entries 0, 4 and 5 (now 0, 3, 4) within 1%, but in the
-// long-context race (session 35 call 2, forward entry 0) the backward's kernel time a step was
-// 67.2-68.3 ms with entry 0 (three runs), 65.1 with kv-pipe dq-pipe, 65.4 with dq-bc128. At T1024
-// entry 0 stays (its race is 1.18x; the sweep's spread there is wider than the entries' gaps).
-constexpr int kLongSeqEntryD64 = 4;
+// Entry 0 is the default, entry kLongSeqEntryD64 the default at T >= kLongSeqD64. At B2 T16384 the
+// attention sweep (one process) has entries 0, 3 and 4 within 1%, but the long-context race
+// differs: the backward's kernel time a step (forward entry 0, blutrain alone, profiled step) was
+// 67.2-68.3 ms with entry 0 (three runs, session 35 call 2), 64.8-65.1 with entry 3 (two runs),
+// 65.4-66.9 with entry 4 (three runs), 65.1 with entry 6 and 61.7 with entry 5 (kv-pipe dq-bc128,
+// call 3: 241.2K tok/s against torch.compile's 237.0K in the same call). At T1024 entry 0 stays
+// (its race is 1.18x; unmeasured there).
+constexpr int kLongSeqEntryD64 = 5;
 constexpr int kLongSeqD64 = 8192;
 const KernelConfig kTableD64[] = {
     // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200, head-grouped
@@ -54,7 +56,7 @@ const KernelConfig kTableD64[] = {
     // The dq role's 128-key blocks (m64n128 S / dP, half the blocks and their fixed per-block
     // instructions); session 33: 214.4 / 220.4 / 326.6 vs 217.9 / 219.6 / 325.8 with 64:
     {"kv-st4 q-st3 ds-frags dq-bc128", run<64, 4, 3, 2, 128, true, false, true>},  // 236.4 / 244.6 / 384.3
-    // The two roles' changes together (session 35, not yet measured):
+    // The two roles' changes together (session 35 call 3; race kernel time a step above):
     {"kv-st4 q-st3 kv-pipe dq-bc128", run<64, 4, 3, 2, 128, true, false, false, false, true>},
     {"kv-st4 q-st3 kv-pipe dq-pipe dq-bc128",
      run<64, 4, 3, 2, 128, true, false, false, true, true>},
