@@ -9,7 +9,8 @@
 # d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
 # bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder; longctx@VAR=value[@...]
-# and d12race@VAR=value: blutrain alone at that shape with those environment variables, profiled);
+# and d12race@VAR=value: blutrain alone at that shape with those environment variables (tokens
+# starting with --: blutrain flags), profiled; BLU_SCALE_MODES picks the modes);
 # BLU_SCALE_FRAMEWORKS: the race's frameworks (run_e2e.py --frameworks; default all three).
 # BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
 # --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...[;target
@@ -101,14 +102,17 @@ for c in "${cases[@]}"; do
       echo "largest rc=$?"; grep -E "^\| (blutrain|torch)" "$work/$c/log.txt"
       continue ;;
     longctx@*|d12race@*)  # blutrain alone at that case's shape with VAR=value[@VAR=value...] set
-      IFS=@ read -r -a kv <<< "${c#*@}"
+      # (tokens starting with -- are blutrain flags instead: d12race@--logits-chunk=16384)
+      IFS=@ read -r -a toks <<< "${c#*@}"
+      kv=(); flags=""
+      for t in "${toks[@]}"; do if [ "${t:0:2}" = -- ]; then flags+="${flags:+ }$t"; else kv+=("$t"); fi; done
       dir=$(echo "$c" | tr -c 'A-Za-z0-9_.\n-' '_')
       mkdir -p "$work/$dir"
       if [ "${c%%@*}" = longctx ]; then shape=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4)
       else shape=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5); fi
       env "${kv[@]}" CUDA_VISIBLE_DEVICES=0 timeout 150 python3 bench/e2e/run_e2e.py --blutrain "$bin" \
         --out "$work/$dir" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain --profile-step 6 \
-        --data synthetic "${shape[@]}" > "$work/$dir/log.txt" 2>&1
+        --data synthetic --extra-blutrain-args "$flags" "${shape[@]}" > "$work/$dir/log.txt" 2>&1
       echo "$c rc=$? $(grep -E '^\| (bf16|fp32|tf32) ' "$work/$dir/log.txt" | head -3 | tr '\n' ' ')"
       continue ;;
     none) continue ;;  # tests, bench or ncu only
