@@ -707,7 +707,9 @@ TEST(GemmProperty, Sm80SplitKPlans) {
 // Note [SIMT NT via a transposed B]: only strict-fp32 NT problems with a large M and a B of at
 // most 512 MiB run on a transposed copy (GPT-2's forwards, the lm head included), never dX / dW.
 TEST(GemmProperty, SimtTransposeBChoice) {
-  if (std::getenv("BLUBLAS_SIMT_SPLIT_MAX") != nullptr) GTEST_SKIP() << "split-K capped by the environment";
+  if (std::getenv("BLUBLAS_SIMT_SPLIT_MAX") != nullptr || std::getenv("BLUBLAS_SIMT_SPLIT_FILL") != nullptr) {
+    GTEST_SKIP() << "split-K plans changed by the environment";
+  }
   const DeviceInfo dev = device(9, 0, 132);
   auto problem = [](int m, int n, int k, bool a_k, bool b_k) {
     gd::GemmProblem p;
@@ -733,6 +735,11 @@ TEST(GemmProperty, SimtTransposeBChoice) {
   EXPECT_EQ(lm8k.k_split, 25152);
   EXPECT_EQ(gd::choose_simt_plan(problem(16384, 768, 50304, true, false), dev).splits, 1);
   EXPECT_EQ(gd::choose_simt_plan(problem(8192, 768, 4096, true, false), dev).splits, 1);
+  // Note [SIMT split-K]: the fc dW (144 tiles, K 16384) takes the fewest splits whose last wave
+  // of 264 slots is >= 90% full: 5 x 3280 deep = 720 CTAs, 2.73 waves (91%).
+  const gd::SimtPlan fc_dw = gd::choose_simt_plan(problem(3072, 768, 16384, false, false), dev);
+  EXPECT_EQ(fc_dw.splits, 5);
+  EXPECT_EQ(fc_dw.k_split, 3280);
   gd::GemmProblem bf16 = problem(16384, 768, 768, true, true);
   bf16.ab_type = bf16.cd_type = Dtype::kBF16;
   EXPECT_FALSE(gd::choose_simt_plan(bf16, dev).transpose_b);

@@ -105,6 +105,19 @@ int64_t simt_split_cap() {
   return cap;
 }
 
+// The last-wave fill the SIMT split-K plans aim for (Notes [SIMT split-K for wave fill] and [SIMT
+// split-K]): 0.9, or BLUBLAS_SIMT_SPLIT_FILL=<f> in (0, 1] (read once; for A/B runs: at 0.97 the
+// fc / fc_proj dW, 144 tiles x 16384, take 9 splits = 4.91 waves of 264 slots instead of 5 =
+// 2.73).
+double simt_split_fill() {
+  static const double fill = [] {
+    const char* env = std::getenv("BLUBLAS_SIMT_SPLIT_FILL");
+    const double v = env != nullptr ? std::strtod(env, nullptr) : 0.0;
+    return v > 0.0 && v <= 1.0 ? v : 0.9;
+  }();
+  return fill;
+}
+
 // Note [SIMT split-K for wave fill]
 // A problem of one to four waves of 128 x 128 tiles (2 CTAs per SM) can lose a quarter of the
 // GPU to its last wave: the lm head's dX with 8192-row logits chunks (M 8192, N 768, K 50304) is
@@ -114,11 +127,11 @@ int64_t simt_split_cap() {
 // = 768 tiles: 97%). BLUBLAS_SIMT_WAVE_SPLIT=0 turns it off (A/B runs).
 void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, SimtPlan* plan) {
   static const bool enabled = env_on_unless_zero("BLUBLAS_SIMT_WAVE_SPLIT");
-  if (!enabled || p.k < 8192 || tiles >= 4 * slots || wave_fill(tiles, slots) >= 0.9) return;
+  if (!enabled || p.k < 8192 || tiles >= 4 * slots || wave_fill(tiles, slots) >= simt_split_fill()) return;
   for (int64_t want = 2; want <= std::min<int64_t>(4, simt_split_cap()); ++want) {
     const KSplit ks = k_split_of(p.k, want);
     if (ks.k_split < 2048 || ks.splits * p.batch > 65535) return;
-    if (wave_fill(tiles * ks.splits, slots) >= 0.9) {
+    if (wave_fill(tiles * ks.splits, slots) >= simt_split_fill()) {
       plan->splits = static_cast<int>(ks.splits);
       plan->k_split = static_cast<int>(ks.k_split);
       return;
@@ -159,7 +172,7 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
       const int64_t total = tiles * ks.splits;
       if (ks.splits * p.batch > 65535) break;
       const double fill = wave_fill(total, slots);
-      if (total >= slots && fill >= 0.9) {
+      if (total >= slots && fill >= simt_split_fill()) {
         best_splits = static_cast<int>(ks.splits);
         best_k = static_cast<int>(ks.k_split);
         break;
