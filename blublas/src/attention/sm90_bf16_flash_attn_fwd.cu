@@ -3,7 +3,8 @@
 // table (Note [Attention tile tables]). Name: bc<keys per block> st<K/V stages> [overlap]
 // [persistent] [pingpong] [fma<n>: one column pair in n exponentiated on the FMA pipe, Note
 // [sm90 forward: exponentials on two pipes]]; 1wg: one consumer warpgroup of 64 rows per CTA, two
-// CTAs per SM.
+// CTAs per SM; 3wg: three consumer warpgroups, 192 rows per CTA (Note [sm90 forward: three
+// consumer warpgroups]).
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -43,6 +44,10 @@ const KernelConfig kTableD64[] = {
      run<64, 128, 3, true, true, 1, false, 8>},  // 244.3 / 225.5 / 419.2; 242.2 / 222.8 / 399.9; 247.6 / 227.2 / 418.3
     {"bc128 st3 overlap persistent pingpong fma8",
      run<64, 128, 3, true, true, 2, true, 8>},  // 274.8 / 277.7 / 388.0 (call 2); 273.6 / 275.5 / 369.5 (call 6)
+    // Three consumer warpgroups, 192 query rows (Note [sm90 forward: three consumer
+    // warpgroups]); session 35, not yet measured:
+    {"3wg bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 3, false, 8>},
+    {"3wg bc128 st3 overlap persistent", run<64, 128, 3, true, true, 3>},
 };
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in

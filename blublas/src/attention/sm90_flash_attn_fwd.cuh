@@ -47,7 +47,8 @@ namespace g90 = blublas::gemm_detail::sm90;
 // persistent CTAs (one per SM walking the tiles) or one CTA per tile.
 // kConsumers = 2: one CTA per SM (3 warpgroups, 240 registers per consumer thread); 1: two CTAs
 // per SM (2 warpgroups each, 232 registers), so one CTA's prologue and epilogue hide under the
-// other's wgmmas.
+// other's wgmmas; 3: one CTA per SM with 192 query rows (4 warpgroups, 160 registers per consumer
+// thread: Note [sm90 forward: three consumer warpgroups]).
 // kPingpong (two consumers, overlap): the consumers take turns issuing their wgmmas (named
 // barriers 1 and 2), so one warpgroup's softmax runs while the other's products occupy the tensor
 // cores (Note [sm90 forward pingpong]).
@@ -72,14 +73,34 @@ struct FwdCfg {
   static constexpr int kKVBytes = kBc * kD * 2;
   static constexpr int kBarrierBytes = 8 * (2 + 3 * kStages);
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 232 : 240;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
   static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
   static_assert(kBc == 64 || kBc == 128, "keys per block 64 or 128");
-  static_assert(kConsumers == 1 || kConsumers == 2, "one or two consumer warpgroups");
+  static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
+  static_assert(kConsumers < 3 || (kD == 64 && kOverlap),
+                "three consumers: head dim 64 (160 registers), the overlapped loop");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
+                    kThreads * (65536 / kThreads / kMinBlocks / 8 * 8),
+                "setmaxnreg redistributes the launch allocation only");
   static_assert(!kPingpong || (kConsumers == 2 && kOverlap), "pingpong: two overlapped consumers");
   static_assert(!kRegQ || kOverlap, "Q in registers: the overlapped loop");
   static_assert(kFmaExpEvery >= 0 && kFmaExpEvery <= kBc / 8, "FMA exponentials: 0 or 1 in n <= kBc/8");
 };
+
+// Note [sm90 forward: three consumer warpgroups]
+// ncu of the two-consumer forward at B2 T16384 (session 35 call 2): tensor pipe 43.6% busy, MUFU
+// 42%: the two warpgroups' exponentials and products hardly overlap. With three consumers (192
+// query rows, FlashAttention-3's tile for head dim 64) two warpgroups can be in their softmax
+// while the third's products run. Registers: 512 threads get 128 each at launch; the producer
+// drops to 24 and the consumers rise to 160 (128 x 24 + 384 x 160 = 64512 <= 65536), enough for
+// the overlapped loop's S (64), P fragments (32) and O (32). With 192-row tiles and 128-key
+// blocks, causal tiles end in key blocks that lie wholly past some warpgroups' rows; each
+// warpgroup stops computing after its own last block (n_kv_wg) and only releases the stages of
+// the rest, after their data arrived (so that it never arrives on a stage's empty barrier for a
+// use whose previous phase the other warpgroups have not completed). Skipping a wholly masked
+// block changes no bit (P = 0, corr = 1). Rows past T (the last tile at T = 1024: 1152 rows for
+// 1024) cost their products, hence a long-sequence configuration.
 
 // Note [sm90 forward pingpong]
 // Named barrier 1 + c means "consumer c may issue". Every issue point of consumer c is
@@ -318,6 +339,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const FwdTile w = decode_fwd_tile<kBr, kBc>(p, t);
     const int row0 = w.q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
     const int wg_row_min = w.q0 + 64 * c;
+    // Key blocks this warpgroup computes: causal, none past its last row (Note [sm90 forward:
+    // three consumer warpgroups]); a warpgroup wholly past T computes block 0 only. Pingpong
+    // keeps every block (its turns count on both consumers having the same issue points).
+    [[maybe_unused]] const int n_kv_wg =
+        Cfg::kPingpong || !causal ? w.n_kv
+        : wg_row_min >= T         ? 1
+                                  : min(w.n_kv, (min(T, wg_row_min + 64) + kBc - 1) / kBc);
     auto needs_mask = [&](int k0) {
       return k0 + kBc > T || (causal && k0 + kBc - 1 > wg_row_min);
     };
@@ -372,7 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       acc_to_a_frags<kBc>(s, pa);
       Ring prev = r;
       r.advance<kStages>();
-      for (int j = 1; j < w.n_kv; ++j) {
+      for (int j = 1; j < n_kv_wg; ++j) {
         g90::mbar_wait(&full_k[r.stage], r.phase);
         g90::mbar_wait(&full_v[prev.stage], prev.phase);  // no branch between the two issues
         turn_wait();
@@ -405,6 +433,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       g90::wgmma_wait<0>();
       g90::fence_accumulators(o);
       if (lane == 0) g90::mbar_arrive(&empty[prev.stage]);
+      // Blocks wholly past this warpgroup's rows: released once loaded, never read.
+      for (int j = n_kv_wg; j < w.n_kv; ++j) {
+        g90::mbar_wait(&full_k[r.stage], r.phase);
+        g90::mbar_wait(&full_v[r.stage], r.phase);
+        if (lane == 0) g90::mbar_arrive(&empty[r.stage]);
+        r.advance<kStages>();
+      }
     }
 
     // Epilogue: O /= l (quad-reduced), L = scale * m + ln(l), straight from registers.
