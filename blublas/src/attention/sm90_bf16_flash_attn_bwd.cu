@@ -60,6 +60,10 @@ const KernelConfig kTableD64[] = {
     {"kv-st4 q-st3 kv-pipe dq-bc128", run<64, 4, 3, 2, 128, true, false, false, false, true>},
     {"kv-st4 q-st3 kv-pipe dq-pipe dq-bc128",
      run<64, 4, 3, 2, 128, true, false, false, true, true>},
+    // Entry 5 with more ring stages on either side (the pipelined dkdv loop holds a block's stage
+    // into the next iteration; the dq role's 128-key stages are 32 KB); session 35, unmeasured:
+    {"kv-st5 q-st3 kv-pipe dq-bc128", run<64, 5, 3, 2, 128, true, false, false, false, true>},
+    {"kv-st4 q-st4 kv-pipe dq-bc128", run<64, 4, 4, 2, 128, true, false, false, false, true>},
 };
 static_assert(kLongSeqEntryD64 < static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0])),
               "the long-sequence entry is in the table");
