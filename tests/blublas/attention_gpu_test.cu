@@ -540,8 +540,13 @@ TEST(AttentionGpu, Bf16Sm90EveryTileConfig) {
     blublas::attn::sm90_bf16_fwd_table(d, &nf);
     blublas::attn::sm90_bf16_bwd_table(d, &nb);
     for (int i = 0; i < std::max(nf, nb); ++i) {
-      for (int T : {100, 257}) {
-        Case c{2, T, 3, d, T == 257, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, T == 257};
+      // B2 H3: one tile per persistent CTA; B4 T130 H40 (d64) / B2 T67 H80 (d128): more tiles than
+      // SMs, so a persistent CTA's next tile follows a tile whose warpgroups stopped early (Note
+      // [sm90 forward: three consumer warpgroups]).
+      const Case wide = d == 64 ? Case{4, 130, 40, d, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, true}
+                                : Case{2, 67, 80, d, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false};
+      for (Case c : {Case{2, 100, 3, d, false, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, false},
+                     Case{2, 257, 3, d, true, AttnPrecision::kBF16, AttnPath::kSm90Wgmma, true}, wide}) {
         c.fwd_cfg = std::min(i, nf - 1);
         c.bwd_cfg = std::min(i, nb - 1);
         c.sm90_table = true;

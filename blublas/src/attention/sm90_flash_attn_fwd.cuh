@@ -2,10 +2,10 @@
 // in and out, fp32 accumulation and softmax; instantiated by sm90_bf16_flash_attn_fwd.cu.
 //
 // Note [sm90 flash forward: warp-specialized, P in registers]
-// A CTA owns kBr = 128 query rows of one (batch, head) and runs 3 warpgroups: warpgroup 0 is the
-// producer (one thread issues the TMA loads: the Q tile once, then K and V blocks of kBc keys
-// into a kStages ring; it keeps 24 registers), warpgroups 1 and 2 are consumers owning 64 query
-// rows each (240 registers). Per key block a consumer computes S = Q K^T with wgmma from shared
+// A CTA owns kBr = 64 * kConsumers query rows of one (batch, head) (128 by default) and runs
+// 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads: the Q
+// tile once, then K and V blocks of kBc keys into a kStages ring; it keeps 24 registers), the
+// others are consumers owning 64 query rows each (240 registers with two consumers). Per key block a consumer computes S = Q K^T with wgmma from shared
 // memory (both operands K-major in 128-byte-swizzled tiles), runs the online softmax in base 2
 // on the fp32 accumulator (scale folded into one FFMA before ex2), repacks P to bf16 A fragments
 // in registers (Note [wgmma accumulator == register A fragment]) and accumulates O += P V with
@@ -99,8 +99,10 @@ struct FwdCfg {
 // warpgroup stops computing after its own last block (n_kv_wg) and only releases the stages of
 // the rest, after their data arrived (so that it never arrives on a stage's empty barrier for a
 // use whose previous phase the other warpgroups have not completed). Skipping a wholly masked
-// block changes no bit (P = 0, corr = 1). Rows past T (the last tile at T = 1024: 1152 rows for
-// 1024) cost their products, hence a long-sequence configuration.
+// block changes no bit for finite V (P = +0, corr = 1; an Inf / NaN in V there no longer reaches
+// O). A warpgroup whose rows all lie past T (the last tile at T = 1024 holds 1152 rows) computes
+// block 0 only. The early stop applies to every overlapped configuration without pingpong: with
+// 128-row tiles of 64-key blocks (head dim 128's bc64 entries) warpgroup 0 skips its last block.
 
 // Note [sm90 forward pingpong]
 // Named barrier 1 + c means "consumer c may issue". Every issue point of consumer c is
@@ -339,13 +341,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const FwdTile w = decode_fwd_tile<kBr, kBc>(p, t);
     const int row0 = w.q0 + 64 * c + 16 * warp + lane / 4;  // this thread's rows: row0, row0 + 8
     const int wg_row_min = w.q0 + 64 * c;
-    // Key blocks this warpgroup computes: causal, none past its last row (Note [sm90 forward:
-    // three consumer warpgroups]); a warpgroup wholly past T computes block 0 only. Pingpong
-    // keeps every block (its turns count on both consumers having the same issue points).
+    // Key blocks this warpgroup computes (Note [sm90 forward: three consumer warpgroups]): a
+    // warpgroup wholly past T block 0 only; causal, none past its last row. Pingpong keeps every
+    // block (its turns count on both consumers having the same issue points).
     [[maybe_unused]] const int n_kv_wg =
-        Cfg::kPingpong || !causal ? w.n_kv
-        : wg_row_min >= T         ? 1
-                                  : min(w.n_kv, (min(T, wg_row_min + 64) + kBc - 1) / kBc);
+        Cfg::kPingpong         ? w.n_kv
+        : wg_row_min >= T      ? 1
+        : !causal              ? w.n_kv
+                               : min(w.n_kv, (min(T, wg_row_min + 64) + kBc - 1) / kBc);
     auto needs_mask = [&](int k0) {
       return k0 + kBc > T || (causal && k0 + kBc - 1 > wg_row_min);
     };
