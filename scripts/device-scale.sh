@@ -8,9 +8,9 @@
 # alone at B16 T1024 in BLU_SCALE_MODES (default bf16) with its side stream off / on, profiled;
 # d12race: the d12 race itself; d12gelugrad0 / d12gelugrad1 ...: blutrain alone with
 # BLUTRAIN_GELU_GRAD_EPILOGUE=0 / 1; every race case runs BLU_SCALE_MODES, default bf16; largest:
-# bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder; longctx@VAR=value[@...]
-# and d12race@VAR=value: blutrain alone at that shape with those environment variables (tokens
-# starting with --: blutrain flags), profiled; BLU_SCALE_MODES picks the modes);
+# bench/e2e/largest_model.py, BLU_LARGEST_ARGS more flags, e.g. --ladder; <race case>@VAR=value[@...]
+# such as longctx@BLUBLAS_ATTN_BWD_CFG=3: blutrain alone at that case's shape with those
+# environment variables (tokens starting with --: blutrain flags), profiled);
 # BLU_SCALE_FRAMEWORKS: the race's frameworks (run_e2e.py --frameworks; default all three).
 # BLU_SCALE_TESTS: GPU test binaries built and run first (BLU_SCALE_TEST_FILTER: their
 # --gtest_filter; BLU_SCALE_GATE=1: stop when one fails); BLU_SCALE_BENCH="target args...[;target
@@ -74,12 +74,20 @@ for b in "${benches[@]}"; do
   stamp "bench ${bench[0]} done"
 done
 
+# A race case's shape and schedule (run_e2e.py flags) into args; false for other names.
+race_args() {
+  case $1 in
+    longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
+    d24|d36|d48) args=(--model "$1" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
+    d12race) args=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5) ;;
+    *) return 1 ;;
+  esac
+}
+
 IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
 for c in "${cases[@]}"; do
   case $c in
-    longctx) args=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4) ;;
-    d24|d36|d48) args=(--model "$c" --batch 16 --seq 1024 --steps 10 --warmup 4) ;;
-    d12race) args=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5) ;;
+    longctx|d24|d36|d48|d12race) race_args "$c" ;;
     d[0-9]*side[01])  # blutrain alone, its side stream off / on: kernel times without overlap
       mkdir -p "$work/$c"
       BLUTRAIN_SIDE_STREAM=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
@@ -101,18 +109,17 @@ for c in "${cases[@]}"; do
         --blutrain "$bin" --out "$work/$c" ${BLU_LARGEST_ARGS:-} > "$work/$c/log.txt" 2>&1
       echo "largest rc=$?"; grep -E "^\| (blutrain|torch)" "$work/$c/log.txt"
       continue ;;
-    longctx@*|d12race@*)  # blutrain alone at that case's shape with VAR=value[@VAR=value...] set
+    *@*)  # blutrain alone at a race case's shape with VAR=value[@VAR=value...] set
       # (tokens starting with -- are blutrain flags instead: d12race@--logits-chunk=16384)
+      race_args "${c%%@*}" || { echo "device-scale.sh: unknown case $c" >&2; continue; }
       IFS=@ read -r -a toks <<< "${c#*@}"
       kv=(); flags=""
       for t in "${toks[@]}"; do if [ "${t:0:2}" = -- ]; then flags+="${flags:+ }$t"; else kv+=("$t"); fi; done
       dir=$(echo "$c" | tr -c 'A-Za-z0-9_.\n-' '_')
       mkdir -p "$work/$dir"
-      if [ "${c%%@*}" = longctx ]; then shape=(--model d12 --batch 2 --seq 16384 --block-size 16384 --steps 12 --warmup 4)
-      else shape=(--model d12 --batch 16 --seq 1024 --steps 20 --warmup 5); fi
       env "${kv[@]}" CUDA_VISIBLE_DEVICES=0 timeout 150 python3 bench/e2e/run_e2e.py --blutrain "$bin" \
         --out "$work/$dir" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain --profile-step 6 \
-        --data synthetic --extra-blutrain-args "$flags" "${shape[@]}" > "$work/$dir/log.txt" 2>&1
+        --data synthetic --extra-blutrain-args "$flags" "${args[@]}" > "$work/$dir/log.txt" 2>&1
       echo "$c rc=$? $(grep -E '^\| (bf16|fp32|tf32) ' "$work/$dir/log.txt" | head -3 | tr '\n' ' ')"
       continue ;;
     none) continue ;;  # tests, bench or ncu only
