@@ -188,19 +188,6 @@ __device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, u
                   row0 + rb * kBoxRows, b);
 }
 
-// K-major wgmma descriptor of rows [r0, r0+64) x k-slice ks of a panel-major tile of kRowsTile rows.
-template <int kRowsTile>
-__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int r0, int ks) {
-  return g90::make_desc_sw128(tile, (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
-                              1024);
-}
-// MN-major descriptor of the k16 slice kk (rows 16kk..16kk+15 of the tile as the K dimension,
-// the head dim as N across the kD/64 panels).
-template <int kRowsTile>
-__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
-  return g90::make_desc_sw128(tile, 2048 * kk, kRowsTile * 128, 1024);
-}
-
 // Stores rows (this thread's row0 and row0 + 8, valid below T) of an m64 x kD accumulator times
 // `mul` as bf16.
 template <int kD>

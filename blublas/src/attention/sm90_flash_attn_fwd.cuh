@@ -5,13 +5,14 @@
 // A CTA owns kBr = 64 * kConsumers query rows of one (batch, head) (128 by default) and runs
 // 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads: the Q
 // tile once, then K and V blocks of kBc keys into a kStages ring; it keeps 24 registers), the
-// others are consumers owning 64 query rows each (240 registers with two consumers). Per key block a consumer computes S = Q K^T with wgmma from shared
-// memory (both operands K-major in 128-byte-swizzled tiles), runs the online softmax in base 2
-// on the fp32 accumulator (scale folded into one FFMA before ex2), repacks P to bf16 A fragments
-// in registers (Note [wgmma accumulator == register A fragment]) and accumulates O += P V with
-// the register-A wgmma, V read MN-major straight from its TMA tile (no transpose anywhere).
-// Barriers: full_k / full_v per stage (TMA transaction bytes), empty per stage (lane 0 of each of
-// the 8 consumer warps arrives once its P V wgmma completed).
+// others are consumers owning 64 query rows each (240 registers with two consumers). Per key
+// block a consumer computes S = Q K^T with wgmma from shared memory (both operands K-major in
+// 128-byte-swizzled tiles), runs the online softmax in base 2 on the fp32 accumulator (scale
+// folded into one FFMA before ex2), repacks P to bf16 A fragments in registers (Note [wgmma
+// accumulator == register A fragment]) and accumulates O += P V with the register-A wgmma, V
+// read MN-major straight from its TMA tile (no transpose anywhere).
+// Barriers: full_k / full_v per stage (TMA transaction bytes), empty per stage (lane 0 of each
+// consumer warp arrives once its P V wgmma completed).
 //
 // kOverlap (the FlashAttention-3 intra-warpgroup pipeline): iteration j issues S_j = Q K_j^T and
 // O += P_{j-1} V_{j-1} back to back, waits only for S_j (wait_group 1), runs the softmax of
@@ -87,6 +88,20 @@ struct FwdCfg {
   static_assert(!kRegQ || kOverlap, "Q in registers: the overlapped loop");
   static_assert(kFmaExpEvery >= 0 && kFmaExpEvery <= kBc / 8, "FMA exponentials: 0 or 1 in n <= kBc/8");
 };
+
+// Descriptors of panel-major tiles (kD/64 panels of [kRowsTile][64], 128-byte swizzle), shared
+// with the backward. K-major: rows [r0, r0+64) x k-slice ks.
+template <int kRowsTile>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int r0, int ks) {
+  return g90::make_desc_sw128(tile, (ks / 4) * kRowsTile * 128 + r0 * 128 + 32 * (ks % 4), 16,
+                              1024);
+}
+// MN-major descriptor of the k16 slice kk (rows 16kk..16kk+15 of the tile as the K dimension,
+// the head dim as N across the kD/64 panels).
+template <int kRowsTile>
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
+  return g90::make_desc_sw128(tile, 2048 * kk, kRowsTile * 128, 1024);
+}
 
 // Note [sm90 forward: three consumer warpgroups]
 // ncu of the two-consumer forward at B2 T16384 (session 35 call 2): tensor pipe 43.6% busy, MUFU
@@ -296,7 +311,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int warp = tid / 32, lane = tid % 32, quad = lane % 4;
   const float sl2 = p.scale_log2;
   const bool causal = p.causal != 0;
-  const uint32_t q_addr = g90::smem_u32(sQ) + 64 * c * 128;
+  const uint32_t q_addr = g90::smem_u32(sQ);
   const uint32_t k_addr = g90::smem_u32(sK);
   const uint32_t v_addr = g90::smem_u32(sV);
 
@@ -305,22 +320,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto issue_s = [&](float(&s)[kBc / 2], int stage) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint64_t db = g90::make_desc_sw128(
-          k_addr + stage * Cfg::kKVBytes, (ks / 4) * kBc * 128 + 32 * (ks % 4), 16, 1024);
+      const uint64_t db = desc_kmajor<kBc>(k_addr + stage * Cfg::kKVBytes, 0, ks);
       if constexpr (Cfg::kRegQ) {
         WgmmaRegA<kBc>::template mma<0>(s, qf[ks], db, ks > 0 ? 1 : 0);
       } else {
-        const uint64_t da =
-            g90::make_desc_sw128(q_addr, (ks / 4) * kBr * 128 + 32 * (ks % 4), 16, 1024);
-        g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, da, db, ks > 0 ? 1 : 0);
+        g90::Wgmma<g90::InBf16, kBc>::template mma<0, 0>(s, desc_kmajor<kBr>(q_addr, 64 * c, ks),
+                                                          db, ks > 0 ? 1 : 0);
       }
     }
   };
   auto issue_pv = [&](float(&o)[kD / 2], const uint32_t(&pa)[kBc / 16][4], int stage) {
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {
-      const uint64_t db =
-          g90::make_desc_sw128(v_addr + stage * Cfg::kKVBytes, 2048 * kk, kBc * 128, 1024);
+      const uint64_t db = desc_mnmajor<kBc>(v_addr + stage * Cfg::kKVBytes, kk);
       WgmmaRegA<kD>::template mma<1>(o, pa[kk], db, 1);
     }
   };
