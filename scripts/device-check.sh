@@ -194,7 +194,7 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = e2e ] || [ "$suite" = all ]; }
   stamp "e2e race: blutrain vs PyTorch (${BLU_E2E_MODES-fp32,tf32,bf16}, steps ${BLU_E2E_STEPS:-20})"
   timeout -k 10 "${BLU_E2E_TIMEOUT:-420}" python3 bench/e2e/run_e2e.py --blutrain "$bin" --out "$work/e2e" \
     --results "$res" --modes "${BLU_E2E_MODES-fp32,tf32,bf16}" --steps "${BLU_E2E_STEPS:-20}" --warmup 5 --profile-step "${BLU_E2E_PROFILE_STEP:-8}" \
-    --data "${BLU_E2E_DATA:-synthetic}" --extra-blutrain-args "${BLU_E2E_EXTRA:-}" \
+    --data "${BLU_E2E_DATA:-synthetic}" --extra-blutrain-args="${BLU_E2E_EXTRA:-}" \
     --reuse-from "${BLU_E2E_REUSE:-}" > "$logs/e2e.txt" 2>&1 || echo "e2e race failed rc=$?" >> "$logs/bench_failures.txt"
   mkdir -p "$logs/e2e_records" && cp "$work"/e2e/*.record.json "$logs/e2e_records/" 2>/dev/null
   pack
@@ -203,7 +203,7 @@ if ((do_bench)) && ((do_train)) && { [ "$suite" = e2e ] || [ "$suite" = all ]; }
     stamp "fidelity: ${BLU_FIDELITY_STEPS:-200} steps, ${BLU_FIDELITY_MODES-fp32,bf16}"
     timeout -k 10 "${BLU_FIDELITY_TIMEOUT:-360}" python3 bench/e2e/fidelity.py --blutrain "$bin" --out "$work/fidelity_train" \
       --results "$res" --steps "${BLU_FIDELITY_STEPS:-200}" --modes "${BLU_FIDELITY_MODES-fp32,bf16}" \
-      --extra-blutrain-args "${BLU_E2E_EXTRA:-}" ${BLU_FIDELITY_ARGS:-} > "$logs/fidelity_train.txt" 2>&1 \
+      --extra-blutrain-args="${BLU_E2E_EXTRA:-}" ${BLU_FIDELITY_ARGS:-} > "$logs/fidelity_train.txt" 2>&1 \
       || echo "fidelity (training) failed rc=$?" >> "$logs/bench_failures.txt"
     pack
   fi

@@ -119,7 +119,7 @@ for c in "${cases[@]}"; do
       mkdir -p "$work/$dir"
       env "${kv[@]}" CUDA_VISIBLE_DEVICES=0 timeout 150 python3 bench/e2e/run_e2e.py --blutrain "$bin" \
         --out "$work/$dir" --modes "${BLU_SCALE_MODES:-bf16}" --frameworks blutrain --profile-step 6 \
-        --data synthetic --extra-blutrain-args "$flags" "${args[@]}" > "$work/$dir/log.txt" 2>&1
+        --data synthetic --extra-blutrain-args="$flags" "${args[@]}" > "$work/$dir/log.txt" 2>&1
       echo "$c rc=$? $(grep -E '^\| (bf16|fp32|tf32) ' "$work/$dir/log.txt" | head -3 | tr '\n' ' ')"
       continue ;;
     none) continue ;;  # tests, bench or ncu only

@@ -27,10 +27,15 @@ Status run(const Params& p, const DeviceInfo& dev, cudaStream_t stream) {
       p, dev, stream, kD == 64 ? "sm90_bf16_flash_attn_fwd_d64" : "sm90_bf16_flash_attn_fwd_d128");
 }
 
-// Entry 0 is the default at every T. Session 34 had entry 1 at T >= 8192 (422.2 vs 400.6 in one
-// sweep); session 35 (after the descriptor and rescale changes) measured the opposite: sweep
-// 411.9 (entry 0) vs 372.8 (entry 1) at B2 T16384, and in the long-context race the forward's
-// kernel time a step 24.35-24.78 ms (entry 0, three runs) vs 25.13-25.15 (entry 1, two runs).
+// Entry 0 is the default, entry kLongSeqEntryD64 the default at T >= kLongSeqD64 (ranked in the
+// long-context race, not the sweep: the two disagree at this spread). Session 34 had entry 1 at
+// T >= 8192 (422.2 vs 400.6 in one sweep); session 35 measured the opposite: sweep 411.9 (entry
+// 0) vs 372.8 (entry 1) at B2 T16384, race forward 24.35-24.78 ms a step (entry 0) vs 25.13-25.15
+// (entry 1). Session 36 call 1 (9672d90, the race at B2 T16384, blutrain alone per entry):
+// entry 0 242.0K tok/s (torch.compile 238.8K in the same call), entry 4 245.3K, entry 5 245.9K.
+// At T1024 the three-consumer tile wastes rows (1152 of the last tile's rows for 1024): entry 0.
+constexpr int kLongSeqEntryD64 = 5;
+constexpr int kLongSeqD64 = 8192;
 const KernelConfig kTableD64[] = {
     // TFLOP/s at GPT-2 B16 T1024 H12 / d48 B16 T1024 H25 / B2 T16384 H12 on the H200; session 33,
     // then session 34 calls 1, 2 and 6 (before the descriptor fix):
@@ -45,10 +50,13 @@ const KernelConfig kTableD64[] = {
     {"bc128 st3 overlap persistent pingpong fma8",
      run<64, 128, 3, true, true, 2, true, 8>},  // 274.8 / 277.7 / 388.0 (call 2); 273.6 / 275.5 / 369.5 (call 6)
     // Three consumer warpgroups, 192 query rows (Note [sm90 forward: three consumer
-    // warpgroups]); session 35, not yet measured:
+    // warpgroups]); session 36 long-context race (tok/s, see above): 245.3K / 245.9K vs entry 0's
+    // 242.0K; entry 5 is the default at T >= kLongSeqD64.
     {"3wg bc128 st3 overlap persistent fma8", run<64, 128, 3, true, true, 3, false, 8>},
     {"3wg bc128 st3 overlap persistent", run<64, 128, 3, true, true, 3>},
 };
+static_assert(kLongSeqEntryD64 < static_cast<int>(sizeof(kTableD64) / sizeof(kTableD64[0])),
+              "the long-sequence default is a table entry");
 // Dropped after run 3: bc128 st2 overlap 199.4 (persistent 220.1), 1wg bc128 overlap one CTA
 // per tile 220.5. Dropped in session 33 (compile time; TFLOP/s as above): bc128 st2 (228.9 in
 // session 31's sweep), bc128 st2 overlap persistent pingpong (228.9), bc64 st3 overlap persistent
@@ -114,12 +122,14 @@ const KernelConfig* sm90_bf16_fwd_table(int head_dim, int* count) {
   return kTableD128;
 }
 
-// Entry 0 of the head dim's table, or the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
+// Entry 0 of the head dim's table (entry kLongSeqEntryD64 at head_dim 64 and T >= kLongSeqD64), or
+// the one BLUBLAS_ATTN_FWD_CFG names (table_entry).
 Status sm90_bf16_flash_attn_fwd(const Params& p, int head_dim, const DeviceInfo& dev,
                                 cudaStream_t stream) {
   int n = 0;
   const KernelConfig* table = sm90_bf16_fwd_table(head_dim, &n);
-  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG").launch(p, dev, stream);
+  const int fallback = head_dim == 64 && p.seq_len >= kLongSeqD64 ? kLongSeqEntryD64 : 0;
+  return table_entry(table, n, "BLUBLAS_ATTN_FWD_CFG", fallback).launch(p, dev, stream);
 }
 
 }  // namespace blublas::attn
