@@ -336,17 +336,23 @@ enum class Variant : int {
   kL168w,          // 256 x 128 CTA
   kL88k16,         // l88 / l88n64 with 16-deep slabs (Note [Deep slabs])
   kL88n64k16,
+  kT88,            // l88's tile fed by TMA, 16-deep slabs in 4 stages (Note [SIMT fp32 through TMA])
+  kT88k8,          // the same, 8-deep slabs in 8 stages
 };
 constexpr const char* kVariantNames[] = {
     "legacy", "legacy64", "w816",  "w168",   "old",       "l88", "l816", "l168", "l88n64",
-    "l816w",  "l168w",    "l88k16", "l88n64k16"};
+    "l816w",  "l168w",    "l88k16", "l88n64k16", "t88", "t88k8"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-static_assert(kVariantCount == static_cast<int>(Variant::kL88n64k16) + 1, "a name per Variant");
+static_assert(kVariantCount == static_cast<int>(Variant::kT88k8) + 1, "a name per Variant");
 static_assert(static_cast<int>(Variant::kL88n64k16) - static_cast<int>(Variant::kL88) ==
                   static_cast<int>(SimtLeanVariant::k88n64k16),
               "the lean Variants mirror SimtLeanVariant");
 
 constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88n64k16; }
+constexpr bool is_tma(Variant v) { return v == Variant::kT88 || v == Variant::kT88k8; }
+constexpr SimtTmaVariant tma_variant(Variant v) {
+  return v == Variant::kT88 ? SimtTmaVariant::k88k16 : SimtTmaVariant::k88k8;
+}
 
 // The lean kernel configuration of a lean Variant.
 constexpr SimtLeanVariant lean_variant(Variant v) {
@@ -385,12 +391,15 @@ Variant old_variant(const GemmProblem& p, bool vec) {
   return p.a_k_major ? Variant::kW168 : Variant::kW816;
 }
 
-Variant tiled128_variant(const GemmProblem& p, bool vec) {
+Variant tiled128_variant(const GemmProblem& p, bool vec, const SplitArgs& split,
+                         const DeviceInfo& dev) {
   const int forced = env_variant(p);
   const bool lean = simt_f32_lean_ok(p, vec);
   if (forced >= 0) {
     const Variant v = static_cast<Variant>(forced);
-    if (is_lean(v)) {
+    if (is_tma(v)) {
+      if (simt_f32_tma_ok(p, tma_variant(v), split, dev)) return v;
+    } else if (is_lean(v)) {
       if (lean) return v;
     } else if (v == Variant::kOld) {
       return old_variant(p, vec);
@@ -429,7 +438,7 @@ std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
 }
 
 Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
-                             cudaStream_t stream) {
+                             const DeviceInfo& dev, cudaStream_t stream) {
   BLUBLAS_CHECK(p.ab_type == Dtype::kF32 && p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
                 "simt f32 gemm: needs f32 A, B, C, D");
   SplitArgs split;
@@ -442,9 +451,11 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   }
   const int splits = plan.splits > 1 ? plan.splits : 1;
   const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
-  const Variant v =
-      plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
-  if (is_lean(v)) {
+  const Variant v = plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64
+                                                         : tiled128_variant(p, vec, split, dev);
+  if (is_tma(v)) {
+    BLUBLAS_RETURN_IF_ERROR(simt_f32_tma_launch(p, tma_variant(v), split, splits, dev, stream));
+  } else if (is_lean(v)) {
     BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
   } else if (v == Variant::kW816 || v == Variant::kW168) {
     const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;

@@ -1,0 +1,288 @@
+// simt_f32_tma_gemm.cu: the strict fp32 GEMM on CUDA cores (FFMA only) fed by TMA on sm_90: the
+// lean kernel's 128 x 128 tile and 8 x 8 lane tiles (Note [SIMT fp32 lean kernel]) with the
+// operand slabs brought into shared memory by the tensor-memory accelerator through a ring of
+// mbarrier-guarded stages instead of register-staged LDG / STS and one block barrier per slab.
+// Operands m/n-major only (A m-contiguous, B n-contiguous: the dW products dY^T X of a training
+// step). BLUBLAS_SIMT_VARIANT=t88 (16-deep slabs, 4 stages) or t88k8 (8-deep, 8 stages) forces
+// one (Note [SIMT fp32 variant choice] in simt_f32_gemm.cu).
+//
+// Note [SIMT fp32 through TMA]
+// Why. The lean kernel's loop is ~92% FFMA; ncu on fc dW (session 9) put its issue slots at 75.7%
+// busy with barrier stalls 0.28 and dispatch 0.54 per issue. Here a consumer warp's loop is the
+// fragment reads and the outer products only: no global loads, no shared-memory stores, no
+// staging registers, no block-wide barrier. Each warp waits on the stage's "full" mbarrier (the
+// TMA transaction count) and frees the stage with one arrival on its "empty" mbarrier (count:
+// the 8 warps), so warps drift against each other by up to the ring's depth instead of meeting
+// at a barrier every slab.
+// Producer. Thread 0 (a consumer too) issues the first STAGES slabs before the loop; after its
+// own warp finishes slab i it waits for the empty barrier of slab i-1's stage (every warp done
+// with it: one slab of slack, so it rarely waits) and issues slab i-1+STAGES there. Every issued
+// slab is consumed, so no copy is in flight at exit. Phases: slab i uses stage i % STAGES for the
+// (i / STAGES)-th time, so its full wait and its stage's empty wait take parity (i / STAGES) & 1;
+// neither barrier can run two phases ahead of a waiter (the refill needs every warp's arrival).
+// Layout. A box of BK k-rows x 128 m (n) columns, m (n) contiguous, no swizzle: the stage is the
+// lean kernel's [k][m] buffer without its padding (the padding served the transposing stores,
+// which are gone). A lane's fragment read is one LDS.128 at its 4 x 4 block's row, 4 (A) or 8 (B)
+// distinct float4 per warp in 64 / 128 contiguous bytes: one wavefront each.
+// Bounds. TMA fills zeros past M, N and K, so every slab is a whole slab (0 * 0 adds +0). A split
+// range (split-K) must be whole slabs: k_split % BK == 0 (k_split is a multiple of 8, so t88k8
+// takes every split plan, t88 those with k_split % 16 == 0), except the last split, which ends at
+// K. Operands: 16-byte aligned base, leading dimension and batch stride multiples of 4 floats.
+// Not taken on other architectures or with a k-major operand: the caller keeps the lean kernel.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "blublas/check.h"
+#include "common/arch.cuh"
+#include "common/tma_loader.h"
+#include "gemm/epilogue.cuh"
+#include "gemm/simt_gemm_launch.h"
+#include "gemm/simt_lane_store.cuh"
+#include "gemm/sm90_primitives.cuh"
+
+namespace blublas::gemm_detail {
+namespace {
+
+template <int BK_, int STAGES_>
+struct TmaTile {
+  static constexpr int BM = 128, BN = 128, TM = 8, TN = 8, LM = 4, LN = 8;
+  static constexpr int BK = BK_, kStages = STAGES_;
+  static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;  // 32 x 64
+  static constexpr int kWarpsN = BN / kWarpN;
+  static constexpr int kWarps = (BM / kWarpM) * kWarpsN;  // 8
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kStageA = BK * BM, kStageB = BK * BN;  // floats
+  static constexpr uint32_t kStageBytes = (kStageA + kStageB) * sizeof(float);
+  static constexpr int kBarOffset = kStages * (kStageA + kStageB) * sizeof(float);  // bytes
+  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8;
+  static_assert((kStageA * sizeof(float)) % 128 == 0 && (kStageB * sizeof(float)) % 128 == 0 &&
+                    kStageBytes % 128 == 0,
+                "TMA destinations stay 128-byte aligned");
+  static_assert(kSmemBytes <= 113 * 1024, "two CTAs per SM");
+  static_assert(BK % 2 == 0, "fragment double buffer: slab i+1's step 0 reads into buffer 0");
+};
+
+using Tma88k16 = TmaTile<16, 4>;
+using Tma88k8 = TmaTile<8, 8>;
+
+extern __shared__ __align__(128) float tma_simt_smem[];
+
+#if BLUBLAS_SM90A_ENABLED
+__device__ __forceinline__ void tma_box(float* dst, const CUtensorMap* map, uint64_t* bar,
+                                        bool rank3, int c0, int c1, int batch) {
+  if (rank3) {
+    sm90::tma_load_3d(dst, map, bar, c0, c1, batch);
+  } else {
+    sm90::tma_load_2d(dst, map, bar, c0, c1);
+  }
+}
+#endif
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 2)
+    simt_f32_tma_kernel(const __grid_constant__ CUtensorMap map_a,
+                        const __grid_constant__ CUtensorMap map_b, int a_rank3, int b_rank3, int m,
+                        int n, int k_total, SplitArgs split, EpilogueArgs e) {
+#if BLUBLAS_SM90A_ENABLED
+  constexpr int BK = T::BK, S = T::kStages, TM = T::TM, TN = T::TN;
+  float* const as = tma_simt_smem;
+  float* const bs = tma_simt_smem + S * T::kStageA;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(tma_simt_smem) +
+                                                     T::kBarOffset);
+  uint64_t* const empty = full + S;
+
+  const int batch = blockIdx.z % split.batches;
+  const int split_index = blockIdx.z / split.batches;
+  const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm0 = (warp / T::kWarpsN) * T::kWarpM, wn0 = (warp % T::kWarpsN) * T::kWarpN;
+  const int row_base = wm0 + (lane / T::LN) * 4, col_base = wn0 + (lane % T::LN) * 4;
+  const int k_lo = split.k_split > 0 ? split_index * split.k_split : 0;
+  const int k_hi = split.k_split > 0 ? min(k_total, k_lo + split.k_split) : k_total;
+  const int slabs = k_hi > k_lo ? (k_hi - k_lo + BK - 1) / BK : 0;
+  const bool producer = threadIdx.x == 0;
+
+  if (producer) {
+    for (int s = 0; s < S; ++s) {
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], T::kWarps);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+
+  // The producer's coordinates are recomputed from blockIdx at each issue rather than kept live
+  // through the loop (8 bytes of spills at the 128-register cap otherwise).
+  auto issue = [&](int slab, int stage) {
+    sm90::mbar_arrive_expect_tx(&full[stage], T::kStageBytes);
+    const int z = static_cast<int>(blockIdx.z);
+    const int kc = (z / split.batches) * split.k_split + slab * BK;
+    const int bz = z % split.batches;
+    tma_box(as + stage * T::kStageA, &map_a, &full[stage], a_rank3 != 0,
+            static_cast<int>(blockIdx.y) * T::BM, kc, bz);
+    tma_box(bs + stage * T::kStageB, &map_b, &full[stage], b_rank3 != 0,
+            static_cast<int>(blockIdx.x) * T::BN, kc, bz);
+  };
+  if (producer) {
+    sm90::tma_prefetch_map(&map_a);
+    sm90::tma_prefetch_map(&map_b);
+    for (int s = 0; s < S && s < slabs; ++s) issue(s, s);
+  }
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int r = 0; r < TM; ++r) {
+#pragma unroll
+    for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+  }
+  float fa[2][TM], fb[2][TN];
+  auto read_frags = [&](const float* sa, const float* sb, int kk, float(&fa_)[TM],
+                        float(&fb_)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM / 4; ++i) {
+      const float4 v =
+          *reinterpret_cast<const float4*>(&sa[kk * T::BM + row_base + i * T::LM * 4]);
+      fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
+    }
+#pragma unroll
+    for (int j = 0; j < TN / 4; ++j) {
+      const float4 v =
+          *reinterpret_cast<const float4*>(&sb[kk * T::BN + col_base + j * T::LN * 4]);
+      fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
+    }
+  };
+  auto outer = [&](const float(&fa_)[TM], const float(&fb_)[TN]) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+#pragma unroll
+      for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(fa_[r], fb_[c], acc[r][c]);
+    }
+  };
+
+  if (slabs > 0) {
+    sm90::mbar_wait(&full[0], 0);
+    read_frags(as, bs, 0, fa[0], fb[0]);
+  }
+  for (int base = 0; base < slabs; base += S) {
+    const uint32_t parity = static_cast<uint32_t>(base / S) & 1u;
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      const int i = base + st;
+      if (i < slabs) {
+        const float* sa = as + st * T::kStageA;
+        const float* sb = bs + st * T::kStageB;
+#pragma unroll
+        for (int kk = 0; kk < BK - 1; ++kk) {
+          read_frags(sa, sb, kk + 1, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);
+          outer(fa[kk % 2], fb[kk % 2]);
+        }
+        // This warp's reads of the stage are done (the last step's fragments are in registers).
+        sm90::mbar_arrive_warp(&empty[st], lane);
+        if (i + 1 < slabs) {
+          const int nst = st + 1 == S ? 0 : st + 1;
+          sm90::mbar_wait(&full[nst], st + 1 == S ? parity ^ 1u : parity);
+          read_frags(as + nst * T::kStageA, bs + nst * T::kStageB, 0, fa[0], fb[0]);
+        }
+        outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
+        // Refill slab i-1's stage with slab i-1+S once every warp has left it.
+        if (producer && i >= 1 && i - 1 + S < slabs) {
+          const int pst = st == 0 ? S - 1 : st - 1;
+          sm90::mbar_wait(&empty[pst], st == 0 ? parity ^ 1u : parity);
+          issue(i - 1 + S, pst);
+        }
+      }
+    }
+  }
+
+  simt_store_lane_tile<TM, TN, T::LM, T::LN>(acc, split, split_index, batch, m, n, m0, n0,
+                                             row_base, col_base, e);
+#else
+  __trap();  // never launched: simt_f32_tma_ok needs an sm_90 device and sm_90a machine code
+#endif
+}
+
+// Does this binary hold the kernel's sm_90a code for the current device? Cached per device.
+template <class T>
+bool binary_ok(int device) {
+  static std::mutex mutex;
+  static int state[64] = {};  // 0 unknown, 1 yes, 2 no
+  if (device < 0 || device >= 64) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (state[device] == 0) {
+    cudaFuncAttributes attr{};
+    const cudaError_t err = cudaFuncGetAttributes(&attr, simt_f32_tma_kernel<T>);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    state[device] = err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90 ? 1 : 2;
+  }
+  return state[device] == 1;
+}
+
+// A 2-D map {rows, K} (3-D {rows, K, batch} for a strided batch), box {128, BK}, no swizzle.
+Status make_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t stride, int rows, int k,
+                int batch, int bk, bool* rank3) {
+  *rank3 = batch > 1 && stride != 0;
+  const uint64_t dims[3] = {static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
+                            static_cast<uint64_t>(batch)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(ld) * sizeof(float),
+                               static_cast<uint64_t>(stride) * sizeof(float)};
+  const uint32_t box[3] = {128, static_cast<uint32_t>(bk), 1};
+  return blublas::detail::encode_tensor_map_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                                  *rank3 ? 3 : 2, ptr, dims, strides, box,
+                                                  CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <class T>
+bool tile_ok(const GemmProblem& p, const SplitArgs& split, const DeviceInfo& dev) {
+  // A batched operand takes a 3-D map: its batch stride a multiple of 16 bytes, the matrices
+  // not overlapping (stride 0, one matrix for every batch, takes the 2-D map).
+  auto aligned = [&](const void* ptr, int64_t ld, int64_t stride) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0 &&
+           (p.batch == 1 || stride == 0 || (stride % 4 == 0 && stride >= ld * p.k));
+  };
+  return dev.sm_version() == 90 && p.ab_type == Dtype::kF32 && !p.a_k_major && !p.b_k_major &&
+         p.m > 0 && p.n > 0 && p.k > 0 && aligned(p.a, p.lda, p.stride_a) &&
+         aligned(p.b, p.ldb, p.stride_b) && split.k_split % T::BK == 0 &&
+         binary_ok<T>(dev.device);
+}
+
+template <class T>
+Status launch_tile(const GemmProblem& p, const SplitArgs& split, int splits, cudaStream_t stream) {
+  alignas(64) CUtensorMap map_a;
+  alignas(64) CUtensorMap map_b;
+  bool a3 = false, b3 = false;
+  BLUBLAS_RETURN_IF_ERROR(
+      make_map(&map_a, p.a, p.lda, p.stride_a, p.m, p.k, p.batch, T::BK, &a3));
+  BLUBLAS_RETURN_IF_ERROR(
+      make_map(&map_b, p.b, p.ldb, p.stride_b, p.n, p.k, p.batch, T::BK, &b3));
+  const auto kernel = simt_f32_tma_kernel<T>;
+  BLUBLAS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  const dim3 grid((p.n + T::BN - 1) / T::BN, (p.m + T::BM - 1) / T::BM, p.batch * splits);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(map_a, map_b, a3 ? 1 : 0, b3 ? 1 : 0, p.m,
+                                                      p.n, p.k, split, make_epilogue_args(p));
+  BLUBLAS_KERNEL_LAUNCH_CHECK("simt_f32_tma_kernel");
+  return Status::success();
+}
+
+}  // namespace
+
+bool simt_f32_tma_ok(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
+                     const DeviceInfo& dev) {
+  return v == SimtTmaVariant::k88k16 ? tile_ok<Tma88k16>(p, split, dev)
+                                     : tile_ok<Tma88k8>(p, split, dev);
+}
+
+Status simt_f32_tma_launch(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
+                           int splits, const DeviceInfo& dev, cudaStream_t stream) {
+  BLUBLAS_CHECK(simt_f32_tma_ok(p, v, split, dev), StatusCode::kNotSupported,
+                "simt f32 TMA kernel: needs an sm_90 device with sm_90a code, f32 m-major A and "
+                "n-major B (16-byte aligned, lds and batch strides multiples of 4) and whole "
+                "slabs per split; M=", p.m, " N=", p.n, " K=", p.k, " k_split=", split.k_split);
+  return v == SimtTmaVariant::k88k16 ? launch_tile<Tma88k16>(p, split, splits, stream)
+                                     : launch_tile<Tma88k8>(p, split, splits, stream);
+}
+
+}  // namespace blublas::gemm_detail
