@@ -342,7 +342,8 @@ TEST(GemmSimtGpu, ExactWhereTf32WouldRound) {
 // The forced TMA variants must really run where they claim to (the tests above would pass on a
 // silent hand-over to the default): on an sm_90 device with sm_90a code they accept the dW
 // problems of a GPT-2 step (m-major A, n-major B), t88 only with whole 16-deep slabs per split,
-// and refuse a k-major operand or a leading dimension that TMA cannot stride.
+// t88k8 also the forwards / dX (k-major A), and refuse a k-major B or a leading dimension that
+// TMA cannot stride.
 TEST(GemmSimtGpu, TmaAcceptsDwProblems) {
   BLU_REQUIRE_GPU();
   blublas::DeviceInfo dev;
@@ -363,8 +364,12 @@ TEST(GemmSimtGpu, TmaAcceptsDwProblems) {
   EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k16, split16, dev));
   EXPECT_FALSE(simt_f32_tma_ok(p, SimtTmaVariant::k88k16, split8, dev));
   EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k8, split8, dev));
-  blublas::gemm_detail::GemmProblem q = p;
-  q.a_k_major = true;
+  blublas::gemm_detail::GemmProblem q = p;  // a forward / dX: k-major A (t88k8 only)
+  q.a_k_major = true; q.lda = 4096;
+  EXPECT_FALSE(simt_f32_tma_ok(q, SimtTmaVariant::k88k16, whole, dev));
+  EXPECT_TRUE(simt_f32_tma_ok(q, SimtTmaVariant::k88k8, split8, dev));
+  q = p;
+  q.b_k_major = true; q.ldb = 4096;
   EXPECT_FALSE(simt_f32_tma_ok(q, SimtTmaVariant::k88k8, whole, dev));
   q = p;
   q.ldb = 770;

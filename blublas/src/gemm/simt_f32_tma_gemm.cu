@@ -2,9 +2,9 @@
 // lean kernel's 128 x 128 tile and 8 x 8 lane tiles (Note [SIMT fp32 lean kernel]) with the
 // operand slabs brought into shared memory by the tensor-memory accelerator through a ring of
 // mbarrier-guarded stages instead of register-staged LDG / STS and one block barrier per slab.
-// Operands m/n-major only (A m-contiguous, B n-contiguous: the dW products dY^T X of a training
-// step). BLUBLAS_SIMT_VARIANT=t88 (16-deep slabs, 4 stages) or t88k8 (8-deep, 8 stages) forces
-// one (Note [SIMT fp32 variant choice] in simt_f32_gemm.cu).
+// B n-major; A m-major (the dW products dY^T X of a training step) or, t88k8 only, k-major (the
+// forwards on a transposed B, and dX). BLUBLAS_SIMT_VARIANT=t88 (16-deep slabs, 4 stages) or
+// t88k8 (8-deep, 8 stages) forces one (Note [SIMT fp32 variant choice] in simt_f32_gemm.cu).
 //
 // Note [SIMT fp32 through TMA]
 // Why. The lean kernel's loop is ~92% FFMA; ncu on fc dW (session 9) put its issue slots at 75.7%
@@ -24,6 +24,13 @@
 // lean kernel's [k][m] buffer without its padding (the padding served the transposing stores,
 // which are gone). A lane's fragment read is one LDS.128 at its 4 x 4 block's row, 4 (A) or 8 (B)
 // distinct float4 per warp in 64 / 128 contiguous bytes: one wavefront each.
+// A k-major A comes as a box of 128 rows x 8 k (32-byte rows, k contiguous): a lane owns rows
+// row_base + 4 r (interleaved, not 4 x 4 blocks) and reads each as one float4 = 4 k steps of that
+// row, so a warp's read touches 4 consecutive rows, 128 contiguous bytes, one wavefront (16-deep
+// rows would put rows r and r + 2 in the same banks). The 8 rows x 4 k (32 registers) replace
+// A's double-buffered fragments (16), read per group of 4 k steps; B stays double-buffered.
+// Same LDS count per k as the m-major loop (two LDS.128 of A and two of B), no transposing
+// stores. The epilogue stores the interleaved rows (simt_store_lane_tile's ROWS_INTERLEAVED).
 // Bounds. TMA fills zeros past M, N and K, so every slab is a whole slab (0 * 0 adds +0). A split
 // range (split-K) must be whole slabs: k_split % BK == 0 (k_split is a multiple of 8, so t88k8
 // takes every split plan, t88 those with k_split % 16 == 0), except the last split, which ends at
@@ -46,10 +53,11 @@
 namespace blublas::gemm_detail {
 namespace {
 
-template <int BK_, int STAGES_>
+template <int BK_, int STAGES_, bool A_KMAJ_>
 struct TmaTile {
   static constexpr int BM = 128, BN = 128, TM = 8, TN = 8, LM = 4, LN = 8;
   static constexpr int BK = BK_, kStages = STAGES_;
+  static constexpr bool kAKMajor = A_KMAJ_;
   static constexpr int kWarpM = LM * TM, kWarpN = LN * TN;  // 32 x 64
   static constexpr int kWarpsN = BN / kWarpN;
   static constexpr int kWarps = (BM / kWarpM) * kWarpsN;  // 8
@@ -63,10 +71,12 @@ struct TmaTile {
                 "TMA destinations stay 128-byte aligned");
   static_assert(kSmemBytes <= 113 * 1024, "two CTAs per SM");
   static_assert(BK % 2 == 0, "fragment double buffer: slab i+1's step 0 reads into buffer 0");
+  static_assert(!kAKMajor || BK == 8, "k-major A: 32-byte rows (Note [SIMT fp32 through TMA])");
 };
 
-using Tma88k16 = TmaTile<16, 4>;
-using Tma88k8 = TmaTile<8, 8>;
+using Tma88k16 = TmaTile<16, 4, false>;
+using Tma88k8 = TmaTile<8, 8, false>;
+using Tma88k8KA = TmaTile<8, 8, true>;  // k-major A (forwards on a transposed B, dX)
 
 extern __shared__ __align__(128) float tma_simt_smem[];
 
@@ -99,7 +109,9 @@ __global__ void __launch_bounds__(T::kThreads, 2)
   const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm0 = (warp / T::kWarpsN) * T::kWarpM, wn0 = (warp % T::kWarpsN) * T::kWarpN;
-  const int row_base = wm0 + (lane / T::LN) * 4, col_base = wn0 + (lane % T::LN) * 4;
+  // m-major A: 4 x 4 blocks (rows row_base + 0..3 and + 16); k-major A: rows row_base + 4 r.
+  const int row_base = wm0 + (lane / T::LN) * (T::kAKMajor ? 1 : 4);
+  const int col_base = wn0 + (lane % T::LN) * 4;
   const int k_lo = split.k_split > 0 ? split_index * split.k_split : 0;
   const int k_hi = split.k_split > 0 ? min(k_total, k_lo + split.k_split) : k_total;
   const int slabs = k_hi > k_lo ? (k_hi - k_lo + BK - 1) / BK : 0;
@@ -121,8 +133,9 @@ __global__ void __launch_bounds__(T::kThreads, 2)
     const int z = static_cast<int>(blockIdx.z);
     const int kc = (z / split.batches) * split.k_split + slab * BK;
     const int bz = z % split.batches;
-    tma_box(as + stage * T::kStageA, &map_a, &full[stage], a_rank3 != 0,
-            static_cast<int>(blockIdx.y) * T::BM, kc, bz);
+    const int ma = static_cast<int>(blockIdx.y) * T::BM;
+    tma_box(as + stage * T::kStageA, &map_a, &full[stage], a_rank3 != 0, T::kAKMajor ? kc : ma,
+            T::kAKMajor ? ma : kc, bz);
     tma_box(bs + stage * T::kStageB, &map_b, &full[stage], b_rank3 != 0,
             static_cast<int>(blockIdx.x) * T::BN, kc, bz);
   };
@@ -138,20 +151,35 @@ __global__ void __launch_bounds__(T::kThreads, 2)
 #pragma unroll
     for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
   }
-  float fa[2][TM], fb[2][TN];
-  auto read_frags = [&](const float* sa, const float* sb, int kk, float(&fa_)[TM],
-                        float(&fb_)[TN]) {
+  float fb[2][TN];
+  auto read_b = [&](const float* sb, int kk, float(&fb_)[TN]) {
+#pragma unroll
+    for (int j = 0; j < TN / 4; ++j) {
+      const float4 v =
+          *reinterpret_cast<const float4*>(&sb[kk * T::BN + col_base + j * T::LN * 4]);
+      fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
+    }
+  };
+  // m-major A: A fragments double-buffered per k step like B's.
+  float fa[2][TM];
+  auto read_a = [&](const float* sa, int kk, float(&fa_)[TM]) {
 #pragma unroll
     for (int i = 0; i < TM / 4; ++i) {
       const float4 v =
           *reinterpret_cast<const float4*>(&sa[kk * T::BM + row_base + i * T::LM * 4]);
       fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
     }
+  };
+  // k-major A: the stage is [BM][8] (k contiguous); a lane reads each of its 8 rows as one float4
+  // of 4 k steps (a group), rows row_base + 4 r: the 4 distinct rows of a warp's read are 4
+  // consecutive 32-byte rows, one wavefront.
+  float ag[TM][4];
+  auto read_a_group = [&](const float* sa, int g) {
 #pragma unroll
-    for (int j = 0; j < TN / 4; ++j) {
+    for (int r = 0; r < TM; ++r) {
       const float4 v =
-          *reinterpret_cast<const float4*>(&sb[kk * T::BN + col_base + j * T::LN * 4]);
-      fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
+          *reinterpret_cast<const float4*>(&sa[(row_base + r * T::LM) * BK + g * 4]);
+      ag[r][0] = v.x; ag[r][1] = v.y; ag[r][2] = v.z; ag[r][3] = v.w;
     }
   };
   auto outer = [&](const float(&fa_)[TM], const float(&fb_)[TN]) {
@@ -161,10 +189,22 @@ __global__ void __launch_bounds__(T::kThreads, 2)
       for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(fa_[r], fb_[c], acc[r][c]);
     }
   };
+  auto outer_group = [&](int kk, const float(&fb_)[TN]) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+#pragma unroll
+      for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(ag[r][kk], fb_[c], acc[r][c]);
+    }
+  };
+  // Step 0 of a slab's fragments (B's, and A's where A is m-major) into buffer 0.
+  auto read_first = [&](const float* sa, const float* sb) {
+    if constexpr (!T::kAKMajor) read_a(sa, 0, fa[0]);
+    read_b(sb, 0, fb[0]);
+  };
 
   if (slabs > 0) {
     sm90::mbar_wait(&full[0], 0);
-    read_frags(as, bs, 0, fa[0], fb[0]);
+    read_first(as, bs);
   }
   for (int base = 0; base < slabs; base += S) {
     const uint32_t parity = static_cast<uint32_t>(base / S) & 1u;
@@ -174,19 +214,34 @@ __global__ void __launch_bounds__(T::kThreads, 2)
       if (i < slabs) {
         const float* sa = as + st * T::kStageA;
         const float* sb = bs + st * T::kStageB;
+        if constexpr (T::kAKMajor) {
+          read_a_group(sa, 0);
 #pragma unroll
-        for (int kk = 0; kk < BK - 1; ++kk) {
-          read_frags(sa, sb, kk + 1, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);
-          outer(fa[kk % 2], fb[kk % 2]);
+          for (int kk = 0; kk < BK - 1; ++kk) {
+            if (kk == 4) read_a_group(sa, 1);
+            read_b(sb, kk + 1, fb[(kk + 1) % 2]);
+            outer_group(kk % 4, fb[kk % 2]);
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < BK - 1; ++kk) {
+            read_a(sa, kk + 1, fa[(kk + 1) % 2]);
+            read_b(sb, kk + 1, fb[(kk + 1) % 2]);
+            outer(fa[kk % 2], fb[kk % 2]);
+          }
         }
         // This warp's reads of the stage are done (the last step's fragments are in registers).
         sm90::mbar_arrive_warp(&empty[st], lane);
         if (i + 1 < slabs) {
           const int nst = st + 1 == S ? 0 : st + 1;
           sm90::mbar_wait(&full[nst], st + 1 == S ? parity ^ 1u : parity);
-          read_frags(as + nst * T::kStageA, bs + nst * T::kStageB, 0, fa[0], fb[0]);
+          read_first(as + nst * T::kStageA, bs + nst * T::kStageB);
         }
-        outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
+        if constexpr (T::kAKMajor) {
+          outer_group(3, fb[(BK - 1) % 2]);
+        } else {
+          outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
+        }
         // Refill slab i-1's stage with slab i-1+S once every warp has left it.
         if (producer && i >= 1 && i - 1 + S < slabs) {
           const int pst = st == 0 ? S - 1 : st - 1;
@@ -197,8 +252,8 @@ __global__ void __launch_bounds__(T::kThreads, 2)
     }
   }
 
-  simt_store_lane_tile<TM, TN, T::LM, T::LN>(acc, split, split_index, batch, m, n, m0, n0,
-                                             row_base, col_base, e);
+  simt_store_lane_tile<TM, TN, T::LM, T::LN, T::kAKMajor>(acc, split, split_index, batch, m, n,
+                                                          m0, n0, row_base, col_base, e);
 #else
   __trap();  // never launched: simt_f32_tma_ok needs an sm_90 device and sm_90a machine code
 #endif
@@ -220,15 +275,17 @@ bool binary_ok(int device) {
   return state[device] == 1;
 }
 
-// A 2-D map {rows, K} (3-D {rows, K, batch} for a strided batch), box {128, BK}, no swizzle.
-Status make_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t stride, int rows, int k,
-                int batch, int bk, bool* rank3) {
+// A 2-D map {rows, K}, box {128, BK} (k-major: {K, rows}, box {BK, 128}); 3-D with the batch
+// for a strided batch; no swizzle.
+Status make_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t stride, bool k_major,
+                int rows, int k, int batch, int bk, bool* rank3) {
   *rank3 = batch > 1 && stride != 0;
-  const uint64_t dims[3] = {static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
-                            static_cast<uint64_t>(batch)};
+  const uint64_t r = static_cast<uint64_t>(rows), kk = static_cast<uint64_t>(k);
+  const uint64_t dims[3] = {k_major ? kk : r, k_major ? r : kk, static_cast<uint64_t>(batch)};
   const uint64_t strides[2] = {static_cast<uint64_t>(ld) * sizeof(float),
                                static_cast<uint64_t>(stride) * sizeof(float)};
-  const uint32_t box[3] = {128, static_cast<uint32_t>(bk), 1};
+  const uint32_t box[3] = {k_major ? static_cast<uint32_t>(bk) : 128u,
+                           k_major ? 128u : static_cast<uint32_t>(bk), 1};
   return blublas::detail::encode_tensor_map_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                                                   *rank3 ? 3 : 2, ptr, dims, strides, box,
                                                   CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -238,13 +295,14 @@ template <class T>
 bool tile_ok(const GemmProblem& p, const SplitArgs& split, const DeviceInfo& dev) {
   // A batched operand takes a 3-D map: its batch stride a multiple of 16 bytes, the matrices
   // not overlapping (stride 0, one matrix for every batch, takes the 2-D map).
-  auto aligned = [&](const void* ptr, int64_t ld, int64_t stride) {
+  auto aligned = [&](const void* ptr, int64_t ld, int64_t stride, int64_t lines) {
     return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && ld % 4 == 0 &&
-           (p.batch == 1 || stride == 0 || (stride % 4 == 0 && stride >= ld * p.k));
+           (p.batch == 1 || stride == 0 || (stride % 4 == 0 && stride >= ld * lines));
   };
-  return dev.sm_version() == 90 && p.ab_type == Dtype::kF32 && !p.a_k_major && !p.b_k_major &&
-         p.m > 0 && p.n > 0 && p.k > 0 && aligned(p.a, p.lda, p.stride_a) &&
-         aligned(p.b, p.ldb, p.stride_b) && split.k_split % T::BK == 0 &&
+  return dev.sm_version() == 90 && p.ab_type == Dtype::kF32 && p.a_k_major == T::kAKMajor &&
+         !p.b_k_major && p.m > 0 && p.n > 0 && p.k > 0 &&
+         aligned(p.a, p.lda, p.stride_a, p.a_k_major ? p.m : p.k) &&
+         aligned(p.b, p.ldb, p.stride_b, p.k) && split.k_split % T::BK == 0 &&
          binary_ok<T>(dev.device);
 }
 
@@ -254,9 +312,9 @@ Status launch_tile(const GemmProblem& p, const SplitArgs& split, int splits, cud
   alignas(64) CUtensorMap map_b;
   bool a3 = false, b3 = false;
   BLUBLAS_RETURN_IF_ERROR(
-      make_map(&map_a, p.a, p.lda, p.stride_a, p.m, p.k, p.batch, T::BK, &a3));
+      make_map(&map_a, p.a, p.lda, p.stride_a, T::kAKMajor, p.m, p.k, p.batch, T::BK, &a3));
   BLUBLAS_RETURN_IF_ERROR(
-      make_map(&map_b, p.b, p.ldb, p.stride_b, p.n, p.k, p.batch, T::BK, &b3));
+      make_map(&map_b, p.b, p.ldb, p.stride_b, false, p.n, p.k, p.batch, T::BK, &b3));
   const auto kernel = simt_f32_tma_kernel<T>;
   BLUBLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
@@ -271,18 +329,19 @@ Status launch_tile(const GemmProblem& p, const SplitArgs& split, int splits, cud
 
 bool simt_f32_tma_ok(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
                      const DeviceInfo& dev) {
-  return v == SimtTmaVariant::k88k16 ? tile_ok<Tma88k16>(p, split, dev)
-                                     : tile_ok<Tma88k8>(p, split, dev);
+  if (v == SimtTmaVariant::k88k16) return tile_ok<Tma88k16>(p, split, dev);
+  return p.a_k_major ? tile_ok<Tma88k8KA>(p, split, dev) : tile_ok<Tma88k8>(p, split, dev);
 }
 
 Status simt_f32_tma_launch(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
                            int splits, const DeviceInfo& dev, cudaStream_t stream) {
   BLUBLAS_CHECK(simt_f32_tma_ok(p, v, split, dev), StatusCode::kNotSupported,
-                "simt f32 TMA kernel: needs an sm_90 device with sm_90a code, f32 m-major A and "
-                "n-major B (16-byte aligned, lds and batch strides multiples of 4) and whole "
+                "simt f32 TMA kernel: needs an sm_90 device with sm_90a code, f32 m-major A (t88k8: "
+                "or k-major) and n-major B (16-byte aligned, lds and batch strides multiples of 4) and whole "
                 "slabs per split; M=", p.m, " N=", p.n, " K=", p.k, " k_split=", split.k_split);
-  return v == SimtTmaVariant::k88k16 ? launch_tile<Tma88k16>(p, split, splits, stream)
-                                     : launch_tile<Tma88k8>(p, split, splits, stream);
+  if (v == SimtTmaVariant::k88k16) return launch_tile<Tma88k16>(p, split, splits, stream);
+  return p.a_k_major ? launch_tile<Tma88k8KA>(p, split, splits, stream)
+                     : launch_tile<Tma88k8>(p, split, splits, stream);
 }
 
 }  // namespace blublas::gemm_detail

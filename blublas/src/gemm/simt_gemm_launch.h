@@ -63,8 +63,9 @@ Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const S
 // Strict fp32 kernels fed by TMA on sm_90 (Note [SIMT fp32 through TMA], simt_f32_tma_gemm.cu):
 // the l88 tile (128 x 128, 256 threads, 8 x 8 per lane) with an mbarrier ring of 16-deep slabs
 // in 4 stages (k88k16) or 8-deep slabs in 8 stages (k88k8). Same SplitArgs contract. Accepts a
-// problem when simt_f32_tma_ok: sm_90 with sm_90a code, A m-major and B n-major, 16-byte aligned
-// operands with lds and batch strides multiples of 4, split ranges of whole slabs.
+// problem when simt_f32_tma_ok: sm_90 with sm_90a code, B n-major, A m-major (k88k8: or
+// k-major), 16-byte aligned operands with lds and batch strides multiples of 4, split ranges of
+// whole slabs.
 enum class SimtTmaVariant : int { k88k16 = 0, k88k8 };
 bool simt_f32_tma_ok(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
                      const DeviceInfo& dev);
