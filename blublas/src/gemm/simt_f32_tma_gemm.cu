@@ -35,7 +35,9 @@
 // range (split-K) must be whole slabs: k_split % BK == 0 (k_split is a multiple of 8, so t88k8
 // takes every split plan, t88 those with k_split % 16 == 0), except the last split, which ends at
 // K. Operands: 16-byte aligned base, leading dimension and batch stride multiples of 4 floats.
-// Not taken on other architectures or with a k-major operand: the caller keeps the lean kernel.
+// Not taken on other architectures or with a k-major B: the caller keeps the lean kernel.
+// Proxies: a warp's fragment reads (generic proxy) precede the refill's TMA write (async proxy)
+// of the same stage; each thread fences (fence.proxy.async) before its warp's empty arrival.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -230,7 +232,9 @@ __global__ void __launch_bounds__(T::kThreads, 2)
             outer(fa[kk % 2], fb[kk % 2]);
           }
         }
-        // This warp's reads of the stage are done (the last step's fragments are in registers).
+        // This warp's reads of the stage are done (the last step's fragments are in registers):
+        // ordered before the refill's TMA write (async proxy) by the proxy fence, then freed.
+        sm90::fence_proxy_async_smem();
         sm90::mbar_arrive_warp(&empty[st], lane);
         if (i + 1 < slabs) {
           const int nst = st + 1 == S ? 0 : st + 1;
@@ -248,6 +252,7 @@ __global__ void __launch_bounds__(T::kThreads, 2)
           sm90::mbar_wait(&empty[pst], st == 0 ? parity ^ 1u : parity);
           issue(i - 1 + S, pst);
         }
+        __syncwarp();  // warp 0 reconverges before the next slab's products
       }
     }
   }
