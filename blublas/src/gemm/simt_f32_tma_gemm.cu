@@ -36,8 +36,19 @@
 // takes every split plan, t88 those with k_split % 16 == 0), except the last split, which ends at
 // K. Operands: 16-byte aligned base, leading dimension and batch stride multiples of 4 floats.
 // Not taken on other architectures or with a k-major B: the caller keeps the lean kernel.
-// Proxies: a warp's fragment reads (generic proxy) precede the refill's TMA write (async proxy)
-// of the same stage; each thread fences (fence.proxy.async) before its warp's empty arrival.
+// Proxies: the warps' fragment reads (generic proxy) precede the refill's TMA write (async proxy)
+// of the same stage: their arrivals release, the producer's empty wait acquires, and the producer
+// fences (fence.proxy.async) before it issues the copy.
+// Measured (session 36, 087460f, H200, gemm_bench fp32 GPT-2 set, ratio to cuBLAS in the same
+// process; raw bench/results/h200/raw/session36/call4_simt_tma): correct (the SIMT GPU tests,
+// every variant, 7/7) and SLOWER: t88 dW fc / fc_proj / lm head 0.679 / 0.677 / 0.694 against the
+// default l88k16's 0.862 / 0.857 / 0.913 (qkv and attn_proj dW split in 7 / 14, k_split % 16 = 8:
+// handed over to the default); t88k8 0.51-0.72 on every shape; the fp32 d12 step with t88k8 40.4K
+// tok/s against 56.5K. That version unrolled the stage loop S times (a 4.9k-instruction body,
+// ~78 KB, 84% FFMA against the lean loop's 92%, run by warps drifting apart), and every thread
+// fenced before its arrival: fence.proxy.async is MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in the SASS,
+// once a slab per thread. This version (one slab per iteration with a run-time stage, the fence
+// in the producer only) is NOT measured. Not the default anywhere.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -128,13 +139,10 @@ __global__ void __launch_bounds__(T::kThreads, 2)
   }
   __syncthreads();
 
-  // The producer's coordinates are recomputed from blockIdx at each issue rather than kept live
-  // through the loop (8 bytes of spills at the 128-register cap otherwise).
   auto issue = [&](int slab, int stage) {
     sm90::mbar_arrive_expect_tx(&full[stage], T::kStageBytes);
-    const int z = static_cast<int>(blockIdx.z);
-    const int kc = (z / split.batches) * split.k_split + slab * BK;
-    const int bz = z % split.batches;
+    const int kc = k_lo + slab * BK;
+    const int bz = batch;
     const int ma = static_cast<int>(blockIdx.y) * T::BM;
     tma_box(as + stage * T::kStageA, &map_a, &full[stage], a_rank3 != 0, T::kAKMajor ? kc : ma,
             T::kAKMajor ? ma : kc, bz);
@@ -208,53 +216,56 @@ __global__ void __launch_bounds__(T::kThreads, 2)
     sm90::mbar_wait(&full[0], 0);
     read_first(as, bs);
   }
-  for (int base = 0; base < slabs; base += S) {
-    const uint32_t parity = static_cast<uint32_t>(base / S) & 1u;
+  // One slab per iteration, its stage a run-time index (session 36: the stage loop unrolled S
+  // times made a 4.9k-instruction body, ~78 KB, which warps drifting apart run at different
+  // places; Note [SIMT fp32 through TMA], measured).
+  int st = 0;
+  uint32_t parity = 0;
+  for (int i = 0; i < slabs; ++i) {
+    const float* sa = as + st * T::kStageA;
+    const float* sb = bs + st * T::kStageB;
+    if constexpr (T::kAKMajor) {
+      read_a_group(sa, 0);
 #pragma unroll
-    for (int st = 0; st < S; ++st) {
-      const int i = base + st;
-      if (i < slabs) {
-        const float* sa = as + st * T::kStageA;
-        const float* sb = bs + st * T::kStageB;
-        if constexpr (T::kAKMajor) {
-          read_a_group(sa, 0);
+      for (int kk = 0; kk < BK - 1; ++kk) {
+        if (kk == 4) read_a_group(sa, 1);
+        read_b(sb, kk + 1, fb[(kk + 1) % 2]);
+        outer_group(kk % 4, fb[kk % 2]);
+      }
+    } else {
 #pragma unroll
-          for (int kk = 0; kk < BK - 1; ++kk) {
-            if (kk == 4) read_a_group(sa, 1);
-            read_b(sb, kk + 1, fb[(kk + 1) % 2]);
-            outer_group(kk % 4, fb[kk % 2]);
-          }
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < BK - 1; ++kk) {
-            read_a(sa, kk + 1, fa[(kk + 1) % 2]);
-            read_b(sb, kk + 1, fb[(kk + 1) % 2]);
-            outer(fa[kk % 2], fb[kk % 2]);
-          }
-        }
-        // This warp's reads of the stage are done (the last step's fragments are in registers):
-        // ordered before the refill's TMA write (async proxy) by the proxy fence, then freed.
-        sm90::fence_proxy_async_smem();
-        sm90::mbar_arrive_warp(&empty[st], lane);
-        if (i + 1 < slabs) {
-          const int nst = st + 1 == S ? 0 : st + 1;
-          sm90::mbar_wait(&full[nst], st + 1 == S ? parity ^ 1u : parity);
-          read_first(as + nst * T::kStageA, bs + nst * T::kStageB);
-        }
-        if constexpr (T::kAKMajor) {
-          outer_group(3, fb[(BK - 1) % 2]);
-        } else {
-          outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
-        }
-        // Refill slab i-1's stage with slab i-1+S once every warp has left it.
-        if (producer && i >= 1 && i - 1 + S < slabs) {
-          const int pst = st == 0 ? S - 1 : st - 1;
-          sm90::mbar_wait(&empty[pst], st == 0 ? parity ^ 1u : parity);
-          issue(i - 1 + S, pst);
-        }
-        __syncwarp();  // warp 0 reconverges before the next slab's products
+      for (int kk = 0; kk < BK - 1; ++kk) {
+        read_a(sa, kk + 1, fa[(kk + 1) % 2]);
+        read_b(sb, kk + 1, fb[(kk + 1) % 2]);
+        outer(fa[kk % 2], fb[kk % 2]);
       }
     }
+    // This warp's reads of the stage are done (the last step's fragments are in registers).
+    sm90::mbar_arrive_warp(&empty[st], lane);
+    const int nst = st + 1 == S ? 0 : st + 1;
+    const uint32_t nparity = st + 1 == S ? parity ^ 1u : parity;
+    if (i + 1 < slabs) {
+      sm90::mbar_wait(&full[nst], nparity);
+      read_first(as + nst * T::kStageA, bs + nst * T::kStageB);
+    }
+    if constexpr (T::kAKMajor) {
+      outer_group(3, fb[(BK - 1) % 2]);
+    } else {
+      outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
+    }
+    // Refill slab i-1's stage with slab i-1+S once every warp has left it. The proxy fence after
+    // the wait orders the warps' reads (generic proxy, released by their arrivals and acquired
+    // here) before the TMA write (async proxy); one thread, not every thread before its arrival:
+    // per thread it was a MEMBAR.ALL.CTA a slab (SASS of 087460f).
+    if (producer && i >= 1 && i - 1 + S < slabs) {
+      const int pst = st == 0 ? S - 1 : st - 1;
+      sm90::mbar_wait(&empty[pst], st == 0 ? parity ^ 1u : parity);
+      sm90::fence_proxy_async_smem();
+      issue(i - 1 + S, pst);
+    }
+    __syncwarp();  // warp 0 reconverges before the next slab's products
+    st = nst;
+    parity = nparity;
   }
 
   simt_store_lane_tile<TM, TN, T::LM, T::LN, T::kAKMajor>(acc, split, split_index, batch, m, n,
