@@ -315,6 +315,8 @@ Status launch_vec(const GemmProblem& p, bool vec, const SplitArgs& split, int sp
 //   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
 //   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
+// Session 36 (H200): the TMA-fed t88 / t88k8 (Note [SIMT fp32 through TMA]) lost: dW 0.68 vs
+// 0.86-0.91, t88k8 0.51-0.72 everywhere; opt-in only.
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
 // (kVariantNames; the lean tiles also with 16-deep slabs, "l88k16" etc., Note [Deep slabs] in
 // simt_f32_lean_gemm.cu), or per operand majors "kk:<name>,kn:<name>,mn:<name>"
