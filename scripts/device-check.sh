@@ -12,7 +12,7 @@
 # --suite e2e: builds blutrain only, runs the race bench/e2e/run_e2e.py (blutrain vs PyTorch eager and
 # torch.compile, fp32/tf32/bf16) and bench/e2e/fidelity.py (BLU_E2E_STEPS=20, BLU_E2E_PROFILE_STEP=8,
 # BLU_FIDELITY_STEPS=200, BLU_FIDELITY_MODES=fp32,bf16 and BLU_E2E_MODES=fp32,tf32,bf16 (empty: skip), BLU_E2E_TIMEOUT=420,
-# BLU_FIDELITY_TIMEOUT=360, BLU_FIDELITY_ARGS="more fidelity.py flags, e.g. --floor blas-lt", BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags", BLU_E2E_REUSE=a directory of
+# BLU_FIDELITY_TIMEOUT=360, BLU_BUILD_DIR (default build-device), BLU_FIDELITY_ARGS="more fidelity.py flags, e.g. --floor blas-lt", BLU_E2E_DATA=synthetic, BLU_E2E_EXTRA="blutrain flags", BLU_E2E_REUSE=a directory of
 # an earlier call's records (logs/e2e_records/ in its tarball) whose runs are loaded, not re-run).
 # Commit provenance comes from git (.git travels with the tree); BLU_COMMIT/BLU_DIRTY override it.
 # Warnings are not errors here (CI keeps them errors): a spill or warning in one file must not
@@ -74,7 +74,11 @@ esac
 [ -n "$test_regex" ] && tests=$test_regex
 benches=${BLU_BENCHES:-$benches}   # e.g. the order "kernels_bench attention_bench gemm_bench"
 
-build=build-device
+# BLU_BUILD_DIR: the build directory (default build-device in the tree). A directory outside the
+# carried tree that git ignores (e.g. ../bd from .snap, /bd/ in .gitignore) survives between the
+# calls of one warm machine, so a follow-up call (--no-build, or an incremental build) skips the
+# ~200 s compile.
+build=${BLU_BUILD_DIR:-build-device}
 if ((do_build)); then
   stamp "configure + build (archs $archs)"
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "-DBLU_CUDA_ARCHS=$archs" \
