@@ -104,6 +104,16 @@ __device__ __forceinline__ void tma_box(float* dst, const CUtensorMap* map, uint
 }
 #endif
 
+// A lane's fragment of one k step: N values as N / 4 float4 reads STEP floats apart.
+template <int N, int STEP>
+__device__ __forceinline__ void lds_frag(const float* p, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const float4 v = *reinterpret_cast<const float4*>(p + i * STEP);
+    f[i * 4 + 0] = v.x; f[i * 4 + 1] = v.y; f[i * 4 + 2] = v.z; f[i * 4 + 3] = v.w;
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, 2)
     simt_f32_tma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -163,22 +173,12 @@ __global__ void __launch_bounds__(T::kThreads, 2)
   }
   float fb[2][TN];
   auto read_b = [&](const float* sb, int kk, float(&fb_)[TN]) {
-#pragma unroll
-    for (int j = 0; j < TN / 4; ++j) {
-      const float4 v =
-          *reinterpret_cast<const float4*>(&sb[kk * T::BN + col_base + j * T::LN * 4]);
-      fb_[j * 4 + 0] = v.x; fb_[j * 4 + 1] = v.y; fb_[j * 4 + 2] = v.z; fb_[j * 4 + 3] = v.w;
-    }
+    lds_frag<TN, T::LN * 4>(sb + kk * T::BN + col_base, fb_);
   };
   // m-major A: A fragments double-buffered per k step like B's.
   float fa[2][TM];
   auto read_a = [&](const float* sa, int kk, float(&fa_)[TM]) {
-#pragma unroll
-    for (int i = 0; i < TM / 4; ++i) {
-      const float4 v =
-          *reinterpret_cast<const float4*>(&sa[kk * T::BM + row_base + i * T::LM * 4]);
-      fa_[i * 4 + 0] = v.x; fa_[i * 4 + 1] = v.y; fa_[i * 4 + 2] = v.z; fa_[i * 4 + 3] = v.w;
-    }
+    lds_frag<TM, T::LM * 4>(sa + kk * T::BM + row_base, fa_);
   };
   // k-major A: the stage is [BM][8] (k contiguous); a lane reads each of its 8 rows as one float4
   // of 4 k steps (a group), rows row_base + 4 r: the 4 distinct rows of a warp's read are 4
