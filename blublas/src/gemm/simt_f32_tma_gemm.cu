@@ -15,11 +15,12 @@
 // the 8 warps), so warps drift against each other by up to the ring's depth instead of meeting
 // at a barrier every slab.
 // Producer. Thread 0 (a consumer too) issues the first STAGES slabs before the loop; after its
-// own warp finishes slab i it waits for the empty barrier of slab i-1's stage (every warp done
-// with it: one slab of slack, so it rarely waits) and issues slab i-1+STAGES there. Every issued
-// slab is consumed, so no copy is in flight at exit. Phases: slab i uses stage i % STAGES for the
-// (i / STAGES)-th time, so its full wait and its stage's empty wait take parity (i / STAGES) & 1;
-// neither barrier can run two phases ahead of a waiter (the refill needs every warp's arrival).
+// own warp finishes slab i it waits for the empty barrier of slab i-L's stage (every warp done
+// with it; L = 2 with 4 or more stages, 1 in 087460f) and issues slab i-L+STAGES there. Every
+// issued slab is consumed, so no copy is in flight at exit. Phases: slab i uses stage
+// i % STAGES for the (i / STAGES)-th time, so its full wait and its stage's empty wait take
+// parity (i / STAGES) & 1; neither barrier can run two phases ahead of a waiter (the refill needs
+// every warp's arrival).
 // Layout. A box of BK k-rows x 128 m (n) columns, m (n) contiguous, no swizzle: the stage is the
 // lean kernel's [k][m] buffer without its padding (the padding served the transposing stores,
 // which are gone). A lane's fragment read is one LDS.128 at its 4 x 4 block's row, 4 (A) or 8 (B)
@@ -48,7 +49,7 @@
 // ~78 KB, 84% FFMA against the lean loop's 92%, run by warps drifting apart), and every thread
 // fenced before its arrival: fence.proxy.async is MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in the SASS,
 // once a slab per thread. This version (one slab per iteration with a run-time stage, the fence
-// in the producer only) is NOT measured. Not the default anywhere.
+// in the producer only, the refill lag L = 2) is NOT measured. Not the default anywhere.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -121,6 +122,10 @@ __global__ void __launch_bounds__(T::kThreads, 2)
                         int n, int k_total, SplitArgs split, EpilogueArgs e) {
 #if BLUBLAS_SM90A_ENABLED
   constexpr int BK = T::BK, S = T::kStages, TM = T::TM, TN = T::TN;
+  // The refill lag: the producer frees slab i-L's stage after its own slab i, so it waits on the
+  // slowest warp L-1 slabs behind it (087460f had L = 1: warp 0 met every other warp each slab);
+  // the ring still holds S-L slabs ahead of the producer (32 k at t88: TMA needs ~1 us).
+  constexpr int L = S >= 4 ? 2 : 1;
   float* const as = tma_simt_smem;
   float* const bs = tma_simt_smem + S * T::kStageA;
   uint64_t* const full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(tma_simt_smem) +
@@ -253,15 +258,15 @@ __global__ void __launch_bounds__(T::kThreads, 2)
     } else {
       outer(fa[(BK - 1) % 2], fb[(BK - 1) % 2]);
     }
-    // Refill slab i-1's stage with slab i-1+S once every warp has left it. The proxy fence after
+    // Refill slab i-L's stage with slab i-L+S once every warp has left it. The proxy fence after
     // the wait orders the warps' reads (generic proxy, released by their arrivals and acquired
     // here) before the TMA write (async proxy); one thread, not every thread before its arrival:
     // per thread it was a MEMBAR.ALL.CTA a slab (SASS of 087460f).
-    if (producer && i >= 1 && i - 1 + S < slabs) {
-      const int pst = st == 0 ? S - 1 : st - 1;
-      sm90::mbar_wait(&empty[pst], st == 0 ? parity ^ 1u : parity);
+    if (producer && i >= L && i - L + S < slabs) {
+      const int pst = st >= L ? st - L : st - L + S;
+      sm90::mbar_wait(&empty[pst], st >= L ? parity : parity ^ 1u);
       sm90::fence_proxy_async_smem();
-      issue(i - 1 + S, pst);
+      issue(i - L + S, pst);
     }
     __syncwarp();  // warp 0 reconverges before the next slab's products
     st = nst;
