@@ -9,6 +9,7 @@
 # (layer shapes x 12 + lm head), so a later call on the same warm machine can race with it.
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-simt-sweep.sh [build-dir (default /tmp/bd)] [variants]
 # The default variants: the default choice and the lean tiles l88, l88k16, l816w, l168w, l88n64k16,
+# (a VAR=value token runs the default kernels under that environment variable),
 # one gemm_bench each (t88 / t88k8: the TMA-fed tiles, dW only; their SASS lands in sass_tma.txt).
 # BLU_SWEEP_EXTRA_TARGETS: more targets for the same build (e.g. blutrain-cli for the race);
 # BLU_SWEEP_NCU: the variants profiled (default "default l816w l168w"; empty: none).
@@ -43,10 +44,15 @@ if command -v cuobjdump >/dev/null && [ -f "$obj" ]; then
 fi
 timeout 240 "$build/tests/blublas_gemm_simt_gpu_test" > "$out/gemm_simt_gpu_test.txt" 2>&1
 stamp "gemm_simt_gpu_test rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/gemm_simt_gpu_test.txt" | head -12
+# A variant is a BLUBLAS_SIMT_VARIANT value, "default", or VAR=value (the default kernels with
+# that environment variable, e.g. BLUBLAS_SIMT_SPLIT_FILL=0.97); its name in the tables is itself.
 for v in $variants; do
   mkdir -p "$out/bench_$v"
-  if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT; else export BLUBLAS_SIMT_VARIANT=$v; fi
-  BLU_GEMM_BENCH_SWEEP=fp32 timeout 120 "$build/bench/gemm_bench" --blu_out="$out/bench_$v" > "$out/bench_$v.txt" 2>&1
+  envs=()
+  if [ "$v" = default ]; then unset BLUBLAS_SIMT_VARIANT
+  elif [[ "$v" == *=* ]]; then unset BLUBLAS_SIMT_VARIANT; envs=("$v")
+  else export BLUBLAS_SIMT_VARIANT=$v; fi
+  env "${envs[@]}" BLU_GEMM_BENCH_SWEEP=fp32 timeout 120 "$build/bench/gemm_bench" --blu_out="$out/bench_$v" > "$out/bench_$v.txt" 2>&1
   stamp "gemm_bench fp32 $v rc=$?"
 done
 unset BLUBLAS_SIMT_VARIANT
@@ -94,7 +100,7 @@ for pas, per in sorted(step.items()):
         continue
     best = min(ok, key=ok.get)
     lines.append(f"{pas}: " + ", ".join(f"{v} {t:.1f} ms" for v, t in sorted(ok.items(), key=lambda x: x[1])))
-    if best != "default" and pas in majors:
+    if best != "default" and "=" not in best and pas in majors:  # VAR=value rows: reported, not chosen
         choice.append(f"{majors[pas]}:{best}")
 print("GPT-2 step time per pass (ms, layer shapes x 12 + lm head):"); print("\n".join(lines))
 spec = ",".join(choice)
