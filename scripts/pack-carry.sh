@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# pack-carry.sh: ships binaries built here to the device machine instead of building them there
+# (~200 s of a device call). Strips and gzips each named build output into build-carry/ (git
+# ignores /build*/), which the device tool's `carry` brings along (64 MiB in all); the device
+# side unpacks them with `scripts/pack-carry.sh --unpack` into build-carry/bin and sets
+# LD_LIBRARY_PATH for cuBLAS. Build here with -DBLU_CUDA_ARCHS=90a-real (no embedded PTX: smaller
+# binaries, and the device is sm_90): cmake -S . -B build-sm90 -G Ninja -DCMAKE_BUILD_TYPE=Release
+# -DBLU_CUDA_ARCHS=90a-real -DBLU_WARNINGS_AS_ERRORS=OFF && cmake --build build-sm90 --target ...
+#   scripts/pack-carry.sh <build-dir> <relative output path>...   e.g. build-sm90 bench/gemm_bench
+#   eval "$(scripts/pack-carry.sh --unpack)"                         (on the device)
+# The shared libraries each binary needs are listed at packing: the device has the CUDA toolkit
+# (cuBLAS, NCCL), OpenBLAS and Python, not necessarily every Debian package of this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${1:-}" = --unpack ]; then
+  mkdir -p build-carry/bin
+  for f in build-carry/*.gz; do
+    out=build-carry/bin/$(basename "$f" .gz)
+    gunzip -c "$f" > "$out" && chmod +x "$out"
+  done
+  echo "export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBRARY_PATH:-}"
+  exit 0
+fi
+build=$1; shift
+mkdir -p build-carry
+rm -f build-carry/*.gz
+for rel in "$@"; do
+  tmp=$(mktemp)
+  cp "$build/$rel" "$tmp" && strip "$tmp"
+  gzip -9 -c "$tmp" > "build-carry/$(basename "$rel").gz"
+  rm -f "$tmp"
+  echo "$rel needs: $(ldd "$build/$rel" | awk '$3 ~ /^\// {print $1}' | grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.' | tr '\n' ' ')"
+done
+total=$(du -cb build-carry/*.gz | tail -1 | cut -f1)
+ls -la build-carry/*.gz
+echo "total $((total / 1048576)) MiB (carry limit 64 MiB)"
+((total < 64 * 1048576)) || { echo "pack-carry: over the carry limit" >&2; exit 1; }
