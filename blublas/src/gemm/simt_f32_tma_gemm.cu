@@ -54,7 +54,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "blublas/check.h"
 #include "common/arch.cuh"
@@ -62,6 +61,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/simt_gemm_launch.h"
 #include "gemm/simt_lane_store.cuh"
+#include "gemm/sm90_gemm_launch.h"  // sm90::check_binary: the build's sm_90a code
 #include "gemm/sm90_primitives.cuh"
 
 namespace blublas::gemm_detail {
@@ -280,22 +280,6 @@ __global__ void __launch_bounds__(T::kThreads, 2)
 #endif
 }
 
-// Does this binary hold the kernel's sm_90a code for the current device? Cached per device.
-template <class T>
-bool binary_ok(int device) {
-  static std::mutex mutex;
-  static int state[64] = {};  // 0 unknown, 1 yes, 2 no
-  if (device < 0 || device >= 64) return false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (state[device] == 0) {
-    cudaFuncAttributes attr{};
-    const cudaError_t err = cudaFuncGetAttributes(&attr, simt_f32_tma_kernel<T>);
-    if (err != cudaSuccess) (void)cudaGetLastError();
-    state[device] = err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90 ? 1 : 2;
-  }
-  return state[device] == 1;
-}
-
 // A 2-D map {rows, K}, box {128, BK} (k-major: {K, rows}, box {BK, 128}); 3-D with the batch
 // for a strided batch; no swizzle.
 Status make_map(CUtensorMap* map, const void* ptr, int64_t ld, int64_t stride, bool k_major,
@@ -324,7 +308,7 @@ bool tile_ok(const GemmProblem& p, const SplitArgs& split, const DeviceInfo& dev
          !p.b_k_major && p.m > 0 && p.n > 0 && p.k > 0 &&
          aligned(p.a, p.lda, p.stride_a, p.a_k_major ? p.m : p.k) &&
          aligned(p.b, p.ldb, p.stride_b, p.k) && split.k_split % T::BK == 0 &&
-         binary_ok<T>(dev.device);
+         sm90::check_binary(dev).ok();
 }
 
 template <class T>
