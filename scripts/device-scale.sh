@@ -87,7 +87,6 @@ race_args() {
 IFS=, read -r -a cases <<< "${BLU_SCALE_CASES:-longctx,d48}"
 for c in "${cases[@]}"; do
   case $c in
-    longctx|d24|d36|d48|d12race) race_args "$c" ;;
     d[0-9]*side[01])  # blutrain alone, its side stream off / on: kernel times without overlap
       mkdir -p "$work/$c"
       BLUTRAIN_SIDE_STREAM=${c: -1} CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/e2e/run_e2e.py \
@@ -123,7 +122,7 @@ for c in "${cases[@]}"; do
       echo "$c rc=$? $(grep -E '^\| (bf16|fp32|tf32) ' "$work/$dir/log.txt" | head -3 | tr '\n' ' ')"
       continue ;;
     none) continue ;;  # tests, bench or ncu only
-    *) echo "device-scale.sh: unknown case $c" >&2; continue ;;
+    *) race_args "$c" || { echo "device-scale.sh: unknown case $c" >&2; continue; } ;;  # a race
   esac
   stamp "$c: ${args[*]}"
   mkdir -p "$work/$c"
