@@ -10,7 +10,7 @@
 #   BLU_COMMIT=<sha> BLU_DIRTY=0 scripts/device-simt-sweep.sh [build-dir (default /tmp/bd)] [variants]
 # The default variants: the default choice and the lean tiles l88, l88k16, l816w, l168w, l88n64k16,
 # (a VAR=value token runs the default kernels under that environment variable),
-# one gemm_bench each (t88 / t88k8: the TMA-fed tiles, dW only; their SASS lands in sass_tma.txt).
+# one gemm_bench each.
 # BLU_SWEEP_EXTRA_TARGETS: more targets for the same build (e.g. blutrain-cli for the race);
 # BLU_SWEEP_NCU: the variants profiled (default "default l816w l168w"; empty: none).
 set -uo pipefail
@@ -35,12 +35,6 @@ if command -v cuobjdump >/dev/null && [ -f "$obj" ]; then
   awk '/Function : /{f=$3} /\/\*[0-9a-f]+\*\/ /{for(i=1;i<=NF;i++) if($i ~ /^[A-Z][A-Z0-9.]+$/ && $i !~ /^R[0-9]/){split($i,o,"."); n[f" "o[1]]++; break}}
        END{for(k in n) print n[k], k}' "$out/sass_l88k16.txt" | sort -k2,2 -k1,1nr > "$out/sass_l88k16_ops.txt"
   stamp "sass: $(wc -l < "$out/sass_l88k16.txt") lines"
-  # The TMA-fed kernels (Note [SIMT fp32 through TMA]): whole SASS and the loop bodies' counts.
-  tma="$build/blublas/CMakeFiles/blublas.dir/src/gemm/simt_f32_tma_gemm.cu.o"
-  if [ -f "$tma" ]; then
-    cuobjdump -sass "$tma" > "$out/sass_tma.txt" 2>&1
-    python3 scripts/sass-loops.py "$out/sass_tma.txt" > "$out/sass_tma.loops.txt" 2>&1
-  fi
 fi
 timeout 240 "$build/tests/blublas_gemm_simt_gpu_test" > "$out/gemm_simt_gpu_test.txt" 2>&1
 stamp "gemm_simt_gpu_test rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/gemm_simt_gpu_test.txt" | head -12

@@ -736,10 +736,13 @@ TEST(GemmProperty, SimtTransposeBChoice) {
   EXPECT_EQ(gd::choose_simt_plan(problem(16384, 768, 50304, true, false), dev).splits, 1);
   EXPECT_EQ(gd::choose_simt_plan(problem(8192, 768, 4096, true, false), dev).splits, 1);
   // Note [SIMT split-K]: the fc dW (144 tiles, K 16384) takes the fewest splits whose last wave
-  // of 264 slots is >= 90% full: 5 x 3280 deep = 720 CTAs, 2.73 waves (91%).
+  // of 264 slots is >= 97% full: 9 x 1824 deep = 1296 CTAs, 4.91 waves (98%; 5 splits fill 91%,
+  // 7 95.5%); qkv dW (108 tiles) 12 (98%; 7 fill 95.5%), attn_proj dW (36 tiles) 22 (3 waves).
   const gd::SimtPlan fc_dw = gd::choose_simt_plan(problem(3072, 768, 16384, false, false), dev);
-  EXPECT_EQ(fc_dw.splits, 5);
-  EXPECT_EQ(fc_dw.k_split, 3280);
+  EXPECT_EQ(fc_dw.splits, 9);
+  EXPECT_EQ(fc_dw.k_split, 1824);
+  EXPECT_EQ(gd::choose_simt_plan(problem(2304, 768, 16384, false, false), dev).splits, 12);
+  EXPECT_EQ(gd::choose_simt_plan(problem(768, 768, 16384, false, false), dev).splits, 22);
   gd::GemmProblem bf16 = problem(16384, 768, 768, true, true);
   bf16.ab_type = bf16.cd_type = Dtype::kBF16;
   EXPECT_FALSE(gd::choose_simt_plan(bf16, dev).transpose_b);

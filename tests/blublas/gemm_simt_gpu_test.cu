@@ -1,7 +1,6 @@
 // gemm_simt_gpu_test.cu: the strict fp32 SIMT GEMM kernels one by one (BLUBLAS_SIMT_VARIANT forces
 // each: the lean l88 / l816 / l168 / l88n64 and wide l816w / l168w kernels, the same with 16-deep
-// slabs (l88k16 ...), the TMA-fed t88 / t88k8 (sm_90, m/n-major operands; elsewhere they hand over to
-// the default), the warp w816 / w168, the legacy kernel and the default choice) against the
+// slabs (l88k16 ...), the warp w816 / w168, the legacy kernel and the default choice) against the
 // float64 reference (support/gemm_reference.h), on problems big enough for the 128 x 128 tile plans
 // (and the split-K plan): every op pair and layout, K with and without a tail slab (K % 8 != 0,
 // K < 8; for the 16-deep slabs also K % 16 in 1..15, the tail's second 8-deep chunk partly or
@@ -25,7 +24,6 @@
 #include <vector>
 
 #include "common/gpu_test.h"
-#include "gemm/simt_gemm_launch.h"  // blublas/src: an internal header (TmaAcceptsDwProblems)
 #include "support/gemm_reference.h"
 
 namespace {
@@ -222,7 +220,7 @@ std::vector<float> run_case(const Case& c, bool exact = false) {
 const char* const kVariants[] = {nullptr,  "l88",   "l816",   "l168",      "l88n64",
                                  "l816w",  "l168w", "l88k16", "l88n64k16", "w816",
                                  "w168",   "legacy", "old",   "kk:l816w,kn:l168w,mn:l88,mk:w816",
-                                 "kk:l88k16,kn:l816w,mn:l168w,mk:l88n64k16", "t88", "t88k8"};
+                                 "kk:l88k16,kn:l816w,mn:l168w,mk:l88n64k16"};
 
 // Op pairs x layouts on a problem with more 128 x 128 tiles than SMs (M, N multiples of 4 so the
 // lean kernels take it; K with a tail slab: K % 16 = 3, 7, 11, 15), per variant.
@@ -280,7 +278,7 @@ TEST(GemmSimtGpu, EdgesPerVariant) {
 // the lean kernels (default choice, and l816 forced).
 TEST(GemmSimtGpu, EpiloguesLean) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l816", "t88"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l816"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;
@@ -302,7 +300,7 @@ TEST(GemmSimtGpu, EpiloguesLean) {
 TEST(GemmSimtGpu, SplitKLean) {
   BLU_REQUIRE_GPU();
   for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88n64", "l816w",
-                        "l168w", "l88k16", "l88n64k16", "t88", "t88k8"}) {
+                        "l168w", "l88k16", "l88n64k16"}) {
     VariantScope scope(v);
     SCOPED_TRACE(v ? v : "default");
     int idx = 0;
@@ -339,47 +337,10 @@ TEST(GemmSimtGpu, ExactWhereTf32WouldRound) {
   }
 }
 
-// The forced TMA variants must really run where they claim to (the tests above would pass on a
-// silent hand-over to the default): on an sm_90 device with sm_90a code they accept the dW
-// problems of a GPT-2 step (m-major A, n-major B), t88 only with whole 16-deep slabs per split,
-// t88k8 also the forwards / dX (k-major A), and refuse a k-major B or a leading dimension that
-// TMA cannot stride.
-TEST(GemmSimtGpu, TmaAcceptsDwProblems) {
-  BLU_REQUIRE_GPU();
-  blublas::DeviceInfo dev;
-  ASSERT_TRUE(blublas::current_device_info(&dev).ok());
-  if (dev.sm_version() != 90) GTEST_SKIP() << "TMA variants are sm_90 only (device sm_" << dev.sm_version() << ")";
-  using blublas::gemm_detail::SimtTmaVariant;
-  Buf a(2304 * 4096 * 4), b(768 * 4096 * 4);
-  ASSERT_NE(a.p, nullptr);
-  ASSERT_NE(b.p, nullptr);
-  blublas::gemm_detail::GemmProblem p;
-  p.m = 2304; p.n = 768; p.k = 4096;
-  p.a = a.p; p.lda = 2304; p.a_k_major = false;
-  p.b = b.p; p.ldb = 768; p.b_k_major = false;
-  blublas::gemm_detail::SplitArgs whole, split16, split8;
-  split16.k_split = 1024; split8.k_split = 1032;
-  EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k16, whole, dev));
-  EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k8, whole, dev));
-  EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k16, split16, dev));
-  EXPECT_FALSE(simt_f32_tma_ok(p, SimtTmaVariant::k88k16, split8, dev));
-  EXPECT_TRUE(simt_f32_tma_ok(p, SimtTmaVariant::k88k8, split8, dev));
-  blublas::gemm_detail::GemmProblem q = p;  // a forward / dX: k-major A (t88k8 only)
-  q.a_k_major = true; q.lda = 4096;
-  EXPECT_FALSE(simt_f32_tma_ok(q, SimtTmaVariant::k88k16, whole, dev));
-  EXPECT_TRUE(simt_f32_tma_ok(q, SimtTmaVariant::k88k8, split8, dev));
-  q = p;
-  q.b_k_major = true; q.ldb = 4096;
-  EXPECT_FALSE(simt_f32_tma_ok(q, SimtTmaVariant::k88k8, whole, dev));
-  q = p;
-  q.ldb = 770;
-  EXPECT_FALSE(simt_f32_tma_ok(q, SimtTmaVariant::k88k8, whole, dev));
-}
-
 // Bitwise determinism: the same call twice gives the same bytes (split-K reduce included).
 TEST(GemmSimtGpu, RunToRunBitwise) {
   BLU_REQUIRE_GPU();
-  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88k16", "t88", "t88k8"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "l88", "l816", "l88k16"}) {
     VariantScope scope(v);
     for (int k : {300, 6000}) {
       Case c;

@@ -105,18 +105,26 @@ int64_t simt_split_cap() {
   return cap;
 }
 
-// The last-wave fill the SIMT split-K plans aim for (Notes [SIMT split-K for wave fill] and [SIMT
-// split-K]): 0.9, or BLUBLAS_SIMT_SPLIT_FILL=<f> in (0, 1] (read once; for A/B runs: at 0.97 the
-// fc / fc_proj dW, 144 tiles x 16384, take 9 splits = 4.91 waves of 264 slots instead of 5 =
-// 2.73).
+// The last-wave fill the SIMT split-K plan for problems short of two waves aims for (Note [SIMT
+// split-K]): 0.97, or BLUBLAS_SIMT_SPLIT_FILL=<f> in (0, 1] (read once; for A/B runs). At 0.97
+// the fc / fc_proj dW (144 tiles x 16384) take 9 splits (4.91 waves of 264 slots), qkv dW 12,
+// attn_proj dW 22 (3 full waves): cuBLAS's own split counts for the first two (its cuBLASLt
+// algorithm strings, session 36). Measured in session 37 (H200, gemm_bench fp32 vs cuBLAS in the
+// same process; raw bench/results/h200/raw/session37/call1_simt_sweep): fc / fc_proj / qkv /
+// attn_proj dW 0.863 / 0.857 / 0.914 / 0.907 at 0.9 (5 / 5 / 7 / 14 splits) -> 0.926 / 0.923 /
+// 0.928 / 0.940 at 0.97, dW GPT-2 step time 87.8 -> 84.4 ms; 0.95 in between (85.9 ms).
 double simt_split_fill() {
   static const double fill = [] {
     const char* env = std::getenv("BLUBLAS_SIMT_SPLIT_FILL");
     const double v = env != nullptr ? std::strtod(env, nullptr) : 0.0;
-    return v > 0.0 && v <= 1.0 ? v : 0.9;
+    return v > 0.0 && v <= 1.0 ? v : 0.97;
   }();
   return fill;
 }
+
+// The fill split_for_wave_fill aims for. It stays at 0.9: the lm head's dX at 8192 rows fills
+// 2 splits to 768 / 792 = 0.9697, just short of 0.97, and would go unsplit (0.73) under it.
+constexpr double kWaveSplitFill = 0.9;
 
 // Note [SIMT split-K for wave fill]
 // A problem of one to four waves of 128 x 128 tiles (2 CTAs per SM) can lose a quarter of the
@@ -127,11 +135,11 @@ double simt_split_fill() {
 // = 768 tiles: 97%). BLUBLAS_SIMT_WAVE_SPLIT=0 turns it off (A/B runs).
 void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, SimtPlan* plan) {
   static const bool enabled = env_on_unless_zero("BLUBLAS_SIMT_WAVE_SPLIT");
-  if (!enabled || p.k < 8192 || tiles >= 4 * slots || wave_fill(tiles, slots) >= simt_split_fill()) return;
+  if (!enabled || p.k < 8192 || tiles >= 4 * slots || wave_fill(tiles, slots) >= kWaveSplitFill) return;
   for (int64_t want = 2; want <= std::min<int64_t>(4, simt_split_cap()); ++want) {
     const KSplit ks = k_split_of(p.k, want);
     if (ks.k_split < 2048 || ks.splits * p.batch > 65535) return;
-    if (wave_fill(tiles * ks.splits, slots) >= simt_split_fill()) {
+    if (wave_fill(tiles * ks.splits, slots) >= kWaveSplitFill) {
       plan->splits = static_cast<int>(ks.splits);
       plan->k_split = static_cast<int>(ks.k_split);
       return;
@@ -142,8 +150,9 @@ void split_for_wave_fill(const GemmProblem& p, int64_t tiles, int64_t slots, Sim
 // Note [SIMT split-K]
 // The weight-gradient shapes (M x N = 768 x 768 .. 3072 x 768, K = 16384) have 36-144 tiles of
 // 128 x 128: far fewer than the 2 CTAs per SM the SIMT kernel runs. With K >= 2048 we cut K into
-// `splits` ranges (the fewest that fill the last wave of 2-CTA-per-SM slots to >= 90%, each range
-// >= 512 deep: 768 x 768 x 16384 on 132 SMs takes 22 splits = 3 full waves); each split
+// `splits` ranges (the fewest that fill the last wave of 2-CTA-per-SM slots to >= simt_split_fill()
+// = 97%, each range >= 512 deep: 768 x 768 x 16384 on 132 SMs takes 22 splits = 3 full waves,
+// 3072 x 768 x 16384 9 splits = 4.91 waves); each split
 // writes its fp32 partial tile to the workspace and a second kernel sums the splits in order
 // (deterministic) and applies the epilogue. Smaller-K problems short of one wave take 64 x 64
 // tiles instead.
@@ -161,8 +170,8 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
     return plan;
   }
   if (p.k >= 2048) {
-    // The fewest splits whose CTAs fill their last wave of 2-per-SM slots to >= 90% (else the
-    // best fill), each split at least 512 deep.
+    // The fewest splits whose CTAs fill their last wave of 2-per-SM slots to >= simt_split_fill()
+    // (else the best fill), each split at least 512 deep.
     const int64_t slots = 2 * sms;
     const int64_t max_splits = std::min<int64_t>({p.k / 512, 64, simt_split_cap()});
     int best_splits = 0, best_k = 0;

@@ -315,8 +315,8 @@ Status launch_vec(const GemmProblem& p, bool vec, const SplitArgs& split, int sp
 //   B k-major (NT forwards, TT):    legacy 8 x 8   (qkv fwd: legacy 0.80, w816 0.72-0.75)
 //   A k-major, B n-major (NN, dX):  warp 16 x 8    (fc dX: w168 0.83, w816 0.82, legacy 0.82)
 //   both m/n-major (TN, dW):        warp 8 x 16    (qkv dW: w816 0.89, w168 0.86, legacy 0.81)
-// Session 36 (H200): the TMA-fed t88 / t88k8 (Note [SIMT fp32 through TMA]) lost: dW 0.68 vs
-// 0.86-0.91, t88k8 0.51-0.72 everywhere; opt-in only.
+// Sessions 36-37 (H200): a TMA-fed l88 tile lost and was removed (Note [SIMT fp32 through TMA,
+// measured and removed] below).
 // Operands that do not allow float4 loads take the legacy kernel. BLUBLAS_SIMT_VARIANT=<name>
 // (kVariantNames; the lean tiles also with 16-deep slabs, "l88k16" etc., Note [Deep slabs] in
 // simt_f32_lean_gemm.cu), or per operand majors "kk:<name>,kn:<name>,mn:<name>"
@@ -338,23 +338,17 @@ enum class Variant : int {
   kL168w,          // 256 x 128 CTA
   kL88k16,         // l88 / l88n64 with 16-deep slabs (Note [Deep slabs])
   kL88n64k16,
-  kT88,            // l88's tile fed by TMA, 16-deep slabs in 4 stages (Note [SIMT fp32 through TMA])
-  kT88k8,          // the same, 8-deep slabs in 8 stages
 };
 constexpr const char* kVariantNames[] = {
     "legacy", "legacy64", "w816",  "w168",   "old",       "l88", "l816", "l168", "l88n64",
-    "l816w",  "l168w",    "l88k16", "l88n64k16", "t88", "t88k8"};
+    "l816w",  "l168w",    "l88k16", "l88n64k16"};
 constexpr int kVariantCount = sizeof(kVariantNames) / sizeof(kVariantNames[0]);
-static_assert(kVariantCount == static_cast<int>(Variant::kT88k8) + 1, "a name per Variant");
+static_assert(kVariantCount == static_cast<int>(Variant::kL88n64k16) + 1, "a name per Variant");
 static_assert(static_cast<int>(Variant::kL88n64k16) - static_cast<int>(Variant::kL88) ==
                   static_cast<int>(SimtLeanVariant::k88n64k16),
               "the lean Variants mirror SimtLeanVariant");
 
 constexpr bool is_lean(Variant v) { return v >= Variant::kL88 && v <= Variant::kL88n64k16; }
-constexpr bool is_tma(Variant v) { return v == Variant::kT88 || v == Variant::kT88k8; }
-constexpr SimtTmaVariant tma_variant(Variant v) {
-  return v == Variant::kT88 ? SimtTmaVariant::k88k16 : SimtTmaVariant::k88k8;
-}
 
 // The lean kernel configuration of a lean Variant.
 constexpr SimtLeanVariant lean_variant(Variant v) {
@@ -393,15 +387,12 @@ Variant old_variant(const GemmProblem& p, bool vec) {
   return p.a_k_major ? Variant::kW168 : Variant::kW816;
 }
 
-Variant tiled128_variant(const GemmProblem& p, bool vec, const SplitArgs& split,
-                         const DeviceInfo& dev) {
+Variant tiled128_variant(const GemmProblem& p, bool vec) {
   const int forced = env_variant(p);
   const bool lean = simt_f32_lean_ok(p, vec);
   if (forced >= 0) {
     const Variant v = static_cast<Variant>(forced);
-    if (is_tma(v)) {
-      if (simt_f32_tma_ok(p, tma_variant(v), split, dev)) return v;
-    } else if (is_lean(v)) {
+    if (is_lean(v)) {
       if (lean) return v;
     } else if (v == Variant::kOld) {
       return old_variant(p, vec);
@@ -430,6 +421,19 @@ Variant tiled128_variant(const GemmProblem& p, bool vec, const SplitArgs& split,
 // scheduler), so it is not only the 128-accumulator tiles' 2 warps per scheduler: the cp.async
 // main loop itself ran slower (untested suspects: the issue branch and the guarded / unguarded
 // split inside the unrolled k loop, run-time stage indices; no SASS was read). Removed again.
+// Note [SIMT fp32 through TMA, measured and removed]
+// Sessions 36-37 (commits 55e9c05 .. 86cf368, simt_f32_tma_gemm.cu, in git history): l88's tile
+// with its operand slabs brought by TMA through a ring of mbarrier stages (no register staging,
+// no STS, no block barrier; warps drift by up to the ring's depth), B n-major, A m-major (t88:
+// 16-deep slabs, 4 stages) or also k-major (t88k8: 8-deep, 8 stages, interleaved lane rows).
+// H200, gemm_bench fp32 vs cuBLAS in the same process: first version (087460f, stage loop
+// unrolled into a 4.9k-instruction body, a per-thread fence.proxy.async = MEMBAR.ALL.CTA per
+// slab) t88 fc / fc_proj dW 0.679 / 0.677 against l88k16's 0.862 / 0.857; t88k8 0.51-0.72
+// everywhere. Reworked (one slab per iteration, run-time stage, the fence in the producer only,
+// refill lag 2; 685 / 1229-instruction loops, 75-83% FFMA): t88 fc / fc_proj dW 0.830 / 0.828
+// against 0.863 / 0.857 (session 37, raw/session37/call1_simt_sweep), t88k8 0.72-0.78. The lean
+// kernel's register-staged loop (92% FFMA, 2 CTAs per SM) stays ahead; the waits on the full
+// barrier and the producer's serial refill cost more than the STS + barrier they replaced.
 // Also tried (session 8, not measured): l88k16 persistent, the next tile's first slab loaded under
 // the epilogue; at the 128-register cap ptxas spilled 276-468 bytes (bench/NOTES.md, Session 8).
 
@@ -440,7 +444,7 @@ std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan) {
 }
 
 Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
-                             const DeviceInfo& dev, cudaStream_t stream) {
+                             cudaStream_t stream) {
   BLUBLAS_CHECK(p.ab_type == Dtype::kF32 && p.cd_type == Dtype::kF32, StatusCode::kNotSupported,
                 "simt f32 gemm: needs f32 A, B, C, D");
   SplitArgs split;
@@ -453,11 +457,9 @@ Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* 
   }
   const int splits = plan.splits > 1 ? plan.splits : 1;
   const bool vec = vec4_ok(p.a, p.lda, p.stride_a) && vec4_ok(p.b, p.ldb, p.stride_b);
-  const Variant v = plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64
-                                                         : tiled128_variant(p, vec, split, dev);
-  if (is_tma(v)) {
-    BLUBLAS_RETURN_IF_ERROR(simt_f32_tma_launch(p, tma_variant(v), split, splits, dev, stream));
-  } else if (is_lean(v)) {
+  const Variant v =
+      plan.kernel == SimtKernel::kTiled64 ? Variant::kLegacy64 : tiled128_variant(p, vec);
+  if (is_lean(v)) {
     BLUBLAS_RETURN_IF_ERROR(simt_f32_lean_launch(p, lean_variant(v), split, splits, vec, stream));
   } else if (v == Variant::kW816 || v == Variant::kW168) {
     const SimtWarpVariant w = v == Variant::kW816 ? SimtWarpVariant::k816 : SimtWarpVariant::k168;

@@ -84,7 +84,7 @@ Status simt_gemm_run(const GemmProblem& p, const DeviceInfo& dev, void* workspac
       q.b_k_major = false;
     }
     BLUBLAS_RETURN_IF_ERROR(simt_f32_tiled_launch(
-        q, w.plan, reinterpret_cast<float*>(w.split ? base + w.bt : nullptr), dev, stream));
+        q, w.plan, reinterpret_cast<float*>(w.split ? base + w.bt : nullptr), stream));
   }
   // The bias gradient reads the caller's operands (p, not the transposed copy).
   return bias_grad_run(p, dev, w.grad ? base + w.bt + w.split : nullptr, w.grad, stream);

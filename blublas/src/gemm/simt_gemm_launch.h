@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include "blublas/device_info.h"
 #include "gemm/gemm_problem.h"
 #include "gemm/heuristics.h"
 
@@ -33,7 +32,7 @@ Status with_majors(const GemmProblem& p, F&& f) {
 
 // With plan.splits > 1, `partial` holds splits * batch * M * N floats (simt_split_bytes).
 Status simt_f32_tiled_launch(const GemmProblem& p, const SimtPlan& plan, float* partial,
-                             const DeviceInfo& dev, cudaStream_t stream);
+                             cudaStream_t stream);
 std::size_t simt_split_bytes(const GemmProblem& p, const SimtPlan& plan);
 
 // Warp-tiled strict fp32 kernel (Note [SIMT fp32 warp tiling], simt_f32_warp_gemm.cu): 128 x 128
@@ -59,18 +58,6 @@ Status simt_f32_lean_launch(const GemmProblem& p, SimtLeanVariant v, const Split
 // The k16 variants (simt_f32_lean_k16_gemm.cu), called by simt_f32_lean_launch once it accepted p.
 Status simt_f32_lean_k16_launch(const GemmProblem& p, SimtLeanVariant v, const SplitArgs& split,
                                 int splits, cudaStream_t stream);
-
-// Strict fp32 kernels fed by TMA on sm_90 (Note [SIMT fp32 through TMA], simt_f32_tma_gemm.cu):
-// the l88 tile (128 x 128, 256 threads, 8 x 8 per lane) with an mbarrier ring of 16-deep slabs
-// in 4 stages (k88k16) or 8-deep slabs in 8 stages (k88k8). Same SplitArgs contract. Accepts a
-// problem when simt_f32_tma_ok: sm_90 with sm_90a code, B n-major, A m-major (k88k8: or
-// k-major), 16-byte aligned operands with lds and batch strides multiples of 4, split ranges of
-// whole slabs.
-enum class SimtTmaVariant : int { k88k16 = 0, k88k8 };
-bool simt_f32_tma_ok(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
-                     const DeviceInfo& dev);
-Status simt_f32_tma_launch(const GemmProblem& p, SimtTmaVariant v, const SplitArgs& split,
-                           int splits, const DeviceInfo& dev, cudaStream_t stream);
 
 // Any input dtype, any alignment: element loads converted to fp32 in shared memory, fp32 FMA.
 // The kAuto fallback for 16-bit inputs no tensor-core path accepts. simt_generic_gemm.cu.

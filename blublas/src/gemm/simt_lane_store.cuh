@@ -11,15 +11,7 @@
 
 namespace blublas::gemm_detail {
 
-// Rows: blocked (default) = row_base + (r / 4) * LM * 4 + r % 4 (4 x 4 blocks, row_base = the
-// lane's first row); ROWS_INTERLEAVED = row_base + r * LM (one row every LM: the TMA kernel's
-// k-major A, Note [SIMT fp32 through TMA]).
-template <int LM, bool ROWS_INTERLEAVED>
-__device__ __forceinline__ int simt_lane_row(int row_base, int r) {
-  return ROWS_INTERLEAVED ? row_base + r * LM : row_base + (r / 4) * LM * 4 + r % 4;
-}
-
-template <int TM, int TN, int LM, int LN, bool ROWS_INTERLEAVED = false>
+template <int TM, int TN, int LM, int LN>
 __device__ __forceinline__ void simt_store_lane_tile(const float (&acc)[TM][TN], const SplitArgs& split,
                                                      int split_index, int batch, int m, int n, int m0,
                                                      int n0, int row_base, int col_base,
@@ -28,7 +20,7 @@ __device__ __forceinline__ void simt_store_lane_tile(const float (&acc)[TM][TN],
     float* out = split.partial + static_cast<int64_t>(split_index * split.batches + batch) * m * n;
 #pragma unroll
     for (int r = 0; r < TM; ++r) {
-      const int i = m0 + simt_lane_row<LM, ROWS_INTERLEAVED>(row_base, r);
+      const int i = m0 + row_base + (r / 4) * LM * 4 + r % 4;
       if (i >= m) continue;
 #pragma unroll
       for (int c4 = 0; c4 < TN / 4; ++c4) {
@@ -48,7 +40,7 @@ __device__ __forceinline__ void simt_store_lane_tile(const float (&acc)[TM][TN],
   }
 #pragma unroll
   for (int r = 0; r < TM; ++r) {
-    const int i = m0 + simt_lane_row<LM, ROWS_INTERLEAVED>(row_base, r);
+    const int i = m0 + row_base + (r / 4) * LM * 4 + r % 4;
     if (i >= m) continue;
 #pragma unroll
     for (int c4 = 0; c4 < TN / 4; ++c4) {

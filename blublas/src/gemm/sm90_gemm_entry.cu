@@ -53,6 +53,38 @@ struct BinaryCheck {
   std::string reason;
 };
 
+// Cached per device (the attribute query needs the device's context).
+Status check_binary(const DeviceInfo& dev) {
+  static std::mutex mutex;
+  static BinaryCheck cache[64];
+  static bool cached[64] = {};
+  BLUBLAS_CHECK(dev.device >= 0 && dev.device < 64, StatusCode::kInvalidArgument,
+                "sm90_wgmma: device index ", dev.device, " out of range");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!cached[dev.device]) {
+    cudaFuncAttributes attr{};
+    cudaError_t err = cudaFuncGetAttributes(&attr, sm90_probe_kernel);
+    BinaryCheck c;
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      c.reason = std::string("sm90_wgmma: no kernel image for this device (") +
+                 cudaGetErrorName(err) + "): build with BLU_CUDA_ARCHS containing 90a";
+    } else if (attr.ptxVersion < 90 || attr.binaryVersion < 90) {
+      std::ostringstream os;
+      os << "sm90_wgmma: this build has no sm_90a machine code (probe binaryVersion="
+         << attr.binaryVersion << ", ptxVersion=" << attr.ptxVersion
+         << "): build with BLU_CUDA_ARCHS containing 90a-real";
+      c.reason = os.str();
+    } else {
+      c.ok = true;
+    }
+    cache[dev.device] = c;
+    cached[dev.device] = true;
+  }
+  if (!cache[dev.device].ok) return Status(StatusCode::kUnsupportedArch, cache[dev.device].reason);
+  return Status::success();
+}
+
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -122,39 +154,6 @@ Status check_operand(const char* name, const void* ptr, int64_t ld, int64_t stri
 }
 
 }  // namespace
-
-// Does this binary hold sm_90a machine code for the device? Cached per device (the attribute
-// query needs the device's context). Also asked by the SIMT path's TMA kernel (same build).
-Status check_binary(const DeviceInfo& dev) {
-  static std::mutex mutex;
-  static BinaryCheck cache[64];
-  static bool cached[64] = {};
-  BLUBLAS_CHECK(dev.device >= 0 && dev.device < 64, StatusCode::kInvalidArgument,
-                "sm90_wgmma: device index ", dev.device, " out of range");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!cached[dev.device]) {
-    cudaFuncAttributes attr{};
-    cudaError_t err = cudaFuncGetAttributes(&attr, sm90_probe_kernel);
-    BinaryCheck c;
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      c.reason = std::string("sm90_wgmma: no kernel image for this device (") +
-                 cudaGetErrorName(err) + "): build with BLU_CUDA_ARCHS containing 90a";
-    } else if (attr.ptxVersion < 90 || attr.binaryVersion < 90) {
-      std::ostringstream os;
-      os << "sm90_wgmma: this build has no sm_90a machine code (probe binaryVersion="
-         << attr.binaryVersion << ", ptxVersion=" << attr.ptxVersion
-         << "): build with BLU_CUDA_ARCHS containing 90a-real";
-      c.reason = os.str();
-    } else {
-      c.ok = true;
-    }
-    cache[dev.device] = c;
-    cached[dev.device] = true;
-  }
-  if (!cache[dev.device].ok) return Status(StatusCode::kUnsupportedArch, cache[dev.device].reason);
-  return Status::success();
-}
 
 const char* sm90_tile_name(Sm90Tile t) {
   switch (t) {

@@ -25,9 +25,6 @@ enum class Sm90Tile : int {
   kCount = 6,
 };
 const char* sm90_tile_name(Sm90Tile t);
-// Whether this build holds sm_90a machine code for `dev` (a probe kernel's attributes, cached per
-// device); the message says how to build when it does not.
-Status check_binary(const DeviceInfo& dev);
 // Whether find_launcher has kernels of `tile` for inputs of `ab_type` (host side, no CUDA): FP8
 // has 128x256_2c, 64x256_pp and 128x128_2c; bf16, f16 and tf32 have every tile.
 bool sm90_tile_compiled(Sm90Tile t, Dtype ab_type);
