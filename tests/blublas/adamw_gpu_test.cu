@@ -118,6 +118,61 @@ TEST(AdamW, MoreTensorsThanOneLaunch) {
   run_adamw_case(Dtype::kF32, blublas::kAdamWTensorsPerLaunch + 37, true);
 }
 
+// bf16_weight_copy writes the bits adamw_update's copy holds for the same f32 weights (blutrain's
+// per-layer copy relies on it: Note [Per-layer bf16 weight copy]): the update runs with its copy,
+// then bf16_weight_copy recasts the updated weights into a second, poisoned buffer. Odd sizes and
+// an offset pointer take the scalar path, multiples of 4 the vector path; a tensor without a copy
+// is left alone.
+TEST(AdamW, Bf16WeightCopyMatchesTheUpdatesCopy) {
+  BLU_REQUIRE_GPU();
+  const std::vector<int64_t> sizes = {100003, 4096, 4 * 3001, 1, 4097, 64};
+  const int count = static_cast<int>(sizes.size());
+  std::vector<DeviceMem> dp, dg, dm, dv, dbf, dcopy;
+  std::vector<blublas::AdamWTensor> list(count), copies(count);
+  for (int i = 0; i < count; ++i) {
+    const std::size_t n = sizes[i];
+    // Values across the bf16 range's edges: ties, tiny, huge.
+    std::vector<float> p = random_values(n, -3.0f, 3.0f, 500 + i);
+    for (std::size_t j = 0; j < n; j += 97) p[j] = (j % 3 == 0) ? 1e-38f : (j % 3 == 1 ? 3e38f : 1.00390625f);
+    dp.push_back(upload(p, Dtype::kF32));
+    dg.push_back(upload(random_values(n, -0.5f, 0.5f, 600 + i), Dtype::kF32));
+    dm.push_back(upload(std::vector<float>(n, 0.0f), Dtype::kF32));
+    dv.push_back(upload(std::vector<float>(n, 0.0f), Dtype::kF32));
+    dbf.push_back(DeviceMem(n * 2 + 2));
+    dcopy.push_back(DeviceMem(n * 2 + 2));
+    dbf.back().poison();
+    dcopy.back().poison();
+    list[i].param = dp[i].as<float>();
+    list[i].grad = dg[i].get();
+    list[i].m = dm[i].as<float>();
+    list[i].v = dv[i].as<float>();
+    // Tensor 4's copies start 2 bytes in (not 8-byte aligned: the scalar path).
+    list[i].param_bf16 = static_cast<char*>(dbf[i].get()) + (i == 4 ? 2 : 0);
+    list[i].numel = sizes[i];
+    list[i].weight_decay = 0.1f;
+    copies[i] = list[i];
+    copies[i].grad = nullptr;
+    copies[i].m = copies[i].v = nullptr;
+    copies[i].param_bf16 = i == 2 ? nullptr : static_cast<char*>(dcopy[i].get()) + (i == 4 ? 2 : 0);
+  }
+  blublas::AdamWHyper h;
+  h.lr = 1e-2f;
+  BLU_ASSERT_OK(blublas::adamw_update(list.data(), count, Dtype::kF32, h, nullptr, nullptr));
+  BLU_ASSERT_OK(blublas::bf16_weight_copy(copies.data(), count, nullptr));
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i) + " numel " + std::to_string(sizes[i]));
+    const std::size_t off = i == 4 ? 2 : 0, bytes = sizes[i] * 2;
+    const auto from_update = blu::test::download_bytes(static_cast<char*>(dbf[i].get()) + off, bytes);
+    const auto from_copy = blu::test::download_bytes(static_cast<char*>(dcopy[i].get()) + off, bytes);
+    if (i == 2) {
+      EXPECT_EQ(from_copy, std::vector<uint8_t>(bytes, 0xFF)) << "a tensor without a copy was written";
+    } else {
+      EXPECT_EQ(from_copy, from_update);
+    }
+  }
+}
+
 TEST(AdamW, BitwiseDeterministic) {
   BLU_REQUIRE_GPU();
   const int n = 77777;

@@ -197,4 +197,23 @@ TEST(AdamWArgs, Rejected) {
                StatusCode::kInvalidArgument, "grad_global_norm");
 }
 
+// bf16_weight_copy: a copy needs its param; tensors without a copy (or empty) are skipped, so a
+// list of those launches nothing and succeeds without a GPU.
+TEST(AdamWArgs, Bf16WeightCopy) {
+  blublas::AdamWTensor t;
+  t.numel = 10;
+  t.param_bf16 = fake(7);
+  expect_error(blublas::bf16_weight_copy(&t, 1, nullptr), StatusCode::kInvalidArgument, "bf16_weight_copy");
+  expect_error(blublas::bf16_weight_copy(nullptr, 2, nullptr), StatusCode::kInvalidArgument, "bf16_weight_copy");
+  expect_error(blublas::bf16_weight_copy(&t, -1, nullptr), StatusCode::kInvalidArgument, "bf16_weight_copy");
+  t.numel = -3;
+  expect_error(blublas::bf16_weight_copy(&t, 1, nullptr), StatusCode::kInvalidArgument, "bf16_weight_copy");
+  blublas::AdamWTensor skipped[2];
+  skipped[0].param = fakef(8);  // no copy
+  skipped[0].numel = 10;
+  skipped[1].param_bf16 = fake(9);  // empty
+  EXPECT_TRUE(blublas::bf16_weight_copy(skipped, 2, nullptr).ok());
+  EXPECT_TRUE(blublas::bf16_weight_copy(nullptr, 0, nullptr).ok());
+}
+
 }  // namespace

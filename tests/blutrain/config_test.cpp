@@ -187,6 +187,16 @@ TEST(Config, ConfigsThatDoNotFitAreRejected) {
   c = TrainConfig();
   c.model = "2x2x128";
   EXPECT_EQ(err(c, false), "");
+  // --weight-copy (Note [Per-layer bf16 weight copy]): whole, layer or auto.
+  for (const char* ok : {"whole", "layer", "auto"}) {
+    c = TrainConfig();
+    c.weight_copy = ok;
+    EXPECT_EQ(err(c, false), "") << ok;
+  }
+  c = TrainConfig();
+  c.weight_copy = "half";
+  EXPECT_NE(err(c, false).find("--weight-copy 'half': expected whole, layer or auto"), std::string::npos);
+  EXPECT_EQ(parse({"--weight-copy", "layer"}).weight_copy, "layer");
   {
     const GPT2Config m = gpt2_config("3x2x128");
     EXPECT_EQ(m.n_layer, 3);

@@ -74,7 +74,8 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 struct ModelAndOptimizer {
   GPT2 model;
   AdamW opt;
-  ModelAndOptimizer(uint64_t seed) : model(small_config(), Device::cuda(0)), opt((model.init_weights(seed), model.parameters()), AdamWConfig{}) {}
+  explicit ModelAndOptimizer(uint64_t seed, const GPT2Config& c = small_config())
+      : model(c, Device::cuda(0)), opt((model.init_weights(seed), model.parameters()), AdamWConfig{}) {}
 };
 
 FusedStepOptions options(Precision p, int B = 2, int T = 64) {
@@ -297,6 +298,53 @@ TEST(FusedStep, SideStreamIsBitwiseSerial) {
       EXPECT_EQ(0, std::memcmp(serial.second[i].data(), side.second[i].data(), serial.second[i].size() * 4)) << i;
     }
   }
+}
+
+// Note [Per-layer bf16 weight copy]: the blocks' matrices cast per block into a two-block ring give
+// the GEMMs the bits the whole copy (written by the AdamW update) holds, so every loss, weight and
+// gradient matches bit for bit: five blocks (so the backward casts three: blocks 2, 1, 0),
+// graph replay and eager, one and two micro-batches, with and without block recompute.
+TEST(FusedStep, PerLayerWeightCopyIsBitwiseTheWholeCopy) {
+  BLU_REQUIRE_GPU();
+  GPT2Config c = small_config();
+  c.n_layer = 5;
+  std::vector<Batch> batches = {random_batch(2, 64, 71), random_batch(2, 64, 72)};
+  auto run = [&](const char* copy, bool graph, int64_t accum, const char* recompute) {
+    ModelAndOptimizer s(123, c);
+    FusedStepOptions o = options(Precision::kBf16);
+    o.weight_copy = copy;
+    o.use_graph = graph;
+    o.accum_steps = accum;
+    o.recompute = recompute;
+    FusedGPT2Step step(s.model, s.opt, o);
+    const bool per_block = step.describe().find("per block") != std::string::npos;
+    EXPECT_EQ(per_block, std::string(copy) == "layer") << step.describe();
+    size_t next = 0;
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(step.step(stage_from(batches, &next), 5e-4).loss);
+    std::vector<std::vector<float>> out;
+    for (const NamedParam& p : s.opt.params()) out.push_back(host(*p.tensor));
+    for (size_t i = 0; i < s.opt.params().size(); ++i) out.push_back(host(step.gradient(int(i))));
+    return std::make_pair(losses, out);
+  };
+  for (bool graph : {true, false}) {
+    for (int64_t accum : {1, 2}) {
+      for (const char* recompute : {"none", "block"}) {
+        SCOPED_TRACE(std::string(graph ? "graph" : "eager") + " accum " + std::to_string(accum) + " recompute " +
+                     recompute);
+        const auto whole = run("whole", graph, accum, recompute), layer = run("layer", graph, accum, recompute);
+        EXPECT_EQ(whole.first, layer.first);
+        for (size_t i = 0; i < whole.second.size(); ++i) {
+          EXPECT_EQ(0, std::memcmp(whole.second[i].data(), layer.second[i].data(), whole.second[i].size() * 4)) << i;
+        }
+      }
+    }
+  }
+  // auto keeps the whole copy when it fits with room to spare (a small model on any GPU).
+  ModelAndOptimizer s(5, c);
+  FusedStepOptions o = options(Precision::kBf16);
+  FusedGPT2Step step(s.model, s.opt, o);
+  EXPECT_EQ(step.describe().find("per block"), std::string::npos) << step.describe();
 }
 
 }  // namespace

@@ -73,6 +73,13 @@ Status adamw_update_device_scalars(const AdamWTensor* tensors, int count, Dtype 
                                    const AdamWStepScalars* step_scalars, const float* grad_scale,
                                    cudaStream_t stream);
 
+// param_bf16 = bf16(param) for every tensor of the list that has a bf16 copy (param_bf16 not
+// null; the others are skipped); grad, m and v are not read. The rounding is adamw_update's
+// (round to nearest even), so a copy refreshed here holds the bits the update would have written:
+// a caller may keep part of its bf16 weights out of the update's list and cast them when it needs
+// them (blutrain Note [Per-layer bf16 weight copy]).
+Status bf16_weight_copy(const AdamWTensor* tensors, int count, cudaStream_t stream);
+
 // Workspace bytes grad_global_norm needs for this tensor list (independent of the device).
 Status grad_global_norm_workspace_size(const AdamWTensor* tensors, int count, std::size_t* bytes);
 

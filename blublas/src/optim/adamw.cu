@@ -1,5 +1,6 @@
-// adamw.cu: multi-tensor AdamW (f32 master weights, m, v; f32 or bf16 grads; optional bf16 copy)
-// and the deterministic global gradient norm used for clipping. See blublas/adamw.h.
+// adamw.cu: multi-tensor AdamW (f32 master weights, m, v; f32 or bf16 grads; optional bf16 copy),
+// the bf16 weight copy alone, and the deterministic global gradient norm used for clipping. See
+// blublas/adamw.h.
 //
 // Note [Multi-tensor launch table] The host packs up to kAdamWTensorsPerLaunch tensors into one
 // kernel-parameter struct (pointers, sizes, weight decay, a vector-path flag and a prefix of
@@ -132,6 +133,31 @@ __global__ void __launch_bounds__(kThreads)
         vv[e] = v;
         if (pb != nullptr) pb[e] = __float2bfloat16_rn(p);
       }
+    }
+  }
+}
+
+// bf16_weight_copy: the bf16 stores of adamw_kernel without the update.
+__global__ void __launch_bounds__(kThreads) bf16_copy_kernel(const __grid_constant__ LaunchTable tab) {
+  const int t = find_tensor(tab, static_cast<int>(blockIdx.x));
+  const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[t]) * kElemsPerBlock;
+  const int64_t n = tab.numel[t];
+  const float* __restrict__ param = tab.param[t];
+  __nv_bfloat16* __restrict__ pb = tab.param_bf16[t];
+  if (tab.vec[t]) {
+#pragma unroll
+    for (int k = 0; k < kPacksPerThread; ++k) {
+      const int64_t e = start + (static_cast<int64_t>(k) * kThreads + threadIdx.x) * kVec;
+      if (e < n) {
+        float p[kVec];
+        load_f32<float, kVec>(param + e, p);
+        store_f32<__nv_bfloat16, kVec>(pb + e, p);
+      }
+    }
+  } else {
+    for (int j = 0; j < kVec * kPacksPerThread; ++j) {
+      const int64_t e = start + static_cast<int64_t>(j) * kThreads + threadIdx.x;
+      if (e < n) pb[e] = __float2bfloat16_rn(param[e]);
     }
   }
 }
@@ -347,6 +373,31 @@ Status adamw_update_device_scalars(const AdamWTensor* tensors, int count, Dtype 
   launch_adamw(build_tables(tensors, count, grad_dtype, 0.0f), grad_dtype,
                base_scalars(beta1, beta2, eps), grad_scale, step_scalars, stream);
   BLUBLAS_KERNEL_LAUNCH_CHECK(op);
+  return Status::success();
+}
+
+Status bf16_weight_copy(const AdamWTensor* tensors, int count, cudaStream_t stream) {
+  const char* op = "bf16_weight_copy";
+  BLUBLAS_CHECK_ARG(count >= 0, op, ": count=", count, " must be >= 0");
+  BLUBLAS_CHECK_ARG(count == 0 || tensors != nullptr, op, ": tensors is null with count=", count);
+  std::vector<AdamWTensor> with_copy;
+  int64_t total_blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const AdamWTensor& t = tensors[i];
+    BLUBLAS_CHECK_ARG(t.numel >= 0, op, ": tensor ", i, " numel=", t.numel, " must be >= 0");
+    if (t.numel == 0 || t.param_bf16 == nullptr) continue;
+    BLUBLAS_CHECK_ARG(t.param != nullptr, op, ": tensor ", i, " (numel=", t.numel,
+                      ") has a bf16 copy but a null param");
+    with_copy.push_back(t);
+    total_blocks += blocks_of(t.numel);
+  }
+  BLUBLAS_CHECK_ARG(total_blocks < (int64_t{1} << 31), op, ": ", total_blocks,
+                    " blocks of work is too large");
+  for (const LaunchTable& tab :
+       build_tables(with_copy.data(), static_cast<int>(with_copy.size()), Dtype::kF32, 0.0f)) {
+    bf16_copy_kernel<<<static_cast<unsigned>(tab.block_start[tab.count]), kThreads, 0, stream>>>(tab);
+    BLUBLAS_KERNEL_LAUNCH_CHECK(op);
+  }
   return Status::success();
 }
 

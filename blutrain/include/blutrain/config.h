@@ -30,6 +30,7 @@ struct TrainConfig {
   std::string recompute = "auto";  // fused: none | gelu | layernorm | block | auto
   std::string attention = "auto";  // fused, fp32: strict | 3xtf32 | auto
   int64_t logits_chunk = 0;        // fused: rows of logits per classifier chunk (0 = auto)
+  std::string weight_copy = "auto";  // fused, bf16: whole | layer | auto (Note [Per-layer bf16 weight copy])
   std::string init_from = "";      // initial weights: a Hugging Face GPT-2 safetensors file
   int64_t profile_step = 0;        // trace the kernels of this step (CUPTI), 0 = none
   std::string profile_json = "";   // where the trace's per-family breakdown goes

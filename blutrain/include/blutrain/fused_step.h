@@ -51,6 +51,8 @@ struct FusedStepOptions {
   std::string attention = "auto";    // fp32 only: strict (SIMT FMA) | 3xtf32 | auto
   bool use_graph = true;             // capture the step as CUDA graph(s) (false: eager launches)
   int64_t logits_chunk_rows = 0;     // 0 = auto (~800 MiB of logits: 8192 rows bf16, 4096 f32)
+  // bf16: whole | layer | auto (Note [Per-layer bf16 weight copy] in src/engine/fused_step.cpp).
+  std::string weight_copy = "auto";
   double grad_clip = 1.0;            // global-norm clipping (0 = off)
   AdamWConfig adamw;
   // Data parallelism (--dp N, Note [Data-parallel fused step: streams and events under capture] in

@@ -16,6 +16,7 @@
 #include "bludist/process_group.h"
 #include "blublas/adamw.h"
 #include "blutensor/autograd.h"
+#include "blutensor/cuda_allocator.h"
 #include "blutensor/cuda_stream.h"
 #include "blutensor/error.h"
 #include "blutensor/ops.h"
@@ -37,6 +38,11 @@ Tensor device_bytes(std::size_t bytes, int device) {
 }
 
 enum LayerParam { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFpW, kFpB, kNumLayerParams };
+// The four matrices of a block, the part of the bf16 weight copy that --weight-copy layer keeps per
+// block in a two-block ring (Note [Per-layer bf16 weight copy]).
+constexpr LayerParam kRingParams[] = {kQkvW, kProjW, kFcW, kFpW};
+constexpr int kNumRingParams = 4;
+
 // Widest model whose weight gradients go to the side stream by default (Note [Weight gradients on
 // a side stream]).
 constexpr int kSideStreamMaxEmbd = 768;
@@ -118,6 +124,43 @@ struct FusedGPT2Step::Impl {
 
   Tensor grads, wcopy, arena, workspace, tokens, misc, mask;
   std::size_t grad_elems = 0;
+  std::vector<std::size_t> copy_off;  // per parameter: its element offset in wcopy (bf16 mode)
+  std::size_t copy_elems = 0;
+
+  // Note [Per-layer bf16 weight copy]
+  // The bf16 copy of the weights is 2 bytes a parameter beside the f32 weights, gradients and two
+  // moments (16): on the largest models that fit, 11% of the state. --weight-copy layer keeps the
+  // blocks' four matrices (all but ~0.1% of a block) out of the whole copy: each block's are cast
+  // from the f32 weights (blublas::bf16_weight_copy, the bits the AdamW update would have written)
+  // into a ring of two block-sized slots, block l in slot l % 2, before its forward and again
+  // before its backward; the rest (LayerNorms, biases, embeddings) stays whole and is written by
+  // the update as before. The cast of block l + 1 (forward) or l - 1 (backward) runs on its own
+  // stream beside block l's kernels: issued after every main-stream read of the slot's previous
+  // block (an event on the main stream), waited for by the main stream right before the block
+  // that reads it. The backward starts with the forward's last two blocks still in the ring, so
+  // it casts n_layer - 2 blocks. Cost: reading 4 and writing 2 bytes per matrix parameter twice a
+  // step (~2% of a 7B model's B1 step if nothing overlapped it), no change in the numbers (the
+  // same bf16 bits reach the GEMMs: a GPU test compares the two modes' losses bit for bit).
+  // auto: layer only when the whole copy, the activation arena and a margin (1 GiB or 2% of the
+  // device) do not fit in what the device and the allocator's cache have free at setup; whole is
+  // the race's mode (no extra traffic, one copy made once per step by the update).
+  bool layer_copy = false;
+  bool cast_on = false;  // this pass casts on cast_stream; else in order on the main stream
+  blu::cuda::Stream cast_stream;
+  Tensor ring;
+  std::size_t ring_slot_elems = 0;
+  std::array<std::size_t, kNumRingParams> ring_off{};
+  std::vector<int> ring_kind;    // per parameter: its index in kRingParams, or -1
+  std::vector<int> param_layer;  // per parameter: its block, or -1
+  std::vector<std::array<blublas::AdamWTensor, kNumRingParams>> ring_lists;  // per block
+  std::array<cudaEvent_t, 2> ev_cast{};  // per slot: the cast pending into it (null: none)
+  void setup_weight_copy(std::size_t arena_bytes);
+  void cast_block(int l);
+  void wait_block(int l) {
+    cudaEvent_t& e = ev_cast[static_cast<size_t>(l % 2)];
+    main_wait(e);
+    e = nullptr;
+  }
   blublas::AdamWStepScalars* h_scalars = nullptr;
   HostMarks host_marks;  // Note [Host issue time]
   Readback* h_readback = nullptr;
@@ -163,7 +206,13 @@ struct FusedGPT2Step::Impl {
   // The weight as the GEMMs read it: the bf16 copy in bf16 mode, the fp32 master otherwise.
   const void* w(int i) const {
     if (o.precision != Precision::kBf16) return params[i].master;
-    return static_cast<char*>(wcopy.data_ptr()) + params[i].offset * 2;
+    const auto k = static_cast<size_t>(i);
+    if (layer_copy && ring_kind[k] >= 0) {
+      const std::size_t slot = static_cast<std::size_t>(param_layer[k] % 2);
+      return static_cast<char*>(ring.data_ptr()) +
+             (slot * ring_slot_elems + ring_off[static_cast<size_t>(ring_kind[k])]) * 2;
+    }
+    return static_cast<char*>(wcopy.data_ptr()) + copy_off[k] * 2;
   }
   float* g(int i) const { return static_cast<float*>(grads.data_ptr()) + params[i].offset; }
   int32_t* inputs() const { return static_cast<int32_t*>(tokens.data_ptr()); }
@@ -215,6 +264,81 @@ void FusedGPT2Step::Impl::bind_params() {
     for (int p = 0; p < kNumLayerParams; ++p) ids[p] = find("h." + std::to_string(l) + "." + kLayerParamNames[p]);
     layer.push_back(ids);
   }
+  ring_kind.assign(params.size(), -1);
+  param_layer.assign(params.size(), -1);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    for (int k = 0; k < kNumRingParams; ++k) {
+      const auto i = static_cast<size_t>(P(l, kRingParams[k]));
+      ring_kind[i] = k;
+      param_layer[i] = l;
+      BLU_CHECK(params[i].numel == params[static_cast<size_t>(P(0, kRingParams[k]))].numel,
+                "fused GPT-2 step: block ", l, "'s ", kLayerParamNames[kRingParams[k]], " differs in size from block 0's");
+    }
+  }
+}
+
+void FusedGPT2Step::Impl::setup_weight_copy(std::size_t arena_bytes) {
+  const std::size_t n = params.size();
+  copy_off.assign(n, 0);
+  if (o.weight_copy == "layer") {
+    layer_copy = true;
+  } else if (o.weight_copy == "auto") {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const blu::cuda::MemoryStats ms = blu::cuda::CachingAllocator::get().stats(device);
+    const std::size_t available = free_bytes + static_cast<std::size_t>(std::max<int64_t>(ms.cached_free_bytes, 0));
+    const std::size_t margin = std::max<std::size_t>(std::size_t(1) << 30, total_bytes / 50);
+    layer_copy = grad_elems * 2 + arena_bytes + margin > available;
+  } else {
+    BLU_CHECK(o.weight_copy == "whole", "--weight-copy '", o.weight_copy, "': expected whole, layer or auto");
+  }
+  if (!layer_copy) {  // the flat gradient buffer's layout
+    for (size_t i = 0; i < n; ++i) copy_off[i] = params[i].offset;
+    copy_elems = grad_elems;
+    wcopy = device_bytes(copy_elems * 2, device);
+    return;
+  }
+  std::size_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (ring_kind[i] >= 0) continue;
+    copy_off[i] = off;
+    off += static_cast<std::size_t>((params[i].numel + 127) / 128 * 128);  // 256-byte aligned bf16 slices
+  }
+  copy_elems = off;
+  wcopy = device_bytes(std::max<std::size_t>(copy_elems, 128) * 2, device);
+  ring_slot_elems = 0;
+  for (int k = 0; k < kNumRingParams; ++k) {
+    ring_off[static_cast<size_t>(k)] = ring_slot_elems;
+    const int64_t numel = params[static_cast<size_t>(P(0, kRingParams[k]))].numel;
+    ring_slot_elems += static_cast<std::size_t>((numel + 127) / 128 * 128);
+  }
+  ring = device_bytes(2 * ring_slot_elems * 2, device);
+  cast_stream = blu::cuda::Stream::create(device);
+  ring_lists.resize(static_cast<size_t>(cfg.n_layer));
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    for (int k = 0; k < kNumRingParams; ++k) {
+      const int i = P(l, kRingParams[k]);
+      blublas::AdamWTensor t;
+      t.param = params[static_cast<size_t>(i)].master;
+      t.param_bf16 = const_cast<void*>(w(i));
+      t.numel = params[static_cast<size_t>(i)].numel;
+      ring_lists[static_cast<size_t>(l)][static_cast<size_t>(k)] = t;
+    }
+  }
+}
+
+// Block l's matrices into their ring slot (Note [Per-layer bf16 weight copy]), after every read of
+// the slot's previous block issued so far on the main stream.
+void FusedGPT2Step::Impl::cast_block(int l) {
+  if (!layer_copy) return;
+  const auto& list = ring_lists[static_cast<size_t>(l)];
+  if (!cast_on) {
+    L.bf16_weights(list.data(), kNumRingParams, nullptr);
+    return;
+  }
+  cuda_check(cudaStreamWaitEvent(cast_stream.get(), record(stream.get()), 0), "cudaStreamWaitEvent");
+  L.bf16_weights(list.data(), kNumRingParams, cast_stream.get());
+  ev_cast[static_cast<size_t>(l % 2)] = record(cast_stream.get());
 }
 
 void FusedGPT2Step::Impl::setup() {
@@ -287,7 +411,6 @@ void FusedGPT2Step::Impl::setup() {
   // identical on every rank) where a gradient bucket carries it through an all-reduce.
   cuda_check(cudaMemsetAsync(grads.data_ptr(), 0, grad_elems * 4, stream.get()), "clearing the gradients");
   setup_data_parallel();
-  if (o.precision == Precision::kBf16) wcopy = device_bytes(grad_elems * 2, device);
 
   ActivationPlanInput pin;
   pin.n_layer = cfg.n_layer;
@@ -303,6 +426,7 @@ void FusedGPT2Step::Impl::setup() {
   const int64_t auto_rows = auto_logits_chunk_rows(cfg.padded_vocab, static_cast<int64_t>(es));
   pin.logits_chunk_rows = std::min<int64_t>(o.logits_chunk_rows > 0 ? o.logits_chunk_rows : auto_rows, L.rows);
   plan = plan_activations(pin);
+  if (o.precision == Precision::kBf16) setup_weight_copy(plan.total_bytes);
   arena = device_bytes(plan.total_bytes, device);
   tokens = device_bytes(static_cast<std::size_t>(L.rows) * 2 * sizeof(int32_t), device);
   if (embed_gather) {
@@ -326,7 +450,9 @@ void FusedGPT2Step::Impl::setup() {
     t.grad = g(static_cast<int>(i));
     t.m = static_cast<float*>(opt.exp_avg()[i].data_ptr());
     t.v = static_cast<float*>(opt.exp_avg_sq()[i].data_ptr());
-    t.param_bf16 = o.precision == Precision::kBf16 ? const_cast<void*>(w(static_cast<int>(i))) : nullptr;
+    // Under --weight-copy layer the blocks' matrices are cast per block instead (cast_block).
+    const bool copied = o.precision == Precision::kBf16 && !(layer_copy && ring_kind[i] >= 0);
+    t.param_bf16 = copied ? const_cast<void*>(w(static_cast<int>(i))) : nullptr;
     t.numel = params[i].numel;
     t.weight_decay = params[i].decay ? static_cast<float>(o.adamw.weight_decay) : 0.0f;
     adam_list.push_back(t);
@@ -357,7 +483,7 @@ void FusedGPT2Step::Impl::setup() {
   W.workspace = workspace_side.data_ptr();
   L.marks = &marks;
   W.marks = &marks;
-  events.resize(static_cast<size_t>(16 * cfg.n_layer + 64));  // never reused within one pass
+  events.resize(static_cast<size_t>(20 * cfg.n_layer + 64));  // never reused within one pass
   for (cudaEvent_t& e : events) cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   // Note [Weight gradients on a side stream]: on by default up to 768 channels only.
   side_enabled = cfg.n_embd <= kSideStreamMaxEmbd;
@@ -465,7 +591,12 @@ void FusedGPT2Step::Impl::forward() {
   L.embedding(act(b0.x), inputs(), w(wte), w(wpe), cfg.vocab_size, &d_readback()->token_error);
   L.layernorm(act(b0.ln1), f32(b0.ln1_mean), f32(b0.ln1_rstd), nullptr, act(b0.x), nullptr, w(P(0, kLn1W)),
               w(P(0, kLn1B)));
-  for (int l = 0; l < cfg.n_layer; ++l) block_forward(l, false);
+  cast_block(0);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    wait_block(l);
+    if (l + 1 < cfg.n_layer) cast_block(l + 1);  // into block l - 1's slot, beside block l
+    block_forward(l, false);
+  }
 }
 
 // Block l from x[l] and ln1 (written by the previous block's fused LayerNorm, or recomputed here
@@ -551,6 +682,9 @@ void FusedGPT2Step::Impl::backward(bool first) {
   unit_ready(0);  // ln_f
   ev_qkv_dw = nullptr;
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    // The forward's last two blocks are still in the ring (Note [Per-layer bf16 weight copy]).
+    wait_block(l);
+    if (l - 1 >= 0 && l - 1 < cfg.n_layer - 2) cast_block(l - 1);  // into block l + 1's slot
     block_backward(l, first);
     if (sync && sync_now) {
       main_wait(ev_qkv_dw);  // the block's last weight gradient (the next block waits for it anyway)
@@ -705,6 +839,8 @@ void FusedGPT2Step::Impl::run_part(Part part) {
   // SMs to the main stream's kernels beside them (BLUTRAIN_SIDE_GEMM_CTAS; 0, the default: all;
   // 112 measured 478.2K -> 473.5K tok/s in bf16 B16, H100, session 24).
   W.max_ctas = side_on ? side_gemm_ctas : 0;
+  cast_on = layer_copy && !L.sizing && !L.timing;
+  ev_cast = {};
   W.timing = L.timing;
   next_event = 0;
   sync_now = false;
@@ -771,6 +907,7 @@ FusedGPT2Step::~FusedGPT2Step() {
   Impl& s = *impl_;
   if (s.stream.get() != nullptr) (void)cudaStreamSynchronize(s.stream.get());
   if (s.side.get() != nullptr) (void)cudaStreamSynchronize(s.side.get());
+  if (s.cast_stream.get() != nullptr) (void)cudaStreamSynchronize(s.cast_stream.get());
   for (cudaEvent_t e : s.events) (void)cudaEventDestroy(e);
   if (s.step_done != nullptr) (void)cudaEventDestroy(s.step_done);
   if (s.h_scalars != nullptr) (void)cudaFreeHost(s.h_scalars);
@@ -783,12 +920,14 @@ void FusedGPT2Step::sync_weights_from_model() {
   NoGradGuard no_grad;
   blu::cuda::StreamGuard guard(s.stream.get(), s.device);
   const std::vector<NamedParam>& list = s.opt.params();
-  // The copy is a bf16 view of the flat buffer; blutensor's copy_ casts.
-  Tensor flat = from_blob(s.wcopy.data_ptr(), {static_cast<int64_t>(s.grad_elems)},
+  // The copy is a bf16 view of the flat buffer; blutensor's copy_ casts. Under --weight-copy layer
+  // the blocks' matrices are not in it: each step casts them (Note [Per-layer bf16 weight copy]).
+  Tensor flat = from_blob(s.wcopy.data_ptr(), {static_cast<int64_t>(s.copy_elems)},
                           TensorOptions(kBFloat16).device(Device::cuda(s.device)));
   for (size_t i = 0; i < list.size(); ++i) {
+    if (s.layer_copy && s.ring_kind[i] >= 0) continue;
     const Tensor src = list[i].tensor->detach().reshape({-1});
-    flat.narrow(0, static_cast<int64_t>(s.params[i].offset), s.params[i].numel).copy_(src);
+    flat.narrow(0, static_cast<int64_t>(s.copy_off[i]), s.params[i].numel).copy_(src);
   }
   cuda_check(cudaStreamSynchronize(s.stream.get()), "refreshing the bf16 weights");
 }
@@ -1010,9 +1149,12 @@ std::string FusedGPT2Step::describe() const {
                 "logits chunk %lld rows, %s",
                 s.L.act == blublas::Dtype::kBF16 ? "bf16" : "f32", s.attention_name.c_str(), s.plan.describe().c_str(),
                 s.grad_elems * 4 / mib,
-                s.o.precision == Precision::kBf16
-                    ? (", bf16 weight copy " + std::to_string(static_cast<int>(s.grad_elems * 2 / mib)) + " MiB").c_str()
-                    : "",
+                s.o.precision != Precision::kBf16 ? ""
+                : s.layer_copy
+                    ? (", bf16 weight copy per block (" + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) +
+                       " MiB whole + a two-block ring of " + std::to_string(static_cast<int>(s.ring_slot_elems * 4 / mib)) +
+                       " MiB)").c_str()
+                    : (", bf16 weight copy " + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) + " MiB").c_str(),
                 (s.L.workspace_bytes + s.W.workspace_bytes) / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
                 s.o.use_graph ? "CUDA graph" : "eager launches");
   if (s.sync) return std::string(buf) + "; " + s.sync->describe();

@@ -237,6 +237,12 @@ void StepLauncher::embedding_backward(float* dwte, float* dwpe, const void* dout
   mark("embedding bwd");
 }
 
+void StepLauncher::bf16_weights(const blublas::AdamWTensor* list, int count, cudaStream_t on) {
+  if (sizing) return;
+  check(blublas::bf16_weight_copy(list, count, on != nullptr ? on : stream), "bf16_weight_copy");
+  mark("weights bf16 copy");
+}
+
 void StepLauncher::memset_async(void* p, std::size_t bytes) {
   if (sizing) return;
   const cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream);

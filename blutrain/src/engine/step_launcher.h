@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "blublas/adamw.h"
 #include "blublas/attention.h"
 #include "blublas/dtype.h"
 #include "blublas/gemm.h"
@@ -74,6 +75,8 @@ struct StepLauncher {
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int64_t vocab,
                           int* error_flag, int batch_rows = 0);
   void memset_async(void* p, std::size_t bytes);
+  // bf16 copies of f32 weights (blublas::bf16_weight_copy) on `on` (null: the launcher's stream).
+  void bf16_weights(const blublas::AdamWTensor* list, int count, cudaStream_t on);
 
  private:
   blublas::AttentionDesc attention_desc(const void* qkv, const void* out, const float* lse) const;

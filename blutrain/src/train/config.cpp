@@ -44,6 +44,7 @@ const std::vector<Flag>& flag_table() {
       {"recompute", "WHAT", &TrainConfig::recompute, "recompute in the backward instead of saving: none | gelu | layernorm (gelu + LayerNorm outputs) | block (whole blocks) | auto (none in bf16, gelu in fp32/tf32); the fused engine does each, the autograd engine (and the captured/compiled steps recorded from it) the GELU part of gelu, layernorm and block"},
       {"compile", "", &TrainConfig::compile, "compile the step with blucomp: the captured engine records step 2, blu-plan (BLU_PLAN, beside blutrain, or on PATH) fuses it into <out-dir>/compiled_plan.json, and later steps run the fused kernels; without blu-plan, or if it fails, the step runs as recorded and the output says why (one micro-batch, one process)"},
       {"attention", "MODE", &TrainConfig::attention, "fp32 attention on CUDA: strict (fused engine: SIMT FMA flash kernel; autograd/captured: the strict composite) | 3xtf32 (split-TF32 tensor-core flash kernel, PyTorch's fp32 SDPA contract) | auto (3xtf32)"},
+      {"weight-copy", "HOW", &TrainConfig::weight_copy, "fused engine, bf16: the bf16 copy of the weights the GEMMs read: whole (every weight, written by the AdamW update) | layer (the blocks' four matrices cast per block before its forward and its backward into a two-block ring: 2 bytes a parameter less, for models that do not fit otherwise) | auto (layer only when the whole copy, the activations and a margin do not fit in free device memory)"},
       {"logits-chunk", "ROWS", &TrainConfig::logits_chunk, "fused engine: rows of logits materialised at once by the classifier (0 = auto: 8192 rows at GPT-2's vocabulary, about 800 MiB of bf16 or 1.6 GiB of f32 logits)"},
       {"init-from", "FILE", &TrainConfig::init_from, "initial weights from a safetensors file with Hugging Face GPT-2 names (instead of the random init)"},
       {"profile-step", "N", &TrainConfig::profile_step, "trace every kernel of step N (CUPTI) and write a per-family breakdown to --profile-json"},
@@ -399,6 +400,8 @@ void resolve_auto(TrainConfig& cfg, bool have_gpu) {
             "weights have GPT-2's 50257 rows; pass --vocab gpt2");
   BLU_CHECK(cfg.attention == "auto" || cfg.attention == "strict" || cfg.attention == "3xtf32", "--attention '",
             cfg.attention, "': expected strict, 3xtf32 or auto");
+  BLU_CHECK(cfg.weight_copy == "auto" || cfg.weight_copy == "whole" || cfg.weight_copy == "layer", "--weight-copy '",
+            cfg.weight_copy, "': expected whole, layer or auto");
   BLU_CHECK(cfg.logits_chunk >= 0 && cfg.profile_step >= 0, "--logits-chunk and --profile-step must be >= 0");
   BLU_CHECK(cfg.dump.empty() || cfg.engine == "fused", "--dump needs the fused CUDA engine (--engine fused)");
   BLU_CHECK(cfg.dump_step >= 1, "--dump-step must be >= 1");

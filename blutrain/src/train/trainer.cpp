@@ -270,6 +270,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
     fo.attention = cfg.attention;
     fo.use_graph = cfg.graph;
     fo.logits_chunk_rows = cfg.logits_chunk;
+    fo.weight_copy = cfg.weight_copy;
     fo.grad_clip = cfg.grad_clip;
     fo.adamw = acfg;
     if (dp) {  // Note [Data-parallel training]: the step averages its gradients over the group
