@@ -6,25 +6,36 @@
 # LD_LIBRARY_PATH for cuBLAS. Build here with -DBLU_CUDA_ARCHS=90a-real (no embedded PTX: smaller
 # binaries, and the device is sm_90): cmake -S . -B build-sm90 -G Ninja -DCMAKE_BUILD_TYPE=Release
 # -DBLU_CUDA_ARCHS=90a-real -DBLU_WARNINGS_AS_ERRORS=OFF && cmake --build build-sm90 --target ...
-#   scripts/pack-carry.sh <build-dir> <relative output path>...   e.g. build-sm90 bench/gemm_bench
+#   scripts/pack-carry.sh <build-dir> <relative output path>... [/absolute/lib.so...]
+#       e.g. build-sm90 bench/gemm_bench, or build-sm90 blutrain/blutrain /lib/libgloo.so.0 ...
 #   eval "$(scripts/pack-carry.sh --unpack)"                         (on the device)
 # The shared libraries each binary needs are listed at packing: the device has the CUDA toolkit
-# (cuBLAS, NCCL), OpenBLAS and Python, not necessarily every Debian package of this machine.
+# (cuBLAS, NCCL, CUPTI), OpenBLAS, libpng and Python, not every Debian package of this machine (no
+# Gloo: blutrain built here needs libgloo.so.0, libhiredis.so.0.14, libibverbs.so.1,
+# libnl-3.so.200 and libnl-route-3.so.200 carried too). An absolute path is such a library: it is
+# packed as lib-<name>.gz and unpacked into build-carry/lib, which LD_LIBRARY_PATH then holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --unpack ]; then
-  mkdir -p build-carry/bin
+  mkdir -p build-carry/bin build-carry/lib
   for f in build-carry/*.gz; do
-    out=build-carry/bin/$(basename "$f" .gz)
-    gunzip -c "$f" > "$out" && chmod +x "$out"
+    name=$(basename "$f" .gz)
+    case $name in
+      lib-*) gunzip -c "$f" > "build-carry/lib/${name#lib-}" ;;
+      *) gunzip -c "$f" > "build-carry/bin/$name" && chmod +x "build-carry/bin/$name" ;;
+    esac
   done
-  echo "export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBRARY_PATH:-}"
+  echo "export LD_LIBRARY_PATH=$PWD/build-carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBRARY_PATH:-}"
   exit 0
 fi
 build=$1; shift
 mkdir -p build-carry
 rm -f build-carry/*.gz
 for rel in "$@"; do
+  if [ "${rel:0:1}" = / ]; then  # a shared library the device lacks
+    gzip -9 -c "$(readlink -f "$rel")" > "build-carry/lib-$(basename "$rel").gz"
+    continue
+  fi
   tmp=$(mktemp)
   cp "$build/$rel" "$tmp" && strip "$tmp"
   gzip -9 -c "$tmp" > "build-carry/$(basename "$rel").gz"

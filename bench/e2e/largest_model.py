@@ -63,7 +63,16 @@ def main():
     ap.add_argument("--mode", default="bf16")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
     ap.add_argument("--torch-program", default=os.path.join(HERE, "torch_gpt2_train.py"))
+    ap.add_argument("--blutrain-variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="one more framework: blutrain with these flags, e.g. "
+                         "'blutrain_recompute=--recompute block' (metrics scale.largest_<mode>.NAME.*)")
     a = ap.parse_args()
+    variants = {}
+    for v in a.blutrain_variant:
+        name, sep, args = v.partition("=")
+        if not sep or not name.startswith("blutrain_"):
+            ap.error(f"--blutrain-variant {v!r}: expected blutrain_NAME=ARGS")
+        variants[name] = args
     a.results = a.results or a.out
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.results, exist_ok=True)
@@ -74,13 +83,14 @@ def main():
     ladder = [s for s in a.ladder.split(",") if s]
     t0 = time.time()
     rungs, metrics = {}, {}
-    for fw in [f for f in a.frameworks.split(",") if f]:
+    for fw in [f for f in a.frameworks.split(",") if f] + list(variants):
         rungs[fw] = []
+        a.extra_blutrain_args = variants.get(fw, "")
         for shape in ladder:
             a.model = shape
             print(f"[{time.time() - t0:5.0f}s] {fw} {shape} ({params_of(shape) / 1e9:.2f}B) ...", flush=True)
-            if fw == "blutrain":
-                rec = run_blutrain(a, a.mode, profile_step=0, steps=a.steps, tag=f"largest_{shape}")
+            if fw.startswith("blutrain"):
+                rec = run_blutrain(a, a.mode, profile_step=0, steps=a.steps, tag=f"largest_{fw}_{shape}")
             else:
                 rec = run_torch(a, a.mode, fw == "torch_compile", profile_step=0, steps=a.steps, tag=f"largest_{fw}_{shape}")
             ok = trained(rec, a.steps)
@@ -101,7 +111,7 @@ def main():
         metrics[f"scale.largest_{a.mode}.{fw}.ladder_top_reached"] = int(not failed)
     cfg = {"mode": a.mode, "batch": a.batch, "seq": 1024, "steps": a.steps, "data": "synthetic",
            "optimizer": "AdamW (fused on the PyTorch side)", "torch": "eager, weights built on the GPU",
-           "ladder": ladder}
+           "ladder": ladder, "blutrain_variants": variants}
     json.dump({"metrics": metrics, "config": cfg, "rungs": rungs, "seconds": time.time() - t0},
               open(os.path.join(a.results, "largest_model.json"), "w"), indent=1)
     md = [f"# Largest GPT-2-shaped model that trains on one GPU ({a.mode}, AdamW, B{a.batch} T1024, {a.steps} steps)",
