@@ -139,11 +139,20 @@ struct FusedGPT2Step::Impl {
   // block (an event on the main stream), waited for by the main stream right before the block
   // that reads it. The backward starts with the forward's last two blocks still in the ring, so
   // it casts n_layer - 2 blocks. Cost: reading 4 and writing 2 bytes per matrix parameter twice a
-  // step (~2% of a 7B model's B1 step if nothing overlapped it), no change in the numbers (the
-  // same bf16 bits reach the GEMMs: a GPU test compares the two modes' losses bit for bit).
+  // step, no change in the numbers (the same bf16 bits reach the GEMMs: a GPU test compares the two
+  // modes' losses, weights and gradients bit for bit).
   // auto: layer only when the whole copy, the activation arena and a margin (1 GiB or 2% of the
   // device) do not fit in what the device and the allocator's cache have free at setup; whole is
   // the race's mode (no extra traffic, one copy made once per step by the update).
+  // Measured (session 37, H200, raw bench/results/h200/raw/session37/call5_carry): d12 bf16 B16
+  // T1024, 20 steps, layer vs whole: equal losses and norms at every step, 535.4K vs 534.0K tok/s,
+  // peak 7.50 vs 7.63 GiB. Largest model (B1 T1024): 40x32x4096 (8.27B) now trains (auto picks
+  // layer) at 129.5 GiB, 5748 tok/s, and with --recompute block 44x32x4096 (9.07B, PyTorch eager's
+  // largest) at 136.9 GiB. Per parameter the 40x step runs ~11% slower than 36x32x4096 with the
+  // whole copy (tok/s x params 47.5K vs 53.3K; PyTorch's is flat): the casts mostly do not overlap
+  // (the persistent GEMMs hold every SM while the cast waits for one). Not tried: casting inside a
+  // GEMM's producer, or a cast kernel on a few SMs with the GEMMs on the rest (blublas Note [GEMM
+  // CTA budget]).
   bool layer_copy = false;
   bool cast_on = false;  // this pass casts on cast_stream; else in order on the main stream
   blu::cuda::Stream cast_stream;
