@@ -9,6 +9,10 @@
 #   scripts/pack-carry.sh <build-dir> <relative output path>... [/absolute/lib.so...]
 #       e.g. build-sm90 bench/gemm_bench, or build-sm90 blutrain/blutrain /lib/libgloo.so.0 ...
 #   eval "$(scripts/pack-carry.sh --unpack)"                         (on the device)
+# Unpacking rebuilds the build tree's layout under build-carry/tree (bench/gemm_bench, tests/...,
+# blutrain/blutrain; each also in build-carry/bin) with a .carried marker, so the device scripts
+# run on it as their build directory without building (blu_device_build in device-build.sh skips
+# a carried tree): e.g. `scripts/device-simt-sweep.sh build-carry/tree "default l88"`.
 # The shared libraries each binary needs are listed at packing: the device has the CUDA toolkit
 # (cuBLAS, NCCL, CUPTI), OpenBLAS, libpng and Python, not every Debian package of this machine (no
 # Gloo: blutrain built here needs libgloo.so.0, libhiredis.so.0.14, libibverbs.so.1,
@@ -17,12 +21,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --unpack ]; then
-  mkdir -p build-carry/bin build-carry/lib
+  mkdir -p build-carry/bin build-carry/lib build-carry/tree
+  touch build-carry/tree/.carried
   for f in build-carry/*.gz; do
     name=$(basename "$f" .gz)
     case $name in
       lib-*) gunzip -c "$f" > "build-carry/lib/${name#lib-}" ;;
-      *) gunzip -c "$f" > "build-carry/bin/$name" && chmod +x "build-carry/bin/$name" ;;
+      *)
+        rel=${name//@//}  # the path in the build tree ('@' for '/')
+        mkdir -p "build-carry/tree/$(dirname "$rel")"
+        gunzip -c "$f" > "build-carry/tree/$rel" && chmod +x "build-carry/tree/$rel"
+        ln -sf "$PWD/build-carry/tree/$rel" "build-carry/bin/$(basename "$rel")" ;;
     esac
   done
   echo "export LD_LIBRARY_PATH=$PWD/build-carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBRARY_PATH:-}"
@@ -38,7 +47,7 @@ for rel in "$@"; do
   fi
   tmp=$(mktemp)
   cp "$build/$rel" "$tmp" && strip "$tmp"
-  gzip -9 -c "$tmp" > "build-carry/$(basename "$rel").gz"
+  gzip -9 -c "$tmp" > "build-carry/${rel//\//@}.gz"
   rm -f "$tmp"
   echo "$rel needs: $(ldd "$build/$rel" | awk '$3 ~ /^\// {print $1}' | grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.' | tr '\n' ' ')"
 done
