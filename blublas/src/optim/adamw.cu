@@ -137,29 +137,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// bf16_weight_copy: the bf16 stores of adamw_kernel without the update.
-__global__ void __launch_bounds__(kThreads) bf16_copy_kernel(const __grid_constant__ LaunchTable tab) {
-  const int t = find_tensor(tab, static_cast<int>(blockIdx.x));
+// Block blockIdx.x's share of tensor t (kElemsPerBlock elements from its start), in the order every
+// kernel here walks it: pack(e) for each kVec-element pack (vector path), elem(e) for each element
+// (scalar path). The order fixes the norm's partial sums, hence their bits.
+template <typename Pack, typename Elem>
+__device__ __forceinline__ void for_block_elements(const LaunchTable& tab, int t, Pack pack, Elem elem) {
   const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[t]) * kElemsPerBlock;
   const int64_t n = tab.numel[t];
-  const float* __restrict__ param = tab.param[t];
-  __nv_bfloat16* __restrict__ pb = tab.param_bf16[t];
   if (tab.vec[t]) {
 #pragma unroll
     for (int k = 0; k < kPacksPerThread; ++k) {
       const int64_t e = start + (static_cast<int64_t>(k) * kThreads + threadIdx.x) * kVec;
-      if (e < n) {
-        float p[kVec];
-        load_f32<float, kVec>(param + e, p);
-        store_f32<__nv_bfloat16, kVec>(pb + e, p);
-      }
+      if (e < n) pack(e);
     }
   } else {
     for (int j = 0; j < kVec * kPacksPerThread; ++j) {
       const int64_t e = start + static_cast<int64_t>(j) * kThreads + threadIdx.x;
-      if (e < n) pb[e] = __float2bfloat16_rn(param[e]);
+      if (e < n) elem(e);
     }
   }
+}
+
+// bf16_weight_copy: the bf16 stores of adamw_kernel without the update.
+__global__ void __launch_bounds__(kThreads) bf16_copy_kernel(const __grid_constant__ LaunchTable tab) {
+  const int t = find_tensor(tab, static_cast<int>(blockIdx.x));
+  const float* __restrict__ param = tab.param[t];
+  __nv_bfloat16* __restrict__ pb = tab.param_bf16[t];
+  for_block_elements(
+      tab, t,
+      [&](int64_t e) {
+        float p[kVec];
+        load_f32<float, kVec>(param + e, p);
+        store_f32<__nv_bfloat16, kVec>(pb + e, p);
+      },
+      [&](int64_t e) { pb[e] = __float2bfloat16_rn(param[e]); });
 }
 
 template <typename G>
@@ -167,30 +178,20 @@ __global__ void __launch_bounds__(kThreads)
     grad_sumsq_kernel(const __grid_constant__ LaunchTable tab, float* __restrict__ partial) {
   __shared__ float scratch[32];
   const int t = find_tensor(tab, static_cast<int>(blockIdx.x));
-  const int64_t start = static_cast<int64_t>(blockIdx.x - tab.block_start[t]) * kElemsPerBlock;
-  const int64_t n = tab.numel[t];
   const G* __restrict__ grad = static_cast<const G*>(tab.grad[t]);
   float s = 0.0f;
-  if (tab.vec[t]) {
-#pragma unroll
-    for (int k = 0; k < kPacksPerThread; ++k) {
-      const int64_t e = start + (static_cast<int64_t>(k) * kThreads + threadIdx.x) * kVec;
-      if (e < n) {
+  for_block_elements(
+      tab, t,
+      [&](int64_t e) {
         float g[kVec];
         load_f32<G, kVec>(grad + e, g);
 #pragma unroll
         for (int i = 0; i < kVec; ++i) s += g[i] * g[i];
-      }
-    }
-  } else {
-    for (int j = 0; j < kVec * kPacksPerThread; ++j) {
-      const int64_t e = start + static_cast<int64_t>(j) * kThreads + threadIdx.x;
-      if (e < n) {
+      },
+      [&](int64_t e) {
         const float g = to_f32(grad[e]);
         s += g * g;
-      }
-    }
-  }
+      });
   const float total = fused::block_sum(s, scratch);
   if (threadIdx.x == 0) partial[tab.first_partial + blockIdx.x] = total;
 }
