@@ -17,6 +17,8 @@
 # every variant and cuBLAS interleaved (Note [Interleaved tile A/B]); cells are ratios to cuBLAS.
 # BLU_LG_REPS: timed repetitions per run (default 10; 20 rounds with variants). Per-run profiler outputs go to $OUT/prof.tgz (the device returns a bounded number of files).
 #   run(command="cd .snap && scripts/device-llama-gemm.sh", timeout_s=...)
+# With binaries built here and carried (scripts/pack-carry.sh build-sm90 blublas/blublas-profiler;
+# BLU_LG_BUILD=build-carry/tree after --unpack) nothing is built on the device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/blu-llama-gemm}; mkdir -p "$out"
@@ -26,11 +28,15 @@ tests=OFF; targets=(blublas-profiler)
 if [ "${BLU_LG_TESTS:-0}" = 1 ]; then
   tests=ON; targets+=(blublas_gemm_sm90_gpu_test blublas_gemm_property_gpu_test blublas_gemm_property_test)
 fi
+if [ -f "$build/.carried" ]; then  # binaries built elsewhere (scripts/pack-carry.sh): no build
+  echo "carried build $build: not building ${targets[*]}"
+else
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBLU_CUDA_ARCHS=90a-real -DBLU_WITH_MLIR=OFF \
   -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_BUILD_BENCH=OFF -DBLU_BUILD_TESTS=$tests \
   -DBLU_TEST_PATTERN="gemm_(sm90_gpu|property_gpu|property)_test" > "$out/configure.txt" 2>&1
 timeout "${BLU_LG_BUILD_TIMEOUT:-300}" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$out/build.txt" 2>&1
 echo "build rc=$? at ${SECONDS}s"
+fi
 if [ "$tests" = ON ]; then
   for t in blublas_gemm_property_test blublas_gemm_sm90_gpu_test blublas_gemm_property_gpu_test; do
     timeout 300 "$build/tests/$t" --gtest_brief=1 > "$out/$t.txt" 2>&1
