@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "blublas/adamw.h"
@@ -119,21 +121,34 @@ TEST(AdamW, MoreTensorsThanOneLaunch) {
 }
 
 // bf16_weight_copy writes the bits adamw_update's copy holds for the same f32 weights (blutrain's
-// per-layer copy relies on it: Note [Per-layer bf16 weight copy]): the update runs with its copy,
-// then bf16_weight_copy recasts the updated weights into a second, poisoned buffer. Odd sizes and
-// an offset pointer take the scalar path, multiples of 4 the vector path; a tensor without a copy
-// is left alone.
+// per-layer copy relies on it: Note [Per-layer bf16 weight copy]). First on the initial weights
+// against a host round-to-nearest-even (ties, subnormals, huge values, NaN and infinities among
+// them), then after an update: the update writes its copy, bf16_weight_copy recasts the updated
+// weights into a second, poisoned buffer, and the two must agree bit for bit. Sizes that are
+// multiples of 4 over several 4096-element blocks take the vector path, odd sizes and an offset
+// pointer the scalar path; a tensor without a copy is left alone.
+uint16_t host_bf16_rne(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 TEST(AdamW, Bf16WeightCopyMatchesTheUpdatesCopy) {
   BLU_REQUIRE_GPU();
-  const std::vector<int64_t> sizes = {100003, 4096, 4 * 3001, 1, 4097, 64};
+  const std::vector<int64_t> sizes = {100003, 4096, 4 * 3001, 1, 4097, 64, 4 * 5000};
   const int count = static_cast<int>(sizes.size());
+  const int no_copy = 5;
+  std::vector<std::vector<float>> p0;
   std::vector<DeviceMem> dp, dg, dm, dv, dbf, dcopy;
   std::vector<blublas::AdamWTensor> list(count), copies(count);
   for (int i = 0; i < count; ++i) {
     const std::size_t n = sizes[i];
-    // Values across the bf16 range's edges: ties, tiny, huge.
     std::vector<float> p = random_values(n, -3.0f, 3.0f, 500 + i);
-    for (std::size_t j = 0; j < n; j += 97) p[j] = (j % 3 == 0) ? 1e-38f : (j % 3 == 1 ? 3e38f : 1.00390625f);
+    const float edges[] = {1.00390625f, 1.01171875f, -1.00390625f, 1e-38f, -2e-39f, 3e38f, -3.3e38f,
+                           std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f};
+    for (std::size_t j = 0; j < n; j += 97) p[j] = edges[(j / 97) % (sizeof(edges) / sizeof(edges[0]))];
+    p0.push_back(p);
     dp.push_back(upload(p, Dtype::kF32));
     dg.push_back(upload(random_values(n, -0.5f, 0.5f, 600 + i), Dtype::kF32));
     dm.push_back(upload(std::vector<float>(n, 0.0f), Dtype::kF32));
@@ -142,18 +157,45 @@ TEST(AdamW, Bf16WeightCopyMatchesTheUpdatesCopy) {
     dcopy.push_back(DeviceMem(n * 2 + 2));
     dbf.back().poison();
     dcopy.back().poison();
+    const std::size_t off = i == 4 ? 2 : 0;  // tensor 4's copies start 2 bytes in: the scalar path
     list[i].param = dp[i].as<float>();
     list[i].grad = dg[i].get();
     list[i].m = dm[i].as<float>();
     list[i].v = dv[i].as<float>();
-    // Tensor 4's copies start 2 bytes in (not 8-byte aligned: the scalar path).
-    list[i].param_bf16 = static_cast<char*>(dbf[i].get()) + (i == 4 ? 2 : 0);
+    list[i].param_bf16 = static_cast<char*>(dbf[i].get()) + off;
     list[i].numel = sizes[i];
     list[i].weight_decay = 0.1f;
     copies[i] = list[i];
     copies[i].grad = nullptr;
     copies[i].m = copies[i].v = nullptr;
-    copies[i].param_bf16 = i == 2 ? nullptr : static_cast<char*>(dcopy[i].get()) + (i == 4 ? 2 : 0);
+    copies[i].param_bf16 = i == no_copy ? nullptr : static_cast<char*>(dcopy[i].get()) + off;
+  }
+  // The initial weights against the host rounding.
+  BLU_ASSERT_OK(blublas::bf16_weight_copy(copies.data(), count, nullptr));
+  BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < count; ++i) {
+    if (i == no_copy) continue;
+    SCOPED_TRACE("initial, tensor " + std::to_string(i) + " numel " + std::to_string(sizes[i]));
+    const std::size_t off = i == 4 ? 2 : 0, n = sizes[i];
+    const auto got = blu::test::download_bytes(static_cast<char*>(dcopy[i].get()) + off, n * 2);
+    int bad = 0;
+    for (std::size_t j = 0; j < n && bad < 5; ++j) {
+      uint16_t g;
+      std::memcpy(&g, got.data() + 2 * j, 2);
+      const uint16_t want = host_bf16_rne(p0[i][j]);
+      const bool both_nan = (want & 0x7f80) == 0x7f80 && (want & 0x7f) && (g & 0x7f80) == 0x7f80 && (g & 0x7f);
+      if (g != want && !both_nan) {
+        ADD_FAILURE() << "element " << j << " of " << p0[i][j] << ": 0x" << std::hex << g << " want 0x" << want;
+        ++bad;
+      }
+    }
+  }
+  // After an update (finite weights only: the update of inf / NaN is not the question here).
+  for (int i = 0; i < count; ++i) {
+    std::vector<float> p = p0[i];
+    for (float& x : p) if (!std::isfinite(x)) x = 0.5f;
+    BLU_CUDA_TEST_CHECK(cudaMemcpy(dp[i].get(), p.data(), p.size() * 4, cudaMemcpyHostToDevice));
+    dcopy[i].poison();
   }
   blublas::AdamWHyper h;
   h.lr = 1e-2f;
@@ -161,11 +203,11 @@ TEST(AdamW, Bf16WeightCopyMatchesTheUpdatesCopy) {
   BLU_ASSERT_OK(blublas::bf16_weight_copy(copies.data(), count, nullptr));
   BLU_CUDA_TEST_CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < count; ++i) {
-    SCOPED_TRACE("tensor " + std::to_string(i) + " numel " + std::to_string(sizes[i]));
+    SCOPED_TRACE("updated, tensor " + std::to_string(i) + " numel " + std::to_string(sizes[i]));
     const std::size_t off = i == 4 ? 2 : 0, bytes = sizes[i] * 2;
     const auto from_update = blu::test::download_bytes(static_cast<char*>(dbf[i].get()) + off, bytes);
     const auto from_copy = blu::test::download_bytes(static_cast<char*>(dcopy[i].get()) + off, bytes);
-    if (i == 2) {
+    if (i == no_copy) {
       EXPECT_EQ(from_copy, std::vector<uint8_t>(bytes, 0xFF)) << "a tensor without a copy was written";
     } else {
       EXPECT_EQ(from_copy, from_update);

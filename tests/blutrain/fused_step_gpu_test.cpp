@@ -302,14 +302,15 @@ TEST(FusedStep, SideStreamIsBitwiseSerial) {
 
 // Note [Per-layer bf16 weight copy]: the blocks' matrices cast per block into a two-block ring give
 // the GEMMs the bits the whole copy (written by the AdamW update) holds, so every loss, weight and
-// gradient matches bit for bit: five blocks (so the backward casts three: blocks 2, 1, 0),
-// graph replay and eager, one and two micro-batches, with and without block recompute.
+// gradient matches bit for bit: 1, 2, 3 and 5 blocks (the backward casts none, none, one, three),
+// graph replay and eager, one and two micro-batches (the second finds blocks 0 and 1 in the ring),
+// with and without block recompute, and a timed step (casts in order on the main stream). Every
+// cast waits 2 ms on the host first (BLUTRAIN_TEST_CAST_DELAY_US), so a block that read its slot
+// without waiting for the cast would see the slot's previous block and change the numbers.
 TEST(FusedStep, PerLayerWeightCopyIsBitwiseTheWholeCopy) {
   BLU_REQUIRE_GPU();
-  GPT2Config c = small_config();
-  c.n_layer = 5;
   std::vector<Batch> batches = {random_batch(2, 64, 71), random_batch(2, 64, 72)};
-  auto run = [&](const char* copy, bool graph, int64_t accum, const char* recompute) {
+  auto run = [&](const GPT2Config& c, const char* copy, bool graph, int64_t accum, const char* recompute) {
     ModelAndOptimizer s(123, c);
     FusedStepOptions o = options(Precision::kBf16);
     o.weight_copy = copy;
@@ -318,33 +319,47 @@ TEST(FusedStep, PerLayerWeightCopyIsBitwiseTheWholeCopy) {
     o.recompute = recompute;
     FusedGPT2Step step(s.model, s.opt, o);
     const bool per_block = step.describe().find("per block") != std::string::npos;
-    EXPECT_EQ(per_block, std::string(copy) == "layer") << step.describe();
+    EXPECT_EQ(per_block, std::string(copy) != "whole") << step.describe();
     size_t next = 0;
     std::vector<double> losses;
-    for (int i = 0; i < 3; ++i) losses.push_back(step.step(stage_from(batches, &next), 5e-4).loss);
+    for (int i = 0; i < 4; ++i) {
+      if (i == 2) step.time_next_step();
+      losses.push_back(step.step(stage_from(batches, &next), 5e-4).loss);
+    }
     std::vector<std::vector<float>> out;
     for (const NamedParam& p : s.opt.params()) out.push_back(host(*p.tensor));
     for (size_t i = 0; i < s.opt.params().size(); ++i) out.push_back(host(step.gradient(int(i))));
     return std::make_pair(losses, out);
   };
-  for (bool graph : {true, false}) {
-    for (int64_t accum : {1, 2}) {
-      for (const char* recompute : {"none", "block"}) {
-        SCOPED_TRACE(std::string(graph ? "graph" : "eager") + " accum " + std::to_string(accum) + " recompute " +
-                     recompute);
-        const auto whole = run("whole", graph, accum, recompute), layer = run("layer", graph, accum, recompute);
-        EXPECT_EQ(whole.first, layer.first);
-        for (size_t i = 0; i < whole.second.size(); ++i) {
-          EXPECT_EQ(0, std::memcmp(whole.second[i].data(), layer.second[i].data(), whole.second[i].size() * 4)) << i;
+  setenv("BLUTRAIN_TEST_CAST_DELAY_US", "2000", 1);
+  setenv("BLUTRAIN_TEST_FREE_MIB", "0", 1);  // auto sees no room for the whole copy: per block
+  for (int layers : {1, 2, 3, 5}) {
+    GPT2Config c = small_config();
+    c.n_layer = layers;
+    for (bool graph : {true, false}) {
+      for (int64_t accum : {1, 2}) {
+        for (const char* recompute : {"none", "block"}) {
+          if (layers < 5 && (!graph || std::string(recompute) == "block")) continue;  // the edges once
+          SCOPED_TRACE(std::to_string(layers) + " blocks " + (graph ? "graph" : "eager") + " accum " +
+                       std::to_string(accum) + " recompute " + recompute);
+          const auto whole = run(c, "whole", graph, accum, recompute);
+          const auto layer = run(c, layers == 3 ? "auto" : "layer", graph, accum, recompute);
+          EXPECT_EQ(whole.first, layer.first);
+          for (size_t i = 0; i < whole.second.size(); ++i) {
+            EXPECT_EQ(0, std::memcmp(whole.second[i].data(), layer.second[i].data(), whole.second[i].size() * 4))
+                << i;
+          }
         }
       }
     }
   }
+  unsetenv("BLUTRAIN_TEST_CAST_DELAY_US");
+  unsetenv("BLUTRAIN_TEST_FREE_MIB");
   // auto keeps the whole copy when it fits with room to spare (a small model on any GPU).
-  ModelAndOptimizer s(5, c);
-  FusedStepOptions o = options(Precision::kBf16);
-  FusedGPT2Step step(s.model, s.opt, o);
+  ModelAndOptimizer s(5, small_config());
+  FusedGPT2Step step(s.model, s.opt, options(Precision::kBf16));
   EXPECT_EQ(step.describe().find("per block"), std::string::npos) << step.describe();
+  EXPECT_NE(step.describe().find("auto: whole copy"), std::string::npos) << step.describe();
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ bool is_scalar(const Graph& g, const TensorRef& t) {
   return std::all_of(t.strides.begin(), t.strides.end(), [](int64_t s) { return s == 0; });
 }
 
-TensorRef scalar_ref(const TensorRef& t) {
+// [[maybe_unused]]: the fold that uses these two is compiled out without the CUDA backend.
+[[maybe_unused]] TensorRef scalar_ref(const TensorRef& t) {
   TensorRef r = t;
   r.sizes.clear();
   r.strides.clear();
@@ -79,7 +80,7 @@ TensorRef scalar_ref(const TensorRef& t) {
 }
 
 // t with `shape`'s sizes and strides (contiguous views of equal numel).
-TensorRef reshaped(const TensorRef& t, const TensorRef& shape) {
+[[maybe_unused]] TensorRef reshaped(const TensorRef& t, const TensorRef& shape) {
   TensorRef r = t;
   r.sizes = shape.sizes;
   r.strides = shape.strides;

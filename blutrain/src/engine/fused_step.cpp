@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -138,12 +139,19 @@ struct FusedGPT2Step::Impl {
   // stream beside block l's kernels: issued after every main-stream read of the slot's previous
   // block (an event on the main stream), waited for by the main stream right before the block
   // that reads it. The backward starts with the forward's last two blocks still in the ring, so
-  // it casts n_layer - 2 blocks. Cost: reading 4 and writing 2 bytes per matrix parameter twice a
-  // step, no change in the numbers (the same bf16 bits reach the GEMMs: a GPU test compares the two
-  // modes' losses, weights and gradients bit for bit).
+  // it casts n_layer - 2 blocks, and a later micro-batch of the same step (--accum, parts kRest
+  // and kLast: no update in between) finds blocks 0 and 1 there from the backward before. Block 0's
+  // cast is issued first thing in the forward, beside the embedding. Cost: reading 4 and writing 2
+  // bytes per matrix parameter, 2 x (n_layer - 2) + 2 casts per micro-batch; no change in the
+  // numbers (the same bf16 bits reach the GEMMs: a GPU test compares the two modes' losses,
+  // weights and gradients bit for bit, with a host delay in front of every cast so a missing wait
+  // would read a stale slot: BLUTRAIN_TEST_CAST_DELAY_US).
   // auto: layer only when the whole copy, the activation arena and a margin (1 GiB or 2% of the
-  // device) do not fit in what the device and the allocator's cache have free at setup; whole is
-  // the race's mode (no extra traffic, one copy made once per step by the update).
+  // device) do not fit in what the device has free at setup, after the allocator returned its
+  // cached segments (a cached block cannot serve a multi-GiB request; BLUTRAIN_TEST_FREE_MIB
+  // replaces the measured free memory, for tests); whole is the race's mode (no extra traffic, one
+  // copy made once per step by the update). Under data parallelism each rank decides alone: on
+  // equal GPUs the same way; if not, the numbers still agree bit for bit, only the speed differs.
   // Measured (session 37, H200, raw bench/results/h200/raw/session37/call5_carry): d12 bf16 B16
   // T1024, 20 steps, layer vs whole: equal losses and norms at every step, 535.4K vs 534.0K tok/s,
   // peak 7.50 vs 7.63 GiB. Largest model (B1 T1024): 40x32x4096 (8.27B) now trains (auto picks
@@ -154,7 +162,10 @@ struct FusedGPT2Step::Impl {
   // GEMM's producer, or a cast kernel on a few SMs with the GEMMs on the rest (blublas Note [GEMM
   // CTA budget]).
   bool layer_copy = false;
+  std::string weight_copy_why;  // how the mode was chosen (describe())
   bool cast_on = false;  // this pass casts on cast_stream; else in order on the main stream
+  bool ring_has_first_blocks = false;  // this pass starts with blocks 0 and 1 in the ring
+  int64_t test_cast_delay_us = 0;      // BLUTRAIN_TEST_CAST_DELAY_US: a host sleep before each cast
   blu::cuda::Stream cast_stream;
   Tensor ring;
   std::size_t ring_slot_elems = 0;
@@ -289,17 +300,19 @@ void FusedGPT2Step::Impl::bind_params() {
 void FusedGPT2Step::Impl::setup_weight_copy(std::size_t arena_bytes) {
   const std::size_t n = params.size();
   copy_off.assign(n, 0);
-  if (o.weight_copy == "layer") {
-    layer_copy = true;
-  } else if (o.weight_copy == "auto") {
+  if (o.weight_copy == "layer" || o.weight_copy == "whole") {
+    layer_copy = o.weight_copy == "layer";
+    weight_copy_why = "--weight-copy " + o.weight_copy;
+  } else {  // auto (setup checked the name)
+    blu::cuda::CachingAllocator::get().empty_cache(device);
     std::size_t free_bytes = 0, total_bytes = 0;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    const blu::cuda::MemoryStats ms = blu::cuda::CachingAllocator::get().stats(device);
-    const std::size_t available = free_bytes + static_cast<std::size_t>(std::max<int64_t>(ms.cached_free_bytes, 0));
+    if (const char* v = std::getenv("BLUTRAIN_TEST_FREE_MIB")) free_bytes = std::strtoull(v, nullptr, 10) << 20;
     const std::size_t margin = std::max<std::size_t>(std::size_t(1) << 30, total_bytes / 50);
-    layer_copy = grad_elems * 2 + arena_bytes + margin > available;
-  } else {
-    BLU_CHECK(o.weight_copy == "whole", "--weight-copy '", o.weight_copy, "': expected whole, layer or auto");
+    const std::size_t need = grad_elems * 2 + arena_bytes + margin;
+    layer_copy = need > free_bytes;
+    weight_copy_why = "auto: whole copy + activations + margin " + std::to_string(need >> 20) + " MiB " +
+                      (layer_copy ? "> " : "<= ") + std::to_string(free_bytes >> 20) + " MiB free";
   }
   if (!layer_copy) {  // the flat gradient buffer's layout
     for (size_t i = 0; i < n; ++i) copy_off[i] = params[i].offset;
@@ -322,7 +335,9 @@ void FusedGPT2Step::Impl::setup_weight_copy(std::size_t arena_bytes) {
     ring_slot_elems += static_cast<std::size_t>((numel + 127) / 128 * 128);
   }
   ring = device_bytes(2 * ring_slot_elems * 2, device);
-  cast_stream = blu::cuda::Stream::create(device);
+  cast_stream = blu::cuda::Stream::create(device, true,
+                                          stream_priority ? blu::cuda::GraphExec::highest_stream_priority(device) : 0);
+  if (const char* v = std::getenv("BLUTRAIN_TEST_CAST_DELAY_US")) test_cast_delay_us = std::atoll(v);
   ring_lists.resize(static_cast<size_t>(cfg.n_layer));
   for (int l = 0; l < cfg.n_layer; ++l) {
     for (int k = 0; k < kNumRingParams; ++k) {
@@ -346,6 +361,15 @@ void FusedGPT2Step::Impl::cast_block(int l) {
     return;
   }
   cuda_check(cudaStreamWaitEvent(cast_stream.get(), record(stream.get()), 0), "cudaStreamWaitEvent");
+  if (test_cast_delay_us > 0) {  // tests: a late cast must still be waited for
+    cuda_check(cudaLaunchHostFunc(
+                   cast_stream.get(),
+                   [](void* us) {
+                     std::this_thread::sleep_for(std::chrono::microseconds(*static_cast<int64_t*>(us)));
+                   },
+                   &test_cast_delay_us),
+               "cudaLaunchHostFunc");
+  }
   L.bf16_weights(list.data(), kNumRingParams, cast_stream.get());
   ev_cast[static_cast<size_t>(l % 2)] = record(cast_stream.get());
 }
@@ -364,6 +388,8 @@ void FusedGPT2Step::Impl::setup() {
   // (none would add 2.3 GiB, within 0.1 GiB of torch.compile's peak in tf32).
   recompute = parse_recompute(o.recompute == "auto" ? (o.precision == Precision::kBf16 ? "none" : "gelu")
                                                     : o.recompute);
+  BLU_CHECK(o.weight_copy == "auto" || o.weight_copy == "whole" || o.weight_copy == "layer",
+            "fused GPT-2 step: weight copy '", o.weight_copy, "': expected whole, layer or auto");
   if (const char* v = std::getenv("BLUTRAIN_GELU_GRAD_EPILOGUE")) gelu_grad_epilogue = std::string(v) == "1";
   // blutensor's Note [Stream priorities]: BLUTRAIN_STREAM_PRIORITY=1 runs the main stream's
   // kernels at the device's highest priority, the side stream's weight gradients at the default.
@@ -597,13 +623,16 @@ void FusedGPT2Step::Impl::broadcast_weights() {
 
 void FusedGPT2Step::Impl::forward() {
   const LayerBuffers& b0 = plan.layers[0];
+  // Note [Per-layer bf16 weight copy]: blocks 0 and 1 are still in the ring after an earlier
+  // micro-batch of this step; else block 0's cast goes first, beside the embedding.
+  const int cached = ring_has_first_blocks ? std::min(2, cfg.n_layer) : 0;
+  if (cached == 0) cast_block(0);
   L.embedding(act(b0.x), inputs(), w(wte), w(wpe), cfg.vocab_size, &d_readback()->token_error);
   L.layernorm(act(b0.ln1), f32(b0.ln1_mean), f32(b0.ln1_rstd), nullptr, act(b0.x), nullptr, w(P(0, kLn1W)),
               w(P(0, kLn1B)));
-  cast_block(0);
   for (int l = 0; l < cfg.n_layer; ++l) {
     wait_block(l);
-    if (l + 1 < cfg.n_layer) cast_block(l + 1);  // into block l - 1's slot, beside block l
+    if (l + 1 < cfg.n_layer && l + 1 >= cached) cast_block(l + 1);  // into block l - 1's slot, beside block l
     block_forward(l, false);
   }
 }
@@ -850,6 +879,9 @@ void FusedGPT2Step::Impl::run_part(Part part) {
   W.max_ctas = side_on ? side_gemm_ctas : 0;
   cast_on = layer_copy && !L.sizing && !L.timing;
   ev_cast = {};
+  // kRest / kLast follow a backward of the same step (no update since): it left blocks 0 and 1 in
+  // the ring. Not while sizing or timing (a timed step casts every block in order).
+  ring_has_first_blocks = layer_copy && !L.sizing && !L.timing && (part == kRest || part == kLast);
   W.timing = L.timing;
   next_event = 0;
   sync_now = false;
@@ -1012,7 +1044,9 @@ const char* op_family(const std::string& op) {
   if (op.find("cross entropy") != std::string::npos) return "cross-entropy";
   if (op.find("embedding") != std::string::npos) return "embedding";
   if (op.find("adamw") != std::string::npos) return "optimizer";
-  if (op.find("column sum") != std::string::npos || op.find("memset") != std::string::npos) return "other";
+  if (op.find("column sum") != std::string::npos || op.find("memset") != std::string::npos ||
+      op.find("bf16 copy") != std::string::npos)
+    return "other";
   return "gemm";
 }
 }  // namespace
@@ -1151,7 +1185,7 @@ int64_t FusedGPT2Step::launches_per_step() const { return impl_->launches_per_st
 
 std::string FusedGPT2Step::describe() const {
   const Impl& s = *impl_;
-  char buf[512];
+  char buf[1024];
   const double mib = 1024.0 * 1024.0;
   std::snprintf(buf, sizeof(buf),
                 "fused step: %s activations, attention %s, %s; gradients %.0f MiB%s, workspace %.0f MiB, "
@@ -1162,8 +1196,11 @@ std::string FusedGPT2Step::describe() const {
                 : s.layer_copy
                     ? (", bf16 weight copy per block (" + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) +
                        " MiB whole + a two-block ring of " + std::to_string(static_cast<int>(s.ring_slot_elems * 4 / mib)) +
-                       " MiB)").c_str()
-                    : (", bf16 weight copy " + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) + " MiB").c_str(),
+                       " MiB; " + s.weight_copy_why + ")")
+                          .c_str()
+                    : (", bf16 weight copy " + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) + " MiB (" +
+                       s.weight_copy_why + ")")
+                          .c_str(),
                 (s.L.workspace_bytes + s.W.workspace_bytes) / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
                 s.o.use_graph ? "CUDA graph" : "eager launches");
   if (s.sync) return std::string(buf) + "; " + s.sync->describe();

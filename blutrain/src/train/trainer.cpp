@@ -462,6 +462,7 @@ TrainResult run_training(const TrainConfig& cfg, std::ostream& progress) {
       if (inject.active(step + 1)) {  // Note [Non-finite steps]; written before the graph's stream reads it
         inject.poison_weight(opt.params());
         sync_device(device);
+        fused->sync_weights_from_model();  // the GEMMs' bf16 copy sees the poisoned weight too
       }
       const FusedStepResult r = fused->step(
           [&](int32_t* x, int32_t* y, cudaStream_t s) { feeder.next_into(train_loader, x, y, s); }, lr);
