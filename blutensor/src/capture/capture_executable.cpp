@@ -423,7 +423,7 @@ bool Executable::run(const StepScalars& scalars, const HostReadFn& on_host_read)
   const bool graphs_now = runs_since_plan_ >= 1 && !graphs_failed_;
   ++runs_since_plan_;
   const int device = graph_.nodes.empty() ? -1 : graph_.nodes.front().device.index;
-  bool captured_now = false;
+  [[maybe_unused]] bool captured_now = false;  // read with the CUDA backend only
   for (Segment& seg : segments_) {
     if (seg.capturable && graphs_now && !seg.exec.valid()) captured_now |= capture_segment(seg, need_ctx(), scalars, side);
     if (seg.exec.valid()) {

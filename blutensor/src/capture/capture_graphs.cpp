@@ -90,7 +90,7 @@ using detail::Ctx;
 
 namespace {
 
-std::atomic<std::uint64_t> next_pool{1};
+[[maybe_unused]] std::atomic<std::uint64_t> next_pool{1};  // CUDA backend only
 
 }  // namespace
 

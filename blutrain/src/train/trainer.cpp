@@ -42,7 +42,7 @@ namespace blu::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+[[maybe_unused]] constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;  // CUDA builds only
 
 ShardSet resolve_data(const TrainConfig& cfg, const Tokenizer* tok) {
   const std::string cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
