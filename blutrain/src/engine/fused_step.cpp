@@ -169,9 +169,10 @@ struct FusedGPT2Step::Impl {
   blu::cuda::Stream cast_stream;
   Tensor ring;
   std::size_t ring_slot_elems = 0;
-  std::array<std::size_t, kNumRingParams> ring_off{};
-  std::vector<int> ring_kind;    // per parameter: its index in kRingParams, or -1
-  std::vector<int> param_layer;  // per parameter: its block, or -1
+  // Per parameter, under --weight-copy layer: its element offset in `ring` (slot included), or -1
+  // for the parameters the whole copy keeps. Empty otherwise.
+  std::vector<int64_t> ring_at;
+  bool in_ring(size_t i) const { return !ring_at.empty() && ring_at[i] >= 0; }
   std::vector<std::array<blublas::AdamWTensor, kNumRingParams>> ring_lists;  // per block
   std::array<cudaEvent_t, 2> ev_cast{};  // per slot: the cast pending into it (null: none)
   void setup_weight_copy(std::size_t arena_bytes);
@@ -227,11 +228,7 @@ struct FusedGPT2Step::Impl {
   const void* w(int i) const {
     if (o.precision != Precision::kBf16) return params[i].master;
     const auto k = static_cast<size_t>(i);
-    if (layer_copy && ring_kind[k] >= 0) {
-      const std::size_t slot = static_cast<std::size_t>(param_layer[k] % 2);
-      return static_cast<char*>(ring.data_ptr()) +
-             (slot * ring_slot_elems + ring_off[static_cast<size_t>(ring_kind[k])]) * 2;
-    }
+    if (in_ring(k)) return static_cast<char*>(ring.data_ptr()) + ring_at[k] * 2;
     return static_cast<char*>(wcopy.data_ptr()) + copy_off[k] * 2;
   }
   float* g(int i) const { return static_cast<float*>(grads.data_ptr()) + params[i].offset; }
@@ -284,17 +281,6 @@ void FusedGPT2Step::Impl::bind_params() {
     for (int p = 0; p < kNumLayerParams; ++p) ids[p] = find("h." + std::to_string(l) + "." + kLayerParamNames[p]);
     layer.push_back(ids);
   }
-  ring_kind.assign(params.size(), -1);
-  param_layer.assign(params.size(), -1);
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    for (int k = 0; k < kNumRingParams; ++k) {
-      const auto i = static_cast<size_t>(P(l, kRingParams[k]));
-      ring_kind[i] = k;
-      param_layer[i] = l;
-      BLU_CHECK(params[i].numel == params[static_cast<size_t>(P(0, kRingParams[k]))].numel,
-                "fused GPT-2 step: block ", l, "'s ", kLayerParamNames[kRingParams[k]], " differs in size from block 0's");
-    }
-  }
 }
 
 void FusedGPT2Step::Impl::setup_weight_copy(std::size_t arena_bytes) {
@@ -320,20 +306,30 @@ void FusedGPT2Step::Impl::setup_weight_copy(std::size_t arena_bytes) {
     wcopy = device_bytes(copy_elems * 2, device);
     return;
   }
+  auto aligned = [](int64_t numel) { return static_cast<std::size_t>((numel + 127) / 128 * 128); };  // 256 bytes
+  std::array<std::size_t, kNumRingParams> slot_off{};  // each matrix's place in a slot
+  ring_slot_elems = 0;
+  for (int k = 0; k < kNumRingParams; ++k) {
+    slot_off[static_cast<size_t>(k)] = ring_slot_elems;
+    ring_slot_elems += aligned(params[static_cast<size_t>(P(0, kRingParams[k]))].numel);
+  }
+  ring_at.assign(n, -1);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    for (int k = 0; k < kNumRingParams; ++k) {
+      const auto i = static_cast<size_t>(P(l, kRingParams[k]));
+      BLU_CHECK(params[i].numel == params[static_cast<size_t>(P(0, kRingParams[k]))].numel,
+                "fused GPT-2 step: block ", l, "'s ", kLayerParamNames[kRingParams[k]], " differs in size from block 0's");
+      ring_at[i] = static_cast<int64_t>(static_cast<std::size_t>(l % 2) * ring_slot_elems + slot_off[static_cast<size_t>(k)]);
+    }
+  }
   std::size_t off = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (ring_kind[i] >= 0) continue;
+    if (in_ring(i)) continue;
     copy_off[i] = off;
-    off += static_cast<std::size_t>((params[i].numel + 127) / 128 * 128);  // 256-byte aligned bf16 slices
+    off += aligned(params[i].numel);
   }
   copy_elems = off;
   wcopy = device_bytes(std::max<std::size_t>(copy_elems, 128) * 2, device);
-  ring_slot_elems = 0;
-  for (int k = 0; k < kNumRingParams; ++k) {
-    ring_off[static_cast<size_t>(k)] = ring_slot_elems;
-    const int64_t numel = params[static_cast<size_t>(P(0, kRingParams[k]))].numel;
-    ring_slot_elems += static_cast<std::size_t>((numel + 127) / 128 * 128);
-  }
   ring = device_bytes(2 * ring_slot_elems * 2, device);
   cast_stream = blu::cuda::Stream::create(device, true,
                                           stream_priority ? blu::cuda::GraphExec::highest_stream_priority(device) : 0);
@@ -486,7 +482,7 @@ void FusedGPT2Step::Impl::setup() {
     t.m = static_cast<float*>(opt.exp_avg()[i].data_ptr());
     t.v = static_cast<float*>(opt.exp_avg_sq()[i].data_ptr());
     // Under --weight-copy layer the blocks' matrices are cast per block instead (cast_block).
-    const bool copied = o.precision == Precision::kBf16 && !(layer_copy && ring_kind[i] >= 0);
+    const bool copied = o.precision == Precision::kBf16 && !in_ring(i);
     t.param_bf16 = copied ? const_cast<void*>(w(static_cast<int>(i))) : nullptr;
     t.numel = params[i].numel;
     t.weight_decay = params[i].decay ? static_cast<float>(o.adamw.weight_decay) : 0.0f;
@@ -881,7 +877,7 @@ void FusedGPT2Step::Impl::run_part(Part part) {
   ev_cast = {};
   // kRest / kLast follow a backward of the same step (no update since): it left blocks 0 and 1 in
   // the ring. Not while sizing or timing (a timed step casts every block in order).
-  ring_has_first_blocks = layer_copy && !L.sizing && !L.timing && (part == kRest || part == kLast);
+  ring_has_first_blocks = cast_on && (part == kRest || part == kLast);
   W.timing = L.timing;
   next_event = 0;
   sync_now = false;
@@ -966,7 +962,7 @@ void FusedGPT2Step::sync_weights_from_model() {
   Tensor flat = from_blob(s.wcopy.data_ptr(), {static_cast<int64_t>(s.copy_elems)},
                           TensorOptions(kBFloat16).device(Device::cuda(s.device)));
   for (size_t i = 0; i < list.size(); ++i) {
-    if (s.layer_copy && s.ring_kind[i] >= 0) continue;
+    if (s.in_ring(i)) continue;
     const Tensor src = list[i].tensor->detach().reshape({-1});
     flat.narrow(0, static_cast<int64_t>(s.copy_off[i]), s.params[i].numel).copy_(src);
   }
@@ -1187,20 +1183,18 @@ std::string FusedGPT2Step::describe() const {
   const Impl& s = *impl_;
   char buf[1024];
   const double mib = 1024.0 * 1024.0;
+  auto mib_of = [&](std::size_t bytes) { return std::to_string(static_cast<int>(bytes / mib)); };
+  const std::string weight_copy =
+      s.o.precision != Precision::kBf16 ? ""
+      : ", bf16 weight copy " + mib_of(s.copy_elems * 2) + " MiB" +
+            (s.layer_copy ? " + per block a two-block ring of " + mib_of(s.ring_slot_elems * 4) + " MiB" : "") + " (" +
+            s.weight_copy_why + ")";
   std::snprintf(buf, sizeof(buf),
                 "fused step: %s activations, attention %s, %s; gradients %.0f MiB%s, workspace %.0f MiB, "
                 "logits chunk %lld rows, %s",
                 s.L.act == blublas::Dtype::kBF16 ? "bf16" : "f32", s.attention_name.c_str(), s.plan.describe().c_str(),
                 s.grad_elems * 4 / mib,
-                s.o.precision != Precision::kBf16 ? ""
-                : s.layer_copy
-                    ? (", bf16 weight copy per block (" + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) +
-                       " MiB whole + a two-block ring of " + std::to_string(static_cast<int>(s.ring_slot_elems * 4 / mib)) +
-                       " MiB; " + s.weight_copy_why + ")")
-                          .c_str()
-                    : (", bf16 weight copy " + std::to_string(static_cast<int>(s.copy_elems * 2 / mib)) + " MiB (" +
-                       s.weight_copy_why + ")")
-                          .c_str(),
+                weight_copy.c_str(),
                 (s.L.workspace_bytes + s.W.workspace_bytes) / mib, static_cast<long long>(s.plan.in.logits_chunk_rows),
                 s.o.use_graph ? "CUDA graph" : "eager launches");
   if (s.sync) return std::string(buf) + "; " + s.sync->describe();
