@@ -5,7 +5,11 @@
 # side unpacks them with `scripts/pack-carry.sh --unpack` into build-carry/bin and sets
 # LD_LIBRARY_PATH for cuBLAS. Build here with -DBLU_CUDA_ARCHS=90a-real (no embedded PTX: smaller
 # binaries, and the device is sm_90): cmake -S . -B build-sm90 -G Ninja -DCMAKE_BUILD_TYPE=Release
-# -DBLU_CUDA_ARCHS=90a-real -DBLU_WARNINGS_AS_ERRORS=OFF && cmake --build build-sm90 --target ...
+# -DBLU_CUDA_ARCHS=90a-real -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_SHARED_BLUBLAS=ON && cmake --build
+# build-sm90 --target ...   With BLU_SHARED_BLUBLAS=ON (Note [Shared blublas for carrying]) the
+# kernels live in libblublas.so, packed once (~25 MiB) whichever binaries need it (a library of the
+# build tree that a binary needs is added by itself), so one carry holds the trainer, GPU tests and
+# benchmarks; a static build's binaries carry every kernel each (gemm_bench 27 MiB, blutrain 37).
 #   scripts/pack-carry.sh <build-dir> <relative output path>... [/absolute/lib.so...]
 #       e.g. build-sm90 bench/gemm_bench, or build-sm90 blutrain/blutrain /lib/libgloo.so.0 ...
 #   eval "$(scripts/pack-carry.sh --unpack)"                         (on the device)
@@ -50,6 +54,13 @@ for rel in "$@"; do
   gzip -9 -c "$tmp" > "build-carry/${rel//\//@}.gz"
   rm -f "$tmp"
   echo "$rel needs: $(ldd "$build/$rel" | awk '$3 ~ /^\// {print $1}' | grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.' | tr '\n' ' ')"
+  # Shared libraries of the build tree itself (libblublas.so with BLU_SHARED_BLUBLAS=ON): packed
+  # once, under the name the binary asks for (its SONAME).
+  build_abs=$(cd "$build" && pwd)
+  ldd "$build/$rel" | awk -v b="$build_abs/" 'index($3, b) == 1 {print $1, $3}' | while read -r soname path; do
+    [ -f "build-carry/lib-$soname.gz" ] || { strip -o "build-carry/.tmp-$soname" "$path" &&
+      gzip -9 -c "build-carry/.tmp-$soname" > "build-carry/lib-$soname.gz"; rm -f "build-carry/.tmp-$soname"; }
+  done
 done
 total=$(du -cb build-carry/*.gz | tail -1 | cut -f1)
 ls -la build-carry/*.gz
