@@ -8,6 +8,7 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
 #include "mlir/Dialect/Bufferization/Transforms/OneShotAnalysis.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -110,6 +111,10 @@ void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
+  if (options.vector_width > 1) {
+    pm.addNestedPass<func::FuncOp>(createCanonicalizerPass());  // constant bounds and indices
+    pm.addNestedPass<func::FuncOp>(createBluVectorizeColumns(BluVectorizeColumnsOptions{options.vector_width}));
+  }
   const int64_t threads = options.threads_per_block;
   int64_t tile_cols = threads;
   if (options.last_dim > 0 && options.last_dim < threads) {
@@ -133,11 +138,13 @@ void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options
   target.chip = options.chip;
   target.features = options.features;
   pm.addPass(createGpuNVVMAttachTarget(target));
+  if (options.vector_width > 1) pm.addNestedPass<gpu::GPUModuleOp>(createConvertVectorToLLVMPass());
   ConvertGpuOpsToNVVMOpsOptions to_nvvm;
   to_nvvm.useBarePtrCallConv = true;
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps(to_nvvm));
   pm.addNestedPass<gpu::GPUModuleOp>(createCanonicalizerPass());
   pm.addNestedPass<gpu::GPUModuleOp>(createReconcileUnrealizedCastsPass());
+  if (options.vector_width > 1) pm.addNestedPass<gpu::GPUModuleOp>(createBluAlignVectorAccess());
   GpuModuleToBinaryPassOptions to_binary;
   to_binary.compilationTarget = "isa";
   pm.addPass(createGpuModuleToBinaryPass(to_binary));
@@ -152,6 +159,9 @@ struct BluToNvvmCliOptions : PassPipelineOptions<BluToNvvmCliOptions> {
                                llvm::cl::init("+ptx80")};
   Option<int> threads{*this, "threads-per-block",
                       llvm::cl::desc("threads of a block (the column tile)"), llvm::cl::init(256)};
+  Option<int64_t> vector_width{*this, "vector-width",
+                               llvm::cl::desc("elements per vector access (0: scalar; Note [Vectorized group kernels])"),
+                               llvm::cl::init(0)};
   Option<int64_t> last_dim{*this, "last-dim",
                            llvm::cl::desc("the groups' last dimension (0: unknown; Note [Thread mapping])"),
                            llvm::cl::init(0)};
@@ -171,6 +181,7 @@ void registerBluPasses() {
         options.features = cli.features;
         options.threads_per_block = cli.threads;
         options.last_dim = cli.last_dim;
+        options.vector_width = cli.vector_width;
         buildBluToNvvmPipeline(pm, options);
       });
 }

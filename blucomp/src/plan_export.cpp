@@ -19,6 +19,9 @@
 // through strided windows (Note [Strided operands]); the runtime binds those buffers from element 0.
 #include "blucomp/plan_export.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -60,9 +63,29 @@ struct GroupLaunch {
   std::string module, kernel;
   int64_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   std::vector<int64_t> params;
+  // Note [Vectorized group kernels]: elements per vector access (0: scalar), and the kernel
+  // parameters (positions in params) it reads or writes with such accesses.
+  int64_t vector_width = 0;
+  std::vector<int64_t> vector_params;
   bool ok = false;
   std::string error;
 };
+
+// Note [Vectorized group kernels]: 16 bytes over the group's widest element, when its columns
+// divide by that, it reads no strided window and BLU_PLAN_VECTOR is not 0; else 0 (scalar).
+int64_t groupVectorWidth(FusedOp g, int64_t cols) {
+  if (const char* v = std::getenv("BLU_PLAN_VECTOR"); v != nullptr && std::string(v) == "0") return 0;
+  if (!g.getBody().front().getOps<ViewOp>().empty()) return 0;
+  unsigned widest = 0;
+  auto widen = [&](Type t) {
+    if (auto r = dyn_cast<RankedTensorType>(t)) widest = std::max(widest, r.getElementType().getIntOrFloatBitWidth() / 8);
+  };
+  for (Type t : g.getOperandTypes()) widen(t);
+  for (Type t : g.getResultTypes()) widen(t);
+  if (widest == 0 || 16 % widest != 0) return 0;
+  const int64_t width = 16 / widest;
+  return cols % width == 0 && cols >= width ? width : 0;
+}
 
 int64_t constantOf(Value v) {
   if (auto c = v.getDefiningOp<arith::ConstantIndexOp>()) return c.value();
@@ -129,7 +152,8 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   options.chip = chip;
   options.features = features;
   options.results_as_out_params = true;
-  options.last_dim = cols;  // Note [Thread mapping]
+  options.vector_width = groupVectorWidth(g, cols);
+  options.last_dim = options.vector_width > 1 ? cols / options.vector_width : cols;  // Note [Thread mapping]
   buildBluToNvvmPipeline(pm, options);
   std::string diagnostics;
   {
@@ -178,6 +202,17 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   if (!ok || launches != 1) {
     out.error = "the lowered group is not one launch on its arguments";
     return out;
+  }
+  if (auto w = fn->getAttrOfType<IntegerAttr>("blu.vector_width")) {
+    out.vector_width = w.getInt();
+    // The parameters of the result's last dimension are the vector accesses ([rows, 1] statistics
+    // are scalar loads).
+    for (size_t i = 0; i < out.params.size(); ++i) {
+      const int64_t p = out.params[i];
+      Type t = p >= 0 ? in_types[static_cast<size_t>(p)] : out_types[static_cast<size_t>(-1 - p)];
+      auto r = dyn_cast<RankedTensorType>(t);
+      if (r && r.getRank() >= 1 && r.getShape().back() == cols) out.vector_params.push_back(static_cast<int64_t>(i));
+    }
   }
   for (const PtxKernelModule& m : collectPtx(*kernels)) {
     std::error_code ec;
@@ -267,6 +302,12 @@ std::string exportPlan(ModuleOp module, std::string* error, const std::string& p
         json::Array params;
         for (int64_t p : l.params) params.push_back(p);
         k["params"] = std::move(params);  // kernel parameter -> operand index, -1 - r = result r
+        if (l.vector_width > 1) {  // Note [Vectorized group kernels]
+          k["vector_width"] = l.vector_width;
+          json::Array vp;
+          for (int64_t i : l.vector_params) vp.push_back(i);
+          k["vector_params"] = std::move(vp);
+        }
       }
       ++group_index;
     }

@@ -33,6 +33,9 @@ struct GpuPipelineOptions {
   // Function results become out-parameters the kernel writes in place (buffer-results-to-out-
   // params with hoist-static-allocs): what a runtime binding every pointer to a buffer needs.
   bool results_as_out_params = false;
+  // Elements per vector access in the group loops (Note [Vectorized group kernels] in
+  // vectorize_columns.cpp); 0 or 1: scalar. last_dim then counts vectors, not elements.
+  int64_t vector_width = 0;
 };
 
 // Fills `pm` with: canonicalize, CSE, fusion, blu -> linalg, bufferize, parallel loops -> gpu,

@@ -82,4 +82,29 @@ def BluCountKernels : Pass<"blu-count-kernels", "::mlir::func::FuncOp"> {
   }];
 }
 
+def BluVectorizeColumns : Pass<"blu-vectorize-columns", "::mlir::func::FuncOp"> {
+  let summary = "W columns per iteration of a group's (rows, cols) loop: vector loads and stores";
+  let description = [{
+    Runs on the scf.parallel loops of convert-linalg-to-parallel-loops (before tiling): loads and
+    stores whose last index is the column become `width`-wide vector.load / vector.store, the ops
+    between them are cloned once per lane (Note [Vectorized group kernels] in
+    vectorize_columns.cpp). A loop outside the pattern stays scalar; a function whose every loop
+    was vectorized gets blu.vector_width.
+  }];
+  let options = [
+    Option<"width", "width", "int64_t", /*default=*/"4", "elements per vector access">
+  ];
+  let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::arith::ArithDialect"];
+}
+
+def BluAlignVectorAccess : Pass<"blu-align-vector-access"> {
+  let summary = "Align each LLVM vector load / store to its size";
+  let description = [{
+    After convert-gpu-to-nvvm: vector.load lowers to an llvm.load aligned to its element, which
+    the NVPTX backend splits; the accesses blu-vectorize-columns makes are aligned to their size
+    (Note [Vectorized group kernels]), so this sets it and the backend emits ld/st.v.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 #endif  // BLUCOMP_PASSES_TD

@@ -35,6 +35,10 @@ struct PlanKernel {
   std::vector<int> nodes;
   std::vector<int64_t> operands, results;
   std::vector<int64_t> view_operands;  // fused: read through strided windows (Note [Strided operands])
+  // fused: elements per vector access and the parameters accessed so (blucomp Note [Vectorized
+  // group kernels]); 0: a scalar kernel.
+  int64_t vector_width = 0;
+  std::vector<int64_t> vector_params;
 };
 
 std::vector<int64_t> ints(const json::Value& v) {
@@ -70,6 +74,8 @@ std::vector<PlanKernel> parse_plan(const json::Value& root) {
     }
     p.results = ints(*k.find("results"));
     if (const json::Value* v = k.find("view_operands")) p.view_operands = ints(*v);
+    if (const json::Value* v = k.find("vector_width")) p.vector_width = v->as_integer();
+    if (const json::Value* v = k.find("vector_params")) p.vector_params = ints(*v);
     out.push_back(std::move(p));
   }
   return out;
@@ -352,6 +358,16 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
     refs.push_back(dense);
   }
   if (std::string why = touched_between(g, k.nodes, reads, writes); !why.empty()) return why;
+  // blucomp Note [Vectorized group kernels]: each vector parameter must start on a whole vector
+  // (its buffer's base is 256-byte aligned); the pointers are checked again at every launch.
+  std::vector<std::size_t> vector_align(refs.size(), 0);  // bytes, per parameter (0: none)
+  for (int64_t i : k.vector_params) {
+    if (k.vector_width < 2 || i < 0 || static_cast<size_t>(i) >= refs.size()) return "bad vector_params in the plan";
+    const TensorRef& r = refs[static_cast<size_t>(i)];
+    if (r.offset % k.vector_width != 0)
+      return "a parameter is not aligned for the kernel's " + std::to_string(k.vector_width) + "-wide accesses";
+    vector_align[static_cast<size_t>(i)] = static_cast<std::size_t>(k.vector_width) * dtype_size(r.dtype);
+  }
   std::string text;
   {
     std::FILE* f = std::fopen((ptx_dir + "/" + k.ptx).c_str(), "rb");
@@ -375,9 +391,13 @@ std::string bind_fused(capture::Executable& exe, const PlanKernel& k, const std:
   const std::string name = k.kernel;
   std::vector<int> views;
   for (const TensorRef& r : refs) views.push_back(r.buffer);
-  exe.replace(k.nodes, [kernel, grid, block, refs, device, name](const capture::Executable::ViewFn& view) {
+  exe.replace(k.nodes, [kernel, grid, block, refs, vector_align, device, name](const capture::Executable::ViewFn& view) {
     std::vector<void*> ptrs;
     for (const TensorRef& r : refs) ptrs.push_back(view(r).data_ptr());
+    for (size_t i = 0; i < ptrs.size(); ++i)
+      BLU_CHECK(vector_align[i] == 0 || reinterpret_cast<std::uintptr_t>(ptrs[i]) % vector_align[i] == 0,
+                "compiled kernel ", name, ": parameter ", i, " is not ", vector_align[i],
+                "-byte aligned for its vector accesses");
     std::vector<void*> args;
     for (void*& p : ptrs) args.push_back(&p);
     DeviceGuard guard(device);
