@@ -122,6 +122,18 @@ double simt_split_fill() {
   return fill;
 }
 
+// BLUBLAS_SIMT_MIN_WAVES=<n> (read once; default 1): the SIMT split-K plan also needs at least n
+// waves of 2-CTA-per-SM slots, i.e. more and shorter splits (A/B runs: does a split-K problem gain
+// from finer units at equal fill? Note [SIMT split-K]).
+int64_t simt_min_waves() {
+  static const int64_t waves = [] {
+    const char* env = std::getenv("BLUBLAS_SIMT_MIN_WAVES");
+    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 1;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{1};
+  }();
+  return waves;
+}
+
 // The fill split_for_wave_fill aims for. It stays at 0.9: the lm head's dX at 8192 rows fills
 // 2 splits to 768 / 792 = 0.9697, just short of 0.97, and would go unsplit (0.73) under it.
 constexpr double kWaveSplitFill = 0.9;
@@ -181,7 +193,7 @@ SimtPlan choose_simt_plan(const GemmProblem& p, const DeviceInfo& dev) {
       const int64_t total = tiles * ks.splits;
       if (ks.splits * p.batch > 65535) break;
       const double fill = wave_fill(total, slots);
-      if (total >= slots && fill >= simt_split_fill()) {
+      if (total >= slots * simt_min_waves() && fill >= simt_split_fill()) {
         best_splits = static_cast<int>(ks.splits);
         best_k = static_cast<int>(ks.k_split);
         break;
