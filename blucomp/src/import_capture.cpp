@@ -491,16 +491,19 @@ class Importer {
 
   // A sum over every dimension but the last (a bias gradient) -> blu.kernel "column_sum" on the
   // [rows, C] view of its input, the form blu-fuse-epilogue folds into the dW GEMM ("bias_grad").
+  // f32 or bf16 input, the sums in its type or in f32 (a bf16 step's bias gradients are bf16:
+  // the runtime's Note [16-bit bias gradients]).
   bool importColumnSum(const JNode& n) {
     const Ref &out = tensor(n, "out"), &a = tensor(n, "a");
-    if (n.arg("op")->enum_name != "kSum" || out.dtype != "f32" || a.dtype != "f32" || a.sizes.empty() ||
+    const bool dtypes = arithmetic(a.dtype) && (out.dtype == a.dtype || out.dtype == "f32");
+    if (n.arg("op")->enum_name != "kSum" || !dtypes || a.sizes.empty() ||
         !whole(a) || out.sizes.size() != a.sizes.size() || out.sizes.back() != a.sizes.back())
       return false;
     for (size_t i = 0; i + 1 < out.sizes.size(); ++i)
       if (out.sizes[i] != 1) return false;
     const int64_t c = a.sizes.back(), rows = a.numel() / std::max<int64_t>(c, 1);
     Value in = reshape(cur_[static_cast<size_t>(a.buffer)], {rows, c});
-    auto k = b_.create<KernelOp>(loc_, TypeRange{RankedTensorType::get({c}, b_.getF32Type())},
+    auto k = b_.create<KernelOp>(loc_, TypeRange{RankedTensorType::get({c}, elementType(out.dtype))},
                                  b_.getStringAttr("column_sum"), ValueRange{in});
     k->setAttr("blu.reads", b_.getArrayAttr({b_.getStringAttr("a")}));
     k->setAttr("blu.writes", b_.getArrayAttr({b_.getStringAttr("out")}));

@@ -84,6 +84,19 @@ func.func @bias_grad(%dy: tensor<16x6xf32>, %x: tensor<16x8xf32>) -> (tensor<6x8
 
 // -----
 
+// A bf16 step's bias gradient: bf16 sums of the bf16 dY (blu-import since session 38; the runtime
+// sums into f32 and casts, Note [16-bit bias gradients] in step_runtime.cpp) fold the same way.
+// CHECK-LABEL: func.func @bias_grad_bf16
+// CHECK-NEXT: %[[E:.*]]:2 = blu.matmul_epilogue "bias_grad"(%arg0, %arg1) {transpose_lhs = true} : (tensor<16x6xbf16>, tensor<16x8xbf16>) -> (tensor<6x8xbf16>, tensor<6xbf16>)
+// CHECK-NEXT: return %[[E]]#0, %[[E]]#1
+func.func @bias_grad_bf16(%dy: tensor<16x6xbf16>, %x: tensor<16x8xbf16>) -> (tensor<6x8xbf16>, tensor<6xbf16>) {
+  %db = blu.kernel "column_sum"(%dy) : (tensor<16x6xbf16>) -> tensor<6xbf16>
+  %dw = blu.matmul %dy, %x {transpose_lhs = true} : tensor<16x6xbf16>, tensor<16x8xbf16> -> tensor<6x8xbf16>
+  return %dw, %db : tensor<6x8xbf16>, tensor<6xbf16>
+}
+
+// -----
+
 // A column sum of a tensor no dW GEMM reads stays a kernel.
 // CHECK-LABEL: func.func @lone_column_sum
 // CHECK-NEXT: blu.kernel "column_sum"

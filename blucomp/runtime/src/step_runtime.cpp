@@ -261,7 +261,12 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
   } else if (k.epilogue == "bias_grad") {
     if (k.results.size() != 2) return "bias_grad without its second result";
     x.bias_grad = last_write(g, k.nodes, k.results[1]);
-    if (x.bias_grad == nullptr || x.bias_grad->dtype != DType::F32 || !x.bias_grad->contiguous()) return "no f32 bias-gradient buffer";
+    // Note [16-bit bias gradients]: a bf16 / f16 step records its bias gradients as 16-bit column
+    // sums; blublas's kBiasGradA writes f32, so the bound kernel sums into an f32 scratch and one
+    // cast writes the recorded buffer (the sums in f32 either way, rounded once to 16 bits).
+    if (x.bias_grad == nullptr || !x.bias_grad->contiguous() ||
+        (x.bias_grad->dtype != DType::F32 && x.bias_grad->dtype != DType::BF16 && x.bias_grad->dtype != DType::F16))
+      return "no dense f32 / bf16 / f16 bias-gradient buffer";
     d.epilogue = blublas::Epilogue::kBiasGradA;
   } else {
     return "epilogue '" + k.epilogue + "'";
@@ -287,7 +292,10 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
     if (x.bias) d.bias = stand_in(*x.bias);
     if (x.c) d.c = stand_in(*x.c);
     if (x.aux) d.aux = stand_in(*x.aux);
-    if (x.bias_grad) d.bias_grad = static_cast<float*>(stand_in(*x.bias_grad));
+    if (x.bias_grad)  // a 16-bit one is summed into an f32 scratch: a buffer of its own
+      d.bias_grad = x.bias_grad->dtype == DType::F32
+                        ? static_cast<float*>(stand_in(*x.bias_grad))
+                        : reinterpret_cast<float*>(static_cast<std::uintptr_t>(g.buffers.size() + 1) << 36);
   }
   std::size_t ws_bytes = 0;
   if (const blublas::Status q = blublas::gemm_workspace_size(d, &ws_bytes); !q.ok())
@@ -304,20 +312,30 @@ std::string bind_epilogue(capture::Executable& exe, const PlanKernel& k,
   std::vector<int> views{ra.buffer, rb.buffer, rout.buffer};
   for (const std::optional<TensorRef>* r : {&rbias, &rc, &raux, &rbg})
     if (r->has_value()) views.push_back((*r)->buffer);
-  exe.replace(k.nodes, [d, ws_bytes, workspace, device, ra, rb, rout, rbias, rc, raux,
-                        rbg](const capture::Executable::ViewFn& view) mutable {
+  // Note [16-bit bias gradients]: the f32 sums of a 16-bit bias gradient (allocated once, here).
+  Tensor bg_scratch;
+  if (rbg && rbg->dtype != DType::F32) {
+    DeviceGuard guard(device);
+    bg_scratch = empty({rbg->numel()}, TensorOptions(DType::F32).device(device));
+  }
+  exe.replace(k.nodes, [d, ws_bytes, workspace, device, ra, rb, rout, rbias, rc, raux, rbg,
+                        bg_scratch](const capture::Executable::ViewFn& view) mutable {
     d.a = view(ra).data_ptr();
     d.b = view(rb).data_ptr();
     d.d = view(rout).data_ptr();
     if (rbias) d.bias = view(*rbias).data_ptr();
     if (rc) d.c = view(*rc).data_ptr();
     if (raux) d.aux = view(*raux).data_ptr();
-    if (rbg) d.bias_grad = static_cast<float*>(view(*rbg).data_ptr());
+    if (rbg) d.bias_grad = static_cast<float*>(bg_scratch.defined() ? bg_scratch.data_ptr() : view(*rbg).data_ptr());
     d.max_ctas = blu::cuda::gemm_cta_budget();  // Note [GEMM CTA budget] (a side-stream launch)
     DeviceGuard guard(device);
     const blublas::Status s = blublas::gemm(d, workspace->get(device), workspace->bytes, cuda::current_stream(device.index));
     BLU_CHECK(s.ok(), "compiled GEMM epilogue ", blublas::epilogue_name(d.epilogue), " (", d.m, "x", d.n, "x", d.k,
               "): ", s.message());
+    if (bg_scratch.defined()) {
+      Tensor out16 = view(*rbg);
+      out16.copy_(bg_scratch.view(out16.sizes()));  // f32 -> bf16 / f16, round to nearest even
+    }
   }, views);
   return "";
 }
