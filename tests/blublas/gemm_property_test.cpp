@@ -509,7 +509,11 @@ TEST(GemmProperty, Sm90PlanInvariants) {
                             ceil_div(p.n, sm90::sm90_tile_n(plan.tile)) * p.batch * plan.splits;
       EXPECT_FALSE(plan.stream_k) << "kAuto takes stream-K only when asked (Note [sm90 stream-K])";
       EXPECT_EQ(plan.grid, std::max<int64_t>(1, std::min<int64_t>(units, dev.sm_count)));
-      EXPECT_EQ(plan.group_m, 8);
+      // Note [Tile groups for a large B]: 8 tile rows, or 2048 rows' worth over a 16 MiB B walked
+      // in 16+ column tiles.
+      const bool large_b = static_cast<double>(p.n) * p.k * blublas::dtype_size(p.ab_type) > 16.0 * 1024 * 1024 &&
+                           ceil_div(p.n, sm90::sm90_tile_n(plan.tile)) >= 16;
+      EXPECT_EQ(plan.group_m, large_b ? std::max(8, 2048 / sm90::sm90_tile_m(plan.tile)) : 8);
       const sm90::Sm90Plan again = sm90::choose_plan(p, dev, sm90::Sm90Override{});
       EXPECT_TRUE(again.tile == plan.tile && again.splits == plan.splits &&
                   again.grid == plan.grid);

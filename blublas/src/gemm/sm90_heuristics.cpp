@@ -110,6 +110,24 @@ int splits_from_env() {
 
 }  // namespace
 
+// Note [Tile groups for a large B]
+// The persistent kernels walk the tiles in groups of group_m tile rows, column by column inside a
+// group (sm90_work_units.h): a group reads its A rows once (they stay in L2) and all of B, so B
+// comes from DRAM once per group when it does not fit in L2. With 8 rows of 64-row ping-pong
+// tiles, the lm head's forward (B = the 50304 x 768 bf16 embedding, 77 MB, over the H200's 60 MB
+// L2) read B 32 times at 16384 rows: 2.5 GB, a quarter of the kernel's time at 4.8 TB/s.
+// Measured (session 38, blublas-profiler --variants, H200, ratio to cuBLAS in one process;
+// BLUBLAS_SM90_GROUP_M = 8 / 16 / 32 / 64): lm head fwd 16384 rows 0.906 / 0.964 / 0.994 / 0.913,
+// 8192 rows 0.898 / 0.961 / 1.008 / 0.947; fc fwd (B 4.7 MB) and lm head dX (3 column tiles)
+// unchanged within noise. So when B is over 16 MiB and a group walks at least 16 column tiles
+// (the weight-gradient shapes, N = 768, have 3-4: their order stays as measured) the groups span
+// 2048 rows (32 ping-pong tile rows, 16 of 128, 10 of 192); else 8 tile rows as before.
+int sm90_group_m(const GemmProblem& p, Sm90Tile tile) {
+  const double b_bytes = static_cast<double>(p.n) * p.k * dtype_size(p.ab_type);
+  if (b_bytes <= 16.0 * 1024 * 1024 || ceil_div(p.n, sm90_tile_n(tile)) < 16) return 8;
+  return std::max(8, 2048 / sm90_tile_m(tile));
+}
+
 bool sm90_stream_k_tile(Sm90Tile t, Dtype ab_type) {
   if (ab_type != Dtype::kBF16 && ab_type != Dtype::kF16) return false;
   return t == Sm90Tile::k128x128_1c || t == Sm90Tile::k128x256_2c || t == Sm90Tile::k128x128_2c ||
@@ -216,7 +234,7 @@ Sm90Plan choose_plan(const GemmProblem& p, const DeviceInfo& dev, const Sm90Over
   }
   const int bk = sm90_tile_k(plan.tile, p.ab_type);
   plan.splits = std::max(1, std::min(plan.splits, ceil_div(p.k, bk)));
-  plan.group_m = 8;
+  plan.group_m = sm90_group_m(p, plan.tile);
   if (const char* g = std::getenv("BLUBLAS_SM90_GROUP_M"); g != nullptr && std::atoi(g) > 0) {
     plan.group_m = std::atoi(g);  // tile rows per group of the tile order (sweeps)
   }

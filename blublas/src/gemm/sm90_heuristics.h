@@ -39,6 +39,10 @@ struct Sm90Override {
   int stream_k = -1;              // -1 the environment's (default off), 0 off, 1 wherever the tile allows
 };
 
+// Tile rows per group of the tile order: 8, or 2048 rows' worth when B is over 16 MiB and there
+// are 16+ column tiles (Note [Tile groups for a large B] in sm90_heuristics.cpp).
+int sm90_group_m(const GemmProblem& p, Sm90Tile tile);
+
 // Whether a tile can run stream-K: bf16 / f16 inputs, cooperative consumers, no cluster (host
 // only, the launcher checks it against KernelConfig::kStreamK).
 bool sm90_stream_k_tile(Sm90Tile t, Dtype ab_type);
