@@ -96,12 +96,15 @@ bool simt_transpose_b(const GemmProblem& p) {
 // cap). For A/B runs of the weight-gradient splits, which fill the GPU alone but share it with the
 // data-gradient GEMMs in the trainer's step (Note [Weight gradients on a side stream]: the dW
 // kernels ran ~10% slower there than alone, session 7).
+// A positive integer from the environment variable `name`, else `fallback` (unset, not a number, < 1).
+static int64_t env_positive(const char* name, int64_t fallback) {
+  const char* env = std::getenv(name);
+  const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+  return v >= 1 ? static_cast<int64_t>(v) : fallback;
+}
+
 int64_t simt_split_cap() {
-  static const int64_t cap = [] {
-    const char* env = std::getenv("BLUBLAS_SIMT_SPLIT_MAX");
-    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{64};
-  }();
+  static const int64_t cap = env_positive("BLUBLAS_SIMT_SPLIT_MAX", 64);
   return cap;
 }
 
@@ -126,11 +129,7 @@ double simt_split_fill() {
 // waves of 2-CTA-per-SM slots, i.e. more and shorter splits (A/B runs: does a split-K problem gain
 // from finer units at equal fill? Note [SIMT split-K]).
 int64_t simt_min_waves() {
-  static const int64_t waves = [] {
-    const char* env = std::getenv("BLUBLAS_SIMT_MIN_WAVES");
-    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 1;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{1};
-  }();
+  static const int64_t waves = env_positive("BLUBLAS_SIMT_MIN_WAVES", 1);
   return waves;
 }
 
