@@ -97,9 +97,30 @@ constexpr int kSideMinGap = 4;
 // GEMM's CTAs hold every SM), so the next data-gradient GEMM started only 9 us earlier; in fp32
 // the backward layer went 5.98 -> 6.16 ms. Work beside a persistent GEMM waits; a dW GEMM that
 // leaves SMs free (fewer CTAs on the side stream) is what would let this overlap pay.
+// Session 38 (H200): blu-plan now folds the bf16 step's qkv bias sum into its dW GEMM too (blucomp
+// Note [16-bit bias gradients]); the set inherited the sum's main-stream place, so 12 dW GEMMs
+// (one a block, ~0.2 ms each with their reductions) joined the critical path, and the compiled
+// bf16 step lost what the fold saved (busy 29.99 vs the fused engine's 29.43 ms). With side chains
+// the set is a side call: compiled bf16 B16 545.2K / 540.8K tok/s on vs 536.6K / 537.8K off (two
+// rounds; fused 545.6K / 546.4K), fp32 B8 54.8K vs 55.1K / 55.2K, tf32 B16 232.2K / 230.7K vs
+// 230.9K / 230.6K (same losses: the bits do not depend on the plan). So the default is on for a
+// step whose GEMMs are 16-bit (bf16 / f16 operands), off otherwise; BLU_CAPTURE_SIDE_CHAIN=1 / 0
+// forces it either way.
 bool side_chains_default() {
   const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");  // read per plan: tests switch it
   return v != nullptr && std::string(v) == "1";
+}
+
+bool side_chains_default(const Graph& g) {
+  if (const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN"); v != nullptr && *v != '\0')
+    return std::string(v) == "1";
+  for (const Node& nd : g.nodes) {
+    if (nd.op != "gemm") continue;
+    for (const Arg& a : nd.args)
+      if (a.name == "a" && a.kind == Arg::Kind::kTensor && !a.tensors.empty())
+        return a.tensors[0].dtype == DType::BF16 || a.tensors[0].dtype == DType::F16;
+  }
+  return false;
 }
 
 // Note [Side gaps from a set's first node]
@@ -206,8 +227,9 @@ std::vector<std::vector<int>> cheap_first_order(const SidePlan& plan, const std:
 // memory system with the chain that much longer: the head stretch 7.860 ms vs 7.832. Off by
 // default since; the next candidate is to issue that scaling where the chain is in a GEMM.
 
-SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, bool chains,
+SidePlan side_stream_plan(const Graph& g, const std::vector<int>& override_of, int max_in_flight, int chains_or_default,
                           bool cheap_first) {
+  const bool chains = chains_or_default < 0 ? side_chains_default(g) : chains_or_default != 0;
   const int n = static_cast<int>(g.nodes.size());
   const size_t nb = g.buffers.size();
   SidePlan plan;
