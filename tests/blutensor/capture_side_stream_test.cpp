@@ -359,3 +359,39 @@ TEST(CaptureSideStream, AConsumersSetCountsFromItsFirstNode) {
   blu::test::ScopedEnv old("BLU_CAPTURE_SIDE_GAP_AT_LAUNCH", "1");
   EXPECT_EQ(b.r.plan(sets, 1, false).group_of[2], 0) << "the test lost its case";
 }
+
+// Note [Side chains], session 38: on by default for a step whose GEMMs take 16-bit operands (the
+// bf16 qkv dW + bias set back on the side stream), off for f32 ones, BLU_CAPTURE_SIDE_CHAIN=1 / 0
+// either way; side_stream_plan's chains = -1 takes that default.
+TEST(CaptureSideStream, SideChainsDefaultFollowsTheGemmOperandType) {
+  auto record = [](blu::DType t) {
+    Graph g;
+    const int a = blu::test::add_buffer(g, Device::cuda(0), 256), b = blu::test::add_buffer(g, Device::cuda(0), 256),
+              d = blu::test::add_buffer(g, Device::cuda(0), 256);
+    blu::capture::Node n;
+    n.op = "gemm";
+    n.device = Device::cuda(0);
+    n.args.push_back(blu::test::tensor_arg("a", a, true, false, t, {8, 8}));
+    n.args.push_back(blu::test::tensor_arg("b", b, true, false, t, {8, 8}));
+    n.args.push_back(blu::test::tensor_arg("out", d, false, true, t, {8, 8}));
+    g.nodes.push_back(n);
+    return g;
+  };
+  const Graph bf16 = record(blu::DType::BF16), f32 = record(blu::DType::F32);
+  {
+    blu::test::ScopedEnv unset("BLU_CAPTURE_SIDE_CHAIN", "");
+    if (std::getenv("BLU_CAPTURE_SIDE_CHAIN") == nullptr) {
+      EXPECT_TRUE(blu::capture::side_chains_default(bf16));
+      EXPECT_FALSE(blu::capture::side_chains_default(f32));
+      EXPECT_FALSE(blu::capture::side_chains_default(Graph{}));
+    }
+  }
+  {
+    blu::test::ScopedEnv off("BLU_CAPTURE_SIDE_CHAIN", "0");
+    EXPECT_FALSE(blu::capture::side_chains_default(bf16));
+  }
+  {
+    blu::test::ScopedEnv on("BLU_CAPTURE_SIDE_CHAIN", "1");
+    EXPECT_TRUE(blu::capture::side_chains_default(f32));
+  }
+}
