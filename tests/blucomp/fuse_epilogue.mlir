@@ -1,6 +1,11 @@
 // blu-fuse-epilogue (Note [Epilogue fusion] in blucomp/src/fuse_epilogue.cpp): a GEMM's bias,
 // bias + residual, bias + GELU and GELU-gradient consumers folded into blu.matmul_epilogue.
 // RUN: blu-opt %s -split-input-file --blu-fuse-epilogue | FileCheck %s
+// blu-import makes a bf16 step's bias gradient (kSum of a bf16 dY into a bf16 [1, C]) the
+// column_sum that folds below (session 38; before, only f32 sums were imported so):
+// RUN: mkdir -p %t && echo '{"format": "blu-capture", "version": 1, "buffers": [{"alive": true, "bytes": 192, "device": "cuda:0", "id": 0, "origin": "input", "written": false}, {"alive": true, "bytes": 12, "device": "cuda:0", "id": 1, "origin": "internal", "written": true}], "nodes": [{"op": "reduce", "device": "cuda:0", "args": [{"enum": "kSum", "name": "op", "value": 0}, {"name": "out", "read": false, "write": true, "tensor": {"buffer": 1, "dtype": "bf16", "offset": 0, "sizes": [1, 6], "strides": [6, 1]}}, {"name": "a", "read": true, "write": false, "tensor": {"buffer": 0, "dtype": "bf16", "offset": 0, "sizes": [16, 6], "strides": [6, 1]}}]}]}' > %t/bf16_sum.json
+// RUN: blu-import %t/bf16_sum.json | FileCheck %s --check-prefix=IMPORTBF16
+// IMPORTBF16: blu.kernel "column_sum"(%{{.*}}) {{.*}} : (tensor<16x6xbf16>) -> tensor<6xbf16>
 
 // CHECK-LABEL: func.func @bias
 // CHECK-NEXT: %[[E:.*]] = blu.matmul_epilogue "bias"(%arg0, %arg1, %arg2) {transpose_rhs = true} : (tensor<4x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<4x6xf32>
