@@ -111,10 +111,10 @@ void buildBluToNvvmPipeline(OpPassManager& pm, const GpuPipelineOptions& options
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToParallelLoopsPass());
-  if (options.vector_width > 1) {
-    pm.addNestedPass<func::FuncOp>(createCanonicalizerPass());  // constant bounds and indices
+  // No canonicalization before it: it would fold a one-row group's unit dimension away and leave a
+  // 1-D loop the tiling below would tile as rows (review of 893c5e8).
+  if (options.vector_width > 1)
     pm.addNestedPass<func::FuncOp>(createBluVectorizeColumns(BluVectorizeColumnsOptions{options.vector_width}));
-  }
   const int64_t threads = options.threads_per_block;
   int64_t tile_cols = threads;
   if (options.last_dim > 0 && options.last_dim < threads) {

@@ -97,8 +97,11 @@ int64_t constantOf(Value v) {
 // One group per module, so a group the GPU pipeline cannot lower (a function without a lowering
 // yet, e.g. sqrt: convert-gpu-to-nvvm sends it to libdevice) loses only its own PTX (ok = false,
 // `error` says why) and keeps its recorded calls at run time.
+// want_width: elements per vector access, -1 for groupVectorWidth's choice (Note [Vectorized group
+// kernels]); a group whose loop blu-vectorize-columns declines is compiled again scalar, so its
+// thread tiles are sized for the columns it really iterates.
 GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::string& ptx_dir, const std::string& chip,
-                         const std::string& features) {
+                         const std::string& features, int64_t want_width = -1) {
   GroupLaunch out;
   OpBuilder b(ctx);
   OwningOpRef<ModuleOp> kernels = ModuleOp::create(b.getUnknownLoc());
@@ -152,7 +155,7 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
   options.chip = chip;
   options.features = features;
   options.results_as_out_params = true;
-  options.vector_width = groupVectorWidth(g, cols);
+  options.vector_width = want_width >= 0 ? want_width : groupVectorWidth(g, cols);
   options.last_dim = options.vector_width > 1 ? cols / options.vector_width : cols;  // Note [Thread mapping]
   buildBluToNvvmPipeline(pm, options);
   std::string diagnostics;
@@ -203,6 +206,8 @@ GroupLaunch compileGroup(MLIRContext* ctx, FusedOp g, size_t k, const std::strin
     out.error = "the lowered group is not one launch on its arguments";
     return out;
   }
+  if (options.vector_width > 1 && !fn->getAttrOfType<IntegerAttr>("blu.vector_width"))
+    return compileGroup(ctx, g, k, ptx_dir, chip, features, 0);
   if (auto w = fn->getAttrOfType<IntegerAttr>("blu.vector_width")) {
     out.vector_width = w.getInt();
     // The parameters of the result's last dimension are the vector accesses ([rows, 1] statistics

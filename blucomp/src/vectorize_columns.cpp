@@ -90,7 +90,9 @@ LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Opera
       if (!indices.empty() && isVarying(indices.back())) return std::nullopt;
       return false;  // uniform access
     }
-    if (!strideOk(cast<MemRefType>(memref.getType()), width)) return std::nullopt;
+    // A vector access is a buffer of the loop's columns (what the plan's vector_params list).
+    auto type = cast<MemRefType>(memref.getType());
+    if (type.getRank() < 1 || type.getShape().back() != *cols || !strideOk(type, width)) return std::nullopt;
     return true;
   };
   for (Operation& op : loop.getBody()->without_terminator()) {
@@ -103,6 +105,7 @@ LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Opera
       continue;
     }
     if (auto store = dyn_cast<memref::StoreOp>(op)) {
+      if (store.getValueToStore() == j) return failure();  // the column as a value
       auto v = vectorAccess(store.getMemRef(), store.getIndices());
       if (!v || !*v) return failure();  // a store must cover every column once
       kinds[&op] = Classified::kVectorStore;
@@ -199,7 +202,7 @@ struct AlignVectorAccessPass : blu::comp::impl::BluAlignVectorAccessBase<AlignVe
   void runOnOperation() override {
     auto bytesOf = [](Type t) -> int64_t {
       auto v = dyn_cast<VectorType>(t);
-      if (!v || v.getRank() != 1 || v.isScalable()) return 0;
+      if (!v || v.getRank() != 1 || v.isScalable() || !v.getElementType().isIntOrFloat()) return 0;
       const unsigned bits = v.getElementType().getIntOrFloatBitWidth();
       const int64_t bytes = v.getNumElements() * bits / 8;
       return bytes <= 16 && (bytes & (bytes - 1)) == 0 ? bytes : 0;

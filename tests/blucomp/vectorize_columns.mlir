@@ -38,6 +38,16 @@ func.func @bf16_gelu_grad(%dy: tensor<64x96xbf16>, %x: tensor<64x96xbf16>) -> te
   return %0 : tensor<64x96xbf16>
 }
 
+// A rank-1 group is one row of 768 columns (a unit row dimension, not a 1-D loop: the review of
+// 893c5e8 found a canonicalization before the pass folding it into a loop the tiling took for rows).
+// CHECK-LABEL: func.func @one_row
+// CHECK-SAME: attributes {blu.vector_width = 4 : i64}
+// CHECK: scf.parallel (%{{.*}}, %{{.*}}) = (%{{.*}}, %{{.*}}) to (%c1, %c192)
+func.func @one_row(%a: tensor<768xf32>, %b: tensor<768xf32>) -> tensor<768xf32> {
+  %0 = blu.mul %a, %b : tensor<768xf32>
+  return %0 : tensor<768xf32>
+}
+
 // 50 columns: not a multiple of 4, scalar.
 // CHECK-LABEL: func.func @odd
 // CHECK-NOT: blu.vector_width

@@ -121,7 +121,10 @@ int splits_from_env() {
 // 8192 rows 0.898 / 0.961 / 1.008 / 0.947; fc fwd (B 4.7 MB) and lm head dX (3 column tiles)
 // unchanged within noise. So when B is over 16 MiB and a group walks at least 16 column tiles
 // (the weight-gradient shapes, N = 768, have 3-4: their order stays as measured) the groups span
-// 2048 rows (32 ping-pong tile rows, 16 of 128, 10 of 192); else 8 tile rows as before.
+// 2048 rows (32 ping-pong tile rows, 16 of 128, 10 of 192); else 8 tile rows as before. The order
+// does not change a tile's sums (split-K units keep their k ranges), except under stream-K (opt-in,
+// Note [sm90 stream-K]), whose cut points follow the tile order: still one order per problem. The
+// cluster tile (forced only) counts tile pairs, so its groups span twice the rows.
 int sm90_group_m(const GemmProblem& p, Sm90Tile tile) {
   const double b_bytes = static_cast<double>(p.n) * p.k * dtype_size(p.ab_type);
   if (b_bytes <= 16.0 * 1024 * 1024 || ceil_div(p.n, sm90_tile_n(tile)) < 16) return 8;

@@ -3,7 +3,7 @@
 // writes it and device-engine-memory.sh brings back gzipped) and, optionally, blu-plan's plan
 // (its kernels' node sets, as bound overrides), printed one call a line: index, op, the override
 // it belongs to, its side group (-1: main stream) and the groups joined before it.
-//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]
+//   side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains | --no-chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]
 // --ln-residual: the LayerNorm + residual-add pairs as overrides (BLU_CAPTURE_LN_RESIDUAL=1).
 // --fold: also the compiled step's classifier-gradient rewrites (Note [Classifier gradient
 // scaling], split as Note [Early classifier scaling] does) as overrides.
@@ -36,12 +36,15 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  bool chains = false, fold = false, cheap_first = false, ln_residual = false;
+  int chains = -1;  // -1: the executable's default for the record (side_chains_default(g))
+  bool fold = false, cheap_first = false, ln_residual = false;
   int in_flight = blu::capture::kSideInFlightDefault;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--chains") {
-      chains = true;
+      chains = 1;
+    } else if (a == "--no-chains") {
+      chains = 0;
     } else if (a == "--cheap-first") {
       cheap_first = true;
     } else if (a == "--ln-residual") {
@@ -55,7 +58,7 @@ int main(int argc, char** argv) {
     }
   }
   if (pos.empty()) {
-    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]\n");
+    std::fprintf(stderr, "usage: side_plan_dump <captured_step.json> [plan.json|-] [first] [last] [--chains | --no-chains] [--cheap-first] [--in-flight N] [--fold] [--ln-residual]\n");
     return 2;
   }
   const blu::capture::Graph g = blu::capture::Graph::from_json(read_file(pos[0]));
