@@ -13,6 +13,7 @@
 #  4. $OUT/issue13.md (the table) and $OUT/issue13.json (metrics comp.*), a tarball of the logs.
 # BLU_I13_SKIP="race loss llama" skips parts. blutrain and blu-plan: build-carry/tree/blutrain/
 # blutrain and build-carry/bin/blu-plan unless BLU_I13_BLUTRAIN / BLU_PLAN say otherwise.
+# Written in session 38 after the device budget ran out: not yet run on a device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/blu-i13}; work=/tmp/blu-i13-work
