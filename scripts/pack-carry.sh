@@ -7,7 +7,7 @@
 # binaries, and the device is sm_90): cmake -S . -B build-sm90 -G Ninja -DCMAKE_BUILD_TYPE=Release
 # -DBLU_CUDA_ARCHS=90a-real -DBLU_WARNINGS_AS_ERRORS=OFF -DBLU_SHARED_BLUBLAS=ON && cmake --build
 # build-sm90 --target ...   With BLU_SHARED_BLUBLAS=ON (Note [Shared blublas for carrying]) the
-# kernels live in libblublas.so, packed once (~25 MiB) whichever binaries need it (a library of the
+# kernels live in libblublas.so, packed once (16 MiB as xz) whichever binaries need it (a library of the
 # build tree that a binary needs is added by itself), so one carry holds the trainer, GPU tests and
 # benchmarks; a static build's binaries carry every kernel each (gemm_bench 27 MiB, blutrain 37).
 #   scripts/pack-carry.sh <build-dir> <relative output path>... [/absolute/lib.so...]
@@ -72,11 +72,12 @@ for rel in "$@"; do
     /*) pack "$rel" "lib-$(basename "$rel")" 0; continue ;;  # a shared library the device lacks
   esac
   pack "$build/$rel" "${rel//\//@}" 1
-  echo "$rel needs: $(ldd "$build/$rel" | awk '$3 ~ /^\// {print $1}' | grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.' | tr '\n' ' ')"
+  deps=$(ldd "$build/$rel")
+  echo "$rel needs: $(echo "$deps" | awk '$3 ~ /^\// {print $1}' | grep -vE '^(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt)\.' | tr '\n' ' ')"
   # Shared libraries of the build tree itself (libblublas.so with BLU_SHARED_BLUBLAS=ON): packed
   # once, under the name the binary asks for (its SONAME).
   build_abs=$(cd "$build" && pwd)
-  ldd "$build/$rel" | awk -v b="$build_abs/" 'index($3, b) == 1 {print $1, $3}' | while read -r soname path; do
+  echo "$deps" | awk -v b="$build_abs/" 'index($3, b) == 1 {print $1, $3}' | while read -r soname path; do
     [ -f "build-carry/lib-$soname.xz" ] || pack "$path" "lib-$soname" 1
   done
 done

@@ -72,9 +72,10 @@ struct GroupLaunch {
 };
 
 // Note [Vectorized group kernels]: 16 bytes over the group's widest element, when its columns
-// divide by that, it reads no strided window and BLU_PLAN_VECTOR is not 0; else 0 (scalar).
+// divide by that, it reads no strided window and BLU_PLAN_VECTOR is 1 (blu-plan's default: Note
+// [blu-plan defaults]); else 0 (scalar).
 int64_t groupVectorWidth(FusedOp g, int64_t cols) {
-  if (const char* v = std::getenv("BLU_PLAN_VECTOR"); v != nullptr && std::string(v) == "0") return 0;
+  if (const char* v = std::getenv("BLU_PLAN_VECTOR"); v == nullptr || std::string(v) != "1") return 0;
   if (!g.getBody().front().getOps<ViewOp>().empty()) return 0;
   unsigned widest = 0;
   auto widen = [&](Type t) {

@@ -48,9 +48,8 @@ namespace {
 // with vectors starts W-element aligned: the plan says which parameters (vector_params) and the
 // runtime binds the kernel only when their offsets are multiples of W (base pointers are 256-byte
 // aligned arena or allocator blocks), and checks each pointer at launch.
-struct Classified {
-  enum Kind { kUniform, kLane, kVectorLoad, kVectorStore } kind = kUniform;
-};
+// What the rewrite does with each op of the loop body.
+enum class Access { kUniform, kLane, kVectorLoad, kVectorStore };
 
 bool strideOk(MemRefType type, int64_t width) {
   int64_t offset = 0;
@@ -68,7 +67,7 @@ std::optional<int64_t> constantIndex(Value v) {
 }
 
 // The loop's plan: each body op's kind, or failure (the loop stays scalar).
-LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Operation*, Classified::Kind>& kinds) {
+LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Operation*, Access>& kinds) {
   if (loop.getNumLoops() != 2 || !loop.getInitVals().empty()) return failure();
   for (int d = 0; d < 2; ++d) {
     auto lb = constantIndex(loop.getLowerBound()[d]), step = constantIndex(loop.getStep()[d]);
@@ -100,7 +99,7 @@ LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Opera
     if (auto load = dyn_cast<memref::LoadOp>(op)) {
       auto v = vectorAccess(load.getMemRef(), load.getIndices());
       if (!v) return failure();
-      kinds[&op] = *v ? Classified::kVectorLoad : Classified::kUniform;
+      kinds[&op] = *v ? Access::kVectorLoad : Access::kUniform;
       if (*v) varying.insert(load.getResult());
       continue;
     }
@@ -108,7 +107,7 @@ LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Opera
       if (store.getValueToStore() == j) return failure();  // the column as a value
       auto v = vectorAccess(store.getMemRef(), store.getIndices());
       if (!v || !*v) return failure();  // a store must cover every column once
-      kinds[&op] = Classified::kVectorStore;
+      kinds[&op] = Access::kVectorStore;
       continue;
     }
     // Memory effects other than the loads and stores above: not this pattern.
@@ -118,14 +117,14 @@ LogicalResult classify(scf::ParallelOp loop, int64_t width, llvm::DenseMap<Opera
       if (operand == j) return failure();  // the column as a value (a view's flat index)
       lane |= isVarying(operand);
     }
-    kinds[&op] = lane ? Classified::kLane : Classified::kUniform;
+    kinds[&op] = lane ? Access::kLane : Access::kUniform;
     if (lane)
       for (Value r : op.getResults()) varying.insert(r);
   }
   return success();
 }
 
-void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operation*, Classified::Kind>& kinds) {
+void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operation*, Access>& kinds) {
   OpBuilder b(loop);
   Location loc = loop.getLoc();
   Value c0 = b.create<arith::ConstantIndexOp>(loc, 0), c1 = b.create<arith::ConstantIndexOp>(loc, 1);
@@ -133,7 +132,7 @@ void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operati
   Value col_groups = b.create<arith::ConstantIndexOp>(loc, cols / width);
   Value rows = loop.getUpperBound()[0];
   Value old_i = loop.getInductionVars()[0], old_j = loop.getInductionVars()[1];
-  auto fresh = b.create<scf::ParallelOp>(
+  b.create<scf::ParallelOp>(
       loc, ValueRange{c0, c0}, ValueRange{rows, col_groups}, ValueRange{c1, c1},
       [&](OpBuilder& nb, Location nloc, ValueRange ivs) {
         Value j0 = nb.create<arith::MulIOp>(nloc, ivs[1], nb.create<arith::ConstantIndexOp>(nloc, width));
@@ -142,12 +141,12 @@ void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operati
         base.map(old_j, j0);  // only ever the last index of a vector access
         llvm::SmallVector<IRMapping> lanes(static_cast<size_t>(width), base);
         for (Operation& op : loop.getBody()->without_terminator()) {
-          const Classified::Kind kind = kinds.lookup(&op);
-          if (kind == Classified::kUniform) {
+          const Access kind = kinds.lookup(&op);
+          if (kind == Access::kUniform) {
             Operation* c = nb.clone(op, base);
             for (auto [o, n] : llvm::zip(op.getResults(), c->getResults()))
               for (IRMapping& m : lanes) m.map(o, n);
-          } else if (kind == Classified::kVectorLoad) {
+          } else if (kind == Access::kVectorLoad) {
             auto load = cast<memref::LoadOp>(op);
             llvm::SmallVector<Value> indices;
             for (Value idx : load.getIndices()) indices.push_back(base.lookupOrDefault(idx));
@@ -156,7 +155,7 @@ void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operati
             for (int64_t l = 0; l < width; ++l)
               lanes[static_cast<size_t>(l)].map(load.getResult(),
                                                 nb.create<vector::ExtractOp>(op.getLoc(), v, llvm::ArrayRef<int64_t>{l}));
-          } else if (kind == Classified::kVectorStore) {
+          } else if (kind == Access::kVectorStore) {
             auto store = cast<memref::StoreOp>(op);
             auto type = VectorType::get({width}, store.getValueToStore().getType());
             Value v = nb.create<vector::BroadcastOp>(op.getLoc(), type, lanes[0].lookupOrDefault(store.getValueToStore()));
@@ -171,7 +170,6 @@ void vectorize(scf::ParallelOp loop, int64_t width, const llvm::DenseMap<Operati
           }
         }
       });
-  (void)fresh;
   loop.erase();
 }
 
@@ -186,7 +184,7 @@ struct VectorizeColumnsPass : blu::comp::impl::BluVectorizeColumnsBase<Vectorize
     });
     int vectorized = 0;
     for (scf::ParallelOp loop : loops) {
-      llvm::DenseMap<Operation*, Classified::Kind> kinds;
+      llvm::DenseMap<Operation*, Access> kinds;
       if (failed(classify(loop, width, kinds))) continue;
       vectorize(loop, width, kinds);
       ++vectorized;

@@ -23,7 +23,8 @@ namespace cl = llvm::cl;
 // blu-plan compiles with the measured fusion options on unless the environment turns one off with
 // VAR=0: broadcast operands (BLU_PLAN_BROADCAST, Note [Broadcast operands]), multi-output and
 // sibling groups (BLU_PLAN_MULTI_OUTPUT, Note [Fusion cost rule], Note [Sibling groups]) and strided
-// operands (BLU_PLAN_VIEWS). Measured with rematerialization as well (H200, session 27, one device
+// operands (BLU_PLAN_VIEWS), 16-byte accesses in the group kernels (BLU_PLAN_VECTOR, Note [Vectorized
+// group kernels], session 38: the Llama block's bf16 group kernels 0.54 -> 0.41 ms). Measured with rematerialization as well (H200, session 27, one device
 // call each): the Llama block's bf16 step 2.434 -> 2.237 ms and fp32 16.358 -> 15.907 ms (106 -> 70
 // and 104 -> 67 launches; gradients within the bench's float64 bound); GPT-2 d12 engines neutral
 // (bf16 B16 513.05K vs 513.85K tok/s, fp32 B8 55.30K vs 55.20K, two rounds pooled each).
@@ -34,7 +35,7 @@ namespace cl = llvm::cl;
 // the leaf's read must be known to the side-stream plan. blu-import and blu-opt's passes keep every
 // option opt-in (their FileCheck tests name each), so only the tool that feeds the runtime changes.
 void setDefaultOptions() {
-  for (const char* var : {"BLU_PLAN_BROADCAST", "BLU_PLAN_MULTI_OUTPUT", "BLU_PLAN_VIEWS"})
+  for (const char* var : {"BLU_PLAN_BROADCAST", "BLU_PLAN_MULTI_OUTPUT", "BLU_PLAN_VIEWS", "BLU_PLAN_VECTOR"})
     setenv(var, "1", /*overwrite=*/0);  // a value already set (0 or 1) stays
 }
 

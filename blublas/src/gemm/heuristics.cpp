@@ -92,10 +92,6 @@ bool simt_transpose_b(const GemmProblem& p) {
          p.m >= 2048 && static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * 4 <= kMaxBytes;
 }
 
-// BLUBLAS_SIMT_SPLIT_MAX=<n> caps the split-K factor of the SIMT plans (read once; default: no
-// cap). For A/B runs of the weight-gradient splits, which fill the GPU alone but share it with the
-// data-gradient GEMMs in the trainer's step (Note [Weight gradients on a side stream]: the dW
-// kernels ran ~10% slower there than alone, session 7).
 // A positive integer from the environment variable `name`, else `fallback` (unset, not a number, < 1).
 static int64_t env_positive(const char* name, int64_t fallback) {
   const char* env = std::getenv(name);
@@ -103,6 +99,10 @@ static int64_t env_positive(const char* name, int64_t fallback) {
   return v >= 1 ? static_cast<int64_t>(v) : fallback;
 }
 
+// BLUBLAS_SIMT_SPLIT_MAX=<n> caps the split-K factor of the SIMT plans (read once; default: no
+// cap). For A/B runs of the weight-gradient splits, which fill the GPU alone but share it with the
+// data-gradient GEMMs in the trainer's step (Note [Weight gradients on a side stream]: the dW
+// kernels ran ~10% slower there than alone, session 7).
 int64_t simt_split_cap() {
   static const int64_t cap = env_positive("BLUBLAS_SIMT_SPLIT_MAX", 64);
   return cap;

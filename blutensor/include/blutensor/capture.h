@@ -213,9 +213,7 @@ WeightCastFolds find_weight_casts(const Graph& g, const std::vector<int>& overri
 inline constexpr int kSideInFlightDefault = 1;
 // chains: Note [Side chains] (a launch whose results only gap-rule side calls touch later is a side
 // call however soon): 1 on, 0 off, -1 side_chains_default(g): BLU_CAPTURE_SIDE_CHAIN=1 / 0, else on
-// for a step with 16-bit GEMM operands (measured, session 38: +1.3% bf16, -0.6% fp32);
-// side_chains_default(): the environment alone (on only for =1).
-bool side_chains_default();
+// for a step with 16-bit GEMM operands (measured, session 38: +1.3% bf16, -0.6% fp32).
 bool side_chains_default(const Graph& g);
 // Note [Cheap side calls first]: off unless BLU_CAPTURE_SIDE_CHEAP_FIRST=1.
 bool side_cheap_first_default();

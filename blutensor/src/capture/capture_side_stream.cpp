@@ -106,19 +106,14 @@ constexpr int kSideMinGap = 4;
 // 230.9K / 230.6K (same losses: the bits do not depend on the plan). So the default is on for a
 // step whose GEMMs are 16-bit (bf16 / f16 operands), off otherwise; BLU_CAPTURE_SIDE_CHAIN=1 / 0
 // forces it either way.
-bool side_chains_default() {
-  const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN");  // read per plan: tests switch it
-  return v != nullptr && std::string(v) == "1";
-}
-
 bool side_chains_default(const Graph& g) {
+  // Read per plan: tests switch it.
   if (const char* v = std::getenv("BLU_CAPTURE_SIDE_CHAIN"); v != nullptr && *v != '\0')
     return std::string(v) == "1";
   for (const Node& nd : g.nodes) {
     if (nd.op != "gemm") continue;
-    for (const Arg& a : nd.args)
-      if (a.name == "a" && a.kind == Arg::Kind::kTensor && !a.tensors.empty())
-        return a.tensors[0].dtype == DType::BF16 || a.tensors[0].dtype == DType::F16;
+    const DType t = nd.arg("a").tensors.at(0).dtype;
+    return t == DType::BF16 || t == DType::F16;
   }
   return false;
 }
